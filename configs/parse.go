@@ -1,0 +1,324 @@
+package configs
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"reflect"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/BurntSushi/toml"
+	"github.com/hashicorp/go-multierror"
+)
+
+// Error is one problem in a config file. Parse returns every Error it finds
+// together in one error; use errors.As to reach the first, or
+// multierror.Error.WrappedErrors for all of them.
+type Error struct {
+	Source string // the file name given to Parse, e.g. "mcpmux.toml"
+	Line   int    // 1-based; 0 when no line is known
+	Msg    string // starts with the key path it concerns, e.g. "upstreams.github.prefix: …"
+}
+
+// Error formats e as `<source>:<line>: <message>`, like a compiler.
+func (e *Error) Error() string {
+	if e.Line <= 0 {
+		return e.Source + ": " + e.Msg
+	}
+	return fmt.Sprintf("%s:%d: %s", e.Source, e.Line, e.Msg)
+}
+
+// The raw schema: what the TOML decoder fills. Durations and sizes are `any`
+// so that a bare number is reported as a validation error with its position
+// rather than decoded as nanoseconds or stopping the decoder. Pointers mark
+// keys whose absence differs from their zero value.
+type (
+	rawConfig struct {
+		Server    rawServer               `toml:"server"`
+		Auth      rawAuth                 `toml:"auth"`
+		Audit     rawAudit                `toml:"audit"`
+		Upstreams map[string]*rawUpstream `toml:"upstreams"`
+		Filter    rawRules                `toml:"filter"`
+		Profiles  map[string]*rawProfile  `toml:"profiles"`
+	}
+	rawServer struct {
+		Listen               *string   `toml:"listen"`
+		Separator            *string   `toml:"separator"`
+		MaxNameLength        *int      `toml:"max_name_length"`
+		DefaultProfile       *string   `toml:"default_profile"`
+		AllowedOrigins       *[]string `toml:"allowed_origins"`
+		AllowUnauthenticated bool      `toml:"allow_unauthenticated"`
+		MaxBodyBytes         any       `toml:"max_body_bytes"`
+		ShutdownGrace        any       `toml:"shutdown_grace"`
+	}
+	rawAuth struct {
+		Tokens []rawToken `toml:"tokens"`
+	}
+	rawToken struct {
+		Token    *string  `toml:"token"`
+		SHA256   *string  `toml:"token_sha256"`
+		Profiles []string `toml:"profiles"`
+	}
+	rawAudit struct {
+		Path             string `toml:"path"`
+		IncludeArguments bool   `toml:"include_arguments"`
+	}
+	rawUpstream struct {
+		Transport       string              `toml:"transport"`
+		Command         *string             `toml:"command"`
+		Args            []string            `toml:"args"`
+		Env             map[string]string   `toml:"env"`
+		Dir             *string             `toml:"dir"`
+		URL             *string             `toml:"url"`
+		Headers         map[string]string   `toml:"headers"`
+		Prefix          *string             `toml:"prefix"`
+		Required        bool                `toml:"required"`
+		ConnectTimeout  any                 `toml:"connect_timeout"`
+		CallTimeout     any                 `toml:"call_timeout"`
+		Protocol        string              `toml:"protocol"`
+		MaxMessageBytes any                 `toml:"max_message_bytes"`
+		Tools           []string            `toml:"tools"`
+		Allow           []string            `toml:"allow"`
+		AllowRegex      []string            `toml:"allow_regex"`
+		Deny            []string            `toml:"deny"`
+		DenyRegex       []string            `toml:"deny_regex"`
+		ReadOnlyTools   []string            `toml:"read_only_tools"`
+		Toolsets        map[string][]string `toml:"toolsets"`
+	}
+	rawRules struct {
+		Tools      []string      `toml:"tools"`
+		Allow      []string      `toml:"allow"`
+		AllowRegex []string      `toml:"allow_regex"`
+		Deny       []string      `toml:"deny"`
+		DenyRegex  []string      `toml:"deny_regex"`
+		Toolsets   []string      `toml:"toolsets"`
+		ReadOnly   bool          `toml:"read_only"`
+		CallRules  []rawCallRule `toml:"call_rules"`
+	}
+	rawCallRule struct {
+		Tool string              `toml:"tool"`
+		Args map[string][]string `toml:"args"`
+	}
+	rawProfile struct {
+		Extends string `toml:"extends"`
+		rawRules
+		Rate rawRate `toml:"rate"`
+	}
+	rawRate struct {
+		CallsPerMinute int `toml:"calls_per_minute"`
+	}
+)
+
+// Load reads the config file at path and parses it with the process
+// environment for ${ENV} expansion. Errors name path and lines in it.
+func Load(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	return Parse(path, data, os.LookupEnv)
+}
+
+// Parse decodes and validates a config. source names the config in errors and
+// in Config.Source; lookupEnv resolves ${VAR} references (nil means no
+// variable is set). Parse touches no globals, files or network, so it is safe
+// for concurrent use.
+//
+// On failure Parse returns a nil Config and one error that lists every problem
+// found, each as a *Error `<source>:<line>: <key path>: <message>`, sorted by
+// line. A TOML syntax or type error stops decoding and is reported alone.
+func Parse(source string, data []byte, lookupEnv func(string) (string, bool)) (*Config, error) {
+	if lookupEnv == nil {
+		lookupEnv = func(string) (string, bool) { return "", false }
+	}
+	text := string(data)
+	var raw rawConfig
+	md, err := toml.Decode(text, &raw)
+	if err != nil {
+		return nil, decodeError(source, text, err)
+	}
+	v := &validator{source: source, lines: scanLines(text), lookupEnv: lookupEnv}
+	v.unknownKeys(md.Undecoded())
+	cfg := v.config(&raw)
+	if len(v.errs) > 0 {
+		return nil, v.err()
+	}
+	return cfg, nil
+}
+
+// validator collects errors while it builds a Config from a rawConfig.
+type validator struct {
+	source    string
+	lines     *lineIndex
+	lookupEnv func(string) (string, bool)
+	errs      []*Error
+}
+
+// errorf records an error about the key at p, on p's line.
+func (v *validator) errorf(p keyPath, format string, args ...any) {
+	v.errs = append(v.errs, &Error{
+		Source: v.source,
+		Line:   v.lines.line(p),
+		Msg:    p.String() + ": " + fmt.Sprintf(format, args...),
+	})
+}
+
+// err returns the collected errors, sorted by line, as one error.
+func (v *validator) err() error {
+	slices.SortStableFunc(v.errs, func(a, b *Error) int { return a.Line - b.Line })
+	merr := &multierror.Error{ErrorFormat: formatErrors}
+	for _, e := range v.errs {
+		merr.Errors = append(merr.Errors, e)
+	}
+	return merr
+}
+
+// formatErrors prints one error per line, each starting with file:line, so
+// editors and terminals can jump to them.
+func formatErrors(errs []error) string {
+	lines := make([]string, len(errs))
+	for i, e := range errs {
+		lines[i] = e.Error()
+	}
+	return strings.Join(lines, "\n")
+}
+
+// typeErrorRE matches the errors BurntSushi/toml returns for type mismatches,
+// which are not ParseErrors.
+var typeErrorRE = regexp.MustCompile(`^toml: (?:line (\d+) )?\(last key "(.*?)"\): (.*)$`)
+
+// decodeError turns an error of toml.Decode into a positioned *Error.
+func decodeError(source, text string, err error) error {
+	var pe toml.ParseError
+	if errors.As(err, &pe) {
+		msg := pe.Message
+		if pe.LastKey != "" {
+			msg = pe.LastKey + ": " + msg
+		}
+		return &Error{Source: source, Line: pe.Position.Line, Msg: msg}
+	}
+	if m := typeErrorRE.FindStringSubmatch(err.Error()); m != nil {
+		line, _ := strconv.Atoi(m[1])
+		key := m[2]
+		if line == 0 {
+			line = scanLines(text).line(keyPath(strings.Split(key, ".")))
+		}
+		return &Error{Source: source, Line: line, Msg: key + ": " + m[3]}
+	}
+	return &Error{Source: source, Msg: err.Error()}
+}
+
+// unknownKeys reports every key the schema does not know, once per place it
+// appears. Only the outermost unknown key is reported: for an unknown table
+// `[upstream.x]` that is "upstream", with a suggestion when it looks like a
+// typo of a known key.
+func (v *validator) unknownKeys(undecoded []toml.Key) {
+	reported := map[string]bool{}
+	for _, k := range undecoded {
+		i, known := firstUnknown(reflect.TypeFor[rawConfig](), k)
+		p := keyPath(k[:i+1])
+		if reported[p.String()] {
+			continue
+		}
+		reported[p.String()] = true
+		hint := ""
+		if s := suggest(k[i], known); s != "" {
+			hint = fmt.Sprintf(" (did you mean %q?)", s)
+		}
+		places := v.lines.occurrences(p)
+		if len(places) == 0 {
+			places = []keyPath{p}
+		}
+		for _, full := range places {
+			v.errs = append(v.errs, &Error{Source: v.source, Line: v.lines.line(full),
+				Msg: fmt.Sprintf("unknown key %q%s", full.String(), hint)})
+		}
+	}
+}
+
+// firstUnknown walks key through the raw schema t and returns the index of
+// its first component the schema does not allow, with the keys allowed there.
+// Keys of maps (upstream and profile names, env) are chosen by the user and
+// always allowed.
+func firstUnknown(t reflect.Type, key toml.Key) (int, []string) {
+	for i, k := range key {
+		switch t = elem(t); t.Kind() {
+		case reflect.Map:
+			t = t.Elem()
+		case reflect.Struct:
+			f, ok := fieldByTag(t, k)
+			if !ok {
+				return i, tags(t)
+			}
+			t = f.Type
+		default: // a key inside a scalar, e.g. connect_timeout = { a = 1 }
+			return i, nil
+		}
+	}
+	return len(key) - 1, nil
+}
+
+// tags lists the keys of a raw struct, so suggestions never drift from the
+// schema.
+func tags(t reflect.Type) []string {
+	var keys []string
+	for _, f := range reflect.VisibleFields(t) {
+		if tag := f.Tag.Get("toml"); tag != "" {
+			keys = append(keys, tag)
+		}
+	}
+	return keys
+}
+
+// elem strips pointers and slices (arrays of tables).
+func elem(t reflect.Type) reflect.Type {
+	for t.Kind() == reflect.Pointer || t.Kind() == reflect.Slice {
+		t = t.Elem()
+	}
+	return t
+}
+
+func fieldByTag(t reflect.Type, tag string) (reflect.StructField, bool) {
+	for _, f := range reflect.VisibleFields(t) {
+		if f.Tag.Get("toml") == tag {
+			return f, true
+		}
+	}
+	return reflect.StructField{}, false
+}
+
+// suggest returns the known key closest to key, if it is close enough to be
+// a likely typo.
+func suggest(key string, known []string) string {
+	best, bestDist := "", min(2, (len(key)-1)/2)+1
+	for _, k := range known {
+		if d := editDistance(key, k); d < bestDist {
+			best, bestDist = k, d
+		}
+	}
+	return best
+}
+
+// editDistance is the Levenshtein distance between a and b, in bytes.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}

@@ -1,0 +1,534 @@
+package configs
+
+import (
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-multierror"
+)
+
+// env returns a lookupEnv over a fixed set of variables.
+func env(vars map[string]string) func(string) (string, bool) {
+	return func(name string) (string, bool) {
+		v, ok := vars[name]
+		return v, ok
+	}
+}
+
+// configErrors returns the positioned errors inside err.
+func configErrors(t *testing.T, err error) []*Error {
+	t.Helper()
+	list := []error{err}
+	var merr *multierror.Error
+	if errors.As(err, &merr) {
+		list = merr.WrappedErrors()
+	}
+	var out []*Error
+	for _, e := range list {
+		var ce *Error
+		if !errors.As(e, &ce) {
+			t.Fatalf("error %v (%T) is not a *configs.Error", e, e)
+		}
+		out = append(out, ce)
+	}
+	return out
+}
+
+func mustParse(t *testing.T, text string, vars map[string]string) *Config {
+	t.Helper()
+	cfg, err := Parse("test.toml", []byte(text), env(vars))
+	if err != nil {
+		t.Fatalf("Parse:\n%v", err)
+	}
+	return cfg
+}
+
+func TestParseErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		text string
+		want string // substring of one error…
+		line int    // …that is on this line
+	}{
+		// Unknown keys.
+		{"unknown top-level key", "listen = \"x\"\n", `unknown key "listen"`, 1},
+		{"unknown top-level table", "[server]\n\n[sever]\nlisten = \"x\"\n", `unknown key "sever" (did you mean "server"?)`, 3},
+		{"unknown table with a known child", "[upstream.x]\ncommand = \"y\"\n", `unknown key "upstream" (did you mean "upstreams"?)`, 1},
+		{"unknown server key", "[server]\nlisten = \"127.0.0.1:1\"\nmax_body = 3\n", `unknown key "server.max_body"`, 3},
+		{"unknown upstream key", "[upstreams.x]\ncommand = \"y\"\ncomand = \"y\"\n", `unknown key "upstreams.x.comand" (did you mean "command"?)`, 3},
+		{"unknown upstream key in dotted form", "[upstreams]\nx.command = \"y\"\nx.transprt = \"stdio\"\n", `unknown key "upstreams.x.transprt" (did you mean "transport"?)`, 3},
+		{"unknown profile key", "[profiles.p]\nread_only = true\n\nread_onyl = true\n", `unknown key "profiles.p.read_onyl" (did you mean "read_only"?)`, 4},
+		{"unknown key in second token", "[profiles.p]\n[[auth.tokens]]\ntoken = \"a\"\nprofiles = [\"p\"]\n[[auth.tokens]]\ntoken = \"b\"\nprofiles = [\"p\"]\ntokn = \"c\"\n", `unknown key "auth.tokens[1].tokn" (did you mean "token"?)`, 8},
+		{"unknown key in call rule", "[profiles.p]\n[[profiles.p.call_rules]]\ntool = \"t\"\nargs = { a = [\"b\"] }\nargz = 1\n", `unknown key "profiles.p.call_rules[0].argz" (did you mean "args"?)`, 5},
+		{"unknown key in inline table", "[upstreams.x]\ncommand = \"y\"\n[profiles]\np = { read_only = true, extend = \"q\" }\n", `unknown key "profiles.p.extend" (did you mean "extends"?)`, 4},
+		{"unknown rate key", "[profiles.p.rate]\ncalls = 3\n", `unknown key "profiles.p.rate.calls"`, 2},
+
+		// Decoding errors stop everything else.
+		{"toml syntax error", "[server]\nlisten = \"a\n", "server.listen", 2},
+		{"toml type mismatch", "[upstreams.x]\ncommand = \"y\"\nargs = \"--flag\"\n", "upstreams.x.args: incompatible types", 3},
+		{"toml duplicate key", "[server]\nlisten = \"a:1\"\nlisten = \"b:1\"\n", "listen", 3},
+
+		// Values.
+		{"bad duration", "[upstreams.github]\ncommand = \"gh\"\n\nconnect_timeout = \"10\"\n", `upstreams.github.connect_timeout: invalid duration "10" (want e.g. "30s")`, 4},
+		{"bare number duration", "[upstreams.x]\ncommand = \"y\"\ncall_timeout = 30\n", `upstreams.x.call_timeout: invalid duration 30: want a string with a unit`, 3},
+		{"negative duration", "[server]\nshutdown_grace = \"-1s\"\n", `server.shutdown_grace: duration "-1s" must be positive`, 2},
+		{"bad size", "[server]\nmax_body_bytes = \"4MB2\"\n", `server.max_body_bytes: invalid size "4MB2"`, 2},
+		{"bad size unit", "[upstreams.x]\ncommand = \"y\"\nmax_message_bytes = \"4 mb\"\n", `invalid size "4 mb"`, 3},
+		{"zero size", "[server]\nmax_body_bytes = 0\n", `server.max_body_bytes: size must be positive`, 2},
+		{"bad listen", "[server]\nlisten = \"8931\"\n", `server.listen: listen "8931": want host:port`, 2},
+		{"bad listen port", "[server]\nlisten = \"localhost:http\"\n", `port "http"`, 2},
+		{"empty separator", "[server]\nseparator = \"\"\n", `server.separator: separator "" must be non-empty`, 2},
+		{"bad separator", "[server]\nseparator = \"::\"\n", `separator "::"`, 2},
+		{"name length too small", "[server]\nmax_name_length = 8\n", `server.max_name_length: must be between 16 and 128, got 8`, 2},
+		{"bad origin glob", "[server]\nallowed_origins = [\n  \"http://localhost:*\",\n  \"http://[\",\n]\n", `server.allowed_origins[1]: invalid glob "http://["`, 4},
+
+		// Patterns.
+		{"invalid glob", "[upstreams.x]\ncommand = \"y\"\ndeny = [\"delete_*\", \"get_[abc\"]\n", `upstreams.x.deny[1]: invalid glob "get_[abc": unterminated [`, 3},
+		{"invalid glob on its own line", "[filter]\nallow = [\n  \"a*\", # fine\n  # a comment\n  \"b[]\",\n]\n", `filter.allow[1]: invalid glob "b[]": empty class`, 5},
+		{"invalid regex", "[profiles.ci]\nallow_regex = [\"^gh__(get|list_\"]\n", `profiles.ci.allow_regex[0]: invalid regex "^gh__(get|list_": missing closing )`, 2},
+		{"invalid deny regex in filter", "[filter]\ndeny_regex = [\"a**\"]\n", `filter.deny_regex[0]: invalid regex "a**"`, 2},
+		{"invalid toolset glob", "[upstreams.gh]\ncommand = \"y\"\n[upstreams.gh.toolsets]\nissues = [\"*issue*\"]\nrepos = [\"[\"]\n", `upstreams.gh.toolsets.repos[0]: invalid glob "["`, 5},
+		{"invalid read_only_tools glob", "[upstreams.x]\ncommand = \"y\"\nread_only_tools = [\"get_\\\\\"]\n", `trailing backslash`, 3},
+		{"invalid call rule glob", "[profiles.p]\n[[profiles.p.call_rules]]\ntool = \"t\"\nargs = { cmd = [\"ok\", \"[z-a]\"] }\n", `profiles.p.call_rules[0].args.cmd[1]: invalid glob "[z-a]"`, 4},
+		{"call rule without tool", "[profiles.p]\n[[profiles.p.call_rules]]\nargs = { cmd = [\"ok\"] }\n", `profiles.p.call_rules[0]: call rule needs tool`, 2},
+		{"call rule without args", "[profiles.p]\n[[profiles.p.call_rules]]\ntool = \"t\"\n", `call rule needs args`, 2},
+		{"call rule arg without globs", "[profiles.p]\n[[profiles.p.call_rules]]\ntool = \"t\"\nargs = { cmd = [] }\n", `argument "cmd" needs at least one glob`, 4},
+
+		// Upstreams.
+		{"duplicate prefix", "[upstreams.alpha]\ncommand = \"a\"\nprefix = \"gh\"\n\n[upstreams.github]\ncommand = \"b\"\nprefix = \"gh\"\n", `upstreams.github.prefix: prefix "gh" is also the prefix of upstream "alpha" (line 3)`, 7},
+		{"prefix equal to other name", "[upstreams.gh]\ncommand = \"a\"\n[upstreams.github]\ncommand = \"b\"\nprefix = \"gh\"\n", `prefix "gh" is also the prefix of upstream "gh" (line 1)`, 5},
+		{"invalid prefix", "[upstreams.x]\ncommand = \"y\"\nprefix = \"g_h\"\n", `upstreams.x.prefix: prefix "g_h" may use only A-Z a-z 0-9 -`, 3},
+		{"name is not a prefix", "[upstreams.my_server]\ncommand = \"y\"\n", `upstream name "my_server" is not a valid prefix`, 1},
+		{"prefix contains separator", "[server]\nseparator = \"-\"\n[upstreams.my-server]\ncommand = \"y\"\n", `prefix "my-server" contains the separator "-"`, 3},
+		{"bad protocol", "[upstreams.x]\ncommand = \"y\"\nprotocol = \"latest\"\n", `upstreams.x.protocol: protocol "latest"`, 3},
+		{"command and url", "[upstreams.x]\ncommand = \"y\"\nurl = \"http://h\"\n", `upstreams.x: set either command (stdio) or url`, 1},
+		{"neither command nor url", "[upstreams.x]\nrequired = true\n", `upstreams.x: needs command (stdio) or url`, 1},
+		{"websocket transport with https url", "[upstreams.x]\nurl = \"https://h/mcp\"\ntransport = \"websocket\"\n", `upstreams.x.transport: transport "websocket" needs a ws or wss url, not url scheme https`, 3},
+		{"sse transport with ws url", "[upstreams.x]\ntransport = \"sse\"\nurl = \"ws://h/mcp\"\n", `transport "sse" needs an http or https url`, 2},
+		{"stdio transport with url", "[upstreams.x]\ntransport = \"stdio\"\nurl = \"http://h\"\n", `transport "stdio" needs a command`, 2},
+		{"http transport with command", "[upstreams.x]\ncommand = \"y\"\ntransport = \"http\"\n", `transport "http" needs an http or https url, not a command`, 3},
+		{"unknown transport", "[upstreams.x]\ncommand = \"y\"\ntransport = \"grpc\"\n", `unknown transport "grpc"`, 3},
+		{"unknown url scheme", "[upstreams.x]\nurl = \"ftp://h/mcp\"\n", `upstreams.x.url: url scheme "ftp"`, 2},
+		{"url without host", "[upstreams.x]\nurl = \"http:///mcp\"\n", `url has no host`, 2},
+		{"headers on stdio", "[upstreams.x]\ncommand = \"y\"\nheaders = { A = \"b\" }\n", `upstreams.x.headers: headers apply only to url upstreams`, 3},
+		{"args on url", "[upstreams.x]\nurl = \"http://h\"\nargs = [\"a\"]\n", `upstreams.x.args: args applies only to command`, 3},
+		{"bad header name", "[upstreams.x]\nurl = \"http://h\"\nheaders = { \"Bad Header\" = \"b\" }\n", `invalid header name "Bad Header"`, 3},
+		{"header value with newline", "[upstreams.x]\nurl = \"http://h\"\nheaders = { A = \"b\\r\\nEvil: 1\" }\n", `upstreams.x.headers.A: value contains a forbidden character`, 3},
+		{"bad toolset name", "[upstreams.x]\ncommand = \"y\"\ntoolsets = { \"a/b\" = [\"c\"] }\n", `toolset name "a/b"`, 3},
+
+		// Environment.
+		{"unset variable in env", "[upstreams.gh]\ncommand = \"y\"\nenv = { TOKEN = \"${GITHUB_TOKEN}\" }\n", `upstreams.gh.env.TOKEN: environment variable GITHUB_TOKEN is not set`, 3},
+		{"unset variable in args", "[upstreams.x]\ncommand = \"y\"\nargs = [\n  \"--dir\",\n  \"${NOPE}/data\",\n]\n", `upstreams.x.args[1]: environment variable NOPE is not set`, 5},
+		{"unset variable in url", "[upstreams.x]\nurl = \"https://${HOST}/mcp\"\n", `upstreams.x.url: environment variable HOST is not set`, 2},
+		{"unset variable in header", "[upstreams.x]\nurl = \"https://h/mcp\"\n[upstreams.x.headers]\nAuthorization = \"Bearer ${DOCS_TOKEN}\"\n", `upstreams.x.headers.Authorization: environment variable DOCS_TOKEN`, 4},
+		{"unset variable in command", "[upstreams.x]\ncommand = \"${TOOL}\"\n", `upstreams.x.command: environment variable TOOL`, 2},
+		{"unset variable in dir", "[upstreams.x]\ncommand = \"y\"\ndir = \"${WORK}\"\n", `upstreams.x.dir: environment variable WORK`, 3},
+		{"unbraced variable", "[upstreams.x]\ncommand = \"$HOME/bin/srv\"\n", `$HOME is not expanded: write ${HOME}`, 2},
+		{"empty command after expansion", "[upstreams.x]\ncommand = \"${EMPTY:-}\"\n", `upstreams.x.command: must not be empty`, 2},
+
+		// Profiles.
+		{"extends missing profile", "[profiles.a]\nread_only = true\n[profiles.b]\nextends = \"c\"\n", `profiles.b.extends: unknown profile "c" (have: a, b)`, 4},
+		{"extends cycle", "[profiles.a]\nextends = \"b\"\n[profiles.b]\nextends = \"a\"\n", `profiles.a.extends: extends cycle a -> b -> a`, 2},
+		{"extends cycle reached from outside", "[profiles.a]\nextends = \"c\"\n[profiles.b]\nextends = \"c\"\n[profiles.c]\nextends = \"b\"\n", `extends cycle b -> c -> b`, 4},
+		{"extends itself", "[profiles.a]\nextends = \"a\"\n", `extends cycle a -> a`, 2},
+		{"negative rate", "[profiles.a]\n[profiles.a.rate]\ncalls_per_minute = -1\n", `profiles.a.rate.calls_per_minute: must be >= 0`, 3},
+		{"bad profile name", "[profiles.\"read only\"]\n", `profile name "read only"`, 1},
+		{"unknown default profile", "[server]\ndefault_profile = \"main\"\n[profiles.default]\n", `server.default_profile: unknown profile "main" (have: default)`, 2},
+		{"default profile without profiles", "[server]\ndefault_profile = \"main\"\n", `unknown profile "main" (have: none)`, 2},
+		{"toolset of unknown upstream", "[profiles.a]\ntoolsets = [\"gh/issues\"]\n", `profiles.a.toolsets[0]: "gh/issues": no upstream is named or prefixed "gh"`, 2},
+		{"unknown toolset", "[upstreams.github]\ncommand = \"y\"\nprefix = \"gh\"\ntoolsets = { issues = [\"*issue*\"] }\n[filter]\ntoolsets = [\"gh/repos\"]\n", `filter.toolsets[0]: "gh/repos": upstream "github" has no toolset "repos" (has: issues)`, 6},
+
+		// Auth.
+		{"token and hash", "[profiles.p]\n[[auth.tokens]]\ntoken = \"a\"\ntoken_sha256 = \"" + strings.Repeat("a", 64) + "\"\nprofiles = [\"p\"]\n", `auth.tokens[0]: set exactly one of token and token_sha256, not both`, 2},
+		{"token without secret", "[profiles.p]\n[[auth.tokens]]\nprofiles = [\"p\"]\n", `auth.tokens[0]: needs token or token_sha256`, 2},
+		{"bad hash", "[profiles.p]\n[[auth.tokens]]\ntoken_sha256 = \"" + strings.Repeat("A", 64) + "\"\nprofiles = [\"p\"]\n", `auth.tokens[0].token_sha256: must be 64 lowercase hex digits`, 3},
+		{"token without profiles", "[profiles.p]\n[[auth.tokens]]\ntoken = \"a\"\n", `auth.tokens[0].profiles: token needs a non-empty profiles list`, 2},
+		{"token with unknown profile", "[profiles.p]\n[[auth.tokens]]\ntoken = \"a\"\nprofiles = [\"p\",\n  \"q\"]\n", `auth.tokens[0].profiles[1]: unknown profile "q" (have: p)`, 5},
+		{"token unset variable", "[profiles.p]\n[[auth.tokens]]\ntoken = \"${CI_TOKEN}\"\nprofiles = [\"p\"]\n", `auth.tokens[0].token: environment variable CI_TOKEN is not set`, 3},
+		{"duplicate token", "[profiles.p]\n[[auth.tokens]]\ntoken = \"secret\"\nprofiles = [\"p\"]\n[[auth.tokens]]\ntoken = \"secret\"\nprofiles = [\"p\"]\n", `auth.tokens[1]: same token as auth.tokens[0]`, 5},
+
+		// Line counting through the constructs the scanner skips.
+		{"after multi-line strings", "[upstreams.x]\ncommand = \"y\"\nargs = [\"\"\"\n[not.a.table]\nkey = 1\n\"\"\", '''\n# not a comment\n''']\ndeny = [\"[\"]\n", `upstreams.x.deny[0]`, 9},
+		{"after inline tables and comments", "# [upstreams.y]\n[upstreams.x] # comment\ncommand = \"y\" # deny = [\"[\"]\nenv = { A = \"}\", B = \"#\" }\ndeny = [\"[\"]\n", `upstreams.x.deny[0]`, 5},
+		{"array of tables inline", "[profiles.p]\ncall_rules = [\n  { tool = \"a\", args = { x = [\"y\"] } },\n  { tool = \"b\", args = { x = [\"[\"] } },\n]\n", `profiles.p.call_rules[1].args.x[0]`, 4},
+		{"quoted keys", "[upstreams.\"my.server\"]\ncommand = \"y\"\nprefix = \"ms\"\n'deny' = [\"[\"]\n", `upstreams."my.server".deny[0]`, 4},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg, err := Parse("test.toml", []byte(tt.text), env(map[string]string{"EMPTY": ""}))
+			if err == nil {
+				t.Fatalf("Parse succeeded (%+v), want error %q on line %d", cfg, tt.want, tt.line)
+			}
+			if cfg != nil {
+				t.Errorf("Parse returned a config with its error")
+			}
+			for _, e := range configErrors(t, err) {
+				if e.Line == tt.line && strings.Contains(e.Msg, tt.want) {
+					if want := "test.toml:"; !strings.HasPrefix(e.Error(), want) {
+						t.Errorf("error %q does not start with %q", e, want)
+					}
+					return
+				}
+			}
+			t.Errorf("no error on line %d containing %q; got:\n%v", tt.line, tt.want, err)
+		})
+	}
+}
+
+func TestParseReportsAllErrors(t *testing.T) {
+	text := `[server]
+listen = "nowhere"
+bogus = 1
+
+[upstreams.github]
+command = "npx"
+connect_timeout = "10"
+deny = ["get_[x"]
+
+[profiles.ci]
+allow_regex = ["("]
+extends = "missing"
+`
+	_, err := Parse("mcpmux.toml", []byte(text), nil)
+	if err == nil {
+		t.Fatal("Parse succeeded")
+	}
+	want := []string{
+		`mcpmux.toml:2: server.listen: listen "nowhere": want host:port`,
+		`mcpmux.toml:3: unknown key "server.bogus"`,
+		`mcpmux.toml:7: upstreams.github.connect_timeout: invalid duration "10" (want e.g. "30s")`,
+		`mcpmux.toml:8: upstreams.github.deny[0]: invalid glob "get_[x": unterminated [`,
+		`mcpmux.toml:11: profiles.ci.allow_regex[0]: invalid regex "(": missing closing )`,
+		`mcpmux.toml:12: profiles.ci.extends: unknown profile "missing" (have: ci)`,
+	}
+	lines := strings.Split(err.Error(), "\n")
+	if len(lines) != len(want) {
+		t.Fatalf("got %d errors, want %d:\n%v", len(lines), len(want), err)
+	}
+	for i := range want {
+		if !strings.HasPrefix(lines[i], want[i]) {
+			t.Errorf("error %d = %q, want prefix %q", i, lines[i], want[i])
+		}
+	}
+	var first *Error
+	if !errors.As(err, &first) || first.Line != 2 {
+		t.Errorf("errors.As(*Error) = %+v, want the line-2 error", first)
+	}
+}
+
+func TestDefaults(t *testing.T) {
+	cfg := mustParse(t, "[upstreams.a]\ncommand = \"srv\"\n", nil)
+	wantServer := Server{
+		Listen:         "127.0.0.1:8931",
+		Separator:      "__",
+		MaxNameLength:  64,
+		AllowedOrigins: []string{"http://localhost:*", "http://127.0.0.1:*"},
+		MaxBodyBytes:   4 << 20,
+		ShutdownGrace:  10 * time.Second,
+	}
+	if !reflect.DeepEqual(cfg.Server, wantServer) {
+		t.Errorf("Server = %+v, want %+v", cfg.Server, wantServer)
+	}
+	wantUp := &Upstream{
+		Name: "a", Transport: TransportStdio, Command: "srv", Prefix: "a",
+		ConnectTimeout: 10 * time.Second, CallTimeout: 60 * time.Second,
+		MaxMessageBytes: 16 << 20, Line: 1,
+	}
+	if len(cfg.Upstreams) != 1 || !reflect.DeepEqual(cfg.Upstreams[0], wantUp) {
+		t.Errorf("Upstreams = %+v, want [%+v]", cfg.Upstreams, wantUp)
+	}
+	if cfg.Source != "test.toml" || len(cfg.Profiles) != 0 || cfg.Server.DefaultProfile != "" {
+		t.Errorf("Source %q, Profiles %v, DefaultProfile %q", cfg.Source, cfg.Profiles, cfg.Server.DefaultProfile)
+	}
+}
+
+func TestDefaultProfile(t *testing.T) {
+	tests := []struct {
+		name, text, want string
+	}{
+		{"none without profiles", "", ""},
+		{"default when it exists", "[profiles.default]\n[profiles.ro]\nread_only = true\n", "default"},
+		{"none when default is missing", "[profiles.ro]\nread_only = true\n", ""},
+		{"explicit", "[server]\ndefault_profile = \"ro\"\n[profiles.default]\n[profiles.ro]\n", "ro"},
+		{"explicitly none", "[server]\ndefault_profile = \"\"\n[profiles.default]\n", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := mustParse(t, tt.text, nil).Server.DefaultProfile; got != tt.want {
+				t.Errorf("DefaultProfile = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestValues(t *testing.T) {
+	text := `[server]
+listen = ":9000"
+separator = "-_"
+max_name_length = 128
+allowed_origins = []
+allow_unauthenticated = true
+max_body_bytes = 1024
+shutdown_grace = "1m30s"
+
+[audit]
+path = "audit.jsonl"
+include_arguments = true
+
+[upstreams.zeta]
+url = "https://example.com/mcp"
+transport = "sse"
+prefix = ""
+required = true
+connect_timeout = "1s"
+call_timeout = "2m"
+protocol = "2025-11-25"
+max_message_bytes = "512KB"
+tools = ["a"]
+allow = ["b*"]
+allow_regex = ["^c"]
+deny = ["d*"]
+deny_regex = ["e$"]
+read_only_tools = ["get_*"]
+toolsets = { read = ["get_*"], all = ["*"] }
+
+[upstreams.alpha]
+command = "srv"
+args = ["--x", "y"]
+dir = "/tmp"
+env = { A = "1" }
+
+[filter]
+toolsets = ["zeta/read", "alpha"]
+read_only = true
+
+[profiles.p]
+extends = "q"
+tools = ["t"]
+[[profiles.p.call_rules]]
+tool = "shell__run"
+args = { command = ["git status*"], cwd = ["/src/*"] }
+[profiles.p.rate]
+calls_per_minute = 5
+
+[profiles.q]
+deny = ["x"]
+`
+	cfg := mustParse(t, text, nil)
+	if cfg.Server.Listen != ":9000" || cfg.Server.Separator != "-_" || cfg.Server.MaxNameLength != 128 ||
+		len(cfg.Server.AllowedOrigins) != 0 || !cfg.Server.AllowUnauthenticated ||
+		cfg.Server.MaxBodyBytes != 1024 || cfg.Server.ShutdownGrace != 90*time.Second {
+		t.Errorf("Server = %+v", cfg.Server)
+	}
+	if cfg.Audit != (Audit{Path: "audit.jsonl", IncludeArguments: true}) {
+		t.Errorf("Audit = %+v", cfg.Audit)
+	}
+	if len(cfg.Upstreams) != 2 || cfg.Upstreams[0].Name != "alpha" || cfg.Upstreams[1].Name != "zeta" {
+		t.Fatalf("Upstreams not sorted by name: %+v", cfg.Upstreams)
+	}
+	wantZeta := &Upstream{
+		Name: "zeta", Transport: TransportSSE, URL: "https://example.com/mcp", Prefix: "",
+		Required: true, ConnectTimeout: time.Second, CallTimeout: 2 * time.Minute,
+		Protocol: "2025-11-25", MaxMessageBytes: 512000,
+		Rules: RuleSet{Tools: []string{"a"}, Allow: []string{"b*"}, AllowRegex: []string{"^c"},
+			Deny: []string{"d*"}, DenyRegex: []string{"e$"}},
+		ReadOnlyTools: []string{"get_*"},
+		Toolsets:      map[string][]string{"read": {"get_*"}, "all": {"*"}},
+		Line:          14,
+	}
+	if got := cfg.Upstream("zeta"); !reflect.DeepEqual(got, wantZeta) {
+		t.Errorf("zeta =\n%+v\nwant\n%+v", got, wantZeta)
+	}
+	alpha := cfg.Upstream("alpha")
+	if alpha.Transport != TransportStdio || alpha.Dir != "/tmp" || !reflect.DeepEqual(alpha.Args, []string{"--x", "y"}) ||
+		!reflect.DeepEqual(alpha.Env, map[string]string{"A": "1"}) {
+		t.Errorf("alpha = %+v", alpha)
+	}
+	if want := (RuleSet{Toolsets: []string{"zeta/read", "alpha"}, ReadOnly: true}); !reflect.DeepEqual(cfg.Filter, want) {
+		t.Errorf("Filter = %+v, want %+v", cfg.Filter, want)
+	}
+	wantP := &Profile{Name: "p", Extends: "q", Line: 41,
+		Rules: RuleSet{Tools: []string{"t"}, CallRules: []CallRule{{Tool: "shell__run",
+			Args: map[string][]string{"command": {"git status*"}, "cwd": {"/src/*"}}}}},
+		Rate: Rate{CallsPerMinute: 5}}
+	if !reflect.DeepEqual(cfg.Profiles["p"], wantP) {
+		t.Errorf("profile p =\n%+v\nwant\n%+v", cfg.Profiles["p"], wantP)
+	}
+	if chain := cfg.Chain("p"); len(chain) != 2 || chain[0].Name != "p" || chain[1].Name != "q" {
+		t.Errorf("Chain(p) = %v", chain)
+	}
+}
+
+func TestToolsetReferences(t *testing.T) {
+	text := `[upstreams.github]
+command = "y"
+prefix = "gh"
+toolsets = { issues = ["*issue*"] }
+[upstreams.docs]
+url = "https://h/mcp"
+[profiles.triage]
+toolsets = ["gh/issues", "github/issues", "docs", "gh"]
+`
+	got := mustParse(t, text, nil).Profiles["triage"].Rules.Toolsets
+	want := []string{"github/issues", "github/issues", "docs", "github"}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("Toolsets = %q, want %q (prefixes resolved to upstream names)", got, want)
+	}
+}
+
+func TestTransportInference(t *testing.T) {
+	tests := []struct {
+		name, entry, want string
+	}{
+		{"command", `command = "srv"`, TransportStdio},
+		{"explicit stdio", "command = \"srv\"\ntransport = \"stdio\"", TransportStdio},
+		{"http url", `url = "http://127.0.0.1:9000/mcp"`, TransportHTTP},
+		{"https url", `url = "https://example.com/mcp"`, TransportHTTP},
+		{"explicit http", "url = \"https://example.com/mcp\"\ntransport = \"http\"", TransportHTTP},
+		{"explicit sse", "url = \"https://example.com/sse\"\ntransport = \"sse\"", TransportSSE},
+		{"ws url", `url = "ws://127.0.0.1:9000/mcp"`, TransportWebsocket},
+		{"wss url", `url = "wss://example.com/mcp"`, TransportWebsocket},
+		{"explicit websocket", "url = \"wss://example.com/mcp\"\ntransport = \"websocket\"", TransportWebsocket},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := mustParse(t, "[upstreams.u]\n"+tt.entry+"\n", nil)
+			if got := cfg.Upstreams[0].Transport; got != tt.want {
+				t.Errorf("Transport = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestEnvExpansion(t *testing.T) {
+	text := `[profiles.p]
+[[auth.tokens]]
+token = "${CI_TOKEN}"
+profiles = ["p"]
+
+[upstreams.local]
+command = "${BIN}/server"
+args = ["--home", "${HOME}", "--price", "$$5", "${MODE:-fast}", "${EMPTY:-fallback}", "${EMPTY}"]
+env = { TOKEN = "${GITHUB_TOKEN}", LITERAL = "a$$b" }
+dir = "${HOME}/work"
+
+[upstreams.remote]
+url = "https://${HOST}/mcp"
+headers = { Authorization = "Bearer ${DOCS_TOKEN}" }
+
+[audit]
+path = "${NOT_EXPANDED}"
+`
+	cfg := mustParse(t, text, map[string]string{
+		"CI_TOKEN": "ci-secret", "BIN": "/opt/bin", "HOME": "/home/u", "GITHUB_TOKEN": "ghp",
+		"HOST": "docs.example.com", "DOCS_TOKEN": "dt", "EMPTY": "",
+	})
+	local, remote := cfg.Upstream("local"), cfg.Upstream("remote")
+	checks := []struct{ name, got, want string }{
+		{"token", cfg.Auth.Tokens[0].Token, "ci-secret"},
+		{"command", local.Command, "/opt/bin/server"},
+		{"args", strings.Join(local.Args, " "), "--home /home/u --price $5 fast fallback "},
+		{"env", local.Env["TOKEN"] + " " + local.Env["LITERAL"], "ghp a$b"},
+		{"dir", local.Dir, "/home/u/work"},
+		{"url", remote.URL, "https://docs.example.com/mcp"},
+		{"header", remote.Headers["Authorization"], "Bearer dt"},
+		{"audit path is not expanded", cfg.Audit.Path, "${NOT_EXPANDED}"},
+	}
+	for _, c := range checks {
+		t.Run(c.name, func(t *testing.T) {
+			if c.got != c.want {
+				t.Errorf("got %q, want %q", c.got, c.want)
+			}
+		})
+	}
+}
+
+func TestExpand(t *testing.T) {
+	vars := env(map[string]string{"A": "1", "EMPTY": "", "B_2": "two"})
+	tests := []struct {
+		in, want, err string
+	}{
+		{"plain", "plain", ""},
+		{"${A}", "1", ""},
+		{"x${A}y${B_2}z", "x1ytwoz", ""},
+		{"${UNSET:-dflt}", "dflt", ""},
+		{"${EMPTY:-dflt}", "dflt", ""},
+		{"${A:-dflt}", "1", ""},
+		{"${UNSET:-}", "", ""},
+		{"$${A}", "${A}", ""},
+		{"$$$$", "$$", ""},
+		{"cost: $5 or $", "cost: $5 or $", ""},
+		{"${UNSET}", "", "environment variable UNSET is not set"},
+		{"${X}${Y}", "", "environment variables X, Y are not set"},
+		{"${A", "", "unterminated ${"},
+		{"${}", "", "invalid variable reference ${}"},
+		{"${1A}", "", "invalid variable reference"},
+		{"${A-x}", "", "invalid variable reference ${A-x}"},
+		{"$HOME", "", "$HOME is not expanded"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			got, err := expand(tt.in, vars)
+			switch {
+			case tt.err != "" && (err == nil || !strings.Contains(err.Error(), tt.err)):
+				t.Errorf("expand(%q) error = %v, want %q", tt.in, err, tt.err)
+			case tt.err == "" && (err != nil || got != tt.want):
+				t.Errorf("expand(%q) = %q, %v; want %q", tt.in, got, err, tt.want)
+			}
+		})
+	}
+}
+
+func TestParseSize(t *testing.T) {
+	tests := []struct {
+		in   string
+		want int64
+		ok   bool
+	}{
+		{"1", 1, true},
+		{"4096", 4096, true},
+		{"10B", 10, true},
+		{"4MiB", 4 << 20, true},
+		{"4 MiB", 4 << 20, true},
+		{"2KiB", 2048, true},
+		{"1GiB", 1 << 30, true},
+		{"512KB", 512000, true},
+		{"3MB", 3000000, true},
+		{"1GB", 1000000000, true},
+		{"", 0, false},
+		{"MiB", 0, false},
+		{"1.5MiB", 0, false},
+		{"4mib", 0, false},
+		{"-1", 0, false},
+		{"99999999999GiB", 0, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			got, err := parseSize(tt.in)
+			if (err == nil) != tt.ok || got != tt.want {
+				t.Errorf("parseSize(%q) = %d, %v; want %d, ok=%v", tt.in, got, err, tt.want, tt.ok)
+			}
+		})
+	}
+}
+
+func TestSuggest(t *testing.T) {
+	tests := []struct{ key, want string }{
+		{"comand", "command"},
+		{"urls", "url"},
+		{"read_onyl", "read_only"},
+		{"x", ""},
+		{"completely_different", ""},
+	}
+	known := []string{"command", "url", "read_only", "args"}
+	for _, tt := range tests {
+		t.Run(tt.key, func(t *testing.T) {
+			if got := suggest(tt.key, known); got != tt.want {
+				t.Errorf("suggest(%q) = %q, want %q", tt.key, got, tt.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,148 @@
+// Package configs owns mcpmux's configuration: the TOML schema, strict decoding
+// with file:line positions, ${ENV} expansion, validation, config discovery, the
+// embedded quickstart, and import of mcpServers JSON files.
+package configs
+
+import "time"
+
+// Transport names an upstream transport.
+const (
+	TransportStdio     = "stdio"
+	TransportHTTP      = "http"
+	TransportSSE       = "sse"
+	TransportWebsocket = "websocket"
+)
+
+// Config is a validated configuration. It is immutable once returned by Parse
+// or Load and safe to share between goroutines.
+type Config struct {
+	// Source is the file the config came from, or "embedded quickstart".
+	Source string
+
+	Server    Server
+	Auth      Auth
+	Audit     Audit
+	Upstreams []*Upstream // sorted by Name
+	Filter    RuleSet     // [filter], on exposed (namespaced) names
+	Profiles  map[string]*Profile
+}
+
+// Server is the [server] table with defaults applied.
+type Server struct {
+	Listen               string        // default "127.0.0.1:8931"
+	Separator            string        // default "__"
+	MaxNameLength        int           // default 64
+	DefaultProfile       string        // "" when no profiles are defined; else default "default" when such a profile exists
+	AllowedOrigins       []string      // default ["http://localhost:*", "http://127.0.0.1:*"]
+	AllowUnauthenticated bool          // default false
+	MaxBodyBytes         int64         // default 4 MiB
+	ShutdownGrace        time.Duration // default 10s
+}
+
+// Auth is the [auth] table.
+type Auth struct {
+	Tokens []Token
+}
+
+// Token binds a bearer token to the profiles it may use. Exactly one of Token
+// (already ${ENV}-expanded) and SHA256 (lowercase hex) is set.
+type Token struct {
+	Token    string
+	SHA256   string
+	Profiles []string // the first is the token's default
+	Line     int      // line of the [[auth.tokens]] entry, for messages
+}
+
+// Audit is the [audit] table.
+type Audit struct {
+	Path             string
+	IncludeArguments bool
+}
+
+// Upstream is one [upstreams.NAME] table with defaults applied and the
+// transport inferred.
+type Upstream struct {
+	Name      string // the table key
+	Transport string // one of the Transport* constants
+
+	// stdio
+	Command string
+	Args    []string
+	Env     map[string]string // ${ENV}-expanded
+	Dir     string            // working directory; "" = mcpmux's own
+
+	// http, sse, websocket
+	URL     string
+	Headers map[string]string // ${ENV}-expanded
+
+	Prefix          string // defaults to Name; "" mounts unprefixed
+	Required        bool
+	ConnectTimeout  time.Duration // default 10s
+	CallTimeout     time.Duration // default 60s
+	Protocol        string        // optional pinned protocol version, e.g. "2025-11-25"
+	MaxMessageBytes int64         // default 16 MiB: largest message read from this upstream
+
+	Rules         RuleSet             // per-upstream rules, on ORIGINAL names
+	ReadOnlyTools []string            // globs on original names: annotation override
+	Toolsets      map[string][]string // set name → globs on original names
+
+	Line int // line of the [upstreams.NAME] header, for messages
+}
+
+// RuleSet is one set of filter rules. Globs match the whole name with `*`,
+// `?` and `[…]`; regexes are RE2. All patterns are validated by Parse.
+type RuleSet struct {
+	Tools      []string
+	Allow      []string
+	AllowRegex []string
+	Deny       []string
+	DenyRegex  []string
+	Toolsets   []string // "<upstream>/<set>" or "<upstream>", by upstream name (Parse resolves a prefix written in the config to the name)
+	ReadOnly   bool
+	CallRules  []CallRule
+}
+
+// CallRule makes Tool callable only with arguments that match: every named
+// argument must be a string matching one of its globs.
+type CallRule struct {
+	Tool string
+	Args map[string][]string
+}
+
+// Profile is one [profiles.NAME] table. Rules holds only the profile's own
+// rules; Extends names its parent (validated to exist and be acyclic).
+type Profile struct {
+	Name    string
+	Extends string
+	Rules   RuleSet
+	Rate    Rate
+	Line    int
+}
+
+// Rate limits calls per session; zero means unlimited.
+type Rate struct {
+	CallsPerMinute int
+}
+
+// Chain returns the profile and its ancestors, the profile first. The
+// returned slice is new; Parse guarantees the chain is finite.
+func (c *Config) Chain(name string) []*Profile {
+	var out []*Profile
+	for p := c.Profiles[name]; p != nil && len(out) <= len(c.Profiles); p = c.Profiles[p.Extends] {
+		out = append(out, p)
+		if p.Extends == "" {
+			break
+		}
+	}
+	return out
+}
+
+// Upstream returns the upstream named name, or nil.
+func (c *Config) Upstream(name string) *Upstream {
+	for _, u := range c.Upstreams {
+		if u.Name == name {
+			return u
+		}
+	}
+	return nil
+}
