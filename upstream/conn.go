@@ -1,0 +1,455 @@
+package upstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/mark3labs/mcp-go/client"
+	"github.com/mark3labs/mcp-go/client/transport"
+	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/mcpmux/mcpmux/configs"
+)
+
+// errTornDown is the cause of a connection that was closed on purpose.
+var errTornDown = errors.New("connection closed")
+
+// refreshCoalesce is how long the refresher waits after a list_changed
+// before refetching, so that a burst of notifications costs one refetch.
+const refreshCoalesce = 50 * time.Millisecond
+
+// conn is one connection attempt's resources: the mcp-go client and, for
+// stdio, the child process. It lives until teardown; ctx ends (with a cause)
+// as soon as the connection is lost, which also aborts in-flight calls.
+type conn struct {
+	u      *Upstream
+	kind   string // transport actually used: stdio, http, sse
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+
+	client *client.Client // set once in open, before publication
+	proc   *process       // stdio only
+	httpc  *http.Client   // http/sse only
+	caps   mcp.ServerCapabilities
+	modern bool // protocol 2026-07-28 or later (stateless)
+
+	last  atomic.Pointer[Catalog] // the newest catalog this connection built
+	dirty atomic.Uint32           // list kinds awaiting a refetch
+	kick  chan struct{}           // capacity 1: wakes the refresher
+
+	wg           sync.WaitGroup // every goroutine this conn started
+	teardownOnce sync.Once
+	teardownErr  error
+}
+
+func (u *Upstream) newConn(kind string) *conn {
+	ctx, cancel := context.WithCancelCause(u.life)
+	return &conn{u: u, kind: kind, ctx: ctx, cancel: cancel, kick: make(chan struct{}, 1)}
+}
+
+// lost records that the connection is gone; the first cause wins. The
+// supervisor notices through ctx and tears the connection down.
+func (c *conn) lost(cause error) { c.cancel(cause) }
+
+// spawn starts f on a goroutine owned by c, recovering a panic as a lost
+// connection so the supervisor reconnects.
+func (c *conn) spawn(what string, f func()) {
+	c.wg.Go(func() {
+		if !c.u.guard(what, f) {
+			c.lost(fmt.Errorf("panic in %s", what))
+		}
+	})
+}
+
+// dial connects with the configured transport, initializes, and fetches the
+// catalog, all bounded by ctx.
+func (u *Upstream) dial(ctx context.Context) (*conn, *Catalog, error) {
+	switch u.cfg.Transport {
+	case configs.TransportStdio:
+		return u.dialStdio(ctx)
+	case configs.TransportHTTP:
+		return u.dialHTTP(ctx)
+	case configs.TransportSSE:
+		return u.dialSSE(ctx)
+	case configs.TransportWebsocket:
+		return nil, nil, errors.New("websocket upstreams are not supported yet")
+	}
+	return nil, nil, fmt.Errorf("unknown transport %q", u.cfg.Transport)
+}
+
+func (u *Upstream) dialStdio(ctx context.Context) (*conn, *Catalog, error) {
+	c := u.newConn(configs.TransportStdio)
+	p, err := startProcess(u.procLife, u.cfg, u.log, c.spawn, c.lost)
+	if err != nil {
+		return c, nil, err
+	}
+	c.proc = p
+	stdout := &lineLimitReader{
+		r:   p.stdout,
+		max: u.maxMessage(),
+		onTooLarge: func(err error) {
+			u.log.Error("message from upstream too large; closing the connection", "err", err)
+			c.lost(err)
+		},
+		onEnd: func(err error) { c.lost(fmt.Errorf("stdout closed: %w", err)) },
+	}
+	t := &stdioTransport{transport.NewIO(stdout, p.stdin, nil)}
+	init, err := c.open(ctx, t)
+	if err != nil {
+		return c, nil, err
+	}
+	return c.finish(ctx, init)
+}
+
+// dialHTTP uses streamable HTTP. An endpoint that answers the initialize POST
+// with a 4xx (404, 405, 400, …) is taken to be a legacy HTTP+SSE server, as
+// the 2025-03-26 backwards-compatibility rules say, and is dialed again with
+// the SSE transport at the same URL.
+//
+// list_changed on legacy HTTP arrives only on the standalone GET stream,
+// which mcp-go opens with WithContinuousListening; that option also pins the
+// connection to a legacy protocol (the stream does not exist on 2026-07-28).
+// So the first dial lets the client negotiate freely; if it settles on a
+// legacy version and the server advertises any listChanged capability, the
+// connection is replaced by one with continuous listening, and the endpoint
+// is remembered as legacy so later reconnects dial that way directly. Modern
+// connections get list_changed through subscriptions/listen (listenLoop).
+func (u *Upstream) dialHTTP(ctx context.Context) (*conn, *Catalog, error) {
+	listen := u.legacyHTTP.Load() || (u.cfg.Protocol != "" && !mcp.IsModernProtocol(u.cfg.Protocol))
+	c, init, err := u.openStreamable(ctx, listen)
+	if errors.Is(err, transport.ErrLegacySSEServer) {
+		if terr := c.teardown(); terr != nil {
+			u.log.Warn("closing streamable HTTP attempt", "err", terr)
+		}
+		u.log.Info("endpoint rejected the streamable HTTP initialize POST; falling back to the legacy SSE transport", "err", err)
+		return u.dialSSE(ctx)
+	}
+	if err != nil {
+		return c, nil, err
+	}
+	if !listen && !c.modern && c.wantsListChanged() {
+		u.log.Info("legacy streamable HTTP server; reconnecting with the GET stream for list_changed", "protocol", init.ProtocolVersion)
+		u.legacyHTTP.Store(true)
+		if terr := c.teardown(); terr != nil {
+			u.log.Warn("closing first streamable HTTP connection", "err", terr)
+		}
+		c, init, err = u.openStreamable(ctx, true)
+		if err != nil {
+			return c, nil, err
+		}
+	}
+	return c.finish(ctx, init)
+}
+
+func (u *Upstream) openStreamable(ctx context.Context, listen bool) (*conn, *mcp.InitializeResult, error) {
+	c := u.newConn(configs.TransportHTTP)
+	c.httpc = u.httpClient()
+	opts := []transport.StreamableHTTPCOption{
+		transport.WithHTTPHeaders(u.cfg.Headers),
+		transport.WithHTTPBasicClient(c.httpc),
+		transport.WithHTTPLogger(u.log),
+	}
+	if listen {
+		opts = append(opts, transport.WithContinuousListening())
+	}
+	t, err := transport.NewStreamableHTTP(u.cfg.URL, opts...)
+	if err != nil {
+		return c, nil, err
+	}
+	init, err := c.open(ctx, &streamableTransport{t})
+	return c, init, err
+}
+
+func (u *Upstream) dialSSE(ctx context.Context) (*conn, *Catalog, error) {
+	c := u.newConn(configs.TransportSSE)
+	c.httpc = u.httpClient()
+	timeout := u.connectTimeout()
+	if d, ok := ctx.Deadline(); ok {
+		timeout = time.Until(d)
+	}
+	t, err := transport.NewSSE(u.cfg.URL,
+		transport.WithHeaders(u.cfg.Headers),
+		transport.WithHTTPClient(c.httpc),
+		transport.WithSSELogger(u.log),
+		// Start's ctx is the connection's lifetime (it carries the GET
+		// stream), so bound the wait for the endpoint event separately.
+		transport.WithEndpointTimeout(timeout),
+	)
+	if err != nil {
+		return c, nil, err
+	}
+	// HTTP+SSE is a legacy transport: skip the server/discover probe unless
+	// the config pins a version (applied after this option).
+	init, err := c.open(ctx, &sseTransport{t}, client.WithProtocolVersion(mcp.LATEST_LEGACY_PROTOCOL_VERSION))
+	if err != nil {
+		return c, nil, err
+	}
+	return c.finish(ctx, init)
+}
+
+// open creates the client over t, starts it with the connection's lifetime
+// ctx, and initializes it within ctx.
+func (c *conn) open(ctx context.Context, t transport.Interface, extra ...client.ClientOption) (*mcp.InitializeResult, error) {
+	// While connecting, ending ctx (timeout, Close, Start's ctx) ends the
+	// connection too: transports such as SSE wait on their Start ctx.
+	disarm := context.AfterFunc(ctx, func() { c.lost(context.Cause(ctx)) })
+	defer disarm()
+
+	u := c.u
+	opts := make([]client.ClientOption, 0, len(u.opts.ClientOptions)+len(extra)+1)
+	opts = append(opts, u.opts.ClientOptions...)
+	opts = append(opts, extra...)
+	if u.cfg.Protocol != "" {
+		opts = append(opts, client.WithProtocolVersion(u.cfg.Protocol))
+	}
+	cl := client.NewClient(t, opts...)
+	c.client = cl
+	cl.OnNotification(c.handleNotification)
+	cl.OnConnectionLost(func(err error) { c.lost(fmt.Errorf("stream lost: %w", err)) }) // SSE only
+	if err := cl.Start(c.ctx); err != nil {
+		return nil, fmt.Errorf("start %s transport: %w", c.kind, err)
+	}
+
+	var req mcp.InitializeRequest
+	req.Params.ClientInfo = mcp.Implementation{Name: "mcpmux", Version: u.opts.ClientVersion}
+	init, err := cl.Initialize(ctx, req)
+	if err != nil {
+		if cause := context.Cause(c.ctx); cause != nil && !errors.Is(err, cause) {
+			err = fmt.Errorf("%w (%w)", err, cause) // e.g. the child exited
+		}
+		return nil, fmt.Errorf("initialize: %w", err)
+	}
+	c.caps = init.Capabilities
+	c.modern = mcp.IsModernProtocol(cl.ProtocolVersion())
+	return init, nil
+}
+
+// finish fetches the catalog. The connection must still be alive afterwards.
+func (c *conn) finish(ctx context.Context, init *mcp.InitializeResult) (*conn, *Catalog, error) {
+	disarm := context.AfterFunc(ctx, func() { c.lost(context.Cause(ctx)) })
+	defer disarm()
+	version := c.client.ProtocolVersion()
+	if version == "" {
+		version = init.ProtocolVersion
+	}
+	base := &Catalog{
+		ServerInfo:      init.ServerInfo,
+		Capabilities:    init.Capabilities,
+		Instructions:    init.Instructions,
+		ProtocolVersion: version,
+	}
+	cat, err := c.fetch(ctx, base, c.advertised(), true)
+	if err != nil {
+		return c, nil, err
+	}
+	if c.ctx.Err() != nil {
+		return c, nil, context.Cause(c.ctx)
+	}
+	return c, cat, nil
+}
+
+// startBackground starts the goroutines of a published connection.
+func (c *conn) startBackground() {
+	c.spawn("refresher", c.refreshLoop)
+	if c.modern {
+		if f := c.listenFilter(); !f.IsEmpty() {
+			c.spawn("listener", func() { c.listenLoop(f) })
+		}
+	}
+	if c.proc == nil && c.u.opts.ProbeInterval > 0 {
+		c.spawn("prober", c.probeLoop)
+	}
+}
+
+// teardown ends the connection: in-flight calls fail, background goroutines
+// stop, the client closes and, for stdio, the child's process group is shut
+// down (SPEC §8). It waits for everything the connection started.
+func (c *conn) teardown() error {
+	c.teardownOnce.Do(func() {
+		c.lost(errTornDown)
+		if c.client != nil {
+			// For stdio this closes the child's stdin, the first step of
+			// the shutdown; for HTTP it ends the session (DELETE).
+			if err := c.client.Close(); err != nil {
+				c.u.log.Debug("closing client", "err", err)
+			}
+		}
+		if c.proc != nil {
+			c.teardownErr = c.proc.shutdown(c.u.opts.StdinCloseWait, c.u.opts.TermWait)
+		}
+		if c.httpc != nil {
+			c.httpc.CloseIdleConnections()
+		}
+		c.wg.Wait()
+	})
+	return c.teardownErr
+}
+
+// handleNotification runs on the transport's reader goroutine: list_changed
+// is handed to the refresher, everything else to OnNotification.
+func (c *conn) handleNotification(n mcp.JSONRPCNotification) {
+	switch n.Method {
+	case mcp.MethodNotificationToolsListChanged:
+		c.markDirty(listTools)
+	case mcp.MethodNotificationPromptsListChanged:
+		c.markDirty(listPrompts)
+	case mcp.MethodNotificationResourcesListChanged:
+		c.markDirty(listResources | listTemplates)
+	case mcp.MethodNotificationSubscriptionsAcknowledged:
+		// bookkeeping of our own subscriptions/listen stream
+	default:
+		if cb := c.u.opts.OnNotification; cb != nil {
+			c.u.guard("OnNotification", func() { cb(c.u, n) })
+		}
+	}
+}
+
+func (c *conn) markDirty(kinds uint32) {
+	c.dirty.Or(kinds)
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
+}
+
+// refreshLoop refetches the lists named by list_changed notifications, off
+// the transport's reader goroutine, coalescing bursts.
+func (c *conn) refreshLoop() {
+	for {
+		select {
+		case <-c.ctx.Done():
+			return
+		case <-c.kick:
+		}
+		if !sleepCtx(c.ctx, refreshCoalesce) {
+			return
+		}
+		kinds := c.dirty.Swap(0) & c.advertised()
+		if kinds == 0 {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(c.ctx, c.u.connectTimeout())
+		next, err := c.fetch(ctx, c.last.Load(), kinds, false)
+		cancel()
+		if err != nil { // only a lost connection; per-list errors were logged
+			c.lost(err)
+			return
+		}
+		c.u.publish(c, next)
+	}
+}
+
+// listenLoop keeps a subscriptions/listen stream open on a 2026-07-28
+// connection so that list_changed notifications are delivered (they are
+// opt-in there). When the stream ends it is reopened after a backoff, and
+// every list is refetched in case a notification was missed.
+func (c *conn) listenLoop(filter mcp.SubscriptionFilter) {
+	delay := minBackoff
+	for {
+		began := time.Now()
+		err := c.client.Listen(c.ctx, filter)
+		switch {
+		case c.ctx.Err() != nil:
+			return
+		case isConnectionLoss(err):
+			c.lost(fmt.Errorf("subscriptions/listen: %w", err))
+			return
+		case errors.Is(err, mcp.ErrMethodNotFound):
+			c.u.log.Info("upstream does not support subscriptions/listen; list_changed may not arrive", "err", err)
+			return
+		}
+		c.u.log.Debug("subscriptions/listen ended; reopening", "err", err, "retry_in", delay)
+		if time.Since(began) >= stableAfter {
+			delay = minBackoff
+		}
+		if !sleepCtx(c.ctx, jitter(delay)) {
+			return
+		}
+		delay = min(2*delay, maxBackoff)
+		c.markDirty(c.advertised())
+	}
+}
+
+// probeLoop notices an HTTP or SSE server that went away while idle.
+func (c *conn) probeLoop() {
+	t := time.NewTicker(c.u.opts.ProbeInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.ctx.Done():
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(c.ctx, c.u.connectTimeout())
+		var err error
+		if c.modern {
+			_, err = c.client.Discover(ctx, mcp.DiscoverRequest{}) // ping is a no-op on 2026-07-28
+		} else {
+			err = c.client.Ping(ctx)
+		}
+		cancel()
+		switch {
+		case err == nil || c.ctx.Err() != nil:
+		case isConnectionLoss(err):
+			c.lost(fmt.Errorf("probe: %w", err))
+			return
+		default:
+			c.u.log.Warn("probe failed", "err", err)
+		}
+	}
+}
+
+// wantsListChanged reports whether the server advertises any list_changed.
+func (c *conn) wantsListChanged() bool { return !c.listenFilter().IsEmpty() }
+
+func (c *conn) listenFilter() mcp.SubscriptionFilter {
+	var f mcp.SubscriptionFilter
+	if t := c.caps.Tools; t != nil && t.ListChanged {
+		f.ToolsListChanged = true
+	}
+	if p := c.caps.Prompts; p != nil && p.ListChanged {
+		f.PromptsListChanged = true
+	}
+	if r := c.caps.Resources; r != nil && r.ListChanged {
+		f.ResourcesListChanged = true
+	}
+	return f
+}
+
+// isConnectionLoss reports whether err from an mcp-go call means the
+// connection itself is gone (rather than the request failing, timing out or
+// being answered with a JSON-RPC error).
+func isConnectionLoss(err error) bool {
+	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	var opErr *net.OpError
+	return errors.Is(err, transport.ErrTransportClosed) ||
+		errors.Is(err, transport.ErrSessionTerminated) ||
+		errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, syscall.ECONNREFUSED) ||
+		errors.As(err, &opErr)
+}
+
+func (u *Upstream) connectTimeout() time.Duration {
+	if u.cfg.ConnectTimeout > 0 {
+		return u.cfg.ConnectTimeout
+	}
+	return 10 * time.Second
+}
+
+func (u *Upstream) maxMessage() int64 {
+	if u.cfg.MaxMessageBytes > 0 {
+		return u.cfg.MaxMessageBytes
+	}
+	return 16 << 20
+}

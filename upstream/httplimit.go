@@ -1,0 +1,119 @@
+package upstream
+
+import (
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+)
+
+// sseFieldSlack is the room an SSE event gets beyond the message itself for
+// its "event:", "id:" and "data:" framing.
+const sseFieldSlack = 64 << 10
+
+// httpClient returns the HTTP client of one connection. mcp-go reads response
+// bodies without limit (json.Decoder, io.ReadAll, SSE ReadString), so every
+// body is wrapped to stop at cfg.MaxMessageBytes: a JSON body in total, an
+// event stream per event. There is no client timeout, which would cut the
+// long-lived streams; calls are bounded by their ctx instead.
+func (u *Upstream) httpClient() *http.Client {
+	base := http.DefaultTransport.(*http.Transport).Clone()
+	return &http.Client{Transport: &limitTransport{
+		base: base,
+		max:  u.maxMessage(),
+		onTooLarge: func(err error) {
+			u.log.Error("message from upstream too large", "err", err)
+		},
+	}}
+}
+
+// limitTransport wraps each response body in a size limit.
+type limitTransport struct {
+	base       *http.Transport
+	max        int64
+	onTooLarge func(error)
+}
+
+func (t *limitTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := t.base.RoundTrip(req)
+	if err != nil {
+		return nil, err
+	}
+	mediaType, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	if mediaType == "text/event-stream" {
+		resp.Body = &eventLimitBody{rc: resp.Body, max: t.max + sseFieldSlack, lineEmpty: true, onTooLarge: t.onTooLarge}
+	} else {
+		resp.Body = &totalLimitBody{rc: resp.Body, max: t.max, onTooLarge: t.onTooLarge}
+	}
+	return resp, nil
+}
+
+// CloseIdleConnections lets http.Client.CloseIdleConnections reach base.
+func (t *limitTransport) CloseIdleConnections() { t.base.CloseIdleConnections() }
+
+func tooLarge(limit int64) error {
+	return fmt.Errorf("message exceeds max_message_bytes (%d bytes)", limit)
+}
+
+// totalLimitBody fails a body longer than max.
+type totalLimitBody struct {
+	rc         io.ReadCloser
+	max, n     int64
+	onTooLarge func(error)
+	err        error
+}
+
+func (b *totalLimitBody) Read(p []byte) (int, error) {
+	if b.err != nil {
+		return 0, b.err
+	}
+	n, err := b.rc.Read(p)
+	b.n += int64(n)
+	if b.n > b.max {
+		b.err = tooLarge(b.max)
+		b.onTooLarge(b.err)
+		return 0, b.err
+	}
+	return n, err
+}
+
+func (b *totalLimitBody) Close() error { return b.rc.Close() }
+
+// eventLimitBody fails an event stream once one event (the bytes between two
+// blank lines) is longer than max.
+type eventLimitBody struct {
+	rc         io.ReadCloser
+	max        int64
+	event      int64 // bytes of the current event
+	lineEmpty  bool  // no byte other than '\r' since the last '\n'
+	onTooLarge func(error)
+	err        error
+}
+
+func (b *eventLimitBody) Read(p []byte) (int, error) {
+	if b.err != nil {
+		return 0, b.err
+	}
+	n, err := b.rc.Read(p)
+	for _, c := range p[:n] {
+		switch c {
+		case '\n':
+			if b.lineEmpty {
+				b.event = 0 // blank line: the event ended
+			}
+			b.lineEmpty = true
+		case '\r':
+		default:
+			b.lineEmpty = false
+		}
+		b.event++
+	}
+	if b.event > b.max {
+		b.err = tooLarge(b.max - sseFieldSlack)
+		b.onTooLarge(b.err)
+		return 0, b.err
+	}
+	return n, err
+}
+
+func (b *eventLimitBody) Close() error { return b.rc.Close() }

@@ -1,0 +1,287 @@
+package upstream
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"os"
+	"os/exec"
+	"slices"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/mcpmux/mcpmux/configs"
+)
+
+const (
+	// maxStderrLine bounds one logged stderr line; longer lines are truncated.
+	maxStderrLine = 64 << 10
+	// killWait bounds the wait for the reaper after SIGKILL.
+	killWait = 5 * time.Second
+	// stderrDrainWait is how long the stderr logger gets to reach EOF once
+	// the group is gone, before its pipe is closed under it.
+	stderrDrainWait = 500 * time.Millisecond
+	// groupPoll is how often an exiting process group is checked.
+	groupPoll = 20 * time.Millisecond
+)
+
+// process is a stdio child we spawned, leader of its own process group. We
+// own both ends of its pipes, so mcp-go never spawns or kills anything.
+type process struct {
+	log    *slog.Logger
+	cmd    *exec.Cmd
+	pgid   int
+	stdin  *os.File // our write end; also handed to the mcp-go transport
+	stdout *os.File // our read end
+	stderr *os.File // our read end
+
+	exited     chan struct{} // closed once the child has been reaped
+	stderrDone chan struct{} // closed when the stderr logger returns
+
+	mu          sync.Mutex
+	groupKilled bool // SIGKILL went to the group: never signal that pgid again
+}
+
+// startProcess spawns cfg's command in a new process group, with a reaper and
+// a stderr logger started through spawn (which owns and guards them). onExit
+// is called with the exit status once the child has been reaped.
+//
+// The child is bound to life, the Upstream's lifetime (never a request's or
+// Start's ctx: PROTOCOL §7.4), and only as a backstop: its cancellation kills
+// the group, but Close performs the graceful shutdown first. Pdeathsig kills
+// the child if mcpmux itself dies (strictly: if the thread that forked it
+// exits, which the Go runtime does not do to threads it did not lock).
+func startProcess(life context.Context, cfg *configs.Upstream, log *slog.Logger, spawn func(string, func()), onExit func(error)) (*process, error) {
+	if cfg.Command == "" {
+		return nil, errors.New("stdio upstream has no command")
+	}
+	cmd := exec.CommandContext(life, cfg.Command, cfg.Args...)
+	cmd.Dir = cfg.Dir
+	cmd.Env = os.Environ()
+	for _, k := range slices.Sorted(maps.Keys(cfg.Env)) {
+		cmd.Env = append(cmd.Env, k+"="+cfg.Env[k]) // later entries win over os.Environ
+	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+
+	p := &process{log: log, cmd: cmd, exited: make(chan struct{}), stderrDone: make(chan struct{})}
+	cmd.Cancel = func() error { return p.signalGroup(syscall.SIGKILL) }
+
+	// Plain os.Pipe files rather than cmd.StdinPipe & co: exec then starts no
+	// copying goroutines and cmd.Wait never closes our ends, so the reaper
+	// may call Wait at once while the transport still reads stdout.
+	var files []*os.File // every end, for cleanup on failure
+	closeAll := func() {
+		for _, f := range files {
+			f.Close()
+		}
+	}
+	pipe := func() (r, w *os.File, err error) {
+		r, w, err = os.Pipe()
+		if err == nil {
+			files = append(files, r, w)
+		}
+		return r, w, err
+	}
+	inR, inW, err := pipe()
+	if err != nil {
+		return nil, err
+	}
+	outR, outW, err := pipe()
+	if err != nil {
+		closeAll()
+		return nil, err
+	}
+	errR, errW, err := pipe()
+	if err != nil {
+		closeAll()
+		return nil, err
+	}
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, errW
+	if err := cmd.Start(); err != nil {
+		closeAll()
+		return nil, fmt.Errorf("start %q: %w", cfg.Command, err)
+	}
+	// The child holds its own copies now; keeping ours would hide its EOF.
+	inR.Close()
+	outW.Close()
+	errW.Close()
+	p.stdin, p.stdout, p.stderr = inW, outR, errR
+	p.pgid = cmd.Process.Pid // Setpgid with Pgid 0: the group id is the child's pid
+	log.Debug("spawned stdio upstream", "pid", p.pgid, "command", cfg.Command)
+
+	spawn("reaper", func() {
+		err := exitErr(cmd.Wait())
+		close(p.exited)
+		log.Info("stdio child exited", "pid", p.pgid, "status", err)
+		onExit(fmt.Errorf("child exited: %w", err))
+	})
+	spawn("stderr logger", func() {
+		defer close(p.stderrDone)
+		logStderr(errR, log)
+	})
+	return p, nil
+}
+
+// exitErr turns a nil exit error into a readable one.
+func exitErr(err error) error {
+	if err == nil {
+		return errors.New("exit status 0")
+	}
+	return err
+}
+
+// signalGroup sends sig to the child's whole process group. Because the
+// group id is the child's pid, it may be signalled only while that id cannot
+// have been reused: a group we have already SIGKILLed is never signalled
+// again. (While any member lives the kernel keeps the id reserved.)
+func (p *process) signalGroup(sig syscall.Signal) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.groupKilled || p.pgid <= 0 {
+		return nil
+	}
+	if sig == syscall.SIGKILL {
+		p.groupKilled = true
+	}
+	err := syscall.Kill(-p.pgid, sig)
+	if errors.Is(err, syscall.ESRCH) {
+		return nil
+	}
+	return err
+}
+
+// groupAlive reports whether any process of the group still exists.
+func (p *process) groupAlive() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.groupKilled {
+		return false // never probe a pgid that may have been reused
+	}
+	return syscall.Kill(-p.pgid, 0) != syscall.ESRCH
+}
+
+// shutdown performs SPEC §8: close stdin; wait up to stdinWait for the child
+// to exit; SIGTERM the whole group; wait up to termWait for the group to
+// empty; SIGKILL the group; reap. The group is signalled even when the child
+// itself already exited, because wrappers (sh -c 'server & wait', npx) leave
+// grandchildren in it. It returns an error only if the child could not be
+// reaped.
+func (p *process) shutdown(stdinWait, termWait time.Duration) error {
+	p.stdin.Close() // usually already closed by the transport
+	waitClosed(p.exited, stdinWait)
+
+	if p.groupAlive() {
+		if err := p.signalGroup(syscall.SIGTERM); err != nil {
+			p.log.Warn("SIGTERM to process group failed", "err", err)
+		}
+		deadline := time.Now().Add(termWait)
+		for p.groupAlive() && time.Now().Before(deadline) {
+			time.Sleep(groupPoll)
+		}
+	}
+	if p.groupAlive() {
+		p.log.Warn("process group still running after SIGTERM; sending SIGKILL", "pgid", p.pgid)
+		if err := p.signalGroup(syscall.SIGKILL); err != nil {
+			p.log.Warn("SIGKILL to process group failed", "err", err)
+		}
+	}
+
+	var err error
+	if !waitClosed(p.exited, killWait) {
+		err = fmt.Errorf("child %d did not exit after SIGKILL", p.pgid)
+	}
+	// Let the logger read what the group wrote last; a descendant that left
+	// the group could hold the pipe open forever, so close it regardless.
+	waitClosed(p.stderrDone, stderrDrainWait)
+	p.stderr.Close()
+	p.stdout.Close() // ends mcp-go's reader goroutine if it is still blocked
+	return err
+}
+
+func waitClosed(ch <-chan struct{}, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ch:
+		return true
+	case <-t.C:
+		return false
+	}
+}
+
+// logStderr logs each line of r at Info with key "stderr". Lines longer than
+// maxStderrLine are logged truncated and the rest is skipped.
+func logStderr(r io.Reader, log *slog.Logger) {
+	br := bufio.NewReaderSize(r, maxStderrLine)
+	for {
+		line, err := br.ReadSlice('\n')
+		truncated := errors.Is(err, bufio.ErrBufferFull)
+		if len(line) > 0 {
+			text := string(bytes.TrimRight(line, "\r\n"))
+			if truncated {
+				log.Info("stderr", "stderr", text, "truncated", true)
+			} else {
+				log.Info("stderr", "stderr", text)
+			}
+		}
+		for truncated { // skip the rest of an overlong line
+			_, err = br.ReadSlice('\n')
+			truncated = errors.Is(err, bufio.ErrBufferFull)
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// lineLimitReader bounds the length of one newline-delimited message read
+// through it: mcp-go's stdio reader accumulates a line without limit. Once a
+// line exceeds max it reports onTooLarge and returns io.EOF from then on
+// (io.EOF rather than an error so that mcp-go does not log it again to the
+// global logger; onTooLarge logs it with the upstream's name). onEnd is
+// called once when the underlying reader fails or ends.
+type lineLimitReader struct {
+	r          io.Reader
+	max        int64
+	cur        int64 // bytes of the current line so far
+	tripped    bool
+	ended      bool
+	onTooLarge func(error)
+	onEnd      func(error)
+}
+
+func (l *lineLimitReader) Read(p []byte) (int, error) {
+	if l.tripped {
+		return 0, io.EOF
+	}
+	n, err := l.r.Read(p)
+	for b := p[:n]; len(b) > 0; {
+		i := bytes.IndexByte(b, '\n')
+		if i < 0 {
+			l.cur += int64(len(b))
+		} else {
+			l.cur += int64(i)
+		}
+		if l.cur > l.max {
+			l.tripped = true
+			l.onTooLarge(fmt.Errorf("message exceeds max_message_bytes (%d bytes)", l.max))
+			return 0, io.EOF
+		}
+		if i < 0 {
+			break
+		}
+		l.cur = 0
+		b = b[i+1:]
+	}
+	if err != nil && !l.ended {
+		l.ended = true
+		l.onEnd(err)
+	}
+	return n, err
+}
