@@ -1,0 +1,83 @@
+package aggregator
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"strings"
+)
+
+// Namer turns an upstream's original tool or prompt name into the name mcpmux
+// exposes, per SPEC §4. The zero value is not usable; build one with the
+// server's separator and max_name_length. A Namer is immutable and safe for
+// concurrent use.
+type Namer struct {
+	Separator string // between prefix and name; never empty
+	MaxLength int    // longest exposed name; at least 16
+}
+
+// hashLen is the length of the "_<8 hex>" suffix added to names that had to
+// be sanitized or truncated.
+const hashLen = 9
+
+// Expose returns the exposed name of original under prefix. An empty prefix
+// mounts the name unprefixed, without separator.
+//
+// Characters outside [A-Za-z0-9_-] become '_'. When that changed anything, or
+// the result is longer than MaxLength, the name is cut to MaxLength-9 bytes
+// and "_" plus 8 hex digits of sha256(prefix, NUL, original) are appended, so
+// the name is stable across restarts and depends on nothing but (prefix,
+// original).
+func (n Namer) Expose(prefix, original string) string {
+	full := original
+	if prefix != "" {
+		full = prefix + n.Separator + original
+	}
+	clean, changed := sanitize(full)
+	if !changed && len(clean) <= n.MaxLength && original != "" {
+		return clean
+	}
+	sum := sha256.Sum256([]byte(prefix + "\x00" + original))
+	keep := n.MaxLength - hashLen
+	if len(clean) > keep {
+		clean = clean[:keep]
+	}
+	return clean + "_" + hex.EncodeToString(sum[:4])
+}
+
+// sanitize maps every byte outside [A-Za-z0-9_-] to '_'. A multi-byte rune
+// becomes a single '_'. It reports whether anything changed.
+func sanitize(s string) (string, bool) {
+	ok := true
+	for i := 0; i < len(s); i++ {
+		if !nameByte(s[i]) {
+			ok = false
+			break
+		}
+	}
+	if ok {
+		return s, false
+	}
+	var b strings.Builder
+	b.Grow(len(s))
+	for _, r := range s {
+		if r < 0x80 && nameByte(byte(r)) {
+			b.WriteRune(r)
+		} else {
+			b.WriteByte('_')
+		}
+	}
+	return b.String(), true
+}
+
+func nameByte(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-'
+}
+
+// ValidName reports whether s could be an exposed name of at most max bytes.
+func ValidName(s string, max int) bool {
+	if s == "" || len(s) > max {
+		return false
+	}
+	_, changed := sanitize(s)
+	return !changed
+}

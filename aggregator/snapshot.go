@@ -1,0 +1,137 @@
+package aggregator
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/mcpmux/mcpmux/configs"
+	"github.com/mcpmux/mcpmux/filter"
+	"github.com/mcpmux/mcpmux/internal/glob"
+	"github.com/mcpmux/mcpmux/upstream"
+)
+
+// Keys under which an exposed tool's _meta records where it came from.
+const (
+	MetaUpstream = "mcpmux/upstream"
+	MetaOriginal = "mcpmux/original"
+)
+
+// Snapshot is one immutable version of the merged catalog. Every field is
+// read-only once the snapshot is published; share it freely.
+type Snapshot struct {
+	Version uint64
+	// Tools is every exposed tool, sorted by exposed name.
+	Tools  []*filter.Entry
+	byName map[string]*filter.Entry
+	// Upstreams is the state of every configured upstream, sorted by name.
+	Upstreams []UpstreamStatus
+	// Conflicts lists exposed names that two upstreams both produced; the
+	// tool of the later upstream (by name) is left out.
+	Conflicts []Conflict
+}
+
+// UpstreamStatus is an upstream's state when a snapshot was taken.
+type UpstreamStatus struct {
+	Name     string
+	Required bool
+	State    upstream.State
+	Tools    int // tools it contributed to the snapshot
+	Dropped  int // tools removed by its own rules (deny, allow, …)
+}
+
+// Conflict is an exposed name claimed by two upstreams.
+type Conflict struct {
+	Name            string
+	Kept, Dropped   string // upstream names
+	KeptOriginal    string
+	DroppedOriginal string
+}
+
+func (c Conflict) String() string {
+	return fmt.Sprintf("tool name %q: upstream %q (tool %q) collides with upstream %q (tool %q); the latter is left out",
+		c.Name, c.Kept, c.KeptOriginal, c.Dropped, c.DroppedOriginal)
+}
+
+// Tool returns the exposed tool named name, or nil.
+func (s *Snapshot) Tool(name string) *filter.Entry { return s.byName[name] }
+
+// source is what a snapshot is built from for one upstream.
+type source struct {
+	cfg      *configs.Upstream
+	state    upstream.State
+	catalog  *upstream.Catalog // nil while down
+	rules    *filter.Rules     // per-upstream rules on original names
+	readOnly []*glob.Glob      // read_only_tools
+	toolsets map[string][]*glob.Glob
+}
+
+// build merges the catalogs of sources (sorted by upstream name) into a new
+// snapshot.
+func build(version uint64, namer Namer, sources []*source) *Snapshot {
+	s := &Snapshot{Version: version, byName: make(map[string]*filter.Entry)}
+	for _, src := range sources {
+		st := UpstreamStatus{Name: src.cfg.Name, Required: src.cfg.Required, State: src.state}
+		if src.catalog != nil {
+			for i := range src.catalog.Tools {
+				e := src.entry(namer, &src.catalog.Tools[i])
+				if !src.rules.Match(e.Original, e.ReadOnly, nil) {
+					st.Dropped++
+					continue
+				}
+				if prev, dup := s.byName[e.Tool.Name]; dup {
+					s.Conflicts = append(s.Conflicts, Conflict{
+						Name: e.Tool.Name, Kept: prev.Upstream, KeptOriginal: prev.Original,
+						Dropped: e.Upstream, DroppedOriginal: e.Original,
+					})
+					continue
+				}
+				s.byName[e.Tool.Name] = e
+				s.Tools = append(s.Tools, e)
+				st.Tools++
+			}
+		}
+		s.Upstreams = append(s.Upstreams, st)
+	}
+	slices.SortFunc(s.Tools, func(a, b *filter.Entry) int { return strings.Compare(a.Tool.Name, b.Tool.Name) })
+	return s
+}
+
+// entry builds the exposed form of one upstream tool.
+func (src *source) entry(namer Namer, t *mcp.Tool) *filter.Entry {
+	cfg := src.cfg
+	e := &filter.Entry{Tool: *t, Upstream: cfg.Name, Original: t.Name}
+	e.Tool.Name = namer.Expose(cfg.Prefix, t.Name)
+	meta := &mcp.Meta{AdditionalFields: map[string]any{MetaUpstream: cfg.Name, MetaOriginal: t.Name}}
+	if t.Meta != nil {
+		meta.ProgressToken = t.Meta.ProgressToken
+		maps.Copy(meta.AdditionalFields, t.Meta.AdditionalFields)
+		meta.AdditionalFields[MetaUpstream] = cfg.Name
+		meta.AdditionalFields[MetaOriginal] = t.Name
+	}
+	e.Tool.Meta = meta
+	if e.Tool.Title == "" && e.Tool.Annotations.Title == "" {
+		e.Tool.Title = t.Name
+	}
+	e.ReadOnly = t.Annotations.ReadOnlyHint != nil && *t.Annotations.ReadOnlyHint
+	if !e.ReadOnly {
+		e.ReadOnly = slices.ContainsFunc(src.readOnly, func(g *glob.Glob) bool { return g.Match(t.Name) })
+	}
+	e.Toolsets = append(e.Toolsets, cfg.Name)
+	if cfg.Prefix != "" && cfg.Prefix != cfg.Name {
+		e.Toolsets = append(e.Toolsets, cfg.Prefix)
+	}
+	for set, globs := range src.toolsets {
+		if slices.ContainsFunc(globs, func(g *glob.Glob) bool { return g.Match(t.Name) }) {
+			e.Toolsets = append(e.Toolsets, cfg.Name+"/"+set)
+			if cfg.Prefix != "" && cfg.Prefix != cfg.Name {
+				e.Toolsets = append(e.Toolsets, cfg.Prefix+"/"+set)
+			}
+		}
+	}
+	slices.Sort(e.Toolsets)
+	return e
+}
