@@ -77,6 +77,9 @@ type View struct {
 
 	fpOnce sync.Once
 	fp     string
+
+	encOnce sync.Once
+	enc     []byte
 }
 
 // Lookup returns the entry of a tool the view shows, or nil when the tool is
@@ -186,4 +189,19 @@ func (v *View) Fingerprint() string {
 		v.fp = hex.EncodeToString(h.Sum(nil))
 	})
 	return v.fp
+}
+
+// Encoded returns the view's tools/list result, {"tools":[…]}, encoded once
+// and shared. Callers must not modify it.
+func (v *View) Encoded() []byte {
+	v.encOnce.Do(func() {
+		b, err := json.Marshal(mcp.ListToolsResult{Tools: v.Tools})
+		if err != nil {
+			// A tool that cannot be encoded cannot be listed by mcp-go
+			// either; answer an empty, valid listing rather than garbage.
+			b = []byte(`{"tools":[]}`)
+		}
+		v.enc = b
+	})
+	return v.enc
 }
