@@ -1,0 +1,259 @@
+package sessions
+
+import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+
+	"github.com/mcpmux/mcpmux/configs"
+	"github.com/mcpmux/mcpmux/filter"
+)
+
+// Sentinel errors of profile resolution. Each maps to one HTTP status.
+var (
+	ErrUnauthorized   = errors.New("missing or invalid bearer token")    // 401
+	ErrForbidden      = errors.New("profile not allowed for this token") // 403
+	ErrUnknownProfile = errors.New("unknown profile")                    // 404
+	ErrBadNarrowing   = errors.New("invalid request narrowing")          // 400
+)
+
+// Request headers and query parameters that select or narrow a view.
+const (
+	HeaderProfile  = "Mcp-Profile"
+	HeaderToolsets = "Mcp-Toolsets"
+	HeaderReadOnly = "Mcp-Read-Only"
+	HeaderTools    = "Mcp-Tools"
+)
+
+// Binding is what a request or session resolved to: a profile and the one
+// shared Filter of its effective rules. It is immutable.
+type Binding struct {
+	Profile string // "" when no profile applies
+	Filter  *filter.Filter
+	// Explicit records whether the request named a profile or narrowing
+	// itself, so that a bound session can tell "same as before" from
+	// "nothing said".
+	Explicit bool
+}
+
+// Selection is what one request asks for, before it is checked.
+type Selection struct {
+	Profile   string // from the header, else the query; "" = none named
+	Toolsets  []string
+	Tools     []string
+	ReadOnly  bool
+	Narrowing bool // any of Toolsets, Tools, ReadOnly given
+	Token     string
+	HasToken  bool
+}
+
+// SelectionFromRequest reads a request's profile, narrowing and bearer
+// token. Headers win over query parameters. Tokens are read only from the
+// Authorization header, never from the URL.
+func SelectionFromRequest(r *http.Request) (Selection, error) {
+	q := r.URL.Query()
+	var sel Selection
+	sel.Profile = firstNonEmpty(r.Header.Get(HeaderProfile), q.Get("profile"))
+	if v := firstNonEmpty(r.Header.Get(HeaderToolsets), q.Get("toolsets")); v != "" {
+		sel.Toolsets = splitList(v)
+		sel.Narrowing = true
+	}
+	if v := firstNonEmpty(r.Header.Get(HeaderTools), q.Get("tools")); v != "" {
+		sel.Tools = splitList(v)
+		sel.Narrowing = true
+	}
+	if v := firstNonEmpty(r.Header.Get(HeaderReadOnly), q.Get("read_only")); v != "" {
+		switch strings.ToLower(v) {
+		case "true", "1", "yes":
+			sel.ReadOnly = true
+			sel.Narrowing = true
+		case "false", "0", "no":
+		default:
+			return sel, fmt.Errorf("%w: read_only %q is not a boolean", ErrBadNarrowing, v)
+		}
+	}
+	if auth := r.Header.Get("Authorization"); auth != "" {
+		scheme, tok, ok := strings.Cut(auth, " ")
+		if ok && strings.EqualFold(scheme, "Bearer") {
+			sel.Token = strings.TrimSpace(tok)
+		}
+		sel.HasToken = true
+	}
+	return sel, nil
+}
+
+func firstNonEmpty(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+func splitList(v string) []string {
+	var out []string
+	for _, p := range strings.Split(v, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// Resolver turns selections into bindings. It holds the compiled rules of a
+// config; build a new one on reload. It is safe for concurrent use.
+type Resolver struct {
+	cfg      *configs.Config
+	registry *filter.Registry
+	global   *filter.Rules
+	profiles map[string][]*filter.Rules // profile → its rules and its ancestors'
+	names    []string                   // known profile names, sorted
+	tokens   []tokenEntry
+	toolsets map[string]bool // every valid toolset selector
+}
+
+type tokenEntry struct {
+	sum      [sha256.Size]byte
+	profiles []string
+}
+
+// NewResolver compiles cfg's [filter] and profiles. cfg must be valid.
+func NewResolver(cfg *configs.Config, registry *filter.Registry) (*Resolver, error) {
+	r := &Resolver{cfg: cfg, registry: registry, profiles: make(map[string][]*filter.Rules), toolsets: make(map[string]bool)}
+	var err error
+	if r.global, err = filter.Compile(cfg.Filter); err != nil {
+		return nil, fmt.Errorf("[filter]: %w", err)
+	}
+	for name := range cfg.Profiles {
+		r.names = append(r.names, name)
+		for _, p := range cfg.Chain(name) {
+			rules, err := filter.Compile(p.Rules)
+			if err != nil {
+				return nil, fmt.Errorf("profile %q: %w", p.Name, err)
+			}
+			r.profiles[name] = append(r.profiles[name], rules)
+		}
+	}
+	slices.Sort(r.names)
+	for _, t := range cfg.Auth.Tokens {
+		te := tokenEntry{profiles: t.Profiles}
+		if t.Token != "" {
+			te.sum = sha256.Sum256([]byte(t.Token))
+		} else {
+			b, err := hex.DecodeString(t.SHA256)
+			if err != nil || len(b) != sha256.Size {
+				return nil, fmt.Errorf("auth token at line %d: token_sha256 is not 64 hex digits", t.Line)
+			}
+			copy(te.sum[:], b)
+		}
+		r.tokens = append(r.tokens, te)
+	}
+	for _, u := range cfg.Upstreams {
+		r.toolsets[u.Name] = true
+		if u.Prefix != "" {
+			r.toolsets[u.Prefix] = true
+		}
+		for set := range u.Toolsets {
+			r.toolsets[u.Name+"/"+set] = true
+			if u.Prefix != "" {
+				r.toolsets[u.Prefix+"/"+set] = true
+			}
+		}
+	}
+	return r, nil
+}
+
+// Profiles returns the known profile names, sorted. Do not modify.
+func (r *Resolver) Profiles() []string { return r.names }
+
+// AuthRequired reports whether requests must carry a bearer token.
+func (r *Resolver) AuthRequired() bool { return len(r.tokens) > 0 }
+
+// token finds the token entry matching tok, comparing against every
+// configured token in constant time.
+func (r *Resolver) token(tok string) *tokenEntry {
+	sum := sha256.Sum256([]byte(tok))
+	var found *tokenEntry
+	for i := range r.tokens {
+		if subtle.ConstantTimeCompare(sum[:], r.tokens[i].sum[:]) == 1 {
+			found = &r.tokens[i]
+		}
+	}
+	return found
+}
+
+// Resolve checks sel against auth and the known profiles and returns the
+// binding: the token's allowed profiles, then the named profile, then the
+// token's default, then server.default_profile. Errors wrap one of the
+// sentinels above and name the profile or toolset at fault.
+func (r *Resolver) Resolve(sel Selection) (Binding, error) {
+	return r.resolve(sel, true)
+}
+
+// ResolveLocal resolves sel without any token check, for commands run by
+// whoever holds the config file (check, tools, the stdio front door).
+func (r *Resolver) ResolveLocal(sel Selection) (Binding, error) {
+	return r.resolve(sel, false)
+}
+
+func (r *Resolver) resolve(sel Selection, auth bool) (Binding, error) {
+	var allowed []string
+	if auth && r.AuthRequired() {
+		if !sel.HasToken || sel.Token == "" {
+			return Binding{}, ErrUnauthorized
+		}
+		te := r.token(sel.Token)
+		if te == nil {
+			return Binding{}, ErrUnauthorized
+		}
+		allowed = te.profiles
+	}
+	name := sel.Profile
+	switch {
+	case name != "":
+	case len(allowed) > 0:
+		name = allowed[0]
+	default:
+		name = r.cfg.Server.DefaultProfile
+	}
+	if name != "" {
+		if _, ok := r.profiles[name]; !ok {
+			return Binding{}, fmt.Errorf("%w %q (known: %s)", ErrUnknownProfile, name, strings.Join(r.names, ", "))
+		}
+		if allowed != nil && !slices.Contains(allowed, name) {
+			return Binding{}, fmt.Errorf("%w: %q (allowed: %s)", ErrForbidden, name, strings.Join(allowed, ", "))
+		}
+	}
+	stages := append([]*filter.Rules{r.global}, r.profiles[name]...)
+	if sel.Narrowing {
+		for _, ts := range sel.Toolsets {
+			if !r.toolsets[ts] {
+				return Binding{}, fmt.Errorf("%w: unknown toolset %q", ErrBadNarrowing, ts)
+			}
+		}
+		narrow, err := filter.Compile(configs.RuleSet{Toolsets: sel.Toolsets, Tools: sel.Tools, ReadOnly: sel.ReadOnly})
+		if err != nil {
+			return Binding{}, fmt.Errorf("%w: %v", ErrBadNarrowing, err)
+		}
+		stages = append(stages, narrow)
+	}
+	return Binding{Profile: name, Filter: r.registry.Filter(stages...), Explicit: sel.Profile != "" || sel.Narrowing}, nil
+}
+
+// statusOf maps a resolution error to its HTTP status.
+func statusOf(err error) int {
+	switch {
+	case errors.Is(err, ErrUnauthorized):
+		return http.StatusUnauthorized
+	case errors.Is(err, ErrForbidden):
+		return http.StatusForbidden
+	case errors.Is(err, ErrUnknownProfile):
+		return http.StatusNotFound
+	default:
+		return http.StatusBadRequest
+	}
+}

@@ -1,0 +1,162 @@
+package sessions
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+)
+
+func TestHTTPResolution(t *testing.T) {
+	up := newUpstreamServer(t, 6) // tool_0000..tool_0005; even ones read-only
+	sum := sha256.Sum256([]byte("tok-ci"))
+	s := newBenchServer(t, up.http.URL, `
+[profiles.readonly]
+read_only = true
+[profiles.first]
+tools = ["up__tool_0000", "up__tool_0001"]
+[profiles.narrow]
+extends = "first"
+read_only = true
+[[auth.tokens]]
+token = "tok-ro"
+profiles = ["readonly"]
+[[auth.tokens]]
+token_sha256 = "`+hex.EncodeToString(sum[:])+`"
+profiles = ["first", "readonly"]
+`)
+	h := s.Handler()
+	tests := []struct {
+		name    string
+		query   string
+		headers map[string]string
+		status  int
+		tools   string // comma-separated listing when status is 200
+		body    string // substring of the error body otherwise
+	}{
+		{"no token", "", nil, 401, "", "missing or invalid bearer token"},
+		{"wrong token", "", map[string]string{"Authorization": "Bearer nope"}, 401, "", "missing or invalid"},
+		{"token in URL is ignored", "?token=tok-ro&access_token=tok-ro", nil, 401, "", "missing or invalid"},
+		{"token default profile", "", map[string]string{"Authorization": "Bearer tok-ro"}, 200, "up__tool_0000,up__tool_0002,up__tool_0004", ""},
+		{"hashed token default is its first profile", "", map[string]string{"Authorization": "Bearer tok-ci"}, 200, "up__tool_0000,up__tool_0001", ""},
+		{"header selects an allowed profile", "", map[string]string{"Authorization": "Bearer tok-ci", "Mcp-Profile": "readonly"}, 200, "up__tool_0000,up__tool_0002,up__tool_0004", ""},
+		{"header beats query", "?profile=first", map[string]string{"Authorization": "Bearer tok-ci", "Mcp-Profile": "readonly"}, 200, "up__tool_0000,up__tool_0002,up__tool_0004", ""},
+		{"profile outside the token is 403", "?profile=first", map[string]string{"Authorization": "Bearer tok-ro"}, 403, "", `"first"`},
+		{"unknown profile is 404 with names", "?profile=nope", map[string]string{"Authorization": "Bearer tok-ci"}, 404, "", "known: first, narrow, readonly"},
+		{"narrowing never widens", "?tools=up__tool_0003", map[string]string{"Authorization": "Bearer tok-ci"}, 200, "", ""},
+		{"toolsets and tools add up inside the profile", "?toolsets=up&tools=up__tool_0003", map[string]string{"Authorization": "Bearer tok-ci"}, 200, "up__tool_0000,up__tool_0001", ""},
+		{"tools narrowing", "?tools=up__tool_0001,up__tool_0005", map[string]string{"Authorization": "Bearer tok-ci"}, 200, "up__tool_0001", ""},
+		{"read_only narrowing", "?read_only=true", map[string]string{"Authorization": "Bearer tok-ci"}, 200, "up__tool_0000", ""},
+		{"bad read_only", "?read_only=maybe", map[string]string{"Authorization": "Bearer tok-ci"}, 400, "", "not a boolean"},
+		{"unknown toolset", "?toolsets=nope", map[string]string{"Authorization": "Bearer tok-ci"}, 400, "", `unknown toolset "nope"`},
+		{"disallowed origin", "", map[string]string{"Authorization": "Bearer tok-ci", "Origin": "https://evil.example"}, 403, "", "origin"},
+		{"allowed origin", "", map[string]string{"Authorization": "Bearer tok-ci", "Origin": "http://localhost:3000"}, 200, "up__tool_0000,up__tool_0001", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			do := func(session, body string) (int, http.Header, string) {
+				req := newRequest(tt.query, session, body)
+				for k, v := range tt.headers {
+					req.Header.Set(k, v)
+				}
+				w := &sink{header: make(http.Header), code: 200}
+				w.head = make([]byte, 0, 1<<16)
+				h.ServeHTTP(&fullSink{w}, req)
+				return w.code, w.header, string(w.head)
+			}
+			code, hdr, body := do("", initializeBody)
+			if code != tt.status {
+				t.Fatalf("initialize: status %d, want %d: %s", code, tt.status, body)
+			}
+			if code == 401 && !strings.HasPrefix(hdr.Get("WWW-Authenticate"), "Bearer") {
+				t.Fatalf("401 without WWW-Authenticate: Bearer (got %q)", hdr.Get("WWW-Authenticate"))
+			}
+			if code != 200 {
+				var e errorResponse
+				if err := json.Unmarshal([]byte(body), &e); err != nil {
+					t.Fatalf("error body is not JSON-RPC: %v: %s", err, body)
+				}
+				if !strings.Contains(e.Error.Message, tt.body) {
+					t.Fatalf("body %q lacks %q", body, tt.body)
+				}
+				return
+			}
+			sid := hdr.Get("Mcp-Session-Id")
+			_, _, list := do(sid, `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`)
+			var resp struct {
+				Result struct {
+					Tools []struct{ Name string } `json:"tools"`
+				} `json:"result"`
+			}
+			if err := json.Unmarshal([]byte(list), &resp); err != nil {
+				t.Fatalf("tools/list: %v: %s", err, list)
+			}
+			var names []string
+			for _, tl := range resp.Result.Tools {
+				names = append(names, tl.Name)
+			}
+			if got := strings.Join(names, ","); got != tt.tools {
+				t.Fatalf("tools = %q, want %q", got, tt.tools)
+			}
+		})
+	}
+}
+
+// fullSink keeps everything written, for small test responses.
+type fullSink struct{ *sink }
+
+func (f *fullSink) Write(p []byte) (int, error) {
+	f.head = append(f.head, p...)
+	f.n += len(p)
+	return len(p), nil
+}
+
+func TestBoundSessionRejectsOtherProfile(t *testing.T) {
+	up := newUpstreamServer(t, 4)
+	s := newBenchServer(t, up.http.URL, "[profiles.readonly]\nread_only = true\n[profiles.all]\n")
+	h := s.Handler()
+	sid := openSession(t, h, "?profile=readonly")
+	call := `{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"up__tool_0001","arguments":{"query":"x"}}}`
+	// Same session, no profile named: the bound readonly view applies.
+	if rec := post(h, "", sid, call); !strings.Contains(rec.Body.String(), `"code":-32601`) || !strings.Contains(rec.Body.String(), "Tool not found: up__tool_0001") {
+		t.Fatalf("bound session reached a hidden tool: %s", rec.Body.String())
+	}
+	// Same session naming another profile: rejected.
+	if rec := post(h, "?profile=all", sid, call); rec.Code != http.StatusBadRequest || !strings.Contains(rec.Body.String(), `bound to profile \"readonly\"`) {
+		t.Fatalf("switching profile on a bound session: %d %s", rec.Code, rec.Body.String())
+	}
+	if n := up.requests.Load(); n > 4 { // the aggregator's own initialize and lists
+		t.Fatalf("refused calls reached the upstream (%d requests)", n)
+	}
+}
+
+func TestBodyLimit(t *testing.T) {
+	up := newUpstreamServer(t, 1)
+	s := newBenchServer(t, up.http.URL, "[server]\nmax_body_bytes = \"1KiB\"\n")
+	rec := post(s.Handler(), "", "", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"x":"`+strings.Repeat("a", 2048)+`"}}`)
+	if rec.Code != http.StatusRequestEntityTooLarge || !strings.Contains(rec.Body.String(), "max_body_bytes (1024 bytes)") {
+		t.Fatalf("oversized body: %d %s", rec.Code, rec.Body.String())
+	}
+}
+
+func TestSafeName(t *testing.T) {
+	tests := []struct{ in, want string }{
+		{"fs__read", "fs__read"},
+		{"a\nb\tc", "a?b?c"},
+		{"\u200bfs\u200d__x\ufeff", "?fs?__x?"},
+		{"bidi\u202etxt", "bidi?txt"},
+		{"héllo 日本", "héllo 日本"},
+		{"bad\xffutf8", "bad?utf8"},
+		{strings.Repeat("é", 100), strings.Repeat("é", 64)},
+	}
+	for _, tt := range tests {
+		if got := safeName(tt.in); got != tt.want {
+			t.Errorf("safeName(%q) = %q, want %q", tt.in, got, tt.want)
+		}
+		if len(safeName(tt.in)) > maxToolNameInError {
+			t.Errorf("safeName(%q) longer than %d bytes", tt.in, maxToolNameInError)
+		}
+	}
+}

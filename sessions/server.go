@@ -1,0 +1,434 @@
+// Package sessions owns downstream sessions and the front doors clients
+// reach mcpmux through: profile resolution and auth, binding each session to
+// its shared view, the gate that answers hidden and unknown tools, and
+// notification fan-out when the catalog changes.
+package sessions
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
+
+	"github.com/mcpmux/mcpmux/aggregator"
+	"github.com/mcpmux/mcpmux/configs"
+	"github.com/mcpmux/mcpmux/filter"
+	"github.com/mcpmux/mcpmux/internal/glob"
+	"github.com/mcpmux/mcpmux/upstream"
+)
+
+// Server serves the aggregate to downstream clients. Build it with New; its
+// Handler serves HTTP. Its methods are safe for concurrent use.
+type Server struct {
+	cfg      *configs.Config
+	agg      *aggregator.Aggregator
+	registry *filter.Registry
+	resolver atomic.Pointer[Resolver]
+	log      *slog.Logger
+	version  string
+
+	mcp     *server.MCPServer
+	http    *server.StreamableHTTPServer
+	origins []*glob.Glob
+	metrics *metrics
+
+	started atomic.Bool // the first connection attempt of every upstream is over
+
+	mu    sync.Mutex
+	bound map[string]*session // legacy session id → its binding
+}
+
+// MarkStarted tells the server that every upstream has had its first
+// connection attempt; until then /readyz answers 503.
+func (s *Server) MarkStarted() { s.started.Store(true) }
+
+// session is one registered legacy (initialize-based) session.
+type session struct {
+	binding Binding
+	// listed is the fingerprint of the view the session last had; a catalog
+	// change notifies the session only when it differs.
+	listed string
+}
+
+// Options configure a Server.
+type Options struct {
+	Logger   *slog.Logger     // nil = discard
+	Registry *filter.Registry // nil = a new one
+	Version  string           // reported as serverInfo.version
+}
+
+// New builds the server for cfg over agg. It registers itself for agg's
+// snapshot changes; it starts no goroutines.
+func New(cfg *configs.Config, agg *aggregator.Aggregator, opts Options) (*Server, error) {
+	s := &Server{cfg: cfg, agg: agg, registry: opts.Registry, log: opts.Logger, version: opts.Version, bound: make(map[string]*session)}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	if s.registry == nil {
+		s.registry = filter.NewRegistry()
+	}
+	if s.version == "" {
+		s.version = "dev"
+	}
+	res, err := NewResolver(cfg, s.registry)
+	if err != nil {
+		return nil, err
+	}
+	s.resolver.Store(res)
+	for _, o := range cfg.Server.AllowedOrigins {
+		g, err := glob.Compile(o)
+		if err != nil {
+			return nil, fmt.Errorf("server.allowed_origins: %w", err)
+		}
+		s.origins = append(s.origins, g)
+	}
+
+	s.metrics = newMetrics(s)
+	hooks := &server.Hooks{}
+	hooks.AddOnSuccess(func(_ context.Context, _ any, method mcp.MCPMethod, _ any, _ any) {
+		s.metrics.count(string(method), outcomeOK)
+	})
+	hooks.AddOnError(func(_ context.Context, _ any, method mcp.MCPMethod, _ any, _ error) {
+		s.metrics.count(string(method), outcomeError)
+	})
+	// mcp-go runs with listChanged off so that replacing its tool registry
+	// does not broadcast to every session; mcpmux tells each session itself,
+	// and only when its view changed. The capability clients see is set here.
+	hooks.AddAfterInitialize(func(_ context.Context, _ any, _ *mcp.InitializeRequest, res *mcp.InitializeResult) {
+		if res.Capabilities.Tools != nil {
+			res.Capabilities.Tools.ListChanged = true
+		}
+	})
+	hooks.AddAfterDiscover(func(_ context.Context, _ any, _ *mcp.DiscoverRequest, res *mcp.DiscoverResult) {
+		if res.Capabilities.Tools != nil {
+			res.Capabilities.Tools.ListChanged = true
+		}
+	})
+	hooks.AddOnRegisterSession(s.onRegister)
+	hooks.AddOnUnregisterSession(func(_ context.Context, cs server.ClientSession) {
+		s.mu.Lock()
+		delete(s.bound, cs.SessionID())
+		s.mu.Unlock()
+	})
+	s.mcp = server.NewMCPServer("mcpmux", s.version,
+		server.WithToolCapabilities(false),
+		server.WithToolFilter(s.toolFilter),
+		server.WithToolHandlerMiddleware(s.authorizeCall),
+		server.WithHooks(hooks),
+		server.WithRecovery(),
+	)
+	s.http = server.NewStreamableHTTPServer(s.mcp,
+		server.WithStateful(true),
+		server.WithSessionIdleTTL(30*time.Minute),
+		server.WithStreamableHTTPLogger(s.log),
+	)
+	agg.OnChange(s.onSnapshot)
+	s.onSnapshot(nil, agg.Snapshot())
+	return s, nil
+}
+
+// MCPServer returns the underlying mcp-go server, for front doors that drive
+// it directly.
+func (s *Server) MCPServer() *server.MCPServer { return s.mcp }
+
+// Registry returns the filter registry shared by every session.
+func (s *Server) Registry() *filter.Registry { return s.registry }
+
+// Resolver returns the current profile resolver.
+func (s *Server) Resolver() *Resolver { return s.resolver.Load() }
+
+// View returns the current view through b's filter.
+func (s *Server) View(b Binding) *filter.View {
+	snap := s.agg.Snapshot()
+	return s.registry.View(snap.Version, snap.Tools, b.Filter)
+}
+
+// onSnapshot replaces mcp-go's tool registry with the new snapshot and tells
+// each session whose view changed.
+func (s *Server) onSnapshot(_, next *aggregator.Snapshot) {
+	tools := make([]server.ServerTool, len(next.Tools))
+	handler := s.agg.ToolHandler()
+	for i, e := range next.Tools {
+		tools[i] = server.ServerTool{Tool: e.Tool, Handler: handler}
+	}
+	s.mcp.SetTools(tools...)
+	s.metrics.setUpstreams(s.agg.Upstreams())
+
+	s.mu.Lock()
+	var notify []string
+	for id, sess := range s.bound {
+		v := s.registry.View(next.Version, next.Tools, sess.binding.Filter)
+		if fp := v.Fingerprint(); fp != sess.listed {
+			sess.listed = fp
+			notify = append(notify, id)
+		}
+	}
+	s.mu.Unlock()
+	for _, id := range notify {
+		err := s.mcp.SendNotificationToSpecificClient(id, string(mcp.MethodNotificationToolsListChanged), nil)
+		if err != nil && !errors.Is(err, server.ErrSessionNotFound) {
+			s.log.Warn("tools/list_changed not delivered", "session", id, "error", err)
+		}
+	}
+}
+
+// onRegister binds a new legacy session to the binding its initialize
+// request resolved to.
+func (s *Server) onRegister(ctx context.Context, cs server.ClientSession) {
+	b, ok := bindingFrom(ctx)
+	if !ok {
+		return
+	}
+	v := s.View(b)
+	s.mu.Lock()
+	s.bound[cs.SessionID()] = &session{binding: b, listed: v.Fingerprint()}
+	s.mu.Unlock()
+	s.log.Info("session started", "session", cs.SessionID(), "profile", b.Profile)
+}
+
+// Sessions returns the number of bound legacy sessions.
+func (s *Server) Sessions() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.bound)
+}
+
+// toolFilter is mcp-go's tool filter: it keeps the tools the request's view
+// shows. With no binding it keeps nothing (fail closed).
+func (s *Server) toolFilter(ctx context.Context, tools []mcp.Tool) []mcp.Tool {
+	b, ok := bindingFrom(ctx)
+	if !ok {
+		return nil
+	}
+	v := s.View(b)
+	if len(tools) == len(v.Tools) {
+		return v.Tools
+	}
+	out := make([]mcp.Tool, 0, len(tools))
+	for _, t := range tools {
+		if v.Lookup(t.Name) != nil {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// authorizeCall re-checks a call against the view and its call_rules inside
+// mcp-go. The gate normally answers refused calls first; this is the second
+// line, using the same decision function.
+func (s *Server) authorizeCall(next server.ToolHandlerFunc) server.ToolHandlerFunc {
+	return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		b, ok := bindingFrom(ctx)
+		if !ok {
+			return nil, errNoBinding
+		}
+		v := s.View(b)
+		e := v.Lookup(req.Params.Name)
+		if e == nil {
+			return nil, accessError(req.Params.Name)
+		}
+		if err := v.Filter.CheckCall(e, req.Params.RawArguments); err != nil {
+			return nil, err
+		}
+		start := time.Now()
+		res, err := next(ctx, req)
+		s.metrics.observeCall(e.Upstream, res, err, time.Since(start))
+		return res, err
+	}
+}
+
+// Handler returns the HTTP handler: /mcp (streamable HTTP), /healthz and
+// /readyz.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/mcp", s.checkOrigin(http.HandlerFunc(s.serveMCP)))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		io.WriteString(w, "ok\n")
+	})
+	mux.HandleFunc("GET /readyz", s.serveReady)
+	mux.Handle("GET /metrics", s.metrics.handler())
+	return recoverPanics(s.log, mux)
+}
+
+// serveReady answers 200 when every required upstream is up.
+func (s *Server) serveReady(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	if !s.started.Load() {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		io.WriteString(w, "starting\n")
+		return
+	}
+	var down []string
+	for _, u := range s.agg.Upstreams() {
+		if u.Config().Required && u.State() != upstream.StateUp {
+			down = append(down, u.Name())
+		}
+	}
+	if len(down) > 0 {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		fmt.Fprintf(w, "required upstreams down: %s\n", strings.Join(down, ", "))
+		return
+	}
+	io.WriteString(w, "ready\n")
+}
+
+// checkOrigin refuses requests whose Origin is not allowed (SPEC §10).
+func (s *Server) checkOrigin(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if o := r.Header.Get("Origin"); o != "" && !s.originAllowed(o) {
+			writeJSONError(w, http.StatusForbidden, nil, mcp.INVALID_REQUEST, fmt.Sprintf("origin %q is not allowed", o))
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func (s *Server) originAllowed(o string) bool {
+	for _, g := range s.origins {
+		if g.Match(o) {
+			return true
+		}
+	}
+	return false
+}
+
+// serveMCP resolves the request's binding, runs the gate on POSTed
+// messages, and hands the request to mcp-go's streamable HTTP server.
+func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request) {
+	sel, err := SelectionFromRequest(r)
+	var b Binding
+	if err == nil {
+		b, err = s.Resolver().Resolve(sel)
+	}
+	if err != nil {
+		if errors.Is(err, ErrUnauthorized) {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="mcpmux"`)
+		}
+		writeJSONError(w, statusOf(err), nil, mcp.INVALID_REQUEST, err.Error())
+		return
+	}
+	var env envelope
+	if r.Method == http.MethodPost {
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.Server.MaxBodyBytes))
+		if err != nil {
+			var tooBig *http.MaxBytesError
+			if errors.As(err, &tooBig) {
+				writeJSONError(w, http.StatusRequestEntityTooLarge, nil, mcp.INVALID_REQUEST,
+					fmt.Sprintf("request body exceeds server.max_body_bytes (%d bytes)", s.cfg.Server.MaxBodyBytes))
+				return
+			}
+			writeJSONError(w, http.StatusBadRequest, nil, mcp.PARSE_ERROR, "reading request body: "+err.Error())
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		// Messages that do not parse go to mcp-go, which answers them with
+		// the right JSON-RPC error.
+		_ = json.Unmarshal(body, &env)
+	}
+	bound := false
+	if id := r.Header.Get(server.HeaderKeySessionID); id != "" && env.Method != string(mcp.MethodInitialize) && !env.modern() {
+		s.mu.Lock()
+		sess := s.bound[id]
+		s.mu.Unlock()
+		if sess != nil {
+			bound = true
+			if b.Explicit && b.Filter != sess.binding.Filter {
+				writeJSONError(w, http.StatusBadRequest, env.ID, mcp.INVALID_REQUEST,
+					fmt.Sprintf("session is bound to profile %q; start a new session to use another", sess.binding.Profile))
+				return
+			}
+			b = sess.binding
+		}
+	}
+	start := time.Now()
+	defer func() { s.metrics.observeLatency(env.Method, time.Since(start)) }()
+	view := s.View(b)
+	if resp := check(view, &env); resp != nil {
+		s.log.Info("tools/call refused", "tool", safeName(env.Params.Name), "profile", b.Profile, "code", resp.Error.Code)
+		s.metrics.count(env.Method, outcomeDenied)
+		writeJSON(w, http.StatusOK, resp)
+		return
+	}
+	if bound && env.Method == string(mcp.MethodToolsList) && env.isRequest() && env.Params.Cursor == nil {
+		// Served from the view's pre-encoded listing: no upstream, no
+		// per-request encoding of the catalog.
+		s.metrics.count(env.Method, outcomeOK)
+		w.Header().Set("Content-Type", "application/json")
+		if err := writeList(w, env.ID, view); err != nil {
+			s.log.Debug("tools/list: client went away", "error", err)
+		}
+		return
+	}
+	s.http.ServeHTTP(w, r.WithContext(withBinding(r.Context(), b)))
+}
+
+// Shutdown closes every session and stops background work.
+func (s *Server) Shutdown(ctx context.Context) error { return s.http.Shutdown(ctx) }
+
+// Serve serves HTTP on ln until ctx is done, then shuts down within
+// cfg.Server.ShutdownGrace.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	hs := &http.Server{
+		Handler:           s.Handler(),
+		ReadHeaderTimeout: 10 * time.Second,
+		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), s.cfg.Server.ShutdownGrace)
+	defer cancel()
+	errs := []error{s.Shutdown(sctx)}
+	// Long-lived streams (GET /mcp) never finish on their own: close them
+	// once the sessions are told.
+	if err := hs.Shutdown(sctx); err != nil {
+		errs = append(errs, hs.Close())
+	}
+	<-errc
+	return errors.Join(errs...)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(v)
+}
+
+func writeJSONError(w http.ResponseWriter, status int, id json.RawMessage, code int, msg string) {
+	writeJSON(w, status, newErrorResponse(id, code, msg))
+}
+
+// recoverPanics is the outermost handler: a panic anywhere below answers 500
+// and is logged instead of killing the connection's goroutine silently.
+func recoverPanics(log *slog.Logger, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			if v := recover(); v != nil {
+				if v == http.ErrAbortHandler {
+					panic(v)
+				}
+				log.Error("panic in HTTP handler", "method", r.Method, "path", r.URL.Path, "panic", v)
+				http.Error(w, "internal error", http.StatusInternalServerError)
+			}
+		}()
+		next.ServeHTTP(w, r)
+	})
+}
