@@ -1,0 +1,258 @@
+// Command mcpmux is one MCP endpoint for many MCP servers. This package
+// parses flags and wires the packages together; the work happens elsewhere.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"runtime"
+	"runtime/debug"
+	"strings"
+	"syscall"
+
+	"github.com/mcpmux/mcpmux/configs"
+	"github.com/mcpmux/mcpmux/internal/demo"
+)
+
+// version is set at link time (-ldflags "-X main.version=…").
+var version = "dev"
+
+// Exit codes (SPEC §2).
+const (
+	exitOK      = 0
+	exitRuntime = 1
+	exitUsage   = 2
+)
+
+// exitError carries the exit code an error should end the process with.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+func usageErr(format string, args ...any) error {
+	return &exitError{exitUsage, fmt.Errorf(format, args...)}
+}
+
+func configErr(err error) error { return &exitError{exitUsage, err} }
+
+const usage = `mcpmux: one MCP endpoint for many MCP servers
+
+Usage:
+  mcpmux [serve] [--config FILE] [--listen ADDR]   serve HTTP (default)
+  mcpmux check [--config FILE]                     validate, connect, report each upstream and profile
+  mcpmux tools [--config FILE] [--profile NAME] [--toolsets A,B] [--read-only] [--json]
+                                                   print the tools a client would get
+  mcpmux import FILE                               convert an mcpServers JSON file to TOML on stdout
+  mcpmux init                                      write the quickstart config to ./mcpmux.toml
+  mcpmux version                                   print version information
+
+Config: --config, else $MCPMUX_CONFIG, else ./mcpmux.toml, else
+$XDG_CONFIG_HOME/mcpmux/config.toml, else the embedded quickstart.
+`
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// run executes one command and returns the process exit code.
+func run(args []string, stdout, stderr io.Writer) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	err := dispatch(ctx, args, stdout, stderr)
+	if err == nil {
+		return exitOK
+	}
+	if errors.Is(err, flag.ErrHelp) {
+		return exitOK
+	}
+	fmt.Fprintln(stderr, "mcpmux:", err)
+	var ee *exitError
+	if errors.As(err, &ee) {
+		return ee.code
+	}
+	return exitRuntime
+}
+
+func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	cmd := "serve"
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		cmd, args = args[0], args[1:]
+	}
+	switch cmd {
+	case "serve":
+		return cmdServe(ctx, args, stderr)
+	case "check":
+		return cmdCheck(ctx, args, stdout, stderr)
+	case "tools":
+		return cmdTools(ctx, args, stdout, stderr)
+	case "import":
+		return cmdImport(args, stdout, stderr)
+	case "init":
+		return cmdInit(args, stdout, stderr)
+	case "version":
+		return cmdVersion(args, stdout, stderr)
+	case "demo-server":
+		return cmdDemo(ctx, args, stderr)
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	default:
+		fmt.Fprint(stderr, usage)
+		return usageErr("unknown command %q", cmd)
+	}
+}
+
+// newFlags returns a flag set that reports errors instead of exiting.
+func newFlags(name string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("mcpmux "+name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	return fs
+}
+
+// parseFlags parses args and refuses stray positional arguments.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return &exitError{exitUsage, err}
+	}
+	if fs.NArg() > 0 {
+		return usageErr("%s: unexpected argument %q", fs.Name(), fs.Arg(0))
+	}
+	return nil
+}
+
+// loadConfig finds and parses the config. ${MCPMUX_SELF} resolves to this
+// executable unless the environment sets it. Errors are config errors (exit
+// 2), each naming file:line.
+func loadConfig(flagPath string, log *slog.Logger) (*configs.Config, error) {
+	path, err := configs.Discover(flagPath, os.Getenv)
+	if err != nil {
+		return nil, configErr(err)
+	}
+	lookup := func(name string) (string, bool) {
+		if v, ok := os.LookupEnv(name); ok {
+			return v, true
+		}
+		if name == "MCPMUX_SELF" {
+			if exe, err := os.Executable(); err == nil {
+				return exe, true
+			}
+		}
+		return "", false
+	}
+	source, data := configs.QuickstartSource, configs.Quickstart()
+	if path != "" {
+		if data, err = os.ReadFile(path); err != nil {
+			return nil, configErr(fmt.Errorf("config: %w", err))
+		}
+		source = path
+	}
+	cfg, err := configs.Parse(source, data, lookup)
+	if err != nil {
+		return nil, configErr(err)
+	}
+	if path == "" {
+		log.Info("no config file found; using the embedded quickstart (run `mcpmux init` to write it out)")
+	} else {
+		log.Info("config loaded", "path", path)
+	}
+	return cfg, nil
+}
+
+// newLogger returns a text logger on w at the given level.
+func newLogger(w io.Writer, level string) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return nil, usageErr("--log-level: %v", err)
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l})), nil
+}
+
+func cmdInit(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("init", stderr)
+	out := fs.String("output", "mcpmux.toml", "file to write")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(*out, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		if errors.Is(err, os.ErrExist) {
+			return &exitError{exitRuntime, fmt.Errorf("init: %s already exists; not overwriting it", *out)}
+		}
+		return fmt.Errorf("init: %w", err)
+	}
+	if _, err := f.Write(configs.Quickstart()); err != nil {
+		f.Close()
+		return fmt.Errorf("init: writing %s: %w", *out, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("init: writing %s: %w", *out, err)
+	}
+	fmt.Fprintf(stdout, "wrote %s; edit it, then run `mcpmux check`\n", *out)
+	return nil
+}
+
+func cmdImport(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("import", stderr)
+	if err := fs.Parse(args); err != nil {
+		return &exitError{exitUsage, err}
+	}
+	if fs.NArg() != 1 {
+		return usageErr("import: want exactly one FILE, got %d arguments", fs.NArg())
+	}
+	data, err := os.ReadFile(fs.Arg(0))
+	if err != nil {
+		return &exitError{exitUsage, fmt.Errorf("import: %w", err)}
+	}
+	out, err := configs.Import(data)
+	if err != nil {
+		return &exitError{exitUsage, fmt.Errorf("import %s: %w", fs.Arg(0), err)}
+	}
+	_, err = stdout.Write(out)
+	return err
+}
+
+func cmdVersion(args []string, stdout, stderr io.Writer) error {
+	if err := parseFlags(newFlags("version", stderr), args); err != nil {
+		return err
+	}
+	commit, modified := "unknown", ""
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, s := range bi.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				commit = s.Value
+			case "vcs.modified":
+				if s.Value == "true" {
+					modified = " (modified)"
+				}
+			}
+		}
+	}
+	fmt.Fprintf(stdout, "mcpmux %s\ncommit %s%s\n%s %s/%s\n", version, commit, modified, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	return nil
+}
+
+// cmdDemo serves the built-in demo MCP server over stdin/stdout.
+func cmdDemo(ctx context.Context, args []string, stderr io.Writer) error {
+	fs := newFlags("demo-server", stderr)
+	name := fs.String("name", "demo", "server name")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	// A closed stderr pipe during shutdown must not kill the process.
+	signal.Ignore(syscall.SIGPIPE)
+	return demo.Serve(ctx, *name, os.Stdin, os.Stdout, stderr)
+}

@@ -1,0 +1,99 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"time"
+
+	"github.com/mcpmux/mcpmux/aggregator"
+	"github.com/mcpmux/mcpmux/configs"
+	"github.com/mcpmux/mcpmux/sessions"
+)
+
+func cmdServe(ctx context.Context, args []string, stderr io.Writer) error {
+	fs := newFlags("serve", stderr)
+	configPath := fs.String("config", "", "config file (default: discovered, else the embedded quickstart)")
+	listen := fs.String("listen", "", "listen address, overriding server.listen")
+	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	log, err := newLogger(stderr, *logLevel)
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	cfg, err := loadConfig(*configPath, log)
+	if err != nil {
+		return err
+	}
+	if *listen != "" {
+		cfg.Server.Listen = *listen
+	}
+	if err := checkExposure(cfg); err != nil {
+		return configErr(err)
+	}
+
+	agg := aggregator.New(cfg, aggregator.Options{Logger: log})
+	defer func() {
+		if err := agg.Close(); err != nil {
+			log.Error("closing upstreams", "error", err)
+		}
+	}()
+	srv, err := sessions.New(cfg, agg, sessions.Options{Logger: log, Version: version})
+	if err != nil {
+		return configErr(err)
+	}
+	ln, err := net.Listen("tcp", cfg.Server.Listen)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", cfg.Server.Listen, err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ctx, ln) }()
+	log.Info("listening", "addr", "http://"+ln.Addr().String()+"/mcp")
+
+	if err := agg.Start(ctx); err != nil {
+		return &exitError{exitRuntime, err}
+	}
+	srv.MarkStarted()
+	snap := agg.Snapshot()
+	log.Info("ready", "tools", len(snap.Tools), "upstreams", len(snap.Upstreams), "duration", time.Since(start))
+
+	err = <-served
+	log.Info("shutting down")
+	if err != nil && !errors.Is(err, net.ErrClosed) {
+		return err
+	}
+	return nil
+}
+
+// checkExposure refuses to serve a non-loopback address without
+// authentication unless the config says so explicitly (SPEC §10).
+func checkExposure(cfg *configs.Config) error {
+	if len(cfg.Auth.Tokens) > 0 || cfg.Server.AllowUnauthenticated {
+		return nil
+	}
+	host, _, err := net.SplitHostPort(cfg.Server.Listen)
+	if err != nil {
+		return fmt.Errorf("server.listen %q: %w", cfg.Server.Listen, err)
+	}
+	if host == "localhost" {
+		return nil
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+		return nil
+	}
+	return fmt.Errorf("server.listen %q is not a loopback address and no [[auth.tokens]] are configured; "+
+		"add tokens or set server.allow_unauthenticated = true", cfg.Server.Listen)
+}
+
+// startAggregator connects the upstreams for a one-shot command and logs
+// nothing unless asked to.
+func startAggregator(ctx context.Context, cfg *configs.Config, log *slog.Logger) (*aggregator.Aggregator, error) {
+	agg := aggregator.New(cfg, aggregator.Options{Logger: log})
+	return agg, agg.Start(ctx)
+}

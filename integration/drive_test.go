@@ -1,0 +1,409 @@
+//go:build unix
+
+package integration
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Script is what client/drive.mjs runs; see the comment at its top.
+type Script struct {
+	URL       string            `json:"url"`
+	Headers   map[string]string `json:"headers,omitempty"`
+	Clients   int               `json:"clients,omitempty"`   // 0 = 1
+	TimeoutMs int               `json:"timeoutMs,omitempty"` // per request; 0 = 30000
+	Terminate bool              `json:"terminate,omitempty"`
+	Steps     []Op              `json:"steps"`
+	// Sessions, instead of Clients and Steps, runs one client per entry,
+	// concurrently, each with its own URL, headers and steps (see
+	// SessionScript in sessions_driver_test.go).
+	Sessions []SessionScript `json:"sessions,omitempty"`
+}
+
+// Op is one step of a Script. Strings may contain "{{client}}", replaced by
+// the client's index.
+type Op struct {
+	Op          string `json:"op"`
+	Name        string `json:"name,omitempty"`
+	Args        any    `json:"args,omitempty"`
+	Meta        any    `json:"meta,omitempty"`
+	URI         string `json:"uri,omitempty"`
+	Method      string `json:"method,omitempty"`
+	Params      any    `json:"params,omitempty"`
+	Ms          int    `json:"ms,omitempty"`
+	TimeoutMs   int    `json:"timeoutMs,omitempty"`
+	ExpectError bool   `json:"expectError,omitempty"`
+	Progress    bool   `json:"progress,omitempty"`
+	Raw         bool   `json:"raw,omitempty"`
+}
+
+func opList() Op                      { return Op{Op: "list"} }
+func opCall(name string, args any) Op { return Op{Op: "call", Name: name, Args: args} }
+func opCallExpectError(name string, args any) Op {
+	return Op{Op: "callExpectError", Name: name, Args: args}
+}
+
+// Result is drive.mjs's output.
+type Result struct {
+	OK      bool           `json:"ok"`
+	Clients []ClientResult `json:"clients"`
+}
+
+// ClientResult is what one client session saw.
+type ClientResult struct {
+	Index              int             `json:"index"`
+	SessionID          string          `json:"sessionId"`
+	ProtocolVersion    string          `json:"protocolVersion"`
+	ServerInfo         json.RawMessage `json:"serverInfo"`
+	ServerCapabilities json.RawMessage `json:"serverCapabilities"`
+	Instructions       string          `json:"instructions"`
+	Steps              []StepResult    `json:"steps"`
+	Notifications      []Notification  `json:"notifications"`
+	Error              *DriveError     `json:"error"`
+}
+
+// StepResult is the outcome of one Op.
+type StepResult struct {
+	Op     string `json:"op"`
+	Name   string `json:"name"`
+	URI    string `json:"uri"`
+	Method string `json:"method"`
+	OK     bool   `json:"ok"`
+
+	Names             []string          `json:"names"` // list, listPrompts
+	Tools             []Tool            `json:"tools"`
+	Prompts           json.RawMessage   `json:"prompts"`
+	Resources         json.RawMessage   `json:"resources"`
+	URIs              []string          `json:"uris"`
+	ResourceTemplates json.RawMessage   `json:"resourceTemplates"`
+	Pages             int               `json:"pages"`
+	Result            json.RawMessage   `json:"result"`
+	Progress          []json.RawMessage `json:"progress"`
+	Notification      *Notification     `json:"notification"`
+	Error             *DriveError       `json:"error"`
+}
+
+// DriveError is an error as drive.mjs reports it. For Kind "jsonrpc", Code
+// and Message are exactly what the server sent.
+type DriveError struct {
+	Stage   string          `json:"stage"` // only on ClientResult.Error
+	Kind    string          `json:"kind"`  // jsonrpc, http, other, unexpected
+	Code    *int            `json:"code"`
+	Message string          `json:"message"`
+	Data    json.RawMessage `json:"data"`
+}
+
+func (e *DriveError) String() string {
+	if e == nil {
+		return "<nil>"
+	}
+	code := "none"
+	if e.Code != nil {
+		code = fmt.Sprint(*e.Code)
+	}
+	return fmt.Sprintf("%s error (code %s): %q", e.Kind, code, e.Message)
+}
+
+// Notification is a server notification a client received.
+type Notification struct {
+	Method string          `json:"method"`
+	Params json.RawMessage `json:"params"`
+}
+
+// Tool is one entry of tools/list.
+type Tool struct {
+	Name         string                     `json:"name"`
+	Title        string                     `json:"title"`
+	Description  string                     `json:"description"`
+	InputSchema  json.RawMessage            `json:"inputSchema"`
+	OutputSchema json.RawMessage            `json:"outputSchema"`
+	Annotations  *Annotations               `json:"annotations"`
+	Meta         map[string]json.RawMessage `json:"_meta"`
+}
+
+// Annotations are a tool's hints; nil means absent.
+type Annotations struct {
+	Title           string `json:"title"`
+	ReadOnlyHint    *bool  `json:"readOnlyHint"`
+	DestructiveHint *bool  `json:"destructiveHint"`
+	IdempotentHint  *bool  `json:"idempotentHint"`
+	OpenWorldHint   *bool  `json:"openWorldHint"`
+}
+
+// CallResult is a tools/call result.
+type CallResult struct {
+	Content           []Content       `json:"content"`
+	StructuredContent json.RawMessage `json:"structuredContent"`
+	IsError           bool            `json:"isError"`
+}
+
+// Content is one content block.
+type Content struct {
+	Type     string `json:"type"`
+	Text     string `json:"text"`
+	Data     string `json:"data"`
+	MimeType string `json:"mimeType"`
+}
+
+// Tool returns the listed tool called name, or nil.
+func (s StepResult) Tool(name string) *Tool {
+	for i := range s.Tools {
+		if s.Tools[i].Name == name {
+			return &s.Tools[i]
+		}
+	}
+	return nil
+}
+
+// Call decodes the step's tools/call result, failing the test if the step
+// has none.
+func (s StepResult) Call(t testing.TB) CallResult {
+	t.Helper()
+	if len(s.Result) == 0 {
+		t.Fatalf("step %s %s has no result (error: %v)", s.Op, s.Name, s.Error)
+	}
+	var r CallResult
+	if err := json.Unmarshal(s.Result, &r); err != nil {
+		t.Fatalf("step %s %s: decode result %s: %v", s.Op, s.Name, s.Result, err)
+	}
+	return r
+}
+
+// Text returns the concatenated text of a call result's text blocks.
+func (r CallResult) Text() string {
+	var b strings.Builder
+	for _, c := range r.Content {
+		if c.Type == "text" {
+			b.WriteString(c.Text)
+		}
+	}
+	return b.String()
+}
+
+// Steps returns the steps of the only client, failing the test when the
+// script ran more than one.
+func (r Result) Steps(t testing.TB) []StepResult {
+	t.Helper()
+	if len(r.Clients) != 1 {
+		t.Fatalf("Result.Steps on %d clients", len(r.Clients))
+	}
+	return r.Clients[0].Steps
+}
+
+// isTrue reports whether a hint is present and true.
+func isTrue(b *bool) bool { return b != nil && *b }
+
+// drive runs script with client/drive.mjs and returns its result. Any
+// unexpected failure — a step error not marked expectError, an expected
+// error that did not come, a connection failure — fails the test with the
+// driver's stderr and output.
+func drive(t testing.TB, script Script) Result {
+	t.Helper()
+	res, stderr, err := driveRaw(t, script)
+	if err != nil {
+		steps, _ := json.MarshalIndent(script.Steps, "", "  ")
+		out, _ := json.MarshalIndent(res, "", "  ")
+		t.Fatalf("drive.mjs against %s: %v\n--- driver stderr ---\n%s--- script steps ---\n%s\n--- driver result ---\n%s",
+			script.URL, err, stderr, steps, out)
+	}
+	return res
+}
+
+// driveRaw runs script and returns the decoded result, the driver's stderr,
+// and a non-nil error when the driver exited non-zero or printed no result.
+func driveRaw(t testing.TB, script Script) (Result, string, error) {
+	t.Helper()
+	requireNode(t)
+	in, err := json.Marshal(script)
+	if err != nil {
+		t.Fatalf("encode script: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, harness.node, filepath.Join(harness.dir, "client", "drive.mjs"))
+	cmd.Dir = harness.dir
+	cmd.Env = envWithout(os.Environ(), markerEnv)
+	cmd.Stdin = bytes.NewReader(in)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 2 * time.Second
+	runErr := cmd.Run()
+	if ctx.Err() != nil {
+		return Result{}, stderr.String(), fmt.Errorf("driver did not finish within 2m")
+	}
+	var res Result
+	if stdout.Len() > 0 {
+		if err := json.Unmarshal(stdout.Bytes(), &res); err != nil {
+			return res, stderr.String(), fmt.Errorf("decode driver output %q: %w (exit: %v)", stdout.String(), err, runErr)
+		}
+	} else if runErr == nil {
+		return res, stderr.String(), errors.New("driver printed nothing")
+	}
+	if runErr != nil {
+		return res, stderr.String(), fmt.Errorf("driver: %w", runErr)
+	}
+	return res, stderr.String(), nil
+}
+
+// TestDriver checks client/drive.mjs itself against the reference
+// server-everything over streamable HTTP, with no mcpmux in between: it
+// proves the driver before the mcpmux tests trust it.
+func TestDriver(t *testing.T) {
+	requireNode(t)
+	url := startEverythingHTTP(t)
+	const text = "héllo wörld ✓ 日本語"
+
+	t.Run("steps", func(t *testing.T) {
+		res := drive(t, Script{URL: url, Steps: []Op{
+			opList(),
+			opCall("echo", map[string]any{"message": text}),
+			opCall("get-sum", map[string]any{"a": 2, "b": 40}),
+			{Op: "request", Method: "no/such-method", ExpectError: true},
+			{Op: "listPrompts"},
+			{Op: "listResources"},
+			{Op: "ping"},
+		}})
+		if !res.OK || len(res.Clients) != 1 {
+			t.Fatalf("ok=%v clients=%d, want ok with 1 client", res.OK, len(res.Clients))
+		}
+		c := res.Clients[0]
+		if c.SessionID == "" || c.ProtocolVersion == "" {
+			t.Errorf("sessionId=%q protocolVersion=%q, want both set", c.SessionID, c.ProtocolVersion)
+		}
+		steps := c.Steps
+		if len(steps) != 7 {
+			t.Fatalf("got %d step results, want 7", len(steps))
+		}
+		for _, name := range everythingTools {
+			if !slices.Contains(steps[0].Names, name) {
+				t.Errorf("tools/list lacks %q; got %v", name, steps[0].Names)
+			}
+		}
+		if echo := steps[0].Tool("echo"); echo == nil || echo.Annotations == nil || !isTrue(echo.Annotations.ReadOnlyHint) {
+			t.Errorf("echo should be listed with readOnlyHint true; got %+v", echo)
+		}
+		if got, want := steps[1].Call(t).Text(), "Echo: "+text; got != want {
+			t.Errorf("echo = %q, want %q", got, want)
+		}
+		if got, want := steps[2].Call(t).Text(), "The sum of 2 and 40 is 42."; got != want {
+			t.Errorf("get-sum = %q, want %q", got, want)
+		}
+		e := steps[3].Error
+		if !steps[3].OK || e == nil || e.Kind != "jsonrpc" || e.Code == nil || *e.Code != -32601 || e.Message != "Method not found" {
+			t.Errorf("unknown method: ok=%v error %v, want jsonrpc -32601 \"Method not found\"", steps[3].OK, e)
+		}
+		if len(steps[4].Names) == 0 || len(steps[5].URIs) == 0 {
+			t.Errorf("prompts %v, resources %v: want both non-empty", steps[4].Names, steps[5].URIs)
+		}
+	})
+
+	t.Run("concurrent clients", func(t *testing.T) {
+		const n = 4
+		res := drive(t, Script{URL: url, Clients: n, Terminate: true, Steps: []Op{
+			opList(),
+			opCall("echo", map[string]any{"message": "client {{client}} " + text}),
+		}})
+		if len(res.Clients) != n {
+			t.Fatalf("got %d clients, want %d", len(res.Clients), n)
+		}
+		seen := map[string]bool{}
+		for i, c := range res.Clients {
+			if c.Index != i {
+				t.Errorf("client %d reports index %d", i, c.Index)
+			}
+			if seen[c.SessionID] {
+				t.Errorf("client %d reuses session %q", i, c.SessionID)
+			}
+			seen[c.SessionID] = true
+			if got, want := c.Steps[1].Call(t).Text(), fmt.Sprintf("Echo: client %d %s", i, text); got != want {
+				t.Errorf("client %d echo = %q, want %q", i, got, want)
+			}
+		}
+	})
+
+	t.Run("unexpected outcomes fail the run", func(t *testing.T) {
+		tests := []struct {
+			name    string
+			steps   []Op
+			stderr  string
+			stopped int // step results recorded before the client stopped
+		}{
+			{"expected error did not come", []Op{opCallExpectError("echo", map[string]any{"message": "x"}), opList()},
+				"expected an error, got a result", 1},
+			{"unexpected error", []Op{{Op: "request", Method: "no/such-method"}, opList()},
+				"Method not found", 1},
+		}
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				res, stderr, err := driveRaw(t, Script{URL: url, Steps: tt.steps})
+				var exit *exec.ExitError
+				if !errors.As(err, &exit) || exit.ExitCode() != 1 {
+					t.Fatalf("driver error = %v, want exit status 1", err)
+				}
+				if res.OK || len(res.Clients) != 1 || res.Clients[0].Error == nil {
+					t.Fatalf("result ok=%v, want not ok with the client's error set: %+v", res.OK, res)
+				}
+				if got := len(res.Clients[0].Steps); got != tt.stopped {
+					t.Errorf("client recorded %d steps, want %d (it must stop at the failure)", got, tt.stopped)
+				}
+				if !strings.Contains(stderr, tt.stderr) {
+					t.Errorf("stderr %q does not mention %q", stderr, tt.stderr)
+				}
+			})
+		}
+	})
+
+	t.Run("unusable script", func(t *testing.T) {
+		_, stderr, err := driveRaw(t, Script{URL: url, Steps: []Op{{Op: "teleport"}}})
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() != 2 {
+			t.Fatalf("driver error = %v, want exit status 2", err)
+		}
+		if !strings.Contains(stderr, `unknown op "teleport"`) {
+			t.Errorf("stderr %q does not name the bad op", stderr)
+		}
+	})
+
+	t.Run("connection refused", func(t *testing.T) {
+		res, stderr, err := driveRaw(t, Script{URL: "http://" + freeAddr(t) + "/mcp", Steps: []Op{opList()}})
+		if err == nil || res.OK {
+			t.Fatalf("driving a closed port succeeded: %+v", res)
+		}
+		if c := res.Clients; len(c) != 1 || c[0].Error == nil || c[0].Error.Stage != "connect" {
+			t.Errorf("want the client's error at stage connect, got %+v (stderr %q)", res.Clients, stderr)
+		}
+	})
+}
+
+// waitForTools lists tools through url until every name in want is listed
+// or timeout passes, and returns the last list. Use it where readiness does
+// not cover the upstreams (those not marked required).
+func waitForTools(t testing.TB, url string, headers map[string]string, want []string, timeout time.Duration) StepResult {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		list := drive(t, Script{URL: url, Headers: headers, Steps: []Op{opList()}}).Steps(t)[0]
+		missing := slices.DeleteFunc(slices.Clone(want), func(n string) bool { return slices.Contains(list.Names, n) })
+		if len(missing) == 0 {
+			return list
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after %v, tools/list still lacks %v; it has %v", timeout, missing, list.Names)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}

@@ -1,0 +1,451 @@
+//go:build unix
+
+// Package integration holds mcpmux's end-to-end tests: they run the real
+// mcpmux binary as a child process and talk to it with real peers — the
+// official MCP TypeScript SDK client (client/drive.mjs) and the reference
+// servers from npm — over real loopback sockets.
+//
+// The Node side is installed by `npm ci` in this directory (the Makefile does
+// it). Without Node or node_modules the tests skip, except under CI=true,
+// where they fail: CI must never pass by running nothing.
+package integration
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// markerEnv is set to a random value in the environment of every mcpmux the
+// tests start. Children inherit the environment (and the tests also put it in
+// each upstream's env table), so after mcpmux exits, any process on the
+// machine whose environ still carries the value is a leak, however it was
+// reparented or whatever process group it moved to.
+const markerEnv = "MCPMUX_TEST_MARKER"
+
+// harness is what TestMain learns once for all tests. It is written before
+// m.Run and only read afterwards, except mux*, which muxOnce guards.
+var harness struct {
+	dir     string // absolute path of integration/
+	tmp     string // removed when the tests end
+	node    string // absolute path of node, "" when missing
+	missing string // why the Node peers cannot run; "" when they can
+
+	muxOnce     sync.Once
+	mux         string // the built mcpmux binary
+	muxBuildErr error
+}
+
+func TestMain(m *testing.M) {
+	os.Exit(runTests(m))
+}
+
+func runTests(m *testing.M) int {
+	if mode := os.Getenv(fakeMuxEnv); mode != "" {
+		return fakeMux(mode, os.Args[1:]) // re-executed as a stand-in for mcpmux
+	}
+	dir, err := os.Getwd()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "integration:", err)
+		return 1
+	}
+	harness.dir = dir
+	harness.tmp, err = os.MkdirTemp("", "mcpmux-integration-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "integration:", err)
+		return 1
+	}
+	defer os.RemoveAll(harness.tmp)
+	harness.node, harness.missing = findNode(dir)
+	return m.Run()
+}
+
+// findNode reports the node binary and, when the peers cannot run, why.
+func findNode(dir string) (node, missing string) {
+	node, err := exec.LookPath("node")
+	if err != nil {
+		return "", "node is not on PATH (Node 20 or newer is needed for the integration peers)"
+	}
+	for _, pkg := range []string{"sdk", "server-everything", "server-memory"} {
+		p := filepath.Join(dir, "node_modules", "@modelcontextprotocol", pkg, "package.json")
+		if _, err := os.Stat(p); err != nil {
+			return node, fmt.Sprintf("%s is missing: run `npm ci` in %s (the Makefile does it)", p, dir)
+		}
+	}
+	return node, ""
+}
+
+// requireNode skips the test when Node or integration/node_modules is missing,
+// or fails it when CI=true.
+func requireNode(t testing.TB) {
+	t.Helper()
+	if harness.missing == "" {
+		return
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("CI=true and the integration peers cannot run: %s", harness.missing)
+	}
+	t.Skipf("skipping: %s", harness.missing)
+}
+
+// muxBinary returns the mcpmux binary, building it on first use (once per
+// test run), or fails the test with the build output. MCPMUX_BIN names a
+// prebuilt binary instead.
+func muxBinary(t testing.TB) string {
+	t.Helper()
+	harness.muxOnce.Do(func() {
+		if bin := os.Getenv("MCPMUX_BIN"); bin != "" {
+			harness.mux, harness.muxBuildErr = filepath.Abs(bin)
+			return
+		}
+		harness.mux = filepath.Join(harness.tmp, "mcpmux")
+		cmd := exec.Command("go", "build", "-o", harness.mux, "../cmd/mcpmux")
+		cmd.Dir = harness.dir
+		if out, err := cmd.CombinedOutput(); err != nil {
+			harness.muxBuildErr = fmt.Errorf("go build ../cmd/mcpmux: %w\n%s", err, out)
+		}
+	})
+	if harness.muxBuildErr != nil {
+		t.Fatalf("cannot build mcpmux: %v", harness.muxBuildErr)
+	}
+	return harness.mux
+}
+
+// nodeModule returns the absolute path of a file inside node_modules.
+func nodeModule(rel string) string {
+	return filepath.Join(harness.dir, "node_modules", filepath.FromSlash(rel))
+}
+
+// Entry points of the reference servers (see README.md).
+func everythingEntry() string {
+	return nodeModule("@modelcontextprotocol/server-everything/dist/index.js")
+}
+
+func memoryEntry() string {
+	return nodeModule("@modelcontextprotocol/server-memory/dist/index.js")
+}
+
+// randomHex returns n random bytes as hex.
+func randomHex(t testing.TB, n int) string {
+	t.Helper()
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return hex.EncodeToString(b)
+}
+
+// freeAddr returns a loopback address that was free a moment ago. Another
+// process may take it before it is used; callers retry on "address in use".
+func freeAddr(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return addr
+}
+
+// syncBuffer is a bytes.Buffer safe for one writer and many readers.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// envWithout returns env minus the variables named in drop.
+func envWithout(env []string, drop ...string) []string {
+	out := make([]string, 0, len(env))
+	for _, kv := range env {
+		k, _, _ := strings.Cut(kv, "=")
+		keep := true
+		for _, d := range drop {
+			if k == d {
+				keep = false
+				break
+			}
+		}
+		if keep {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+// Mux is one running mcpmux process started by startMux. Its methods are
+// safe for concurrent use.
+type Mux struct {
+	Addr   string // host:port it listens on
+	Marker string // value of markerEnv in its environment
+	Dir    string // its working directory
+
+	cmd    *exec.Cmd
+	stderr *syncBuffer
+	stdout *syncBuffer
+	done   chan struct{} // closed once the process has been reaped
+	state  *os.ProcessState
+}
+
+// muxOptions tunes startMuxWith. The zero value runs `mcpmux serve --listen
+// ADDR` in an empty temporary directory.
+type muxOptions struct {
+	Config string   // TOML written to <Dir>/mcpmux.toml and passed as --config; "" passes none
+	Args   []string // extra arguments after `serve --listen ADDR`
+	Dir    string   // working directory; "" = a new t.TempDir()
+	Env    []string // KEY=VALUE added to the environment (after MCPMUX_CONFIG is removed)
+	Marker string   // value of markerEnv; "" = random
+	Bin    string   // the binary to run; "" = the mcpmux built by muxBinary
+	// StopTimeout bounds the wait after SIGTERM at cleanup; 0 = 20s.
+	StopTimeout time.Duration
+}
+
+// URL returns the streamable HTTP endpoint.
+func (m *Mux) URL() string { return "http://" + m.Addr + "/mcp" }
+
+// PID returns the process id of mcpmux.
+func (m *Mux) PID() int { return m.cmd.Process.Pid }
+
+// Stderr returns everything mcpmux has written to stderr so far.
+func (m *Mux) Stderr() string { return m.stderr.String() }
+
+// Exited reports whether the process has exited.
+func (m *Mux) Exited() bool {
+	select {
+	case <-m.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// Signal sends sig to mcpmux (not to its process group: shutting down its
+// children is mcpmux's job, and the tests check that it does it).
+func (m *Mux) Signal(sig syscall.Signal) error {
+	return m.cmd.Process.Signal(sig)
+}
+
+// Wait waits up to timeout for mcpmux to exit and returns its exit code (-1
+// when killed by a signal). ok is false on timeout.
+func (m *Mux) Wait(timeout time.Duration) (code int, ok bool) {
+	select {
+	case <-m.done:
+		return m.state.ExitCode(), true
+	case <-time.After(timeout):
+		return 0, false
+	}
+}
+
+// kill SIGKILLs mcpmux's process group and every process carrying its
+// marker, then waits for mcpmux to be reaped. It is the last resort of
+// cleanup, never part of an assertion.
+func (m *Mux) kill() {
+	_ = syscall.Kill(-m.cmd.Process.Pid, syscall.SIGKILL)
+	killMarked(m.Marker)
+	<-m.done
+}
+
+// startMux starts `mcpmux serve --config F --listen ADDR` with configTOML as
+// F and waits until GET /readyz answers 200. At cleanup it SIGTERMs mcpmux,
+// asserts a clean exit (code 0) and that no process it started survives, and
+// on failure logs its stderr.
+func startMux(t *testing.T, configTOML string) *Mux {
+	t.Helper()
+	return startMuxWith(t, muxOptions{Config: configTOML})
+}
+
+// startMuxWith is startMux with options.
+func startMuxWith(t *testing.T, opts muxOptions) *Mux {
+	t.Helper()
+	bin := opts.Bin
+	if bin == "" {
+		bin = muxBinary(t)
+	}
+	if opts.Dir == "" {
+		opts.Dir = t.TempDir()
+	}
+	var cfgArgs []string
+	if opts.Config != "" {
+		path := filepath.Join(opts.Dir, "mcpmux.toml")
+		if err := os.WriteFile(path, []byte(opts.Config), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		cfgArgs = []string{"--config", path}
+	}
+	// The port may be taken between freeAddr and mcpmux's listen: retry.
+	for attempt := 1; ; attempt++ {
+		addr := freeAddr(t)
+		args := append([]string{"serve"}, cfgArgs...)
+		args = append(args, "--listen", addr)
+		args = append(args, opts.Args...)
+		m, err := launchMux(t, bin, args, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.Addr = addr
+		err = m.waitReady(30 * time.Second)
+		if err == nil {
+			return m
+		}
+		if attempt < 3 && m.Exited() && strings.Contains(m.Stderr(), "address already in use") {
+			continue
+		}
+		m.kill()
+		t.Fatalf("mcpmux %s: %v\n--- mcpmux stderr ---\n%s", strings.Join(args, " "), err, m.Stderr())
+	}
+}
+
+// launchMux starts the process and registers its cleanup.
+func launchMux(t *testing.T, bin string, args []string, opts muxOptions) (*Mux, error) {
+	t.Helper()
+	if opts.Marker == "" {
+		opts.Marker = randomHex(t, 12)
+	}
+	m := &Mux{
+		Marker: opts.Marker,
+		Dir:    opts.Dir,
+		stderr: &syncBuffer{},
+		stdout: &syncBuffer{},
+		done:   make(chan struct{}),
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Dir = opts.Dir
+	cmd.Env = append(envWithout(os.Environ(), "MCPMUX_CONFIG", markerEnv), markerEnv+"="+m.Marker)
+	cmd.Env = append(cmd.Env, opts.Env...)
+	cmd.Stdout = m.stdout
+	cmd.Stderr = m.stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// Upstream children that keep stderr open must not keep Wait from
+	// returning once mcpmux itself has exited.
+	cmd.WaitDelay = 2 * time.Second
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", bin, err)
+	}
+	m.cmd = cmd
+	go func() {
+		_ = cmd.Wait() // the exit status is read from ProcessState
+		m.state = cmd.ProcessState
+		close(m.done)
+	}()
+
+	stopTimeout := opts.StopTimeout
+	if stopTimeout == 0 {
+		stopTimeout = 20 * time.Second
+	}
+	// Registered first, so it runs last: the dump includes shutdown logs.
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("--- mcpmux %s stderr ---\n%s", strings.Join(args, " "), m.Stderr())
+			if out := m.stdout.String(); out != "" {
+				t.Logf("--- mcpmux stdout ---\n%s", out)
+			}
+		}
+	})
+	t.Cleanup(func() {
+		if !m.Exited() {
+			if err := m.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
+				t.Errorf("SIGTERM mcpmux: %v", err)
+			}
+			code, ok := m.Wait(stopTimeout)
+			switch {
+			case !ok:
+				t.Errorf("mcpmux did not exit within %v of SIGTERM; killing it", stopTimeout)
+				m.kill()
+				return
+			case code != 0:
+				t.Errorf("mcpmux exited with code %d after SIGTERM, want 0", code)
+			}
+		}
+		if survivors := waitNoMarked(m.Marker, 2*time.Second); len(survivors) > 0 {
+			t.Errorf("processes started by mcpmux survived it:\n%s", describeProcs(survivors))
+			killMarked(m.Marker)
+		}
+	})
+	return m, nil
+}
+
+// waitReady polls GET /readyz until it answers 200, the process exits, or
+// timeout passes.
+func (m *Mux) waitReady(timeout time.Duration) error {
+	client := &http.Client{Timeout: time.Second}
+	url := "http://" + m.Addr + "/readyz"
+	deadline := time.Now().Add(timeout)
+	last := "no answer yet"
+	for {
+		if m.Exited() {
+			return fmt.Errorf("exited with code %d before %s answered 200 (last: %s)", m.state.ExitCode(), url, last)
+		}
+		resp, err := client.Get(url)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+			last = resp.Status
+		} else {
+			last = err.Error()
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s did not answer 200 within %v (last: %s)", url, timeout, last)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// runMux runs the mcpmux binary to completion (bounded by timeout) in dir
+// with extra env, and returns its exit code, stdout and stderr. A run that
+// does not finish in time fails the test.
+func runMux(t *testing.T, timeout time.Duration, dir string, env []string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, muxBinary(t), args...)
+	cmd.Dir = dir
+	cmd.Env = append(envWithout(os.Environ(), "MCPMUX_CONFIG"), env...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 2 * time.Second
+	err := cmd.Run()
+	if ctx.Err() != nil {
+		t.Fatalf("mcpmux %s did not finish within %v\n--- stderr ---\n%s", strings.Join(args, " "), timeout, errb.String())
+	}
+	var exit *exec.ExitError
+	switch {
+	case err == nil:
+		code = 0
+	case errors.As(err, &exit):
+		code = exit.ExitCode()
+	default:
+		t.Fatalf("mcpmux %s: %v", strings.Join(args, " "), err)
+	}
+	return code, out.String(), errb.String()
+}

@@ -1,0 +1,113 @@
+//go:build unix
+
+package integration
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// startEverythingHTTP starts the reference server-everything in
+// streamableHttp mode on a free port and returns its MCP endpoint
+// (http://127.0.0.1:PORT/mcp) once the port accepts connections. The server
+// takes its port only from the PORT environment variable (default 3001) and
+// listens on all interfaces. It is stopped at cleanup; its output is logged
+// if the test failed.
+func startEverythingHTTP(t *testing.T) string {
+	t.Helper()
+	requireNode(t)
+	for attempt := 1; ; attempt++ {
+		addr := freeAddr(t)
+		_, port, _ := net.SplitHostPort(addr)
+		out := &syncBuffer{}
+		cmd := exec.Command(harness.node, everythingEntry(), "streamableHttp")
+		cmd.Env = append(envWithout(os.Environ(), "PORT", markerEnv), "PORT="+port)
+		cmd.Stdout, cmd.Stderr = out, out
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		if err := cmd.Start(); err != nil {
+			t.Fatalf("start server-everything: %v", err)
+		}
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		stop := func() {
+			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
+			select {
+			case <-done:
+			case <-time.After(5 * time.Second):
+				_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+				<-done
+			}
+		}
+		err := waitAccepting(addr, done, 20*time.Second)
+		if err == nil {
+			t.Cleanup(func() {
+				stop()
+				if t.Failed() {
+					t.Logf("--- server-everything (streamableHttp, port %s) output ---\n%s", port, out.String())
+				}
+			})
+			return "http://" + addr + "/mcp"
+		}
+		stop()
+		if attempt < 3 && strings.Contains(out.String(), "already in use") {
+			continue
+		}
+		t.Fatalf("server-everything streamableHttp on port %s: %v\n--- output ---\n%s", port, err, out.String())
+	}
+}
+
+// waitAccepting polls until addr accepts a TCP connection, exited is closed,
+// or timeout passes.
+func waitAccepting(addr string, exited <-chan struct{}, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		select {
+		case <-exited:
+			return fmt.Errorf("exited before %s accepted connections", addr)
+		default:
+		}
+		c, err := net.DialTimeout("tcp", addr, 500*time.Millisecond)
+		if err == nil {
+			c.Close()
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s did not accept connections within %v: %w", addr, timeout, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// tomlString quotes s as a TOML basic string. JSON string escapes (\" \\
+// \n \uXXXX …) are all valid TOML escapes.
+func tomlString(s string) string {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(s); err != nil {
+		panic(err) // a string always encodes
+	}
+	return strings.TrimSuffix(b.String(), "\n")
+}
+
+// tomlArray quotes ss as a TOML array of basic strings.
+func tomlArray(ss ...string) string {
+	q := make([]string, len(ss))
+	for i, s := range ss {
+		q[i] = tomlString(s)
+	}
+	return "[" + strings.Join(q, ", ") + "]"
+}
+
+// shQuote quotes s for a POSIX shell command line.
+func shQuote(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
