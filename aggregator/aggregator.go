@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 
 	"github.com/hashicorp/go-multierror"
+	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 
@@ -25,6 +26,13 @@ import (
 // ErrToolNotFound is returned when a call names a tool the current snapshot
 // does not have.
 var ErrToolNotFound = errors.New("tool not found")
+
+// ErrPromptNotFound and ErrResourceNotFound are returned for prompts and
+// resource URIs no upstream claims.
+var (
+	ErrPromptNotFound   = errors.New("prompt not found")
+	ErrResourceNotFound = errors.New("resource not found")
+)
 
 // Aggregator merges the catalogs of a config's upstreams into snapshots and
 // routes calls to them. Create it with New, then Start; Close stops every
@@ -42,6 +50,9 @@ type Aggregator struct {
 	version uint64
 	snap    atomic.Pointer[Snapshot]
 	subs    []func(old, new *Snapshot)
+
+	relay             *relay
+	onResourceUpdated func(uri string) // set before Start; nil = ignore
 
 	startMu   sync.Mutex
 	startErrs map[string]error // upstream → error of its first connection attempt
@@ -68,6 +79,7 @@ func New(cfg *configs.Config, opts Options) *Aggregator {
 		namer:  Namer{Separator: cfg.Server.Separator, MaxLength: cfg.Server.MaxNameLength},
 		log:    log,
 		byName: make(map[string]*upstream.Upstream),
+		relay:  newRelay(),
 	}
 	for _, uc := range cfg.Upstreams {
 		var uo upstream.Options
@@ -76,6 +88,10 @@ func New(cfg *configs.Config, opts Options) *Aggregator {
 		}
 		uo.Logger = log
 		uo.OnCatalog = func(*upstream.Upstream) { a.rebuild() }
+		uo.OnNotification = a.onNotification
+		h := clientHandler{a: a, upstream: uc.Name}
+		uo.ClientOptions = append(uo.ClientOptions,
+			client.WithSamplingHandler(h), client.WithElicitationHandler(h), client.WithRootsHandler(h))
 		u := upstream.New(uc, uo)
 		a.ups = append(a.ups, u)
 		a.byName[uc.Name] = u
@@ -201,8 +217,9 @@ func (a *Aggregator) rebuild() {
 
 // CallTool routes a tools/call for the exposed tool e to its upstream, under
 // the upstream's original name. Arguments travel as the raw JSON the client
-// sent; _meta keys that belong to one hop (io.modelcontextprotocol/*) and the
-// client's progress token are not forwarded.
+// sent. _meta keys that belong to one hop (io.modelcontextprotocol/*) are not
+// forwarded, and a progress token is replaced by one unique across upstream
+// connections, whose notifications are mapped back to this caller.
 func (a *Aggregator) CallTool(ctx context.Context, e *filter.Entry, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	u := a.byName[e.Upstream]
 	if u == nil {
@@ -215,8 +232,193 @@ func (a *Aggregator) CallTool(ctx context.Context, e *filter.Entry, req mcp.Call
 	} else {
 		out.Params.Arguments = req.Params.Arguments
 	}
-	out.Params.Meta = forwardMeta(req.Params.Meta)
-	return u.CallTool(ctx, out)
+	var done func()
+	out.Params.Meta, done = a.hopMeta(ctx, req.Params.Meta)
+	defer done()
+	defer a.relay.begin(e.Upstream, ctx)()
+	res, err := u.CallTool(ctx, out)
+	a.relay.learnLinks(e.Upstream, res)
+	return res, err
+}
+
+// hopMeta builds the _meta for the upstream hop and returns the function
+// that forgets its progress mapping.
+func (a *Aggregator) hopMeta(ctx context.Context, m *mcp.Meta) (*mcp.Meta, func()) {
+	out := forwardMeta(m)
+	if m == nil || m.ProgressToken == nil {
+		return out, func() {}
+	}
+	if out == nil {
+		out = &mcp.Meta{}
+	}
+	var done func()
+	out.ProgressToken, done = a.relay.mintProgress(ctx, m.ProgressToken)
+	return out, done
+}
+
+// GetPrompt routes prompts/get for an exposed prompt name.
+func (a *Aggregator) GetPrompt(ctx context.Context, req mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
+	p := a.Snapshot().Prompt(req.Params.Name)
+	if p == nil {
+		return nil, fmt.Errorf("prompt %q: %w", req.Params.Name, ErrPromptNotFound)
+	}
+	out := req
+	out.Params.Name = p.Original
+	var done func()
+	out.Params.Meta, done = a.hopMeta(ctx, req.Params.Meta)
+	defer done()
+	defer a.relay.begin(p.Upstream, ctx)()
+	return a.byName[p.Upstream].GetPrompt(ctx, out)
+}
+
+// ReadResource routes resources/read by URI. Contents come back under the
+// URI the client asked for.
+func (a *Aggregator) ReadResource(ctx context.Context, req mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
+	up, original, ok := a.Snapshot().RouteURI(req.Params.URI, a.relay.linkTable())
+	if !ok {
+		return nil, fmt.Errorf("resource %q: %w", req.Params.URI, ErrResourceNotFound)
+	}
+	out := req
+	out.Params.URI = original
+	out.Params.Arguments = nil
+	var done func()
+	out.Params.Meta, done = a.hopMeta(ctx, req.Params.Meta)
+	defer done()
+	defer a.relay.begin(up, ctx)()
+	res, err := a.byName[up].ReadResource(ctx, out)
+	if err != nil || original == req.Params.URI {
+		return res, err
+	}
+	for i, c := range res.Contents {
+		switch v := c.(type) {
+		case mcp.TextResourceContents:
+			if v.URI == original {
+				v.URI = req.Params.URI
+			}
+			res.Contents[i] = v
+		case mcp.BlobResourceContents:
+			if v.URI == original {
+				v.URI = req.Params.URI
+			}
+			res.Contents[i] = v
+		}
+	}
+	return res, nil
+}
+
+// Complete routes completion/complete for a prompt (by exposed name) or a
+// resource template (by exposed template). An upstream without the
+// completions capability answers with no values.
+func (a *Aggregator) Complete(ctx context.Context, ref any, arg mcp.CompleteArgument, cctx mcp.CompleteContext) (*mcp.Completion, error) {
+	snap := a.Snapshot()
+	var up string
+	switch r := ref.(type) {
+	case mcp.PromptReference:
+		p := snap.Prompt(r.Name)
+		if p == nil {
+			return nil, fmt.Errorf("prompt %q: %w", r.Name, ErrPromptNotFound)
+		}
+		up, r.Name = p.Upstream, p.Original
+		ref = r
+	case mcp.ResourceReference:
+		t := snap.Template(r.URI)
+		switch {
+		case t != nil:
+			up, r.URI = t.Upstream, t.OriginalTemplate
+		default:
+			var ok bool
+			if up, r.URI, ok = snap.RouteURI(r.URI, nil); !ok {
+				return nil, fmt.Errorf("resource %q: %w", r.URI, ErrResourceNotFound)
+			}
+		}
+		ref = r
+	default:
+		return nil, fmt.Errorf("completion/complete: unsupported ref %T", ref)
+	}
+	u := a.byName[up]
+	cat, c := u.Catalog(), u.Client()
+	if cat == nil || c == nil {
+		return nil, fmt.Errorf("upstream %q: completion/complete: %w", up, upstream.ErrDown)
+	}
+	if cat.Capabilities.Completions == nil {
+		return &mcp.Completion{Values: []string{}}, nil
+	}
+	defer a.relay.begin(up, ctx)()
+	res, err := c.Complete(ctx, mcp.CompleteRequest{Params: mcp.CompleteParams{Ref: ref, Argument: arg, Context: cctx}})
+	if err != nil {
+		return nil, fmt.Errorf("upstream %q: completion/complete: %w", up, err)
+	}
+	return &res.Completion, nil
+}
+
+// Subscribe forwards resources/subscribe to the owning upstream the first
+// time any client subscribes to uri.
+func (a *Aggregator) Subscribe(ctx context.Context, uri string) error {
+	up, original, ok := a.Snapshot().RouteURI(uri, a.relay.linkTable())
+	if !ok {
+		return fmt.Errorf("resource %q: %w", uri, ErrResourceNotFound)
+	}
+	key := up + "\x00" + original
+	a.relay.mu.Lock()
+	a.relay.subs[key]++
+	first := a.relay.subs[key] == 1
+	a.relay.mu.Unlock()
+	if !first {
+		return nil
+	}
+	c := a.byName[up].Client()
+	if c == nil {
+		return fmt.Errorf("upstream %q: resources/subscribe: %w", up, upstream.ErrDown)
+	}
+	if err := c.Subscribe(ctx, mcp.SubscribeRequest{Params: mcp.SubscribeParams{URI: original}}); err != nil {
+		return fmt.Errorf("upstream %q: resources/subscribe %q: %w", up, original, err)
+	}
+	return nil
+}
+
+// Unsubscribe forwards resources/unsubscribe when the last subscriber of
+// uri leaves.
+func (a *Aggregator) Unsubscribe(ctx context.Context, uri string) error {
+	up, original, ok := a.Snapshot().RouteURI(uri, a.relay.linkTable())
+	if !ok {
+		return nil
+	}
+	key := up + "\x00" + original
+	a.relay.mu.Lock()
+	if a.relay.subs[key] > 0 {
+		a.relay.subs[key]--
+	}
+	last := a.relay.subs[key] == 0
+	a.relay.mu.Unlock()
+	c := a.byName[up].Client()
+	if !last || c == nil {
+		return nil
+	}
+	if err := c.Unsubscribe(ctx, mcp.UnsubscribeRequest{Params: mcp.UnsubscribeParams{URI: original}}); err != nil {
+		return fmt.Errorf("upstream %q: resources/unsubscribe %q: %w", up, original, err)
+	}
+	return nil
+}
+
+// OnResourceUpdated registers fn to receive the exposed URI of every
+// notifications/resources/updated an upstream sends. Call it before Start.
+func (a *Aggregator) OnResourceUpdated(fn func(uri string)) { a.onResourceUpdated = fn }
+
+// SetLevel forwards a client's logging/setLevel to every connected upstream
+// that supports logging. Log messages are then filtered per session by the
+// front door.
+func (a *Aggregator) SetLevel(ctx context.Context, level mcp.LoggingLevel) error {
+	var errs []error
+	for _, u := range a.ups {
+		cat, c := u.Catalog(), u.Client()
+		if cat == nil || c == nil || cat.Capabilities.Logging == nil {
+			continue
+		}
+		if err := c.SetLevel(ctx, mcp.SetLevelRequest{Params: mcp.SetLevelParams{Level: level}}); err != nil {
+			errs = append(errs, fmt.Errorf("upstream %q: logging/setLevel: %w", u.Name(), err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // forwardMeta copies the _meta fields that may cross a hop.
@@ -245,5 +447,20 @@ func (a *Aggregator) ToolHandler() server.ToolHandlerFunc {
 			return nil, fmt.Errorf("tool %q: %w", req.Params.Name, ErrToolNotFound)
 		}
 		return a.CallTool(ctx, e, req)
+	}
+}
+
+// PromptHandler returns the mcp-go handler that routes prompts/get.
+func (a *Aggregator) PromptHandler() server.PromptHandlerFunc { return a.GetPrompt }
+
+// ResourceHandler returns the mcp-go handler that routes resources/read for
+// listed resources and templates.
+func (a *Aggregator) ResourceHandler() server.ResourceHandlerFunc {
+	return func(ctx context.Context, req mcp.ReadResourceRequest) ([]mcp.ResourceContents, error) {
+		res, err := a.ReadResource(ctx, req)
+		if err != nil {
+			return nil, err
+		}
+		return res.Contents, nil
 	}
 }

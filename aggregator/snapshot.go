@@ -32,6 +32,22 @@ type Snapshot struct {
 	// Conflicts lists exposed names that two upstreams both produced; the
 	// tool of the later upstream (by name) is left out.
 	Conflicts []Conflict
+
+	// Prompts, sorted by exposed name; Resources and Templates in upstream
+	// order. Rewrites lists resource URIs rewritten because two upstreams
+	// claimed them.
+	Prompts   []*Prompt
+	Resources []*Resource
+	Templates []*Template
+	Rewrites  []Rewrite
+
+	prompts   map[string]*Prompt
+	resources map[string]*Resource
+	templates map[string]*Template
+
+	// PromptsKey and ResourcesKey change exactly when the listed prompts,
+	// or resources and templates, change.
+	PromptsKey, ResourcesKey string
 }
 
 // UpstreamStatus is an upstream's state when a snapshot was taken.
@@ -97,6 +113,8 @@ func build(version uint64, namer Namer, sources []*source) *Snapshot {
 		s.Upstreams = append(s.Upstreams, st)
 	}
 	slices.SortFunc(s.Tools, func(a, b *filter.Entry) int { return strings.Compare(a.Tool.Name, b.Tool.Name) })
+	s.buildResources(namer, sources)
+	s.PromptsKey, s.ResourcesKey = s.listFingerprint()
 	return s
 }
 

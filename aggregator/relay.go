@@ -1,0 +1,252 @@
+package aggregator
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/mark3labs/mcp-go/client"
+	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
+
+	"github.com/mcpmux/mcpmux/upstream"
+)
+
+// ErrAmbiguousCaller is returned when an upstream sends a request or a
+// notification that belongs to one client session, and mcpmux cannot tell
+// which: never a guess.
+var ErrAmbiguousCaller = errors.New("cannot tell which client session this belongs to")
+
+// ErrClientLacksCapability is returned when an upstream asks the calling
+// client for something (sampling, elicitation, roots) it did not declare.
+var ErrClientLacksCapability = errors.New("the calling client did not declare this capability")
+
+// relay tracks the requests mcpmux has in flight to each upstream, so that
+// what an upstream sends back (progress, log messages, sampling, elicitation
+// and roots requests) reaches the client session that caused it.
+type relay struct {
+	seq atomic.Uint64
+
+	mu       sync.Mutex
+	inflight map[string]map[uint64]context.Context // upstream → call id → downstream ctx
+	progress map[string]progressRoute              // minted token → route
+	links    map[string]string                     // resource link URI → upstream
+	subs     map[string]int                        // "upstream\x00uri" → subscribers
+}
+
+type progressRoute struct {
+	ctx      context.Context
+	original mcp.ProgressToken
+}
+
+func newRelay() *relay {
+	return &relay{
+		inflight: make(map[string]map[uint64]context.Context),
+		progress: make(map[string]progressRoute),
+		links:    make(map[string]string),
+		subs:     make(map[string]int),
+	}
+}
+
+// begin records a downstream request in flight to upstream and returns the
+// function that ends it.
+func (r *relay) begin(upstream string, ctx context.Context) func() {
+	id := r.seq.Add(1)
+	r.mu.Lock()
+	m := r.inflight[upstream]
+	if m == nil {
+		m = make(map[uint64]context.Context)
+		r.inflight[upstream] = m
+	}
+	m[id] = ctx
+	r.mu.Unlock()
+	return func() {
+		r.mu.Lock()
+		delete(r.inflight[upstream], id)
+		r.mu.Unlock()
+	}
+}
+
+// mintProgress replaces a client's progress token with one unique across
+// every upstream connection and records where its notifications go.
+func (r *relay) mintProgress(ctx context.Context, original mcp.ProgressToken) (mcp.ProgressToken, func()) {
+	tok := fmt.Sprintf("mcpmux-%d", r.seq.Add(1))
+	r.mu.Lock()
+	r.progress[tok] = progressRoute{ctx: ctx, original: original}
+	r.mu.Unlock()
+	return tok, func() {
+		r.mu.Lock()
+		delete(r.progress, tok)
+		r.mu.Unlock()
+	}
+}
+
+// caller returns the downstream context of the request that caused ctx's
+// upstream request: ctx itself when the transport tied it to the call, else
+// the only request in flight to that upstream.
+func (r *relay) caller(ctx context.Context, upstream string) (context.Context, error) {
+	if server.ClientSessionFromContext(ctx) != nil && server.ServerFromContext(ctx) != nil {
+		return ctx, nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	m := r.inflight[upstream]
+	if len(m) == 1 {
+		for _, c := range m {
+			return c, nil
+		}
+	}
+	return nil, fmt.Errorf("upstream %q: %d client requests in flight: %w", upstream, len(m), ErrAmbiguousCaller)
+}
+
+// learnLinks records the URIs of resource links an upstream returned, so
+// that reading them is routed back to it.
+func (r *relay) learnLinks(upstream string, res *mcp.CallToolResult) {
+	if res == nil {
+		return
+	}
+	for _, c := range res.Content {
+		var uri string
+		switch v := c.(type) {
+		case mcp.ResourceLink:
+			uri = v.URI
+		case *mcp.ResourceLink:
+			uri = v.URI
+		default:
+			continue
+		}
+		r.mu.Lock()
+		if len(r.links) < maxLinks {
+			r.links[uri] = upstream
+		}
+		r.mu.Unlock()
+	}
+}
+
+// maxLinks bounds the link table; links past it are simply not routable.
+const maxLinks = 100000
+
+func (r *relay) linkTable() map[string]string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make(map[string]string, len(r.links))
+	for k, v := range r.links {
+		out[k] = v
+	}
+	return out
+}
+
+// onNotification routes one upstream notification to the session it
+// belongs to. It runs on the upstream's reader and must not block; every
+// send below is a non-blocking queue write.
+func (a *Aggregator) onNotification(u *upstream.Upstream, n mcp.JSONRPCNotification) {
+	switch n.Method {
+	case string(mcp.MethodNotificationProgress):
+		tok := fmt.Sprint(n.Params.AdditionalFields["progressToken"])
+		a.relay.mu.Lock()
+		route, ok := a.relay.progress[tok]
+		a.relay.mu.Unlock()
+		if !ok {
+			return
+		}
+		params := make(map[string]any, len(n.Params.AdditionalFields))
+		for k, v := range n.Params.AdditionalFields {
+			params[k] = v
+		}
+		params["progressToken"] = route.original
+		if srv := server.ServerFromContext(route.ctx); srv != nil {
+			if err := srv.SendNotificationToClient(route.ctx, string(mcp.MethodNotificationProgress), params); err != nil {
+				a.log.Debug("progress not delivered", "upstream", u.Name(), "error", err)
+			}
+		}
+	case string(mcp.MethodNotificationMessage):
+		ctx, err := a.relay.caller(context.Background(), u.Name())
+		if err != nil {
+			a.log.Debug("log message from upstream not delivered", "upstream", u.Name(), "error", err)
+			return
+		}
+		var msg mcp.LoggingMessageNotification
+		raw, _ := json.Marshal(n)
+		if err := json.Unmarshal(raw, &msg); err != nil {
+			return
+		}
+		if srv := server.ServerFromContext(ctx); srv != nil {
+			if err := srv.SendLogMessageToClient(ctx, msg); err != nil {
+				a.log.Debug("log message not delivered", "upstream", u.Name(), "error", err)
+			}
+		}
+	case string(mcp.MethodNotificationResourceUpdated):
+		uri, _ := n.Params.AdditionalFields["uri"].(string)
+		if uri == "" || a.onResourceUpdated == nil {
+			return
+		}
+		exposed := uri
+		snap := a.Snapshot()
+		for _, rw := range snap.Rewrites {
+			if rw.Upstream == u.Name() && rw.Original == uri {
+				exposed = rw.Exposed
+			}
+		}
+		a.onResourceUpdated(exposed)
+	}
+}
+
+// clientHandler answers an upstream's sampling, elicitation and roots
+// requests by asking the client session whose call caused them.
+type clientHandler struct {
+	a        *Aggregator
+	upstream string
+}
+
+var (
+	_ client.SamplingHandler    = clientHandler{}
+	_ client.ElicitationHandler = clientHandler{}
+	_ client.RootsHandler       = clientHandler{}
+)
+
+func (h clientHandler) target(ctx context.Context, method string, has func(mcp.ClientCapabilities) bool) (context.Context, *server.MCPServer, error) {
+	dctx, err := h.a.relay.caller(ctx, h.upstream)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s from upstream %q: %w", method, h.upstream, err)
+	}
+	srv := server.ServerFromContext(dctx)
+	sess := server.ClientSessionFromContext(dctx)
+	if srv == nil || sess == nil {
+		return nil, nil, fmt.Errorf("%s from upstream %q: %w", method, h.upstream, ErrAmbiguousCaller)
+	}
+	if ci, ok := sess.(server.SessionWithClientInfo); ok && !has(ci.GetClientCapabilities()) {
+		return nil, nil, fmt.Errorf("%s from upstream %q: %w", method, h.upstream, ErrClientLacksCapability)
+	}
+	return dctx, srv, nil
+}
+
+// CreateMessage relays sampling/createMessage.
+func (h clientHandler) CreateMessage(ctx context.Context, req mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
+	dctx, srv, err := h.target(ctx, "sampling/createMessage", func(c mcp.ClientCapabilities) bool { return c.Sampling != nil })
+	if err != nil {
+		return nil, err
+	}
+	return srv.RequestSampling(dctx, req)
+}
+
+// Elicit relays elicitation/create. It waits as long as the calling
+// client's request lives: no fixed cap on human-paced answers.
+func (h clientHandler) Elicit(ctx context.Context, req mcp.ElicitationRequest) (*mcp.ElicitationResult, error) {
+	dctx, srv, err := h.target(ctx, "elicitation/create", func(c mcp.ClientCapabilities) bool { return c.Elicitation != nil })
+	if err != nil {
+		return nil, err
+	}
+	return srv.RequestElicitation(dctx, req)
+}
+
+// ListRoots relays roots/list: the upstream gets the calling client's roots.
+func (h clientHandler) ListRoots(ctx context.Context, req mcp.ListRootsRequest) (*mcp.ListRootsResult, error) {
+	dctx, srv, err := h.target(ctx, "roots/list", func(c mcp.ClientCapabilities) bool { return c.Roots != nil })
+	if err != nil {
+		return nil, err
+	}
+	return srv.RequestRoots(dctx, req)
+}
