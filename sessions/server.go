@@ -57,6 +57,7 @@ func (s *Server) MarkStarted() { s.started.Store(true) }
 // session is one registered legacy (initialize-based) session.
 type session struct {
 	binding Binding
+	subs    map[string]bool // resource URIs this session subscribed to
 	// listed is the fingerprint of the view the session last had; a catalog
 	// change notifies the session only when it differs.
 	listed string
@@ -107,23 +108,44 @@ func New(cfg *configs.Config, agg *aggregator.Aggregator, opts Options) (*Server
 	// does not broadcast to every session; mcpmux tells each session itself,
 	// and only when its view changed. The capability clients see is set here.
 	hooks.AddAfterInitialize(func(_ context.Context, _ any, _ *mcp.InitializeRequest, res *mcp.InitializeResult) {
-		if res.Capabilities.Tools != nil {
-			res.Capabilities.Tools.ListChanged = true
-		}
+		advertiseListChanged(&res.Capabilities)
 	})
 	hooks.AddAfterDiscover(func(_ context.Context, _ any, _ *mcp.DiscoverRequest, res *mcp.DiscoverResult) {
-		if res.Capabilities.Tools != nil {
-			res.Capabilities.Tools.ListChanged = true
+		advertiseListChanged(&res.Capabilities)
+	})
+	hooks.AddAfterSubscribe(func(ctx context.Context, _ any, req *mcp.SubscribeRequest, _ *mcp.EmptyResult) {
+		s.subscribe(ctx, req.Params.URI, true)
+	})
+	hooks.AddAfterUnsubscribe(func(ctx context.Context, _ any, req *mcp.UnsubscribeRequest, _ *mcp.EmptyResult) {
+		s.subscribe(ctx, req.Params.URI, false)
+	})
+	hooks.AddAfterSetLevel(func(ctx context.Context, _ any, req *mcp.SetLevelRequest, _ *mcp.EmptyResult) {
+		if err := s.agg.SetLevel(context.WithoutCancel(ctx), req.Params.Level); err != nil {
+			s.log.Warn("logging/setLevel not forwarded", "error", err)
 		}
 	})
 	hooks.AddOnRegisterSession(s.onRegister)
-	hooks.AddOnUnregisterSession(func(_ context.Context, cs server.ClientSession) {
+	hooks.AddOnUnregisterSession(func(ctx context.Context, cs server.ClientSession) {
 		s.mu.Lock()
+		sess := s.bound[cs.SessionID()]
 		delete(s.bound, cs.SessionID())
 		s.mu.Unlock()
+		if sess != nil {
+			for uri := range sess.subs {
+				if err := s.agg.Unsubscribe(context.WithoutCancel(ctx), uri); err != nil {
+					s.log.Debug("resource subscription not released", "session", cs.SessionID(), "error", err)
+				}
+			}
+		}
 	})
 	s.mcp = server.NewMCPServer("mcpmux", s.version,
 		server.WithToolCapabilities(false),
+		server.WithPromptCapabilities(false),
+		server.WithResourceCapabilities(true, false),
+		server.WithCompletions(),
+		server.WithLogging(),
+		server.WithPromptCompletionProvider(completer{agg}),
+		server.WithResourceCompletionProvider(completer{agg}),
 		server.WithToolFilter(s.toolFilter),
 		server.WithToolHandlerMiddleware(s.authorizeCall),
 		server.WithHooks(hooks),
@@ -134,6 +156,7 @@ func New(cfg *configs.Config, agg *aggregator.Aggregator, opts Options) (*Server
 		server.WithSessionIdleTTL(30*time.Minute),
 		server.WithStreamableHTTPLogger(s.log),
 	)
+	agg.OnResourceUpdated(s.resourceUpdated)
 	agg.OnChange(s.onSnapshot)
 	s.onSnapshot(nil, agg.Snapshot())
 	return s, nil
@@ -157,7 +180,29 @@ func (s *Server) View(b Binding) *filter.View {
 
 // onSnapshot replaces mcp-go's tool registry with the new snapshot and tells
 // each session whose view changed.
-func (s *Server) onSnapshot(_, next *aggregator.Snapshot) {
+func (s *Server) onSnapshot(prev, next *aggregator.Snapshot) {
+	promptsChanged := prev == nil || prev.PromptsKey != next.PromptsKey
+	resourcesChanged := prev == nil || prev.ResourcesKey != next.ResourcesKey
+	if promptsChanged {
+		prompts := make([]server.ServerPrompt, len(next.Prompts))
+		for i, p := range next.Prompts {
+			prompts[i] = server.ServerPrompt{Prompt: p.Prompt, Handler: s.agg.PromptHandler()}
+		}
+		s.mcp.SetPrompts(prompts...)
+	}
+	if resourcesChanged {
+		read := s.agg.ResourceHandler()
+		resources := make([]server.ServerResource, len(next.Resources))
+		for i, r := range next.Resources {
+			resources[i] = server.ServerResource{Resource: r.Resource, Handler: read}
+		}
+		s.mcp.SetResources(resources...)
+		templates := make([]server.ServerResourceTemplate, len(next.Templates))
+		for i, t := range next.Templates {
+			templates[i] = server.ServerResourceTemplate{Template: t.Template, Handler: server.ResourceTemplateHandlerFunc(read)}
+		}
+		s.mcp.SetResourceTemplates(templates...)
+	}
 	tools := make([]server.ServerTool, len(next.Tools))
 	handler := s.agg.ToolHandler()
 	for i, e := range next.Tools {
@@ -167,8 +212,9 @@ func (s *Server) onSnapshot(_, next *aggregator.Snapshot) {
 	s.metrics.setUpstreams(s.agg.Upstreams())
 
 	s.mu.Lock()
-	var notify []string
+	var notify, all []string
 	for id, sess := range s.bound {
+		all = append(all, id)
 		v := s.registry.View(next.Version, next.Tools, sess.binding.Filter)
 		if fp := v.Fingerprint(); fp != sess.listed {
 			sess.listed = fp
@@ -176,12 +222,94 @@ func (s *Server) onSnapshot(_, next *aggregator.Snapshot) {
 		}
 	}
 	s.mu.Unlock()
-	for _, id := range notify {
-		err := s.mcp.SendNotificationToSpecificClient(id, string(mcp.MethodNotificationToolsListChanged), nil)
+	s.notify(notify, string(mcp.MethodNotificationToolsListChanged), nil)
+	if prev != nil && promptsChanged {
+		s.notify(all, string(mcp.MethodNotificationPromptsListChanged), nil)
+	}
+	if prev != nil && resourcesChanged {
+		s.notify(all, string(mcp.MethodNotificationResourcesListChanged), nil)
+	}
+}
+
+// notify sends one notification to each listed session.
+func (s *Server) notify(ids []string, method string, params map[string]any) {
+	for _, id := range ids {
+		err := s.mcp.SendNotificationToSpecificClient(id, method, params)
 		if err != nil && !errors.Is(err, server.ErrSessionNotFound) {
-			s.log.Warn("tools/list_changed not delivered", "session", id, "error", err)
+			s.log.Warn("notification not delivered", "session", id, "method", method, "error", err)
 		}
 	}
+}
+
+// advertiseListChanged sets the listChanged capabilities mcp-go runs
+// without (see New).
+func advertiseListChanged(c *mcp.ServerCapabilities) {
+	if c.Tools != nil {
+		c.Tools.ListChanged = true
+	}
+	if c.Prompts != nil {
+		c.Prompts.ListChanged = true
+	}
+	if c.Resources != nil {
+		c.Resources.ListChanged = true
+	}
+}
+
+// subscribe records a session's resources/subscribe or unsubscribe and
+// forwards it upstream (the aggregator counts subscribers per URI).
+func (s *Server) subscribe(ctx context.Context, uri string, on bool) {
+	cs := server.ClientSessionFromContext(ctx)
+	if cs == nil {
+		return
+	}
+	s.mu.Lock()
+	sess := s.bound[cs.SessionID()]
+	changed := false
+	if sess != nil && sess.subs[uri] != on {
+		if sess.subs == nil {
+			sess.subs = make(map[string]bool)
+		}
+		sess.subs[uri] = on
+		if !on {
+			delete(sess.subs, uri)
+		}
+		changed = true
+	}
+	s.mu.Unlock()
+	if !changed {
+		return
+	}
+	fwd := s.agg.Unsubscribe
+	if on {
+		fwd = s.agg.Subscribe
+	}
+	if err := fwd(context.WithoutCancel(ctx), uri); err != nil {
+		s.log.Warn("resource subscription not forwarded", "session", cs.SessionID(), "error", err)
+	}
+}
+
+// resourceUpdated tells every session subscribed to uri.
+func (s *Server) resourceUpdated(uri string) {
+	s.mu.Lock()
+	var ids []string
+	for id, sess := range s.bound {
+		if sess.subs[uri] {
+			ids = append(ids, id)
+		}
+	}
+	s.mu.Unlock()
+	s.notify(ids, string(mcp.MethodNotificationResourceUpdated), map[string]any{"uri": uri})
+}
+
+// completer routes completion/complete through the aggregator.
+type completer struct{ agg *aggregator.Aggregator }
+
+func (c completer) CompletePromptArgument(ctx context.Context, name string, arg mcp.CompleteArgument, cctx mcp.CompleteContext) (*mcp.Completion, error) {
+	return c.agg.Complete(ctx, mcp.PromptReference{Type: "ref/prompt", Name: name}, arg, cctx)
+}
+
+func (c completer) CompleteResourceArgument(ctx context.Context, uri string, arg mcp.CompleteArgument, cctx mcp.CompleteContext) (*mcp.Completion, error) {
+	return c.agg.Complete(ctx, mcp.ResourceReference{Type: "ref/resource", URI: uri}, arg, cctx)
 }
 
 // onRegister binds a new legacy session to the binding its initialize
