@@ -38,15 +38,11 @@ var (
 // routes calls to them. Create it with New, then Start; Close stops every
 // upstream. Its methods are safe for concurrent use.
 type Aggregator struct {
-	cfg   *configs.Config
-	namer Namer
-	log   *slog.Logger
+	log  *slog.Logger
+	opts Options
+	set  atomic.Pointer[upstreamSet] // replaced whole by Reload
 
-	ups     []*upstream.Upstream // sorted by name, like cfg.Upstreams
-	sources []*source            // parallel to ups
-	byName  map[string]*upstream.Upstream
-
-	mu      sync.Mutex // serializes rebuilds and subscriber calls
+	mu      sync.Mutex // serializes rebuilds, reloads and subscriber calls
 	version uint64
 	snap    atomic.Pointer[Snapshot]
 	subs    []func(old, new *Snapshot)
@@ -58,6 +54,16 @@ type Aggregator struct {
 	startErrs map[string]error // upstream → error of its first connection attempt
 
 	closeOnce sync.Once
+}
+
+// upstreamSet is the configured upstreams at one moment. It is never
+// modified: Reload builds a new one.
+type upstreamSet struct {
+	cfg     *configs.Config
+	namer   Namer
+	ups     []*upstream.Upstream // sorted by name, like cfg.Upstreams
+	sources []*source            // parallel to ups
+	byName  map[string]*upstream.Upstream
 }
 
 // Options configure an Aggregator. The zero value is usable.
@@ -74,31 +80,47 @@ func New(cfg *configs.Config, opts Options) *Aggregator {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	a := &Aggregator{
-		cfg:    cfg,
-		namer:  Namer{Separator: cfg.Server.Separator, MaxLength: cfg.Server.MaxNameLength},
-		log:    log,
-		byName: make(map[string]*upstream.Upstream),
-		relay:  newRelay(),
-	}
+	a := &Aggregator{log: log, opts: opts, relay: newRelay()}
+	set := &upstreamSet{cfg: cfg, namer: namerOf(cfg), byName: make(map[string]*upstream.Upstream)}
 	for _, uc := range cfg.Upstreams {
-		var uo upstream.Options
-		if opts.Upstream != nil {
-			uo = opts.Upstream(uc)
-		}
-		uo.Logger = log
-		uo.OnCatalog = func(*upstream.Upstream) { a.rebuild() }
-		uo.OnNotification = a.onNotification
-		h := clientHandler{a: a, upstream: uc.Name}
-		uo.ClientOptions = append(uo.ClientOptions,
-			client.WithSamplingHandler(h), client.WithElicitationHandler(h), client.WithRootsHandler(h))
-		u := upstream.New(uc, uo)
-		a.ups = append(a.ups, u)
-		a.byName[uc.Name] = u
-		a.sources = append(a.sources, newSource(uc))
+		set.add(a.newUpstream(uc), newSource(uc))
 	}
-	a.snap.Store(build(0, a.namer, nil))
+	a.set.Store(set)
+	a.snap.Store(build(0, set.namer, nil))
 	return a
+}
+
+func namerOf(cfg *configs.Config) Namer {
+	return Namer{Separator: cfg.Server.Separator, MaxLength: cfg.Server.MaxNameLength}
+}
+
+func (s *upstreamSet) add(u *upstream.Upstream, src *source) {
+	s.ups = append(s.ups, u)
+	s.sources = append(s.sources, src)
+	s.byName[u.Name()] = u
+}
+
+// newUpstream builds (without starting) the connection for uc.
+func (a *Aggregator) newUpstream(uc *configs.Upstream) *upstream.Upstream {
+	var uo upstream.Options
+	if a.opts.Upstream != nil {
+		uo = a.opts.Upstream(uc)
+	}
+	uo.Logger = a.log
+	uo.OnCatalog = func(*upstream.Upstream) { a.rebuild() }
+	uo.OnNotification = a.onNotification
+	h := clientHandler{a: a, upstream: uc.Name}
+	uo.ClientOptions = append(uo.ClientOptions,
+		client.WithSamplingHandler(h), client.WithElicitationHandler(h), client.WithRootsHandler(h))
+	return upstream.New(uc, uo)
+}
+
+// upstream returns the connection named name, or an error naming it.
+func (a *Aggregator) upstream(name string) (*upstream.Upstream, error) {
+	if u := a.set.Load().byName[name]; u != nil {
+		return u, nil
+	}
+	return nil, fmt.Errorf("upstream %q: %w", name, upstream.ErrDown)
 }
 
 func newSource(uc *configs.Upstream) *source {
@@ -129,7 +151,7 @@ func mustGlob(p string) *glob.Glob {
 // logged and those upstreams keep retrying in the background.
 func (a *Aggregator) Start(ctx context.Context) error {
 	var g multierror.Group
-	for _, u := range a.ups {
+	for _, u := range a.set.Load().ups {
 		g.Go(func() error {
 			err := u.Start(ctx)
 			if err == nil {
@@ -167,7 +189,7 @@ func (a *Aggregator) Close() error {
 	a.closeOnce.Do(func() {
 		var wg sync.WaitGroup
 		var mu sync.Mutex
-		for _, u := range a.ups {
+		for _, u := range a.set.Load().ups {
 			wg.Go(func() {
 				if err := u.Close(); err != nil {
 					mu.Lock()
@@ -186,7 +208,7 @@ func (a *Aggregator) Snapshot() *Snapshot { return a.snap.Load() }
 
 // Upstreams returns the upstreams, sorted by name. The slice is shared; do
 // not modify it.
-func (a *Aggregator) Upstreams() []*upstream.Upstream { return a.ups }
+func (a *Aggregator) Upstreams() []*upstream.Upstream { return a.set.Load().ups }
 
 // OnChange registers fn to be called with the previous and the new snapshot
 // after every change. Calls are serialized and happen in snapshot order.
@@ -200,12 +222,13 @@ func (a *Aggregator) OnChange(fn func(old, new *Snapshot)) {
 func (a *Aggregator) rebuild() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	for i, u := range a.ups {
-		a.sources[i].state = u.State()
-		a.sources[i].catalog = u.Catalog()
+	set := a.set.Load()
+	for i, u := range set.ups {
+		set.sources[i].state = u.State()
+		set.sources[i].catalog = u.Catalog()
 	}
 	a.version++
-	next := build(a.version, a.namer, a.sources)
+	next := build(a.version, set.namer, set.sources)
 	for _, c := range next.Conflicts {
 		a.log.Error("tool name collision", "tool", c.Name, "upstream", c.Dropped, "error", c.String())
 	}
@@ -221,9 +244,9 @@ func (a *Aggregator) rebuild() {
 // forwarded, and a progress token is replaced by one unique across upstream
 // connections, whose notifications are mapped back to this caller.
 func (a *Aggregator) CallTool(ctx context.Context, e *filter.Entry, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-	u := a.byName[e.Upstream]
-	if u == nil {
-		return nil, fmt.Errorf("tool %q: upstream %q: %w", e.Tool.Name, e.Upstream, ErrToolNotFound)
+	u, err := a.upstream(e.Upstream)
+	if err != nil {
+		return nil, fmt.Errorf("tool %q: %w", e.Tool.Name, err)
 	}
 	out := mcp.CallToolRequest{Request: mcp.Request{Method: string(mcp.MethodToolsCall)}}
 	out.Params.Name = e.Original
@@ -267,8 +290,12 @@ func (a *Aggregator) GetPrompt(ctx context.Context, req mcp.GetPromptRequest) (*
 	var done func()
 	out.Params.Meta, done = a.hopMeta(ctx, req.Params.Meta)
 	defer done()
+	u, err := a.upstream(p.Upstream)
+	if err != nil {
+		return nil, fmt.Errorf("prompt %q: %w", req.Params.Name, err)
+	}
 	defer a.relay.begin(p.Upstream, ctx)()
-	return a.byName[p.Upstream].GetPrompt(ctx, out)
+	return u.GetPrompt(ctx, out)
 }
 
 // ReadResource routes resources/read by URI. Contents come back under the
@@ -284,8 +311,12 @@ func (a *Aggregator) ReadResource(ctx context.Context, req mcp.ReadResourceReque
 	var done func()
 	out.Params.Meta, done = a.hopMeta(ctx, req.Params.Meta)
 	defer done()
+	u, err := a.upstream(up)
+	if err != nil {
+		return nil, fmt.Errorf("resource %q: %w", req.Params.URI, err)
+	}
 	defer a.relay.begin(up, ctx)()
-	res, err := a.byName[up].ReadResource(ctx, out)
+	res, err := u.ReadResource(ctx, out)
 	if err != nil || original == req.Params.URI {
 		return res, err
 	}
@@ -335,7 +366,10 @@ func (a *Aggregator) Complete(ctx context.Context, ref any, arg mcp.CompleteArgu
 	default:
 		return nil, fmt.Errorf("completion/complete: unsupported ref %T", ref)
 	}
-	u := a.byName[up]
+	u, err := a.upstream(up)
+	if err != nil {
+		return nil, err
+	}
 	cat, c := u.Catalog(), u.Client()
 	if cat == nil || c == nil {
 		return nil, fmt.Errorf("upstream %q: completion/complete: %w", up, upstream.ErrDown)
@@ -366,7 +400,11 @@ func (a *Aggregator) Subscribe(ctx context.Context, uri string) error {
 	if !first {
 		return nil
 	}
-	c := a.byName[up].Client()
+	u, err := a.upstream(up)
+	if err != nil {
+		return err
+	}
+	c := u.Client()
 	if c == nil {
 		return fmt.Errorf("upstream %q: resources/subscribe: %w", up, upstream.ErrDown)
 	}
@@ -390,10 +428,11 @@ func (a *Aggregator) Unsubscribe(ctx context.Context, uri string) error {
 	}
 	last := a.relay.subs[key] == 0
 	a.relay.mu.Unlock()
-	c := a.byName[up].Client()
-	if !last || c == nil {
+	u, err := a.upstream(up)
+	if !last || err != nil || u.Client() == nil {
 		return nil
 	}
+	c := u.Client()
 	if err := c.Unsubscribe(ctx, mcp.UnsubscribeRequest{Params: mcp.UnsubscribeParams{URI: original}}); err != nil {
 		return fmt.Errorf("upstream %q: resources/unsubscribe %q: %w", up, original, err)
 	}
@@ -409,7 +448,7 @@ func (a *Aggregator) OnResourceUpdated(fn func(uri string)) { a.onResourceUpdate
 // front door.
 func (a *Aggregator) SetLevel(ctx context.Context, level mcp.LoggingLevel) error {
 	var errs []error
-	for _, u := range a.ups {
+	for _, u := range a.set.Load().ups {
 		cat, c := u.Catalog(), u.Client()
 		if cat == nil || c == nil || cat.Capabilities.Logging == nil {
 			continue

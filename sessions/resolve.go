@@ -39,6 +39,9 @@ type Binding struct {
 	// itself, so that a bound session can tell "same as before" from
 	// "nothing said".
 	Explicit bool
+	// Selection is what the binding was resolved from, without the token,
+	// so that a reload can resolve it again against new rules.
+	Selection Selection
 }
 
 // Selection is what one request asks for, before it is checked.
@@ -241,7 +244,9 @@ func (r *Resolver) resolve(sel Selection, auth bool) (Binding, error) {
 		}
 		stages = append(stages, narrow)
 	}
-	return Binding{Profile: name, Filter: r.registry.Filter(stages...), Explicit: sel.Profile != "" || sel.Narrowing}, nil
+	kept := sel
+	kept.Token, kept.HasToken = "", false
+	return Binding{Profile: name, Filter: r.registry.Filter(stages...), Explicit: sel.Profile != "" || sel.Narrowing, Selection: kept}, nil
 }
 
 // statusOf maps a resolution error to its HTTP status.

@@ -141,17 +141,6 @@ func loadConfig(flagPath string, log *slog.Logger) (*configs.Config, error) {
 	if err != nil {
 		return nil, configErr(err)
 	}
-	lookup := func(name string) (string, bool) {
-		if v, ok := os.LookupEnv(name); ok {
-			return v, true
-		}
-		if name == "MCPMUX_SELF" {
-			if exe, err := os.Executable(); err == nil {
-				return exe, true
-			}
-		}
-		return "", false
-	}
 	source, data := configs.QuickstartSource, configs.Quickstart()
 	if path != "" {
 		if data, err = os.ReadFile(path); err != nil {
@@ -159,7 +148,7 @@ func loadConfig(flagPath string, log *slog.Logger) (*configs.Config, error) {
 		}
 		source = path
 	}
-	cfg, err := configs.Parse(source, data, lookup)
+	cfg, err := configs.Parse(source, data, lookupEnv)
 	if err != nil {
 		return nil, configErr(err)
 	}
@@ -169,6 +158,20 @@ func loadConfig(flagPath string, log *slog.Logger) (*configs.Config, error) {
 		log.Info("config loaded", "path", path)
 	}
 	return cfg, nil
+}
+
+// lookupEnv resolves ${VAR} in configs: the environment, plus MCPMUX_SELF
+// (this executable) unless the environment sets it.
+func lookupEnv(name string) (string, bool) {
+	if v, ok := os.LookupEnv(name); ok {
+		return v, true
+	}
+	if name == "MCPMUX_SELF" {
+		if exe, err := os.Executable(); err == nil {
+			return exe, true
+		}
+	}
+	return "", false
 }
 
 // newLogger returns a text logger on w at the given level.

@@ -63,6 +63,13 @@ func cmdServe(ctx context.Context, args []string, stderr io.Writer) error {
 	snap := agg.Snapshot()
 	log.Info("ready", "tools", len(snap.Tools), "upstreams", len(snap.Upstreams), "duration", time.Since(start))
 
+	watchPath := cfg.Source
+	if watchPath == configs.QuickstartSource {
+		watchPath = ""
+	}
+	reloaded := reloader(ctx, watchPath, log, agg, srv)
+	defer func() { <-reloaded }()
+
 	err = <-served
 	log.Info("shutting down")
 	if err != nil && !errors.Is(err, net.ErrClosed) {

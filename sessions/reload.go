@@ -1,0 +1,41 @@
+package sessions
+
+import (
+	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/mcpmux/mcpmux/configs"
+)
+
+// Reload applies a new config's [filter], profiles and tokens. Every live
+// session stays connected: it is resolved again from what it originally
+// asked for, and told tools/list_changed if its view changed. A session
+// whose profile no longer exists keeps its old rules (and is logged).
+// Settings under [server] (listen address, origins, limits) take effect only
+// on restart.
+func (s *Server) Reload(cfg *configs.Config) error {
+	res, err := NewResolver(cfg, s.registry)
+	if err != nil {
+		return err
+	}
+	s.registry.Forget()
+	s.resolver.Store(res)
+	snap := s.agg.Snapshot()
+
+	s.mu.Lock()
+	var notify []string
+	for id, sess := range s.bound {
+		b, err := res.ResolveLocal(sess.binding.Selection)
+		if err != nil {
+			s.log.Warn("session keeps its previous rules after reload", "session", id, "profile", sess.binding.Profile, "error", err)
+			continue
+		}
+		sess.binding = b
+		if fp := s.registry.View(snap.Version, snap.Tools, b.Filter).Fingerprint(); fp != sess.listed {
+			sess.listed = fp
+			notify = append(notify, id)
+		}
+	}
+	s.mu.Unlock()
+	s.notify(notify, string(mcp.MethodNotificationToolsListChanged), nil)
+	return nil
+}
