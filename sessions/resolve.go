@@ -249,6 +249,23 @@ func (r *Resolver) resolve(sel Selection, auth bool) (Binding, error) {
 	return Binding{Profile: name, Filter: r.registry.Filter(stages...), Explicit: sel.Profile != "" || sel.Narrowing, Selection: kept}, nil
 }
 
+// Authorize checks that the request's token may use profile: a bound
+// session's later requests are checked against the profile the session was
+// bound to, so one token cannot act through a session another token opened.
+func (r *Resolver) Authorize(sel Selection, profile string) error {
+	if !r.AuthRequired() {
+		return nil
+	}
+	te := r.token(sel.Token)
+	if !sel.HasToken || te == nil {
+		return ErrUnauthorized
+	}
+	if profile != "" && !slices.Contains(te.profiles, profile) {
+		return fmt.Errorf("%w: this session uses %q (allowed: %s)", ErrForbidden, profile, strings.Join(te.profiles, ", "))
+	}
+	return nil
+}
+
 // statusOf maps a resolution error to its HTTP status.
 func statusOf(err error) int {
 	switch {

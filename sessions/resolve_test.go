@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 )
@@ -158,5 +159,54 @@ func TestSafeName(t *testing.T) {
 		if len(safeName(tt.in)) > maxToolNameInError {
 			t.Errorf("safeName(%q) longer than %d bytes", tt.in, maxToolNameInError)
 		}
+	}
+}
+
+func TestSessionOfAnotherToken(t *testing.T) {
+	up := newUpstreamServer(t, 4)
+	s := newBenchServer(t, up.http.URL, `
+[profiles.readonly]
+read_only = true
+[profiles.all]
+[[auth.tokens]]
+token = "tok-all"
+profiles = ["all"]
+[[auth.tokens]]
+token = "tok-ro"
+profiles = ["readonly"]
+`)
+	h := s.Handler()
+	req := newRequest("", "", initializeBody)
+	req.Header.Set("Authorization", "Bearer tok-all")
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	sid := rec.Header().Get("Mcp-Session-Id")
+	if sid == "" {
+		t.Fatalf("initialize: %d %s", rec.Code, rec.Body.String())
+	}
+	call := `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"up__tool_0001","arguments":{"query":"x"}}}`
+	for _, tt := range []struct {
+		name, auth string
+		status     int
+	}{
+		{"no token on a bound session", "", http.StatusUnauthorized},
+		{"other token naming no profile", "Bearer tok-ro", http.StatusForbidden},
+		{"unknown token", "Bearer nope", http.StatusUnauthorized},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			before := up.requests.Load()
+			req := newRequest("", sid, call)
+			if tt.auth != "" {
+				req.Header.Set("Authorization", tt.auth)
+			}
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, req)
+			if rec.Code != tt.status {
+				t.Fatalf("status %d, want %d: %s", rec.Code, tt.status, rec.Body.String())
+			}
+			if n := up.requests.Load() - before; n != 0 {
+				t.Fatalf("refused request reached the upstream %d times", n)
+			}
+		})
 	}
 }

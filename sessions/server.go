@@ -473,6 +473,10 @@ func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request) {
 		s.mu.Unlock()
 		if sess != nil {
 			bound = true
+			if err := s.Resolver().Authorize(sel, sess.binding.Profile); err != nil {
+				writeJSONError(w, statusOf(err), env.ID, mcp.INVALID_REQUEST, err.Error())
+				return
+			}
 			if b.Explicit && b.Filter != sess.binding.Filter {
 				writeJSONError(w, http.StatusBadRequest, env.ID, mcp.INVALID_REQUEST,
 					fmt.Sprintf("session is bound to profile %q; start a new session to use another", sess.binding.Profile))
