@@ -261,7 +261,32 @@ func (a *Aggregator) CallTool(ctx context.Context, e *filter.Entry, req mcp.Call
 	defer a.relay.begin(e.Upstream, ctx)()
 	res, err := u.CallTool(ctx, out)
 	a.relay.learnLinks(e.Upstream, res)
+	if res != nil {
+		stripHop(&res.Result)
+	}
 	return res, err
+}
+
+// stripHop removes from an upstream's result what belongs to the upstream
+// hop only: io.modelcontextprotocol/* _meta keys (the upstream's serverInfo,
+// among others) and a plain "complete" resultType. mcp-go stamps mcpmux's
+// own for clients that need them. input_required is kept: it is for the
+// client.
+func stripHop(r *mcp.Result) {
+	if r.ResultType == mcp.ResultTypeComplete {
+		r.ResultType = ""
+	}
+	if r.Meta == nil {
+		return
+	}
+	for k := range r.Meta.AdditionalFields {
+		if strings.HasPrefix(k, "io.modelcontextprotocol/") {
+			delete(r.Meta.AdditionalFields, k)
+		}
+	}
+	if len(r.Meta.AdditionalFields) == 0 && r.Meta.ProgressToken == nil {
+		r.Meta = nil
+	}
 }
 
 // hopMeta builds the _meta for the upstream hop and returns the function
@@ -295,7 +320,11 @@ func (a *Aggregator) GetPrompt(ctx context.Context, req mcp.GetPromptRequest) (*
 		return nil, fmt.Errorf("prompt %q: %w", req.Params.Name, err)
 	}
 	defer a.relay.begin(p.Upstream, ctx)()
-	return u.GetPrompt(ctx, out)
+	res, err := u.GetPrompt(ctx, out)
+	if res != nil {
+		stripHop(&res.Result)
+	}
+	return res, err
 }
 
 // ReadResource routes resources/read by URI. Contents come back under the
@@ -317,6 +346,9 @@ func (a *Aggregator) ReadResource(ctx context.Context, req mcp.ReadResourceReque
 	}
 	defer a.relay.begin(up, ctx)()
 	res, err := u.ReadResource(ctx, out)
+	if res != nil {
+		stripHop(&res.Result)
+	}
 	if err != nil || original == req.Params.URI {
 		return res, err
 	}

@@ -75,12 +75,17 @@ func (s *Snapshot) buildResources(namer Namer, sources []*source) {
 		owner[uri] = up
 		return uri
 	}
+	resourceUpstreams := 0
 	for _, src := range sources {
 		cat := src.catalog
 		if cat == nil {
 			continue
 		}
 		name := src.cfg.Name
+		if cat.Capabilities.Resources != nil {
+			resourceUpstreams++
+			s.soleResourceUpstream = name
+		}
 		for _, p := range cat.Prompts {
 			e := &Prompt{Prompt: p, Upstream: name, Original: p.Name}
 			e.Prompt.Name = namer.Expose(src.cfg.Prefix, p.Name)
@@ -108,6 +113,9 @@ func (s *Snapshot) buildResources(namer Namer, sources []*source) {
 			s.templates[templateString(e.Template)] = e
 			s.Templates = append(s.Templates, e)
 		}
+	}
+	if resourceUpstreams != 1 {
+		s.soleResourceUpstream = ""
 	}
 	slices.SortFunc(s.Prompts, func(a, b *Prompt) int { return strings.Compare(a.Prompt.Name, b.Prompt.Name) })
 }
@@ -152,6 +160,11 @@ func (s *Snapshot) RouteURI(uri string, links map[string]string) (upstream, orig
 	}
 	if up, ok := links[uri]; ok {
 		return up, uri, true
+	}
+	if s.soleResourceUpstream != "" {
+		// Only one upstream serves resources at all: an unlisted URI
+		// (a dynamic or subscribe-only resource) can only be its.
+		return s.soleResourceUpstream, unrewrite(s.soleResourceUpstream, uri), true
 	}
 	return "", "", false
 }

@@ -45,6 +45,10 @@ type Snapshot struct {
 	resources map[string]*Resource
 	templates map[string]*Template
 
+	// soleResourceUpstream is the only upstream that offers resources, if
+	// exactly one does; unlisted URIs are routed to it.
+	soleResourceUpstream string
+
 	// PromptsKey and ResourcesKey change exactly when the listed prompts,
 	// or resources and templates, change.
 	PromptsKey, ResourcesKey string
