@@ -1,0 +1,846 @@
+//go:build unix
+
+package integration
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"unicode"
+)
+
+// End-to-end tests of the filter pipeline and profiles (SPEC §5, §6, §7):
+// the real mcpmux binary mounting the real reference servers and the demo
+// server, driven by the official TypeScript SDK client and by raw HTTP.
+
+// profilesTOML is the profiles part of profilesConfig.
+const profilesTOML = `
+[profiles.readonly]
+read_only = true
+
+[profiles.readonly2]           # same effective rules as readonly
+read_only = true
+
+[profiles.fsonly]
+toolsets = ["fs"]
+
+[profiles.fsread]
+extends = "fsonly"
+read_only = true
+
+[profiles.ci]
+tools = ["demo__echo", "demo__write_note"]
+[[profiles.ci.call_rules]]
+tool = "demo__write_note"
+args = { title = ["ci-*"] }
+`
+
+func filesystemEntry() string {
+	return nodeModule("@modelcontextprotocol/server-filesystem/dist/index.js")
+}
+
+// profilesConfig mounts server-everything (every), server-memory (memory,
+// storing into a temporary file), server-filesystem (fs, rooted at fsRoot)
+// and the demo server (demo), all over stdio and all required, so /readyz
+// means every catalog is in; then the profiles of profilesTOML, then extra.
+// There is no [filter] and no "default" profile, so a request naming no
+// profile sees the whole catalog.
+func profilesConfig(t *testing.T, fsRoot, extra string) string {
+	t.Helper()
+	memFile := filepath.Join(t.TempDir(), "memory.jsonl")
+	return fmt.Sprintf(`[server]
+shutdown_grace = "5s"
+
+[upstreams.every]
+command = %[1]s
+args = %[2]s
+required = true
+
+[upstreams.memory]
+command = %[1]s
+args = %[3]s
+env = { MEMORY_FILE_PATH = %[4]s }
+required = true
+
+[upstreams.fs]
+command = %[1]s
+args = %[5]s
+required = true
+
+[upstreams.demo]
+command = %[6]s
+args = ["demo-server", "--name", "demo"]
+required = true
+%[7]s
+%[8]s
+`, tomlString(harness.node), tomlArray(everythingEntry(), "stdio"), tomlArray(memoryEntry()),
+		tomlString(memFile), tomlArray(filesystemEntry(), fsRoot), tomlString(muxBinary(t)),
+		profilesTOML, extra)
+}
+
+// realTempDir is t.TempDir() with symlinks resolved, so that paths given
+// to server-filesystem are the ones it compares against.
+func realTempDir(t *testing.T) string {
+	t.Helper()
+	d, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// requireFilesystemServer skips or fails like requireNode when
+// server-filesystem is not installed (findNode does not check it).
+func requireFilesystemServer(t *testing.T) {
+	t.Helper()
+	requireNode(t)
+	if _, err := os.Stat(filesystemEntry()); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("CI=true and server-filesystem is missing: %v", err)
+		}
+		t.Skipf("skipping: server-filesystem is missing (run `npm ci` in %s): %v", harness.dir, err)
+	}
+}
+
+// catalog is the whole catalog as a client with no profile lists it.
+type catalog struct {
+	list StepResult
+	all  []string // every name, sorted
+}
+
+// names returns the sorted names of the listed tools for which keep is true.
+func (c catalog) names(keep func(Tool) bool) []string {
+	var out []string
+	for _, tool := range c.list.Tools {
+		if keep(tool) {
+			out = append(out, tool.Name)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// readOnly: annotations.readOnlyHint === true, as the listing says.
+func (c catalog) readOnly() []string {
+	return c.names(func(t Tool) bool { return t.Annotations != nil && isTrue(t.Annotations.ReadOnlyHint) })
+}
+
+// under returns the names under any of the prefixes (prefix+"__").
+func (c catalog) under(prefixes ...string) []string {
+	return c.names(func(t Tool) bool {
+		return slices.ContainsFunc(prefixes, func(p string) bool { return strings.HasPrefix(t.Name, p+"__") })
+	})
+}
+
+// listCatalog lists url with headers and checks that the tools the tests
+// rely on are there.
+func listCatalog(t *testing.T, url string, headers map[string]string) catalog {
+	t.Helper()
+	list := drive(t, Script{URL: url, Headers: headers, Steps: []Op{opList()}}).Steps(t)[0]
+	c := catalog{list: list, all: slices.Sorted(slices.Values(list.Names))}
+	for _, name := range []string{
+		"every__echo", "every__get-sum", "memory__read_graph", "memory__create_entities",
+		"fs__read_text_file", "fs__write_file", "fs__list_directory",
+		"demo__echo", "demo__write_note", "demo__list_notes", "demo__add_tool",
+	} {
+		if !slices.Contains(c.all, name) {
+			t.Fatalf("the whole catalog lacks %s; it is %v", name, c.all)
+		}
+	}
+	if len(c.readOnly()) == 0 || len(c.readOnly()) == len(c.all) {
+		t.Fatalf("the catalog must mix read-only and other tools; read-only %v of %v", c.readOnly(), c.all)
+	}
+	return c
+}
+
+// intersect returns the sorted names in both a and b.
+func intersect(a, b []string) []string {
+	var out []string
+	for _, x := range a {
+		if slices.Contains(b, x) {
+			out = append(out, x)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// union returns the sorted, deduplicated names of every list.
+func union(lists ...[]string) []string {
+	var out []string
+	for _, l := range lists {
+		out = append(out, l...)
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// checkNames fails the test when got (in any order) is not exactly want.
+func checkNames(t testing.TB, what string, got, want []string) {
+	t.Helper()
+	g := slices.Sorted(slices.Values(got))
+	w := slices.Sorted(slices.Values(want))
+	if slices.Equal(g, w) {
+		return
+	}
+	var missing, extra []string
+	for _, x := range w {
+		if !slices.Contains(g, x) {
+			missing = append(missing, x)
+		}
+	}
+	for _, x := range g {
+		if !slices.Contains(w, x) {
+			extra = append(extra, x)
+		}
+	}
+	t.Errorf("%s: got %d tools, want %d\n  missing:    %q\n  unexpected: %q\n  got:  %q\n  want: %q",
+		what, len(g), len(w), missing, extra, g, w)
+}
+
+// viewCase is one client whose tools/list must be exactly want, then runs
+// extra steps.
+type viewCase struct {
+	name    string
+	url     string
+	headers map[string]string
+	want    []string
+	extra   []Op
+}
+
+// checkViews runs every case as one session of a single drive.mjs run (they
+// run concurrently), then checks each listing in a subtest named after the
+// case. It returns the clients' results by case name.
+func checkViews(t *testing.T, cases []viewCase) map[string]ClientResult {
+	t.Helper()
+	sessions := make([]SessionScript, len(cases))
+	for i, c := range cases {
+		sessions[i] = SessionScript{URL: c.url, Headers: c.headers, Steps: append([]Op{opList()}, c.extra...)}
+	}
+	res := drive(t, Script{Sessions: sessions, Terminate: true})
+	if len(res.Clients) != len(cases) {
+		t.Fatalf("drive.mjs ran %d clients, want %d", len(res.Clients), len(cases))
+	}
+	byName := make(map[string]ClientResult, len(cases))
+	for i, c := range cases {
+		if _, dup := byName[c.name]; dup {
+			t.Fatalf("two view cases are named %q", c.name)
+		}
+		byName[c.name] = res.Clients[i]
+		t.Run(c.name, func(t *testing.T) {
+			checkNames(t, fmt.Sprintf("tools/list of %s (headers %v)", c.url, c.headers), res.Clients[i].Steps[0].Names, c.want)
+		})
+	}
+	return byName
+}
+
+// wantToolNotFound fails the test unless e is exactly the JSON-RPC error
+// mcpmux answers for a hidden or unknown tool: -32601 "Tool not found:
+// <name>" without data.
+func wantToolNotFound(t testing.TB, e *DriveError, name string) {
+	t.Helper()
+	want := "Tool not found: " + name
+	if e == nil || e.Kind != "jsonrpc" || e.Code == nil || *e.Code != -32601 || e.Message != want || len(e.Data) != 0 {
+		data := ""
+		if e != nil && len(e.Data) > 0 {
+			data = " data " + string(e.Data)
+		}
+		t.Errorf("call %q: got %v%s, want jsonrpc error -32601 %q without data", name, e, data, want)
+	}
+}
+
+// wantArgsNotAllowed fails the test unless e is the call_rules refusal.
+func wantArgsNotAllowed(t testing.TB, e *DriveError, tool string, args any) {
+	t.Helper()
+	want := "Arguments not allowed for " + tool
+	if e == nil || e.Kind != "jsonrpc" || e.Code == nil || *e.Code != -32602 || e.Message != want {
+		t.Errorf("call %s %v: got %v, want jsonrpc error -32602 %q", tool, args, e, want)
+	}
+}
+
+// noteTitles lists the demo server's notes through url with headers.
+func noteTitles(t *testing.T, url string, headers map[string]string) []string {
+	t.Helper()
+	r := drive(t, Script{URL: url, Headers: headers, Steps: []Op{opCall("demo__list_notes", map[string]any{})}}).Steps(t)[0].Call(t)
+	var out struct {
+		Titles []string `json:"titles"`
+	}
+	if err := json.Unmarshal(r.StructuredContent, &out); err != nil || r.IsError {
+		t.Fatalf("demo__list_notes: structuredContent %s (isError %v): %v", r.StructuredContent, r.IsError, err)
+	}
+	return out.Titles
+}
+
+// requireNoFile fails the test when path exists.
+func requireNoFile(t testing.TB, path, why string) {
+	t.Helper()
+	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
+		b, _ := os.ReadFile(path)
+		t.Errorf("%s: %s exists (stat error %v, content %q); the call reached server-filesystem", why, path, err, b)
+	}
+}
+
+func TestProfiles(t *testing.T) {
+	requireFilesystemServer(t)
+	fsRoot := realTempDir(t)
+	existing := filepath.Join(fsRoot, "existing.txt")
+	if err := os.WriteFile(existing, []byte("existing ✓\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	mux := startMux(t, profilesConfig(t, fsRoot, ""))
+	url := mux.URL()
+	cat := listCatalog(t, url, nil)
+	readOnly := cat.readOnly()
+	fsTools := cat.under("fs")
+	demoTools := cat.under("demo")
+
+	t.Run("readonly lists exactly the read-only tools", func(t *testing.T) {
+		t.Parallel()
+		if len(readOnly) == 0 || len(readOnly) >= len(cat.all) {
+			t.Fatalf("expected read-only set %v must be non-empty and smaller than the catalog (%d)", readOnly, len(cat.all))
+		}
+		checkViews(t, []viewCase{
+			{name: "query", url: url + "?profile=readonly", want: readOnly},
+			{name: "header", url: url, headers: map[string]string{"Mcp-Profile": "readonly"}, want: readOnly},
+			{name: "readonly2 same rules", url: url + "?profile=readonly2", want: readOnly},
+		})
+	})
+
+	t.Run("profile selection", func(t *testing.T) {
+		t.Parallel()
+		checkViews(t, []viewCase{
+			{name: "header fsonly", url: url, headers: map[string]string{"Mcp-Profile": "fsonly"}, want: fsTools},
+			{name: "query fsonly", url: url + "?profile=fsonly", want: fsTools},
+			{name: "header fsonly beats query readonly", url: url + "?profile=readonly",
+				headers: map[string]string{"Mcp-Profile": "fsonly"}, want: fsTools},
+			{name: "header readonly beats query fsonly", url: url + "?profile=fsonly",
+				headers: map[string]string{"Mcp-Profile": "readonly"}, want: readOnly},
+			{name: "fsread extends fsonly", url: url + "?profile=fsread", want: intersect(fsTools, readOnly)},
+			{name: "ci", url: url + "?profile=ci", want: []string{"demo__echo", "demo__write_note"}},
+		})
+		if len(intersect(fsTools, readOnly)) == 0 || len(intersect(fsTools, readOnly)) == len(fsTools) {
+			t.Errorf("fs must mix read-only and other tools for fsread to mean anything: %v", fsTools)
+		}
+	})
+
+	t.Run("hidden tool is never called", func(t *testing.T) {
+		t.Parallel()
+		hidden := filepath.Join(fsRoot, "hidden-"+randomHex(t, 4)+".txt")
+		visible := filepath.Join(fsRoot, "visible-"+randomHex(t, 4)+".txt")
+		steps := drive(t, Script{URL: url + "?profile=readonly", Steps: []Op{
+			opCallExpectError("fs__write_file", map[string]any{"path": hidden, "content": "through readonly"}),
+		}}).Steps(t)
+		wantToolNotFound(t, steps[0].Error, "fs__write_file")
+		requireNoFile(t, hidden, "fs__write_file through readonly")
+
+		// The same call through the default profile writes: the test can see
+		// a write when one happens.
+		w := drive(t, Script{URL: url, Steps: []Op{
+			opCall("fs__write_file", map[string]any{"path": visible, "content": "through default ✓"}),
+		}}).Steps(t)[0].Call(t)
+		if w.IsError {
+			t.Fatalf("fs__write_file through the default profile: isError result %q", w.Text())
+		}
+		if b, err := os.ReadFile(visible); err != nil || string(b) != "through default ✓" {
+			t.Fatalf("fs__write_file through the default profile: file %s = %q, %v", visible, b, err)
+		}
+		// That call went through the same upstream after the refused one:
+		// had the refused one been forwarded, its file would exist by now.
+		requireNoFile(t, hidden, "fs__write_file through readonly, checked after a later allowed write")
+	})
+
+	t.Run("hidden and unknown tools are refused alike", func(t *testing.T) {
+		t.Parallel()
+		args := map[string]any{"path": filepath.Join(fsRoot, "alike.txt"), "content": "x"}
+		names := []string{"fs__write_file", "fs__no_such_tool", "nosuchprefix__write_file", "write_file", "fs__Write_file"}
+		var ops []Op
+		for _, n := range names {
+			ops = append(ops, opCallExpectError(n, args))
+		}
+		steps := drive(t, Script{URL: url + "?profile=readonly", Steps: ops}).Steps(t)
+		for i, n := range names {
+			wantToolNotFound(t, steps[i].Error, n)
+		}
+		requireNoFile(t, args["path"].(string), "hidden and unknown calls")
+
+		// A long name is echoed cut to 128 characters (SPEC §7).
+		long := "fs__write_file" + strings.Repeat("x", 300)
+		steps = drive(t, Script{URL: url, Steps: []Op{opCallExpectError(long, args)}}).Steps(t)
+		wantToolNotFound(t, steps[0].Error, long[:128])
+
+		// Byte for byte, over raw HTTP: the answers differ only in the name.
+		sess := openRawSession(t, url+"?profile=readonly", nil)
+		var first rawResponse
+		for i, n := range names {
+			r := sess.post(t, "", nil, toolsCallBody(t, 7, n, args))
+			if r.Msg == nil || r.Msg.Error == nil {
+				t.Fatalf("raw tools/call %s: no JSON-RPC error: %s", n, r)
+			}
+			if r.Msg.Error.Code != -32601 || r.Msg.Error.Message != "Tool not found: "+n || r.Msg.Error.Data != nil || r.Msg.Result != nil {
+				t.Errorf("raw tools/call %s: %s", n, r.RawMsg)
+			}
+			norm := strings.ReplaceAll(string(r.RawMsg), "Tool not found: "+n+`"`, `Tool not found: NAME"`)
+			if i == 0 {
+				first = r
+				first.RawMsg = []byte(norm)
+				continue
+			}
+			if norm != string(first.RawMsg) || r.Status != first.Status || r.Header.Get("Content-Type") != first.Header.Get("Content-Type") {
+				t.Errorf("the answers for hidden %s and unknown %s differ beyond the name:\n  %s: HTTP %d %s %s\n  %s: HTTP %d %s %s",
+					names[0], n, names[0], first.Status, first.Header.Get("Content-Type"), first.RawMsg,
+					n, r.Status, r.Header.Get("Content-Type"), norm)
+			}
+		}
+		requireNoFile(t, args["path"].(string), "hidden and unknown calls over raw HTTP")
+	})
+
+	t.Run("look-alike names are refused", func(t *testing.T) {
+		t.Parallel()
+		for _, p := range []struct {
+			profile string
+			url     string
+		}{
+			{"default", url},
+			{"readonly", url + "?profile=readonly"},
+		} {
+			t.Run(p.profile, func(t *testing.T) {
+				var ops []Op
+				var names []string
+				var written []string
+				for _, base := range []string{"fs__read_text_file", "fs__write_file"} {
+					for _, n := range lookAlikes(base) {
+						var args map[string]any
+						if base == "fs__write_file" {
+							path := filepath.Join(fsRoot, fmt.Sprintf("lookalike-%s-%d.txt", p.profile, len(written)))
+							written = append(written, path)
+							args = map[string]any{"path": path, "content": "look-alike " + n}
+						} else {
+							args = map[string]any{"path": existing}
+						}
+						names = append(names, n)
+						ops = append(ops, opCallExpectError(n, args))
+					}
+				}
+				// The real names still work (read) or are refused as hidden
+				// (write through readonly): the variants are what is refused.
+				ops = append(ops, opCall("fs__read_text_file", map[string]any{"path": existing}))
+				steps := drive(t, Script{URL: p.url, Steps: ops}).Steps(t)
+				for i, n := range names {
+					e := steps[i].Error
+					if e == nil || e.Kind != "jsonrpc" || e.Code == nil || *e.Code != -32601 ||
+						!strings.HasPrefix(e.Message, "Tool not found: ") || len(e.Data) != 0 {
+						t.Errorf("call %q: got %v, want jsonrpc error -32601 \"Tool not found: …\" without data", n, e)
+						continue
+					}
+					if printable(n) {
+						if want := "Tool not found: " + n; e.Message != want {
+							t.Errorf("call %q: message %q, want %q", n, e.Message, want)
+						}
+					} else if !printable(e.Message) {
+						t.Errorf("call %q: the message %q echoes control or invisible characters; the name must be sanitized (SPEC §7)", n, e.Message)
+					}
+				}
+				if got := steps[len(names)].Call(t); got.IsError || !strings.Contains(got.Text(), "existing ✓") {
+					t.Errorf("fs__read_text_file itself: %q (isError %v)", got.Text(), got.IsError)
+				}
+				for _, path := range written {
+					requireNoFile(t, path, "a look-alike of fs__write_file")
+				}
+			})
+		}
+	})
+
+	t.Run("request narrowing", func(t *testing.T) {
+		t.Parallel()
+		two := []string{"demo__echo", "fs__read_text_file"}
+		clients := checkViews(t, []viewCase{
+			{name: "?toolsets=fs", url: url + "?toolsets=fs", want: fsTools},
+			{name: "Mcp-Toolsets fs", url: url, headers: map[string]string{"Mcp-Toolsets": "fs"}, want: fsTools},
+			{name: "?toolsets=fs,demo", url: url + "?toolsets=fs,demo", want: union(fsTools, demoTools)},
+			{name: "fsonly ?toolsets=demo never widens", url: url + "?profile=fsonly&toolsets=demo", want: nil,
+				extra: []Op{opCallExpectError("demo__echo", map[string]any{"text": "x"})}},
+			{name: "fsonly Mcp-Toolsets demo never widens", url: url,
+				headers: map[string]string{"Mcp-Profile": "fsonly", "Mcp-Toolsets": "demo"}, want: nil},
+			{name: "fsonly ?toolsets=fs,demo", url: url + "?profile=fsonly&toolsets=fs,demo", want: fsTools},
+			{name: "Mcp-Read-Only true", url: url, headers: map[string]string{"Mcp-Read-Only": "true"}, want: readOnly},
+			{name: "?read_only=true", url: url + "?read_only=true", want: readOnly},
+			{name: "?read_only=false", url: url + "?read_only=false", want: cat.all},
+			{name: "fsonly ?read_only=true", url: url + "?profile=fsonly&read_only=true", want: intersect(fsTools, readOnly)},
+			{name: "?tools=a,b", url: url + "?tools=" + strings.Join(two, ","), want: two,
+				extra: []Op{
+					opCall("demo__echo", map[string]any{"text": "narrowed"}),
+					opCallExpectError("fs__list_directory", map[string]any{"path": fsRoot}),
+				}},
+			{name: "Mcp-Tools a,b", url: url, headers: map[string]string{"Mcp-Tools": strings.Join(two, ",")}, want: two},
+			{name: "readonly ?tools= with a hidden tool never widens", url: url + "?profile=readonly&tools=demo__echo,fs__write_file",
+				want: []string{"demo__echo"}},
+			// Inside the narrowing stage, toolsets and tools add up (README:
+			// like GitHub's --tools adding to --toolsets) and read_only
+			// applies on top; the stage as a whole still only narrows the
+			// profile.
+			{name: "?toolsets=fs&tools= adds up", url: url + "?toolsets=fs&tools=demo__echo,fs__read_text_file",
+				want: union(fsTools, []string{"demo__echo"})},
+			{name: "Mcp-Toolsets + Mcp-Tools add up", url: url,
+				headers: map[string]string{"Mcp-Toolsets": "fs", "Mcp-Tools": "demo__echo"}, want: union(fsTools, []string{"demo__echo"})},
+			{name: "fsonly ?toolsets=fs&tools= outside fs never widens", url: url + "?profile=fsonly&toolsets=fs&tools=demo__echo",
+				want: fsTools},
+			{name: "all three narrowings", url: url + "?toolsets=fs&read_only=true&tools=fs__write_file,demo__echo",
+				want: union(intersect(fsTools, readOnly), []string{"demo__echo"})},
+			{name: "all three narrowings on fsonly", url: url + "?profile=fsonly&toolsets=fs&read_only=true&tools=fs__write_file,demo__echo",
+				want: intersect(fsTools, readOnly)},
+		})
+		wantToolNotFound(t, clients["fsonly ?toolsets=demo never widens"].Steps[1].Error, "demo__echo")
+		if got := clients["?tools=a,b"].Steps[1].Call(t).Text(); got != "narrowed" {
+			t.Errorf("demo__echo through ?tools= = %q, want %q", got, "narrowed")
+		}
+		wantToolNotFound(t, clients["?tools=a,b"].Steps[2].Error, "fs__list_directory")
+
+		t.Run("bad narrowing is 400", func(t *testing.T) {
+			for _, c := range []struct {
+				name    string
+				url     string
+				headers map[string]string
+				mention string
+			}{
+				{"unknown toolset in query", url + "?toolsets=nosuchset", nil, "nosuchset"},
+				{"unknown toolset in header", url, map[string]string{"Mcp-Toolsets": "fs,nosuchset"}, "nosuchset"},
+				{"unknown toolset with a profile", url + "?profile=fsonly&toolsets=nosuchset", nil, "nosuchset"},
+				{"read_only not a boolean", url + "?read_only=maybe", nil, "maybe"},
+			} {
+				t.Run(c.name, func(t *testing.T) {
+					r := rawInitialize(t, c.url, c.headers)
+					if r.Status != http.StatusBadRequest {
+						t.Errorf("initialize %s (headers %v): %s, want HTTP 400", c.url, c.headers, r)
+					}
+					if !strings.Contains(string(r.Body), c.mention) {
+						t.Errorf("the 400 body does not name %q: %s", c.mention, r.Body)
+					}
+					if r.Header.Get("Mcp-Session-Id") != "" {
+						t.Errorf("a refused initialize got a session id: %s", r)
+					}
+				})
+			}
+		})
+	})
+
+	t.Run("call_rules", func(t *testing.T) {
+		t.Parallel()
+		bad := []map[string]any{
+			{"title": "prod", "text": "must not be written"},
+			{"title": 42, "text": "non-string title"},
+			{"title": []string{"ci-1"}, "text": "array title"},
+			{"title": map[string]any{"ci-1": true}, "text": "object title"},
+			{"title": nil, "text": "null title"},
+			{"text": "missing title"},
+			{"title": "CI-2", "text": "the glob is case-sensitive"},
+			{"title": " ci-3", "text": "leading space"},
+		}
+		ops := []Op{
+			opList(),
+			opCall("demo__write_note", map[string]any{"title": "ci-1", "text": "from ci ✓"}),
+			opCall("demo__echo", map[string]any{"text": "ci echo"}),
+			opCallExpectError("demo__delete_note", map[string]any{"title": "ci-1"}),
+		}
+		for _, a := range bad {
+			ops = append(ops, opCallExpectError("demo__write_note", a))
+		}
+		steps := drive(t, Script{URL: url + "?profile=ci", Steps: ops}).Steps(t)
+		checkNames(t, "profile ci", steps[0].Names, []string{"demo__echo", "demo__write_note"})
+		if r := steps[1].Call(t); r.IsError {
+			t.Errorf("demo__write_note ci-1 through ci: isError %q", r.Text())
+		}
+		if got := steps[2].Call(t).Text(); got != "ci echo" {
+			t.Errorf("demo__echo through ci = %q", got)
+		}
+		wantToolNotFound(t, steps[3].Error, "demo__delete_note")
+		for i, a := range bad {
+			wantArgsNotAllowed(t, steps[4+i].Error, "demo__write_note", a)
+		}
+		titles := noteTitles(t, url, nil)
+		if !slices.Contains(titles, "ci-1") {
+			t.Errorf("note ci-1 (allowed) was not written; notes %q", titles)
+		}
+		for _, refused := range []string{"prod", "CI-2", " ci-3"} {
+			if slices.Contains(titles, refused) {
+				t.Errorf("note %q was written although its call was refused; notes %q", refused, titles)
+			}
+		}
+	})
+
+	t.Run("bound session keeps its profile", func(t *testing.T) {
+		t.Parallel()
+		sess := openRawSession(t, url+"?profile=readonly", nil)
+		// Naming nothing: the bound view.
+		r := sess.post(t, "", nil, toolsListBody(2))
+		if r.Status != http.StatusOK {
+			t.Fatalf("tools/list on the bound session: %s", r)
+		}
+		checkNames(t, "tools/list on a session bound to readonly", r.toolNames(t), readOnly)
+		// Naming the same profile again is fine.
+		if r := sess.post(t, "", map[string]*string{"Mcp-Profile": ptr("readonly")}, toolsListBody(3)); r.Status != http.StatusOK {
+			t.Errorf("tools/list naming the bound profile again: %s, want HTTP 200", r)
+		} else {
+			checkNames(t, "tools/list naming the bound profile again", r.toolNames(t), readOnly)
+		}
+		// Naming another is refused, by header or query, for any method.
+		for _, c := range []struct {
+			name    string
+			url     string
+			headers map[string]*string
+			body    string
+		}{
+			{"Mcp-Profile fsonly", "", map[string]*string{"Mcp-Profile": ptr("fsonly")}, toolsListBody(4)},
+			{"?profile=fsonly", url + "?profile=fsonly", nil, toolsListBody(5)},
+			{"Mcp-Profile fsonly on tools/call", "", map[string]*string{"Mcp-Profile": ptr("fsonly")},
+				toolsCallBody(t, 6, "fs__read_text_file", map[string]any{"path": existing})},
+			{"Mcp-Tools narrowing", "", map[string]*string{"Mcp-Tools": ptr("demo__echo")}, toolsListBody(7)},
+		} {
+			t.Run(c.name, func(t *testing.T) {
+				u := c.url
+				if u == "" {
+					u = url + "?profile=readonly"
+				}
+				r := sess.post(t, u, c.headers, c.body)
+				if r.Status != http.StatusBadRequest {
+					t.Errorf("request on the session bound to readonly with %s: %s, want HTTP 400", c.name, r)
+				}
+				if r.Msg != nil && r.Msg.Result != nil {
+					t.Errorf("the refused request was answered with a result: %s", r.RawMsg)
+				}
+			})
+		}
+		// The session still works afterwards, with its own view.
+		if r := sess.post(t, "", nil, toolsListBody(8)); r.Status != http.StatusOK {
+			t.Errorf("tools/list after the refusals: %s", r)
+		} else {
+			checkNames(t, "tools/list after the refusals", r.toolNames(t), readOnly)
+		}
+	})
+}
+
+// lookAlikes returns names a client might send that are not base but could
+// be mistaken for it: case, whitespace, control characters, invisible
+// characters, homoglyphs and separator variants.
+func lookAlikes(base string) []string {
+	prefix, rest, _ := strings.Cut(base, "__")
+	out := []string{
+		strings.ToUpper(prefix) + "__" + rest, // FS__read_text_file
+		strings.ToUpper(base),
+		prefix + "__" + strings.ToUpper(rest[:1]) + rest[1:],
+		" " + base,
+		base + " ",
+		"\t" + base,
+		base + "\n",
+		base + "\r\n",
+		base + "\x00",
+		"\u200b" + base, // zero-width space
+		prefix + "__" + rest[:4] + "\u200b" + rest[4:], // zero-width space inside
+		base + "\u200b",
+		prefix + "\u200d__" + rest, // zero-width joiner
+		"\ufeff" + base,            // byte order mark
+		"f\u0455__" + rest,         // Cyrillic dze for s
+		prefix + "__" + strings.Replace(rest, "e", "\u0435", 1), // Cyrillic ie for e
+		prefix + "__" + strings.Replace(rest, "i", "\u0456", 1), // Cyrillic i
+		"\uff46\uff53__" + rest,                                 // fullwidth fs
+		prefix + "\uff3f\uff3f" + rest,                          // fullwidth low lines
+		prefix + "_" + rest,
+		prefix + "___" + rest,
+		prefix + "__" + rest + "_",
+		prefix + "__" + strings.ReplaceAll(rest, "_", "-"),
+	}
+	// Every variant must really differ from base.
+	return slices.DeleteFunc(out, func(s string) bool { return s == base })
+}
+
+// printable reports whether every character of s is printable (letters,
+// marks, numbers, punctuation, symbols and the ASCII space): no control
+// characters, no invisible format characters such as zero-width spaces.
+// SPEC §7 has the name in "Tool not found: <name>" sanitized; a message
+// must not echo what a reader cannot see.
+func printable(s string) bool {
+	return !strings.ContainsFunc(s, func(r rune) bool { return !unicode.IsPrint(r) })
+}
+
+// tokenTOML is the [[auth.tokens]] part of the TestTokens config, plus a
+// profile "full" that filters nothing (for a token that sees everything).
+func tokenTOML() string {
+	sum := sha256.Sum256([]byte("tok-ci"))
+	return fmt.Sprintf(`
+[profiles.full]
+
+[[auth.tokens]]
+token = "tok-ro"
+profiles = ["readonly"]
+
+[[auth.tokens]]
+token_sha256 = %q
+profiles = ["ci", "readonly"]
+
+[[auth.tokens]]
+token = "tok-full"
+profiles = ["full"]
+`, hex.EncodeToString(sum[:]))
+}
+
+func TestTokens(t *testing.T) {
+	requireFilesystemServer(t)
+	fsRoot := realTempDir(t)
+	mux := startMux(t, profilesConfig(t, fsRoot, tokenTOML()))
+	url := mux.URL()
+	bearer := func(tok string) map[string]string { return map[string]string{"Authorization": "Bearer " + tok} }
+	knownProfiles := []string{"ci", "fsonly", "fsread", "full", "readonly", "readonly2"}
+	ciSum := sha256.Sum256([]byte("tok-ci"))
+
+	t.Run("initialize status", func(t *testing.T) {
+		t.Parallel()
+		for _, c := range []struct {
+			name    string
+			url     string
+			headers map[string]string
+			status  int
+		}{
+			{"no Authorization", url, nil, 401},
+			{"wrong token", url, bearer("nope"), 401},
+			{"empty bearer", url, map[string]string{"Authorization": "Bearer "}, 401},
+			{"token without scheme", url, map[string]string{"Authorization": "tok-ro"}, 401},
+			{"Basic scheme", url, map[string]string{"Authorization": "Basic tok-ro"}, 401},
+			{"prefix of a token", url, bearer("tok-r"), 401},
+			{"token plus a suffix", url, bearer("tok-ro2"), 401},
+			{"token in another case", url, bearer("TOK-RO"), 401},
+			{"sha256 of a token instead of the token", url, bearer(hex.EncodeToString(ciSum[:])), 401},
+			{"token in ?token=", url + "?token=tok-ro", nil, 401},
+			{"token in ?access_token=", url + "?access_token=tok-ro", nil, 401},
+			{"token in ?token= with a profile", url + "?profile=readonly&token=tok-ro", nil, 401},
+			{"no token, unknown profile", url + "?profile=nope", nil, 401},
+			{"no token, existing profile", url + "?profile=readonly", nil, 401},
+			{"wrong token, unknown profile", url + "?profile=nope", bearer("nope"), 401},
+			{"tok-ro", url, bearer("tok-ro"), 200},
+			{"tok-ro, scheme in lower case", url, map[string]string{"Authorization": "bearer tok-ro"}, 200},
+			{"tok-ci", url, bearer("tok-ci"), 200},
+			{"tok-ro ?profile=readonly", url + "?profile=readonly", bearer("tok-ro"), 200},
+			{"tok-ro ?profile=ci", url + "?profile=ci", bearer("tok-ro"), 403},
+			{"tok-ro Mcp-Profile ci", url, map[string]string{"Authorization": "Bearer tok-ro", "Mcp-Profile": "ci"}, 403},
+			{"tok-ro ?profile=readonly2 (same rules, not its profile)", url + "?profile=readonly2", bearer("tok-ro"), 403},
+			{"tok-ci ?profile=fsonly", url + "?profile=fsonly", bearer("tok-ci"), 403},
+			{"tok-ci ?profile=readonly", url + "?profile=readonly", bearer("tok-ci"), 200},
+			{"tok-ro ?profile=nope", url + "?profile=nope", bearer("tok-ro"), 404},
+			{"tok-ci Mcp-Profile nope", url, map[string]string{"Authorization": "Bearer tok-ci", "Mcp-Profile": "nope"}, 404},
+		} {
+			t.Run(c.name, func(t *testing.T) {
+				r := rawInitialize(t, c.url, c.headers)
+				if r.Status != c.status {
+					t.Fatalf("initialize %s (headers %v): %s, want HTTP %d", c.url, c.headers, r, c.status)
+				}
+				switch c.status {
+				case 200:
+					if r.Header.Get("Mcp-Session-Id") == "" || r.Msg == nil || r.Msg.Result == nil {
+						t.Errorf("accepted initialize without a session or result: %s", r)
+					}
+				case 401:
+					if h := r.Header.Get("WWW-Authenticate"); !strings.HasPrefix(h, "Bearer") {
+						t.Errorf("401 with WWW-Authenticate %q, want a Bearer challenge: %s", h, r)
+					}
+					for _, p := range knownProfiles {
+						if mentionsName(string(r.Body), p) {
+							t.Errorf("the 401 body tells an unauthenticated client about profile %q: %s", p, r.Body)
+						}
+					}
+				case 404:
+					for _, p := range knownProfiles {
+						if !mentionsName(string(r.Body), p) {
+							t.Errorf("the 404 body does not list known profile %q: %s", p, r.Body)
+						}
+					}
+				}
+				if c.status != 200 && r.Header.Get("Mcp-Session-Id") != "" {
+					t.Errorf("a refused initialize got a session id: %s", r)
+				}
+			})
+		}
+	})
+
+	t.Run("views by token", func(t *testing.T) {
+		t.Parallel()
+		cat := listCatalog(t, url, bearer("tok-full"))
+		readOnly := cat.readOnly()
+		ci := []string{"demo__echo", "demo__write_note"}
+		clients := checkViews(t, []viewCase{
+			{name: "tok-ci without a profile gets ci", url: url, headers: bearer("tok-ci"), want: ci,
+				extra: []Op{
+					opCall("demo__write_note", map[string]any{"title": "ci-token", "text": "x"}),
+					opCallExpectError("demo__write_note", map[string]any{"title": "prod-token", "text": "x"}),
+					opCallExpectError("fs__read_text_file", map[string]any{"path": fsRoot}),
+				}},
+			{name: "tok-ci Mcp-Profile readonly", url: url,
+				headers: map[string]string{"Authorization": "Bearer tok-ci", "Mcp-Profile": "readonly"}, want: readOnly},
+			{name: "tok-ci ?profile=readonly", url: url + "?profile=readonly", headers: bearer("tok-ci"), want: readOnly},
+			{name: "tok-ci ?profile=ci", url: url + "?profile=ci", headers: bearer("tok-ci"), want: ci},
+			{name: "tok-ro", url: url, headers: bearer("tok-ro"), want: readOnly},
+			{name: "tok-ro ?read_only=true narrows nothing more", url: url + "?read_only=true", headers: bearer("tok-ro"), want: readOnly},
+			{name: "tok-ci ?toolsets=fs narrows ci to nothing", url: url + "?toolsets=fs", headers: bearer("tok-ci"), want: nil},
+		})
+		tokCI := clients["tok-ci without a profile gets ci"]
+		if r := tokCI.Steps[1].Call(t); r.IsError {
+			t.Errorf("demo__write_note ci-token with tok-ci: isError %q", r.Text())
+		}
+		wantArgsNotAllowed(t, tokCI.Steps[2].Error, "demo__write_note", "prod-token")
+		wantToolNotFound(t, tokCI.Steps[3].Error, "fs__read_text_file")
+	})
+
+	t.Run("the token is checked on every request", func(t *testing.T) {
+		t.Parallel()
+		sess := openRawSession(t, url, bearer("tok-ro"))
+		for _, c := range []struct {
+			name string
+			auth *string
+		}{
+			{"no Authorization", nil},
+			{"wrong token", ptr("Bearer nope")},
+		} {
+			t.Run(c.name, func(t *testing.T) {
+				r := sess.post(t, "", map[string]*string{"Authorization": c.auth}, toolsListBody(2))
+				if r.Status != http.StatusUnauthorized {
+					t.Errorf("tools/list on a tok-ro session with %s: %s, want HTTP 401", c.name, r)
+				}
+			})
+		}
+		r := sess.post(t, "", nil, toolsListBody(3))
+		if r.Status != http.StatusOK {
+			t.Fatalf("tools/list on the tok-ro session with its token: %s", r)
+		}
+	})
+
+	t.Run("another token cannot ride a session into a profile it may not use", func(t *testing.T) {
+		t.Parallel()
+		// tok-ci's session is bound to ci; tok-ro may not use ci.
+		sess := openRawSession(t, url, bearer("tok-ci"))
+		title := "ci-ridden-" + randomHex(t, 4)
+		r := sess.post(t, "", map[string]*string{"Authorization": ptr("Bearer tok-ro")},
+			toolsCallBody(t, 2, "demo__write_note", map[string]any{"title": title, "text": "written with tok-ro"}))
+		refused := r.Status == http.StatusForbidden || r.Status == http.StatusUnauthorized ||
+			r.Status == http.StatusBadRequest || (r.Msg != nil && r.Msg.Error != nil)
+		if !refused {
+			t.Errorf("tok-ro called demo__write_note on tok-ci's session (bound to ci, which tok-ro may not use): %s", r)
+		}
+		titles := noteTitles(t, url, bearer("tok-full"))
+		if slices.Contains(titles, title) {
+			t.Errorf("note %q was written by tok-ro through tok-ci's ci session; notes %q", title, titles)
+		}
+	})
+}
+
+// mentionsName reports whether text contains name as a whole word (profile
+// names may use A-Z a-z 0-9 _ . -).
+func mentionsName(text, name string) bool {
+	re := regexp.MustCompile(`(?:^|[^A-Za-z0-9_.-])` + regexp.QuoteMeta(name) + `(?:$|[^A-Za-z0-9_.-])`)
+	return re.MatchString(text)
+}
