@@ -254,6 +254,18 @@ func (t *sseTransport) SendRequest(ctx context.Context, req transport.JSONRPCReq
 	return resp, err
 }
 
+// websocketTransport is not an HTTPConnection on purpose: mcp-go then sends
+// notifications/cancelled when a call's ctx ends.
+type websocketTransport struct{ *wsTransport }
+
+func (t *websocketTransport) SendRequest(ctx context.Context, req transport.JSONRPCRequest) (*transport.JSONRPCResponse, error) {
+	resp, err := t.wsTransport.SendRequest(ctx, req)
+	if err == nil {
+		capture(ctx, req, resp)
+	}
+	return resp, err
+}
+
 // Optional interfaces mcp-go's client looks for by type assertion.
 type (
 	connectionLostSetter interface{ SetConnectionLostHandler(func(error)) }
@@ -271,4 +283,7 @@ var (
 
 	_ transport.HTTPConnection = (*sseTransport)(nil)
 	_ connectionLostSetter     = (*sseTransport)(nil)
+
+	_ transport.BidirectionalInterface = (*websocketTransport)(nil)
+	_ connectionLostSetter             = (*websocketTransport)(nil)
 )

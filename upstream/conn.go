@@ -31,7 +31,7 @@ const refreshCoalesce = 50 * time.Millisecond
 // as soon as the connection is lost, which also aborts in-flight calls.
 type conn struct {
 	u      *Upstream
-	kind   string // transport actually used: stdio, http, sse
+	kind   string // transport actually used: stdio, http, sse, websocket
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 
@@ -69,9 +69,52 @@ func (c *conn) spawn(what string, f func()) {
 	})
 }
 
-// dial connects with the configured transport, initializes, and fetches the
-// catalog, all bounded by ctx.
+// dial connects, initializes, and fetches the catalog, all bounded by ctx.
+// Without a configured protocol it first pins the latest initialize-based
+// version (2025-11-25): on that version an upstream may send sampling,
+// elicitation and roots requests in the middle of a call, which servers
+// supporting both eras refuse on 2026-07-28 (they expect multi round-trip
+// results instead), so mcpmux can relay the most. When the server rejects
+// that handshake, the attempt is repeated once with 2026-07-28 discovery, and
+// the choice is remembered for reconnects.
 func (u *Upstream) dial(ctx context.Context) (*conn, *Catalog, error) {
+	c, cat, err := u.dialTransport(ctx)
+	if err == nil || u.cfg.Protocol != "" || u.negotiate.Load() || ctx.Err() != nil {
+		return c, cat, err
+	}
+	if u.cfg.Transport == configs.TransportStdio && (c == nil || c.ctx.Err() != nil) {
+		return c, cat, err // the child died or hung: not a version disagreement
+	}
+	if c != nil {
+		if terr := c.teardown(); terr != nil {
+			u.log.Warn("closing the 2025-11-25 attempt", "err", terr)
+		}
+	}
+	u.negotiate.Store(true)
+	c2, cat2, err2 := u.dialTransport(ctx)
+	if err2 != nil {
+		u.negotiate.Store(false)
+		return c2, nil, fmt.Errorf("%w; with 2026-07-28 discovery: %w", err, err2)
+	}
+	u.log.Info("upstream rejected the 2025-11-25 handshake; using protocol discovery", "protocol", cat2.ProtocolVersion, "err", err)
+	return c2, cat2, nil
+}
+
+// pinnedVersion is the protocol version the next handshake pins, or "" to
+// negotiate (2026-07-28 discovery, falling back to initialize).
+func (u *Upstream) pinnedVersion() string {
+	switch {
+	case u.cfg.Protocol != "":
+		return u.cfg.Protocol
+	case u.negotiate.Load():
+		return ""
+	default:
+		return mcp.LATEST_LEGACY_PROTOCOL_VERSION
+	}
+}
+
+// dialTransport makes one connection attempt with the configured transport.
+func (u *Upstream) dialTransport(ctx context.Context) (*conn, *Catalog, error) {
 	switch u.cfg.Transport {
 	case configs.TransportStdio:
 		return u.dialStdio(ctx)
@@ -80,7 +123,7 @@ func (u *Upstream) dial(ctx context.Context) (*conn, *Catalog, error) {
 	case configs.TransportSSE:
 		return u.dialSSE(ctx)
 	case configs.TransportWebsocket:
-		return nil, nil, errors.New("websocket upstreams are not supported yet")
+		return u.dialWebsocket(ctx)
 	}
 	return nil, nil, fmt.Errorf("unknown transport %q", u.cfg.Transport)
 }
@@ -123,7 +166,8 @@ func (u *Upstream) dialStdio(ctx context.Context) (*conn, *Catalog, error) {
 // is remembered as legacy so later reconnects dial that way directly. Modern
 // connections get list_changed through subscriptions/listen (listenLoop).
 func (u *Upstream) dialHTTP(ctx context.Context) (*conn, *Catalog, error) {
-	listen := u.legacyHTTP.Load() || (u.cfg.Protocol != "" && !mcp.IsModernProtocol(u.cfg.Protocol))
+	pinned := u.pinnedVersion()
+	listen := u.legacyHTTP.Load() || (pinned != "" && !mcp.IsModernProtocol(pinned))
 	c, init, err := u.openStreamable(ctx, listen)
 	if errors.Is(err, transport.ErrLegacySSEServer) {
 		if terr := c.teardown(); terr != nil {
@@ -195,6 +239,26 @@ func (u *Upstream) dialSSE(ctx context.Context) (*conn, *Catalog, error) {
 	return c.finish(ctx, init)
 }
 
+// dialWebsocket uses one websocket connection (subprotocol "mcp", one
+// message per text frame). Messages are read up to MaxMessageBytes, and
+// ProbeInterval paces websocket pings (the connection itself shows a server
+// that went away, so no MCP-level probe is needed).
+func (u *Upstream) dialWebsocket(ctx context.Context) (*conn, *Catalog, error) {
+	c := u.newConn(configs.TransportWebsocket)
+	t := newWSTransport(u.cfg.URL, wsOptions{
+		Header:       wsHeader(u.cfg.Headers),
+		ReadLimit:    u.maxMessage(),
+		PingInterval: u.opts.ProbeInterval,
+		PingTimeout:  u.connectTimeout(),
+		Logger:       u.log,
+	})
+	init, err := c.open(ctx, &websocketTransport{t})
+	if err != nil {
+		return c, nil, err
+	}
+	return c.finish(ctx, init)
+}
+
 // open creates the client over t, starts it with the connection's lifetime
 // ctx, and initializes it within ctx.
 func (c *conn) open(ctx context.Context, t transport.Interface, extra ...client.ClientOption) (*mcp.InitializeResult, error) {
@@ -207,13 +271,13 @@ func (c *conn) open(ctx context.Context, t transport.Interface, extra ...client.
 	opts := make([]client.ClientOption, 0, len(u.opts.ClientOptions)+len(extra)+1)
 	opts = append(opts, u.opts.ClientOptions...)
 	opts = append(opts, extra...)
-	if u.cfg.Protocol != "" {
-		opts = append(opts, client.WithProtocolVersion(u.cfg.Protocol))
+	if v := u.pinnedVersion(); v != "" {
+		opts = append(opts, client.WithProtocolVersion(v))
 	}
 	cl := client.NewClient(t, opts...)
 	c.client = cl
 	cl.OnNotification(c.handleNotification)
-	cl.OnConnectionLost(func(err error) { c.lost(fmt.Errorf("stream lost: %w", err)) }) // SSE only
+	cl.OnConnectionLost(func(err error) { c.lost(fmt.Errorf("stream lost: %w", err)) }) // SSE and websocket
 	if err := cl.Start(c.ctx); err != nil {
 		return nil, fmt.Errorf("start %s transport: %w", c.kind, err)
 	}
@@ -264,7 +328,7 @@ func (c *conn) startBackground() {
 			c.spawn("listener", func() { c.listenLoop(f) })
 		}
 	}
-	if c.proc == nil && c.u.opts.ProbeInterval > 0 {
+	if (c.kind == configs.TransportHTTP || c.kind == configs.TransportSSE) && c.u.opts.ProbeInterval > 0 {
 		c.spawn("prober", c.probeLoop)
 	}
 }

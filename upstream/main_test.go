@@ -29,6 +29,7 @@ import (
 //	stubborn  like linger, and ignore SIGTERM (needs SIGKILL)
 //	silent    read stdin, never answer
 //	handmade  answer from handwritten JSON (handmadeServe), no mcp-go involved
+//	modernonly refuse initialize as a 2026-07-28-only server would
 const envServerMode = "MCPMUX_UPSTREAM_TEST_SERVER"
 
 // envStderr, when set, makes the server write a few stderr lines first,
@@ -57,6 +58,8 @@ func runTestServer(mode string) int {
 		return 0
 	case "stubborn":
 		signal.Ignore(syscall.SIGTERM)
+	case "modernonly":
+		return serveModernOnly()
 	}
 	err := server.NewStdioServer(newTestServer()).Listen(context.Background(), os.Stdin, os.Stdout)
 	if mode == "linger" || mode == "stubborn" {
@@ -349,4 +352,46 @@ func (s *logSink) find(match func(map[string]string) bool) []map[string]string {
 		}
 	}
 	return out
+}
+
+// lockedWriter serializes writes from the stdio server and the initialize
+// refusals of serveModernOnly.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+// serveModernOnly answers initialize with an unsupported-version error and
+// passes every other message to the test server, like a server that speaks
+// only 2026-07-28.
+func serveModernOnly() int {
+	pr, pw := io.Pipe()
+	out := &lockedWriter{w: os.Stdout}
+	go func() {
+		sc := bufio.NewScanner(os.Stdin)
+		sc.Buffer(make([]byte, 1<<20), 16<<20)
+		for sc.Scan() {
+			var m struct {
+				ID     json.RawMessage `json:"id"`
+				Method string          `json:"method"`
+			}
+			if json.Unmarshal(sc.Bytes(), &m) == nil && m.Method == "initialize" {
+				fmt.Fprintf(out, `{"jsonrpc":"2.0","id":%s,"error":{"code":-32602,"message":"unsupported protocol version: this server speaks 2026-07-28 only"}}`+"\n", m.ID)
+				continue
+			}
+			pw.Write(append(sc.Bytes(), '\n'))
+		}
+		pw.Close()
+	}()
+	if err := server.NewStdioServer(newTestServer()).Listen(context.Background(), pr, out); err != nil {
+		fmt.Fprintln(os.Stderr, "test server:", err)
+		return 1
+	}
+	return 0
 }

@@ -305,16 +305,6 @@ func TestCallTimeout(t *testing.T) {
 	callText(t, u, "echo", map[string]any{})
 }
 
-func TestWebsocketNotSupportedYet(t *testing.T) {
-	u := New(&configs.Upstream{Name: "ws", Transport: configs.TransportWebsocket, URL: "ws://127.0.0.1:1/mcp",
-		ConnectTimeout: time.Second}, Options{})
-	t.Cleanup(func() { u.Close() })
-	err := u.Start(context.Background())
-	if err == nil || !strings.Contains(err.Error(), `upstream "ws"`) || !strings.Contains(err.Error(), "websocket upstreams are not supported yet") {
-		t.Errorf("Start = %v", err)
-	}
-}
-
 func TestCloseWithoutStart(t *testing.T) {
 	u := New(stdioConfig(t, "idle", "serve"), Options{})
 	if err := u.Close(); err != nil {

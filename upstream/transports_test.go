@@ -89,6 +89,16 @@ func TestTransports(t *testing.T) {
 			name:         "stdio",
 			cfg:          func(t *testing.T) *configs.Upstream { return stdioConfig(t, "st", "serve") },
 			wantKind:     configs.TransportStdio,
+			wantProtocol: mcp.LATEST_LEGACY_PROTOCOL_VERSION,
+		},
+		{
+			name: "stdio pinned to 2026-07-28",
+			cfg: func(t *testing.T) *configs.Upstream {
+				c := stdioConfig(t, "st", "serve")
+				c.Protocol = mcp.LATEST_PROTOCOL_VERSION
+				return c
+			},
+			wantKind:     configs.TransportStdio,
 			wantProtocol: mcp.LATEST_PROTOCOL_VERSION,
 		},
 		{
@@ -105,7 +115,24 @@ func TestTransports(t *testing.T) {
 			name:         "streamable http",
 			cfg:          func(t *testing.T) *configs.Upstream { return httpConfig(t, "web") },
 			wantKind:     configs.TransportHTTP,
+			wantProtocol: mcp.LATEST_LEGACY_PROTOCOL_VERSION,
+		},
+		{
+			name: "streamable http pinned to 2026-07-28",
+			cfg: func(t *testing.T) *configs.Upstream {
+				c := httpConfig(t, "web")
+				c.Protocol = mcp.LATEST_PROTOCOL_VERSION
+				return c
+			},
+			wantKind:     configs.TransportHTTP,
 			wantProtocol: mcp.LATEST_PROTOCOL_VERSION,
+		},
+		{
+			name:         "stdio server refusing initialize falls back to discovery",
+			cfg:          func(t *testing.T) *configs.Upstream { return stdioConfig(t, "st", "modernonly") },
+			wantKind:     configs.TransportStdio,
+			wantProtocol: mcp.LATEST_PROTOCOL_VERSION,
+			wantLog:      "rejected the 2025-11-25 handshake",
 		},
 		{
 			name:         "streamable http pinned to legacy protocol",
@@ -120,7 +147,6 @@ func TestTransports(t *testing.T) {
 			},
 			wantKind:     configs.TransportHTTP,
 			wantProtocol: mcp.LATEST_LEGACY_PROTOCOL_VERSION,
-			wantLog:      "reconnecting with the GET stream",
 		},
 		{
 			name:         "sse-only endpoint configured as http falls back to sse",
@@ -133,6 +159,32 @@ func TestTransports(t *testing.T) {
 			name:         "sse",
 			cfg:          func(t *testing.T) *configs.Upstream { return sseConfig(t, "old", configs.TransportSSE) },
 			wantKind:     configs.TransportSSE,
+			wantProtocol: mcp.LATEST_LEGACY_PROTOCOL_VERSION,
+		},
+		{
+			name:         "websocket",
+			cfg:          func(t *testing.T) *configs.Upstream { return wsPeerConfig(t, "sock") },
+			wantKind:     configs.TransportWebsocket,
+			wantProtocol: mcp.LATEST_LEGACY_PROTOCOL_VERSION,
+		},
+		{
+			name: "websocket pinned to 2026-07-28",
+			cfg: func(t *testing.T) *configs.Upstream {
+				c := wsPeerConfig(t, "sock")
+				c.Protocol = mcp.LATEST_PROTOCOL_VERSION
+				return c
+			},
+			wantKind:     configs.TransportWebsocket,
+			wantProtocol: mcp.LATEST_PROTOCOL_VERSION,
+		},
+		{
+			name: "websocket pinned to legacy protocol",
+			cfg: func(t *testing.T) *configs.Upstream {
+				c := wsPeerConfig(t, "sock")
+				c.Protocol = mcp.LATEST_LEGACY_PROTOCOL_VERSION
+				return c
+			},
+			wantKind:     configs.TransportWebsocket,
 			wantProtocol: mcp.LATEST_LEGACY_PROTOCOL_VERSION,
 		},
 	}

@@ -1,5 +1,5 @@
 // Package upstream owns one connection to one upstream MCP server: spawning
-// (stdio) or dialing (streamable HTTP, legacy SSE) it, initializing it,
+// (stdio) or dialing (streamable HTTP, legacy SSE, websocket) it, initializing it,
 // fetching its whole catalog, keeping that catalog current on list_changed,
 // forwarding calls to it, and reconnecting with backoff whenever the
 // connection is lost. Stdio children run in their own process group and are
@@ -80,9 +80,8 @@ const (
 
 	minBackoff = time.Second
 	maxBackoff = 60 * time.Second
-	// stableAfter is how long a connection must stay up for the next
-	// reconnect to start again from minBackoff; a server that crashes sooner
-	// keeps backing off.
+	// stableAfter is how long a subscriptions/listen stream must stay up
+	// for its reopening to start again from minBackoff.
 	stableAfter = maxBackoff
 )
 
@@ -122,9 +121,10 @@ type Options struct {
 	TermWait time.Duration
 
 	// ProbeInterval is how often an HTTP or SSE connection is probed (ping,
-	// or server/discover on 2026-07-28) to notice a server that went away
-	// while idle; 0 = 30s, negative disables. Stdio needs no probe: EOF and
-	// the child's exit are observed directly.
+	// or server/discover on 2026-07-28), and a websocket connection sent a
+	// ping frame, to notice a server that went away while idle; 0 = 30s,
+	// negative disables. A websocket pong may take up to ConnectTimeout.
+	// Stdio needs no probe: EOF and the child's exit are observed directly.
 	ProbeInterval time.Duration
 }
 
@@ -147,6 +147,9 @@ type Upstream struct {
 	// protocol before 2026-07-28, so later dials open the GET stream
 	// (continuous listening) directly instead of renegotiating.
 	legacyHTTP atomic.Bool
+	// negotiate is set once the upstream rejected a 2025-11-25 handshake:
+	// later handshakes use 2026-07-28 discovery (see dial).
+	negotiate atomic.Bool
 
 	life     context.Context // the supervisor's lifetime; ended by Close
 	stop     context.CancelFunc
@@ -293,15 +296,16 @@ func (u *Upstream) supervise(startCtx context.Context, first chan<- error) {
 			u.log.Warn("connect failed", "err", err, "retry_in", delay)
 		}
 		if err == nil {
-			upAt := time.Now()
 			select {
 			case <-c.ctx.Done():
 			case <-u.life.Done():
 			}
 			u.down(c)
-			if time.Since(upAt) >= stableAfter {
-				delay = minBackoff
-			}
+			// Backoff grows with consecutive failed attempts. A connection
+			// that initialized and served its catalog was a success, so its
+			// loss is retried after minBackoff: at most about one restart a
+			// second for a server that keeps crashing.
+			delay = minBackoff
 		}
 		if c != nil {
 			if terr := c.teardown(); terr != nil {
