@@ -1,0 +1,176 @@
+package integration
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// demoChild returns the pid of the live demo server named name that m
+// started, waiting up to timeout for one to exist (it may be restarting).
+func demoChild(t *testing.T, m *Mux, name string, timeout time.Duration) int {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		ps, err := procsWhere(func(p proc) bool {
+			return p.State != 'Z' && hasEnv(p.PID, markerEnv, m.Marker) &&
+				strings.Contains(cmdline(p.PID), "demo-server --name "+name)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ps) == 1 {
+			return ps[0].PID
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("want one live demo server %q, found %d:\n%s\n--- stderr ---\n%s", name, len(ps), describeProcs(ps), m.Stderr())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// fdCount counts the open file descriptors of pid.
+func fdCount(t *testing.T, pid int) int {
+	t.Helper()
+	ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(ents)
+}
+
+// TestUpstreamCrash kills a stdio upstream with SIGKILL in the middle of a
+// call: the call fails fast, the other upstream is unaffected, the crashed
+// one comes back with its tools, and live sessions are told.
+func TestUpstreamCrash(t *testing.T) {
+	requireNode(t)
+	requireProc(t)
+	m := startMux(t, demoUpstream(t, "crash")+demoUpstream(t, "other"))
+
+	type out struct {
+		res Result
+		err error
+		at  time.Time
+	}
+	// A watcher session that sees the tools go and come back.
+	watch := make(chan out, 1)
+	go func() {
+		res, _, err := driveRaw(t, Script{URL: m.URL(), Steps: []Op{
+			opList(),
+			opWaitNotification(methodToolsListChanged, 30*time.Second),
+			opWaitNotification(methodToolsListChanged, 30*time.Second),
+		}})
+		watch <- out{res, err, time.Now()}
+	}()
+	// A session in the middle of a long call.
+	call := make(chan out, 1)
+	go func() {
+		res, _, err := driveRaw(t, Script{URL: m.URL(), Steps: []Op{
+			{Op: "callExpectError", Name: "crash__slow_count", Args: map[string]any{"count": 600, "interval_ms": 50}},
+		}})
+		call <- out{res, err, time.Now()}
+	}()
+	waitStderr(t, m, "session started", 10*time.Second)
+	pid := demoChild(t, m, "crash", 5*time.Second)
+	time.Sleep(1500 * time.Millisecond) // both sessions up, the call running
+	killed := time.Now()
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+
+	c := <-call
+	failedIn := c.at.Sub(killed)
+	if c.err != nil {
+		t.Fatalf("the interrupted call did not end in an error result: %v\n--- stderr ---\n%s", c.err, m.Stderr())
+	}
+	// The bar is the issue's: the call fails in under 2 s (this includes
+	// the Node client's own exit).
+	t.Logf("interrupted call failed %v after SIGKILL", failedIn)
+	if failedIn > 2*time.Second {
+		t.Errorf("the call took %v to fail after its upstream died", failedIn)
+	}
+
+	// The other upstream keeps working meanwhile.
+	res := drive(t, Script{URL: m.URL(), Steps: []Op{opCall("other__echo", map[string]any{"text": "unaffected"})}})
+	if got := res.Steps(t)[0].Call(t).Text(); got != "unaffected" {
+		t.Fatalf("other upstream: %q", got)
+	}
+
+	// The crashed upstream comes back, callable, within 15 s.
+	waitForTools(t, m.URL(), nil, []string{"crash__echo", "crash__slow_count"}, 15*time.Second)
+	recovered := time.Since(killed)
+	t.Logf("crashed upstream listed again %v after SIGKILL", recovered)
+	res = drive(t, Script{URL: m.URL(), Steps: []Op{opCall("crash__echo", map[string]any{"text": "back"})}})
+	if got := res.Steps(t)[0].Call(t).Text(); got != "back" {
+		t.Fatalf("restarted upstream: %q", got)
+	}
+	if newPID := demoChild(t, m, "crash", 5*time.Second); newPID == pid {
+		t.Fatalf("the crashed child %d is still the one running", pid)
+	}
+
+	w := <-watch
+	if w.err != nil {
+		t.Fatalf("watcher session: %v\n--- stderr ---\n%s", w.err, m.Stderr())
+	}
+	if n := countNotifications(w.res.Clients[0], methodToolsListChanged); n < 2 {
+		t.Fatalf("watcher got %d tools/list_changed, want one when the tools went and one when they came back", n)
+	}
+}
+
+// TestUpstreamChurn crashes a stdio upstream 50 times and checks that
+// mcpmux leaks neither processes nor file descriptors.
+func TestUpstreamChurn(t *testing.T) {
+	requireNode(t)
+	requireProc(t)
+	const cycles = 50
+	m := startMux(t, demoUpstream(t, "churn"))
+	pid := demoChild(t, m, "churn", 5*time.Second)
+	fdsBefore := fdCount(t, m.PID())
+	start := time.Now()
+	for i := range cycles {
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			t.Fatalf("cycle %d: %v", i, err)
+		}
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			next := demoChild(t, m, "churn", 20*time.Second)
+			if next != pid && strings.Count(m.Stderr(), "upstream up") >= i+2 {
+				pid = next
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("cycle %d: upstream did not come back\n--- stderr ---\n%s", i, m.Stderr())
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	t.Logf("%d crash/restart cycles in %v", cycles, time.Since(start))
+	// Still serving after the churn.
+	res := drive(t, Script{URL: m.URL(), Steps: []Op{opCall("churn__echo", map[string]any{"text": "alive"})}})
+	if got := res.Steps(t)[0].Call(t).Text(); got != "alive" {
+		t.Fatalf("after churn: %q", got)
+	}
+	// Exactly one demo server, and no zombies or strays carrying the marker
+	// besides mcpmux and that one child.
+	ps, err := procsWhere(func(p proc) bool { return hasEnv(p.PID, markerEnv, m.Marker) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	var others []proc
+	for _, p := range ps {
+		if p.PID != m.PID() && p.PID != pid {
+			others = append(others, p)
+		}
+	}
+	if len(others) > 0 {
+		t.Fatalf("processes left over after %d cycles:\n%s", cycles, describeProcs(others))
+	}
+	fdsAfter := fdCount(t, m.PID())
+	t.Logf("mcpmux file descriptors: %d before, %d after", fdsBefore, fdsAfter)
+	if fdsAfter > fdsBefore {
+		t.Fatalf("file descriptors grew from %d to %d over %d cycles", fdsBefore, fdsAfter, cycles)
+	}
+}
