@@ -48,6 +48,8 @@ type Server struct {
 
 	mu    sync.Mutex
 	bound map[string]*session // legacy session id → its binding
+
+	streams streamSet // live websocket, SSE and stdio sessions (door.go)
 }
 
 // MarkStarted tells the server that every upstream has had its first
@@ -57,7 +59,10 @@ func (s *Server) MarkStarted() { s.started.Store(true) }
 // session is one registered legacy (initialize-based) session.
 type session struct {
 	binding Binding
-	subs    map[string]bool // resource URIs this session subscribed to
+	// stream is true for sessions of the /ws, /sse and stdio doors: their
+	// ids must not be usable on /mcp.
+	stream bool
+	subs   map[string]bool // resource URIs this session subscribed to
 	// listed is the fingerprint of the view the session last had; a catalog
 	// change notifies the session only when it differs.
 	listed string
@@ -321,7 +326,8 @@ func (s *Server) onRegister(ctx context.Context, cs server.ClientSession) {
 	}
 	v := s.View(b)
 	s.mu.Lock()
-	s.bound[cs.SessionID()] = &session{binding: b, listed: v.Fingerprint()}
+	_, stream := cs.(*streamSession)
+	s.bound[cs.SessionID()] = &session{binding: b, listed: v.Fingerprint(), stream: stream}
 	s.mu.Unlock()
 	s.log.Info("session started", "session", cs.SessionID(), "profile", b.Profile)
 }
@@ -377,11 +383,15 @@ func (s *Server) authorizeCall(next server.ToolHandlerFunc) server.ToolHandlerFu
 	}
 }
 
-// Handler returns the HTTP handler: /mcp (streamable HTTP), /healthz and
-// /readyz.
+// Handler returns the HTTP handler: /mcp (streamable HTTP), /ws
+// (websocket), /sse and /message (legacy HTTP+SSE), /healthz, /readyz and
+// /metrics. Every MCP door resolves profiles and runs the gate the same way.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/mcp", s.checkOrigin(http.HandlerFunc(s.serveMCP)))
+	mux.Handle("GET /ws", s.checkOrigin(http.HandlerFunc(s.serveWS)))            // ws.go
+	mux.Handle("GET /sse", s.checkOrigin(http.HandlerFunc(s.serveSSE)))          // sse.go
+	mux.Handle("POST /message", s.checkOrigin(http.HandlerFunc(s.serveMessage))) // sse.go
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		io.WriteString(w, "ok\n")
@@ -471,6 +481,10 @@ func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request) {
 		s.mu.Lock()
 		sess := s.bound[id]
 		s.mu.Unlock()
+		if sess != nil && sess.stream {
+			writeJSONError(w, http.StatusNotFound, env.ID, mcp.INVALID_REQUEST, "unknown session")
+			return
+		}
 		if sess != nil {
 			bound = true
 			if err := s.Resolver().Authorize(sel, sess.binding.Profile); err != nil {

@@ -49,6 +49,7 @@ const usage = `mcpmux: one MCP endpoint for many MCP servers
 
 Usage:
   mcpmux [serve] [--config FILE] [--listen ADDR]   serve HTTP (default)
+  mcpmux serve --stdio [--profile NAME]            serve one client over stdin/stdout
   mcpmux check [--config FILE]                     validate, connect, report each upstream and profile
   mcpmux tools [--config FILE] [--profile NAME] [--toolsets A,B] [--read-only] [--json]
                                                    print the tools a client would get

@@ -19,12 +19,22 @@ func cmdServe(ctx context.Context, args []string, stderr io.Writer) error {
 	configPath := fs.String("config", "", "config file (default: discovered, else the embedded quickstart)")
 	listen := fs.String("listen", "", "listen address, overriding server.listen")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	stdio := fs.Bool("stdio", false, "serve one client over stdin/stdout instead of HTTP (logs go to stderr)")
+	profile := fs.String("profile", "", "with --stdio: the profile to serve (default: server.default_profile)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	log, err := newLogger(stderr, *logLevel)
 	if err != nil {
 		return err
+	}
+	switch {
+	case *stdio && *listen != "":
+		return usageErr("serve: --stdio and --listen cannot be combined")
+	case *stdio:
+		return serveStdio(ctx, *configPath, *profile, log) // stdio.go
+	case *profile != "":
+		return usageErr("serve: --profile needs --stdio (HTTP clients choose their profile per request)")
 	}
 	start := time.Now()
 	cfg, err := loadConfig(*configPath, log)

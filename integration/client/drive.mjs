@@ -11,7 +11,15 @@
 //
 // Script:
 //   {
-//     "url": "http://127.0.0.1:8931/mcp",      // required
+//     "url": "http://127.0.0.1:8931/mcp",      // required (except for stdio)
+//     "transport": "http",                      // optional: "http" (streamable HTTP, the
+//                                               // default), "sse" (legacy HTTP+SSE: url is
+//                                               // the /sse stream), "ws" (websocket, url
+//                                               // ws://…/ws; it cannot send headers, so
+//                                               // name the profile in the query), or
+//                                               // "stdio" (spawn "command" with "args",
+//                                               // the process environment plus "env",
+//                                               // in "cwd"; no url)
 //     "headers": {"Mcp-Profile": "readonly"},  // optional, sent on every HTTP request
 //     "clients": 1,                             // optional, N sessions run concurrently
 //     "timeoutMs": 30000,                       // optional, per-request timeout
@@ -62,7 +70,10 @@
 // Output:
 //   {"ok": true|false, "clients": [{"index", "sessionId", "protocolVersion",
 //     "serverInfo", "serverCapabilities", "instructions", "steps": [...],
-//     "notifications": [{"method","params"}], "error"?}]}
+//     "notifications": [{"method","params"}], "error"?,
+//     "exit"?: {"code", "signal", "afterCloseMs"}}]}
+// "exit" (stdio only) is how the server process ended once the client
+// closed its stdin, and how long after.
 // Each step result repeats "op" (and "name"/"uri" when given) and has "ok".
 // Errors are {"kind": "jsonrpc"|"http"|"other", "code", "message", "data"?};
 // a JSON-RPC error's message is exactly what the server sent (the SDK's
@@ -79,6 +90,9 @@ import {
   StreamableHTTPClientTransport,
   StreamableHTTPError,
 } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
+import { SSEClientTransport } from "@modelcontextprotocol/sdk/client/sse.js";
+import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
+import { WebSocketClientTransport } from "@modelcontextprotocol/sdk/client/websocket.js";
 import {
   CallToolResultSchema,
   McpError,
@@ -127,7 +141,7 @@ function readScript() {
         throw new ScriptError(`session ${i} must be an object`);
       }
       const url = sess.url ?? script.url;
-      if (typeof url !== "string" || url === "") {
+      if (needsURL(script) && (typeof url !== "string" || url === "")) {
         throw new ScriptError(`session ${i} has no "url"`);
       }
       if (!Array.isArray(sess.steps)) {
@@ -136,7 +150,7 @@ function readScript() {
       return { url, headers: sess.headers ?? script.headers, steps: sess.steps };
     });
   } else {
-    if (typeof script.url !== "string" || script.url === "") {
+    if (needsURL(script) && (typeof script.url !== "string" || script.url === "")) {
       throw new ScriptError('script needs "url"');
     }
     if (!Array.isArray(script.steps)) {
@@ -148,6 +162,7 @@ function readScript() {
       steps: script.steps,
     }));
   }
+  checkTransport(script, plans);
   plans.forEach((plan, c) => {
     const where = script.sessions ? `session ${c} ` : "";
     const barriers = new Set();
@@ -392,6 +407,73 @@ const OPS = {
   },
 };
 
+// --- transports ---
+
+const TRANSPORTS = ["http", "sse", "ws", "stdio"];
+
+function needsURL(script) {
+  return (script.transport ?? "http") !== "stdio";
+}
+
+function checkTransport(script, plans) {
+  const t = script.transport ?? "http";
+  if (!TRANSPORTS.includes(t)) {
+    throw new ScriptError(`unknown transport ${JSON.stringify(t)} (want one of ${TRANSPORTS.join(", ")})`);
+  }
+  if (t === "ws" && plans.some((p) => p.headers && Object.keys(p.headers).length > 0)) {
+    throw new ScriptError('the websocket transport cannot send headers: name the profile in the url ("?profile=…")');
+  }
+  if (t === "stdio") {
+    if (typeof script.command !== "string" || script.command === "") {
+      throw new ScriptError('transport "stdio" needs "command"');
+    }
+    if (script.args !== undefined && !Array.isArray(script.args)) {
+      throw new ScriptError('"args" must be an array');
+    }
+  }
+}
+
+// makeTransport builds the SDK's client transport the script asks for.
+async function makeTransport(script, plan) {
+  const requestInit = plan.headers ? { headers: plan.headers } : undefined;
+  switch (script.transport ?? "http") {
+    case "sse":
+      return new SSEClientTransport(new URL(plan.url), { requestInit });
+    case "ws":
+      // The SDK uses the global WebSocket, which Node has without a flag
+      // from version 22; undici (an SDK dependency) supplies it on Node 20.
+      if (globalThis.WebSocket === undefined) {
+        globalThis.WebSocket = (await import("undici")).WebSocket;
+      }
+      return new WebSocketClientTransport(new URL(plan.url));
+    case "stdio":
+      return new StdioClientTransport({
+        command: script.command,
+        args: script.args ?? [],
+        env: { ...process.env, ...(script.env ?? {}) },
+        cwd: script.cwd,
+        stderr: "inherit", // the server's logs go to the driver's stderr
+      });
+    default:
+      return new StreamableHTTPClientTransport(new URL(plan.url), { requestInit });
+  }
+}
+
+// watchExit records, for a stdio server, how its process ends: s.exited
+// resolves to {code, signal, afterCloseMs} (afterCloseMs counts from the
+// start of client.close(), which first closes the server's stdin).
+function watchExit(s) {
+  // The SDK keeps the child in a private field; the driver needs its exit
+  // status to show the server stops by itself when stdin closes.
+  const child = s.transport._process;
+  if (!child) return;
+  s.exited = new Promise((resolve) => {
+    child.once("exit", (code, signal) => {
+      resolve({ code, signal, afterCloseMs: s.closedAt ? Date.now() - s.closedAt : null });
+    });
+  });
+}
+
 function describe(step) {
   const out = { op: step.op };
   if (step.name !== undefined) out.name = step.name;
@@ -412,9 +494,7 @@ async function connect(script, index, barriers) {
     consumed: new Set(),
     opts: { timeout: script.timeoutMs ?? 30000 },
   };
-  s.transport = new StreamableHTTPClientTransport(new URL(plan.url), {
-    requestInit: plan.headers ? { headers: plan.headers } : undefined,
-  });
+  s.transport = await makeTransport(script, plan);
   s.client = new Client(
     { name: "mcpmux-integration-driver", version: "1.0.0" },
     { capabilities: {} },
@@ -429,6 +509,7 @@ async function connect(script, index, barriers) {
     out.serverInfo = s.client.getServerVersion() ?? null;
     out.serverCapabilities = s.client.getServerCapabilities() ?? null;
     out.instructions = s.client.getInstructions() ?? null;
+    watchExit(s);
   } catch (e) {
     out.error = { stage: "connect", ...errorInfo(e) };
   }
@@ -476,7 +557,9 @@ async function run(script, s) {
     out.error ??= { stage: "terminate", ...errorInfo(e) };
   }
   try {
+    s.closedAt = Date.now();
     await s.client.close();
+    if (s.exited) out.exit = await s.exited;
   } catch (e) {
     out.error ??= { stage: "close", ...errorInfo(e) };
   }

@@ -1,0 +1,80 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/mcpmux/mcpmux/aggregator"
+	"github.com/mcpmux/mcpmux/configs"
+	"github.com/mcpmux/mcpmux/sessions"
+)
+
+// serveStdio is `mcpmux serve --stdio`: it serves the one client that
+// launched it over stdin/stdout and listens on nothing. Stdout carries
+// JSON-RPC only: it is taken over before anything else runs, and file
+// descriptor 1 is pointed at stderr, so a stray write to os.Stdout (or by a
+// library) lands in the logs instead of corrupting the protocol. When stdin
+// ends it answers what it received, closes the upstreams and returns nil.
+func serveStdio(ctx context.Context, configPath, profile string, log *slog.Logger) error {
+	out, err := takeStdout()
+	if err != nil {
+		return err
+	}
+	defer out.Close()
+	// A client that goes away closes our pipes: report EPIPE as an error
+	// instead of dying of SIGPIPE mid-shutdown.
+	signal.Ignore(syscall.SIGPIPE)
+
+	start := time.Now()
+	cfg, err := loadConfig(configPath, log)
+	if err != nil {
+		return err
+	}
+	agg := aggregator.New(cfg, aggregator.Options{Logger: log})
+	defer func() {
+		if err := agg.Close(); err != nil {
+			log.Error("closing upstreams", "error", err)
+		}
+	}()
+	srv, err := sessions.New(cfg, agg, sessions.Options{Logger: log, Version: version})
+	if err != nil {
+		return configErr(err)
+	}
+	// An unknown profile is a usage error, found before any upstream starts.
+	if _, err := srv.Resolver().ResolveLocal(sessions.Selection{Profile: profile}); err != nil {
+		if errors.Is(err, sessions.ErrUnknownProfile) {
+			return configErr(fmt.Errorf("--profile: %w", err))
+		}
+		return configErr(err)
+	}
+	// Serve once the upstreams have had their first attempt, so the
+	// client's first tools/list is complete; its initialize waits in the
+	// pipe meanwhile.
+	if err := agg.Start(ctx); err != nil {
+		return &exitError{exitRuntime, err}
+	}
+	srv.MarkStarted()
+	snap := agg.Snapshot()
+	log.Info("ready on stdio", "profile", profile, "tools", len(snap.Tools), "upstreams", len(snap.Upstreams), "duration", time.Since(start))
+
+	watchPath := cfg.Source
+	if watchPath == configs.QuickstartSource {
+		watchPath = ""
+	}
+	rctx, stopReload := context.WithCancel(ctx)
+	reloaded := reloader(rctx, watchPath, log, agg, srv)
+	defer func() {
+		stopReload()
+		<-reloaded
+	}()
+
+	err = srv.ServeStdio(ctx, profile, os.Stdin, out)
+	log.Info("stdio client gone; shutting down")
+	return err
+}

@@ -1,0 +1,359 @@
+//go:build unix
+
+package integration
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// End-to-end tests of the front doors other than /mcp (SPEC §2, §6): the
+// official TypeScript SDK client over legacy SSE, websocket and stdio,
+// against the real mcpmux binary, must see exactly what it sees over
+// streamable HTTP, with the same gate.
+
+// DoorScript is a Script for any front door: drive.mjs's "transport" and,
+// for stdio, the command it spawns (see the header of client/drive.mjs).
+type DoorScript struct {
+	Script
+	Transport string            `json:"transport,omitempty"` // http (default), sse, ws, stdio
+	Command   string            `json:"command,omitempty"`
+	Args      []string          `json:"args,omitempty"`
+	Env       map[string]string `json:"env,omitempty"`
+}
+
+// DoorResult is drive.mjs's output for a DoorScript.
+type DoorResult struct {
+	OK      bool         `json:"ok"`
+	Clients []DoorClient `json:"clients"`
+}
+
+// DoorClient is one client's outcome; Exit is set for stdio.
+type DoorClient struct {
+	ClientResult
+	Exit *struct {
+		Code         *int    `json:"code"`
+		Signal       *string `json:"signal"`
+		AfterCloseMs *int    `json:"afterCloseMs"`
+	} `json:"exit"`
+}
+
+// driveDoor runs script with client/drive.mjs, failing the test on any
+// unexpected outcome (as drive does).
+func driveDoor(t *testing.T, script DoorScript) DoorResult {
+	t.Helper()
+	requireNode(t)
+	in, err := json.Marshal(script)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, harness.node, filepath.Join(harness.dir, "client", "drive.mjs"))
+	cmd.Dir = harness.dir
+	cmd.Env = envWithout(os.Environ(), markerEnv)
+	cmd.Stdin = bytes.NewReader(in)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 2 * time.Second
+	runErr := cmd.Run()
+	var res DoorResult
+	decodeErr := json.Unmarshal(stdout.Bytes(), &res)
+	if runErr != nil || decodeErr != nil || !res.OK {
+		t.Fatalf("drive.mjs (%s %s%s): run: %v, decode: %v\n--- driver stderr ---\n%s--- driver stdout ---\n%s",
+			script.Transport, script.URL, script.Command, runErr, decodeErr, stderr.String(), stdout.String())
+	}
+	return res
+}
+
+// doorsConfig mounts the demo server, required (so /readyz means its tools
+// are in), with a read-only profile.
+func doorsConfig(t *testing.T) string {
+	return fmt.Sprintf(`[server]
+shutdown_grace = "5s"
+
+[upstreams.demo]
+command = %s
+args = ["demo-server", "--name", "demo"]
+required = true
+
+[profiles.readonly]
+read_only = true
+`, tomlString(muxBinary(t)))
+}
+
+// door is one way in, for one profile.
+type door struct {
+	name   string
+	script func(steps []Op) DoorScript
+}
+
+// doorsFor returns the doors that serve profile ("" = none named) on mux,
+// and for stdio, with the config at cfgPath and marker in its environment.
+func doorsFor(mux *Mux, cfgPath, marker, profile string) []door {
+	q := ""
+	if profile != "" {
+		q = "?profile=" + profile
+	}
+	stdioArgs := []string{"serve", "--stdio", "--config", cfgPath}
+	if profile != "" {
+		stdioArgs = append(stdioArgs, "--profile", profile)
+	}
+	doors := []door{
+		{"sse query", func(steps []Op) DoorScript {
+			return DoorScript{Transport: "sse", Script: Script{URL: "http://" + mux.Addr + "/sse" + q, Steps: steps}}
+		}},
+		{"ws query", func(steps []Op) DoorScript {
+			return DoorScript{Transport: "ws", Script: Script{URL: "ws://" + mux.Addr + "/ws" + q, Steps: steps}}
+		}},
+		{"stdio", func(steps []Op) DoorScript {
+			return DoorScript{Transport: "stdio", Command: harness.mux, Args: stdioArgs,
+				Env: map[string]string{markerEnv: marker}, Script: Script{Steps: steps}}
+		}},
+	}
+	if profile != "" {
+		doors = append(doors, door{"sse header", func(steps []Op) DoorScript {
+			return DoorScript{Transport: "sse", Script: Script{URL: "http://" + mux.Addr + "/sse",
+				Headers: map[string]string{"Mcp-Profile": profile}, Steps: steps}}
+		}})
+	}
+	return doors
+}
+
+// TestFrontDoors checks that SSE, websocket and stdio serve the same view
+// as streamable HTTP for the same profile, answer calls through it, and
+// refuse hidden tools with the same -32601 — all driven by the official
+// TypeScript SDK client.
+func TestFrontDoors(t *testing.T) {
+	requireNode(t)
+	cfg := doorsConfig(t)
+	mux := startMux(t, cfg)
+	cfgPath := filepath.Join(mux.Dir, "mcpmux.toml")
+	const text = "héllo wörld ✓ 日本語"
+
+	for _, profile := range []string{"readonly", ""} {
+		// The reference: what streamable HTTP lists for this profile.
+		url := mux.URL()
+		if profile != "" {
+			url += "?profile=" + profile
+		}
+		want := drive(t, Script{URL: url, Steps: []Op{opList()}}).Steps(t)[0].Names
+		if len(want) == 0 || slices.Contains(want, "demo__write_note") != (profile == "") {
+			t.Fatalf("profile %q over HTTP lists %v", profile, want)
+		}
+		for _, d := range doorsFor(mux, cfgPath, mux.Marker, profile) {
+			t.Run(fmt.Sprintf("%s profile=%q", d.name, profile), func(t *testing.T) {
+				steps := []Op{
+					opList(),
+					opCall("demo__echo", map[string]any{"text": text}),
+					opCallExpectError("demo__no_such_tool", map[string]any{}),
+				}
+				if profile != "" {
+					steps = append(steps, opCallExpectError("demo__write_note", map[string]any{"title": "t", "body": "b"}))
+				}
+				res := driveDoor(t, d.script(steps))
+				c := res.Clients[0]
+				if !slices.Equal(c.Steps[0].Names, want) {
+					t.Errorf("lists %v, want what HTTP lists: %v", c.Steps[0].Names, want)
+				}
+				if got := c.Steps[1].Call(t).Text(); got != text {
+					t.Errorf("echo = %q, want %q", got, text)
+				}
+				for _, s := range c.Steps[2:] {
+					wantToolNotFound(t, s.Error, s.Name)
+				}
+				if d.name == "stdio" {
+					checkStdioExit(t, c)
+				}
+			})
+		}
+	}
+
+	// Catalog changes reach sessions of every door: the client that adds a
+	// tool is told tools/list_changed and lists it.
+	for _, d := range doorsFor(mux, cfgPath, mux.Marker, "") {
+		t.Run("list_changed "+d.name, func(t *testing.T) {
+			tool := "extra_" + strings.ReplaceAll(d.name, " ", "_")
+			res := driveDoor(t, d.script([]Op{
+				opList(),
+				opCall("demo__add_tool", map[string]any{"name": tool, "read_only": true}),
+				opWaitNotification(methodToolsListChanged, 10*time.Second),
+				opList(),
+			}))
+			c := res.Clients[0]
+			if slices.Contains(c.Steps[0].Names, "demo__"+tool) || !slices.Contains(c.Steps[3].Names, "demo__"+tool) {
+				t.Errorf("before %v, after %v: want demo__%s only after", c.Steps[0].Names, c.Steps[3].Names, tool)
+			}
+		})
+	}
+}
+
+// checkStdioExit asserts the stdio server exited 0 by itself once its
+// stdin closed (the SDK only signals it after 2s).
+func checkStdioExit(t *testing.T, c DoorClient) {
+	t.Helper()
+	e := c.Exit
+	if e == nil || e.Code == nil || *e.Code != 0 || e.Signal != nil || e.AfterCloseMs == nil || *e.AfterCloseMs >= 2000 {
+		t.Errorf("stdio server exit = %+v, want code 0, no signal, within 2s of stdin closing", e)
+	}
+}
+
+// TestStdioDoor runs `mcpmux serve --stdio` directly: stdout carries
+// nothing but JSON-RPC (logs go to stderr), --profile selects the view, and
+// closing stdin ends the process with status 0 and no child left behind.
+func TestStdioDoor(t *testing.T) {
+	dir := t.TempDir()
+	cfgPath := filepath.Join(dir, "mcpmux.toml")
+	if err := os.WriteFile(cfgPath, []byte(doorsConfig(t)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	marker := randomHex(t, 12)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, muxBinary(t), "serve", "--stdio", "--profile", "readonly", "--config", cfgPath, "--log-level", "debug")
+	cmd.Dir = dir
+	cmd.Env = append(envWithout(os.Environ(), "MCPMUX_CONFIG", markerEnv), markerEnv+"="+marker)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 2 * time.Second
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdoutPipe, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr syncBuffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if survivors := waitNoMarked(marker, 2*time.Second); len(survivors) > 0 {
+			t.Errorf("processes started by mcpmux --stdio survived it:\n%s", describeProcs(survivors))
+			killMarked(marker)
+		}
+		if t.Failed() {
+			t.Logf("--- mcpmux stderr ---\n%s", stderr.String())
+		}
+	})
+
+	lines := make(chan string, 16)
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(stdoutPipe)
+		sc.Buffer(nil, 16<<20)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+	}()
+	next := func() map[string]json.RawMessage {
+		t.Helper()
+		select {
+		case line, ok := <-lines:
+			if !ok {
+				t.Fatal("stdout closed early")
+			}
+			var m map[string]json.RawMessage
+			if err := json.Unmarshal([]byte(line), &m); err != nil || string(m["jsonrpc"]) != `"2.0"` {
+				t.Fatalf("stdout line is not a JSON-RPC message: %q", line)
+			}
+			return m
+		case <-ctx.Done():
+			t.Fatal("no answer on stdout")
+			return nil
+		}
+	}
+	send := func(msg string) {
+		t.Helper()
+		if _, err := io.WriteString(stdin, msg+"\n"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`)
+	if m := next(); string(m["id"]) != "1" || m["result"] == nil {
+		t.Fatalf("initialize: %v", m)
+	}
+	send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	send(`{"jsonrpc":"2.0","id":2,"method":"tools/list"}`)
+	var list struct {
+		Tools []struct{ Name string } `json:"tools"`
+	}
+	if m := next(); string(m["id"]) != "2" || json.Unmarshal(m["result"], &list) != nil {
+		t.Fatalf("tools/list: %v", m)
+	}
+	var names []string
+	for _, tl := range list.Tools {
+		names = append(names, tl.Name)
+	}
+	if want := []string{"demo__echo", "demo__list_notes", "demo__read_note", "demo__slow_count"}; !slices.Equal(names, want) {
+		t.Fatalf("--profile readonly lists %v, want %v", names, want)
+	}
+	// The last request goes out together with the end of stdin: it is
+	// still answered before the process exits.
+	send(`{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"demo__write_note","arguments":{"title":"t","body":"b"}}}`)
+	send(`{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"demo__echo","arguments":{"text":"last"}}}`)
+	stdin.Close()
+	got := map[string]map[string]json.RawMessage{}
+	for range 2 {
+		m := next()
+		got[string(m["id"])] = m
+	}
+	if e := string(got["3"]["error"]); !strings.Contains(e, `"code":-32601`) || !strings.Contains(e, "Tool not found: demo__write_note") {
+		t.Errorf("hidden tool over stdio: %v", got["3"])
+	}
+	if r := string(got["4"]["result"]); !strings.Contains(r, `"last"`) {
+		t.Errorf("call sent before EOF: %v", got["4"])
+	}
+	for line := range lines {
+		t.Errorf("extra output on stdout after the answers: %q", line)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("mcpmux --stdio after stdin closed: %v, want exit status 0", err)
+	}
+	if !strings.Contains(stderr.String(), "ready on stdio") {
+		t.Errorf("stderr lacks the logs: %q", stderr.String())
+	}
+}
+
+// TestStdioUsage checks the flag combinations `serve --stdio` refuses, with
+// exit status 2 and the reason, before it starts anything.
+func TestStdioUsage(t *testing.T) {
+	dir := t.TempDir()
+	cfgPath := filepath.Join(dir, "mcpmux.toml")
+	if err := os.WriteFile(cfgPath, []byte(doorsConfig(t)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		args []string
+		msg  string
+	}{
+		{"unknown profile", []string{"serve", "--stdio", "--config", cfgPath, "--profile", "nope"}, "known: readonly"},
+		{"with --listen", []string{"serve", "--stdio", "--listen", "127.0.0.1:0", "--config", cfgPath}, "--stdio and --listen"},
+		{"--profile without --stdio", []string{"serve", "--profile", "readonly", "--config", cfgPath}, "--profile needs --stdio"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, stdout, stderr := runMux(t, 30*time.Second, dir, nil, tt.args...)
+			if code != 2 || !strings.Contains(stderr, tt.msg) || stdout != "" {
+				t.Fatalf("exit %d, stdout %q, stderr %q: want 2, nothing on stdout, stderr mentioning %q", code, stdout, stderr, tt.msg)
+			}
+		})
+	}
+}

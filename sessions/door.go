@@ -1,0 +1,186 @@
+package sessions
+
+import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"strings"
+	"sync"
+
+	"github.com/mark3labs/mcp-go/mcp"
+)
+
+// This file holds what the connection-oriented HTTP front doors (/ws, /sse
+// and /message) check before they take a client, and the set of live stream
+// sessions they share.
+
+// streamSet is the live stream sessions of one Server: a POST to /message
+// finds its SSE session here, and the HTTP server's shutdown ends them all.
+// Its zero value is ready to use; it is safe for concurrent use. Lock
+// order: streamSet.mu before streamSession.mu.
+type streamSet struct {
+	mu      sync.Mutex
+	byID    map[string]*streamSession
+	closing bool
+	hooked  map[*http.Server]bool
+}
+
+// add records ss. It fails once the server is shutting down, or when ss
+// has already ended (its end ran before add, so nothing would remove it).
+func (set *streamSet) add(ss *streamSession) error {
+	set.mu.Lock()
+	defer set.mu.Unlock()
+	if set.closing {
+		return errServerShutdown
+	}
+	ss.mu.Lock()
+	ended := ss.ended
+	ss.mu.Unlock()
+	if ended {
+		return ErrSessionClosed
+	}
+	if set.byID == nil {
+		set.byID = make(map[string]*streamSession)
+	}
+	set.byID[ss.id] = ss
+	return nil
+}
+
+// remove forgets ss (end calls it).
+func (set *streamSet) remove(ss *streamSession) {
+	set.mu.Lock()
+	defer set.mu.Unlock()
+	if set.byID[ss.id] == ss {
+		delete(set.byID, ss.id)
+	}
+}
+
+// get returns the live session with id, or nil.
+func (set *streamSet) get(id string) *streamSession {
+	set.mu.Lock()
+	defer set.mu.Unlock()
+	return set.byID[id]
+}
+
+// len returns the number of live stream sessions.
+func (set *streamSet) len() int {
+	set.mu.Lock()
+	defer set.mu.Unlock()
+	return len(set.byID)
+}
+
+// shutdown refuses new sessions and ends every live one. Each front door's
+// handler then closes its connection (websocket: 1001 going away) and
+// returns.
+func (set *streamSet) shutdown() {
+	set.mu.Lock()
+	set.closing = true
+	live := make([]*streamSession, 0, len(set.byID))
+	for _, ss := range set.byID {
+		live = append(live, ss)
+	}
+	set.mu.Unlock()
+	for _, ss := range live {
+		ss.end(errServerShutdown)
+	}
+}
+
+// watchShutdown makes the Shutdown of the http.Server serving r end every
+// stream session, once per http.Server. Shutdown neither waits for hijacked
+// (websocket) connections nor ends long-lived SSE responses by itself;
+// RegisterOnShutdown is its hook for exactly that.
+func (set *streamSet) watchShutdown(r *http.Request) {
+	hs, ok := r.Context().Value(http.ServerContextKey).(*http.Server)
+	if !ok || hs == nil {
+		return
+	}
+	set.mu.Lock()
+	defer set.mu.Unlock()
+	if set.hooked[hs] {
+		return
+	}
+	if set.hooked == nil {
+		set.hooked = make(map[*http.Server]bool)
+	}
+	set.hooked[hs] = true
+	hs.RegisterOnShutdown(set.shutdown)
+}
+
+// openDoor runs the checks a connection-oriented front door makes before it
+// takes a client: the loopback Host rule, then the profile, narrowing and
+// bearer token of r, resolved exactly as /mcp resolves them (Origin is
+// checked by the checkOrigin wrapper of the route). On failure it has
+// answered r and returns false.
+func (s *Server) openDoor(w http.ResponseWriter, r *http.Request) (Binding, Selection, bool) {
+	if !hostAllowed(w, r) {
+		return Binding{}, Selection{}, false
+	}
+	sel, err := SelectionFromRequest(r)
+	var b Binding
+	if err == nil {
+		b, err = s.Resolver().Resolve(sel)
+	}
+	if err != nil {
+		writeResolveError(w, err)
+		return Binding{}, Selection{}, false
+	}
+	s.streams.watchShutdown(r)
+	return b, sel, true
+}
+
+// writeResolveError answers a request whose selection did not resolve, with
+// the status of its sentinel (401 carries WWW-Authenticate: Bearer).
+func writeResolveError(w http.ResponseWriter, err error) {
+	if errors.Is(err, ErrUnauthorized) {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="mcpmux"`)
+	}
+	writeJSONError(w, statusOf(err), nil, mcp.INVALID_REQUEST, err.Error())
+}
+
+// hostAllowed applies the DNS-rebinding rule /mcp applies (SPEC §10): a
+// request that reached a loopback address must name a loopback host. On
+// failure it has answered 403.
+func hostAllowed(w http.ResponseWriter, r *http.Request) bool {
+	local, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
+	if !ok || local == nil {
+		return true
+	}
+	if isLoopbackName(local.String()) && !isLoopbackName(r.Host) {
+		writeJSONError(w, http.StatusForbidden, nil, mcp.INVALID_REQUEST, fmt.Sprintf("Host %q is not a loopback name", r.Host))
+		return false
+	}
+	return true
+}
+
+// isLoopbackName reports whether hostport (with or without a port) is
+// "localhost" or a loopback IP address.
+func isLoopbackName(hostport string) bool {
+	host, _, err := net.SplitHostPort(hostport)
+	if err != nil {
+		host = strings.TrimSuffix(strings.TrimPrefix(hostport, "["), "]")
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.IsLoopback()
+}
+
+// tokenSum is what a session remembers of the bearer token that opened it.
+func tokenSum(sel Selection) [sha256.Size]byte {
+	if !sel.HasToken {
+		return [sha256.Size]byte{}
+	}
+	return sha256.Sum256([]byte(sel.Token))
+}
+
+// sameToken reports, in constant time, whether sel carries the token sum
+// was taken from.
+func sameToken(sum [sha256.Size]byte, sel Selection) bool {
+	got := tokenSum(sel)
+	return subtle.ConstantTimeCompare(got[:], sum[:]) == 1
+}

@@ -1,0 +1,575 @@
+package sessions
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/mark3labs/mcp-go/mcp"
+)
+
+// This file holds what the message-stream front doors (websocket, legacy
+// SSE, stdio) share: streamSession, one client connection (what mcp-go sees
+// of it is in stream_client.go), and Server.dispatch, the single path every
+// message from those clients takes. The transports only move frames: ws.go, sse.go and
+// stdio.go read messages and hand them to receive, and give the session a
+// frameWriter for what goes back.
+
+// Limits of one stream session.
+const (
+	// streamWorkers bounds the requests of one session handled at once.
+	// Notifications and responses are handled on the reading goroutine, so
+	// notifications/cancelled is read while calls run.
+	streamWorkers = 16
+	// streamQueue bounds the requests waiting for a worker; beyond it a
+	// request is answered with errBusyCode at once.
+	streamQueue = 64
+	// notificationBuffer is the size of the NotificationChannel, as in
+	// mcp-go's own sessions: a full channel drops the notification and
+	// reports it through the OnError hook.
+	notificationBuffer = 100
+	// outBuffer is the number of responses and server→client requests
+	// queued for the writer before the workers wait for it.
+	outBuffer = 16
+	// frameWriteTimeout bounds one write to a client that stopped reading.
+	frameWriteTimeout = 30 * time.Second
+)
+
+// errBusyCode is the JSON-RPC error for a request refused because its
+// session already has streamWorkers+streamQueue requests outstanding.
+const errBusyCode = -32000
+
+// Sentinel errors of stream sessions.
+var (
+	// ErrSessionClosed is returned by a server→client request whose session
+	// ended before the client answered.
+	ErrSessionClosed = errors.New("client session closed")
+	// ErrClientCapability is returned by a server→client request the client
+	// did not declare support for at initialize.
+	ErrClientCapability = errors.New("client did not declare this capability")
+
+	// Causes a session can end with; transports map them to close codes.
+	errServerShutdown   = errors.New("server shutting down")
+	errClientGone       = errors.New("client closed the connection")
+	errUnsupportedFrame = errors.New("binary frames are not supported: send JSON-RPC messages as UTF-8 text frames")
+)
+
+// ClientError is a JSON-RPC error a client answered a server→client request
+// (sampling, elicitation, roots) with.
+type ClientError struct {
+	Method  string
+	Code    int             `json:"code"`
+	Message string          `json:"message"`
+	Data    json.RawMessage `json:"data,omitempty"`
+}
+
+func (e *ClientError) Error() string {
+	return fmt.Sprintf("client answered %s with error %d: %s", e.Method, e.Code, e.Message)
+}
+
+// frameWriter sends one complete JSON-RPC message to the client. A session
+// calls it from one goroutine at a time; it must return within a bounded
+// time (frameWriteTimeout) even when the client stops reading.
+type frameWriter interface {
+	writeFrame(frame []byte) error
+}
+
+// streamEnvelope is the gate's envelope plus the fields that tell a
+// client's response to a server→client request apart.
+type streamEnvelope struct {
+	envelope
+	Result json.RawMessage `json:"result"`
+	Error  json.RawMessage `json:"error"`
+}
+
+// isResponse reports whether the message answers a request of ours.
+func (e *streamEnvelope) isResponse() bool {
+	return e.Method == "" && e.isRequest() && (len(e.Result) > 0 || len(e.Error) > 0)
+}
+
+// streamSession is one client connected over a message stream. It is
+// mcp-go's ClientSession for that client, bound for its whole life to what
+// its connection asked for (a reload re-resolves that, as for /mcp
+// sessions; see bindingOf). Requests run on a bounded pool of workers; one
+// writer goroutine serializes everything sent back, responses and
+// notifications alike. It is safe for concurrent use.
+type streamSession struct {
+	srv     *Server
+	id      string
+	kind    string  // "ws", "sse" or "stdio", for logs
+	binding Binding // as resolved at connect; see bindingOf
+	w       frameWriter
+	token   [32]byte // sha256 of the bearer token that opened it (SSE checks posts against it)
+
+	ctx    context.Context // done once the session ends
+	cancel context.CancelFunc
+
+	out   chan []byte                  // responses and server→client requests
+	notes chan mcp.JSONRPCNotification // mcp-go's NotificationChannel
+	queue chan *streamJob              // requests waiting for a worker
+	wg    sync.WaitGroup               // workers
+	wrote chan struct{}                // closed when the writer has stopped
+
+	initialized atomic.Bool
+	logLevel    atomic.Value // mcp.LoggingLevel
+	clientInfo  atomic.Pointer[mcp.Implementation]
+	clientCaps  atomic.Pointer[mcp.ClientCapabilities]
+	protocol    atomic.Pointer[string]
+	nextID      atomic.Int64 // ids of server→client requests
+
+	mu         sync.Mutex
+	ended      bool
+	cause      error
+	registered bool                          // with mcp-go, after initialize
+	workers    int                           // running workers
+	inflight   map[string]context.CancelFunc // client request id → cancel
+	pending    map[string]chan pendingReply  // server→client request id → reply
+}
+
+// streamJob is one client request waiting for or running on a worker.
+type streamJob struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+	key    string // the request id as sent
+	raw    []byte
+	env    streamEnvelope
+}
+
+type pendingReply struct {
+	result json.RawMessage
+	err    error
+}
+
+// newStreamSession starts a session of kind for b, writing through w. The
+// session lives until end is called or parent is done; its writer runs from
+// now on, but nothing is sent before the client's first message.
+func (s *Server) newStreamSession(parent context.Context, kind string, b Binding, w frameWriter) *streamSession {
+	ss := &streamSession{
+		srv:      s,
+		id:       kind + "-" + rand.Text(),
+		kind:     kind,
+		binding:  b,
+		w:        w,
+		out:      make(chan []byte, outBuffer),
+		notes:    make(chan mcp.JSONRPCNotification, notificationBuffer),
+		queue:    make(chan *streamJob, streamQueue),
+		wrote:    make(chan struct{}),
+		inflight: make(map[string]context.CancelFunc),
+		pending:  make(map[string]chan pendingReply),
+	}
+	ss.ctx, ss.cancel = context.WithCancel(parent)
+	context.AfterFunc(ss.ctx, func() { ss.end(context.Cause(parent)) })
+	go ss.writeLoop()
+	s.log.Info("session connected", "session", ss.id, "profile", b.Profile)
+	return ss
+}
+
+// done returns a channel closed when the session has ended.
+func (ss *streamSession) done() <-chan struct{} { return ss.ctx.Done() }
+
+// end stops the session: no new requests, in-flight handlers and pending
+// server→client requests are cancelled, and it is unregistered from mcp-go
+// and from the server's stream set. Frames already queued are still written.
+// It does not wait; the first cause wins. It is idempotent.
+func (ss *streamSession) end(cause error) {
+	ss.mu.Lock()
+	if ss.ended {
+		ss.mu.Unlock()
+		return
+	}
+	ss.ended = true
+	ss.cause = cause
+	registered := ss.registered
+	ss.mu.Unlock()
+	ss.cancel()
+	if registered {
+		ss.srv.mcp.UnregisterSession(context.WithoutCancel(ss.ctx), ss.id)
+	}
+	ss.srv.streams.remove(ss)
+	level := slogLevelFor(cause)
+	ss.srv.log.Log(context.Background(), level, "session ended", "session", ss.id, "profile", ss.binding.Profile, "reason", causeText(cause))
+}
+
+// wait waits until the session's workers and writer have stopped, or ctx
+// is done. Call it after end.
+func (ss *streamSession) wait(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() {
+		ss.wg.Wait()
+		<-ss.wrote
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// close ends the session and waits for it.
+func (ss *streamSession) close(cause error) {
+	ss.end(cause)
+	ss.wait(context.Background())
+}
+
+// endCause returns why the session ended (nil while it runs or when it ended
+// normally).
+func (ss *streamSession) endCause() error {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	return ss.cause
+}
+
+// idle waits until no request is queued or running, or ctx is done. The
+// caller must have stopped calling receive.
+func (ss *streamSession) idle(ctx context.Context) {
+	done := make(chan struct{})
+	go func() {
+		ss.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
+}
+
+// --- receiving ---
+
+// receive takes one message from the client. Responses and notifications
+// are handled on the caller's goroutine (so notifications/cancelled is never
+// stuck behind running calls); requests go to the worker pool. It must be
+// called from one goroutine at a time, the transport's reader. It reports
+// false once the session has ended.
+func (ss *streamSession) receive(raw []byte) bool {
+	if ss.ctx.Err() != nil {
+		return false
+	}
+	var env streamEnvelope
+	// A message that does not decode still goes to mcp-go, which answers
+	// it with the right JSON-RPC error; the gate uses whatever did decode
+	// (the same rule as /mcp).
+	_ = json.Unmarshal(raw, &env)
+	switch {
+	case env.isResponse():
+		ss.deliver(&env)
+	case env.Method != "" && env.isRequest():
+		ss.enqueue(raw, &env)
+	default:
+		if env.Method == string(mcp.MethodNotificationCancelled) {
+			ss.cancelInflight(raw)
+		}
+		if resp := ss.srv.handle(ss.ctx, ss, raw, &env); resp != nil {
+			ss.send(ss.ctx, resp)
+		}
+	}
+	return true
+}
+
+// enqueue queues a request for the worker pool, starting a worker if fewer
+// than streamWorkers run. A full queue answers the request at once.
+func (ss *streamSession) enqueue(raw []byte, env *streamEnvelope) {
+	ctx, cancel := context.WithCancel(ss.ctx)
+	job := &streamJob{ctx: ctx, cancel: cancel, key: string(env.ID), raw: raw, env: *env}
+	ss.mu.Lock()
+	if ss.ended {
+		ss.mu.Unlock()
+		cancel()
+		return
+	}
+	select {
+	case ss.queue <- job:
+	default:
+		ss.mu.Unlock()
+		cancel()
+		ss.srv.metrics.count(env.Method, outcomeError)
+		ss.send(ss.ctx, mustMarshal(newErrorResponse(env.ID, errBusyCode,
+			fmt.Sprintf("too many requests in flight on this session (limit %d)", streamWorkers+streamQueue))))
+		return
+	}
+	ss.inflight[job.key] = cancel
+	if ss.workers < streamWorkers {
+		ss.workers++
+		ss.wg.Add(1)
+		go ss.work()
+	}
+	ss.mu.Unlock()
+}
+
+// work runs queued requests until the queue is empty.
+func (ss *streamSession) work() {
+	defer ss.wg.Done()
+	for {
+		var job *streamJob
+		select {
+		case job = <-ss.queue:
+		default:
+			ss.mu.Lock()
+			if len(ss.queue) == 0 {
+				ss.workers--
+				ss.mu.Unlock()
+				return
+			}
+			ss.mu.Unlock()
+			continue
+		}
+		ss.runJob(job)
+	}
+}
+
+// runJob answers one request. A request cancelled by the client (or by the
+// end of the session) before it finishes gets no answer, as the protocol
+// asks.
+func (ss *streamSession) runJob(job *streamJob) {
+	defer func() {
+		ss.mu.Lock()
+		delete(ss.inflight, job.key)
+		ss.mu.Unlock()
+		job.cancel()
+	}()
+	if job.ctx.Err() != nil {
+		return
+	}
+	resp := ss.safeHandle(job)
+	if resp == nil || job.ctx.Err() != nil {
+		return
+	}
+	ss.send(ss.ctx, resp)
+}
+
+// safeHandle runs the dispatch path for job, turning a panic into an
+// internal error answer.
+func (ss *streamSession) safeHandle(job *streamJob) (resp []byte) {
+	defer func() {
+		if v := recover(); v != nil {
+			ss.srv.log.Error("panic handling a request", "session", ss.id, "method", job.env.Method, "panic", v, "stack", string(debug.Stack()))
+			resp = mustMarshal(newErrorResponse(job.env.ID, mcp.INTERNAL_ERROR, "internal error"))
+		}
+	}()
+	return ss.srv.handle(job.ctx, ss, job.raw, &job.env)
+}
+
+// cancelInflight cancels the request a notifications/cancelled names, even
+// while it is still queued. mcp-go is told as well (handle passes the
+// notification on), which cancels its own handler context.
+func (ss *streamSession) cancelInflight(raw []byte) {
+	var n struct {
+		Params struct {
+			RequestID json.RawMessage `json:"requestId"`
+		} `json:"params"`
+	}
+	if json.Unmarshal(raw, &n) != nil || len(n.Params.RequestID) == 0 {
+		return
+	}
+	ss.mu.Lock()
+	cancel := ss.inflight[string(n.Params.RequestID)]
+	ss.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+}
+
+// --- sending ---
+
+// send queues a frame for the writer. It gives up when ctx or the session
+// ends.
+func (ss *streamSession) send(ctx context.Context, frame []byte) error {
+	select {
+	case ss.out <- frame:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-ss.ctx.Done():
+		return ErrSessionClosed
+	}
+}
+
+// writeLoop is the session's only writer. Notifications already queued go
+// out before a response queued after them, so a call's progress precedes its
+// result. When the session ends, what is queued is flushed, then it stops.
+func (ss *streamSession) writeLoop() {
+	defer close(ss.wrote)
+	defer func() {
+		if v := recover(); v != nil {
+			ss.srv.log.Error("panic in session writer", "session", ss.id, "panic", v, "stack", string(debug.Stack()))
+			ss.end(fmt.Errorf("writer panic: %v", v))
+		}
+	}()
+	for {
+		var frame []byte
+		select {
+		case n := <-ss.notes:
+			frame = ss.encodeNote(n)
+		default:
+			select {
+			case n := <-ss.notes:
+				frame = ss.encodeNote(n)
+			case frame = <-ss.out:
+			case <-ss.ctx.Done():
+				ss.flush()
+				return
+			}
+		}
+		if frame == nil {
+			continue
+		}
+		if err := ss.w.writeFrame(frame); err != nil {
+			ss.end(fmt.Errorf("writing to the client: %w", err))
+			return
+		}
+	}
+}
+
+// flush writes whatever is queued when the session ends, without waiting
+// for more.
+func (ss *streamSession) flush() {
+	for {
+		var frame []byte
+		select {
+		case n := <-ss.notes:
+			frame = ss.encodeNote(n)
+		case frame = <-ss.out:
+		default:
+			return
+		}
+		if frame != nil && ss.w.writeFrame(frame) != nil {
+			return
+		}
+	}
+}
+
+func (ss *streamSession) encodeNote(n mcp.JSONRPCNotification) []byte {
+	b, err := json.Marshal(n)
+	if err != nil {
+		ss.srv.log.Warn("notification not encodable; dropped", "session", ss.id, "method", n.Method, "error", err)
+		return nil
+	}
+	return b
+}
+
+// register binds the session in mcp-go (and so in the server's list_changed
+// fan-out and session count) once it has initialized. A session that has
+// ended is not registered.
+func (ss *streamSession) register() {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if ss.registered || ss.ended {
+		return
+	}
+	if err := ss.srv.mcp.RegisterSession(withBinding(ss.ctx, ss.binding), ss); err != nil {
+		ss.srv.log.Warn("session not registered", "session", ss.id, "error", err)
+		return
+	}
+	ss.registered = true
+}
+
+// --- the one message path ---
+
+// dispatch answers one JSON-RPC message from a stream session: the same
+// path for every stream front door. It returns the encoded answer, or nil
+// for notifications and for responses to server→client requests.
+func (s *Server) dispatch(ctx context.Context, sess *streamSession, raw []byte) []byte {
+	var env streamEnvelope
+	_ = json.Unmarshal(raw, &env) // see receive
+	if env.isResponse() {
+		sess.deliver(&env)
+		return nil
+	}
+	return s.handle(ctx, sess, raw, &env)
+}
+
+// handle is dispatch for a message already decoded into env: the gate, the
+// tools/list fast path, then mcp-go with the session and its binding in ctx.
+func (s *Server) handle(ctx context.Context, sess *streamSession, raw []byte, env *streamEnvelope) []byte {
+	b := s.bindingOf(sess)
+	start := time.Now()
+	if env.isRequest() {
+		defer func() { s.metrics.observeLatency(env.Method, time.Since(start)) }()
+	}
+	view := s.View(b)
+	if resp := check(view, &env.envelope); resp != nil {
+		s.log.Info("tools/call refused", "session", sess.id, "tool", safeName(env.Params.Name), "profile", b.Profile, "code", resp.Error.Code)
+		s.metrics.count(env.Method, outcomeDenied)
+		return mustMarshal(resp)
+	}
+	if env.Method == string(mcp.MethodToolsList) && env.isRequest() && env.Params.Cursor == nil && !env.modern() {
+		// The view's pre-encoded listing, as on /mcp.
+		s.metrics.count(env.Method, outcomeOK)
+		var buf bytes.Buffer
+		buf.Grow(len(view.Encoded()) + len(env.ID) + 48)
+		writeList(&buf, env.ID, view) // a bytes.Buffer does not fail
+		return bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
+	}
+	resp := s.mcp.HandleMessage(s.mcp.WithContext(withBinding(ctx, b), sess), raw)
+	if resp == nil {
+		return nil
+	}
+	if env.Method == string(mcp.MethodInitialize) {
+		if _, failed := resp.(mcp.JSONRPCError); !failed {
+			sess.register()
+		}
+	}
+	out, err := json.Marshal(resp)
+	if err != nil {
+		s.log.Error("response not encodable", "session", sess.id, "method", env.Method, "error", err)
+		return mustMarshal(newErrorResponse(env.ID, mcp.INTERNAL_ERROR, "response could not be encoded"))
+	}
+	return out
+}
+
+// bindingOf returns the binding sess is served with now: once registered,
+// the one the server keeps for it (which a reload may have replaced), else
+// the one its connection resolved to.
+func (s *Server) bindingOf(sess *streamSession) Binding {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if b := s.bound[sess.id]; b != nil {
+		return b.binding
+	}
+	return sess.binding
+}
+
+// mustMarshal encodes values whose encoding cannot fail (the gate's own
+// error answers).
+func mustMarshal(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(fmt.Sprintf("sessions: encoding %T: %v", v, err))
+	}
+	return b
+}
+
+// oversizeAnswer is the answer to a message over server.max_body_bytes; id
+// is the message's id when the transport could find it, else null.
+func (s *Server) oversizeAnswer(id json.RawMessage) []byte {
+	s.metrics.count("", outcomeError)
+	return mustMarshal(newErrorResponse(id, mcp.INVALID_REQUEST,
+		fmt.Sprintf("message exceeds server.max_body_bytes (%d bytes)", s.cfg.Server.MaxBodyBytes)))
+}
+
+// causeText renders why a session ended, for its log line.
+func causeText(cause error) string {
+	if cause == nil || errors.Is(cause, context.Canceled) {
+		return "closed"
+	}
+	return cause.Error()
+}
+
+// slogLevelFor is the level a session's end is logged at: info for the
+// ordinary ways a session ends, warn for the rest.
+func slogLevelFor(cause error) slog.Level {
+	switch {
+	case cause == nil, errors.Is(cause, context.Canceled), errors.Is(cause, errClientGone), errors.Is(cause, errServerShutdown):
+		return slog.LevelInfo
+	}
+	return slog.LevelWarn
+}

@@ -1,0 +1,191 @@
+package sessions
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/mark3labs/mcp-go/mcp"
+)
+
+// The websocket front door, /ws: subprotocol "mcp", one JSON-RPC message per
+// UTF-8 text frame (SEP-1288 draft; what the TypeScript SDK's
+// WebSocketClientTransport speaks). The profile, narrowing and token come
+// from the upgrade request, once, for the life of the connection.
+
+const (
+	wsSubprotocol  = "mcp"
+	wsPingInterval = 30 * time.Second
+	wsPingTimeout  = 15 * time.Second
+)
+
+// serveWS upgrades a request to a websocket stream session.
+func (s *Server) serveWS(w http.ResponseWriter, r *http.Request) {
+	b, sel, ok := s.openDoor(w, r)
+	if !ok {
+		return
+	}
+	if !isWebSocketUpgrade(r) {
+		w.Header().Set("Upgrade", "websocket")
+		writeJSONError(w, http.StatusUpgradeRequired, nil, mcp.INVALID_REQUEST, "/ws serves websocket connections only (Upgrade: websocket)")
+		return
+	}
+	if !offersSubprotocol(r, wsSubprotocol) {
+		writeJSONError(w, http.StatusBadRequest, nil, mcp.INVALID_REQUEST,
+			`websocket clients must offer the "mcp" subprotocol (Sec-WebSocket-Protocol: mcp)`)
+		return
+	}
+	c, err := websocket.Accept(w, r, &websocket.AcceptOptions{
+		Subprotocols: []string{wsSubprotocol},
+		// Origin was checked against server.allowed_origins by the route's
+		// checkOrigin, the same rule as /mcp; coder/websocket's own check
+		// (same host, or OriginPatterns on the host alone) would refuse
+		// allowed cross-port origins such as http://localhost:3000.
+		InsecureSkipVerify: true,
+	})
+	if err != nil {
+		s.log.Debug("websocket upgrade failed", "error", err) // Accept has answered
+		return
+	}
+	// The per-message limit is applied by readMessage, so an oversized
+	// message is answered with a JSON-RPC error and the connection survives;
+	// coder/websocket's own limit would close it (1009).
+	c.SetReadLimit(-1)
+
+	ss := s.newStreamSession(r.Context(), "ws", b, &wsWriter{c: c})
+	ss.token = tokenSum(sel)
+	if err := s.streams.add(ss); err != nil {
+		ss.close(err)
+		c.Close(websocket.StatusGoingAway, "server shutting down")
+		return
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() { s.closeWSWhenDone(ss, c) })
+	wg.Go(func() { ss.keepalive(c) })
+	s.readWS(r.Context(), ss, c)
+	ss.close(errClientGone)
+	wg.Wait()
+}
+
+// readWS reads the client's frames into the session until the connection
+// or the session ends.
+func (s *Server) readWS(ctx context.Context, ss *streamSession, c *websocket.Conn) {
+	defer func() {
+		if v := recover(); v != nil {
+			s.log.Error("panic reading a websocket", "session", ss.id, "panic", v)
+			ss.end(fmt.Errorf("reader panic: %v", v))
+		}
+	}()
+	for {
+		typ, rd, err := c.Reader(ctx)
+		if err != nil {
+			ss.end(wsReadCause(err))
+			return
+		}
+		if typ != websocket.MessageText {
+			ss.end(errUnsupportedFrame)
+			return
+		}
+		data, id, over, err := readMessage(rd, s.cfg.Server.MaxBodyBytes)
+		if err != nil {
+			ss.end(wsReadCause(err))
+			return
+		}
+		if over {
+			ss.send(ss.ctx, s.oversizeAnswer(id))
+			continue
+		}
+		if !ss.receive(data) {
+			return
+		}
+	}
+}
+
+// wsReadCause classifies a read error: a close from the client is an
+// ordinary end.
+func wsReadCause(err error) error {
+	switch websocket.CloseStatus(err) {
+	case websocket.StatusNormalClosure, websocket.StatusGoingAway, websocket.StatusNoStatusRcvd:
+		return errClientGone
+	}
+	return fmt.Errorf("reading from the client: %w", err)
+}
+
+// closeWSWhenDone closes the connection once the session has ended and its
+// queued frames are written, with the close code its cause calls for. It is
+// the only place that closes c, so the reader sees the close and stops.
+func (s *Server) closeWSWhenDone(ss *streamSession, c *websocket.Conn) {
+	<-ss.done()
+	ss.wait(context.Background())
+	code, reason := websocket.StatusNormalClosure, ""
+	switch cause := ss.endCause(); {
+	case errors.Is(cause, errUnsupportedFrame):
+		code, reason = websocket.StatusUnsupportedData, errUnsupportedFrame.Error()
+	case errors.Is(cause, errServerShutdown):
+		code, reason = websocket.StatusGoingAway, "server shutting down"
+	case errors.Is(cause, errClientGone):
+	case cause != nil && !errors.Is(cause, context.Canceled):
+		code, reason = websocket.StatusInternalError, "session ended"
+	}
+	if err := c.Close(code, reason); err != nil {
+		s.log.Debug("websocket close", "session", ss.id, "error", err)
+	}
+}
+
+// keepalive pings the client every wsPingInterval and ends the session when
+// a pong does not come within wsPingTimeout.
+func (ss *streamSession) keepalive(c *websocket.Conn) {
+	t := time.NewTicker(wsPingInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ss.done():
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), wsPingTimeout)
+		err := c.Ping(ctx)
+		cancel()
+		if err != nil {
+			ss.end(fmt.Errorf("websocket keepalive: %w", err))
+			return
+		}
+	}
+}
+
+// wsWriter writes one text frame per message.
+type wsWriter struct{ c *websocket.Conn }
+
+func (w *wsWriter) writeFrame(frame []byte) error {
+	ctx, cancel := context.WithTimeout(context.Background(), frameWriteTimeout)
+	defer cancel()
+	return w.c.Write(ctx, websocket.MessageText, frame)
+}
+
+// isWebSocketUpgrade reports whether r asks for a websocket upgrade.
+func isWebSocketUpgrade(r *http.Request) bool {
+	return headerHasToken(r.Header, "Connection", "upgrade") && headerHasToken(r.Header, "Upgrade", "websocket")
+}
+
+// offersSubprotocol reports whether r offers the websocket subprotocol p.
+func offersSubprotocol(r *http.Request, p string) bool {
+	return headerHasToken(r.Header, "Sec-WebSocket-Protocol", p)
+}
+
+// headerHasToken reports whether any comma-separated element of header name
+// equals token, ignoring case.
+func headerHasToken(h http.Header, name, token string) bool {
+	for _, v := range h.Values(name) {
+		for _, t := range strings.Split(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(t), token) {
+				return true
+			}
+		}
+	}
+	return false
+}
