@@ -255,11 +255,13 @@ func (a *Aggregator) CallTool(ctx context.Context, e *filter.Entry, req mcp.Call
 	} else {
 		out.Params.Arguments = req.Params.Arguments
 	}
+	ctx, st := withCallState(ctx)
 	var done func()
 	out.Params.Meta, done = a.hopMeta(ctx, req.Params.Meta)
 	defer done()
 	defer a.relay.begin(e.Upstream, ctx)()
 	res, err := u.CallTool(ctx, out)
+	settle(ctx, st)
 	a.relay.learnLinks(e.Upstream, res)
 	if res != nil {
 		stripHop(&res.Result)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/mcp"
@@ -139,6 +140,51 @@ func (r *relay) linkTable() map[string]string {
 	return out
 }
 
+// callState is carried in the context of each routed call, so that
+// notifications forwarded on its behalf can be accounted for.
+type callState struct{ notified atomic.Bool }
+
+type callStateKey struct{}
+
+func withCallState(ctx context.Context) (context.Context, *callState) {
+	st := &callState{}
+	return context.WithValue(ctx, callStateKey{}, st), st
+}
+
+func markNotified(ctx context.Context) {
+	if st, ok := ctx.Value(callStateKey{}).(*callState); ok {
+		st.notified.Store(true)
+	}
+}
+
+// Bounds of settle: how long a result may wait for the notifications it
+// follows, and the grace after the queue is empty.
+const (
+	settleMax   = 50 * time.Millisecond
+	settleGrace = 2 * time.Millisecond
+)
+
+// settle delays a result whose call forwarded notifications until the
+// session's notification queue has drained, plus a short grace. mcp-go's
+// streamable HTTP server drops a notification that its per-request
+// forwarder dequeued after the response completed (mcp-go #969), so a
+// progress or log message relayed just before the result would otherwise be
+// lost on this hop.
+func settle(ctx context.Context, st *callState) {
+	if !st.notified.Load() {
+		return
+	}
+	sess := server.ClientSessionFromContext(ctx)
+	if sess == nil {
+		return
+	}
+	deadline := time.Now().Add(settleMax)
+	for len(sess.NotificationChannel()) > 0 && time.Now().Before(deadline) {
+		time.Sleep(200 * time.Microsecond)
+	}
+	time.Sleep(settleGrace)
+}
+
 // onNotification routes one upstream notification to the session it
 // belongs to. It runs on the upstream's reader and must not block; every
 // send below is a non-blocking queue write.
@@ -158,6 +204,7 @@ func (a *Aggregator) onNotification(u *upstream.Upstream, n mcp.JSONRPCNotificat
 		}
 		params["progressToken"] = route.original
 		if srv := server.ServerFromContext(route.ctx); srv != nil {
+			markNotified(route.ctx)
 			if err := srv.SendNotificationToClient(route.ctx, string(mcp.MethodNotificationProgress), params); err != nil {
 				a.log.Debug("progress not delivered", "upstream", u.Name(), "error", err)
 			}
@@ -174,6 +221,7 @@ func (a *Aggregator) onNotification(u *upstream.Upstream, n mcp.JSONRPCNotificat
 			return
 		}
 		if srv := server.ServerFromContext(ctx); srv != nil {
+			markNotified(ctx)
 			if err := srv.SendLogMessageToClient(ctx, msg); err != nil {
 				a.log.Debug("log message not delivered", "upstream", u.Name(), "error", err)
 			}
