@@ -72,6 +72,12 @@ func cmdCheck(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	for _, c := range snap.Conflicts {
 		problems = append(problems, "config error: "+c.String())
 	}
+	if len(snap.Rewrites) > 0 {
+		fmt.Fprintln(stdout)
+		for _, r := range snap.Rewrites {
+			fmt.Fprintln(stdout, "note:", r.String())
+		}
+	}
 
 	res, err := sessions.NewResolver(cfg, filter.NewRegistry())
 	if err != nil {
