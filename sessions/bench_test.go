@@ -61,6 +61,12 @@ func newUpstreamServer(tb testing.TB, n int) *upstreamServer {
 // upstream, with extra config text appended.
 func newBenchServer(tb testing.TB, upURL, extra string) *Server {
 	tb.Helper()
+	return newServerWith(tb, upURL, extra, Options{})
+}
+
+// newServerWith is newBenchServer with options.
+func newServerWith(tb testing.TB, upURL, extra string, opts Options) *Server {
+	tb.Helper()
 	text := fmt.Sprintf("[upstreams.up]\nurl = %q\n%s", upURL, extra)
 	cfg, err := configs.Parse("bench.toml", []byte(text), nil)
 	if err != nil {
@@ -71,7 +77,7 @@ func newBenchServer(tb testing.TB, upURL, extra string) *Server {
 	if err := agg.Start(context.Background()); err != nil {
 		tb.Fatal(err)
 	}
-	s, err := New(cfg, agg, Options{})
+	s, err := New(cfg, agg, opts)
 	if err != nil {
 		tb.Fatal(err)
 	}

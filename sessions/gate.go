@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 	"unicode"
 	"unicode/utf8"
 
@@ -98,6 +99,38 @@ func safeName(s string) string {
 	}
 	return b.String()
 }
+
+// gate is check plus what every door does around it: per-session rate
+// limits on tools/call, and logging, metrics and audit for refusals. It
+// returns nil when the message may proceed.
+func (s *Server) gate(session string, b Binding, view *filter.View, env *envelope) *errorResponse {
+	resp := check(view, env)
+	reason := ""
+	switch {
+	case resp != nil && resp.Error.Code == mcp.METHOD_NOT_FOUND:
+		reason = reasonNotFound
+	case resp != nil:
+		reason = reasonArguments
+	case env.Method == string(mcp.MethodToolsCall) && env.isRequest() &&
+		!s.limits.allow(session, s.Resolver().RateFor(b.Profile)):
+		reason = reasonRate
+		resp = newErrorResponse(env.ID, rateLimited,
+			fmt.Sprintf("Rate limit exceeded: profile %q allows %d tool calls per minute per session", b.Profile, s.Resolver().RateFor(b.Profile)))
+	default:
+		return nil
+	}
+	s.log.Info("tools/call refused", "session", session, "tool", safeName(env.Params.Name), "profile", b.Profile, "reason", reason)
+	s.metrics.count(env.Method, outcomeDenied)
+	s.audit.write(auditRecord{
+		Time: time.Now().UTC(), Session: session, Profile: b.Profile, Tool: safeName(env.Params.Name),
+		Decision: decisionDenied, Reason: reason,
+	}, env.Params.Arguments)
+	return resp
+}
+
+// rateLimited is the JSON-RPC error code of a call refused by a rate limit:
+// an implementation-defined server error.
+const rateLimited = -32029
 
 type bindingKey struct{}
 

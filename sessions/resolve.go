@@ -249,6 +249,18 @@ func (r *Resolver) resolve(sel Selection, auth bool) (Binding, error) {
 	return Binding{Profile: name, Filter: r.registry.Filter(stages...), Explicit: sel.Profile != "" || sel.Narrowing, Selection: kept}, nil
 }
 
+// RateFor returns the calls-per-minute limit of profile: the smallest
+// non-zero limit along its extends chain (a child can only narrow), or 0.
+func (r *Resolver) RateFor(profile string) int {
+	limit := 0
+	for _, p := range r.cfg.Chain(profile) {
+		if n := p.Rate.CallsPerMinute; n > 0 && (limit == 0 || n < limit) {
+			limit = n
+		}
+	}
+	return limit
+}
+
 // Authorize checks that the request's token may use profile: a bound
 // session's later requests are checked against the profile the session was
 // bound to, so one token cannot act through a session another token opened.

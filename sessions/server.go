@@ -43,6 +43,8 @@ type Server struct {
 	http    *server.StreamableHTTPServer
 	origins []*glob.Glob
 	metrics *metrics
+	audit   *auditLog // nil = no audit log
+	limits  limiters
 
 	started atomic.Bool // the first connection attempt of every upstream is over
 
@@ -73,6 +75,9 @@ type Options struct {
 	Logger   *slog.Logger     // nil = discard
 	Registry *filter.Registry // nil = a new one
 	Version  string           // reported as serverInfo.version
+	// Audit receives the audit log's JSON lines ([audit]); nil = none.
+	// The caller opens and closes it.
+	Audit io.Writer
 }
 
 // New builds the server for cfg over agg. It registers itself for agg's
@@ -93,6 +98,11 @@ func New(cfg *configs.Config, agg *aggregator.Aggregator, opts Options) (*Server
 		return nil, err
 	}
 	s.resolver.Store(res)
+	if opts.Audit != nil {
+		s.audit = &auditLog{w: opts.Audit, withArgs: cfg.Audit.IncludeArguments, onError: func(err error) {
+			s.log.Error("audit log write failed", "error", err)
+		}}
+	}
 	for _, o := range cfg.Server.AllowedOrigins {
 		g, err := glob.Compile(o)
 		if err != nil {
@@ -135,6 +145,7 @@ func New(cfg *configs.Config, agg *aggregator.Aggregator, opts Options) (*Server
 		sess := s.bound[cs.SessionID()]
 		delete(s.bound, cs.SessionID())
 		s.mu.Unlock()
+		s.limits.forget(cs.SessionID())
 		if sess != nil {
 			for uri := range sess.subs {
 				if err := s.agg.Unsubscribe(context.WithoutCancel(ctx), uri); err != nil {
@@ -378,7 +389,19 @@ func (s *Server) authorizeCall(next server.ToolHandlerFunc) server.ToolHandlerFu
 		}
 		start := time.Now()
 		res, err := next(ctx, req)
-		s.metrics.observeCall(e.Upstream, res, err, time.Since(start))
+		d := time.Since(start)
+		s.metrics.observeCall(e.Upstream, res, err, d)
+		rec := auditRecord{Time: start.UTC(), Profile: b.Profile, Tool: e.Tool.Name, Upstream: e.Upstream,
+			Decision: decisionAllowed, Duration: float64(d.Microseconds()) / 1000}
+		if cs := server.ClientSessionFromContext(ctx); cs != nil {
+			rec.Session = cs.SessionID()
+		}
+		if err != nil {
+			rec.Decision, rec.Reason = decisionError, err.Error()
+		} else if res != nil && res.IsError {
+			rec.Reason = "tool_error"
+		}
+		s.audit.write(rec, req.Params.RawArguments)
 		return res, err
 	}
 }
@@ -502,9 +525,7 @@ func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	defer func() { s.metrics.observeLatency(env.Method, time.Since(start)) }()
 	view := s.View(b)
-	if resp := check(view, &env); resp != nil {
-		s.log.Info("tools/call refused", "tool", safeName(env.Params.Name), "profile", b.Profile, "code", resp.Error.Code)
-		s.metrics.count(env.Method, outcomeDenied)
+	if resp := s.gate(r.Header.Get(server.HeaderKeySessionID), b, view, &env); resp != nil {
 		writeJSON(w, http.StatusOK, resp)
 		return
 	}

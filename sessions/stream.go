@@ -496,9 +496,7 @@ func (s *Server) handle(ctx context.Context, sess *streamSession, raw []byte, en
 		defer func() { s.metrics.observeLatency(env.Method, time.Since(start)) }()
 	}
 	view := s.View(b)
-	if resp := check(view, &env.envelope); resp != nil {
-		s.log.Info("tools/call refused", "session", sess.id, "tool", safeName(env.Params.Name), "profile", b.Profile, "code", resp.Error.Code)
-		s.metrics.count(env.Method, outcomeDenied)
+	if resp := s.gate(sess.id, b, view, &env.envelope); resp != nil {
 		return mustMarshal(resp)
 	}
 	if env.Method == string(mcp.MethodToolsList) && env.isRequest() && env.Params.Cursor == nil && !env.modern() {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"time"
 
 	"github.com/mcpmux/mcpmux/aggregator"
@@ -54,7 +55,12 @@ func cmdServe(ctx context.Context, args []string, stderr io.Writer) error {
 			log.Error("closing upstreams", "error", err)
 		}
 	}()
-	srv, err := sessions.New(cfg, agg, sessions.Options{Logger: log, Version: version})
+	audit, closeAudit, err := openAudit(cfg)
+	if err != nil {
+		return err
+	}
+	defer closeAudit()
+	srv, err := sessions.New(cfg, agg, sessions.Options{Logger: log, Version: version, Audit: audit})
 	if err != nil {
 		return configErr(err)
 	}
@@ -113,4 +119,17 @@ func checkExposure(cfg *configs.Config) error {
 func startAggregator(ctx context.Context, cfg *configs.Config, log *slog.Logger) (*aggregator.Aggregator, error) {
 	agg := aggregator.New(cfg, aggregator.Options{Logger: log})
 	return agg, agg.Start(ctx)
+}
+
+// openAudit opens the [audit] log for appending, or returns a nil writer
+// when none is configured. The returned func closes it.
+func openAudit(cfg *configs.Config) (io.Writer, func(), error) {
+	if cfg.Audit.Path == "" {
+		return nil, func() {}, nil
+	}
+	f, err := os.OpenFile(cfg.Audit.Path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, nil, fmt.Errorf("audit.path: %w", err)
+	}
+	return f, func() { f.Close() }, nil
 }

@@ -42,7 +42,12 @@ func serveStdio(ctx context.Context, configPath, profile string, log *slog.Logge
 			log.Error("closing upstreams", "error", err)
 		}
 	}()
-	srv, err := sessions.New(cfg, agg, sessions.Options{Logger: log, Version: version})
+	audit, closeAudit, err := openAudit(cfg)
+	if err != nil {
+		return err
+	}
+	defer closeAudit()
+	srv, err := sessions.New(cfg, agg, sessions.Options{Logger: log, Version: version, Audit: audit})
 	if err != nil {
 		return configErr(err)
 	}

@@ -1,0 +1,96 @@
+package sessions
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// syncBuf is a bytes.Buffer safe for the audit writer and the test.
+type syncBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuf) records(t *testing.T) []auditRecord {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []auditRecord
+	for _, line := range strings.Split(strings.TrimSpace(s.b.String()), "\n") {
+		if line == "" {
+			continue
+		}
+		var r auditRecord
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatalf("audit line %q: %v", line, err)
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+func TestRateLimitAndAudit(t *testing.T) {
+	up := newUpstreamServer(t, 4)
+	var audit syncBuf
+	s := newServerWith(t, up.http.URL, `
+[audit]
+include_arguments = true
+[profiles.limited]
+[profiles.limited.rate]
+calls_per_minute = 3
+[profiles.child]
+extends = "limited"
+[profiles.child.rate]
+calls_per_minute = 10
+`, Options{Audit: &audit})
+	h := s.Handler()
+	call := func(sid, tool string) string {
+		return post(h, "", sid, `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"`+tool+`","arguments":{"query":"q"}}}`).Body.String()
+	}
+
+	sid := openSession(t, h, "?profile=limited")
+	for i := range 3 {
+		if body := call(sid, "up__tool_0001"); !strings.Contains(body, `"result"`) {
+			t.Fatalf("call %d within the limit: %s", i, body)
+		}
+	}
+	before := up.requests.Load()
+	if body := call(sid, "up__tool_0001"); !strings.Contains(body, `"code":-32029`) || !strings.Contains(body, "3 tool calls per minute") {
+		t.Fatalf("4th call: %s", body)
+	}
+	if n := up.requests.Load() - before; n != 0 {
+		t.Fatalf("a rate-limited call reached the upstream (%d requests)", n)
+	}
+	// Another session has its own bucket.
+	if body := call(openSession(t, h, "?profile=limited"), "up__tool_0001"); !strings.Contains(body, `"result"`) {
+		t.Fatalf("second session: %s", body)
+	}
+	// A child profile cannot raise its parent's limit.
+	if got := s.Resolver().RateFor("child"); got != 3 {
+		t.Fatalf("RateFor(child) = %d, want 3", got)
+	}
+	call(sid, "up__nope")
+
+	recs := audit.records(t)
+	count := map[string]int{}
+	for _, r := range recs {
+		count[r.Decision+"/"+r.Reason]++
+		if r.Decision == decisionAllowed && (r.Upstream != "up" || r.Profile != "limited" || r.Session == "" || string(r.Arguments) != `{"query":"q"}`) {
+			t.Fatalf("allowed record incomplete: %+v", r)
+		}
+	}
+	want := map[string]int{"allowed/": 4, "denied/rate_limit": 1, "denied/not_found": 1}
+	for k, n := range want {
+		if count[k] != n {
+			t.Fatalf("audit decisions = %v, want %v", count, want)
+		}
+	}
+}
