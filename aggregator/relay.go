@@ -2,7 +2,6 @@ package aggregator
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -215,14 +214,15 @@ func (a *Aggregator) onNotification(u *upstream.Upstream, n mcp.JSONRPCNotificat
 			a.log.Debug("log message from upstream not delivered", "upstream", u.Name(), "error", err)
 			return
 		}
-		var msg mcp.LoggingMessageNotification
-		raw, _ := json.Marshal(n)
-		if err := json.Unmarshal(raw, &msg); err != nil {
+		level, _ := n.Params.AdditionalFields["level"].(string)
+		if !logWanted(ctx, mcp.LoggingLevel(level)) {
 			return
 		}
+		// Relayed with the upstream's params as sent: mcp-go's
+		// SendLogMessageToClient would rebuild them (adding "logger": "").
 		if srv := server.ServerFromContext(ctx); srv != nil {
 			markNotified(ctx)
-			if err := srv.SendLogMessageToClient(ctx, msg); err != nil {
+			if err := srv.SendNotificationToClient(ctx, string(mcp.MethodNotificationMessage), n.Params.AdditionalFields); err != nil {
 				a.log.Debug("log message not delivered", "upstream", u.Name(), "error", err)
 			}
 		}
@@ -240,6 +240,17 @@ func (a *Aggregator) onNotification(u *upstream.Upstream, n mcp.JSONRPCNotificat
 		}
 		a.onResourceUpdated(exposed)
 	}
+}
+
+// logWanted applies the calling client's log level: the per-request level
+// of a 2026-07-28 request (none: no log messages), else the level the session
+// set with logging/setLevel, as mcp-go does for its own log messages.
+func logWanted(ctx context.Context, level mcp.LoggingLevel) bool {
+	if info := server.RequestProtocolInfoFromContext(ctx); info != nil && info.Modern {
+		return info.LogLevel != "" && level.ShouldSendTo(info.LogLevel)
+	}
+	sess, ok := server.ClientSessionFromContext(ctx).(server.SessionWithLogging)
+	return ok && level.ShouldSendTo(sess.GetLogLevel())
 }
 
 // clientHandler answers an upstream's sampling, elicitation and roots
