@@ -82,7 +82,10 @@ func (u *Upstream) dial(ctx context.Context) (*conn, *Catalog, error) {
 	if err == nil || u.cfg.Protocol != "" || u.negotiate.Load() || ctx.Err() != nil {
 		return c, cat, err
 	}
-	if u.cfg.Transport == configs.TransportStdio && (c == nil || c.ctx.Err() != nil) {
+	switch {
+	case u.cfg.Transport == configs.TransportHTTP:
+		return c, cat, err // dialHTTP tries discovery itself, before SSE
+	case u.cfg.Transport == configs.TransportStdio && (c == nil || c.ctx.Err() != nil):
 		return c, cat, err // the child died or hung: not a version disagreement
 	}
 	if c != nil {
@@ -172,6 +175,23 @@ func (u *Upstream) dialHTTP(ctx context.Context) (*conn, *Catalog, error) {
 	if errors.Is(err, transport.ErrLegacySSEServer) {
 		if terr := c.teardown(); terr != nil {
 			u.log.Warn("closing streamable HTTP attempt", "err", terr)
+		}
+		// A 4xx to a 2025-11-25 initialize means either an old HTTP+SSE
+		// server or one that speaks only 2026-07-28: try discovery first,
+		// since the SSE attempt waits out the whole connect timeout.
+		if u.cfg.Protocol == "" && !u.negotiate.Load() {
+			u.negotiate.Store(true)
+			c2, init2, err2 := u.openStreamable(ctx, false)
+			if err2 == nil {
+				u.log.Info("upstream rejected the 2025-11-25 handshake; using protocol discovery", "protocol", c2.client.ProtocolVersion(), "err", err)
+				return c2.finish(ctx, init2)
+			}
+			u.negotiate.Store(false)
+			if c2 != nil {
+				if terr := c2.teardown(); terr != nil {
+					u.log.Warn("closing streamable HTTP discovery attempt", "err", terr)
+				}
+			}
 		}
 		u.log.Info("endpoint rejected the streamable HTTP initialize POST; falling back to the legacy SSE transport", "err", err)
 		return u.dialSSE(ctx)
