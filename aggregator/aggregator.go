@@ -48,7 +48,8 @@ type Aggregator struct {
 	subs    []func(old, new *Snapshot)
 
 	relay             *relay
-	onResourceUpdated func(uri string) // set before Start; nil = ignore
+	onResourceUpdated func(uri string)            // set before Start; nil = ignore
+	onLog             func(params map[string]any) // set before Start; nil = ignore
 
 	startMu   sync.Mutex
 	startErrs map[string]error // upstream → error of its first connection attempt
@@ -476,6 +477,10 @@ func (a *Aggregator) Unsubscribe(ctx context.Context, uri string) error {
 // OnResourceUpdated registers fn to receive the exposed URI of every
 // notifications/resources/updated an upstream sends. Call it before Start.
 func (a *Aggregator) OnResourceUpdated(fn func(uri string)) { a.onResourceUpdated = fn }
+
+// OnLog registers fn to receive upstream log messages that no client call
+// caused (params as the upstream sent them). Call it before Start.
+func (a *Aggregator) OnLog(fn func(params map[string]any)) { a.onLog = fn }
 
 // SetLevel forwards a client's logging/setLevel to every connected upstream
 // that supports logging. Log messages are then filtered per session by the

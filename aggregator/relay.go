@@ -70,6 +70,13 @@ func (r *relay) begin(upstream string, ctx context.Context) func() {
 	}
 }
 
+// inflightCount returns how many client requests are in flight to upstream.
+func (r *relay) inflightCount(upstream string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.inflight[upstream])
+}
+
 // mintProgress replaces a client's progress token with one unique across
 // every upstream connection and records where its notifications go.
 func (r *relay) mintProgress(ctx context.Context, original mcp.ProgressToken) (mcp.ProgressToken, func()) {
@@ -211,6 +218,14 @@ func (a *Aggregator) onNotification(u *upstream.Upstream, n mcp.JSONRPCNotificat
 	case string(mcp.MethodNotificationMessage):
 		ctx, err := a.relay.caller(context.Background(), u.Name())
 		if err != nil {
+			// Not caused by any call (the upstream logs on its own): it
+			// goes to every session that asked for log messages. With
+			// several calls in flight it may belong to one of them, so it
+			// is not spread to others.
+			if a.relay.inflightCount(u.Name()) == 0 && a.onLog != nil {
+				a.onLog(n.Params.AdditionalFields)
+				return
+			}
 			a.log.Debug("log message from upstream not delivered", "upstream", u.Name(), "error", err)
 			return
 		}

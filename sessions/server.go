@@ -64,7 +64,10 @@ type session struct {
 	// stream is true for sessions of the /ws, /sse and stdio doors: their
 	// ids must not be usable on /mcp.
 	stream bool
-	subs   map[string]bool // resource URIs this session subscribed to
+	// logLevel is what the session set with logging/setLevel; "" = it
+	// asked for no log messages.
+	logLevel mcp.LoggingLevel
+	subs     map[string]bool // resource URIs this session subscribed to
 	// listed is the fingerprint of the view the session last had; a catalog
 	// change notifies the session only when it differs.
 	listed string
@@ -135,6 +138,13 @@ func New(cfg *configs.Config, agg *aggregator.Aggregator, opts Options) (*Server
 		s.subscribe(ctx, req.Params.URI, false)
 	})
 	hooks.AddAfterSetLevel(func(ctx context.Context, _ any, req *mcp.SetLevelRequest, _ *mcp.EmptyResult) {
+		if cs := server.ClientSessionFromContext(ctx); cs != nil {
+			s.mu.Lock()
+			if sess := s.bound[cs.SessionID()]; sess != nil {
+				sess.logLevel = req.Params.Level
+			}
+			s.mu.Unlock()
+		}
 		if err := s.agg.SetLevel(context.WithoutCancel(ctx), req.Params.Level); err != nil {
 			s.log.Warn("logging/setLevel not forwarded", "error", err)
 		}
@@ -173,6 +183,7 @@ func New(cfg *configs.Config, agg *aggregator.Aggregator, opts Options) (*Server
 		server.WithStreamableHTTPLogger(s.log),
 	)
 	agg.OnResourceUpdated(s.resourceUpdated)
+	agg.OnLog(s.upstreamLog)
 	agg.OnChange(s.onSnapshot)
 	s.onSnapshot(nil, agg.Snapshot())
 	return s, nil
@@ -302,6 +313,21 @@ func (s *Server) subscribe(ctx context.Context, uri string, on bool) {
 	if err := fwd(context.WithoutCancel(ctx), uri); err != nil {
 		s.log.Warn("resource subscription not forwarded", "session", cs.SessionID(), "error", err)
 	}
+}
+
+// upstreamLog sends a log message no call caused to every session that set
+// a log level at or below its level.
+func (s *Server) upstreamLog(params map[string]any) {
+	level, _ := params["level"].(string)
+	s.mu.Lock()
+	var ids []string
+	for id, sess := range s.bound {
+		if sess.logLevel != "" && mcp.LoggingLevel(level).ShouldSendTo(sess.logLevel) {
+			ids = append(ids, id)
+		}
+	}
+	s.mu.Unlock()
+	s.notify(ids, string(mcp.MethodNotificationMessage), params)
 }
 
 // resourceUpdated tells every session subscribed to uri.
