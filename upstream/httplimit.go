@@ -18,6 +18,10 @@ const sseFieldSlack = 64 << 10
 // long-lived streams; calls are bounded by their ctx instead.
 func (u *Upstream) httpClient() *http.Client {
 	base := http.DefaultTransport.(*http.Transport).Clone()
+	// Every client session's calls share this one upstream connection
+	// pool; the default of 2 idle connections per host made concurrent
+	// calls open (and close) a TCP connection each.
+	base.MaxIdleConnsPerHost = maxIdlePerUpstream
 	return &http.Client{Transport: &limitTransport{
 		base: base,
 		max:  u.maxMessage(),
@@ -26,6 +30,9 @@ func (u *Upstream) httpClient() *http.Client {
 		},
 	}}
 }
+
+// maxIdlePerUpstream bounds the idle connections kept to one upstream host.
+const maxIdlePerUpstream = 64
 
 // limitTransport wraps each response body in a size limit.
 type limitTransport struct {
