@@ -1,0 +1,178 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/mark3labs/mcp-go/client"
+	"github.com/mark3labs/mcp-go/client/transport"
+	"github.com/mark3labs/mcp-go/mcp"
+)
+
+// dial opens one MCP session at url: its own HTTP transport (so its own
+// connection), the protocol version pinned, initialized.
+func dial(ctx context.Context, url, protocol string) (*client.Client, error) {
+	hc := &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
+	t, err := transport.NewStreamableHTTP(url, transport.WithHTTPBasicClient(hc))
+	if err != nil {
+		return nil, err
+	}
+	var opts []client.ClientOption
+	if protocol != "" {
+		opts = append(opts, client.WithProtocolVersion(protocol))
+	}
+	c := client.NewClient(t, opts...)
+	if err := c.Start(ctx); err != nil {
+		return nil, fmt.Errorf("start %s: %w", url, err)
+	}
+	var req mcp.InitializeRequest
+	req.Params.ClientInfo = mcp.Implementation{Name: "mcpmux-load", Version: "1"}
+	if _, err := c.Initialize(ctx, req); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("initialize %s: %w", url, err)
+	}
+	return c, nil
+}
+
+// caller makes one kind of call on any session.
+type caller func(ctx context.Context, c *client.Client) error
+
+const echoText = "hello from mcpmux-load"
+
+// echoCaller calls tool (echo, directly or as up__echo) and checks the
+// answer. Each successful call is added to sent, which must match what the
+// upstream counted at the end.
+func echoCaller(tool string, sent *atomic.Int64) caller {
+	var req mcp.CallToolRequest
+	req.Params.Name = tool
+	req.Params.Arguments = map[string]any{"text": echoText}
+	return func(ctx context.Context, c *client.Client) error {
+		res, err := c.CallTool(ctx, req)
+		if err != nil {
+			return fmt.Errorf("tools/call %s: %w", tool, err)
+		}
+		sent.Add(1)
+		if res.IsError || len(res.Content) != 1 {
+			return fmt.Errorf("tools/call %s: unexpected result %+v", tool, res)
+		}
+		if tc, ok := res.Content[0].(mcp.TextContent); !ok || tc.Text != echoText {
+			return fmt.Errorf("tools/call %s: unexpected content %+v", tool, res.Content[0])
+		}
+		return nil
+	}
+}
+
+// deniedCaller calls a tool the session's profile hides; the only right
+// answer is a JSON-RPC "method/tool not found" error (-32601).
+func deniedCaller(tool string) caller {
+	var req mcp.CallToolRequest
+	req.Params.Name = tool
+	req.Params.Arguments = map[string]any{"text": "must never arrive"}
+	return func(ctx context.Context, c *client.Client) error {
+		_, err := c.CallTool(ctx, req)
+		switch {
+		case err == nil:
+			return fmt.Errorf("tools/call %s: allowed, but the profile hides it", tool)
+		case errors.Is(err, mcp.ErrMethodNotFound):
+			return nil
+		default:
+			return fmt.Errorf("tools/call %s: want -32601, got: %w", tool, err)
+		}
+	}
+}
+
+func pingCaller(ctx context.Context, c *client.Client) error { return c.Ping(ctx) }
+
+// series is one latency series: one session, one kind of call.
+type series struct {
+	label string
+	c     *client.Client
+	call  caller
+	d     []time.Duration
+}
+
+// latency runs warmup and then n timed calls of every series, interleaved
+// in blocks: series A, B, C, … for one block, then … C, B, A for the next,
+// so drift and noise on the machine land on every series alike.
+func latency(ctx context.Context, ss []*series, warmup, n, block int) error {
+	do := func(s *series, k int, record bool) error {
+		for range k {
+			start := time.Now()
+			err := s.call(ctx, s.c)
+			el := time.Since(start)
+			if err != nil {
+				return fmt.Errorf("%s: %w", s.label, err)
+			}
+			if record {
+				s.d = append(s.d, el)
+			}
+		}
+		return nil
+	}
+	for _, s := range ss {
+		s.d = make([]time.Duration, 0, n)
+	}
+	for done := 0; done < warmup; done += block {
+		for _, s := range ss {
+			if err := do(s, min(block, warmup-done), false); err != nil {
+				return err
+			}
+		}
+	}
+	for b, done := 0, 0; done < n; b, done = b+1, done+block {
+		for i := range ss {
+			s := ss[i]
+			if b%2 == 1 {
+				s = ss[len(ss)-1-i]
+			}
+			if err := do(s, min(block, n-done), true); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// throughput runs every session in a closed loop of calls for d and
+// returns the completed calls and the time from the start until the last
+// call finished.
+func throughput(ctx context.Context, cs []*client.Client, call caller, d time.Duration) (int64, time.Duration, error) {
+	var (
+		stop  atomic.Bool
+		total atomic.Int64
+		wg    sync.WaitGroup
+		once  sync.Once
+		first error
+	)
+	start := time.Now()
+	timer := time.AfterFunc(d, func() { stop.Store(true) })
+	defer timer.Stop()
+	for _, c := range cs {
+		wg.Go(func() {
+			var n int64
+			for !stop.Load() && ctx.Err() == nil {
+				if err := call(ctx, c); err != nil {
+					once.Do(func() { first = err })
+					stop.Store(true)
+					break
+				}
+				n++
+			}
+			total.Add(n)
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	if first != nil {
+		return 0, 0, first
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, 0, context.Cause(ctx)
+	}
+	return total.Load(), elapsed, nil
+}

@@ -1,0 +1,213 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// muxProc is the mcpmux child process.
+type muxProc struct {
+	cmd     *exec.Cmd
+	base    string // http://127.0.0.1:PORT
+	logPath string
+	exited  chan struct{} // closed when the process has been waited for
+	waitErr error         // valid after exited is closed
+}
+
+// buildMux builds ./cmd/mcpmux of the module this program belongs to into
+// dir and returns the binary's path.
+func buildMux(ctx context.Context, dir string) (string, error) {
+	out, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", fmt.Errorf("go env GOMOD: %w", err)
+	}
+	gomod := strings.TrimSpace(string(out))
+	if gomod == "" || gomod == os.DevNull {
+		return "", errors.New("not inside the mcpmux module: run from the repository, or pass --mcpmux PATH")
+	}
+	bin := filepath.Join(dir, "mcpmux")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/mcpmux")
+	cmd.Dir = filepath.Dir(gomod)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build ./cmd/mcpmux: %w\n%s", err, out)
+	}
+	return bin, nil
+}
+
+// muxConfig mounts the upstream as "up" and defines the read-only profile
+// "ro". No profile is called "default", so a request naming no profile gets
+// the unfiltered view.
+func muxConfig(upURL string) string {
+	return fmt.Sprintf(`# written by integration/load
+[upstreams.up]
+url = %q
+
+[profiles.ro]
+read_only = true
+`, upURL)
+}
+
+// startMux writes the config into dir/config/, starts bin serving it on a
+// free loopback port and waits until GET /readyz answers 200. A port taken
+// between choosing it and the child binding it is retried.
+//
+// The config gets a directory of its own: mcpmux watches the config's
+// directory for hot reload, and its log, written on every denied call,
+// would otherwise wake that watcher on every line.
+func startMux(ctx context.Context, bin, dir, upURL, logLevel string) (*muxProc, error) {
+	cfgDir := filepath.Join(dir, "config")
+	if err := os.Mkdir(cfgDir, 0o700); err != nil {
+		return nil, err
+	}
+	cfgPath := filepath.Join(cfgDir, "mcpmux.toml")
+	if err := os.WriteFile(cfgPath, []byte(muxConfig(upURL)), 0o600); err != nil {
+		return nil, err
+	}
+	var lastErr error
+	for attempt := range 3 {
+		addr, err := freeLoopbackAddr()
+		if err != nil {
+			return nil, err
+		}
+		m, err := spawnMux(bin, cfgPath, addr, filepath.Join(dir, fmt.Sprintf("mcpmux-%d.log", attempt)), logLevel)
+		if err != nil {
+			return nil, err
+		}
+		err = m.waitReady(ctx, 30*time.Second)
+		if err == nil {
+			return m, nil
+		}
+		m.stop()
+		lastErr = err
+		if !strings.Contains(m.logTail(4096), "address already in use") {
+			break
+		}
+	}
+	return nil, lastErr
+}
+
+func spawnMux(bin, cfgPath, addr, logPath, logLevel string) (*muxProc, error) {
+	logf, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	defer logf.Close() // the child has its own descriptor
+	cmd := exec.Command(bin, "serve", "--config", cfgPath, "--listen", addr, "--log-level", logLevel)
+	cmd.Stdout = logf
+	cmd.Stderr = logf
+	cmd.Env = append(os.Environ(), "MCPMUX_CONFIG=") // only --config counts
+	cmd.SysProcAttr = childAttr()
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", bin, err)
+	}
+	m := &muxProc{cmd: cmd, base: "http://" + addr, logPath: logPath, exited: make(chan struct{})}
+	go func() {
+		m.waitErr = cmd.Wait()
+		close(m.exited)
+	}()
+	return m, nil
+}
+
+func (m *muxProc) waitReady(ctx context.Context, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	hc := &http.Client{Timeout: time.Second}
+	for {
+		select {
+		case <-m.exited:
+			return fmt.Errorf("mcpmux exited before it was ready (%v):\n%s", m.waitErr, m.logTail(4096))
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		default:
+		}
+		resp, err := hc.Get(m.base + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("mcpmux not ready after %v (last: %v):\n%s", limit, statusOrErr(resp, err), m.logTail(4096))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func statusOrErr(resp *http.Response, err error) string {
+	if err != nil {
+		return err.Error()
+	}
+	return resp.Status
+}
+
+// stop ends the child: SIGTERM, then SIGKILL after a grace period. It is
+// safe to call more than once.
+func (m *muxProc) stop() {
+	if m == nil {
+		return
+	}
+	select {
+	case <-m.exited:
+		return
+	default:
+	}
+	_ = m.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-m.exited:
+	case <-time.After(5 * time.Second):
+		_ = m.cmd.Process.Kill()
+		<-m.exited
+	}
+}
+
+// alive reports an error when the child has exited.
+func (m *muxProc) alive() error {
+	select {
+	case <-m.exited:
+		return fmt.Errorf("mcpmux exited during the run (%v):\n%s", m.waitErr, m.logTail(4096))
+	default:
+		return nil
+	}
+}
+
+// logTail returns the last n bytes of the child's log, leaving out the
+// line mcpmux logs for every denied call.
+func (m *muxProc) logTail(n int) string {
+	raw, err := os.ReadFile(m.logPath)
+	if err != nil {
+		return "(no log: " + err.Error() + ")"
+	}
+	var b []byte
+	for line := range bytes.Lines(raw) {
+		if !bytes.Contains(line, []byte(`msg="tools/call refused"`)) {
+			b = append(b, line...)
+		}
+	}
+	if len(b) > n {
+		b = b[len(b)-n:]
+		if i := bytes.IndexByte(b, '\n'); i >= 0 {
+			b = b[i+1:]
+		}
+	}
+	return string(b)
+}
+
+// freeLoopbackAddr returns a loopback address that was free a moment ago.
+func freeLoopbackAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	addr := l.Addr().String()
+	return addr, l.Close()
+}
