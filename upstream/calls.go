@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/mcp"
 )
 
@@ -19,53 +20,47 @@ import (
 // io.modelcontextprotocol/* keys are removed from _meta (PROTOCOL §7.10).
 // Safe for concurrent use.
 func (u *Upstream) CallTool(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-	const method = "tools/call"
-	c := u.current()
-	if c == nil {
-		return nil, u.downErr(method, req.Params.Name)
-	}
-	req.Params.Meta = withoutReservedMeta(req.Params.Meta)
-	ctx, done := c.callContext(ctx)
-	defer done()
-	res, err := c.client.CallTool(ctx, req)
-	if err != nil {
-		return nil, c.callErr(ctx, method, req.Params.Name, err)
-	}
-	return res, nil
+	return forward(ctx, u, "tools/call", req.Params.Name, &req.Params.Meta,
+		func(ctx context.Context, cl *client.Client) (*mcp.CallToolResult, error) {
+			return cl.CallTool(ctx, req)
+		})
 }
 
 // GetPrompt gets the prompt named req.Params.Name (the upstream's original
 // name), like CallTool in every other respect. Safe for concurrent use.
 func (u *Upstream) GetPrompt(ctx context.Context, req mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
-	const method = "prompts/get"
-	c := u.current()
-	if c == nil {
-		return nil, u.downErr(method, req.Params.Name)
-	}
-	req.Params.Meta = withoutReservedMeta(req.Params.Meta)
-	ctx, done := c.callContext(ctx)
-	defer done()
-	res, err := c.client.GetPrompt(ctx, req)
-	if err != nil {
-		return nil, c.callErr(ctx, method, req.Params.Name, err)
-	}
-	return res, nil
+	return forward(ctx, u, "prompts/get", req.Params.Name, &req.Params.Meta,
+		func(ctx context.Context, cl *client.Client) (*mcp.GetPromptResult, error) {
+			return cl.GetPrompt(ctx, req)
+		})
 }
 
 // ReadResource reads the resource at req.Params.URI (the upstream's original
 // URI), like CallTool in every other respect. Safe for concurrent use.
 func (u *Upstream) ReadResource(ctx context.Context, req mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
-	const method = "resources/read"
+	return forward(ctx, u, "resources/read", req.Params.URI, &req.Params.Meta,
+		func(ctx context.Context, cl *client.Client) (*mcp.ReadResourceResult, error) {
+			return cl.ReadResource(ctx, req)
+		})
+}
+
+// forward is the one way a request reaches the upstream: on the current
+// connection (ErrDown when there is none), with reserved _meta keys removed
+// from *meta (which the caller's call func sends), bounded by callContext,
+// and with errors naming the upstream, the method and target.
+func forward[T any](ctx context.Context, u *Upstream, method, target string, meta **mcp.Meta,
+	call func(context.Context, *client.Client) (T, error)) (T, error) {
+	var zero T
 	c := u.current()
 	if c == nil {
-		return nil, u.downErr(method, req.Params.URI)
+		return zero, u.downErr(method, target)
 	}
-	req.Params.Meta = withoutReservedMeta(req.Params.Meta)
+	*meta = withoutReservedMeta(*meta)
 	ctx, done := c.callContext(ctx)
 	defer done()
-	res, err := c.client.ReadResource(ctx, req)
+	res, err := call(ctx, c.client)
 	if err != nil {
-		return nil, c.callErr(ctx, method, req.Params.URI, err)
+		return zero, c.callErr(ctx, method, target, err)
 	}
 	return res, nil
 }
