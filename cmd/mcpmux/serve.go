@@ -49,20 +49,10 @@ func cmdServe(ctx context.Context, args []string, stderr io.Writer) error {
 		return configErr(err)
 	}
 
-	agg := aggregator.New(cfg, aggregator.Options{Logger: log})
-	defer func() {
-		if err := agg.Close(); err != nil {
-			log.Error("closing upstreams", "error", err)
-		}
-	}()
-	audit, closeAudit, err := openAudit(cfg)
+	agg, srv, closeAll, err := wire(cfg, log)
+	defer closeAll()
 	if err != nil {
 		return err
-	}
-	defer closeAudit()
-	srv, err := sessions.New(cfg, agg, sessions.Options{Logger: log, Version: version, Audit: audit})
-	if err != nil {
-		return configErr(err)
 	}
 	ln, err := net.Listen("tcp", cfg.Server.Listen)
 	if err != nil {
@@ -119,6 +109,30 @@ func checkExposure(cfg *configs.Config) error {
 func startAggregator(ctx context.Context, cfg *configs.Config, log *slog.Logger) (*aggregator.Aggregator, error) {
 	agg := aggregator.New(cfg, aggregator.Options{Logger: log})
 	return agg, agg.Start(ctx)
+}
+
+// wire builds the aggregator and the session server for cfg, with the
+// audit log open. The returned func closes the upstreams (reaping their
+// children) and the audit log; call it whatever the error.
+func wire(cfg *configs.Config, log *slog.Logger) (*aggregator.Aggregator, *sessions.Server, func(), error) {
+	agg := aggregator.New(cfg, aggregator.Options{Logger: log})
+	audit, closeAudit, err := openAudit(cfg)
+	closeAll := func() {
+		if err := agg.Close(); err != nil {
+			log.Error("closing upstreams", "error", err)
+		}
+		if closeAudit != nil {
+			closeAudit()
+		}
+	}
+	if err != nil {
+		return nil, nil, closeAll, err
+	}
+	srv, err := sessions.New(cfg, agg, sessions.Options{Logger: log, Version: version, Audit: audit})
+	if err != nil {
+		return nil, nil, closeAll, configErr(err)
+	}
+	return agg, srv, closeAll, nil
 }
 
 // openAudit opens the [audit] log for appending, or returns a nil writer

@@ -10,7 +10,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/mcpmux/mcpmux/aggregator"
 	"github.com/mcpmux/mcpmux/configs"
 	"github.com/mcpmux/mcpmux/sessions"
 )
@@ -36,20 +35,10 @@ func serveStdio(ctx context.Context, configPath, profile string, log *slog.Logge
 	if err != nil {
 		return err
 	}
-	agg := aggregator.New(cfg, aggregator.Options{Logger: log})
-	defer func() {
-		if err := agg.Close(); err != nil {
-			log.Error("closing upstreams", "error", err)
-		}
-	}()
-	audit, closeAudit, err := openAudit(cfg)
+	agg, srv, closeAll, err := wire(cfg, log)
+	defer closeAll()
 	if err != nil {
 		return err
-	}
-	defer closeAudit()
-	srv, err := sessions.New(cfg, agg, sessions.Options{Logger: log, Version: version, Audit: audit})
-	if err != nil {
-		return configErr(err)
 	}
 	// An unknown profile is a usage error, found before any upstream starts.
 	if _, err := srv.Resolver().ResolveLocal(sessions.Selection{Profile: profile}); err != nil {
