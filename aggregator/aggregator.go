@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -73,6 +72,9 @@ type Options struct {
 	// Upstream returns extra options for one upstream (handlers for
 	// server→client requests, notification hooks). nil = none.
 	Upstream func(cfg *configs.Upstream) upstream.Options
+	// ServerInfo is what mcpmux calls itself in results to 2026-07-28
+	// clients.
+	ServerInfo mcp.Implementation
 }
 
 // New builds an aggregator for cfg without starting anything.
@@ -239,306 +241,41 @@ func (a *Aggregator) rebuild() {
 	}
 }
 
-// CallTool routes a tools/call for the exposed tool e to its upstream, under
-// the upstream's original name. Arguments travel as the raw JSON the client
-// sent. _meta keys that belong to one hop (io.modelcontextprotocol/*) are not
-// forwarded, and a progress token is replaced by one unique across upstream
-// connections, whose notifications are mapped back to this caller.
-func (a *Aggregator) CallTool(ctx context.Context, e *filter.Entry, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-	u, err := a.upstream(e.Upstream)
-	if err != nil {
-		return nil, fmt.Errorf("tool %q: %w", e.Tool.Name, err)
-	}
-	out := mcp.CallToolRequest{Request: mcp.Request{Method: string(mcp.MethodToolsCall)}}
-	out.Params.Name = e.Original
-	if len(req.Params.RawArguments) > 0 {
-		out.Params.Arguments = req.Params.RawArguments
-	} else {
-		out.Params.Arguments = req.Params.Arguments
-	}
-	ctx, st := withCallState(ctx)
-	var done func()
-	out.Params.Meta, done = a.hopMeta(ctx, req.Params.Meta)
-	defer done()
-	defer a.relay.begin(e.Upstream, ctx)()
-	res, err := u.CallTool(ctx, out)
-	settle(ctx, st)
-	a.relay.learnLinks(e.Upstream, res)
-	if res != nil {
-		stripHop(&res.Result)
-	}
-	return res, err
-}
-
-// stripHop removes from an upstream's result what belongs to the upstream
-// hop only: io.modelcontextprotocol/* _meta keys (the upstream's serverInfo,
-// among others) and a plain "complete" resultType. mcp-go stamps mcpmux's
-// own for clients that need them. input_required is kept: it is for the
-// client.
-func stripHop(r *mcp.Result) {
-	if r.ResultType == mcp.ResultTypeComplete {
-		r.ResultType = ""
-	}
-	if r.Meta == nil {
-		return
-	}
-	for k := range r.Meta.AdditionalFields {
-		if strings.HasPrefix(k, "io.modelcontextprotocol/") {
-			delete(r.Meta.AdditionalFields, k)
-		}
-	}
-	if len(r.Meta.AdditionalFields) == 0 && r.Meta.ProgressToken == nil {
-		r.Meta = nil
-	}
-}
-
-// hopMeta builds the _meta for the upstream hop and returns the function
-// that forgets its progress mapping.
-func (a *Aggregator) hopMeta(ctx context.Context, m *mcp.Meta) (*mcp.Meta, func()) {
-	out := forwardMeta(m)
-	if m == nil || m.ProgressToken == nil {
-		return out, func() {}
-	}
-	if out == nil {
-		out = &mcp.Meta{}
-	}
-	var done func()
-	out.ProgressToken, done = a.relay.mintProgress(ctx, m.ProgressToken)
-	return out, done
-}
-
-// GetPrompt routes prompts/get for an exposed prompt name.
-func (a *Aggregator) GetPrompt(ctx context.Context, req mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
-	p := a.Snapshot().Prompt(req.Params.Name)
-	if p == nil {
-		return nil, fmt.Errorf("prompt %q: %w", req.Params.Name, ErrPromptNotFound)
-	}
-	out := req
-	out.Params.Name = p.Original
-	var done func()
-	out.Params.Meta, done = a.hopMeta(ctx, req.Params.Meta)
-	defer done()
-	u, err := a.upstream(p.Upstream)
-	if err != nil {
-		return nil, fmt.Errorf("prompt %q: %w", req.Params.Name, err)
-	}
-	defer a.relay.begin(p.Upstream, ctx)()
-	res, err := u.GetPrompt(ctx, out)
-	if res != nil {
-		stripHop(&res.Result)
-	}
-	return res, err
-}
-
-// ReadResource routes resources/read by URI. Contents come back under the
-// URI the client asked for.
-func (a *Aggregator) ReadResource(ctx context.Context, req mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
-	up, original, ok := a.Snapshot().RouteURI(req.Params.URI, a.relay.linkTable())
-	if !ok {
-		return nil, fmt.Errorf("resource %q: %w", req.Params.URI, ErrResourceNotFound)
-	}
-	out := req
-	out.Params.URI = original
-	out.Params.Arguments = nil
-	var done func()
-	out.Params.Meta, done = a.hopMeta(ctx, req.Params.Meta)
-	defer done()
-	u, err := a.upstream(up)
-	if err != nil {
-		return nil, fmt.Errorf("resource %q: %w", req.Params.URI, err)
-	}
-	defer a.relay.begin(up, ctx)()
-	res, err := u.ReadResource(ctx, out)
-	if res != nil {
-		stripHop(&res.Result)
-	}
-	if err != nil || original == req.Params.URI {
-		return res, err
-	}
-	for i, c := range res.Contents {
-		switch v := c.(type) {
-		case mcp.TextResourceContents:
-			if v.URI == original {
-				v.URI = req.Params.URI
-			}
-			res.Contents[i] = v
-		case mcp.BlobResourceContents:
-			if v.URI == original {
-				v.URI = req.Params.URI
-			}
-			res.Contents[i] = v
-		}
-	}
-	return res, nil
-}
-
-// Complete routes completion/complete for a prompt (by exposed name) or a
-// resource template (by exposed template). An upstream without the
-// completions capability answers with no values.
-func (a *Aggregator) Complete(ctx context.Context, ref any, arg mcp.CompleteArgument, cctx mcp.CompleteContext) (*mcp.Completion, error) {
-	snap := a.Snapshot()
-	var up string
-	switch r := ref.(type) {
-	case mcp.PromptReference:
-		p := snap.Prompt(r.Name)
-		if p == nil {
-			return nil, fmt.Errorf("prompt %q: %w", r.Name, ErrPromptNotFound)
-		}
-		up, r.Name = p.Upstream, p.Original
-		ref = r
-	case mcp.ResourceReference:
-		t := snap.Template(r.URI)
-		switch {
-		case t != nil:
-			up, r.URI = t.Upstream, t.OriginalTemplate
-		default:
-			var ok bool
-			if up, r.URI, ok = snap.RouteURI(r.URI, nil); !ok {
-				return nil, fmt.Errorf("resource %q: %w", r.URI, ErrResourceNotFound)
-			}
-		}
-		ref = r
-	default:
-		return nil, fmt.Errorf("completion/complete: unsupported ref %T", ref)
-	}
-	u, err := a.upstream(up)
-	if err != nil {
-		return nil, err
-	}
-	cat, c := u.Catalog(), u.Client()
-	if cat == nil || c == nil {
-		return nil, fmt.Errorf("upstream %q: completion/complete: %w", up, upstream.ErrDown)
-	}
-	if cat.Capabilities.Completions == nil {
-		return &mcp.Completion{Values: []string{}}, nil
-	}
-	defer a.relay.begin(up, ctx)()
-	res, err := c.Complete(ctx, mcp.CompleteRequest{Params: mcp.CompleteParams{Ref: ref, Argument: arg, Context: cctx}})
-	if err != nil {
-		return nil, fmt.Errorf("upstream %q: completion/complete: %w", up, err)
-	}
-	return &res.Completion, nil
-}
-
-// Subscribe forwards resources/subscribe to the owning upstream the first
-// time any client subscribes to uri.
-func (a *Aggregator) Subscribe(ctx context.Context, uri string) error {
-	up, original, ok := a.Snapshot().RouteURI(uri, a.relay.linkTable())
-	if !ok {
-		return fmt.Errorf("resource %q: %w", uri, ErrResourceNotFound)
-	}
-	key := up + "\x00" + original
-	a.relay.mu.Lock()
-	a.relay.subs[key]++
-	first := a.relay.subs[key] == 1
-	a.relay.mu.Unlock()
-	if !first {
-		return nil
-	}
-	u, err := a.upstream(up)
-	if err != nil {
-		return err
-	}
-	c := u.Client()
-	if c == nil {
-		return fmt.Errorf("upstream %q: resources/subscribe: %w", up, upstream.ErrDown)
-	}
-	if err := c.Subscribe(ctx, mcp.SubscribeRequest{Params: mcp.SubscribeParams{URI: original}}); err != nil {
-		return fmt.Errorf("upstream %q: resources/subscribe %q: %w", up, original, err)
-	}
-	return nil
-}
-
-// Unsubscribe forwards resources/unsubscribe when the last subscriber of
-// uri leaves.
-func (a *Aggregator) Unsubscribe(ctx context.Context, uri string) error {
-	up, original, ok := a.Snapshot().RouteURI(uri, a.relay.linkTable())
-	if !ok {
-		return nil
-	}
-	key := up + "\x00" + original
-	a.relay.mu.Lock()
-	if a.relay.subs[key] > 0 {
-		a.relay.subs[key]--
-	}
-	last := a.relay.subs[key] == 0
-	a.relay.mu.Unlock()
-	u, err := a.upstream(up)
-	if !last || err != nil || u.Client() == nil {
-		return nil
-	}
-	c := u.Client()
-	if err := c.Unsubscribe(ctx, mcp.UnsubscribeRequest{Params: mcp.UnsubscribeParams{URI: original}}); err != nil {
-		return fmt.Errorf("upstream %q: resources/unsubscribe %q: %w", up, original, err)
-	}
-	return nil
-}
-
 // OnResourceUpdated registers fn to receive the exposed URI of every
 // notifications/resources/updated an upstream sends. Call it before Start.
 func (a *Aggregator) OnResourceUpdated(fn func(uri string)) { a.onResourceUpdated = fn }
+
+// SetServerInfo sets what mcpmux calls itself in results to 2026-07-28
+// clients. Call it before Start.
+func (a *Aggregator) SetServerInfo(info mcp.Implementation) { a.opts.ServerInfo = info }
 
 // OnLog registers fn to receive upstream log messages that no client call
 // caused (params as the upstream sent them). Call it before Start.
 func (a *Aggregator) OnLog(fn func(params map[string]any)) { a.onLog = fn }
 
-// SetLevel forwards a client's logging/setLevel to every connected upstream
-// that supports logging. Log messages are then filtered per session by the
-// front door.
-func (a *Aggregator) SetLevel(ctx context.Context, level mcp.LoggingLevel) error {
-	var errs []error
-	for _, u := range a.set.Load().ups {
-		cat, c := u.Catalog(), u.Client()
-		if cat == nil || c == nil || cat.Capabilities.Logging == nil {
-			continue
-		}
-		if err := c.SetLevel(ctx, mcp.SetLevelRequest{Params: mcp.SetLevelParams{Level: level}}); err != nil {
-			errs = append(errs, fmt.Errorf("upstream %q: logging/setLevel: %w", u.Name(), err))
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// forwardMeta copies the _meta fields that may cross a hop.
-func forwardMeta(m *mcp.Meta) *mcp.Meta {
-	if m == nil || len(m.AdditionalFields) == 0 {
-		return nil
-	}
-	out := &mcp.Meta{AdditionalFields: make(map[string]any, len(m.AdditionalFields))}
-	for k, v := range m.AdditionalFields {
-		if !strings.HasPrefix(k, "io.modelcontextprotocol/") {
-			out.AdditionalFields[k] = v
-		}
-	}
-	if len(out.AdditionalFields) == 0 {
-		return nil
-	}
-	return out
-}
-
-// ToolHandler returns the mcp-go handler that routes calls of exposed tools
-// through snap's routing table. Access checks happen before it runs.
-func (a *Aggregator) ToolHandler() server.ToolHandlerFunc {
-	return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		e := a.Snapshot().Tool(req.Params.Name)
-		if e == nil {
-			return nil, fmt.Errorf("tool %q: %w", req.Params.Name, ErrToolNotFound)
-		}
-		return a.CallTool(ctx, e, req)
+// PromptHandler returns a handler for mcp-go's prompt registry, which
+// serves prompts/list only: prompts/get is routed by the front door through
+// GetPrompt and never reaches it.
+func (a *Aggregator) PromptHandler() server.PromptHandlerFunc {
+	return func(context.Context, mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
+		return nil, errNotRouted
 	}
 }
 
-// PromptHandler returns the mcp-go handler that routes prompts/get.
-func (a *Aggregator) PromptHandler() server.PromptHandlerFunc { return a.GetPrompt }
-
-// ResourceHandler returns the mcp-go handler that routes resources/read for
-// listed resources and templates.
+// ResourceHandler is PromptHandler's twin for resources and templates.
 func (a *Aggregator) ResourceHandler() server.ResourceHandlerFunc {
-	return func(ctx context.Context, req mcp.ReadResourceRequest) ([]mcp.ResourceContents, error) {
-		res, err := a.ReadResource(ctx, req)
-		if err != nil {
-			return nil, err
-		}
-		return res.Contents, nil
+	return func(context.Context, mcp.ReadResourceRequest) ([]mcp.ResourceContents, error) {
+		return nil, errNotRouted
 	}
 }
+
+// ToolHandler is PromptHandler's twin for tools.
+func (a *Aggregator) ToolHandler() server.ToolHandlerFunc {
+	return func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return nil, errNotRouted
+	}
+}
+
+// errNotRouted fails closed a request that reached mcp-go's registry
+// instead of the front door's routing: a bug, never an upstream call.
+var errNotRouted = errors.New("request not routed by mcpmux")

@@ -1,16 +1,16 @@
 package aggregator
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/mcp"
-	"github.com/mark3labs/mcp-go/server"
 
 	"github.com/mcpmux/mcpmux/upstream"
 )
@@ -26,42 +26,44 @@ var ErrClientLacksCapability = errors.New("the calling client did not declare th
 
 // relay tracks the requests mcpmux has in flight to each upstream, so that
 // what an upstream sends back (progress, log messages, sampling, elicitation
-// and roots requests) reaches the client session that caused it.
+// and roots requests) reaches the client that caused it.
 type relay struct {
 	seq atomic.Uint64
 
 	mu       sync.Mutex
-	inflight map[string]map[uint64]context.Context // upstream → call id → downstream ctx
-	progress map[string]progressRoute              // minted token → route
-	links    map[string]string                     // resource link URI → upstream
-	subs     map[string]int                        // "upstream\x00uri" → subscribers
+	inflight map[string]map[uint64]Client // upstream → call id → client
+	progress map[string]progressRoute     // minted token → route
+	links    map[string]string            // resource link URI → upstream
+	subs     map[string]int               // "upstream\x00uri" → subscribers
+
+	subMu sync.Mutex // serializes forwarding of subscribe and unsubscribe
 }
 
 type progressRoute struct {
-	ctx      context.Context
-	original mcp.ProgressToken
+	client   Client
+	original json.RawMessage
 }
 
 func newRelay() *relay {
 	return &relay{
-		inflight: make(map[string]map[uint64]context.Context),
+		inflight: make(map[string]map[uint64]Client),
 		progress: make(map[string]progressRoute),
 		links:    make(map[string]string),
 		subs:     make(map[string]int),
 	}
 }
 
-// begin records a downstream request in flight to upstream and returns the
+// begin records a client request in flight to upstream and returns the
 // function that ends it.
-func (r *relay) begin(upstream string, ctx context.Context) func() {
+func (r *relay) begin(upstream string, cl Client) func() {
 	id := r.seq.Add(1)
 	r.mu.Lock()
 	m := r.inflight[upstream]
 	if m == nil {
-		m = make(map[uint64]context.Context)
+		m = make(map[uint64]Client)
 		r.inflight[upstream] = m
 	}
-	m[id] = ctx
+	m[id] = cl
 	r.mu.Unlock()
 	return func() {
 		r.mu.Lock()
@@ -79,24 +81,25 @@ func (r *relay) inflightCount(upstream string) int {
 
 // mintProgress replaces a client's progress token with one unique across
 // every upstream connection and records where its notifications go.
-func (r *relay) mintProgress(ctx context.Context, original mcp.ProgressToken) (mcp.ProgressToken, func()) {
+func (r *relay) mintProgress(cl Client, original json.RawMessage) (json.RawMessage, func()) {
 	tok := fmt.Sprintf("mcpmux-%d", r.seq.Add(1))
 	r.mu.Lock()
-	r.progress[tok] = progressRoute{ctx: ctx, original: original}
+	r.progress[tok] = progressRoute{client: cl, original: original}
 	r.mu.Unlock()
-	return tok, func() {
+	quoted, _ := json.Marshal(tok)
+	return quoted, func() {
 		r.mu.Lock()
 		delete(r.progress, tok)
 		r.mu.Unlock()
 	}
 }
 
-// caller returns the downstream context of the request that caused ctx's
-// upstream request: ctx itself when the transport tied it to the call, else
-// the only request in flight to that upstream.
-func (r *relay) caller(ctx context.Context, upstream string) (context.Context, error) {
-	if server.ClientSessionFromContext(ctx) != nil && server.ServerFromContext(ctx) != nil {
-		return ctx, nil
+// caller returns the client whose call caused an upstream's request or
+// notification: the one ctx carries when the transport tied it to the call,
+// else the only request in flight to that upstream.
+func (r *relay) caller(ctx context.Context, upstream string) (Client, error) {
+	if cl := clientFrom(ctx); cl != nil {
+		return cl, nil
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -109,27 +112,48 @@ func (r *relay) caller(ctx context.Context, upstream string) (context.Context, e
 	return nil, fmt.Errorf("upstream %q: %d client requests in flight: %w", upstream, len(m), ErrAmbiguousCaller)
 }
 
-// learnLinks records the URIs of resource links an upstream returned, so
-// that reading them is routed back to it.
-func (r *relay) learnLinks(upstream string, res *mcp.CallToolResult) {
-	if res == nil {
+// subscribers returns the number of subscribers of key.
+func (r *relay) subscribers(key string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.subs[key]
+}
+
+// addSubscriber changes the number of subscribers of key by delta and
+// returns the new number.
+func (r *relay) addSubscriber(key string, delta int) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := r.subs[key] + delta
+	if n <= 0 {
+		delete(r.subs, key)
+		return 0
+	}
+	r.subs[key] = n
+	return n
+}
+
+// learnLinks records the URIs of resource links in a tools/call result,
+// so that reading them is routed back to the upstream that returned them.
+func (r *relay) learnLinks(upstream string, res json.RawMessage) {
+	if !bytes.Contains(res, []byte(`"resource_link"`)) {
 		return
 	}
-	for _, c := range res.Content {
-		var uri string
-		switch v := c.(type) {
-		case mcp.ResourceLink:
-			uri = v.URI
-		case *mcp.ResourceLink:
-			uri = v.URI
-		default:
-			continue
+	var result struct {
+		Content []struct {
+			Type string `json:"type"`
+			URI  string `json:"uri"`
+		} `json:"content"`
+	}
+	if json.Unmarshal(res, &result) != nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, c := range result.Content {
+		if c.Type == "resource_link" && c.URI != "" && len(r.links) < maxLinks {
+			r.links[c.URI] = upstream
 		}
-		r.mu.Lock()
-		if len(r.links) < maxLinks {
-			r.links[uri] = upstream
-		}
-		r.mu.Unlock()
 	}
 }
 
@@ -146,60 +170,15 @@ func (r *relay) linkTable() map[string]string {
 	return out
 }
 
-// callState is carried in the context of each routed call, so that
-// notifications forwarded on its behalf can be accounted for.
-type callState struct{ notified atomic.Bool }
-
-type callStateKey struct{}
-
-func withCallState(ctx context.Context) (context.Context, *callState) {
-	st := &callState{}
-	return context.WithValue(ctx, callStateKey{}, st), st
-}
-
-func markNotified(ctx context.Context) {
-	if st, ok := ctx.Value(callStateKey{}).(*callState); ok {
-		st.notified.Store(true)
-	}
-}
-
-// Bounds of settle: how long a result may wait for the notifications it
-// follows, and the grace after the queue is empty.
-const (
-	settleMax   = 50 * time.Millisecond
-	settleGrace = 2 * time.Millisecond
-)
-
-// settle delays a result whose call forwarded notifications until the
-// session's notification queue has drained, plus a short grace. mcp-go's
-// streamable HTTP server drops a notification that its per-request
-// forwarder dequeued after the response completed (mcp-go #969), so a
-// progress or log message relayed just before the result would otherwise be
-// lost on this hop.
-func settle(ctx context.Context, st *callState) {
-	if !st.notified.Load() {
-		return
-	}
-	sess := server.ClientSessionFromContext(ctx)
-	if sess == nil {
-		return
-	}
-	deadline := time.Now().Add(settleMax)
-	for len(sess.NotificationChannel()) > 0 && time.Now().Before(deadline) {
-		time.Sleep(200 * time.Microsecond)
-	}
-	time.Sleep(settleGrace)
-}
-
-// onNotification routes one upstream notification to the session it
-// belongs to. It runs on the upstream's reader and must not block; every
-// send below is a non-blocking queue write.
+// onNotification routes one upstream notification to the client it
+// belongs to. It runs on the upstream's reader and must not block:
+// Client.Notify only queues.
 func (a *Aggregator) onNotification(u *upstream.Upstream, n mcp.JSONRPCNotification) {
 	switch n.Method {
 	case string(mcp.MethodNotificationProgress):
-		tok := fmt.Sprint(n.Params.AdditionalFields["progressToken"])
+		tok, _ := json.Marshal(n.Params.AdditionalFields["progressToken"])
 		a.relay.mu.Lock()
-		route, ok := a.relay.progress[tok]
+		route, ok := a.relay.progress[string(tok)]
 		a.relay.mu.Unlock()
 		if !ok {
 			return
@@ -209,14 +188,9 @@ func (a *Aggregator) onNotification(u *upstream.Upstream, n mcp.JSONRPCNotificat
 			params[k] = v
 		}
 		params["progressToken"] = route.original
-		if srv := server.ServerFromContext(route.ctx); srv != nil {
-			markNotified(route.ctx)
-			if err := srv.SendNotificationToClient(route.ctx, string(mcp.MethodNotificationProgress), params); err != nil {
-				a.log.Debug("progress not delivered", "upstream", u.Name(), "error", err)
-			}
-		}
+		route.client.Notify(string(mcp.MethodNotificationProgress), params)
 	case string(mcp.MethodNotificationMessage):
-		ctx, err := a.relay.caller(context.Background(), u.Name())
+		cl, err := a.relay.caller(context.Background(), u.Name())
 		if err != nil {
 			// Not caused by any call (the upstream logs on its own): it
 			// goes to every session that asked for log messages. With
@@ -230,16 +204,9 @@ func (a *Aggregator) onNotification(u *upstream.Upstream, n mcp.JSONRPCNotificat
 			return
 		}
 		level, _ := n.Params.AdditionalFields["level"].(string)
-		if !logWanted(ctx, mcp.LoggingLevel(level)) {
-			return
-		}
-		// Relayed with the upstream's params as sent: mcp-go's
-		// SendLogMessageToClient would rebuild them (adding "logger": "").
-		if srv := server.ServerFromContext(ctx); srv != nil {
-			markNotified(ctx)
-			if err := srv.SendNotificationToClient(ctx, string(mcp.MethodNotificationMessage), n.Params.AdditionalFields); err != nil {
-				a.log.Debug("log message not delivered", "upstream", u.Name(), "error", err)
-			}
+		if want := cl.LogLevel(); want != "" && mcp.LoggingLevel(level).ShouldSendTo(want) {
+			// Relayed with the upstream's params as sent.
+			cl.Notify(string(mcp.MethodNotificationMessage), n.Params.AdditionalFields)
 		}
 	case string(mcp.MethodNotificationResourceUpdated):
 		uri, _ := n.Params.AdditionalFields["uri"].(string)
@@ -257,19 +224,8 @@ func (a *Aggregator) onNotification(u *upstream.Upstream, n mcp.JSONRPCNotificat
 	}
 }
 
-// logWanted applies the calling client's log level: the per-request level
-// of a 2026-07-28 request (none: no log messages), else the level the session
-// set with logging/setLevel, as mcp-go does for its own log messages.
-func logWanted(ctx context.Context, level mcp.LoggingLevel) bool {
-	if info := server.RequestProtocolInfoFromContext(ctx); info != nil && info.Modern {
-		return info.LogLevel != "" && level.ShouldSendTo(info.LogLevel)
-	}
-	sess, ok := server.ClientSessionFromContext(ctx).(server.SessionWithLogging)
-	return ok && level.ShouldSendTo(sess.GetLogLevel())
-}
-
 // clientHandler answers an upstream's sampling, elicitation and roots
-// requests by asking the client session whose call caused them.
+// requests by asking the client whose call caused them.
 type clientHandler struct {
 	a        *Aggregator
 	upstream string
@@ -281,46 +237,47 @@ var (
 	_ client.RootsHandler       = clientHandler{}
 )
 
-func (h clientHandler) target(ctx context.Context, method string, has func(mcp.ClientCapabilities) bool) (context.Context, *server.MCPServer, error) {
-	dctx, err := h.a.relay.caller(ctx, h.upstream)
+// ask relays one server→client request to the calling client and decodes
+// its answer into out.
+func (h clientHandler) ask(ctx context.Context, method string, params, out any) error {
+	cl, err := h.a.relay.caller(ctx, h.upstream)
 	if err != nil {
-		return nil, nil, fmt.Errorf("%s from upstream %q: %w", method, h.upstream, err)
+		return fmt.Errorf("%s from upstream %q: %w", method, h.upstream, err)
 	}
-	srv := server.ServerFromContext(dctx)
-	sess := server.ClientSessionFromContext(dctx)
-	if srv == nil || sess == nil {
-		return nil, nil, fmt.Errorf("%s from upstream %q: %w", method, h.upstream, ErrAmbiguousCaller)
+	if err := checkCapability(cl, method); err != nil {
+		return fmt.Errorf("%s from upstream %q: %w", method, h.upstream, ErrClientLacksCapability)
 	}
-	if ci, ok := sess.(server.SessionWithClientInfo); ok && !has(ci.GetClientCapabilities()) {
-		return nil, nil, fmt.Errorf("%s from upstream %q: %w", method, h.upstream, ErrClientLacksCapability)
+	res, err := cl.Request(ctx, method, params)
+	if err != nil {
+		return err
 	}
-	return dctx, srv, nil
+	return json.Unmarshal(res, out)
 }
 
 // CreateMessage relays sampling/createMessage.
 func (h clientHandler) CreateMessage(ctx context.Context, req mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
-	dctx, srv, err := h.target(ctx, "sampling/createMessage", func(c mcp.ClientCapabilities) bool { return c.Sampling != nil })
-	if err != nil {
+	var res mcp.CreateMessageResult
+	if err := h.ask(ctx, string(mcp.MethodSamplingCreateMessage), req.Params, &res); err != nil {
 		return nil, err
 	}
-	return srv.RequestSampling(dctx, req)
+	return &res, nil
 }
 
 // Elicit relays elicitation/create. It waits as long as the calling
 // client's request lives: no fixed cap on human-paced answers.
 func (h clientHandler) Elicit(ctx context.Context, req mcp.ElicitationRequest) (*mcp.ElicitationResult, error) {
-	dctx, srv, err := h.target(ctx, "elicitation/create", func(c mcp.ClientCapabilities) bool { return c.Elicitation != nil })
-	if err != nil {
+	var res mcp.ElicitationResult
+	if err := h.ask(ctx, string(mcp.MethodElicitationCreate), req.Params, &res); err != nil {
 		return nil, err
 	}
-	return srv.RequestElicitation(dctx, req)
+	return &res, nil
 }
 
 // ListRoots relays roots/list: the upstream gets the calling client's roots.
 func (h clientHandler) ListRoots(ctx context.Context, req mcp.ListRootsRequest) (*mcp.ListRootsResult, error) {
-	dctx, srv, err := h.target(ctx, "roots/list", func(c mcp.ClientCapabilities) bool { return c.Roots != nil })
-	if err != nil {
+	var res mcp.ListRootsResult
+	if err := h.ask(ctx, string(mcp.MethodListRoots), req.Params, &res); err != nil {
 		return nil, err
 	}
-	return srv.RequestRoots(dctx, req)
+	return &res, nil
 }

@@ -30,6 +30,7 @@ const (
 
 	reasonNotFound  = "not_found" // unknown or hidden: deliberately one reason
 	reasonArguments = "arguments"
+	reasonAmbiguous = "ambiguous"
 	reasonRate      = "rate_limit"
 )
 

@@ -4,7 +4,6 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -102,12 +101,12 @@ func (m *metrics) observeLatency(method string, d time.Duration) {
 }
 
 // observeCall records one tools/call forwarded to an upstream.
-func (m *metrics) observeCall(up string, res *mcp.CallToolResult, err error, d time.Duration) {
+func (m *metrics) observeCall(up string, toolError bool, err error, d time.Duration) {
 	outcome := outcomeOK
 	switch {
 	case err != nil:
 		outcome = outcomeError
-	case res != nil && res.IsError:
+	case toolError:
 		outcome = "tool_error"
 	}
 	m.calls.WithLabelValues(up, outcome).Inc()

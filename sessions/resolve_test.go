@@ -8,6 +8,8 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"github.com/mcpmux/mcpmux/internal/jsonrpc"
 )
 
 func TestHTTPResolution(t *testing.T) {
@@ -153,11 +155,11 @@ func TestSafeName(t *testing.T) {
 		{strings.Repeat("é", 100), strings.Repeat("é", 64)},
 	}
 	for _, tt := range tests {
-		if got := safeName(tt.in); got != tt.want {
-			t.Errorf("safeName(%q) = %q, want %q", tt.in, got, tt.want)
+		if got := jsonrpc.Printable(tt.in); got != tt.want {
+			t.Errorf("jsonrpc.Printable(%q) = %q, want %q", tt.in, got, tt.want)
 		}
-		if len(safeName(tt.in)) > maxToolNameInError {
-			t.Errorf("safeName(%q) longer than %d bytes", tt.in, maxToolNameInError)
+		if len(jsonrpc.Printable(tt.in)) > 128 {
+			t.Errorf("jsonrpc.Printable(%q) longer than 128 bytes", tt.in)
 		}
 	}
 }

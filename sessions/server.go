@@ -26,6 +26,7 @@ import (
 	"github.com/mcpmux/mcpmux/configs"
 	"github.com/mcpmux/mcpmux/filter"
 	"github.com/mcpmux/mcpmux/internal/glob"
+	"github.com/mcpmux/mcpmux/internal/jsonrpc"
 	"github.com/mcpmux/mcpmux/upstream"
 )
 
@@ -46,17 +47,52 @@ type Server struct {
 	audit   *auditLog // nil = no audit log
 	limits  limiters
 
-	started atomic.Bool // the first connection attempt of every upstream is over
+	started   atomic.Bool   // the first connection attempt of every upstream is over
+	startedCh chan struct{} // closed by MarkStarted
+	startOnce sync.Once
 
 	mu    sync.Mutex
 	bound map[string]*session // legacy session id → its binding
+	// upstreamLevel is the log level last asked of the upstreams: the most
+	// verbose any session set.
+	upstreamLevel mcp.LoggingLevel
 
 	streams streamSet // live websocket, SSE and stdio sessions (door.go)
 }
 
 // MarkStarted tells the server that every upstream has had its first
 // connection attempt; until then /readyz answers 503.
-func (s *Server) MarkStarted() { s.started.Store(true) }
+func (s *Server) MarkStarted() {
+	s.startOnce.Do(func() {
+		s.started.Store(true)
+		close(s.startedCh)
+	})
+}
+
+// waitStarted holds a request that arrived while the upstreams are still
+// making their first connection, so that it never sees a partial catalog
+// (SPEC §7): until MarkStarted, ctx ends, or the longest connect_timeout.
+func (s *Server) waitStarted(ctx context.Context) {
+	if s.started.Load() {
+		return
+	}
+	t := time.NewTimer(s.maxConnectTimeout())
+	defer t.Stop()
+	select {
+	case <-s.startedCh:
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+// maxConnectTimeout is the longest connect_timeout of any upstream.
+func (s *Server) maxConnectTimeout() time.Duration {
+	d := 10 * time.Second
+	for _, u := range s.cfg.Upstreams {
+		d = max(d, u.ConnectTimeout)
+	}
+	return d
+}
 
 // session is one registered legacy (initialize-based) session.
 type session struct {
@@ -68,6 +104,11 @@ type session struct {
 	// asked for no log messages.
 	logLevel mcp.LoggingLevel
 	subs     map[string]bool // resource URIs this session subscribed to
+	// client is mcp-go's session (nil for stream sessions, which answer
+	// server→client requests themselves).
+	client server.ClientSession
+	// pending are this session's server→client requests sent on /mcp.
+	pending pendingSet
 	// listed is the fingerprint of the view the session last had; a catalog
 	// change notifies the session only when it differs.
 	listed string
@@ -86,7 +127,7 @@ type Options struct {
 // New builds the server for cfg over agg. It registers itself for agg's
 // snapshot changes; it starts no goroutines.
 func New(cfg *configs.Config, agg *aggregator.Aggregator, opts Options) (*Server, error) {
-	s := &Server{cfg: cfg, agg: agg, registry: opts.Registry, log: opts.Logger, version: opts.Version, bound: make(map[string]*session)}
+	s := &Server{cfg: cfg, agg: agg, registry: opts.Registry, log: opts.Logger, version: opts.Version, bound: make(map[string]*session), startedCh: make(chan struct{})}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -131,24 +172,6 @@ func New(cfg *configs.Config, agg *aggregator.Aggregator, opts Options) (*Server
 	hooks.AddAfterDiscover(func(_ context.Context, _ any, _ *mcp.DiscoverRequest, res *mcp.DiscoverResult) {
 		advertiseListChanged(&res.Capabilities)
 	})
-	hooks.AddAfterSubscribe(func(ctx context.Context, _ any, req *mcp.SubscribeRequest, _ *mcp.EmptyResult) {
-		s.subscribe(ctx, req.Params.URI, true)
-	})
-	hooks.AddAfterUnsubscribe(func(ctx context.Context, _ any, req *mcp.UnsubscribeRequest, _ *mcp.EmptyResult) {
-		s.subscribe(ctx, req.Params.URI, false)
-	})
-	hooks.AddAfterSetLevel(func(ctx context.Context, _ any, req *mcp.SetLevelRequest, _ *mcp.EmptyResult) {
-		if cs := server.ClientSessionFromContext(ctx); cs != nil {
-			s.mu.Lock()
-			if sess := s.bound[cs.SessionID()]; sess != nil {
-				sess.logLevel = req.Params.Level
-			}
-			s.mu.Unlock()
-		}
-		if err := s.agg.SetLevel(context.WithoutCancel(ctx), req.Params.Level); err != nil {
-			s.log.Warn("logging/setLevel not forwarded", "error", err)
-		}
-	})
 	hooks.AddOnRegisterSession(s.onRegister)
 	hooks.AddOnUnregisterSession(func(ctx context.Context, cs server.ClientSession) {
 		s.mu.Lock()
@@ -170,10 +193,7 @@ func New(cfg *configs.Config, agg *aggregator.Aggregator, opts Options) (*Server
 		server.WithResourceCapabilities(true, false),
 		server.WithCompletions(),
 		server.WithLogging(),
-		server.WithPromptCompletionProvider(completer{agg}),
-		server.WithResourceCompletionProvider(completer{agg}),
 		server.WithToolFilter(s.toolFilter),
-		server.WithToolHandlerMiddleware(s.authorizeCall),
 		server.WithHooks(hooks),
 		server.WithRecovery(),
 	)
@@ -182,6 +202,7 @@ func New(cfg *configs.Config, agg *aggregator.Aggregator, opts Options) (*Server
 		server.WithSessionIdleTTL(30*time.Minute),
 		server.WithStreamableHTTPLogger(s.log),
 	)
+	agg.SetServerInfo(mcp.Implementation{Name: "mcpmux", Version: s.version})
 	agg.OnResourceUpdated(s.resourceUpdated)
 	agg.OnLog(s.upstreamLog)
 	agg.OnChange(s.onSnapshot)
@@ -282,39 +303,6 @@ func advertiseListChanged(c *mcp.ServerCapabilities) {
 	}
 }
 
-// subscribe records a session's resources/subscribe or unsubscribe and
-// forwards it upstream (the aggregator counts subscribers per URI).
-func (s *Server) subscribe(ctx context.Context, uri string, on bool) {
-	cs := server.ClientSessionFromContext(ctx)
-	if cs == nil {
-		return
-	}
-	s.mu.Lock()
-	sess := s.bound[cs.SessionID()]
-	changed := false
-	if sess != nil && sess.subs[uri] != on {
-		if sess.subs == nil {
-			sess.subs = make(map[string]bool)
-		}
-		sess.subs[uri] = on
-		if !on {
-			delete(sess.subs, uri)
-		}
-		changed = true
-	}
-	s.mu.Unlock()
-	if !changed {
-		return
-	}
-	fwd := s.agg.Unsubscribe
-	if on {
-		fwd = s.agg.Subscribe
-	}
-	if err := fwd(context.WithoutCancel(ctx), uri); err != nil {
-		s.log.Warn("resource subscription not forwarded", "session", cs.SessionID(), "error", err)
-	}
-}
-
 // upstreamLog sends a log message no call caused to every session that set
 // a log level at or below its level.
 func (s *Server) upstreamLog(params map[string]any) {
@@ -343,17 +331,6 @@ func (s *Server) resourceUpdated(uri string) {
 	s.notify(ids, string(mcp.MethodNotificationResourceUpdated), map[string]any{"uri": uri})
 }
 
-// completer routes completion/complete through the aggregator.
-type completer struct{ agg *aggregator.Aggregator }
-
-func (c completer) CompletePromptArgument(ctx context.Context, name string, arg mcp.CompleteArgument, cctx mcp.CompleteContext) (*mcp.Completion, error) {
-	return c.agg.Complete(ctx, mcp.PromptReference{Type: "ref/prompt", Name: name}, arg, cctx)
-}
-
-func (c completer) CompleteResourceArgument(ctx context.Context, uri string, arg mcp.CompleteArgument, cctx mcp.CompleteContext) (*mcp.Completion, error) {
-	return c.agg.Complete(ctx, mcp.ResourceReference{Type: "ref/resource", URI: uri}, arg, cctx)
-}
-
 // onRegister binds a new legacy session to the binding its initialize
 // request resolved to.
 func (s *Server) onRegister(ctx context.Context, cs server.ClientSession) {
@@ -364,7 +341,7 @@ func (s *Server) onRegister(ctx context.Context, cs server.ClientSession) {
 	v := s.View(b)
 	s.mu.Lock()
 	_, stream := cs.(*streamSession)
-	s.bound[cs.SessionID()] = &session{binding: b, listed: v.Fingerprint(), stream: stream}
+	s.bound[cs.SessionID()] = &session{binding: b, listed: v.Fingerprint(), stream: stream, client: cs}
 	s.mu.Unlock()
 	s.log.Info("session started", "session", cs.SessionID(), "profile", b.Profile)
 }
@@ -394,42 +371,6 @@ func (s *Server) toolFilter(ctx context.Context, tools []mcp.Tool) []mcp.Tool {
 		}
 	}
 	return out
-}
-
-// authorizeCall re-checks a call against the view and its call_rules inside
-// mcp-go. The gate normally answers refused calls first; this is the second
-// line, using the same decision function.
-func (s *Server) authorizeCall(next server.ToolHandlerFunc) server.ToolHandlerFunc {
-	return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		b, ok := bindingFrom(ctx)
-		if !ok {
-			return nil, errNoBinding
-		}
-		v := s.View(b)
-		e := v.Lookup(req.Params.Name)
-		if e == nil {
-			return nil, accessError(req.Params.Name)
-		}
-		if err := v.Filter.CheckCall(e, req.Params.RawArguments); err != nil {
-			return nil, err
-		}
-		start := time.Now()
-		res, err := next(ctx, req)
-		d := time.Since(start)
-		s.metrics.observeCall(e.Upstream, res, err, d)
-		rec := auditRecord{Time: start.UTC(), Profile: b.Profile, Tool: e.Tool.Name, Upstream: e.Upstream,
-			Decision: decisionAllowed, Duration: float64(d.Microseconds()) / 1000}
-		if cs := server.ClientSessionFromContext(ctx); cs != nil {
-			rec.Session = cs.SessionID()
-		}
-		if err != nil {
-			rec.Decision, rec.Reason = decisionError, err.Error()
-		} else if res != nil && res.IsError {
-			rec.Reason = "tool_error"
-		}
-		s.audit.write(rec, req.Params.RawArguments)
-		return res, err
-	}
 }
 
 // Handler returns the HTTP handler: /mcp (streamable HTTP), /ws
@@ -492,9 +433,14 @@ func (s *Server) originAllowed(o string) bool {
 	return false
 }
 
-// serveMCP resolves the request's binding, runs the gate on POSTed
-// messages, and hands the request to mcp-go's streamable HTTP server.
+// serveMCP resolves the request's binding, parses a POSTed message once,
+// and answers it: routed requests through the chain (chain.go), tools/list
+// from the view's cached listing, responses to mcpmux's own server→client
+// requests to the call waiting for them, and everything else (the
+// handshake, other listings, ping, the GET stream, DELETE) through mcp-go's
+// streamable HTTP server.
 func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request) {
+	s.waitStarted(r.Context())
 	sel, err := SelectionFromRequest(r)
 	var b Binding
 	if err == nil {
@@ -507,7 +453,7 @@ func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request) {
 		writeJSONError(w, statusOf(err), nil, mcp.INVALID_REQUEST, err.Error())
 		return
 	}
-	var env envelope
+	m := &jsonrpc.Message{}
 	if r.Method == http.MethodPost {
 		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.Server.MaxBodyBytes))
 		if err != nil {
@@ -521,46 +467,53 @@ func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
-		// Messages that do not parse go to mcp-go, which answers them with
-		// the right JSON-RPC error.
-		_ = json.Unmarshal(body, &env)
+		// A message that does not parse goes to mcp-go, which answers it
+		// with the right JSON-RPC error.
+		if pm, err := jsonrpc.Parse(body); err == nil {
+			m = pm
+		}
 	}
-	bound := false
-	if id := r.Header.Get(server.HeaderKeySessionID); id != "" && env.Method != string(mcp.MethodInitialize) && !env.modern() {
+	modern := isModern(m)
+	id := r.Header.Get(server.HeaderKeySessionID)
+	var sess *session
+	if id != "" && m.Method != string(mcp.MethodInitialize) && !modern {
 		s.mu.Lock()
-		sess := s.bound[id]
+		sess = s.bound[id]
 		s.mu.Unlock()
 		if sess != nil && sess.stream {
-			writeJSONError(w, http.StatusNotFound, env.ID, mcp.INVALID_REQUEST, "unknown session")
+			writeJSONError(w, http.StatusNotFound, m.ID, mcp.INVALID_REQUEST, "unknown session")
 			return
 		}
 		if sess != nil {
-			bound = true
 			if err := s.Resolver().Authorize(sel, sess.binding.Profile); err != nil {
-				writeJSONError(w, statusOf(err), env.ID, mcp.INVALID_REQUEST, err.Error())
+				writeJSONError(w, statusOf(err), m.ID, mcp.INVALID_REQUEST, err.Error())
 				return
 			}
 			if b.Explicit && b.Filter != sess.binding.Filter {
-				writeJSONError(w, http.StatusBadRequest, env.ID, mcp.INVALID_REQUEST,
+				writeJSONError(w, http.StatusBadRequest, m.ID, mcp.INVALID_REQUEST,
 					fmt.Sprintf("session is bound to profile %q; start a new session to use another", sess.binding.Profile))
 				return
 			}
 			b = sess.binding
 		}
 	}
-	start := time.Now()
-	defer func() { s.metrics.observeLatency(env.Method, time.Since(start)) }()
-	view := s.View(b)
-	if resp := s.gate(r.Header.Get(server.HeaderKeySessionID), b, view, &env); resp != nil {
-		writeJSON(w, http.StatusOK, resp)
+	if sess != nil && m.IsResponse() && sess.pending.deliver(m) {
+		w.WriteHeader(http.StatusAccepted)
 		return
 	}
-	if bound && env.Method == string(mcp.MethodToolsList) && env.isRequest() && env.Params.Cursor == nil {
+	start := time.Now()
+	defer func() { s.metrics.observeLatency(m.Method, time.Since(start)) }()
+	view := s.View(b)
+	if (sess != nil || modern) && isRouted(m, sess != nil) {
+		s.serveRouted(w, r, m, b, view, id, sess)
+		return
+	}
+	if sess != nil && m.Method == string(mcp.MethodToolsList) && m.IsRequest() && m.Cursor == nil {
 		// Served from the view's pre-encoded listing: no upstream, no
 		// per-request encoding of the catalog.
-		s.metrics.count(env.Method, outcomeOK)
+		s.metrics.count(m.Method, outcomeOK)
 		w.Header().Set("Content-Type", "application/json")
-		if err := writeList(w, env.ID, view); err != nil {
+		if err := writeList(w, m.ID, view); err != nil {
 			s.log.Debug("tools/list: client went away", "error", err)
 		}
 		return

@@ -14,6 +14,9 @@ import (
 	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/mcpmux/mcpmux/filter"
+	"github.com/mcpmux/mcpmux/internal/jsonrpc"
 )
 
 // This file holds what the message-stream front doors (websocket, legacy
@@ -38,7 +41,7 @@ const (
 	notificationBuffer = 100
 	// outBuffer is the number of responses and server→client requests
 	// queued for the writer before the workers wait for it.
-	outBuffer = 16
+	outBuffer = 256
 	// frameWriteTimeout bounds one write to a client that stopped reading.
 	frameWriteTimeout = 30 * time.Second
 )
@@ -80,19 +83,6 @@ func (e *ClientError) Error() string {
 // time (frameWriteTimeout) even when the client stops reading.
 type frameWriter interface {
 	writeFrame(frame []byte) error
-}
-
-// streamEnvelope is the gate's envelope plus the fields that tell a
-// client's response to a server→client request apart.
-type streamEnvelope struct {
-	envelope
-	Result json.RawMessage `json:"result"`
-	Error  json.RawMessage `json:"error"`
-}
-
-// isResponse reports whether the message answers a request of ours.
-func (e *streamEnvelope) isResponse() bool {
-	return e.Method == "" && e.isRequest() && (len(e.Result) > 0 || len(e.Error) > 0)
 }
 
 // streamSession is one client connected over a message stream. It is
@@ -140,7 +130,7 @@ type streamJob struct {
 	cancel context.CancelFunc
 	key    string // the request id as sent
 	raw    []byte
-	env    streamEnvelope
+	msg    *jsonrpc.Message
 }
 
 type pendingReply struct {
@@ -254,21 +244,22 @@ func (ss *streamSession) receive(raw []byte) bool {
 	if ss.ctx.Err() != nil {
 		return false
 	}
-	var env streamEnvelope
-	// A message that does not decode still goes to mcp-go, which answers
-	// it with the right JSON-RPC error; the gate uses whatever did decode
-	// (the same rule as /mcp).
-	_ = json.Unmarshal(raw, &env)
+	// A message that does not parse still goes to mcp-go, which answers
+	// it with the right JSON-RPC error (the same rule as /mcp).
+	m, err := jsonrpc.Parse(raw)
+	if err != nil {
+		m = &jsonrpc.Message{}
+	}
 	switch {
-	case env.isResponse():
-		ss.deliver(&env)
-	case env.Method != "" && env.isRequest():
-		ss.enqueue(raw, &env)
+	case m.IsResponse():
+		ss.deliver(m)
+	case m.IsRequest():
+		ss.enqueue(raw, m)
 	default:
-		if env.Method == string(mcp.MethodNotificationCancelled) {
+		if m.Method == string(mcp.MethodNotificationCancelled) {
 			ss.cancelInflight(raw)
 		}
-		if resp := ss.srv.handle(ss.ctx, ss, raw, &env); resp != nil {
+		if resp := ss.srv.handle(ss.ctx, ss, raw, m); resp != nil {
 			ss.send(ss.ctx, resp)
 		}
 	}
@@ -277,9 +268,9 @@ func (ss *streamSession) receive(raw []byte) bool {
 
 // enqueue queues a request for the worker pool, starting a worker if fewer
 // than streamWorkers run. A full queue answers the request at once.
-func (ss *streamSession) enqueue(raw []byte, env *streamEnvelope) {
+func (ss *streamSession) enqueue(raw []byte, m *jsonrpc.Message) {
 	ctx, cancel := context.WithCancel(ss.ctx)
-	job := &streamJob{ctx: ctx, cancel: cancel, key: string(env.ID), raw: raw, env: *env}
+	job := &streamJob{ctx: ctx, cancel: cancel, key: string(m.ID), raw: raw, msg: m}
 	ss.mu.Lock()
 	if ss.ended {
 		ss.mu.Unlock()
@@ -291,8 +282,8 @@ func (ss *streamSession) enqueue(raw []byte, env *streamEnvelope) {
 	default:
 		ss.mu.Unlock()
 		cancel()
-		ss.srv.metrics.count(env.Method, outcomeError)
-		ss.send(ss.ctx, mustMarshal(newErrorResponse(env.ID, errBusyCode,
+		ss.srv.metrics.count(m.Method, outcomeError)
+		ss.send(ss.ctx, mustMarshal(newErrorResponse(m.ID, errBusyCode,
 			fmt.Sprintf("too many requests in flight on this session (limit %d)", streamWorkers+streamQueue))))
 		return
 	}
@@ -351,11 +342,11 @@ func (ss *streamSession) runJob(job *streamJob) {
 func (ss *streamSession) safeHandle(job *streamJob) (resp []byte) {
 	defer func() {
 		if v := recover(); v != nil {
-			ss.srv.log.Error("panic handling a request", "session", ss.id, "method", job.env.Method, "panic", v, "stack", string(debug.Stack()))
-			resp = mustMarshal(newErrorResponse(job.env.ID, mcp.INTERNAL_ERROR, "internal error"))
+			ss.srv.log.Error("panic handling a request", "session", ss.id, "method", job.msg.Method, "panic", v, "stack", string(debug.Stack()))
+			resp = mustMarshal(newErrorResponse(job.msg.ID, mcp.INTERNAL_ERROR, "internal error"))
 		}
 	}()
-	return ss.srv.handle(job.ctx, ss, job.raw, &job.env)
+	return ss.srv.handle(job.ctx, ss, job.raw, job.msg)
 }
 
 // cancelInflight cancels the request a notifications/cancelled names, even
@@ -478,50 +469,98 @@ func (ss *streamSession) register() {
 // path for every stream front door. It returns the encoded answer, or nil
 // for notifications and for responses to server→client requests.
 func (s *Server) dispatch(ctx context.Context, sess *streamSession, raw []byte) []byte {
-	var env streamEnvelope
-	_ = json.Unmarshal(raw, &env) // see receive
-	if env.isResponse() {
-		sess.deliver(&env)
+	m, err := jsonrpc.Parse(raw) // see receive
+	if err != nil {
+		m = &jsonrpc.Message{}
+	}
+	if m.IsResponse() {
+		sess.deliver(m)
 		return nil
 	}
-	return s.handle(ctx, sess, raw, &env)
+	return s.handle(ctx, sess, raw, m)
 }
 
-// handle is dispatch for a message already decoded into env: the gate, the
-// tools/list fast path, then mcp-go with the session and its binding in ctx.
-func (s *Server) handle(ctx context.Context, sess *streamSession, raw []byte, env *streamEnvelope) []byte {
+// handle is dispatch for a message already parsed into m: routed requests
+// through the chain (chain.go), tools/list from the view's cached listing,
+// everything else through mcp-go with the session and its binding in ctx.
+func (s *Server) handle(ctx context.Context, sess *streamSession, raw []byte, m *jsonrpc.Message) []byte {
 	b := s.bindingOf(sess)
 	start := time.Now()
-	if env.isRequest() {
-		defer func() { s.metrics.observeLatency(env.Method, time.Since(start)) }()
+	if m.IsRequest() {
+		defer func() { s.metrics.observeLatency(m.Method, time.Since(start)) }()
 	}
 	view := s.View(b)
-	if resp := s.gate(sess.id, b, view, &env.envelope); resp != nil {
-		return mustMarshal(resp)
+	if isRouted(m, true) {
+		return s.handleRouted(ctx, sess, b, view, m)
 	}
-	if env.Method == string(mcp.MethodToolsList) && env.isRequest() && env.Params.Cursor == nil && !env.modern() {
+	if m.Method == string(mcp.MethodToolsList) && m.IsRequest() && m.Cursor == nil && !isModern(m) {
 		// The view's pre-encoded listing, as on /mcp.
-		s.metrics.count(env.Method, outcomeOK)
+		s.metrics.count(m.Method, outcomeOK)
 		var buf bytes.Buffer
-		buf.Grow(len(view.Encoded()) + len(env.ID) + 48)
-		writeList(&buf, env.ID, view) // a bytes.Buffer does not fail
+		buf.Grow(len(view.Encoded()) + len(m.ID) + 48)
+		writeList(&buf, m.ID, view) // a bytes.Buffer does not fail
 		return bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
 	}
 	resp := s.mcp.HandleMessage(s.mcp.WithContext(withBinding(ctx, b), sess), raw)
 	if resp == nil {
 		return nil
 	}
-	if env.Method == string(mcp.MethodInitialize) {
+	if m.Method == string(mcp.MethodInitialize) {
 		if _, failed := resp.(mcp.JSONRPCError); !failed {
 			sess.register()
 		}
 	}
 	out, err := json.Marshal(resp)
 	if err != nil {
-		s.log.Error("response not encodable", "session", sess.id, "method", env.Method, "error", err)
-		return mustMarshal(newErrorResponse(env.ID, mcp.INTERNAL_ERROR, "response could not be encoded"))
+		s.log.Error("response not encodable", "session", sess.id, "method", m.Method, "error", err)
+		return mustMarshal(newErrorResponse(m.ID, mcp.INTERNAL_ERROR, "response could not be encoded"))
 	}
 	return out
+}
+
+// handleRouted runs the chain for a routed request of a stream session.
+// Its frames (progress, log messages, server→client requests) and then its
+// answer go through the session's one writer, in that order.
+func (s *Server) handleRouted(ctx context.Context, sess *streamSession, b Binding, view *filter.View, m *jsonrpc.Message) []byte {
+	e, refusal := s.decide(sess.id, b, view, m)
+	if refusal != nil {
+		return jsonrpc.ErrorResponse(m.ID, refusal)
+	}
+	queue := func(f []byte) bool {
+		select {
+		case sess.out <- f:
+			return true
+		default:
+			return false
+		}
+	}
+	logf := func(msg string, args ...any) { s.log.Debug(msg, append(args, "session", sess.id, "method", m.Method)...) }
+	var cl *caller
+	if isModern(m) {
+		cl = modernCaller(m, queue, logf)
+	} else {
+		cl = &caller{caps: sess.GetClientCapabilities(), queue: queue, log: logf,
+			level: func() mcp.LoggingLevel {
+				if l, ok := sess.logLevel.Load().(mcp.LoggingLevel); ok {
+					return l
+				}
+				return ""
+			},
+			ask: func(ctx context.Context, method string, params any) (json.RawMessage, error) {
+				return sess.request(ctx, mcp.MCPMethod(method), params)
+			}}
+	}
+	res, err := s.route(ctx, sess.id, b, e, m, cl)
+	if err != nil {
+		s.metrics.count(m.Method, outcomeError)
+		rpcErr := s.errorFor(m, err, cl.modern)
+		if rpcErr == nil {
+			return nil
+		}
+		return jsonrpc.ErrorResponse(m.ID, rpcErr)
+	}
+	s.metrics.count(m.Method, outcomeOK)
+	return jsonrpc.Response(m.ID, res)
 }
 
 // bindingOf returns the binding sess is served with now: once registered,

@@ -8,6 +8,8 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
+
+	"github.com/mcpmux/mcpmux/internal/jsonrpc"
 )
 
 // What mcp-go sees of a stream session: server.ClientSession and the
@@ -209,7 +211,7 @@ func (ss *streamSession) notifyCancelled(id int64, ctx context.Context) {
 
 // deliver hands a client's response to the server→client request waiting
 // for it. A response nobody waits for (late, or never asked) is dropped.
-func (ss *streamSession) deliver(env *streamEnvelope) {
+func (ss *streamSession) deliver(env *jsonrpc.Message) {
 	ss.mu.Lock()
 	reply, ok := ss.pending[string(env.ID)]
 	ss.mu.Unlock()

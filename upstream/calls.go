@@ -2,67 +2,201 @@ package upstream
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
+	"net/http"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
-	"github.com/mark3labs/mcp-go/client"
+	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 )
 
-// CallTool calls the tool named req.Params.Name (the upstream's original
-// name). Arguments are forwarded as given: json.RawMessage arguments or
-// req.Params.RawArguments reach the upstream byte for byte. The call is
-// bounded by ctx and cfg.CallTimeout; if the connection is lost meanwhile it
-// returns promptly with an error wrapping ErrDown. Reserved
-// io.modelcontextprotocol/* keys are removed from _meta (PROTOCOL §7.10).
-// Safe for concurrent use.
-func (u *Upstream) CallTool(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-	return forward(ctx, u, "tools/call", req.Params.Name, &req.Params.Meta,
-		func(ctx context.Context, cl *client.Client) (*mcp.CallToolResult, error) {
-			return cl.CallTool(ctx, req)
-		})
+// Request is one JSON-RPC request to forward to the upstream as it is: the
+// params bytes travel unchanged but for the protocol _meta keys this hop
+// owns on a 2026-07-28 connection (see Send).
+type Request struct {
+	Method string
+	// Target names what the request is about (a tool, a prompt, a URI), for
+	// errors and logs.
+	Target string
+	// Params is the JSON params object, or nil.
+	Params json.RawMessage
+	// Caps are the capabilities declared upstream for this request on a
+	// 2026-07-28 connection: those of the client the request comes from, so
+	// that the upstream asks only for what that client can give. nil =
+	// none.
+	Caps *mcp.ClientCapabilities
+	// LogLevel is declared upstream for this request on a 2026-07-28
+	// connection; "" = no log messages.
+	LogLevel mcp.LoggingLevel
+	// Tool is the upstream's definition of the tool a tools/call names, for
+	// its x-mcp-header parameter headers on 2026-07-28 HTTP; nil = none.
+	Tool *mcp.Tool
 }
 
-// GetPrompt gets the prompt named req.Params.Name (the upstream's original
-// name), like CallTool in every other respect. Safe for concurrent use.
-func (u *Upstream) GetPrompt(ctx context.Context, req mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
-	return forward(ctx, u, "prompts/get", req.Params.Name, &req.Params.Meta,
-		func(ctx context.Context, cl *client.Client) (*mcp.GetPromptResult, error) {
-			return cl.GetPrompt(ctx, req)
-		})
+// RPCError is a JSON-RPC error the upstream answered with. It reaches the
+// client unchanged: code, message and data exactly as sent.
+type RPCError struct {
+	Code    int             `json:"code"`
+	Message string          `json:"message"`
+	Data    json.RawMessage `json:"data,omitempty"`
 }
 
-// ReadResource reads the resource at req.Params.URI (the upstream's original
-// URI), like CallTool in every other respect. Safe for concurrent use.
-func (u *Upstream) ReadResource(ctx context.Context, req mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
-	return forward(ctx, u, "resources/read", req.Params.URI, &req.Params.Meta,
-		func(ctx context.Context, cl *client.Client) (*mcp.ReadResourceResult, error) {
-			return cl.ReadResource(ctx, req)
-		})
+func (e *RPCError) Error() string {
+	return fmt.Sprintf("upstream answered with JSON-RPC error %d: %s", e.Code, e.Message)
 }
 
-// forward is the one way a request reaches the upstream: on the current
-// connection (ErrDown when there is none), with reserved _meta keys removed
-// from *meta (which the caller's call func sends), bounded by callContext,
-// and with errors naming the upstream, the method and target.
-func forward[T any](ctx context.Context, u *Upstream, method, target string, meta **mcp.Meta,
-	call func(context.Context, *client.Client) (T, error)) (T, error) {
-	var zero T
+// ErrTimeout is returned, wrapped, by a request the upstream did not answer
+// within call_timeout.
+var ErrTimeout = errors.New("timed out")
+
+// requestSeq numbers the requests Send makes. Its ids are strings, so they
+// never meet the numeric ids mcp-go's client mints on the same connection.
+var requestSeq atomic.Uint64
+
+// Send forwards req on the current connection and returns the upstream's
+// result bytes. An upstream JSON-RPC error is returned as *RPCError; every
+// other error wraps ErrDown (no connection, or it was lost meanwhile),
+// ErrTimeout (cfg.CallTimeout) or ctx's error, and names the upstream, the
+// method and the target. When ctx ends first, the upstream is told with
+// notifications/cancelled (except on 2026-07-28 HTTP, where ending the
+// request's stream is the cancellation). Safe for concurrent use.
+func (u *Upstream) Send(ctx context.Context, req Request) (json.RawMessage, error) {
 	c := u.current()
 	if c == nil {
-		return zero, u.downErr(method, target)
+		return nil, u.downErr(req.Method, req.Target)
 	}
-	*meta = withoutReservedMeta(*meta)
-	ctx, done := c.callContext(ctx)
+	params := req.Params
+	var header http.Header
+	if c.modern {
+		var err error
+		if params, err = c.modernParams(req); err != nil {
+			return nil, fmt.Errorf("upstream %q: %s %q: %w", u.cfg.Name, req.Method, req.Target, err)
+		}
+		header = c.standardHeaders(req.Method, params, req.Tool)
+	}
+	out := transport.JSONRPCRequest{
+		JSONRPC: mcp.JSONRPC_VERSION,
+		ID:      mcp.NewRequestId("mcpmux-" + strconv.FormatUint(requestSeq.Add(1), 10)),
+		Method:  req.Method,
+		Header:  header,
+	}
+	if len(params) > 0 {
+		out.Params = params
+	}
+	callCtx, done := c.callContext(ctx)
 	defer done()
-	res, err := call(ctx, c.client)
+	resp, err := c.client.GetTransport().SendRequest(callCtx, out)
 	if err != nil {
-		return zero, c.callErr(ctx, method, target, err)
+		if callCtx.Err() != nil && c.ctx.Err() == nil {
+			c.cancelUpstream(out)
+		}
+		return nil, c.callErr(callCtx, req.Method, req.Target, err)
 	}
-	return res, nil
+	if resp.Error != nil {
+		return nil, rpcError(resp.Error)
+	}
+	return resp.Result, nil
+}
+
+// rpcError keeps an upstream's error as it was sent.
+func rpcError(d *mcp.JSONRPCErrorDetails) *RPCError {
+	e := &RPCError{Code: d.Code, Message: d.Message}
+	if d.Data != nil {
+		if b, err := json.Marshal(d.Data); err == nil {
+			e.Data = b
+		}
+	}
+	return e
+}
+
+// modernParams adds the per-request protocol _meta that 2026-07-28 requires
+// (protocol version, client capabilities and identity, log level) to params.
+// Whatever the client sent under those keys was removed before (they belong
+// to its own hop).
+func (c *conn) modernParams(req Request) (json.RawMessage, error) {
+	fields := map[string]json.RawMessage{}
+	if len(req.Params) > 0 {
+		if err := json.Unmarshal(req.Params, &fields); err != nil {
+			return nil, fmt.Errorf("params are not a JSON object: %w", err)
+		}
+	}
+	meta := map[string]json.RawMessage{}
+	if raw, ok := fields["_meta"]; ok {
+		if err := json.Unmarshal(raw, &meta); err != nil {
+			return nil, fmt.Errorf("_meta is not a JSON object: %w", err)
+		}
+	}
+	caps := req.Caps
+	if caps == nil {
+		caps = &mcp.ClientCapabilities{}
+	}
+	set := func(k string, v any) {
+		b, err := json.Marshal(v)
+		if err == nil {
+			meta[k] = b
+		}
+	}
+	set(mcp.MetaKeyProtocolVersion, c.client.ProtocolVersion())
+	set(mcp.MetaKeyClientCapabilities, caps)
+	set(mcp.MetaKeyClientInfo, mcp.Implementation{Name: "mcpmux", Version: c.u.opts.ClientVersion})
+	if req.LogLevel != "" {
+		set(mcp.MetaKeyLogLevel, req.LogLevel)
+	}
+	m, err := json.Marshal(meta)
+	if err != nil {
+		return nil, err
+	}
+	fields["_meta"] = m
+	return json.Marshal(fields)
+}
+
+// standardHeaders returns the Mcp-Method, Mcp-Name and Mcp-Param-* headers
+// of a 2026-07-28 request (transports other than HTTP ignore them).
+func (c *conn) standardHeaders(method string, params json.RawMessage, tool *mcp.Tool) http.Header {
+	std := mcp.StandardHeaders(c.client.ProtocolVersion(), mcp.MCPMethod(method), params)
+	if len(std) == 0 {
+		return nil
+	}
+	h := make(http.Header, len(std))
+	for k, v := range std {
+		h.Set(k, v)
+	}
+	if tool != nil && method == string(mcp.MethodToolsCall) {
+		for k, v := range mcp.GenerateParamHeaders(tool, params) {
+			h.Set(k, v)
+		}
+	}
+	return h
+}
+
+// cancelNoticeTimeout bounds the notifications/cancelled sent for a request
+// whose caller went away.
+const cancelNoticeTimeout = 5 * time.Second
+
+// cancelUpstream tells the upstream to stop working on req. On 2026-07-28
+// HTTP, ending the request's stream already was the cancellation; on every
+// other transport (legacy HTTP included, where a disconnect is not a cancel)
+// the notification is the only way. It is best effort and off the caller's
+// path.
+func (c *conn) cancelUpstream(req transport.JSONRPCRequest) {
+	if c.modern && (c.kind == "http") {
+		return
+	}
+	n := mcp.JSONRPCNotification{JSONRPC: mcp.JSONRPC_VERSION}
+	n.Method = string(mcp.MethodNotificationCancelled)
+	n.Params.AdditionalFields = map[string]any{"requestId": req.ID, "reason": "the client cancelled the request"}
+	c.spawn("cancel notice", func() {
+		ctx, cancel := context.WithTimeout(c.ctx, cancelNoticeTimeout)
+		defer cancel()
+		if err := c.client.GetTransport().SendNotification(ctx, n); err != nil {
+			c.u.log.Debug("notifications/cancelled not sent", "err", err)
+		}
+	})
 }
 
 // errCallTimeout is the cause of a call's ctx when CallTimeout elapsed.
@@ -101,36 +235,15 @@ func (c *conn) callErr(ctx context.Context, method, target string, err error) er
 		c.lost(err)
 		return fmt.Errorf("upstream %q: %s %q: %w: %w", name, method, target, ErrDown, err)
 	case errors.Is(context.Cause(ctx), errCallTimeout):
-		return fmt.Errorf("upstream %q: %s %q: timed out after %s: %w", name, method, target, c.u.cfg.CallTimeout.Round(time.Millisecond), err)
+		return fmt.Errorf("upstream %q: %s %q: %w after %s: %w", name, method, target, ErrTimeout, c.u.cfg.CallTimeout.Round(time.Millisecond), err)
 	}
 	return fmt.Errorf("upstream %q: %s %q: %w", name, method, target, err)
 }
 
 // reservedMetaPrefix marks _meta keys that belong to the protocol itself.
 // A downstream's values must not travel upstream: mcp-go classifies a request
-// by them (PROTOCOL §7.10); the client sets its own where needed.
+// by them (PROTOCOL §7.10); Send sets this hop's own where needed.
 const reservedMetaPrefix = "io.modelcontextprotocol/"
 
-// withoutReservedMeta returns m without reserved keys, copying only if one
-// is present (m itself is never modified).
-func withoutReservedMeta(m *mcp.Meta) *mcp.Meta {
-	if m == nil {
-		return nil
-	}
-	found := false
-	for k := range m.AdditionalFields {
-		if strings.HasPrefix(k, reservedMetaPrefix) {
-			found = true
-			break
-		}
-	}
-	if !found {
-		return m
-	}
-	out := *m
-	out.AdditionalFields = maps.Clone(m.AdditionalFields)
-	maps.DeleteFunc(out.AdditionalFields, func(k string, _ any) bool {
-		return strings.HasPrefix(k, reservedMetaPrefix)
-	})
-	return &out
-}
+// IsReservedMeta reports whether a _meta key belongs to one hop only.
+func IsReservedMeta(key string) bool { return strings.HasPrefix(key, reservedMetaPrefix) }

@@ -168,8 +168,8 @@ func TestCallWhileDown(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), `upstream "never"`) {
 		t.Fatalf("Start = %v, want an error naming the upstream", err)
 	}
-	if u.Catalog() != nil || u.Client() != nil || u.State() == StateUp {
-		t.Errorf("after a failed Start: catalog %v, client %v, state %v", u.Catalog(), u.Client(), u.State())
+	if u.Catalog() != nil || u.current() != nil || u.State() == StateUp {
+		t.Errorf("after a failed Start: catalog %v, client %v, state %v", u.Catalog(), u.current(), u.State())
 	}
 	var req mcp.CallToolRequest
 	req.Params.Name = "echo"

@@ -1,0 +1,467 @@
+package aggregator
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/mcpmux/mcpmux/filter"
+	"github.com/mcpmux/mcpmux/internal/jsonrpc"
+	"github.com/mcpmux/mcpmux/upstream"
+)
+
+// Client is the downstream client a routed request comes from. The front
+// door (package sessions) hands one to every routed call; it is how what an
+// upstream sends back during the call (progress, log messages, sampling,
+// elicitation and roots requests) reaches that client and no other.
+// Implementations must be safe for concurrent use.
+type Client interface {
+	// Notify queues a notification for the client. Whatever is queued
+	// before the call returns reaches the client before its answer. It must
+	// not block: it runs on an upstream connection's reader.
+	Notify(method string, params any)
+	// Request sends a server→client request (sampling/createMessage,
+	// elicitation/create, roots/list) and waits for the client's result.
+	// A JSON-RPC error from the client is returned as *jsonrpc.Error.
+	Request(ctx context.Context, method string, params any) (json.RawMessage, error)
+	// Capabilities returns what the client declared.
+	Capabilities() mcp.ClientCapabilities
+	// LogLevel is the least severe log level the client asked for; "" means
+	// it asked for no log messages.
+	LogLevel() mcp.LoggingLevel
+	// Modern reports whether the request uses protocol 2026-07-28 or later
+	// (results then carry resultType and serverInfo, and input_required
+	// results are the client's to answer).
+	Modern() bool
+}
+
+// UpstreamError is mcpmux's own failure to get an answer from an upstream:
+// it is down or restarting, or did not answer in time. Its Public text is
+// what a client may see: it names the upstream and what to do, never a URL,
+// an address or a child process's output. Err holds the whole story, for
+// logs.
+type UpstreamError struct {
+	Upstream string
+	Method   string
+	// Temporary is true when retrying later may succeed (down, restarting).
+	Temporary bool
+	// Timeout is the call_timeout that elapsed, or 0.
+	Timeout time.Duration
+	Err     error
+}
+
+func (e *UpstreamError) Error() string { return e.Err.Error() }
+func (e *UpstreamError) Unwrap() error { return e.Err }
+
+// Public returns the message a client is given.
+func (e *UpstreamError) Public() string {
+	switch {
+	case e.Timeout > 0:
+		return fmt.Sprintf("upstream %s did not answer %s within its call_timeout (%s); retry, or raise call_timeout", e.Upstream, e.Method, e.Timeout)
+	case e.Temporary:
+		return fmt.Sprintf("upstream %s is restarting or unavailable; retry shortly", e.Upstream)
+	}
+	return fmt.Sprintf("upstream %s failed to answer %s; see mcpmux's log", e.Upstream, e.Method)
+}
+
+// upstreamErr classifies an error of upstream.Send. An upstream's own
+// JSON-RPC error and the caller's cancellation pass through unchanged.
+func upstreamErr(name, method string, timeout time.Duration, err error) error {
+	var rpc *upstream.RPCError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &rpc), errors.Is(err, context.Canceled) && !errors.Is(err, upstream.ErrDown):
+		return err
+	case errors.Is(err, upstream.ErrTimeout):
+		return &UpstreamError{Upstream: name, Method: method, Timeout: timeout, Err: err}
+	case errors.Is(err, upstream.ErrDown):
+		return &UpstreamError{Upstream: name, Method: method, Temporary: true, Err: err}
+	}
+	return &UpstreamError{Upstream: name, Method: method, Err: err}
+}
+
+// MaxInputRounds bounds how many times mcpmux answers an upstream's
+// input_required result for a client that cannot (one before 2026-07-28).
+const MaxInputRounds = 10
+
+// CallTool forwards a tools/call of the exposed tool e, which the caller
+// has checked, to e's upstream. params are the client's params bytes: only
+// the name and the hop's _meta are rewritten. The result bytes come back
+// with the upstream hop's _meta removed (see finishResult).
+func (a *Aggregator) CallTool(ctx context.Context, cl Client, e *filter.Entry, params json.RawMessage) (json.RawMessage, error) {
+	tool := e.Tool
+	tool.Name = e.Original
+	res, err := a.route(ctx, cl, e.Upstream, string(mcp.MethodToolsCall), e.Tool.Name, params, map[string]any{"name": e.Original}, &tool)
+	if err == nil {
+		a.relay.learnLinks(e.Upstream, res)
+	}
+	return res, err
+}
+
+// GetPrompt forwards prompts/get of the exposed prompt p.
+func (a *Aggregator) GetPrompt(ctx context.Context, cl Client, p *Prompt, params json.RawMessage) (json.RawMessage, error) {
+	return a.route(ctx, cl, p.Upstream, string(mcp.MethodPromptsGet), p.Prompt.Name, params, map[string]any{"name": p.Original}, nil)
+}
+
+// ReadResource forwards resources/read of uri (as the client named it) to
+// the upstream serving it. Contents come back under the URI the client
+// asked for.
+func (a *Aggregator) ReadResource(ctx context.Context, cl Client, uri string, params json.RawMessage) (json.RawMessage, error) {
+	up, original, ok := a.RouteURI(uri)
+	if !ok {
+		return nil, fmt.Errorf("resource %q: %w", uri, ErrResourceNotFound)
+	}
+	res, err := a.route(ctx, cl, up, string(mcp.MethodResourcesRead), uri, params, map[string]any{"uri": original}, nil)
+	if err != nil || original == uri {
+		return res, err
+	}
+	return renameContents(res, original, uri)
+}
+
+// RouteURI returns the upstream serving uri and the URI that upstream
+// knows it by.
+func (a *Aggregator) RouteURI(uri string) (up, original string, ok bool) {
+	return a.Snapshot().RouteURI(uri, a.relay.linkTable())
+}
+
+// Complete forwards completion/complete for a prompt (by exposed name) or
+// a resource template (by exposed template). An upstream without the
+// completions capability answers with no values.
+func (a *Aggregator) Complete(ctx context.Context, cl Client, params json.RawMessage) (json.RawMessage, error) {
+	var p struct {
+		Ref struct {
+			Type string `json:"type"`
+			Name string `json:"name"`
+			URI  string `json:"uri"`
+		} `json:"ref"`
+	}
+	if err := json.Unmarshal(params, &p); err != nil {
+		return nil, &jsonrpc.Error{Code: mcp.INVALID_PARAMS, Message: "completion/complete: " + err.Error()}
+	}
+	snap := a.Snapshot()
+	ref := map[string]any{"type": p.Ref.Type}
+	var up, target string
+	switch p.Ref.Type {
+	case "ref/prompt":
+		pr := snap.Prompt(p.Ref.Name)
+		if pr == nil {
+			return nil, fmt.Errorf("prompt %q: %w", p.Ref.Name, ErrPromptNotFound)
+		}
+		up, target, ref["name"] = pr.Upstream, p.Ref.Name, pr.Original
+	case "ref/resource":
+		target = p.Ref.URI
+		if t := snap.Template(p.Ref.URI); t != nil {
+			up, ref["uri"] = t.Upstream, t.OriginalTemplate
+		} else {
+			var original string
+			var ok bool
+			if up, original, ok = snap.RouteURI(p.Ref.URI, nil); !ok {
+				return nil, fmt.Errorf("resource %q: %w", p.Ref.URI, ErrResourceNotFound)
+			}
+			ref["uri"] = original
+		}
+	default:
+		return nil, &jsonrpc.Error{Code: mcp.INVALID_PARAMS, Message: fmt.Sprintf("completion/complete: unsupported ref type %q", jsonrpc.Printable(p.Ref.Type))}
+	}
+	u, err := a.upstream(up)
+	if err != nil {
+		return nil, upstreamErr(up, "completion/complete", 0, err)
+	}
+	if cat := u.Catalog(); cat != nil && cat.Capabilities.Completions == nil {
+		return json.RawMessage(`{"completion":{"values":[]}}`), nil
+	}
+	return a.route(ctx, cl, up, string(mcp.MethodCompletionComplete), target, params, map[string]any{"ref": ref}, nil)
+}
+
+// route is the one way a client's request reaches an upstream: params are
+// rewritten (set, plus the hop's _meta), sent with upstream.Send, and an
+// input_required result is answered by mcpmux for a client that cannot.
+func (a *Aggregator) route(ctx context.Context, cl Client, up, method, target string, params json.RawMessage, set map[string]any, tool *mcp.Tool) (json.RawMessage, error) {
+	u, err := a.upstream(up)
+	if err != nil {
+		return nil, upstreamErr(up, method, 0, err)
+	}
+	var forget func()
+	out, err := jsonrpc.Rewrite(params, set, func(meta map[string]json.RawMessage) map[string]json.RawMessage {
+		meta, forget = a.hopMeta(cl, meta)
+		return meta
+	})
+	if forget != nil {
+		defer forget()
+	}
+	if err != nil {
+		return nil, &jsonrpc.Error{Code: mcp.INVALID_PARAMS, Message: method + ": " + err.Error()}
+	}
+	req := upstream.Request{Method: method, Target: target, Params: out, LogLevel: cl.LogLevel(), Tool: tool}
+	caps := cl.Capabilities()
+	req.Caps = &caps
+	ctx = withClient(ctx, cl)
+	defer a.relay.begin(up, cl)()
+	for round := 0; ; round++ {
+		res, err := u.Send(ctx, req)
+		if err != nil {
+			return nil, upstreamErr(up, method, u.Config().CallTimeout, err)
+		}
+		if cl.Modern() || !needsInput(res) {
+			return a.finishResult(res, cl.Modern()), nil
+		}
+		if round == MaxInputRounds {
+			return nil, &UpstreamError{Upstream: up, Method: method,
+				Err: fmt.Errorf("upstream %q: %s %q: still asking for input after %d rounds", up, method, target, MaxInputRounds)}
+		}
+		if req.Params, err = a.answerInput(ctx, cl, out, res); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// needsInput reports whether res is an input_required result.
+func needsInput(res json.RawMessage) bool {
+	if !bytes.Contains(res, []byte(`"input_required"`)) {
+		return false
+	}
+	var r struct {
+		ResultType string `json:"resultType"`
+	}
+	return json.Unmarshal(res, &r) == nil && r.ResultType == string(mcp.ResultTypeInputRequired)
+}
+
+// answerInput fulfils an input_required result for a client from before
+// 2026-07-28: each input request becomes a real server→client request to
+// that client, and the returned params retry the original request with the
+// answers and the upstream's requestState.
+func (a *Aggregator) answerInput(ctx context.Context, cl Client, params, res json.RawMessage) (json.RawMessage, error) {
+	var r struct {
+		InputRequests map[string]struct {
+			Method string          `json:"method"`
+			Params json.RawMessage `json:"params"`
+		} `json:"inputRequests"`
+		RequestState string `json:"requestState"`
+	}
+	if err := json.Unmarshal(res, &r); err != nil {
+		return nil, fmt.Errorf("input_required result: %w", err)
+	}
+	answers := make(map[string]json.RawMessage, len(r.InputRequests))
+	for key, ir := range r.InputRequests {
+		var p any
+		if len(ir.Params) > 0 {
+			p = ir.Params
+		}
+		if err := checkCapability(cl, ir.Method); err != nil {
+			return nil, err
+		}
+		ans, err := cl.Request(ctx, ir.Method, p)
+		if err != nil {
+			return nil, err
+		}
+		answers[key] = ans
+	}
+	set := map[string]any{"inputResponses": answers}
+	if r.RequestState != "" {
+		set["requestState"] = r.RequestState
+	}
+	return jsonrpc.Rewrite(params, set, nil)
+}
+
+// checkCapability refuses a server→client request the client did not
+// declare support for.
+func checkCapability(cl Client, method string) error {
+	caps := cl.Capabilities()
+	ok := true
+	switch mcp.MCPMethod(method) {
+	case mcp.MethodSamplingCreateMessage:
+		ok = caps.Sampling != nil
+	case mcp.MethodElicitationCreate:
+		ok = caps.Elicitation != nil
+	case mcp.MethodListRoots:
+		ok = caps.Roots != nil
+	}
+	if !ok {
+		return &jsonrpc.Error{Code: mcp.MISSING_REQUIRED_CLIENT_CAPABILITY,
+			Message: fmt.Sprintf("the client did not declare the capability %s needs", method)}
+	}
+	return nil
+}
+
+// hopMeta builds the _meta of the upstream hop from the client's: keys of
+// the client's own hop (io.modelcontextprotocol/*) are dropped, and a
+// progress token is replaced by one unique across upstream connections,
+// whose notifications are mapped back to cl. The returned func forgets
+// that mapping (nil when there is none).
+func (a *Aggregator) hopMeta(cl Client, meta map[string]json.RawMessage) (map[string]json.RawMessage, func()) {
+	for k := range meta {
+		if upstream.IsReservedMeta(k) {
+			delete(meta, k)
+		}
+	}
+	tok, ok := meta["progressToken"]
+	if !ok || string(tok) == "null" {
+		return meta, nil
+	}
+	minted, forget := a.relay.mintProgress(cl, tok)
+	meta["progressToken"] = minted
+	return meta, forget
+}
+
+// finishResult removes what belongs to the upstream hop from a result
+// (io.modelcontextprotocol/* _meta keys, and a plain "complete" resultType
+// for a legacy client) and, for a 2026-07-28 client, stamps mcpmux's own
+// resultType and serverInfo. Other bytes are kept.
+func (a *Aggregator) finishResult(res json.RawMessage, modern bool) json.RawMessage {
+	if !modern && !bytes.Contains(res, []byte("io.modelcontextprotocol/")) && !bytes.Contains(res, []byte(`"resultType"`)) {
+		return res
+	}
+	fields := map[string]json.RawMessage{}
+	if json.Unmarshal(res, &fields) != nil {
+		return res
+	}
+	var rt string
+	json.Unmarshal(fields["resultType"], &rt)
+	switch {
+	case modern && rt == "":
+		fields["resultType"] = json.RawMessage(`"complete"`)
+	case !modern && rt == string(mcp.ResultTypeComplete):
+		delete(fields, "resultType")
+	}
+	meta := map[string]json.RawMessage{}
+	if raw, ok := fields["_meta"]; ok {
+		json.Unmarshal(raw, &meta)
+	}
+	for k := range meta {
+		if upstream.IsReservedMeta(k) {
+			delete(meta, k)
+		}
+	}
+	if modern {
+		if b, err := json.Marshal(a.opts.ServerInfo); err == nil {
+			meta[mcp.MetaKeyServerInfo] = b
+		}
+	}
+	if len(meta) == 0 {
+		delete(fields, "_meta")
+	} else if b, err := json.Marshal(meta); err == nil {
+		fields["_meta"] = b
+	}
+	out, err := json.Marshal(fields)
+	if err != nil {
+		return res
+	}
+	return out
+}
+
+// renameContents gives resources/read contents that the upstream returned
+// under original the URI the client asked for.
+func renameContents(res json.RawMessage, original, exposed string) (json.RawMessage, error) {
+	var r map[string]json.RawMessage
+	if err := json.Unmarshal(res, &r); err != nil {
+		return res, nil
+	}
+	var contents []map[string]json.RawMessage
+	if json.Unmarshal(r["contents"], &contents) != nil {
+		return res, nil
+	}
+	want, _ := json.Marshal(original)
+	to, _ := json.Marshal(exposed)
+	for _, c := range contents {
+		if bytes.Equal(c["uri"], want) {
+			c["uri"] = to
+		}
+	}
+	b, err := json.Marshal(contents)
+	if err != nil {
+		return res, nil
+	}
+	r["contents"] = b
+	return json.Marshal(r)
+}
+
+// Subscribe forwards resources/subscribe to the owning upstream the first
+// time any client subscribes to uri. The count of subscribers is raised
+// only when that succeeds.
+func (a *Aggregator) Subscribe(ctx context.Context, uri string) error {
+	up, original, ok := a.RouteURI(uri)
+	if !ok {
+		return fmt.Errorf("resource %q: %w", uri, ErrResourceNotFound)
+	}
+	key := up + "\x00" + original
+	a.relay.subMu.Lock() // serializes the first subscribe and the last unsubscribe of a URI
+	defer a.relay.subMu.Unlock()
+	if a.relay.subscribers(key) == 0 {
+		if err := a.send(ctx, up, string(mcp.MethodResourcesSubscribe), uri, map[string]any{"uri": original}); err != nil {
+			return err
+		}
+	}
+	a.relay.addSubscriber(key, 1)
+	return nil
+}
+
+// Unsubscribe forwards resources/unsubscribe when the last subscriber of
+// uri leaves.
+func (a *Aggregator) Unsubscribe(ctx context.Context, uri string) error {
+	up, original, ok := a.RouteURI(uri)
+	if !ok {
+		return nil
+	}
+	key := up + "\x00" + original
+	a.relay.subMu.Lock()
+	defer a.relay.subMu.Unlock()
+	if a.relay.subscribers(key) == 0 {
+		return nil
+	}
+	if a.relay.addSubscriber(key, -1) > 0 {
+		return nil
+	}
+	return a.send(ctx, up, string(mcp.MethodResourcesUnsubscribe), uri, map[string]any{"uri": original})
+}
+
+// SetLevel asks every connected upstream that supports logging (on a
+// protocol before 2026-07-28, which has no such request) to send log
+// messages at level and above. The front door calls it with the most
+// verbose level any session asked for, and filters per session.
+func (a *Aggregator) SetLevel(ctx context.Context, level mcp.LoggingLevel) error {
+	var errs []error
+	for _, u := range a.set.Load().ups {
+		cat := u.Catalog()
+		if cat == nil || cat.Capabilities.Logging == nil || mcp.IsModernProtocol(cat.ProtocolVersion) {
+			continue
+		}
+		if err := a.send(ctx, u.Name(), string(mcp.MethodSetLogLevel), "", map[string]any{"level": level}); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// send makes a request of mcpmux's own (not on a client's behalf) to up.
+func (a *Aggregator) send(ctx context.Context, up, method, target string, params any) error {
+	u, err := a.upstream(up)
+	if err != nil {
+		return upstreamErr(up, method, 0, err)
+	}
+	b, err := json.Marshal(params)
+	if err != nil {
+		return err
+	}
+	_, err = u.Send(ctx, upstream.Request{Method: method, Target: target, Params: b})
+	return upstreamErr(up, method, u.Config().CallTimeout, err)
+}
+
+// clientKey carries the Client of a routed call in the ctx of its upstream
+// request, where a transport that ties server→client requests to the call
+// (streamable HTTP) hands it back.
+type clientKey struct{}
+
+func withClient(ctx context.Context, cl Client) context.Context {
+	return context.WithValue(ctx, clientKey{}, cl)
+}
+
+func clientFrom(ctx context.Context) Client {
+	cl, _ := ctx.Value(clientKey{}).(Client)
+	return cl
+}

@@ -1,0 +1,300 @@
+package sessions
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/mcpmux/mcpmux/aggregator"
+	"github.com/mcpmux/mcpmux/filter"
+	"github.com/mcpmux/mcpmux/internal/jsonrpc"
+	"github.com/mcpmux/mcpmux/upstream"
+)
+
+// This file is the request path every front door shares for the requests
+// mcpmux routes to upstreams itself (tools/call, prompts/get,
+// resources/read, completion/complete, and for sessions resources/subscribe,
+// resources/unsubscribe and logging/setLevel). It runs in this order:
+//
+//	parse once (the door) → binding (the door) → decide (decide: view, call
+//	rules, ambiguity, rate) → route the checked entry (route) → forward
+//	(aggregator, upstream.Send) → answer (the door's writer)
+//
+// mcp-go's server never sees these requests; it keeps the handshake,
+// listings, ping and the streams.
+
+// routedMethods are the methods the chain answers.
+var routedMethods = map[string]bool{
+	string(mcp.MethodToolsCall):            true,
+	string(mcp.MethodPromptsGet):           true,
+	string(mcp.MethodResourcesRead):        true,
+	string(mcp.MethodCompletionComplete):   true,
+	string(mcp.MethodResourcesSubscribe):   true,
+	string(mcp.MethodResourcesUnsubscribe): true,
+	string(mcp.MethodSetLogLevel):          true,
+}
+
+// sessionMethods are routed only for a session: a stateless request has no
+// subscriptions or session log level, and mcp-go answers it.
+var sessionMethods = map[string]bool{
+	string(mcp.MethodResourcesSubscribe):   true,
+	string(mcp.MethodResourcesUnsubscribe): true,
+	string(mcp.MethodSetLogLevel):          true,
+}
+
+// isRouted reports whether the chain answers m (session: whether the
+// request belongs to a session).
+func isRouted(m *jsonrpc.Message, session bool) bool {
+	return m.IsRequest() && routedMethods[m.Method] && (session || !sessionMethods[m.Method])
+}
+
+// caller is the aggregator.Client of one routed request.
+type caller struct {
+	modern bool
+	caps   mcp.ClientCapabilities
+	level  func() mcp.LoggingLevel
+	// queue hands a frame to the request's writer without blocking; it
+	// reports false when the frame was dropped.
+	queue func(frame []byte) bool
+	// ask sends a server→client request; nil when the client cannot take
+	// one (a 2026-07-28 request).
+	ask func(ctx context.Context, method string, params any) (json.RawMessage, error)
+	log func(msg string, args ...any)
+}
+
+var _ aggregator.Client = (*caller)(nil)
+
+func (c *caller) Notify(method string, params any) {
+	frame, err := jsonrpc.Notification(method, params)
+	if err != nil || !c.queue(frame) {
+		c.log("notification to the client dropped", "method", method, "error", err)
+	}
+}
+
+func (c *caller) Request(ctx context.Context, method string, params any) (json.RawMessage, error) {
+	if c.ask == nil {
+		return nil, fmt.Errorf("%s: %w", method, errNoServerRequests)
+	}
+	return c.ask(ctx, method, params)
+}
+
+func (c *caller) Capabilities() mcp.ClientCapabilities { return c.caps }
+func (c *caller) Modern() bool                         { return c.modern }
+func (c *caller) LogLevel() mcp.LoggingLevel {
+	if c.level == nil {
+		return ""
+	}
+	return c.level()
+}
+
+// errNoServerRequests is returned for an upstream's mid-call request to a
+// 2026-07-28 client, which takes input only through input_required results.
+var errNoServerRequests = errors.New("the client uses protocol 2026-07-28 and takes no server→client requests during a call")
+
+// modernCaller returns the caller of a 2026-07-28 request: its capabilities
+// and log level come from the request's own _meta.
+func modernCaller(m *jsonrpc.Message, queue func([]byte) bool, log func(string, ...any)) *caller {
+	c := &caller{modern: true, queue: queue, log: log}
+	if raw, ok := m.Meta[mcp.MetaKeyClientCapabilities]; ok {
+		json.Unmarshal(raw, &c.caps)
+	}
+	level := mcp.LoggingLevel(m.MetaString(mcp.MetaKeyLogLevel))
+	c.level = func() mcp.LoggingLevel { return level }
+	return c
+}
+
+// isModern reports whether m is a 2026-07-28 (stateless) request: one that
+// carries a 2026-07-28 or later protocol version in its _meta.
+func isModern(m *jsonrpc.Message) bool {
+	return mcp.IsModernProtocol(m.MetaString(mcp.MetaKeyProtocolVersion))
+}
+
+// decide is the one decision of the chain for a routed request: for
+// tools/call, the view (hidden and unknown tools answer alike), an
+// ambiguous message, the call rules and the rate limit; for prompts/get,
+// an ambiguous message. It returns the checked tool entry (tools/call) or
+// the refusal, and logs, counts and audits refusals.
+func (s *Server) decide(session string, b Binding, view *filter.View, m *jsonrpc.Message) (*filter.Entry, *jsonrpc.Error) {
+	var e *filter.Entry
+	var refusal *jsonrpc.Error
+	reason := ""
+	switch m.Method {
+	case string(mcp.MethodToolsCall):
+		e = view.Lookup(m.Name)
+		switch {
+		case e == nil:
+			reason, refusal = reasonNotFound, &jsonrpc.Error{Code: mcp.METHOD_NOT_FOUND, Message: "Tool not found: " + jsonrpc.Printable(m.Name)}
+		case jsonrpc.CheckUnambiguous(m.Params) != nil:
+			err := jsonrpc.CheckUnambiguous(m.Params)
+			reason, refusal = reasonAmbiguous, &jsonrpc.Error{Code: mcp.INVALID_PARAMS, Message: fmt.Sprintf("Arguments not allowed for %s: %v", e.Tool.Name, err)}
+		case view.Filter.CheckCall(e, m.Arguments) != nil:
+			reason, refusal = reasonArguments, &jsonrpc.Error{Code: mcp.INVALID_PARAMS, Message: "Arguments not allowed for " + e.Tool.Name}
+		case !s.limits.allow(session, s.Resolver().RateFor(b.Profile)):
+			reason, refusal = reasonRate, &jsonrpc.Error{Code: rateLimited,
+				Message: fmt.Sprintf("Rate limit exceeded: profile %q allows %d tool calls per minute per session", b.Profile, s.Resolver().RateFor(b.Profile))}
+		}
+	case string(mcp.MethodPromptsGet):
+		if err := jsonrpc.CheckUnambiguous(m.Params); err != nil {
+			return nil, &jsonrpc.Error{Code: mcp.INVALID_PARAMS, Message: "prompts/get: " + err.Error()}
+		}
+	}
+	if refusal == nil {
+		return e, nil
+	}
+	s.log.Info("tools/call refused", "session", session, "tool", jsonrpc.Printable(m.Name), "profile", b.Profile, "reason", reason)
+	s.metrics.count(m.Method, outcomeDenied)
+	s.audit.write(auditRecord{
+		Time: time.Now().UTC(), Session: session, Profile: b.Profile, Tool: jsonrpc.Printable(m.Name),
+		Decision: decisionDenied, Reason: reason,
+	}, m.Arguments)
+	return nil, refusal
+}
+
+// route forwards a routed request that decide allowed (e is its checked
+// tool entry for tools/call) and returns the result bytes or the error to
+// answer with.
+func (s *Server) route(ctx context.Context, session string, b Binding, e *filter.Entry, m *jsonrpc.Message, cl *caller) (json.RawMessage, error) {
+	switch m.Method {
+	case string(mcp.MethodToolsCall):
+		start := time.Now()
+		res, err := s.agg.CallTool(ctx, cl, e, m.Params)
+		d := time.Since(start)
+		toolError := err == nil && isErrorResult(res)
+		s.metrics.observeCall(e.Upstream, toolError, err, d)
+		rec := auditRecord{Time: start.UTC(), Session: session, Profile: b.Profile, Tool: e.Tool.Name, Upstream: e.Upstream,
+			Decision: decisionAllowed, Duration: float64(d.Microseconds()) / 1000}
+		if err != nil {
+			rec.Decision, rec.Reason = decisionError, err.Error()
+		} else if toolError {
+			rec.Reason = "tool_error"
+		}
+		s.audit.write(rec, m.Arguments)
+		return res, err
+	case string(mcp.MethodPromptsGet):
+		p := s.agg.Snapshot().Prompt(m.Name)
+		if p == nil {
+			return nil, &jsonrpc.Error{Code: mcp.INVALID_PARAMS, Message: "Prompt not found: " + jsonrpc.Printable(m.Name)}
+		}
+		return s.agg.GetPrompt(ctx, cl, p, m.Params)
+	case string(mcp.MethodResourcesRead):
+		return s.agg.ReadResource(ctx, cl, m.URI, m.Params)
+	case string(mcp.MethodCompletionComplete):
+		return s.agg.Complete(ctx, cl, m.Params)
+	case string(mcp.MethodResourcesSubscribe), string(mcp.MethodResourcesUnsubscribe):
+		return emptyResult, s.subscribe(ctx, session, m.URI, m.Method == string(mcp.MethodResourcesSubscribe))
+	case string(mcp.MethodSetLogLevel):
+		var p struct {
+			Level mcp.LoggingLevel `json:"level"`
+		}
+		if err := json.Unmarshal(m.Params, &p); err != nil || p.Level == "" {
+			return nil, &jsonrpc.Error{Code: mcp.INVALID_PARAMS, Message: "logging/setLevel: params.level is required"}
+		}
+		return emptyResult, s.setLevel(ctx, session, p.Level)
+	}
+	return nil, &jsonrpc.Error{Code: mcp.METHOD_NOT_FOUND, Message: "Method not found: " + jsonrpc.Printable(m.Method)}
+}
+
+var emptyResult = json.RawMessage(`{}`)
+
+// isErrorResult reports whether a tools/call result says isError.
+func isErrorResult(res json.RawMessage) bool {
+	var r struct {
+		IsError bool `json:"isError"`
+	}
+	return json.Unmarshal(res, &r) == nil && r.IsError
+}
+
+// errorFor is the JSON-RPC error a client gets for err from route: an
+// upstream's own error unchanged, mcpmux's own errors without transport
+// internals. It returns nil when the client cancelled (no answer is due).
+func (s *Server) errorFor(m *jsonrpc.Message, err error, modern bool) *jsonrpc.Error {
+	var rpc *upstream.RPCError
+	var own *jsonrpc.Error
+	var ue *aggregator.UpstreamError
+	switch {
+	case errors.As(err, &rpc):
+		return &jsonrpc.Error{Code: rpc.Code, Message: rpc.Message, Data: rpc.Data}
+	case errors.As(err, &own):
+		return own
+	case errors.As(err, &ue):
+		s.log.Warn("upstream request failed", "upstream", ue.Upstream, "method", m.Method, "error", err)
+		return &jsonrpc.Error{Code: mcp.INTERNAL_ERROR, Message: ue.Public()}
+	case errors.Is(err, aggregator.ErrResourceNotFound):
+		code := mcp.RESOURCE_NOT_FOUND
+		if modern {
+			code = mcp.INVALID_PARAMS
+		}
+		return &jsonrpc.Error{Code: code, Message: "Resource not found: " + jsonrpc.Printable(m.URI)}
+	case errors.Is(err, aggregator.ErrPromptNotFound):
+		return &jsonrpc.Error{Code: mcp.INVALID_PARAMS, Message: "Prompt not found: " + jsonrpc.Printable(m.Name)}
+	case errors.Is(err, context.Canceled):
+		return nil
+	}
+	var ce *ClientError
+	if errors.As(err, &ce) {
+		return &jsonrpc.Error{Code: ce.Code, Message: ce.Message, Data: ce.Data}
+	}
+	s.log.Error("request failed", "method", m.Method, "error", err)
+	return &jsonrpc.Error{Code: mcp.INTERNAL_ERROR, Message: m.Method + " failed; see mcpmux's log"}
+}
+
+// subscribe records a session's resources/subscribe or unsubscribe and
+// forwards it upstream (the aggregator counts subscribers per URI). A
+// failed subscribe leaves nothing recorded.
+func (s *Server) subscribe(ctx context.Context, id, uri string, on bool) error {
+	s.mu.Lock()
+	sess := s.bound[id]
+	already := sess != nil && sess.subs[uri]
+	s.mu.Unlock()
+	if sess == nil || already == on {
+		return nil
+	}
+	if on {
+		if err := s.agg.Subscribe(ctx, uri); err != nil {
+			return err
+		}
+	} else if err := s.agg.Unsubscribe(ctx, uri); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	if sess.subs == nil {
+		sess.subs = make(map[string]bool)
+	}
+	if on {
+		sess.subs[uri] = true
+	} else {
+		delete(sess.subs, uri)
+	}
+	s.mu.Unlock()
+	return nil
+}
+
+// setLevel records a session's log level (it filters what that session
+// gets, and nothing else) and asks the upstreams for the most verbose
+// level any session wants.
+func (s *Server) setLevel(ctx context.Context, id string, level mcp.LoggingLevel) error {
+	s.mu.Lock()
+	if sess := s.bound[id]; sess != nil {
+		sess.logLevel = level
+		if cs, ok := sess.client.(interface{ SetLogLevel(mcp.LoggingLevel) }); ok {
+			cs.SetLogLevel(level)
+		}
+	}
+	most := level
+	for _, sess := range s.bound {
+		if sess.logLevel != "" && !sess.logLevel.ShouldSendTo(most) {
+			most = sess.logLevel
+		}
+	}
+	changed := most != s.upstreamLevel
+	s.upstreamLevel = most
+	s.mu.Unlock()
+	if !changed {
+		return nil
+	}
+	return s.agg.SetLevel(ctx, most)
+}

@@ -1,0 +1,310 @@
+package sessions
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"runtime/debug"
+	"sync"
+
+	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
+
+	"github.com/mcpmux/mcpmux/filter"
+	"github.com/mcpmux/mcpmux/internal/jsonrpc"
+)
+
+// callFrames bounds the notifications and server→client requests queued
+// for one request's writer; past it a notification is dropped (and
+// logged), never the upstream connection's reader blocked.
+const callFrames = 256
+
+// routedAnswer is what route returned.
+type routedAnswer struct {
+	result json.RawMessage
+	err    error
+}
+
+// serveRouted answers a routed request on /mcp: the chain after the
+// binding. sess is the bound legacy session, or nil for a 2026-07-28
+// request. The handler goroutine is the request's only writer: frames the
+// call produces (progress, log messages, server→client requests) are
+// written as they come, on an event stream, and the answer last, so what
+// an upstream sent before its result reaches the client before it.
+func (s *Server) serveRouted(w http.ResponseWriter, r *http.Request, m *jsonrpc.Message, b Binding, view *filter.View, id string, sess *session) {
+	modern := sess == nil
+	if modern {
+		if e := validateModern(r, m, view); e != nil {
+			writeAnswer(w, httpStatus(e.Code), jsonrpc.ErrorResponse(m.ID, e))
+			return
+		}
+	}
+	e, refusal := s.decide(id, b, view, m)
+	if refusal != nil {
+		status := http.StatusOK
+		if modern {
+			status = httpStatus(refusal.Code)
+		}
+		writeAnswer(w, status, jsonrpc.ErrorResponse(m.ID, refusal))
+		return
+	}
+	frames := make(chan []byte, callFrames)
+	queue := func(f []byte) bool {
+		select {
+		case frames <- f:
+			return true
+		default:
+			return false
+		}
+	}
+	logf := func(msg string, args ...any) { s.log.Debug(msg, append(args, "session", id, "method", m.Method)...) }
+	var cl *caller
+	if modern {
+		cl = modernCaller(m, queue, logf)
+	} else {
+		cl = s.sessionCaller(sess, frames, queue, logf)
+	}
+	ctx := r.Context()
+	done := make(chan routedAnswer, 1)
+	go func() {
+		defer func() {
+			if v := recover(); v != nil {
+				s.log.Error("panic routing a request", "session", id, "method", m.Method, "panic", v, "stack", string(debug.Stack()))
+				done <- routedAnswer{err: &jsonrpc.Error{Code: mcp.INTERNAL_ERROR, Message: "internal error"}}
+			}
+		}()
+		res, err := s.route(ctx, id, b, e, m, cl)
+		done <- routedAnswer{res, err}
+	}()
+	out := &eventWriter{w: w}
+	for {
+		select {
+		case f := <-frames:
+			out.event(f)
+			continue
+		case a := <-done:
+			for len(frames) > 0 {
+				out.event(<-frames)
+			}
+			if a.err == nil {
+				s.metrics.count(m.Method, outcomeOK)
+				out.final(http.StatusOK, jsonrpc.Response(m.ID, a.result))
+				return
+			}
+			s.metrics.count(m.Method, outcomeError)
+			rpcErr := s.errorFor(m, a.err, modern)
+			if rpcErr == nil || ctx.Err() != nil {
+				return // cancelled: no answer is due
+			}
+			status := http.StatusOK
+			if modern {
+				status = httpStatus(rpcErr.Code)
+			}
+			out.final(status, jsonrpc.ErrorResponse(m.ID, rpcErr))
+			return
+		}
+	}
+}
+
+// eventWriter answers one HTTP request with a single JSON body, or, once
+// a frame has to go before the answer, with an event stream.
+type eventWriter struct {
+	w      http.ResponseWriter
+	stream bool
+	broken bool
+}
+
+func (o *eventWriter) event(frame []byte) {
+	if o.broken {
+		return
+	}
+	if !o.stream {
+		o.stream = true
+		h := o.w.Header()
+		h.Set("Content-Type", "text/event-stream")
+		h.Set("Cache-Control", "no-cache")
+		o.w.WriteHeader(http.StatusOK)
+	}
+	if _, err := fmt.Fprintf(o.w, "event: message\ndata: %s\n\n", frame); err != nil {
+		o.broken = true
+		return
+	}
+	if f, ok := o.w.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (o *eventWriter) final(status int, frame []byte) {
+	if o.stream {
+		o.event(frame)
+		return
+	}
+	writeAnswer(o.w, status, frame)
+}
+
+func writeAnswer(w http.ResponseWriter, status int, frame []byte) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	w.Write(frame)
+}
+
+// httpStatus is the HTTP status 2026-07-28 prescribes for an error code.
+func httpStatus(code int) int {
+	switch code {
+	case mcp.METHOD_NOT_FOUND:
+		return http.StatusNotFound
+	case mcp.HEADER_MISMATCH, mcp.MISSING_REQUIRED_CLIENT_CAPABILITY, mcp.UNSUPPORTED_PROTOCOL_VERSION,
+		mcp.INVALID_REQUEST, mcp.INVALID_PARAMS, mcp.PARSE_ERROR:
+		return http.StatusBadRequest
+	}
+	return http.StatusOK
+}
+
+// validateModern applies the transport rules 2026-07-28 sets for a POST:
+// the protocol version in the header and in _meta, present and equal and
+// supported; client capabilities in _meta; Mcp-Method, Mcp-Name and the
+// tool's Mcp-Param-* headers equal to the body.
+func validateModern(r *http.Request, m *jsonrpc.Message, view *filter.View) *jsonrpc.Error {
+	h := r.Header
+	header := h.Get(mcp.HeaderProtocolVersion)
+	meta := m.MetaString(mcp.MetaKeyProtocolVersion)
+	switch {
+	case h.Get(mcp.HeaderLastEventID) != "":
+		return &jsonrpc.Error{Code: mcp.HEADER_MISMATCH, Message: "Last-Event-ID is not supported in protocol version " + mcp.ProtocolVersion20260728 +
+			": streams are not resumable, re-issue the request with a new ID"}
+	case header == "":
+		return &jsonrpc.Error{Code: mcp.HEADER_MISMATCH, Message: mcp.HeaderProtocolVersion + " header is required for requests carrying " + mcp.MetaKeyProtocolVersion}
+	case header != meta:
+		return &jsonrpc.Error{Code: mcp.HEADER_MISMATCH, Message: mcp.HeaderProtocolVersion + " header " + header + " does not match request " + mcp.MetaKeyProtocolVersion + " " + meta}
+	case !mcp.IsValidProtocolVersion(meta):
+		e := mcp.UnsupportedProtocolVersionError{Version: meta, Supported: mcp.ValidProtocolVersions}.JSONRPCError().Error
+		data, _ := json.Marshal(e.Data)
+		return &jsonrpc.Error{Code: e.Code, Message: e.Message, Data: data}
+	}
+	var caps mcp.ClientCapabilities
+	if raw, ok := m.Meta[mcp.MetaKeyClientCapabilities]; !ok || json.Unmarshal(raw, &caps) != nil {
+		return &jsonrpc.Error{Code: mcp.INVALID_PARAMS, Message: "missing or invalid _meta field " + mcp.MetaKeyClientCapabilities}
+	}
+	if err := mcp.ValidateStandardHeaders(h.Get, meta, mcp.MCPMethod(m.Method), m.Params); err != nil {
+		return protocolError(err)
+	}
+	if m.Method == string(mcp.MethodToolsCall) {
+		if e := view.Lookup(m.Name); e != nil {
+			lookup := func(name string) (string, bool) {
+				v := h.Values(name)
+				if len(v) == 0 {
+					return "", false
+				}
+				return v[0], true
+			}
+			if err := mcp.ValidateParamHeadersLookup(lookup, &e.Tool, m.Params); err != nil {
+				return protocolError(err)
+			}
+		}
+	}
+	return nil
+}
+
+// protocolError maps a header validation error as mcp-go's server does.
+func protocolError(err error) *jsonrpc.Error {
+	var mismatch mcp.HeaderMismatchError
+	if errors.As(err, &mismatch) {
+		return &jsonrpc.Error{Code: mcp.HEADER_MISMATCH, Message: mismatch.Error()}
+	}
+	return &jsonrpc.Error{Code: mcp.INVALID_PARAMS, Message: err.Error()}
+}
+
+// sessionCaller is the caller of a request on a bound /mcp session: its
+// capabilities from initialize, its log level, and server→client requests
+// sent on the request's own event stream, answered by a POST that
+// serveMCP hands to deliver.
+func (s *Server) sessionCaller(sess *session, frames chan<- []byte, queue func([]byte) bool, logf func(string, ...any)) *caller {
+	c := &caller{queue: queue, log: logf}
+	if ci, ok := sess.client.(server.SessionWithClientInfo); ok {
+		c.caps = ci.GetClientCapabilities()
+	}
+	c.level = func() mcp.LoggingLevel {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return sess.logLevel
+	}
+	c.ask = func(ctx context.Context, method string, params any) (json.RawMessage, error) {
+		id, reply := sess.pending.open()
+		defer sess.pending.close(id)
+		frame, err := jsonrpc.Request(jsonrpc.StringID(id), method, params)
+		if err != nil {
+			return nil, err
+		}
+		select {
+		case frames <- frame:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		select {
+		case r := <-reply:
+			return r.result, r.err
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return c
+}
+
+// pendingSet is the server→client requests of one session waiting for the
+// client's answer. Its zero value is ready; it is safe for concurrent use.
+type pendingSet struct {
+	mu   sync.Mutex
+	next uint64
+	wait map[string]chan pendingReply
+}
+
+func (p *pendingSet) open() (string, <-chan pendingReply) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.wait == nil {
+		p.wait = make(map[string]chan pendingReply)
+	}
+	p.next++
+	id := fmt.Sprintf("mcpmux-%d", p.next)
+	ch := make(chan pendingReply, 1)
+	p.wait[id] = ch
+	return id, ch
+}
+
+func (p *pendingSet) close(id string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.wait, id)
+}
+
+// deliver hands a client's answer to the request waiting for it and
+// reports whether one was.
+func (p *pendingSet) deliver(m *jsonrpc.Message) bool {
+	var id string
+	if json.Unmarshal(m.ID, &id) != nil {
+		return false
+	}
+	p.mu.Lock()
+	ch, ok := p.wait[id]
+	p.mu.Unlock()
+	if !ok {
+		return false
+	}
+	var r pendingReply
+	if len(m.Error) > 0 {
+		ce := &ClientError{}
+		if err := json.Unmarshal(m.Error, ce); err != nil {
+			ce.Code, ce.Message = mcp.INTERNAL_ERROR, "malformed error from the client"
+		}
+		r.err = ce
+	} else {
+		r.result = m.Result
+	}
+	select {
+	case ch <- r:
+	default:
+	}
+	return true
+}
