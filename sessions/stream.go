@@ -534,7 +534,9 @@ func (s *Server) handleRouted(ctx context.Context, sess *streamSession, b Bindin
 			return false
 		}
 	}
-	logf := func(msg string, args ...any) { s.log.Debug(msg, append(args, "session", sess.id, "method", m.Method)...) }
+	logf := func(msg string, args ...any) {
+		s.log.Debug(msg, append(args, "session", sess.id, "method", m.Method)...)
+	}
 	var cl *caller
 	if isModern(m) {
 		cl = modernCaller(m, queue, logf)
