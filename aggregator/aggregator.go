@@ -232,6 +232,7 @@ func (a *Aggregator) rebuild() {
 	}
 	a.version++
 	next := build(a.version, set.namer, set.sources)
+	next.keepResting(a.snap.Load(), set.sources)
 	for _, c := range next.Conflicts {
 		a.log.Error("tool name collision", "tool", c.Name, "upstream", c.Dropped, "error", c.String())
 	}

@@ -176,9 +176,9 @@ func (r *relay) linkTable() map[string]string {
 func (a *Aggregator) onNotification(u *upstream.Upstream, n mcp.JSONRPCNotification) {
 	switch n.Method {
 	case string(mcp.MethodNotificationProgress):
-		tok, _ := json.Marshal(n.Params.AdditionalFields["progressToken"])
+		tok, _ := n.Params.AdditionalFields["progressToken"].(string)
 		a.relay.mu.Lock()
-		route, ok := a.relay.progress[string(tok)]
+		route, ok := a.relay.progress[tok]
 		a.relay.mu.Unlock()
 		if !ok {
 			return
@@ -257,9 +257,14 @@ func (h clientHandler) ask(ctx context.Context, method string, params, out any) 
 // CreateMessage relays sampling/createMessage.
 func (h clientHandler) CreateMessage(ctx context.Context, req mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
 	var res mcp.CreateMessageResult
-	if err := h.ask(ctx, string(mcp.MethodSamplingCreateMessage), req.Params, &res); err != nil {
+	if err := h.ask(ctx, string(mcp.MethodSamplingCreateMessage), req.CreateMessageParams, &res); err != nil {
 		return nil, err
 	}
+	content, err := mcp.ParseSamplingContent(res.Content)
+	if err != nil {
+		return nil, fmt.Errorf("sampling/createMessage from upstream %q: the client's result: %w", h.upstream, err)
+	}
+	res.Content = content
 	return &res, nil
 }
 

@@ -49,6 +49,11 @@ type Snapshot struct {
 	// exactly one does; unlisted URIs are routed to it.
 	soleResourceUpstream string
 
+	// resting holds, by exposed name, the tools of upstreams that are down
+	// or reconnecting, as they were when last up: a call of one is
+	// answered "restarting, retry", not "not found" (SPEC §7).
+	resting map[string]*filter.Entry
+
 	// PromptsKey and ResourcesKey change exactly when the listed prompts,
 	// or resources and templates, change.
 	PromptsKey, ResourcesKey string
@@ -78,6 +83,42 @@ func (c Conflict) String() string {
 
 // Tool returns the exposed tool named name, or nil.
 func (s *Snapshot) Tool(name string) *filter.Entry { return s.byName[name] }
+
+// Resting returns the tool named name of an upstream that is down or
+// reconnecting, as it was when that upstream was last up, or nil.
+func (s *Snapshot) Resting(name string) *filter.Entry { return s.resting[name] }
+
+// keepResting carries the tools of upstreams that are not up (no catalog
+// now) over from prev, where they were listed or resting already. An
+// upstream removed from the config leaves nothing behind.
+func (s *Snapshot) keepResting(prev *Snapshot, sources []*source) {
+	if prev == nil {
+		return
+	}
+	down := make(map[string]bool)
+	for _, src := range sources {
+		if src.catalog == nil {
+			down[src.cfg.Name] = true
+		}
+	}
+	if len(down) == 0 {
+		return
+	}
+	carry := func(e *filter.Entry) {
+		if down[e.Upstream] && s.byName[e.Tool.Name] == nil {
+			if s.resting == nil {
+				s.resting = make(map[string]*filter.Entry)
+			}
+			s.resting[e.Tool.Name] = e
+		}
+	}
+	for _, e := range prev.Tools {
+		carry(e)
+	}
+	for _, e := range prev.resting {
+		carry(e)
+	}
+}
 
 // source is what a snapshot is built from for one upstream.
 type source struct {

@@ -28,10 +28,11 @@ const (
 	decisionDenied  = "denied"
 	decisionError   = "error"
 
-	reasonNotFound  = "not_found" // unknown or hidden: deliberately one reason
-	reasonArguments = "arguments"
-	reasonAmbiguous = "ambiguous"
-	reasonRate      = "rate_limit"
+	reasonNotFound   = "not_found" // unknown or hidden: deliberately one reason
+	reasonArguments  = "arguments"
+	reasonAmbiguous  = "ambiguous"
+	reasonRestarting = "restarting"
+	reasonRate       = "rate_limit"
 )
 
 // auditLog writes records as JSON lines. A nil *auditLog writes nothing.

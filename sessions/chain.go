@@ -126,6 +126,9 @@ func (s *Server) decide(session string, b Binding, view *filter.View, m *jsonrpc
 	case string(mcp.MethodToolsCall):
 		e = view.Lookup(m.Name)
 		switch {
+		case e == nil && s.restarting(view, m.Name) != "":
+			up := s.restarting(view, m.Name)
+			reason, refusal = reasonRestarting, &jsonrpc.Error{Code: mcp.INTERNAL_ERROR, Message: fmt.Sprintf("upstream %s is restarting; retry shortly", up)}
 		case e == nil:
 			reason, refusal = reasonNotFound, &jsonrpc.Error{Code: mcp.METHOD_NOT_FOUND, Message: "Tool not found: " + jsonrpc.Printable(m.Name)}
 		case jsonrpc.CheckUnambiguous(m.Params) != nil:
@@ -152,6 +155,16 @@ func (s *Server) decide(session string, b Binding, view *filter.View, m *jsonrpc
 		Decision: decisionDenied, Reason: reason,
 	}, m.Arguments)
 	return nil, refusal
+}
+
+// restarting returns the upstream of the tool named name when that
+// upstream is down or reconnecting and the tool, as it was when last
+// listed, passes view's filter; else "". Hidden tools stay "not found".
+func (s *Server) restarting(view *filter.View, name string) string {
+	if e := s.agg.Snapshot().Resting(name); e != nil && view.Filter.Allows(e) {
+		return e.Upstream
+	}
+	return ""
 }
 
 // route forwards a routed request that decide allowed (e is its checked

@@ -66,7 +66,8 @@ func (s *Server) serveRouted(w http.ResponseWriter, r *http.Request, m *jsonrpc.
 	} else {
 		cl = s.sessionCaller(sess, frames, queue, logf)
 	}
-	ctx := r.Context()
+	ctx, untrack := s.trackRouted(r.Context(), sess, m.ID)
+	defer untrack()
 	done := make(chan routedAnswer, 1)
 	go func() {
 		defer func() {
@@ -244,6 +245,9 @@ func (s *Server) sessionCaller(sess *session, frames chan<- []byte, queue func([
 		}
 		select {
 		case r := <-reply:
+			if ce, ok := r.err.(*ClientError); ok {
+				ce.Method = method
+			}
 			return r.result, r.err
 		case <-ctx.Done():
 			return nil, ctx.Err()

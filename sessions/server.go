@@ -109,6 +109,9 @@ type session struct {
 	client server.ClientSession
 	// pending are this session's server→client requests sent on /mcp.
 	pending pendingSet
+	// inflight cancels this session's routed requests on /mcp, by the id
+	// the client gave them, for notifications/cancelled.
+	inflight map[string]context.CancelFunc
 	// listed is the fingerprint of the view the session last had; a catalog
 	// change notifies the session only when it differs.
 	listed string
@@ -501,6 +504,9 @@ func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusAccepted)
 		return
 	}
+	if sess != nil && m.Method == string(mcp.MethodNotificationCancelled) {
+		s.cancelRouted(sess, m) // and mcp-go is told below, for its own requests
+	}
 	start := time.Now()
 	defer func() { s.metrics.observeLatency(m.Method, time.Since(start)) }()
 	view := s.View(b)
@@ -519,6 +525,44 @@ func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.http.ServeHTTP(w, r.WithContext(withBinding(r.Context(), b)))
+}
+
+// cancelRouted cancels the routed request a notifications/cancelled names.
+func (s *Server) cancelRouted(sess *session, m *jsonrpc.Message) {
+	var p struct {
+		RequestID json.RawMessage `json:"requestId"`
+	}
+	if json.Unmarshal(m.Params, &p) != nil || len(p.RequestID) == 0 {
+		return
+	}
+	s.mu.Lock()
+	cancel := sess.inflight[string(p.RequestID)]
+	s.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+}
+
+// trackRouted records a routed request of sess as cancellable and returns
+// its ctx and the function that forgets it.
+func (s *Server) trackRouted(ctx context.Context, sess *session, id json.RawMessage) (context.Context, func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	if sess == nil {
+		return ctx, cancel
+	}
+	key := string(id)
+	s.mu.Lock()
+	if sess.inflight == nil {
+		sess.inflight = make(map[string]context.CancelFunc)
+	}
+	sess.inflight[key] = cancel
+	s.mu.Unlock()
+	return ctx, func() {
+		s.mu.Lock()
+		delete(sess.inflight, key)
+		s.mu.Unlock()
+		cancel()
+	}
 }
 
 // Shutdown closes every session and stops background work.
