@@ -78,6 +78,8 @@ const (
 	defaultTermWait       = 3 * time.Second
 	defaultProbeInterval  = 30 * time.Second
 
+	// minBackoff is the default of Options.MinBackoff, and the first delay
+	// before a subscriptions/listen stream is reopened.
 	minBackoff = time.Second
 	maxBackoff = 60 * time.Second
 	// stableAfter is how long a subscriptions/listen stream must stay up
@@ -126,6 +128,11 @@ type Options struct {
 	// negative disables. A websocket pong may take up to ConnectTimeout.
 	// Stdio needs no probe: EOF and the child's exit are observed directly.
 	ProbeInterval time.Duration
+
+	// MinBackoff is the first delay before reconnecting a lost or failed
+	// connection; consecutive failures double it up to 60s. 0 = 1s; it is
+	// capped at 60s.
+	MinBackoff time.Duration
 }
 
 // Upstream is one connection to one upstream MCP server, kept alive by a
@@ -181,6 +188,10 @@ func New(cfg *configs.Upstream, opts Options) *Upstream {
 	if opts.ClientVersion == "" {
 		opts.ClientVersion = "dev"
 	}
+	if opts.MinBackoff <= 0 {
+		opts.MinBackoff = minBackoff
+	}
+	opts.MinBackoff = min(opts.MinBackoff, maxBackoff)
 	u := &Upstream{
 		cfg:         cfg,
 		opts:        opts,
@@ -218,9 +229,10 @@ func (u *Upstream) Client() *client.Client {
 // Start connects, initializes and fetches the whole catalog, all within
 // cfg.ConnectTimeout and ctx, and returns an error naming the upstream on
 // failure. Whether or not it succeeds, it leaves a supervisor goroutine
-// running until Close, which reconnects with exponential backoff (1s doubling
-// to 60s, ±20% jitter) whenever the connection is down. ctx bounds only this
-// first attempt, never the lifetime of the connection or of a stdio child.
+// running until Close, which reconnects with exponential backoff
+// (Options.MinBackoff, 1s by default, doubling to 60s, ±20% jitter) whenever
+// the connection is down. ctx bounds only this first attempt, never the
+// lifetime of the connection or of a stdio child.
 func (u *Upstream) Start(ctx context.Context) error {
 	u.mu.Lock()
 	switch {
@@ -283,7 +295,7 @@ func (u *Upstream) supervise(startCtx context.Context, first chan<- error) {
 		}
 	}()
 
-	delay := minBackoff
+	delay := u.opts.MinBackoff
 	parent := startCtx
 	for {
 		u.state.Store(int32(StateConnecting))
@@ -303,9 +315,9 @@ func (u *Upstream) supervise(startCtx context.Context, first chan<- error) {
 			u.down(c)
 			// Backoff grows with consecutive failed attempts. A connection
 			// that initialized and served its catalog was a success, so its
-			// loss is retried after minBackoff: at most about one restart a
-			// second for a server that keeps crashing.
-			delay = minBackoff
+			// loss is retried after MinBackoff: by default at most about one
+			// restart a second for a server that keeps crashing.
+			delay = u.opts.MinBackoff
 		}
 		if c != nil {
 			if terr := c.teardown(); terr != nil {
