@@ -40,7 +40,7 @@ func cmdCheck(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	cfg, err := loadConfig(*configPath, log)
+	_, cfg, err := openConfig(*configPath, configSource{}, log)
 	if err != nil {
 		return err
 	}
@@ -159,7 +159,7 @@ func cmdTools(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	cfg, err := loadConfig(*configPath, log)
+	_, cfg, err := openConfig(*configPath, configSource{}, log)
 	if err != nil {
 		return err
 	}

@@ -134,29 +134,61 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 	return nil
 }
 
-// loadConfig finds and parses the config. ${MCPMUX_SELF} resolves to this
-// executable unless the environment sets it. Errors are config errors (exit
-// 2), each naming file:line.
-func loadConfig(flagPath string, log *slog.Logger) (*configs.Config, error) {
+// configSource is where a config comes from and what the command line
+// changes in it. Its load method is the one place a config is read and
+// prepared: at start (through openConfig) and on every reload.
+type configSource struct {
+	path   string // the config file; "" = the embedded quickstart
+	listen string // replaces server.listen; "" keeps the config's
+	http   bool   // served over HTTP: the exposure rule (SPEC §10) applies
+}
+
+// openConfig finds the config for --config flagPath (SPEC §2), loads it
+// with src's overrides and logs where it came from. The returned source
+// is src with the file filled in, for reloading. Errors are config errors
+// (exit 2).
+func openConfig(flagPath string, src configSource, log *slog.Logger) (configSource, *configs.Config, error) {
 	path, err := configs.Discover(flagPath, os.Getenv)
 	if err != nil {
-		return nil, configErr(err)
+		return src, nil, configErr(err)
 	}
-	source, data := configs.QuickstartSource, configs.Quickstart()
-	if path != "" {
-		if data, err = os.ReadFile(path); err != nil {
-			return nil, configErr(fmt.Errorf("config: %w", err))
-		}
-		source = path
-	}
-	cfg, err := configs.Parse(source, data, lookupEnv)
+	src.path = path
+	cfg, err := src.load()
 	if err != nil {
-		return nil, configErr(err)
+		return src, nil, err
 	}
 	if path == "" {
 		log.Info("no config file found; using the embedded quickstart (run `mcpmux init` to write it out)")
 	} else {
 		log.Info("config loaded", "path", path)
+	}
+	return src, cfg, nil
+}
+
+// load reads and parses the config, applies the overrides and, when it is
+// served over HTTP, refuses an unauthenticated non-loopback address. ${VAR}
+// resolves through lookupEnv. Errors are config errors (exit 2), each
+// naming file:line.
+func (s configSource) load() (*configs.Config, error) {
+	source, data := configs.QuickstartSource, configs.Quickstart()
+	if s.path != "" {
+		var err error
+		if data, err = os.ReadFile(s.path); err != nil {
+			return nil, configErr(fmt.Errorf("config: %w", err))
+		}
+		source = s.path
+	}
+	cfg, err := configs.Parse(source, data, lookupEnv)
+	if err != nil {
+		return nil, configErr(err)
+	}
+	if s.listen != "" {
+		cfg.Server.Listen = s.listen
+	}
+	if s.http {
+		if err := checkExposure(cfg); err != nil {
+			return nil, configErr(err)
+		}
 	}
 	return cfg, nil
 }

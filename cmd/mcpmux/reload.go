@@ -12,17 +12,17 @@ import (
 	"github.com/fsnotify/fsnotify"
 
 	"github.com/mcpmux/mcpmux/aggregator"
-	"github.com/mcpmux/mcpmux/configs"
 	"github.com/mcpmux/mcpmux/sessions"
 )
 
 // reloadDebounce collects the bursts of events editors make when saving.
 const reloadDebounce = 250 * time.Millisecond
 
-// reloader re-reads the config on SIGHUP and when its file changes, and
-// applies a valid one. It runs until ctx is done; wait on the returned
+// reloader loads src again on SIGHUP and when its file changes, and
+// applies a valid config. It runs until ctx is done; wait on the returned
 // channel for it to finish.
-func reloader(ctx context.Context, path string, log *slog.Logger, agg *aggregator.Aggregator, srv *sessions.Server) <-chan struct{} {
+func reloader(ctx context.Context, src configSource, log *slog.Logger, agg *aggregator.Aggregator, srv *sessions.Server) <-chan struct{} {
+	path := src.path
 	done := make(chan struct{})
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
@@ -62,7 +62,7 @@ func reloader(ctx context.Context, path string, log *slog.Logger, agg *aggregato
 				return
 			case <-hup:
 				log.Info("SIGHUP: reloading config")
-				reload(ctx, path, log, agg, srv)
+				reload(ctx, src, log, agg, srv)
 			case ev := <-events:
 				if p, _ := filepath.Abs(ev.Name); p == abs && ev.Op&(fsnotify.Write|fsnotify.Create|fsnotify.Rename) != 0 {
 					timer = time.After(reloadDebounce)
@@ -72,39 +72,26 @@ func reloader(ctx context.Context, path string, log *slog.Logger, agg *aggregato
 			case <-timer:
 				timer = nil
 				log.Info("config file changed: reloading", "path", path)
-				reload(ctx, path, log, agg, srv)
+				reload(ctx, src, log, agg, srv)
 			}
 		}
 	}()
 	return done
 }
 
-// reload parses the config at path (the quickstart when path is "") and
-// applies it if valid; an invalid one is logged with every error and the
+// reload loads src (the quickstart when it has no file) and applies the
+// config if valid; an invalid one is logged with every error and the
 // running config stays.
-func reload(ctx context.Context, path string, log *slog.Logger, agg *aggregator.Aggregator, srv *sessions.Server) {
-	cfg, err := parseConfig(path)
+func reload(ctx context.Context, src configSource, log *slog.Logger, agg *aggregator.Aggregator, srv *sessions.Server) {
+	cfg, err := src.load()
 	if err != nil {
-		log.Error("config rejected; keeping the running config", "path", path, "error", err)
+		log.Error("config rejected; keeping the running config", "path", src.path, "error", err)
 		return
 	}
 	if err := srv.Reload(cfg); err != nil {
-		log.Error("config rejected; keeping the running config", "path", path, "error", err)
+		log.Error("config rejected; keeping the running config", "path", src.path, "error", err)
 		return
 	}
 	res := agg.Reload(ctx, cfg)
-	log.Info("config reloaded", "path", path, "added", res.Added, "removed", res.Removed, "restarted", res.Restarted, "kept", len(res.Kept))
-}
-
-// parseConfig reads and parses the config at path, or the quickstart.
-func parseConfig(path string) (*configs.Config, error) {
-	source, data := configs.QuickstartSource, configs.Quickstart()
-	if path != "" {
-		var err error
-		if data, err = os.ReadFile(path); err != nil {
-			return nil, err
-		}
-		source = path
-	}
-	return configs.Parse(source, data, lookupEnv)
+	log.Info("config reloaded", "path", src.path, "added", res.Added, "removed", res.Removed, "restarted", res.Restarted, "kept", len(res.Kept))
 }

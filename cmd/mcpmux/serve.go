@@ -38,16 +38,13 @@ func cmdServe(ctx context.Context, args []string, stderr io.Writer) error {
 		return usageErr("serve: --profile needs --stdio (HTTP clients choose their profile per request)")
 	}
 	start := time.Now()
-	cfg, err := loadConfig(*configPath, log)
+	src, cfg, err := openConfig(*configPath, configSource{listen: *listen, http: true}, log)
 	if err != nil {
 		return err
 	}
-	if *listen != "" {
-		cfg.Server.Listen = *listen
-	}
-	if err := checkExposure(cfg); err != nil {
-		return configErr(err)
-	}
+	// server.listen takes effect only on restart, so a reloaded config is
+	// checked for exposure against the address being served.
+	src.listen = cfg.Server.Listen
 
 	agg, srv, closeAll, err := wire(cfg, log)
 	defer closeAll()
@@ -69,11 +66,7 @@ func cmdServe(ctx context.Context, args []string, stderr io.Writer) error {
 	snap := agg.Snapshot()
 	log.Info("ready", "tools", len(snap.Tools), "upstreams", len(snap.Upstreams), "duration", time.Since(start))
 
-	watchPath := cfg.Source
-	if watchPath == configs.QuickstartSource {
-		watchPath = ""
-	}
-	reloaded := reloader(ctx, watchPath, log, agg, srv)
+	reloaded := reloader(ctx, src, log, agg, srv)
 	defer func() { <-reloaded }()
 
 	err = <-served

@@ -10,7 +10,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/mcpmux/mcpmux/configs"
 	"github.com/mcpmux/mcpmux/sessions"
 )
 
@@ -31,7 +30,7 @@ func serveStdio(ctx context.Context, configPath, profile string, log *slog.Logge
 	signal.Ignore(syscall.SIGPIPE)
 
 	start := time.Now()
-	cfg, err := loadConfig(configPath, log)
+	src, cfg, err := openConfig(configPath, configSource{}, log)
 	if err != nil {
 		return err
 	}
@@ -57,12 +56,8 @@ func serveStdio(ctx context.Context, configPath, profile string, log *slog.Logge
 	snap := agg.Snapshot()
 	log.Info("ready on stdio", "profile", profile, "tools", len(snap.Tools), "upstreams", len(snap.Upstreams), "duration", time.Since(start))
 
-	watchPath := cfg.Source
-	if watchPath == configs.QuickstartSource {
-		watchPath = ""
-	}
 	rctx, stopReload := context.WithCancel(ctx)
-	reloaded := reloader(rctx, watchPath, log, agg, srv)
+	reloaded := reloader(rctx, src, log, agg, srv)
 	defer func() {
 		stopReload()
 		<-reloaded
