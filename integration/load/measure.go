@@ -56,14 +56,74 @@ func echoCaller(tool string, sent *atomic.Int64) caller {
 		if err != nil {
 			return fmt.Errorf("tools/call %s: %w", tool, err)
 		}
-		sent.Add(1)
-		if res.IsError || len(res.Content) != 1 {
-			return fmt.Errorf("tools/call %s: unexpected result %+v", tool, res)
+		if sent != nil {
+			sent.Add(1)
 		}
-		if tc, ok := res.Content[0].(mcp.TextContent); !ok || tc.Text != echoText {
-			return fmt.Errorf("tools/call %s: unexpected content %+v", tool, res.Content[0])
+		return checkText(tool, res, echoText)
+	}
+}
+
+// checkText reports an error unless res is one text content equal to want.
+func checkText(tool string, res *mcp.CallToolResult, want string) error {
+	if res.IsError || len(res.Content) != 1 {
+		return fmt.Errorf("tools/call %s: unexpected result %+v", tool, res)
+	}
+	if tc, ok := res.Content[0].(mcp.TextContent); !ok || tc.Text != want {
+		return fmt.Errorf("tools/call %s: unexpected content %+v, want %q", tool, res.Content[0], want)
+	}
+	return nil
+}
+
+// progressTally follows the progress notifications of one session's calls,
+// made one at a time: how many the calls asked for, how many carrying the
+// current call's token reached the client before that call's result, and
+// how many carried another token (one that arrived after its own result).
+// Safe for concurrent use by the session's reader and its caller.
+type progressTally struct {
+	seq                  atomic.Int64
+	current              atomic.Pointer[string] // token of the call in flight
+	asked, before, stray atomic.Int64
+	seen                 atomic.Int64 // notifications with the current token
+}
+
+// watch counts the progress notifications c receives.
+func (p *progressTally) watch(c *client.Client) {
+	c.OnNotification(func(n mcp.JSONRPCNotification) {
+		if n.Method != string(mcp.MethodNotificationProgress) {
+			return
 		}
-		return nil
+		cur := p.current.Load()
+		if cur != nil && fmt.Sprint(n.Params.AdditionalFields["progressToken"]) == *cur {
+			p.seen.Add(1)
+		} else {
+			p.stray.Add(1)
+		}
+	})
+}
+
+// progressCaller calls tool with args and a fresh progress token, for a
+// tool that sends want progress notifications and then answers text. Each
+// successful call is added to sent (nil: not counted). The session must be
+// watched by p, and used by this caller only, one call at a time.
+func progressCaller(tool string, args map[string]any, want int, text string, p *progressTally, sent *atomic.Int64) caller {
+	return func(ctx context.Context, c *client.Client) error {
+		tok := fmt.Sprintf("load-%d", p.seq.Add(1))
+		p.current.Store(&tok)
+		seen0 := p.seen.Load()
+		var req mcp.CallToolRequest
+		req.Params.Name = tool
+		req.Params.Arguments = args
+		req.Params.Meta = &mcp.Meta{ProgressToken: tok}
+		res, err := c.CallTool(ctx, req)
+		if err != nil {
+			return fmt.Errorf("tools/call %s: %w", tool, err)
+		}
+		if sent != nil {
+			sent.Add(1)
+		}
+		p.asked.Add(int64(want))
+		p.before.Add(p.seen.Load() - seen0)
+		return checkText(tool, res, text)
 	}
 }
 
@@ -94,6 +154,7 @@ type series struct {
 	c     *client.Client
 	call  caller
 	d     []time.Duration
+	into  *pcts // where the run's percentiles go
 }
 
 // latency runs warmup and then n timed calls of every series, interleaved

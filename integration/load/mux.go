@@ -25,23 +25,56 @@ type muxProc struct {
 }
 
 // buildMux builds ./cmd/mcpmux of the module this program belongs to into
-// dir and returns the binary's path.
-func buildMux(ctx context.Context, dir string) (string, error) {
+// dir and returns the binary's path and what it was built from (see
+// treeState).
+func buildMux(ctx context.Context, dir string) (string, string, error) {
 	out, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
 	if err != nil {
-		return "", fmt.Errorf("go env GOMOD: %w", err)
+		return "", "", fmt.Errorf("go env GOMOD: %w", err)
 	}
 	gomod := strings.TrimSpace(string(out))
 	if gomod == "" || gomod == os.DevNull {
-		return "", errors.New("not inside the mcpmux module: run from the repository, or pass --mcpmux PATH")
+		return "", "", errors.New("not inside the mcpmux module: run from the repository, or pass --mcpmux PATH")
 	}
 	bin := filepath.Join(dir, "mcpmux")
 	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/mcpmux")
 	cmd.Dir = filepath.Dir(gomod)
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build ./cmd/mcpmux: %w\n%s", err, out)
+		return "", "", fmt.Errorf("go build ./cmd/mcpmux: %w\n%s", err, out)
 	}
-	return bin, nil
+	return bin, treeState(ctx, cmd.Dir), nil
+}
+
+// treeState says which commit the working tree at root is on, and whether
+// files outside integration/ differ from it (then the binary is that commit
+// plus those changes). Builds may not stamp VCS information (-buildvcs=false),
+// so this is the only record of what was measured.
+func treeState(ctx context.Context, root string) string {
+	head, err := exec.CommandContext(ctx, "git", "-C", root, "rev-parse", "--short", "HEAD").Output()
+	if err != nil {
+		return "working tree (no git commit known)"
+	}
+	s := "working tree at commit " + strings.TrimSpace(string(head))
+	dirty, err := exec.CommandContext(ctx, "git", "-C", root, "status", "--porcelain", "--untracked-files=no", "--", ".", ":!integration").Output()
+	if err == nil && len(bytes.TrimSpace(dirty)) > 0 {
+		s += " + uncommitted changes outside integration/"
+	}
+	return s
+}
+
+// binVersion returns the commit line of `bin version`, for a binary the
+// load program did not build.
+func binVersion(ctx context.Context, bin string) string {
+	out, err := exec.CommandContext(ctx, bin, "version").Output()
+	if err != nil {
+		return bin + " (version unknown)"
+	}
+	for line := range strings.Lines(string(out)) {
+		if c, ok := strings.CutPrefix(strings.TrimSpace(line), "commit "); ok {
+			return bin + " at commit " + c
+		}
+	}
+	return bin
 }
 
 // muxConfig mounts the upstream as "up" and defines the read-only profile

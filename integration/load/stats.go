@@ -44,3 +44,11 @@ func median[T ~int64 | ~float64](v []T) T {
 func us(d time.Duration) string {
 	return fmt.Sprintf("%.1f", float64(d)/float64(time.Microsecond))
 }
+
+// signed is us with an explicit sign.
+func signed(d time.Duration) string {
+	if d < 0 {
+		return us(d)
+	}
+	return "+" + us(d)
+}

@@ -20,11 +20,17 @@ import (
 
 // Tool names on the upstream. echoTool is read-only and is what the latency
 // and throughput phases call; writeTool is not read-only, so the "ro"
-// profile hides it and every call to it through mcpmux must be denied.
+// profile hides it and every call to it through mcpmux must be denied;
+// notifyTool sends "count" progress notifications before its result, when
+// the call carries a progress token.
 const (
-	echoTool  = "echo"
-	writeTool = "write"
+	echoTool   = "echo"
+	writeTool  = "write"
+	notifyTool = "notify"
 )
+
+// upstreamTools is how many tools the upstream has besides the fillers.
+const upstreamTools = 3
 
 // upstream is an mcp-go streamable HTTP MCP server on a loopback port,
 // in this process. Its HTTP handler counts every request, and every
@@ -65,6 +71,14 @@ func startUpstream(extra int) (*upstream, error) {
 			Handler: func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 				return mcp.NewToolResultText("written"), nil
 			},
+		},
+		{
+			Tool: mcp.NewTool(notifyTool,
+				mcp.WithDescription("Sends count progress notifications, then returns."),
+				mcp.WithNumber("count", mcp.Required(), mcp.Description("how many notifications")),
+				mcp.WithReadOnlyHintAnnotation(true),
+			),
+			Handler: notify,
 		},
 	}
 	for i := range extra {
@@ -107,6 +121,33 @@ func startUpstream(extra int) (*upstream, error) {
 	go func() { u.done <- u.srv.Serve(ln) }()
 	return u, nil
 }
+
+// notify serves notifyTool: it queues its notifications with mcp-go, which
+// writes them on the call's response stream ahead of the result.
+func notify(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	n := req.GetInt("count", 0)
+	var token mcp.ProgressToken
+	if req.Params.Meta != nil {
+		token = req.Params.Meta.ProgressToken
+	}
+	srv := server.ServerFromContext(ctx)
+	if token == nil || srv == nil {
+		return mcp.NewToolResultText(notifiedText(0)), nil
+	}
+	for i := 1; i <= n; i++ {
+		err := srv.SendNotificationToClient(ctx, string(mcp.MethodNotificationProgress), map[string]any{
+			"progressToken": token,
+			"progress":      i,
+			"total":         n,
+		})
+		if err != nil {
+			return mcp.NewToolResultError(fmt.Sprintf("progress %d/%d: %v", i, n, err)), nil
+		}
+	}
+	return mcp.NewToolResultText(notifiedText(n)), nil
+}
+
+func notifiedText(n int) string { return fmt.Sprintf("sent %d notifications", n) }
 
 // count wraps h: it counts the request and, for a POST, reads the body to
 // count tools/call by name, then hands h an identical body. The extra work
