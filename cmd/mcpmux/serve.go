@@ -45,34 +45,72 @@ func cmdServe(ctx context.Context, args []string, stderr io.Writer) error {
 	// server.listen takes effect only on restart, so a reloaded config is
 	// checked for exposure against the address being served.
 	src.listen = cfg.Server.Listen
+	return httpRun{cfg: cfg, src: src, log: log, start: start, listen: listenTCP}.Run(ctx)
+}
 
-	agg, srv, closeAll, err := wire(cfg, log)
+// listenTCP is httpRun.listen for the real server.
+func listenTCP(addr string) (net.Listener, error) { return net.Listen("tcp", addr) }
+
+// httpRun is `mcpmux serve` over HTTP once the command line is parsed and
+// the config loaded.
+type httpRun struct {
+	cfg   *configs.Config
+	src   configSource // loaded again on SIGHUP and when its file changes
+	log   *slog.Logger
+	start time.Time // when the command began, for the ready log
+	// listen opens the listener for cfg.Server.Listen.
+	listen func(addr string) (net.Listener, error)
+}
+
+// Run serves until ctx is done (exit 0), serving fails, or a required
+// upstream fails to start (exit 1). On every return the HTTP server has
+// shut down and closed its listener, the reloader has stopped, and the
+// upstreams are closed with their children reaped.
+func (r httpRun) Run(ctx context.Context) error {
+	agg, srv, closeAll, err := wire(r.cfg, r.log)
 	defer closeAll()
 	if err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", cfg.Server.Listen)
+	ln, err := r.listen(r.cfg.Server.Listen)
 	if err != nil {
-		return fmt.Errorf("listen %s: %w", cfg.Server.Listen, err)
+		return fmt.Errorf("listen %s: %w", r.cfg.Server.Listen, err)
 	}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ctx, ln) }()
-	log.Info("listening", "addr", "http://"+ln.Addr().String()+"/mcp")
+
+	// Every goroutine started below ends with ctx, which is cancelled and
+	// the goroutines waited for on each return, before closeAll closes the
+	// upstreams they use.
+	ctx, cancel := context.WithCancel(ctx)
+	var running []<-chan struct{}
+	defer func() {
+		cancel()
+		for _, done := range running {
+			<-done
+		}
+	}()
+
+	served := make(chan struct{})
+	var serveErr error
+	go func() {
+		defer close(served)
+		serveErr = srv.Serve(ctx, ln) // closes ln
+	}()
+	running = append(running, served)
+	r.log.Info("listening", "addr", "http://"+ln.Addr().String()+"/mcp")
 
 	if err := agg.Start(ctx); err != nil {
 		return &exitError{exitRuntime, err}
 	}
 	srv.MarkStarted()
 	snap := agg.Snapshot()
-	log.Info("ready", "tools", len(snap.Tools), "upstreams", len(snap.Upstreams), "duration", time.Since(start))
+	r.log.Info("ready", "tools", len(snap.Tools), "upstreams", len(snap.Upstreams), "duration", time.Since(r.start))
 
-	reloaded := reloader(ctx, src, log, agg, srv)
-	defer func() { <-reloaded }()
+	running = append(running, reloader(ctx, r.src, r.log, agg, srv))
 
-	err = <-served
-	log.Info("shutting down")
-	if err != nil && !errors.Is(err, net.ErrClosed) {
-		return err
+	<-served
+	r.log.Info("shutting down")
+	if serveErr != nil && !errors.Is(serveErr, net.ErrClosed) {
+		return serveErr
 	}
 	return nil
 }
@@ -105,12 +143,22 @@ func startAggregator(ctx context.Context, cfg *configs.Config, log *slog.Logger)
 }
 
 // wire builds the aggregator and the session server for cfg, with the
-// audit log open. The returned func closes the upstreams (reaping their
-// children) and the audit log; call it whatever the error.
+// audit log open. The returned func shuts the session server down (which
+// also stops the background work sessions.New started), closes the
+// upstreams (reaping their children) and the audit log; call it whatever
+// the error, after everything using them has stopped.
 func wire(cfg *configs.Config, log *slog.Logger) (*aggregator.Aggregator, *sessions.Server, func(), error) {
 	agg := aggregator.New(cfg, aggregator.Options{Logger: log})
+	var srv *sessions.Server
 	audit, closeAudit, err := openAudit(cfg)
 	closeAll := func() {
+		if srv != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), cfg.Server.ShutdownGrace)
+			if err := srv.Shutdown(ctx); err != nil {
+				log.Error("closing sessions", "error", err)
+			}
+			cancel()
+		}
 		if err := agg.Close(); err != nil {
 			log.Error("closing upstreams", "error", err)
 		}
@@ -121,7 +169,7 @@ func wire(cfg *configs.Config, log *slog.Logger) (*aggregator.Aggregator, *sessi
 	if err != nil {
 		return nil, nil, closeAll, err
 	}
-	srv, err := sessions.New(cfg, agg, sessions.Options{Logger: log, Version: version, Audit: audit})
+	srv, err = sessions.New(cfg, agg, sessions.Options{Logger: log, Version: version, Audit: audit})
 	if err != nil {
 		return nil, nil, closeAll, configErr(err)
 	}
