@@ -57,7 +57,8 @@ type Server struct {
 	// verbose any session set.
 	upstreamLevel mcp.LoggingLevel
 
-	streams streamSet // live websocket, SSE and stdio sessions (door.go)
+	streams   streamSet // live websocket, SSE and stdio sessions (door.go)
+	listening listeners // open 2026-07-28 subscriptions/listen streams (listen.go)
 }
 
 // MarkStarted tells the server that every upstream has had its first
@@ -280,6 +281,9 @@ func (s *Server) onSnapshot(prev, next *aggregator.Snapshot) {
 	if prev != nil && resourcesChanged {
 		s.notify(all, string(mcp.MethodNotificationResourcesListChanged), nil)
 	}
+	s.notifyListeners(func(b Binding) string {
+		return s.registry.View(next.Version, next.Tools, b.Filter).Fingerprint()
+	}, prev != nil && promptsChanged, prev != nil && resourcesChanged, "")
 }
 
 // notify sends one notification to each listed session.
@@ -332,6 +336,7 @@ func (s *Server) resourceUpdated(uri string) {
 	}
 	s.mu.Unlock()
 	s.notify(ids, string(mcp.MethodNotificationResourceUpdated), map[string]any{"uri": uri})
+	s.notifyListeners(nil, false, false, uri)
 }
 
 // onRegister binds a new legacy session to the binding its initialize
@@ -510,6 +515,10 @@ func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	defer func() { s.metrics.observeLatency(m.Method, time.Since(start)) }()
 	view := s.View(b)
+	if modern && m.IsRequest() && m.Method == string(mcp.MethodSubscriptionsListen) {
+		s.serveListen(w, r, m, b, view)
+		return
+	}
 	if (sess != nil || modern) && isRouted(m, sess != nil) {
 		s.serveRouted(w, r, m, b, view, id, sess)
 		return
