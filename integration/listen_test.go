@@ -1,0 +1,105 @@
+//go:build unix
+
+package integration
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// modernListen opens a 2026-07-28 subscriptions/listen stream on url and
+// returns a channel of the methods of the notifications it receives.
+func modernListen(t *testing.T, url string) <-chan string {
+	t.Helper()
+	body := `{"jsonrpc":"2.0","id":"listen-1","method":"subscriptions/listen","params":{"notifications":{"toolsListChanged":true},` +
+		`"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}`
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("MCP-Protocol-Version", "2026-07-28")
+	req.Header.Set("Mcp-Method", "subscriptions/listen")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		resp.Body.Close()
+		t.Fatalf("subscriptions/listen on %s: status %d, Content-Type %q", url, resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	methods := make(chan string, 16)
+	go func() {
+		defer resp.Body.Close()
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			data, ok := strings.CutPrefix(sc.Text(), "data: ")
+			if !ok {
+				continue
+			}
+			var m struct {
+				Method string `json:"method"`
+			}
+			if json.Unmarshal([]byte(data), &m) == nil && m.Method != "" {
+				methods <- m.Method
+			}
+		}
+	}()
+	return methods
+}
+
+// expectMethod waits for method on ch (want) or checks that it does not
+// come within wait (!want).
+func expectMethod(t *testing.T, who string, ch <-chan string, method string, want bool, wait time.Duration) {
+	t.Helper()
+	deadline := time.After(wait)
+	for {
+		select {
+		case got := <-ch:
+			if got != method {
+				continue
+			}
+			if !want {
+				t.Errorf("%s got %s, want nothing (its view did not change)", who, method)
+			}
+			return
+		case <-deadline:
+			if want {
+				t.Errorf("%s got no %s within %s", who, method, wait)
+			}
+			return
+		}
+	}
+}
+
+// TestModernListen checks that a 2026-07-28 client that listens hears
+// tools/list_changed for its own view only (SPEC §7): a read-only listener
+// is not told of a new tool that is not read-only, and is told of one that
+// is; an unrestricted listener is told of both.
+func TestModernListen(t *testing.T) {
+	mux := startMux(t, listChangedConfig(t))
+	all := modernListen(t, mux.URL())
+	ro := modernListen(t, mux.URL()+"?profile=readonly")
+	for _, ch := range []<-chan string{all, ro} {
+		expectMethod(t, "listener", ch, "notifications/subscriptions/acknowledged", true, 10*time.Second)
+	}
+	s := openRawSession(t, mux.URL(), nil)
+	if r := s.post(t, "", nil, toolsCallBody(t, 2, "demo__add_tool", map[string]any{"name": "extra_rw", "read_only": false})); r.Msg == nil || r.Msg.Error != nil {
+		t.Fatalf("add_tool: %s", r)
+	}
+	expectMethod(t, "the unrestricted listener", all, "notifications/tools/list_changed", true, 10*time.Second)
+	expectMethod(t, "the read-only listener", ro, "notifications/tools/list_changed", false, 1500*time.Millisecond)
+	if r := s.post(t, "", nil, toolsCallBody(t, 3, "demo__add_tool", map[string]any{"name": "extra_ro", "read_only": true})); r.Msg == nil || r.Msg.Error != nil {
+		t.Fatalf("add_tool: %s", r)
+	}
+	expectMethod(t, "the unrestricted listener", all, "notifications/tools/list_changed", true, 10*time.Second)
+	expectMethod(t, "the read-only listener", ro, "notifications/tools/list_changed", true, 10*time.Second)
+}
