@@ -1,5 +1,5 @@
 // Preload for running the conformance CLI (@modelcontextprotocol/conformance
-// 0.1.16) on Node 20:
+// 0.2.0-alpha.12) on Node 20:
 //
 //   node --import ./conformance/globsync-shim.mjs node_modules/@modelcontextprotocol/conformance/dist/index.js …
 //
