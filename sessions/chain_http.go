@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"runtime/debug"
 	"sync"
 
 	"github.com/mark3labs/mcp-go/mcp"
@@ -50,63 +49,45 @@ func (s *Server) serveRouted(w http.ResponseWriter, r *http.Request, m *jsonrpc.
 		writeAnswer(w, status, jsonrpc.ErrorResponse(m.ID, refusal))
 		return
 	}
-	frames := make(chan []byte, callFrames)
-	queue := func(f []byte) bool {
-		select {
-		case frames <- f:
-			return true
-		default:
-			return false
-		}
-	}
-	logf := func(msg string, args ...any) { s.log.Debug(msg, append(args, "session", id, "method", m.Method)...) }
-	var cl *caller
-	if modern {
-		cl = modernCaller(m, queue, logf)
-	} else {
-		cl = s.sessionCaller(sess, frames, queue, logf)
-	}
 	ctx, untrack := s.trackRouted(r.Context(), sess, m.ID)
 	defer untrack()
-	done := make(chan routedAnswer, 1)
-	go func() {
-		defer func() {
-			if v := recover(); v != nil {
-				s.log.Error("panic routing a request", "session", id, "method", m.Method, "panic", v, "stack", string(debug.Stack()))
-				done <- routedAnswer{err: &jsonrpc.Error{Code: mcp.INTERNAL_ERROR, Message: "internal error"}}
-			}
-		}()
-		res, err := s.route(ctx, id, b, e, m, cl)
-		done <- routedAnswer{res, err}
-	}()
 	out := &eventWriter{w: w}
-	for {
-		select {
-		case f := <-frames:
-			out.event(f)
-			continue
-		case a := <-done:
-			for len(frames) > 0 {
-				out.event(<-frames)
-			}
-			if a.err == nil {
-				s.metrics.count(m.Method, outcomeOK)
-				out.final(http.StatusOK, jsonrpc.Response(m.ID, a.result))
-				return
-			}
-			s.metrics.count(m.Method, outcomeError)
-			rpcErr := s.errorFor(m, a.err, modern)
-			if rpcErr == nil || ctx.Err() != nil {
-				return // cancelled: no answer is due
-			}
-			status := http.StatusOK
-			if modern {
-				status = httpStatus(rpcErr.Code)
-			}
-			out.final(status, jsonrpc.ErrorResponse(m.ID, rpcErr))
-			return
+	c, refusal := s.callFor(ctx, m, b, e, id, func(c *call, logf func(string, ...any)) *caller {
+		if modern {
+			return modernCaller(m, c.queue, logf)
+		}
+		return s.sessionCaller(sess, c.frames, c.queue, logf)
+	})
+	if refusal != nil {
+		writeAnswer(w, httpStatus(refusal.Code), jsonrpc.ErrorResponse(m.ID, refusal))
+		return
+	}
+	answer, code := s.await(ctx, c, m, out.event)
+	if answer == nil {
+		return
+	}
+	status := http.StatusOK
+	if modern && code != 0 {
+		status = httpStatus(code)
+	}
+	out.final(status, answer)
+}
+
+// callFor starts the call m asks for, or, for a 2026-07-28 retry that
+// names a held call, resumes that one. newCaller makes the request's
+// aggregator.Client for a new call.
+func (s *Server) callFor(ctx context.Context, m *jsonrpc.Message, b Binding, e *filter.Entry, id string,
+	newCaller func(*call, func(string, ...any)) *caller) (*call, *jsonrpc.Error) {
+	modern := isModern(m)
+	if modern {
+		if c, ok, refusal := s.resume(m, b); ok {
+			return c, refusal
 		}
 	}
+	c := newCall(m, b, modern)
+	logf := func(msg string, args ...any) { s.log.Debug(msg, append(args, "session", id, "method", m.Method)...) }
+	s.start(ctx, c, id, b, e, m, newCaller(c, logf))
+	return c, nil
 }
 
 // eventWriter answers one HTTP request with a single JSON body, or, once

@@ -119,6 +119,7 @@ func (s *Server) openDoor(w http.ResponseWriter, r *http.Request) (Binding, Sele
 	if !hostAllowed(w, r) {
 		return Binding{}, Selection{}, false
 	}
+	s.waitStarted(r.Context())
 	sel, err := SelectionFromRequest(r)
 	var b Binding
 	if err == nil {

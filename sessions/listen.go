@@ -3,6 +3,7 @@ package sessions
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"sync"
 
@@ -18,9 +19,11 @@ import (
 type listener struct {
 	binding Binding
 	want    mcp.SubscriptionFilter
-	frames  chan []byte // to the stream's writer; full = dropped
-	listed  string      // fingerprint of the view it last had
-	uris    map[string]bool
+	// queue hands a frame to the stream's writer without blocking; a full
+	// writer drops it.
+	queue  func(frame []byte) bool
+	listed string // fingerprint of the view it last had
+	uris   map[string]bool
 }
 
 // listeners is the open listen streams of one Server.
@@ -58,10 +61,7 @@ func (l *listener) send(method string, params any) {
 	if err != nil {
 		return
 	}
-	select {
-	case l.frames <- frame:
-	default:
-	}
+	l.queue(frame)
 }
 
 // serveListen answers a 2026-07-28 subscriptions/listen on /mcp with an
@@ -72,39 +72,26 @@ func (s *Server) serveListen(w http.ResponseWriter, r *http.Request, m *jsonrpc.
 		writeAnswer(w, httpStatus(e.Code), jsonrpc.ErrorResponse(m.ID, e))
 		return
 	}
-	var p struct {
-		Notifications mcp.SubscriptionFilter `json:"notifications"`
+	frames := make(chan []byte, callFrames)
+	queue := func(f []byte) bool {
+		select {
+		case frames <- f:
+			return true
+		default:
+			return false
+		}
 	}
-	json.Unmarshal(m.Params, &p)
-	l := &listener{binding: b, want: p.Notifications, frames: make(chan []byte, callFrames), listed: view.Fingerprint(), uris: make(map[string]bool)}
 	ctx := r.Context()
-	var subscribed []string
-	defer func() {
-		for _, uri := range subscribed {
-			s.agg.Unsubscribe(context.WithoutCancel(ctx), uri)
-		}
-	}()
-	for _, uri := range p.Notifications.ResourceSubscriptions {
-		if err := s.agg.Subscribe(ctx, uri); err != nil {
-			if e := s.errorFor(m, err, true); e != nil {
-				writeAnswer(w, httpStatus(e.Code), jsonrpc.ErrorResponse(m.ID, e))
-			}
-			return
-		}
-		subscribed = append(subscribed, uri)
-		l.uris[uri] = true
+	stop, e := s.listen(ctx, m, b, view, queue)
+	if e != nil {
+		writeAnswer(w, httpStatus(e.Code), jsonrpc.ErrorResponse(m.ID, e))
+		return
 	}
-	s.listening.add(l)
-	defer s.listening.remove(l)
+	defer stop()
 	out := &eventWriter{w: w}
-	ack, _ := jsonrpc.Notification(string(mcp.MethodNotificationSubscriptionsAcknowledged), map[string]any{
-		"_meta":         map[string]any{mcp.MetaKeySubscriptionID: m.ID},
-		"notifications": p.Notifications,
-	})
-	out.event(ack)
 	for {
 		select {
-		case f := <-l.frames:
+		case f := <-frames:
 			out.event(f)
 			if out.broken {
 				return
@@ -114,6 +101,75 @@ func (s *Server) serveListen(w http.ResponseWriter, r *http.Request, m *jsonrpc.
 		}
 	}
 }
+
+// listenStream answers a 2026-07-28 subscriptions/listen on a stream door:
+// the frames go through the session's writer until the request is
+// cancelled or the session ends; then no answer is due.
+func (s *Server) listenStream(ctx context.Context, sess *streamSession, b Binding, view *filter.View, m *jsonrpc.Message) []byte {
+	queue := func(f []byte) bool {
+		select {
+		case sess.out <- f:
+			return true
+		default:
+			return false
+		}
+	}
+	stop, e := s.listen(ctx, m, b, view, queue)
+	if e != nil {
+		return jsonrpc.ErrorResponse(m.ID, e)
+	}
+	defer stop()
+	<-ctx.Done()
+	return nil
+}
+
+// listen opens a listen stream for m: it subscribes upstream to the
+// resources m lists, registers the listener, and queues the
+// acknowledgement. The returned func closes it all again.
+func (s *Server) listen(ctx context.Context, m *jsonrpc.Message, b Binding, view *filter.View, queue func([]byte) bool) (func(), *jsonrpc.Error) {
+	var p struct {
+		Notifications mcp.SubscriptionFilter `json:"notifications"`
+	}
+	if err := json.Unmarshal(m.Params, &p); err != nil {
+		return nil, &jsonrpc.Error{Code: mcp.INVALID_PARAMS, Message: "subscriptions/listen: " + err.Error()}
+	}
+	if len(p.Notifications.ResourceSubscriptions) > maxListenURIs {
+		return nil, &jsonrpc.Error{Code: mcp.INVALID_PARAMS, Message: fmt.Sprintf("subscriptions/listen: at most %d resource subscriptions per stream", maxListenURIs)}
+	}
+	l := &listener{binding: b, want: p.Notifications, queue: queue, listed: view.Fingerprint(), uris: make(map[string]bool)}
+	var subscribed []string
+	release := func() {
+		for _, uri := range subscribed {
+			if err := s.agg.Unsubscribe(context.WithoutCancel(ctx), uri); err != nil {
+				s.log.Debug("resource subscription not released", "error", err)
+			}
+		}
+	}
+	for _, uri := range p.Notifications.ResourceSubscriptions {
+		if l.uris[uri] {
+			continue
+		}
+		if err := s.agg.Subscribe(ctx, uri); err != nil {
+			release()
+			return nil, s.errorFor(m, err, true)
+		}
+		subscribed = append(subscribed, uri)
+		l.uris[uri] = true
+	}
+	s.listening.add(l)
+	ack, _ := jsonrpc.Notification(string(mcp.MethodNotificationSubscriptionsAcknowledged), map[string]any{
+		"_meta":         map[string]any{mcp.MetaKeySubscriptionID: m.ID},
+		"notifications": p.Notifications,
+	})
+	queue(ack)
+	return func() {
+		s.listening.remove(l)
+		release()
+	}, nil
+}
+
+// maxListenURIs bounds the resource subscriptions of one listen stream.
+const maxListenURIs = 1000
 
 // notifyListeners tells each listen stream whose view changed, and each
 // one subscribed to uri (when uri is not "").

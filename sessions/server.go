@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -57,8 +58,9 @@ type Server struct {
 	// verbose any session set.
 	upstreamLevel mcp.LoggingLevel
 
-	streams   streamSet // live websocket, SSE and stdio sessions (door.go)
-	listening listeners // open 2026-07-28 subscriptions/listen streams (listen.go)
+	streams   streamSet  // live websocket, SSE and stdio sessions (door.go)
+	listening listeners  // open 2026-07-28 subscriptions/listen streams (listen.go)
+	held      *heldCalls // 2026-07-28 calls waiting for their client's input (call.go)
 }
 
 // MarkStarted tells the server that every upstream has had its first
@@ -141,6 +143,11 @@ func New(cfg *configs.Config, agg *aggregator.Aggregator, opts Options) (*Server
 	if s.version == "" {
 		s.version = "dev"
 	}
+	replica, _ := os.Hostname()
+	if replica == "" {
+		replica = "mcpmux"
+	}
+	s.held = newHeldCalls(replica)
 	res, err := NewResolver(cfg, s.registry)
 	if err != nil {
 		return nil, err

@@ -493,6 +493,9 @@ func (s *Server) handle(ctx context.Context, sess *streamSession, raw []byte, m 
 	if isRouted(m, true) {
 		return s.handleRouted(ctx, sess, b, view, m)
 	}
+	if m.IsRequest() && m.Method == string(mcp.MethodSubscriptionsListen) && isModern(m) {
+		return s.listenStream(ctx, sess, b, view, m)
+	}
 	if m.Method == string(mcp.MethodToolsList) && m.IsRequest() && m.Cursor == nil && !isModern(m) {
 		// The view's pre-encoded listing, as on /mcp.
 		s.metrics.count(m.Method, outcomeOK)
@@ -526,22 +529,11 @@ func (s *Server) handleRouted(ctx context.Context, sess *streamSession, b Bindin
 	if refusal != nil {
 		return jsonrpc.ErrorResponse(m.ID, refusal)
 	}
-	queue := func(f []byte) bool {
-		select {
-		case sess.out <- f:
-			return true
-		default:
-			return false
+	c, refusal := s.callFor(ctx, m, b, e, sess.id, func(c *call, logf func(string, ...any)) *caller {
+		if isModern(m) {
+			return modernCaller(m, c.queue, logf)
 		}
-	}
-	logf := func(msg string, args ...any) {
-		s.log.Debug(msg, append(args, "session", sess.id, "method", m.Method)...)
-	}
-	var cl *caller
-	if isModern(m) {
-		cl = modernCaller(m, queue, logf)
-	} else {
-		cl = &caller{caps: sess.GetClientCapabilities(), queue: queue, log: logf,
+		return &caller{caps: sess.GetClientCapabilities(), queue: c.queue, log: logf,
 			level: func() mcp.LoggingLevel {
 				if l, ok := sess.logLevel.Load().(mcp.LoggingLevel); ok {
 					return l
@@ -551,18 +543,12 @@ func (s *Server) handleRouted(ctx context.Context, sess *streamSession, b Bindin
 			ask: func(ctx context.Context, method string, params any) (json.RawMessage, error) {
 				return sess.request(ctx, mcp.MCPMethod(method), params)
 			}}
+	})
+	if refusal != nil {
+		return jsonrpc.ErrorResponse(m.ID, refusal)
 	}
-	res, err := s.route(ctx, sess.id, b, e, m, cl)
-	if err != nil {
-		s.metrics.count(m.Method, outcomeError)
-		rpcErr := s.errorFor(m, err, cl.modern)
-		if rpcErr == nil {
-			return nil
-		}
-		return jsonrpc.ErrorResponse(m.ID, rpcErr)
-	}
-	s.metrics.count(m.Method, outcomeOK)
-	return jsonrpc.Response(m.ID, res)
+	answer, _ := s.await(ctx, c, m, func(f []byte) { sess.send(ctx, f) })
+	return answer
 }
 
 // bindingOf returns the binding sess is served with now: once registered,

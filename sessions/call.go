@@ -1,0 +1,298 @@
+package sessions
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/mcpmux/mcpmux/filter"
+	"github.com/mcpmux/mcpmux/internal/jsonrpc"
+)
+
+// call is one routed request in flight. route runs on a goroutine of its
+// own; whoever awaits the call (the HTTP handler, or a stream session's
+// worker) is its only writer: it writes the frames the call produces as
+// they come, then its answer.
+//
+// A 2026-07-28 client takes no server→client requests, so when the
+// upstream of its call (one on an older protocol) asks for input in the
+// middle of it, the call is held: the client is answered input_required
+// with a requestState naming the held call, and its retry, carrying the
+// answer, resumes it (SPEC §7).
+type call struct {
+	frames chan []byte
+	done   chan routedAnswer
+	asks   chan *ask
+	cancel context.CancelFunc
+	modern bool
+	method string
+	name   string         // the tool or prompt name, or URI, a retry must repeat
+	filter *filter.Filter // the retry must come through the same view
+}
+
+// ask is an upstream's request for input during a held call.
+type ask struct {
+	method string
+	params any
+	reply  chan askReply
+}
+
+type askReply struct {
+	result json.RawMessage
+	err    error
+}
+
+// queue hands f to the call's writer without blocking.
+func (c *call) queue(f []byte) bool {
+	select {
+	case c.frames <- f:
+		return true
+	default:
+		return false
+	}
+}
+
+// askClient is the caller's server→client request for a 2026-07-28 call:
+// it waits until the client's retry brings the answer.
+func (c *call) askClient(ctx context.Context, method string, params any) (json.RawMessage, error) {
+	a := &ask{method: method, params: params, reply: make(chan askReply, 1)}
+	select {
+	case c.asks <- a:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	select {
+	case r := <-a.reply:
+		return r.result, r.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// newCall prepares a call of m; start runs it.
+func newCall(m *jsonrpc.Message, b Binding, modern bool) *call {
+	name := m.Name
+	if m.Method == string(mcp.MethodResourcesRead) {
+		name = m.URI
+	}
+	return &call{frames: make(chan []byte, callFrames), done: make(chan routedAnswer, 1), asks: make(chan *ask),
+		modern: modern, method: m.Method, name: name, filter: b.Filter}
+}
+
+// start runs route for the call. A 2026-07-28 call lives on past the
+// request that started it (it may be held); await ties it to each request
+// that waits for it.
+func (s *Server) start(parent context.Context, c *call, id string, b Binding, e *filter.Entry, m *jsonrpc.Message, cl *caller) {
+	ctx := parent
+	if c.modern {
+		ctx = context.WithoutCancel(parent)
+		cl.ask = c.askClient
+	}
+	ctx, c.cancel = context.WithCancel(ctx)
+	go func() {
+		defer func() {
+			if v := recover(); v != nil {
+				s.log.Error("panic routing a request", "session", id, "method", m.Method, "panic", v, "stack", string(debug.Stack()))
+				c.done <- routedAnswer{err: &jsonrpc.Error{Code: mcp.INTERNAL_ERROR, Message: "internal error"}}
+			}
+		}()
+		res, err := s.route(ctx, id, b, e, m, cl)
+		c.done <- routedAnswer{res, err}
+	}()
+}
+
+// await writes the call's frames with write until it answers, or, for a
+// 2026-07-28 call, asks for input; it returns the answer to m (nil when none
+// is due: the client cancelled) and whether it is an error whose code sets
+// the HTTP status. When ctx ends first, a 2026-07-28 call is cancelled.
+func (s *Server) await(ctx context.Context, c *call, m *jsonrpc.Message, write func([]byte)) (answer []byte, errCode int) {
+	if c.modern {
+		stop := context.AfterFunc(ctx, c.cancel)
+		defer stop()
+	}
+	drain := func() {
+		for len(c.frames) > 0 {
+			write(<-c.frames)
+		}
+	}
+	for {
+		select {
+		case f := <-c.frames:
+			write(f)
+		case a := <-c.asks:
+			drain()
+			state, err := s.held.hold(c, a)
+			if err != nil {
+				a.reply <- askReply{err: err}
+				continue // the upstream gets the error; the call goes on
+			}
+			res := map[string]any{
+				"resultType":    mcp.ResultTypeInputRequired,
+				"inputRequests": map[string]any{inputKey: map[string]any{"method": a.method, "params": a.params}},
+				"requestState":  state,
+				"_meta":         map[string]any{mcp.MetaKeyServerInfo: mcp.Implementation{Name: "mcpmux", Version: s.version}},
+			}
+			b, err := json.Marshal(res)
+			if err != nil {
+				a.reply <- askReply{err: err}
+				continue
+			}
+			s.metrics.count(m.Method, outcomeOK)
+			return jsonrpc.Response(m.ID, b), 0
+		case a := <-c.done:
+			drain()
+			c.cancel()
+			if a.err == nil {
+				s.metrics.count(m.Method, outcomeOK)
+				return jsonrpc.Response(m.ID, a.result), 0
+			}
+			s.metrics.count(m.Method, outcomeError)
+			e := s.errorFor(m, a.err, c.modern)
+			if e == nil || ctx.Err() != nil {
+				return nil, 0
+			}
+			return jsonrpc.ErrorResponse(m.ID, e), e.Code
+		}
+	}
+}
+
+// inputKey names the one input request of a held call's input_required
+// result.
+const inputKey = "mcpmux"
+
+// resume finds the held call a 2026-07-28 retry names by its requestState,
+// hands it the client's answer, and returns it for await. ok is false when
+// m's requestState is not one of mcpmux's (an upstream's own, which passes
+// through).
+func (s *Server) resume(m *jsonrpc.Message, b Binding) (c *call, ok bool, refusal *jsonrpc.Error) {
+	var p struct {
+		RequestState   string                     `json:"requestState"`
+		InputResponses map[string]json.RawMessage `json:"inputResponses"`
+	}
+	if json.Unmarshal(m.Params, &p) != nil || !strings.HasPrefix(p.RequestState, requestStatePrefix) {
+		return nil, false, nil
+	}
+	h, err := s.held.take(p.RequestState)
+	if err != nil {
+		return nil, true, &jsonrpc.Error{Code: mcp.INVALID_PARAMS, Message: err.Error()}
+	}
+	name := m.Name
+	if m.Method == string(mcp.MethodResourcesRead) {
+		name = m.URI
+	}
+	if h.call.method != m.Method || h.call.name != name || h.call.filter != b.Filter {
+		h.ask.reply <- askReply{err: errors.New("the client retried a different request")}
+		return nil, true, &jsonrpc.Error{Code: mcp.INVALID_PARAMS, Message: "requestState belongs to another request: retry the same request with the same profile"}
+	}
+	answer, found := p.InputResponses[inputKey]
+	if !found {
+		h.ask.reply <- askReply{err: errors.New("the client sent no answer")}
+		return h.call, true, nil
+	}
+	h.ask.reply <- askReply{result: answer}
+	return h.call, true, nil
+}
+
+// requestStatePrefix marks requestState values mcpmux minted.
+const requestStatePrefix = "mcpmux1."
+
+// heldCalls are the 2026-07-28 calls waiting for their client's retry. Its
+// zero value is not usable; see newHeldCalls. It is safe for concurrent
+// use.
+type heldCalls struct {
+	key     []byte // signs requestState
+	replica string
+	wait    time.Duration
+	max     int
+
+	mu    sync.Mutex
+	calls map[string]*heldCall
+}
+
+type heldCall struct {
+	call  *call
+	ask   *ask
+	timer *time.Timer
+}
+
+// Bounds of held calls: how long one waits for its retry, and how many
+// may wait at once (past it, the upstream's request is refused).
+const (
+	heldWait = 5 * time.Minute
+	heldMax  = 10000
+)
+
+func newHeldCalls(replica string) *heldCalls {
+	key := make([]byte, 32)
+	rand.Read(key)
+	return &heldCalls{key: key, replica: replica, wait: heldWait, max: heldMax, calls: make(map[string]*heldCall)}
+}
+
+// hold records c, waiting on a, and returns the requestState naming it:
+// opaque, signed, and naming this replica.
+func (h *heldCalls) hold(c *call, a *ask) (string, error) {
+	id := rand.Text()
+	body := h.replica + "." + id
+	mac := hmac.New(sha256.New, h.key)
+	mac.Write([]byte(body))
+	state := requestStatePrefix + base64.RawURLEncoding.EncodeToString([]byte(body)) + "." +
+		base64.RawURLEncoding.EncodeToString(mac.Sum(nil))
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.calls) >= h.max {
+		return "", fmt.Errorf("too many calls (%d) are waiting for a client's input", h.max)
+	}
+	hc := &heldCall{call: c, ask: a}
+	hc.timer = time.AfterFunc(h.wait, func() {
+		h.mu.Lock()
+		_, still := h.calls[id]
+		delete(h.calls, id)
+		h.mu.Unlock()
+		if still {
+			a.reply <- askReply{err: fmt.Errorf("the client did not retry within %s", h.wait)}
+			c.cancel()
+		}
+	})
+	h.calls[id] = hc
+	return state, nil
+}
+
+// take removes and returns the held call state names.
+func (h *heldCalls) take(state string) (*heldCall, error) {
+	rest := strings.TrimPrefix(state, requestStatePrefix)
+	enc, sig, ok := strings.Cut(rest, ".")
+	body, err1 := base64.RawURLEncoding.DecodeString(enc)
+	got, err2 := base64.RawURLEncoding.DecodeString(sig)
+	if !ok || err1 != nil || err2 != nil {
+		return nil, errors.New("requestState is malformed: call the tool again without it")
+	}
+	replica, id, _ := strings.Cut(string(body), ".")
+	mac := hmac.New(sha256.New, h.key)
+	mac.Write(body)
+	if replica != h.replica {
+		return nil, fmt.Errorf("requestState belongs to mcpmux replica %q, not this one (%q): send the retry there, or call the tool again", jsonrpc.Printable(replica), h.replica)
+	}
+	if !hmac.Equal(got, mac.Sum(nil)) {
+		return nil, errors.New("requestState was not minted by this mcpmux (or it restarted): call the tool again without it")
+	}
+	h.mu.Lock()
+	hc, found := h.calls[id]
+	delete(h.calls, id)
+	h.mu.Unlock()
+	if !found {
+		return nil, errors.New("requestState names a call that has ended or expired: call the tool again without it")
+	}
+	hc.timer.Stop()
+	return hc, nil
+}
