@@ -130,6 +130,8 @@ type result struct {
 	latConns, tputConns      int64 // TCP connections the upstream accepted per phase
 	directConns, floorConns  int64 // … in the throughput phase's slices of each side
 	muxConns                 int64
+	directSSE, floorSSE      int64 // echo calls the upstream answered as SSE in each side's slices
+	muxSSE                   int64
 	directRate, floorRate    float64       // calls/s
 	muxRate                  float64       // calls/s
 	muxCPU, floorCPU, upCPU  time.Duration // CPU per call in that side's slices; 0 = unknown
@@ -334,6 +336,7 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 		res.directRate, res.floorRate, res.muxRate = tp[0].rate, tp[1].rate, tp[2].rate
 		res.upCPU, res.floorCPU, res.muxCPU = tp[0].cpu, tp[1].cpu, tp[2].cpu
 		res.directConns, res.floorConns, res.muxConns = tp[0].conns, tp[1].conns, tp[2].conns
+		res.directSSE, res.floorSSE, res.muxSSE = tp[0].sse, tp[1].sse, tp[2].sse
 		if err := m.alive(); err != nil {
 			return err
 		}
@@ -411,6 +414,7 @@ type tputResult struct {
 	rate  float64       // calls/s
 	cpu   time.Duration // CPU per call of the side's process, 0 when unknown
 	conns int64         // TCP connections the upstream accepted during the side's slices
+	sse   int64         // echo calls the upstream answered as SSE during them
 }
 
 // throughputRun warms every side up for a second, then measures them in
@@ -427,7 +431,7 @@ func throughputRun(ctx context.Context, o options, sides []tputSide, upCounts fu
 	calls := make([]int64, len(sides))
 	took := make([]time.Duration, len(sides))
 	cpu := make([]time.Duration, len(sides))
-	conns := make([]int64, len(sides))
+	conns, sse := make([]int64, len(sides)), make([]int64, len(sides))
 	cpuOK := make([]bool, len(sides))
 	for i, s := range sides {
 		cpuOK[i] = s.pid != 0
@@ -462,11 +466,12 @@ func throughputRun(ctx context.Context, o options, sides []tputSide, upCounts fu
 			}
 			calls[i], took[i], cpu[i] = calls[i]+n, took[i]+el, cpu[i]+c1-c0
 			conns[i] += u1.Conns - u0.Conns
+			sse[i] += u1.EchoSSE - u0.EchoSSE
 		}
 	}
 	rs := make([]tputResult, len(sides))
 	for i := range sides {
-		rs[i].rate, rs[i].conns = float64(calls[i])/took[i].Seconds(), conns[i]
+		rs[i].rate, rs[i].conns, rs[i].sse = float64(calls[i])/took[i].Seconds(), conns[i], sse[i]
 		if cpuOK[i] && calls[i] > 0 {
 			rs[i].cpu = cpu[i] / time.Duration(calls[i])
 		}

@@ -27,9 +27,10 @@ func printRun(out io.Writer, r int, res result, stdio bool) {
 	if stdio {
 		fmt.Fprintf(out, " | stdio added %s, extra %s", us(res.stdioAdded()), us(res.stdioExtra()))
 	}
-	fmt.Fprintf(out, " | throughput %% of direct floor %.1f mcpmux %.1f | CPU µs/call floor %s mcpmux %s | new upstream TCP conns: latency %d, throughput %d (direct %d, floor %d, mcpmux %d)\n",
+	fmt.Fprintf(out, " | throughput %% of direct floor %.1f mcpmux %.1f | CPU µs/call floor %s mcpmux %s | new upstream TCP conns: latency %d, throughput %d (direct %d, floor %d, mcpmux %d) | echo answered as SSE in throughput: direct %d, floor %d, mcpmux %d\n",
 		100*res.floorRate/res.directRate, 100*res.muxRate/res.directRate,
-		us(res.floorCPU), us(res.muxCPU), res.latConns, res.tputConns, res.directConns, res.floorConns, res.muxConns)
+		us(res.floorCPU), us(res.muxCPU), res.latConns, res.tputConns, res.directConns, res.floorConns, res.muxConns,
+		res.directSSE, res.floorSSE, res.muxSSE)
 }
 
 // printSummary prints the medians over runs and a verdict per SPEC bar.

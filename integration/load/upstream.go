@@ -10,6 +10,7 @@ import (
 	"maps"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -42,6 +43,7 @@ type upstream struct {
 
 	requests atomic.Int64 // HTTP requests of any kind
 	conns    atomic.Int64 // TCP connections accepted
+	echoSSE  atomic.Int64 // tools/call echo answered as an event stream
 
 	mu    sync.Mutex
 	calls map[string]int64 // tools/call by params.name
@@ -152,9 +154,15 @@ func notifiedText(n int) string { return fmt.Sprintf("sent %d notifications", n)
 // count wraps h: it counts the request and, for a POST, reads the body to
 // count tools/call by name, then hands h an identical body. The extra work
 // is the same for direct calls and calls relayed by mcpmux.
+//
+// It also counts the echo calls h answered as an event stream instead of
+// one JSON body: mcp-go's server switches a session to SSE for good once
+// it has sent that session a notification, and the client then drops the
+// connection under a stream it stops reading after the result.
 func (u *upstream) count(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		u.requests.Add(1)
+		var name string
 		if r.Method == http.MethodPost && r.Body != nil {
 			body, err := io.ReadAll(r.Body)
 			if err != nil {
@@ -162,13 +170,17 @@ func (u *upstream) count(h http.Handler) http.Handler {
 				return
 			}
 			r.Body = io.NopCloser(bytes.NewReader(body))
-			if name, ok := toolCallName(body); ok {
+			if n, ok := toolCallName(body); ok {
+				name = n
 				u.mu.Lock()
 				u.calls[name]++
 				u.mu.Unlock()
 			}
 		}
 		h.ServeHTTP(w, r)
+		if name == echoTool && strings.HasPrefix(w.Header().Get("Content-Type"), "text/event-stream") {
+			u.echoSSE.Add(1)
+		}
 	})
 }
 
@@ -194,13 +206,14 @@ func toolCallName(body []byte) (string, bool) {
 type counts struct {
 	Requests int64            `json:"requests"` // HTTP requests to /mcp
 	Conns    int64            `json:"conns"`    // TCP connections accepted
+	EchoSSE  int64            `json:"echo_sse"` // tools/call echo answered as SSE
 	Calls    map[string]int64 `json:"calls"`    // tools/call by tool name
 }
 
 func (u *upstream) snapshot() counts {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	return counts{Requests: u.requests.Load(), Conns: u.conns.Load(), Calls: maps.Clone(u.calls)}
+	return counts{Requests: u.requests.Load(), Conns: u.conns.Load(), EchoSSE: u.echoSSE.Load(), Calls: maps.Clone(u.calls)}
 }
 
 func (u *upstream) serveCounts(w http.ResponseWriter, _ *http.Request) {
