@@ -6,6 +6,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/mcpmux/mcpmux/internal/audit"
 )
 
 // syncBuf is a bytes.Buffer safe for the audit writer and the test.
@@ -20,15 +22,15 @@ func (s *syncBuf) Write(p []byte) (int, error) {
 	return s.b.Write(p)
 }
 
-func (s *syncBuf) records(t *testing.T) []auditRecord {
+func (s *syncBuf) records(t *testing.T) []audit.Record {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var out []auditRecord
+	var out []audit.Record
 	for _, line := range strings.Split(strings.TrimSpace(s.b.String()), "\n") {
 		if line == "" {
 			continue
 		}
-		var r auditRecord
+		var r audit.Record
 		if err := json.Unmarshal([]byte(line), &r); err != nil {
 			t.Fatalf("audit line %q: %v", line, err)
 		}
@@ -39,7 +41,7 @@ func (s *syncBuf) records(t *testing.T) []auditRecord {
 
 func TestRateLimitAndAudit(t *testing.T) {
 	up := newUpstreamServer(t, 4)
-	var audit syncBuf
+	var auditBuf syncBuf
 	s := newServerWith(t, up.http.URL, `
 [audit]
 include_arguments = true
@@ -50,7 +52,7 @@ calls_per_minute = 3
 extends = "limited"
 [profiles.child.rate]
 calls_per_minute = 10
-`, Options{Audit: &audit})
+`, Options{Audit: &auditBuf})
 	h := s.Handler()
 	call := func(sid, tool string) string {
 		return post(h, "", sid, `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"`+tool+`","arguments":{"query":"q"}}}`).Body.String()
@@ -79,11 +81,11 @@ calls_per_minute = 10
 	}
 	call(sid, "up__nope")
 
-	recs := audit.records(t)
+	recs := auditBuf.records(t)
 	count := map[string]int{}
 	for _, r := range recs {
 		count[r.Decision+"/"+r.Reason]++
-		if r.Decision == decisionAllowed && (r.Upstream != "up" || r.Profile != "limited" || r.Session == "" || string(r.Arguments) != `{"query":"q"}`) {
+		if r.Decision == audit.Allowed && (r.Upstream != "up" || r.Profile != "limited" || r.Session == "" || string(r.Arguments) != `{"query":"q"}`) {
 			t.Fatalf("allowed record incomplete: %+v", r)
 		}
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/mcpmux/mcpmux/aggregator"
 	"github.com/mcpmux/mcpmux/filter"
+	"github.com/mcpmux/mcpmux/internal/audit"
 	"github.com/mcpmux/mcpmux/internal/jsonrpc"
 	"github.com/mcpmux/mcpmux/upstream"
 )
@@ -128,16 +129,16 @@ func (s *Server) decide(session string, b Binding, view *filter.View, m *jsonrpc
 		switch {
 		case e == nil && s.restarting(view, m.Name) != "":
 			up := s.restarting(view, m.Name)
-			reason, refusal = reasonRestarting, &jsonrpc.Error{Code: mcp.INTERNAL_ERROR, Message: fmt.Sprintf("upstream %s is restarting; retry shortly", up)}
+			reason, refusal = audit.ReasonRestarting, &jsonrpc.Error{Code: mcp.INTERNAL_ERROR, Message: fmt.Sprintf("upstream %s is restarting; retry shortly", up)}
 		case e == nil:
-			reason, refusal = reasonNotFound, &jsonrpc.Error{Code: mcp.METHOD_NOT_FOUND, Message: "Tool not found: " + jsonrpc.Printable(m.Name)}
+			reason, refusal = audit.ReasonNotFound, &jsonrpc.Error{Code: mcp.METHOD_NOT_FOUND, Message: "Tool not found: " + jsonrpc.Printable(m.Name)}
 		case jsonrpc.CheckUnambiguous(m.Params) != nil:
 			err := jsonrpc.CheckUnambiguous(m.Params)
-			reason, refusal = reasonAmbiguous, &jsonrpc.Error{Code: mcp.INVALID_PARAMS, Message: fmt.Sprintf("Arguments not allowed for %s: %v", e.Tool.Name, err)}
+			reason, refusal = audit.ReasonAmbiguous, &jsonrpc.Error{Code: mcp.INVALID_PARAMS, Message: fmt.Sprintf("Arguments not allowed for %s: %v", e.Tool.Name, err)}
 		case view.Filter.CheckCall(e, m.Arguments) != nil:
-			reason, refusal = reasonArguments, &jsonrpc.Error{Code: mcp.INVALID_PARAMS, Message: "Arguments not allowed for " + e.Tool.Name}
-		case !s.limits.allow(session, s.Resolver().RateFor(b.Profile)):
-			reason, refusal = reasonRate, &jsonrpc.Error{Code: rateLimited,
+			reason, refusal = audit.ReasonArguments, &jsonrpc.Error{Code: mcp.INVALID_PARAMS, Message: "Arguments not allowed for " + e.Tool.Name}
+		case !s.limits.Allow(session, s.Resolver().RateFor(b.Profile)):
+			reason, refusal = audit.ReasonRate, &jsonrpc.Error{Code: rateLimited,
 				Message: fmt.Sprintf("Rate limit exceeded: profile %q allows %d tool calls per minute per session", b.Profile, s.Resolver().RateFor(b.Profile))}
 		}
 	case string(mcp.MethodPromptsGet):
@@ -150,9 +151,9 @@ func (s *Server) decide(session string, b Binding, view *filter.View, m *jsonrpc
 	}
 	s.log.Info("tools/call refused", "session", session, "tool", jsonrpc.Printable(m.Name), "profile", b.Profile, "reason", reason)
 	s.metrics.count(m.Method, outcomeDenied)
-	s.audit.write(auditRecord{
+	s.audit.Write(audit.Record{
 		Time: time.Now().UTC(), Session: session, Profile: b.Profile, Tool: jsonrpc.Printable(m.Name),
-		Decision: decisionDenied, Reason: reason,
+		Decision: audit.Denied, Reason: reason,
 	}, m.Arguments)
 	return nil, refusal
 }
@@ -178,14 +179,14 @@ func (s *Server) route(ctx context.Context, session string, b Binding, e *filter
 		d := time.Since(start)
 		toolError := err == nil && isErrorResult(res)
 		s.metrics.observeCall(e.Upstream, toolError, err, d)
-		rec := auditRecord{Time: start.UTC(), Session: session, Profile: b.Profile, Tool: e.Tool.Name, Upstream: e.Upstream,
-			Decision: decisionAllowed, Duration: float64(d.Microseconds()) / 1000}
+		rec := audit.Record{Time: start.UTC(), Session: session, Profile: b.Profile, Tool: e.Tool.Name, Upstream: e.Upstream,
+			Decision: audit.Allowed, Duration: float64(d.Microseconds()) / 1000}
 		if err != nil {
-			rec.Decision, rec.Reason = decisionError, err.Error()
+			rec.Decision, rec.Reason = audit.Error, err.Error()
 		} else if toolError {
-			rec.Reason = "tool_error"
+			rec.Reason = audit.ReasonToolError
 		}
-		s.audit.write(rec, m.Arguments)
+		s.audit.Write(rec, m.Arguments)
 		return res, err
 	case string(mcp.MethodPromptsGet):
 		p := s.agg.Snapshot().Prompt(m.Name)

@@ -26,8 +26,10 @@ import (
 	"github.com/mcpmux/mcpmux/aggregator"
 	"github.com/mcpmux/mcpmux/configs"
 	"github.com/mcpmux/mcpmux/filter"
+	"github.com/mcpmux/mcpmux/internal/audit"
 	"github.com/mcpmux/mcpmux/internal/glob"
 	"github.com/mcpmux/mcpmux/internal/jsonrpc"
+	"github.com/mcpmux/mcpmux/internal/ratelimit"
 	"github.com/mcpmux/mcpmux/upstream"
 )
 
@@ -45,8 +47,8 @@ type Server struct {
 	http    *server.StreamableHTTPServer
 	origins []*glob.Glob
 	metrics *metrics
-	audit   *auditLog // nil = no audit log
-	limits  limiters
+	audit   *audit.Log // nil = no audit log
+	limits  ratelimit.Limiters
 
 	started   atomic.Bool   // the first connection attempt of every upstream is over
 	startedCh chan struct{} // closed by MarkStarted
@@ -154,9 +156,9 @@ func New(cfg *configs.Config, agg *aggregator.Aggregator, opts Options) (*Server
 	}
 	s.resolver.Store(res)
 	if opts.Audit != nil {
-		s.audit = &auditLog{w: opts.Audit, withArgs: cfg.Audit.IncludeArguments, onError: func(err error) {
+		s.audit = audit.New(opts.Audit, cfg.Audit.IncludeArguments, func(err error) {
 			s.log.Error("audit log write failed", "error", err)
-		}}
+		})
 	}
 	for _, o := range cfg.Server.AllowedOrigins {
 		g, err := glob.Compile(o)
@@ -189,7 +191,7 @@ func New(cfg *configs.Config, agg *aggregator.Aggregator, opts Options) (*Server
 		sess := s.bound[cs.SessionID()]
 		delete(s.bound, cs.SessionID())
 		s.mu.Unlock()
-		s.limits.forget(cs.SessionID())
+		s.limits.Forget(cs.SessionID())
 		if sess != nil {
 			for uri := range sess.subs {
 				if err := s.agg.Unsubscribe(context.WithoutCancel(ctx), uri); err != nil {
