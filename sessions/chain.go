@@ -125,16 +125,23 @@ func (s *Server) decide(session string, b Binding, view *filter.View, m *jsonrpc
 	reason := ""
 	switch m.Method {
 	case string(mcp.MethodToolsCall):
+		// Ambiguity first: it is decided on the bytes alone, so it answers
+		// alike for visible, hidden and unknown tools.
+		if err := jsonrpc.CheckUnambiguous(m.Params); err != nil {
+			reason, refusal = audit.ReasonAmbiguous, &jsonrpc.Error{Code: mcp.INVALID_PARAMS,
+				Message: fmt.Sprintf("Arguments not allowed for %s: %v", jsonrpc.Printable(m.Name), err)}
+			break
+		}
 		e = view.Lookup(m.Name)
+		resting := ""
+		if e == nil {
+			resting = s.restarting(view, m.Name)
+		}
 		switch {
-		case e == nil && s.restarting(view, m.Name) != "":
-			up := s.restarting(view, m.Name)
-			reason, refusal = audit.ReasonRestarting, &jsonrpc.Error{Code: mcp.INTERNAL_ERROR, Message: fmt.Sprintf("upstream %s is restarting; retry shortly", up)}
+		case resting != "":
+			reason, refusal = audit.ReasonRestarting, &jsonrpc.Error{Code: mcp.INTERNAL_ERROR, Message: fmt.Sprintf("upstream %s is restarting; retry shortly", resting)}
 		case e == nil:
 			reason, refusal = audit.ReasonNotFound, &jsonrpc.Error{Code: mcp.METHOD_NOT_FOUND, Message: "Tool not found: " + jsonrpc.Printable(m.Name)}
-		case jsonrpc.CheckUnambiguous(m.Params) != nil:
-			err := jsonrpc.CheckUnambiguous(m.Params)
-			reason, refusal = audit.ReasonAmbiguous, &jsonrpc.Error{Code: mcp.INVALID_PARAMS, Message: fmt.Sprintf("Arguments not allowed for %s: %v", e.Tool.Name, err)}
 		case view.Filter.CheckCall(e, m.Arguments) != nil:
 			reason, refusal = audit.ReasonArguments, &jsonrpc.Error{Code: mcp.INVALID_PARAMS, Message: "Arguments not allowed for " + e.Tool.Name}
 		case !s.limits.Allow(session, s.Resolver().RateFor(b.Profile)):

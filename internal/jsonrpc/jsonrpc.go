@@ -22,45 +22,69 @@ const Version = "2.0"
 // params kept raw, and the params fields the request path routes on
 // decoded from those same bytes.
 type Message struct {
-	JSONRPC string          `json:"jsonrpc"`
-	ID      json.RawMessage `json:"id,omitempty"`
-	Method  string          `json:"method"`
-	Params  json.RawMessage `json:"params,omitempty"`
-	Result  json.RawMessage `json:"result,omitempty"`
-	Error   json.RawMessage `json:"error,omitempty"`
+	JSONRPC string
+	ID      json.RawMessage
+	Method  string
+	Params  json.RawMessage
+	Result  json.RawMessage
+	Error   json.RawMessage
 
 	// Fields of Params (zero when absent or when params is not an object).
-	Name      string          `json:"-"` // tools/call, prompts/get
-	URI       string          `json:"-"` // resources/read, subscribe, unsubscribe
-	Arguments json.RawMessage `json:"-"` // tools/call
-	Cursor    *string         `json:"-"` // */list
+	Name      string          // tools/call, prompts/get
+	URI       string          // resources/read, subscribe, unsubscribe
+	Arguments json.RawMessage // tools/call
+	Cursor    *string         // */list
 	Meta      map[string]json.RawMessage
-}
-
-// params is what Parse decodes of Params.
-type params struct {
-	Name      string                     `json:"name"`
-	URI       string                     `json:"uri"`
-	Arguments json.RawMessage            `json:"arguments"`
-	Cursor    *string                    `json:"cursor"`
-	Meta      map[string]json.RawMessage `json:"_meta"`
 }
 
 // Parse decodes raw. A message that is not valid JSON returns an error; a
 // message whose params are not the shape a method expects keeps its raw
 // params and leaves the derived fields zero.
+//
+// Keys match exactly. encoding/json would also match "Method" or
+// "Arguments"; a field the decision read under another spelling than the
+// upstream reads would break "what is checked is what is forwarded".
 func Parse(raw []byte) (*Message, error) {
 	m := &Message{}
-	if err := json.Unmarshal(raw, m); err != nil {
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &top); err != nil {
 		return m, err
 	}
-	if len(m.Params) > 0 && m.Params[0] == '{' {
-		var p params
-		if json.Unmarshal(m.Params, &p) == nil {
-			m.Name, m.URI, m.Arguments, m.Cursor, m.Meta = p.Name, p.URI, p.Arguments, p.Cursor, p.Meta
+	m.ID, m.Params, m.Result, m.Error = top["id"], top["params"], top["result"], top["error"]
+	if err := str(top["jsonrpc"], &m.JSONRPC); err != nil {
+		return m, err
+	}
+	if err := str(top["method"], &m.Method); err != nil {
+		return m, err
+	}
+	if len(m.Params) == 0 || m.Params[0] != '{' {
+		return m, nil
+	}
+	var p map[string]json.RawMessage
+	if json.Unmarshal(m.Params, &p) != nil {
+		return m, nil
+	}
+	str(p["name"], &m.Name)
+	str(p["uri"], &m.URI)
+	m.Arguments = p["arguments"]
+	if c, ok := p["cursor"]; ok {
+		var cur string
+		if str(c, &cur) == nil && string(c) != "null" {
+			m.Cursor = &cur
 		}
 	}
+	if raw, ok := p["_meta"]; ok {
+		json.Unmarshal(raw, &m.Meta)
+	}
 	return m, nil
+}
+
+// str decodes a JSON string into dst; absent or null leaves it "".
+func str(raw json.RawMessage, dst *string) error {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil
+	}
+	return json.Unmarshal(raw, dst)
 }
 
 // IsRequest reports whether m has a (non-null) id and a method.

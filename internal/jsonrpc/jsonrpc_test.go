@@ -83,6 +83,10 @@ func TestParse(t *testing.T) {
 	if !r.IsResponse() || r.IsRequest() {
 		t.Errorf("response not recognised: %+v", r)
 	}
+	odd, _ := Parse([]byte(`{"jsonrpc":"2.0","id":1,"Method":"tools/call","params":{"Name":"a","Arguments":{"k":1}}}`))
+	if odd.Method != "" || odd.Name != "" || odd.Arguments != nil {
+		t.Errorf("keys matched case-insensitively: %+v", odd)
+	}
 	if _, err := Parse([]byte(`{`)); err == nil {
 		t.Error("malformed JSON parsed")
 	}
