@@ -4,7 +4,6 @@ package integration
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -59,23 +58,12 @@ func driveDoor(t *testing.T, script DoorScript) DoorResult {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, harness.node, filepath.Join(harness.dir, "client", "drive.mjs"))
-	cmd.Dir = harness.dir
-	cmd.Env = envWithout(os.Environ(), markerEnv)
-	cmd.Stdin = bytes.NewReader(in)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-	cmd.WaitDelay = 2 * time.Second
-	runErr := cmd.Run()
+	stdout, stderr, runErr := runNodeScript(t, "drive.mjs", in)
 	var res DoorResult
-	decodeErr := json.Unmarshal(stdout.Bytes(), &res)
+	decodeErr := json.Unmarshal(stdout, &res)
 	if runErr != nil || decodeErr != nil || !res.OK {
 		t.Fatalf("drive.mjs (%s %s%s): run: %v, decode: %v\n--- driver stderr ---\n%s--- driver stdout ---\n%s",
-			script.Transport, script.URL, script.Command, runErr, decodeErr, stderr.String(), stdout.String())
+			script.Transport, script.URL, script.Command, runErr, decodeErr, stderr, stdout)
 	}
 	return res
 }

@@ -3,17 +3,12 @@
 package integration
 
 import (
-	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -230,33 +225,19 @@ func driveRaw(t testing.TB, script Script) (Result, string, error) {
 	if err != nil {
 		t.Fatalf("encode script: %v", err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, harness.node, filepath.Join(harness.dir, "client", "drive.mjs"))
-	cmd.Dir = harness.dir
-	cmd.Env = envWithout(os.Environ(), markerEnv)
-	cmd.Stdin = bytes.NewReader(in)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-	cmd.WaitDelay = 2 * time.Second
-	runErr := cmd.Run()
-	if ctx.Err() != nil {
-		return Result{}, stderr.String(), fmt.Errorf("driver did not finish within 2m")
-	}
+	stdout, stderr, runErr := runNodeScript(t, "drive.mjs", in)
 	var res Result
-	if stdout.Len() > 0 {
-		if err := json.Unmarshal(stdout.Bytes(), &res); err != nil {
-			return res, stderr.String(), fmt.Errorf("decode driver output %q: %w (exit: %v)", stdout.String(), err, runErr)
+	if len(stdout) > 0 {
+		if err := json.Unmarshal(stdout, &res); err != nil {
+			return res, string(stderr), fmt.Errorf("decode driver output %q: %w (exit: %v)", stdout, err, runErr)
 		}
 	} else if runErr == nil {
-		return res, stderr.String(), errors.New("driver printed nothing")
+		return res, string(stderr), errors.New("driver printed nothing")
 	}
 	if runErr != nil {
-		return res, stderr.String(), fmt.Errorf("driver: %w", runErr)
+		return res, string(stderr), fmt.Errorf("driver: %w", runErr)
 	}
-	return res, stderr.String(), nil
+	return res, string(stderr), nil
 }
 
 // TestDriver checks client/drive.mjs itself against the reference

@@ -449,3 +449,31 @@ func runMux(t *testing.T, timeout time.Duration, dir string, env []string, args 
 	}
 	return code, out.String(), errb.String()
 }
+
+// nodeScriptTimeout bounds one run of a Node client script.
+const nodeScriptTimeout = 2 * time.Minute
+
+// runNodeScript runs the Node script client/<name> with args, input on its
+// stdin, in its own process group (killed whole on timeout), without the
+// test marker in its environment. It returns its stdout and stderr, and an
+// error when it failed to run, exited non-zero, or timed out.
+func runNodeScript(t testing.TB, name string, input []byte, args ...string) (stdout, stderr []byte, err error) {
+	t.Helper()
+	requireNode(t)
+	ctx, cancel := context.WithTimeout(context.Background(), nodeScriptTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, harness.node, append([]string{filepath.Join(harness.dir, "client", name)}, args...)...)
+	cmd.Dir = harness.dir
+	cmd.Env = envWithout(os.Environ(), markerEnv)
+	cmd.Stdin = bytes.NewReader(input)
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 2 * time.Second
+	err = cmd.Run()
+	if ctx.Err() != nil {
+		err = fmt.Errorf("%s did not finish within %s", name, nodeScriptTimeout)
+	}
+	return out.Bytes(), errOut.Bytes(), err
+}

@@ -3,20 +3,14 @@
 package integration
 
 import (
-	"bytes"
-	"context"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"maps"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"reflect"
 	"regexp"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -132,23 +126,12 @@ func runProtocol(t testing.TB, scenario string, params map[string]any, result an
 	if err != nil {
 		t.Fatalf("encode params: %v", err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, harness.node, filepath.Join(harness.dir, "client", "protocol.mjs"), scenario)
-	cmd.Dir = harness.dir
-	cmd.Env = envWithout(os.Environ(), markerEnv)
-	cmd.Stdin = bytes.NewReader(in)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-	cmd.WaitDelay = 2 * time.Second
-	runErr := cmd.Run()
+	stdout, stderr, runErr := runNodeScript(t, "protocol.mjs", in, scenario)
 	var out protoOutput
-	decodeErr := json.Unmarshal(stdout.Bytes(), &out)
-	if ctx.Err() != nil || runErr != nil || decodeErr != nil || !out.OK {
-		t.Fatalf("protocol.mjs %s %s: run: %v, decode: %v, ctx: %v\n--- stderr ---\n%s--- stdout ---\n%s",
-			scenario, in, runErr, decodeErr, ctx.Err(), stderr.String(), stdout.String())
+	decodeErr := json.Unmarshal(stdout, &out)
+	if runErr != nil || decodeErr != nil || !out.OK {
+		t.Fatalf("protocol.mjs %s %s: run: %v, decode: %v\n--- stderr ---\n%s--- stdout ---\n%s",
+			scenario, in, runErr, decodeErr, stderr, stdout)
 	}
 	if result != nil {
 		if err := json.Unmarshal(out.Result, result); err != nil {
