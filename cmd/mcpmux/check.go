@@ -14,6 +14,7 @@ import (
 
 	"github.com/mcpmux/mcpmux/aggregator"
 	"github.com/mcpmux/mcpmux/filter"
+	"github.com/mcpmux/mcpmux/internal/redact"
 	"github.com/mcpmux/mcpmux/sessions"
 	"github.com/mcpmux/mcpmux/upstream"
 )
@@ -60,8 +61,8 @@ func cmdCheck(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			note = fmt.Sprintf("%d hidden by its own rules", st.Dropped)
 		}
 		if err := agg.StartError(st.Name); err != nil {
-			note = err.Error()
-			problems = append(problems, fmt.Sprintf("upstream %q: %v", st.Name, err))
+			note = redact.URLs(err.Error())
+			problems = append(problems, redact.URLs(fmt.Sprintf("upstream %q: %v", st.Name, err)))
 		}
 		if st.Required {
 			note = strings.TrimSpace("required " + note)
@@ -126,8 +127,11 @@ func cmdCheck(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	tw.Flush()
 	fmt.Fprintf(stdout, "\n%d profiles share %d filter instances; ~TOKENS is the tools/list JSON size / 4.\n", len(rows), len(order))
 
-	if startErr != nil && !slices.ContainsFunc(problems, func(p string) bool { return strings.Contains(startErr.Error(), p) }) {
-		problems = append(problems, startErr.Error())
+	if startErr != nil {
+		se := redact.URLs(startErr.Error())
+		if !slices.ContainsFunc(problems, func(p string) bool { return strings.Contains(se, p) }) {
+			problems = append(problems, se)
+		}
 	}
 	if len(problems) > 0 {
 		fmt.Fprintln(stdout)
@@ -183,7 +187,7 @@ func cmdTools(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	snap := agg.Snapshot()
 	for _, st := range snap.Upstreams {
 		if st.State != upstream.StateUp {
-			fmt.Fprintf(stderr, "mcpmux: warning: upstream %q is %s; its tools are missing: %v\n", st.Name, st.State, agg.StartError(st.Name))
+			fmt.Fprintf(stderr, "mcpmux: warning: upstream %q is %s; its tools are missing: %s\n", st.Name, st.State, redact.URLs(fmt.Sprint(agg.StartError(st.Name))))
 		}
 	}
 	v := filterView(snap, b.Filter)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/mcpmux/mcpmux/configs"
 	"github.com/mcpmux/mcpmux/internal/demo"
+	"github.com/mcpmux/mcpmux/internal/redact"
 )
 
 // version is set at link time (-ldflags "-X main.version=…").
@@ -213,7 +214,9 @@ func newLogger(w io.Writer, level string) (*slog.Logger, error) {
 	if err := l.UnmarshalText([]byte(level)); err != nil {
 		return nil, usageErr("--log-level: %v", err)
 	}
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l})), nil
+	// Upstream URLs may carry secrets in their queries; every line is
+	// redacted, library lines (mcp-go's HTTP errors) included.
+	return slog.New(redact.NewHandler(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l}))), nil
 }
 
 func cmdInit(args []string, stdout, stderr io.Writer) error {
