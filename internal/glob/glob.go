@@ -5,6 +5,10 @@
 // path globs there is no separator: `*` and `?` match any rune, including `/`
 // and `.`. Patterns are translated to anchored RE2 regular expressions, so
 // matching is linear in the length of the name.
+//
+// Call rules compile their argument patterns with the Guarded option, under
+// which no wildcard matches a control character or a shell metacharacter;
+// every other use keeps the plain semantics.
 package glob
 
 import (
@@ -12,12 +16,58 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 )
 
 // ErrBadPattern is wrapped by every error Compile returns; check it with
 // errors.Is.
 var ErrBadPattern = errors.New("invalid glob")
+
+// Metacharacters are the runes, besides every control character, that a
+// wildcard never matches under Guarded: the characters with which a shell
+// (or a program that hands a string to one) chains, substitutes, redirects,
+// quotes or escapes.
+const Metacharacters = ";&|`$()<>\\'\""
+
+// IsGuarded reports whether r is a rune that wildcards never match under
+// Guarded: a control character (Unicode category Cc: U+0000–U+001F,
+// U+007F–U+009F, so newline and carriage return too) or one of Metacharacters.
+func IsGuarded(r rune) bool {
+	return unicode.IsControl(r) || r < utf8.RuneSelf && strings.ContainsRune(Metacharacters, r)
+}
+
+// guardedClass is the RE2 class body of the runes IsGuarded reports; the two
+// are kept equal by TestGuardedClass.
+const guardedClass = `\p{Cc};&|\x60$()<>\\'"`
+
+// guardedRanges are the runes of guardedClass as sorted, disjoint ranges, for
+// cutting them out of a class range.
+var guardedRanges = [][2]rune{
+	{0x00, 0x1f}, {'"', '"'}, {'$', '$'}, {'&', ')'}, {';', ';'}, {'<', '<'},
+	{'>', '>'}, {'\\', '\\'}, {'`', '`'}, {'|', '|'}, {0x7f, 0x9f},
+}
+
+// Option changes how Compile reads a pattern.
+type Option func(*options)
+
+type options struct {
+	guarded bool
+}
+
+// Guarded makes the wildcards of a pattern refuse control characters and
+// Metacharacters: `*`, `?` and negated classes such as `[!a]` never match
+// one, and a range such as `[ -~]` matches one only at an end it spells out.
+// A value containing such a rune therefore matches only a pattern that spells
+// that rune out: literally, escaped (`\;`), or as an item of a class (`[;]`).
+// So `git log *` matches "git log --oneline -5" and not "git log; rm -rf /",
+// "git log $(x)" or "git log\nrm".
+//
+// It is meant for call-rule argument values, which upstream tools may pass
+// to a shell; it is not a shell parser, and it does not make an argument
+// safe to interpolate: it only keeps wildcards from admitting the characters
+// that would change what a spelled-out prefix means.
+func Guarded() Option { return func(o *options) { o.guarded = true } }
 
 // Glob is a compiled pattern. It is immutable and safe for concurrent use.
 type Glob struct {
@@ -37,10 +87,19 @@ type Glob struct {
 //
 // Any other rune matches itself. The error for an unterminated or empty class,
 // a reversed range, a trailing backslash or invalid UTF-8 names the pattern
-// and wraps ErrBadPattern.
-func Compile(pattern string) (*Glob, error) {
+// and wraps ErrBadPattern. Options (see Guarded) change what wildcards match,
+// never which patterns are valid.
+func Compile(pattern string, opts ...Option) (*Glob, error) {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
 	if !utf8.ValidString(pattern) {
 		return nil, badPattern(pattern, "not valid UTF-8")
+	}
+	wild := "."
+	if o.guarded {
+		wild = "[^" + guardedClass + "]"
 	}
 	var (
 		re      strings.Builder // the body of the regexp
@@ -56,14 +115,14 @@ func Compile(pattern string) (*Glob, error) {
 			for i < len(pattern) && pattern[i] == '*' {
 				i++
 			}
-			re.WriteString(".*")
+			re.WriteString(wild + "*")
 			continue
 		case '?':
 			literal = false
-			re.WriteString(".")
+			re.WriteString(wild)
 		case '[':
 			literal = false
-			class, n, err := compileClass(pattern, i)
+			class, n, err := compileClass(pattern, i, o.guarded)
 			if err != nil {
 				return nil, err
 			}
@@ -100,13 +159,17 @@ func Compile(pattern string) (*Glob, error) {
 }
 
 // compileClass translates the class that starts at pattern[start] (a '[')
-// into an RE2 class and reports how many bytes of pattern it used.
-func compileClass(pattern string, start int) (string, int, error) {
+// into an RE2 class and reports how many bytes of pattern it used. When
+// guarded, a negated class also excludes every guarded rune, and a range
+// keeps a guarded rune only at an end that spells it out.
+func compileClass(pattern string, start int, guarded bool) (string, int, error) {
 	var b strings.Builder
 	b.WriteByte('[')
 	i := start + 1
+	negated := false
 	if i < len(pattern) && (pattern[i] == '!' || pattern[i] == '^') {
 		b.WriteByte('^')
+		negated = true
 		i++
 	}
 	items := 0
@@ -117,6 +180,9 @@ func compileClass(pattern string, start int) (string, int, error) {
 		if pattern[i] == ']' {
 			if items == 0 {
 				return "", 0, badPattern(pattern, fmt.Sprintf("empty class at offset %d", start))
+			}
+			if guarded && negated {
+				b.WriteString(guardedClass)
 			}
 			b.WriteByte(']')
 			return b.String(), i + 1 - start, nil
@@ -138,12 +204,44 @@ func compileClass(pattern string, start int) (string, int, error) {
 			}
 			i += 1 + n
 		}
-		b.WriteString(classLiteral(lo))
-		if hi != lo {
-			b.WriteByte('-')
-			b.WriteString(classLiteral(hi))
+		if guarded && !negated && hi != lo {
+			writeUnguarded(&b, lo, hi)
+		} else {
+			writeRange(&b, lo, hi)
 		}
 		items++
+	}
+}
+
+// writeRange writes the class item lo-hi (or lo alone).
+func writeRange(b *strings.Builder, lo, hi rune) {
+	b.WriteString(classLiteral(lo))
+	if hi != lo {
+		b.WriteByte('-')
+		b.WriteString(classLiteral(hi))
+	}
+}
+
+// writeUnguarded writes the range lo-hi without the guarded runes strictly
+// inside it; its ends, which the pattern spells out, stay.
+func writeUnguarded(b *strings.Builder, lo, hi rune) {
+	writeRange(b, lo, lo)
+	writeRange(b, hi, hi)
+	next := lo + 1 // the first rune of lo+1..hi-1 not yet written or cut
+	for _, g := range guardedRanges {
+		if g[1] < next {
+			continue
+		}
+		if g[0] >= hi {
+			break
+		}
+		if g[0] > next {
+			writeRange(b, next, g[0]-1)
+		}
+		next = g[1] + 1
+	}
+	if next < hi {
+		writeRange(b, next, hi-1)
 	}
 }
 
