@@ -90,22 +90,31 @@ func (u *Upstream) Send(ctx context.Context, req Request) (json.RawMessage, erro
 	}
 	callCtx, done := c.callContext(ctx)
 	defer done()
+	id := out.ID.Value().(string)
 	resp, err := c.client.GetTransport().SendRequest(callCtx, out)
 	if err != nil {
+		c.raw.forget(id)
 		if callCtx.Err() != nil && c.ctx.Err() == nil {
 			c.cancelUpstream(out)
 		}
 		return nil, c.callErr(callCtx, req.Method, req.Target, err)
 	}
 	if resp.Error != nil {
-		return nil, rpcError(resp.Error)
+		return nil, rpcError(resp.Error, c.raw.take(id))
 	}
 	return resp.Result, nil
 }
 
-// rpcError keeps an upstream's error as it was sent.
-func rpcError(d *mcp.JSONRPCErrorDetails) *RPCError {
+// rpcError keeps an upstream's error as it was sent: from raw, the error
+// object's bytes when the connection's tap caught them, else from what the
+// transport decoded (whose data numbers went through float64).
+func rpcError(d *mcp.JSONRPCErrorDetails, raw json.RawMessage) *RPCError {
 	e := &RPCError{Code: d.Code, Message: d.Message}
+	var exact RPCError
+	if len(raw) > 0 && json.Unmarshal(raw, &exact) == nil && exact.Code == d.Code && exact.Message == d.Message {
+		e.Data = exact.Data
+		return e
+	}
 	if d.Data != nil {
 		if b, err := json.Marshal(d.Data); err == nil {
 			e.Data = b

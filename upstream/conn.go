@@ -41,6 +41,8 @@ type conn struct {
 	caps   mcp.ServerCapabilities
 	modern bool // protocol 2026-07-28 or later (stateless)
 
+	raw rawErrors // raw error objects of Send's requests (rawerr.go)
+
 	last  atomic.Pointer[Catalog] // the newest catalog this connection built
 	dirty atomic.Uint32           // list kinds awaiting a refetch
 	kick  chan struct{}           // capacity 1: wakes the refresher
@@ -147,7 +149,7 @@ func (u *Upstream) dialStdio(ctx context.Context) (*conn, *Catalog, error) {
 		},
 		onEnd: func(err error) { c.lost(fmt.Errorf("stdout closed: %w", err)) },
 	}
-	t := &stdioTransport{transport.NewIO(stdout, p.stdin, nil)}
+	t := &stdioTransport{transport.NewIO(&tapReader{r: stdout, observe: c.raw.observe}, p.stdin, nil)}
 	init, err := c.open(ctx, t)
 	if err != nil {
 		return c, nil, err
@@ -215,7 +217,7 @@ func (u *Upstream) dialHTTP(ctx context.Context) (*conn, *Catalog, error) {
 
 func (u *Upstream) openStreamable(ctx context.Context, listen bool) (*conn, *mcp.InitializeResult, error) {
 	c := u.newConn(configs.TransportHTTP)
-	c.httpc = u.httpClient()
+	c.httpc = u.httpClient(c.raw.observe)
 	opts := []transport.StreamableHTTPCOption{
 		transport.WithHTTPHeaders(u.cfg.Headers),
 		transport.WithHTTPBasicClient(c.httpc),
@@ -234,7 +236,7 @@ func (u *Upstream) openStreamable(ctx context.Context, listen bool) (*conn, *mcp
 
 func (u *Upstream) dialSSE(ctx context.Context) (*conn, *Catalog, error) {
 	c := u.newConn(configs.TransportSSE)
-	c.httpc = u.httpClient()
+	c.httpc = u.httpClient(c.raw.observe)
 	timeout := u.connectTimeout()
 	if d, ok := ctx.Deadline(); ok {
 		timeout = time.Until(d)
@@ -271,6 +273,7 @@ func (u *Upstream) dialWebsocket(ctx context.Context) (*conn, *Catalog, error) {
 		PingInterval: u.opts.ProbeInterval,
 		PingTimeout:  u.connectTimeout(),
 		Logger:       u.log,
+		Observe:      c.raw.observe,
 	})
 	init, err := c.open(ctx, &websocketTransport{t})
 	if err != nil {

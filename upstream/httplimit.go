@@ -16,15 +16,19 @@ const sseFieldSlack = 64 << 10
 // body is wrapped to stop at cfg.MaxMessageBytes: a JSON body in total, an
 // event stream per event. There is no client timeout, which would cut the
 // long-lived streams; calls are bounded by their ctx instead.
-func (u *Upstream) httpClient() *http.Client {
+//
+// observe, when non-nil, is shown every JSON-RPC message the bodies carry
+// (see rawErrors).
+func (u *Upstream) httpClient(observe func([]byte)) *http.Client {
 	base := http.DefaultTransport.(*http.Transport).Clone()
 	// Every client session's calls share this one upstream connection
 	// pool; the default of 2 idle connections per host made concurrent
 	// calls open (and close) a TCP connection each.
 	base.MaxIdleConnsPerHost = maxIdlePerUpstream
 	return &http.Client{Transport: &limitTransport{
-		base: base,
-		max:  u.maxMessage(),
+		base:    base,
+		max:     u.maxMessage(),
+		observe: observe,
 		onTooLarge: func(err error) {
 			u.log.Error("message from upstream too large", "err", err)
 		},
@@ -39,6 +43,7 @@ type limitTransport struct {
 	base       *http.Transport
 	max        int64
 	onTooLarge func(error)
+	observe    func([]byte) // nil = no tap
 }
 
 func (t *limitTransport) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -47,10 +52,14 @@ func (t *limitTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	mediaType, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
-	if mediaType == "text/event-stream" {
+	stream := mediaType == "text/event-stream"
+	if stream {
 		resp.Body = &eventLimitBody{rc: resp.Body, max: t.max + sseFieldSlack, lineEmpty: true, onTooLarge: t.onTooLarge}
 	} else {
 		resp.Body = &totalLimitBody{rc: resp.Body, max: t.max, onTooLarge: t.onTooLarge}
+	}
+	if t.observe != nil {
+		resp.Body = &tapBody{tapReader: tapReader{r: resp.Body, whole: !stream, observe: t.observe}, c: resp.Body}
 	}
 	return resp, nil
 }

@@ -216,16 +216,6 @@ func (u *Upstream) State() State { return State(u.state.Load()) }
 // The returned Catalog is immutable and shared: do not modify it.
 func (u *Upstream) Catalog() *Catalog { return u.catalog.Load() }
 
-// Client returns the current mcp-go client, or nil while the upstream is not
-// up. It is for methods this package does not wrap yet; the client is closed
-// when its connection is lost, so do not keep it.
-func (u *Upstream) Client() *client.Client {
-	if c := u.current(); c != nil {
-		return c.client
-	}
-	return nil
-}
-
 // Start connects, initializes and fetches the whole catalog, all within
 // cfg.ConnectTimeout and ctx, and returns an error naming the upstream on
 // failure. Whether or not it succeeds, it leaves a supervisor goroutine

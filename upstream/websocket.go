@@ -46,6 +46,9 @@ type wsOptions struct {
 	// considered dead and closed.
 	PingTimeout time.Duration
 	Logger      *slog.Logger // nil discards
+	// Observe, when non-nil, is shown every message received, before it
+	// is decoded.
+	Observe func([]byte)
 }
 
 // wsTransport is an mcp-go client transport over one websocket connection
@@ -460,6 +463,9 @@ func (t *wsTransport) dispatch(data []byte) {
 			h(n)
 		}
 	case head.hasID():
+		if t.opts.Observe != nil {
+			t.opts.Observe(data)
+		}
 		var resp transport.JSONRPCResponse
 		if err := json.Unmarshal(data, &resp); err != nil {
 			t.log.Warn("dropping a malformed response from upstream", "err", err)
