@@ -251,3 +251,20 @@ func BenchmarkSessions(b *testing.B) {
 		b.ReportMetric(float64(s.Registry().Instances()), "filters")
 	}
 }
+
+// BenchmarkAllowedCall measures a forwarded tools/call end to end through
+// mcpmux's handler to a real loopback upstream, for profiling the request
+// path (go test -bench AllowedCall -cpuprofile). The upstream's own share
+// is in the same process here; integration/load compares against a floor.
+func BenchmarkAllowedCall(b *testing.B) {
+	up := newUpstreamServer(b, 10)
+	s := newBenchServer(b, up.http.URL, "")
+	h := s.Handler()
+	sid := openSession(b, h, "")
+	body := `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"up__tool_0001","arguments":{"query":"x"}}}`
+	timeEach(b, func() {
+		if w := postSink(h, "", sid, body); !bytes.Contains(w.head, []byte(`"ok"`)) {
+			b.Fatalf("call not answered: %s", w.head)
+		}
+	})
+}

@@ -1,6 +1,7 @@
 package sessions
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -116,9 +117,9 @@ func isModern(m *jsonrpc.Message) bool {
 }
 
 // decide is the one decision of the chain for a routed request: for
-// tools/call, the view (hidden and unknown tools answer alike), an
-// ambiguous message, the call rules and the rate limit; for prompts/get,
-// an ambiguous message. It returns the checked tool entry (tools/call) or
+// tools/call, an ambiguous message, the view (hidden and unknown tools
+// answer alike), the call rules and the rate limit; for the other routed
+// methods, an ambiguous message. It returns the checked tool entry (tools/call) or
 // the refusal, and logs, counts and audits refusals.
 func (s *Server) decide(session string, b Binding, view *filter.View, m *jsonrpc.Message) (*filter.Entry, *jsonrpc.Error) {
 	var e *filter.Entry
@@ -128,9 +129,9 @@ func (s *Server) decide(session string, b Binding, view *filter.View, m *jsonrpc
 	case string(mcp.MethodToolsCall):
 		// Ambiguity first: it is decided on the bytes alone, so it answers
 		// alike for visible, hidden and unknown tools.
-		if err := jsonrpc.CheckUnambiguous(m.Params); err != nil {
+		if m.Ambiguous != nil {
 			reason, refusal = audit.ReasonAmbiguous, &jsonrpc.Error{Code: mcp.INVALID_PARAMS,
-				Message: fmt.Sprintf("Arguments not allowed for %s: %v", jsonrpc.Printable(m.Name), err)}
+				Message: fmt.Sprintf("Arguments not allowed for %s: %v", jsonrpc.Printable(m.Name), m.Ambiguous)}
 			break
 		}
 		e = view.Lookup(m.Name)
@@ -149,9 +150,9 @@ func (s *Server) decide(session string, b Binding, view *filter.View, m *jsonrpc
 			reason, refusal = audit.ReasonRate, &jsonrpc.Error{Code: rateLimited,
 				Message: fmt.Sprintf("Rate limit exceeded: profile %q allows %d tool calls per minute per session", b.Profile, s.Resolver().RateFor(b.Profile))}
 		}
-	case string(mcp.MethodPromptsGet):
-		if err := jsonrpc.CheckUnambiguous(m.Params); err != nil {
-			return nil, &jsonrpc.Error{Code: mcp.INVALID_PARAMS, Message: "prompts/get: " + err.Error()}
+	default:
+		if m.Ambiguous != nil {
+			return nil, &jsonrpc.Error{Code: mcp.INVALID_PARAMS, Message: m.Method + ": " + m.Ambiguous.Error()}
 		}
 	}
 	if refusal == nil {
@@ -224,6 +225,9 @@ var emptyResult = json.RawMessage(`{}`)
 
 // isErrorResult reports whether a tools/call result says isError.
 func isErrorResult(res json.RawMessage) bool {
+	if !bytes.Contains(res, []byte(`"isError"`)) {
+		return false
+	}
 	var r struct {
 		IsError bool `json:"isError"`
 	}

@@ -16,9 +16,10 @@ import (
 )
 
 // callFrames bounds the notifications and server→client requests queued
-// for one request's writer; past it a notification is dropped (and
-// logged), never the upstream connection's reader blocked.
-const callFrames = 256
+// for one request's writer, which drains them as they come; past it a
+// notification is dropped (and logged), never the upstream connection's
+// reader blocked.
+const callFrames = 64
 
 // routedAnswer is what route returned.
 type routedAnswer struct {

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode"
@@ -35,53 +36,83 @@ type Message struct {
 	Arguments json.RawMessage // tools/call
 	Cursor    *string         // */list
 	Meta      map[string]json.RawMessage
+
+	// Ambiguous is set when some object in the message holds a key twice,
+	// or params or params.arguments hold two keys equal under Unicode case
+	// folding: decoders would disagree on what the message says.
+	Ambiguous error
 }
 
-// Parse decodes raw. A message that is not valid JSON returns an error; a
-// message whose params are not the shape a method expects keeps its raw
-// params and leaves the derived fields zero.
+// Parse decodes raw in one pass. A message that is not valid JSON returns
+// an error; a message whose params are not the shape a method expects
+// keeps its raw params and leaves the derived fields zero.
 //
 // Keys match exactly. encoding/json would also match "Method" or
 // "Arguments"; a field the decision read under another spelling than the
 // upstream reads would break "what is checked is what is forwarded".
 func Parse(raw []byte) (*Message, error) {
 	m := &Message{}
-	var top map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &top); err != nil {
-		return m, err
+	if !json.Valid(raw) {
+		var v any
+		if err := json.Unmarshal(raw, &v); err != nil {
+			return m, err
+		}
+		return m, errors.New("invalid JSON")
 	}
-	m.ID, m.Params, m.Result, m.Error = top["id"], top["params"], top["result"], top["error"]
-	if err := str(top["jsonrpc"], &m.JSONRPC); err != nil {
-		return m, err
+	var top, params []member
+	s := &scanner{b: raw, top: &top, params: &params}
+	i := s.ws(0)
+	if raw[i] != '{' {
+		return m, errors.New("not a JSON-RPC message object")
 	}
-	if err := str(top["method"], &m.Method); err != nil {
-		return m, err
-	}
-	if len(m.Params) == 0 || m.Params[0] != '{' {
-		return m, nil
-	}
-	var p map[string]json.RawMessage
-	if json.Unmarshal(m.Params, &p) != nil {
-		return m, nil
-	}
-	str(p["name"], &m.Name)
-	str(p["uri"], &m.URI)
-	m.Arguments = p["arguments"]
-	if c, ok := p["cursor"]; ok {
-		var cur string
-		if str(c, &cur) == nil && string(c) != "null" {
-			m.Cursor = &cur
+	s.object(i, 0, roleMessage)
+	m.Ambiguous = s.err
+	for _, f := range top {
+		v := raw[f.valueStart:f.valueEnd]
+		switch f.key {
+		case "jsonrpc":
+			str(v, &m.JSONRPC)
+		case "id":
+			m.ID = v
+		case "method":
+			str(v, &m.Method)
+		case "params":
+			m.Params = v
+		case "result":
+			m.Result = v
+		case "error":
+			m.Error = v
 		}
 	}
-	if raw, ok := p["_meta"]; ok {
-		json.Unmarshal(raw, &m.Meta)
+	for _, f := range params {
+		v := raw[f.valueStart:f.valueEnd]
+		switch f.key {
+		case "name":
+			str(v, &m.Name)
+		case "uri":
+			str(v, &m.URI)
+		case "arguments":
+			m.Arguments = v
+		case "cursor":
+			var cur string
+			if string(v) != "null" && str(v, &cur) == nil {
+				m.Cursor = &cur
+			}
+		case "_meta":
+			json.Unmarshal(v, &m.Meta)
+		}
 	}
 	return m, nil
 }
 
-// str decodes a JSON string into dst; absent or null leaves it "".
+// str decodes a JSON string into dst; null leaves it "". Another type is an
+// error and leaves dst alone.
 func str(raw json.RawMessage, dst *string) error {
 	if len(raw) == 0 || string(raw) == "null" {
+		return nil
+	}
+	if len(raw) >= 2 && raw[0] == '"' && !bytes.ContainsRune(raw, '\\') {
+		*dst = string(raw[1 : len(raw)-1])
 		return nil
 	}
 	return json.Unmarshal(raw, dst)
@@ -115,108 +146,101 @@ var ErrAmbiguous = errors.New("ambiguous message")
 // differently: an object anywhere in them with the same key twice (one
 // decoder keeps the first, another the last), or, in params itself and in
 // its "arguments" object, two keys equal under Unicode case folding
-// (decoders such as Go's match field names case-insensitively).
+// (decoders such as Go's match field names case-insensitively). Parse
+// makes the same check on a whole message (Message.Ambiguous).
 func CheckUnambiguous(params json.RawMessage) error {
 	if len(params) == 0 {
 		return nil
 	}
-	d := json.NewDecoder(bytes.NewReader(params))
-	d.UseNumber()
-	return checkValue(d, 0, true)
+	if !json.Valid(params) {
+		return errors.New("params are not valid JSON")
+	}
+	s := &scanner{b: params}
+	s.value(0, 0, roleParams)
+	return s.err
 }
 
-// maxDepth bounds the nesting CheckUnambiguous follows; deeper input is
-// refused rather than recursed into.
+// maxDepth bounds the nesting the checks follow; deeper input is refused
+// as ambiguous rather than recursed into.
 const maxDepth = 512
-
-func checkValue(d *json.Decoder, depth int, fold bool) error {
-	if depth > maxDepth {
-		return fmt.Errorf("%w: nested deeper than %d levels", ErrAmbiguous, maxDepth)
-	}
-	tok, err := d.Token()
-	if err != nil {
-		return err
-	}
-	switch tok {
-	case json.Delim('{'):
-		seen := make(map[string]bool)
-		var folded map[string]string
-		if fold {
-			folded = make(map[string]string)
-		}
-		for d.More() {
-			kt, err := d.Token()
-			if err != nil {
-				return err
-			}
-			k := kt.(string)
-			if seen[k] {
-				return fmt.Errorf("%w: key %q appears twice", ErrAmbiguous, Printable(k))
-			}
-			seen[k] = true
-			if fold {
-				f := strings.ToLower(strings.ToUpper(k))
-				if other, ok := folded[f]; ok {
-					return fmt.Errorf("%w: keys %q and %q differ only in case", ErrAmbiguous, Printable(other), Printable(k))
-				}
-				folded[f] = k
-			}
-			// Case folding matters in params and in its arguments, the
-			// objects upstream decoders bind to fields.
-			if err := checkValue(d, depth+1, fold && depth == 0 && k == "arguments"); err != nil {
-				return err
-			}
-		}
-		_, err := d.Token() // '}'
-		return err
-	case json.Delim('['):
-		for d.More() {
-			if err := checkValue(d, depth+1, false); err != nil {
-				return err
-			}
-		}
-		_, err := d.Token() // ']'
-		return err
-	}
-	return nil
-}
 
 // Rewrite returns params (a JSON object) with the listed fields replaced
 // and, when meta is non-nil, its _meta object passed through meta (a nil
-// or empty result removes _meta). Every other field keeps its bytes.
+// or empty result removes _meta). Every other member keeps its bytes,
+// spliced over without being decoded.
 func Rewrite(params json.RawMessage, set map[string]any, meta func(map[string]json.RawMessage) map[string]json.RawMessage) (json.RawMessage, error) {
-	fields := map[string]json.RawMessage{}
+	var ms []member
 	if len(params) > 0 && string(params) != "null" {
-		if err := json.Unmarshal(params, &fields); err != nil {
-			return nil, fmt.Errorf("params are not a JSON object: %w", err)
+		if !json.Valid(params) || params[firstNonSpace(params)] != '{' {
+			return nil, errors.New("params are not a JSON object")
+		}
+		ms = members(params)
+	}
+	out := make([]byte, 0, len(params)+128)
+	out = append(out, '{')
+	sep := func() {
+		if len(out) > 1 {
+			out = append(out, ',')
 		}
 	}
-	for k, v := range set {
-		b, err := json.Marshal(v)
+	var metaRaw json.RawMessage
+	for _, f := range ms {
+		if _, replaced := set[f.key]; replaced {
+			continue
+		}
+		if f.key == "_meta" && meta != nil {
+			metaRaw = params[f.valueStart:f.valueEnd]
+			continue
+		}
+		sep()
+		out = append(out, params[f.keyStart:f.valueEnd]...)
+	}
+	keys := make([]string, 0, len(set))
+	for k := range set {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		v, err := json.Marshal(set[k])
 		if err != nil {
 			return nil, err
 		}
-		fields[k] = b
+		sep()
+		out = appendMember(out, k, v)
 	}
 	if meta != nil {
 		m := map[string]json.RawMessage{}
-		if raw, ok := fields["_meta"]; ok && string(raw) != "null" {
-			if err := json.Unmarshal(raw, &m); err != nil {
+		if len(metaRaw) > 0 && string(metaRaw) != "null" {
+			if err := json.Unmarshal(metaRaw, &m); err != nil {
 				return nil, fmt.Errorf("_meta is not a JSON object: %w", err)
 			}
 		}
-		m = meta(m)
-		if len(m) == 0 {
-			delete(fields, "_meta")
-		} else {
+		if m = meta(m); len(m) > 0 {
 			b, err := json.Marshal(m)
 			if err != nil {
 				return nil, err
 			}
-			fields["_meta"] = b
+			sep()
+			out = appendMember(out, "_meta", b)
 		}
 	}
-	return json.Marshal(fields)
+	return append(out, '}'), nil
+}
+
+func appendMember(out []byte, k string, v []byte) []byte {
+	kb, _ := json.Marshal(k)
+	out = append(out, kb...)
+	out = append(out, ':')
+	return append(out, v...)
+}
+
+func firstNonSpace(b []byte) int {
+	for i, c := range b {
+		if c != ' ' && c != '\t' && c != '\n' && c != '\r' {
+			return i
+		}
+	}
+	return 0
 }
 
 // Response encodes a result answer to id.

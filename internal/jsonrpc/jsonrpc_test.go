@@ -3,6 +3,7 @@ package jsonrpc
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -22,6 +23,10 @@ func TestCheckUnambiguous(t *testing.T) {
 		{"case differs deep inside is fine", `{"name":"run","arguments":{"headers":{"Accept":"a","accept":"b"}}}`, false},
 		{"same key in sibling objects", `{"arguments":{"a":{"x":1},"b":{"x":2}}}`, false},
 		{"empty", ``, false},
+		{"duplicate through an escape", `{"arguments":{"command":"a","\u0063ommand":"b"}}`, true},
+		{"case fold through an escape", `{"arguments":{"command":"a","\u0043ommand":"b"}}`, true},
+		{"big object without duplicates", `{"arguments":{` + manyKeys(40, false) + `}}`, false},
+		{"big object with a late duplicate", `{"arguments":{` + manyKeys(40, true) + `}}`, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -31,6 +36,95 @@ func TestCheckUnambiguous(t *testing.T) {
 			}
 		})
 	}
+}
+
+func manyKeys(n int, dupLast bool) string {
+	var parts []string
+	for i := range n {
+		parts = append(parts, fmt.Sprintf(`"k%d":%d`, i, i))
+	}
+	if dupLast {
+		parts = append(parts, `"k3":0`)
+	}
+	return strings.Join(parts, ",")
+}
+
+func TestParseAmbiguous(t *testing.T) {
+	for _, raw := range []string{
+		`{"jsonrpc":"2.0","id":1,"method":"tools/call","method":"tools/list","params":{}}`,
+		`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a","arguments":{"x":1,"X":2}}}`,
+		`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a","Name":"b"}}`,
+	} {
+		m, err := Parse([]byte(raw))
+		if err != nil || !errors.Is(m.Ambiguous, ErrAmbiguous) {
+			t.Errorf("Parse(%s): Ambiguous = %v, err %v", raw, m.Ambiguous, err)
+		}
+	}
+	m, _ := Parse([]byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a","arguments":{"x":{"y":1},"z":{"y":2}},"_meta":{"X":1,"x":2}}}`))
+	if m.Ambiguous != nil {
+		t.Errorf("unambiguous message refused: %v", m.Ambiguous)
+	}
+}
+
+// FuzzCheckUnambiguous compares the scanner with encoding/json's
+// tokenizer on exact duplicate keys: they must agree on every valid input.
+func FuzzCheckUnambiguous(f *testing.F) {
+	for _, s := range []string{`{"a":1,"a":2}`, `{"a":{"b":[{"c":1},{"c":1,"c":2}]}}`, `{"arguments":{"x":"\u0078","\u0078":1}}`, `[1,{"a":1}]`, `"s"`, `{"a":"}\"{","b":[]}`} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, in string) {
+		if !json.Valid([]byte(in)) {
+			return
+		}
+		s := &scanner{b: []byte(in)}
+		s.value(0, 0, roleOther)
+		want := refDuplicate(t, in)
+		if got := s.err != nil; got != want && !strings.Contains(fmt.Sprint(s.err), "nested deeper") {
+			t.Errorf("scanner duplicate=%v (%v), encoding/json says %v, for %q", got, s.err, want, in)
+		}
+	})
+}
+
+// refDuplicate reports, with encoding/json's tokenizer, whether any object
+// in the valid JSON in has a key twice.
+func refDuplicate(t *testing.T, in string) bool {
+	d := json.NewDecoder(strings.NewReader(in))
+	d.UseNumber()
+	var walk func() bool
+	walk = func() bool {
+		tok, err := d.Token()
+		if err != nil {
+			t.Fatalf("token: %v", err)
+		}
+		switch tok {
+		case json.Delim('{'):
+			seen := map[string]bool{}
+			found := false
+			for d.More() {
+				k, _ := d.Token()
+				if seen[k.(string)] {
+					found = true
+				}
+				seen[k.(string)] = true
+				if walk() {
+					found = true
+				}
+			}
+			d.Token()
+			return found
+		case json.Delim('['):
+			found := false
+			for d.More() {
+				if walk() {
+					found = true
+				}
+			}
+			d.Token()
+			return found
+		}
+		return false
+	}
+	return walk()
 }
 
 func TestCheckUnambiguousDepth(t *testing.T) {

@@ -1,0 +1,214 @@
+package jsonrpc
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+)
+
+// This file is the one pass Parse makes over a message: a scanner over
+// bytes already known to be valid JSON (json.Valid), which finds the
+// members the request path routes on, checks every object for duplicate
+// keys (and the params and arguments objects for keys equal under case
+// folding), and remembers where each member's bytes are, so that Rewrite
+// can splice new values in without decoding or re-encoding the rest.
+
+// member is one member of a JSON object: its decoded key, and the spans of
+// its key (with quotes) and of its value.
+type member struct {
+	key                  string
+	keyStart, valueStart int
+	valueEnd             int
+}
+
+// scanner walks valid JSON.
+type scanner struct {
+	b       []byte
+	noCheck bool  // only find members
+	err     error // the first ambiguity found
+	// top and params collect the members of the message object and of its
+	// params object, when non-nil.
+	top, params *[]member
+}
+
+// role is what an object is in a message, which decides its checks.
+type role int
+
+const (
+	roleOther     role = iota // exact duplicate keys only
+	roleMessage               // the message itself
+	roleParams                // its params: keys also compared case-folded
+	roleArguments             // params.arguments: likewise
+)
+
+// childRole is the role of the value of member k of an object of role r.
+func childRole(r role, k string) role {
+	switch {
+	case r == roleMessage && k == "params":
+		return roleParams
+	case r == roleParams && k == "arguments":
+		return roleArguments
+	}
+	return roleOther
+}
+
+func (s *scanner) ws(i int) int {
+	for i < len(s.b) {
+		switch s.b[i] {
+		case ' ', '\t', '\n', '\r':
+			i++
+		default:
+			return i
+		}
+	}
+	return i
+}
+
+// str returns the index after the string starting at i, and whether it
+// holds an escape.
+func (s *scanner) str(i int) (int, bool) {
+	esc := false
+	for i++; i < len(s.b); i++ {
+		switch s.b[i] {
+		case '\\':
+			esc = true
+			i++
+		case '"':
+			return i + 1, esc
+		}
+	}
+	return i, esc
+}
+
+// key decodes the string at [start, end).
+func (s *scanner) key(start, end int, esc bool) string {
+	if !esc {
+		return string(s.b[start+1 : end-1])
+	}
+	var k string
+	json.Unmarshal(s.b[start:end], &k) // valid JSON: cannot fail
+	return k
+}
+
+// value skips the value at i, checking the objects in it by their role,
+// and returns the index after it.
+func (s *scanner) value(i, depth int, r role) int {
+	i = s.ws(i)
+	if i >= len(s.b) {
+		return i
+	}
+	if depth > maxDepth {
+		if s.err == nil {
+			s.err = fmt.Errorf("%w: nested deeper than %d levels", ErrAmbiguous, maxDepth)
+		}
+		return len(s.b)
+	}
+	switch s.b[i] {
+	case '{':
+		return s.object(i, depth, r)
+	case '[':
+		i = s.ws(i + 1)
+		if i < len(s.b) && s.b[i] == ']' {
+			return i + 1
+		}
+		for i < len(s.b) {
+			i = s.ws(s.value(i, depth+1, roleOther))
+			if i >= len(s.b) || s.b[i] == ']' {
+				return i + 1
+			}
+			i++ // ','
+		}
+		return i
+	case '"':
+		end, _ := s.str(i)
+		return end
+	}
+	for i < len(s.b) {
+		switch s.b[i] {
+		case ',', ']', '}', ' ', '\t', '\n', '\r':
+			return i
+		}
+		i++
+	}
+	return i
+}
+
+// smallObject is how many keys an object may have before duplicate checks
+// use a map instead of comparing with every earlier key.
+const smallObject = 16
+
+func (s *scanner) object(i, depth int, r role) int {
+	var members *[]member
+	switch {
+	case r == roleMessage && depth == 0:
+		members = s.top
+	case r == roleParams:
+		members = s.params
+	}
+	fold := r == roleParams || r == roleArguments
+	var keys, folded []string
+	var seen, seenFolded map[string]bool
+	i = s.ws(i + 1)
+	if i < len(s.b) && s.b[i] == '}' {
+		return i + 1
+	}
+	for i < len(s.b) {
+		i = s.ws(i)
+		kStart := i
+		kEnd, esc := s.str(i)
+		k := s.key(kStart, kEnd, esc)
+		if s.err == nil && !s.noCheck {
+			if dup(&keys, &seen, k) {
+				s.err = fmt.Errorf("%w: key %q appears twice", ErrAmbiguous, Printable(k))
+			} else if fold && dup(&folded, &seenFolded, strings.ToLower(strings.ToUpper(k))) {
+				s.err = fmt.Errorf("%w: keys that differ only in case, among them %q", ErrAmbiguous, Printable(k))
+			}
+		}
+		i = s.ws(kEnd) + 1 // ':'
+		vStart := s.ws(i)
+		i = s.value(vStart, depth+1, childRole(r, k))
+		if members != nil {
+			*members = append(*members, member{key: k, keyStart: kStart, valueStart: vStart, valueEnd: i})
+		}
+		i = s.ws(i)
+		if i >= len(s.b) || s.b[i] == '}' {
+			return i + 1
+		}
+		i++ // ','
+	}
+	return i
+}
+
+// dup records k and reports whether it was there already.
+func dup(keys *[]string, seen *map[string]bool, k string) bool {
+	if *seen != nil {
+		if (*seen)[k] {
+			return true
+		}
+		(*seen)[k] = true
+		return false
+	}
+	for _, x := range *keys {
+		if x == k {
+			return true
+		}
+	}
+	*keys = append(*keys, k)
+	if len(*keys) > smallObject {
+		*seen = make(map[string]bool, 2*smallObject)
+		for _, x := range *keys {
+			(*seen)[x] = true
+		}
+	}
+	return false
+}
+
+// members returns the members of the valid JSON object b (no checks).
+func members(b []byte) []member {
+	var out []member
+	s := &scanner{b: b, noCheck: true, params: &out}
+	if i := s.ws(0); i < len(b) && b[i] == '{' {
+		s.object(i, 0, roleParams)
+	}
+	return out
+}
