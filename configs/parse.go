@@ -3,6 +3,7 @@ package configs
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"reflect"
 	"regexp"
@@ -129,7 +130,9 @@ func Load(path string) (*Config, error) {
 //
 // On failure Parse returns a nil Config and one error that lists every problem
 // found, each as a *Error `<source>:<line>: <key path>: <message>`, sorted by
-// line. A TOML syntax or type error stops decoding and is reported alone.
+// line. A TOML syntax or type error stops decoding and is reported alone; so
+// do values that are not tables where the schema wants a table, all of them
+// together.
 func Parse(source string, data []byte, lookupEnv func(string) (string, bool)) (*Config, error) {
 	if lookupEnv == nil {
 		lookupEnv = func(string) (string, bool) { return "", false }
@@ -141,6 +144,13 @@ func Parse(source string, data []byte, lookupEnv func(string) (string, bool)) (*
 		return nil, decodeError(source, text, err)
 	}
 	v := &validator{source: source, lines: scanLines(text), lookupEnv: lookupEnv}
+	var tree map[string]any
+	if _, err := toml.Decode(text, &tree); err != nil {
+		return nil, decodeError(source, text, err) // unreachable: the text decoded above
+	}
+	if v.tables(reflect.TypeFor[rawConfig](), tree, nil); len(v.errs) > 0 {
+		return nil, v.err()
+	}
 	v.unknownKeys(md.Undecoded())
 	cfg := v.config(&raw)
 	if len(v.errs) > 0 {
@@ -209,6 +219,67 @@ func decodeError(source, text string, err error) error {
 		return &Error{Source: source, Line: line, Msg: key + ": " + m[3]}
 	}
 	return &Error{Source: source, Msg: err.Error()}
+}
+
+// tables reports every value that the raw schema t decodes into a Go map but
+// that is not a TOML table. BurntSushi/toml leaves such a map empty without an
+// error, so `args = ["git status"]` (for `args = { command = ["git status"] }`)
+// would silently drop a call rule's argument, and `env = ["A=1"]` an
+// upstream's environment. Like the decoder's own type errors, these are
+// reported before anything else is checked.
+func (v *validator) tables(t reflect.Type, val any, p keyPath) {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.Map:
+		m, ok := val.(map[string]any)
+		if !ok {
+			v.errorf(p, "incompatible types: TOML value has type %s; want a table", tomlType(val))
+			return
+		}
+		for _, k := range slices.Sorted(maps.Keys(m)) {
+			v.tables(t.Elem(), m[k], p.key(k))
+		}
+	case reflect.Struct:
+		m, _ := val.(map[string]any) // a non-table here is the decoder's type error
+		for _, k := range slices.Sorted(maps.Keys(m)) {
+			if f, ok := fieldByTag(t, k); ok {
+				v.tables(f.Type, m[k], p.key(k))
+			}
+		}
+	case reflect.Slice:
+		switch xs := val.(type) {
+		case []map[string]any: // [[array.of.tables]]
+			for i, x := range xs {
+				v.tables(t.Elem(), x, p.at(i))
+			}
+		case []any:
+			for i, x := range xs {
+				v.tables(t.Elem(), x, p.at(i))
+			}
+		}
+	}
+}
+
+// tomlType names the TOML type of a decoded value, for messages.
+func tomlType(val any) string {
+	switch val.(type) {
+	case string:
+		return "string"
+	case int64:
+		return "integer"
+	case float64:
+		return "float"
+	case bool:
+		return "boolean"
+	case []any, []map[string]any:
+		return "array"
+	case map[string]any:
+		return "table"
+	default:
+		return "datetime"
+	}
 }
 
 // unknownKeys reports every key the schema does not know, once per place it

@@ -97,6 +97,11 @@ func TestParseErrors(t *testing.T) {
 		{"call rule without args", "[profiles.p]\n[[profiles.p.call_rules]]\ntool = \"t\"\n", `call rule needs args`, 2},
 		{"call rule arg without globs", "[profiles.p]\n[[profiles.p.call_rules]]\ntool = \"t\"\nargs = { cmd = [] }\n", `argument "cmd" needs at least one glob`, 4},
 
+		// Values of the wrong type.
+		{"args an array, not a table", "[profiles.p]\n[[profiles.p.call_rules]]\ntool = \"t\"\nargs = [\"git status\"]\n", `profiles.p.call_rules[0].args: incompatible types: TOML value has type array; want a table`, 4},
+		{"env an array, not a table", "[upstreams.x]\ncommand = \"y\"\nenv = [\"A=1\"]\n", `upstreams.x.env: incompatible types: TOML value has type array; want a table`, 3},
+		{"toolsets a string, not a table", "[upstreams.x]\ncommand = \"y\"\ntoolsets = \"all\"\n", `upstreams.x.toolsets: incompatible types: TOML value has type string; want a table`, 3},
+
 		// Upstreams.
 		{"duplicate prefix", "[upstreams.alpha]\ncommand = \"a\"\nprefix = \"gh\"\n\n[upstreams.github]\ncommand = \"b\"\nprefix = \"gh\"\n", `upstreams.github.prefix: prefix "gh" is also the prefix of upstream "alpha" (line 3)`, 7},
 		{"prefix equal to other name", "[upstreams.gh]\ncommand = \"a\"\n[upstreams.github]\ncommand = \"b\"\nprefix = \"gh\"\n", `prefix "gh" is also the prefix of upstream "gh" (line 1)`, 5},
