@@ -100,8 +100,10 @@ type (
 		CallRules  []rawCallRule `toml:"call_rules"`
 	}
 	rawCallRule struct {
-		Tool string              `toml:"tool"`
-		Args map[string][]string `toml:"args"`
+		Tool      string              `toml:"tool"`
+		Args      map[string][]string `toml:"args"`
+		ArgsRegex map[string][]string `toml:"args_regex"`
+		OtherArgs bool                `toml:"other_args"`
 	}
 	rawProfile struct {
 		Extends string `toml:"extends"`

@@ -96,9 +96,21 @@ func TestParseErrors(t *testing.T) {
 		{"call rule without tool", "[profiles.p]\n[[profiles.p.call_rules]]\nargs = { cmd = [\"ok\"] }\n", `profiles.p.call_rules[0]: call rule needs tool`, 2},
 		{"call rule without args", "[profiles.p]\n[[profiles.p.call_rules]]\ntool = \"t\"\n", `call rule needs args`, 2},
 		{"call rule arg without globs", "[profiles.p]\n[[profiles.p.call_rules]]\ntool = \"t\"\nargs = { cmd = [] }\n", `argument "cmd" needs at least one glob`, 4},
+		{"call rule with only other_args", "[profiles.p]\n[[profiles.p.call_rules]]\ntool = \"t\"\nother_args = true\n", `profiles.p.call_rules[0]: call rule needs args or args_regex`, 2},
+		{"invalid args_regex", "[profiles.ci]\n[[profiles.ci.call_rules]]\ntool = \"shell__run\"\nargs_regex = { path = ['^docs/([a-z]+\\.md$'] }\n", `profiles.ci.call_rules[0].args_regex.path[0]: invalid regex "^docs/([a-z]+\\.md$": missing closing )`, 4},
+		{"invalid args_regex in a sub-table", "[profiles.ci]\n[[profiles.ci.call_rules]]\ntool = \"a\"\nargs = { x = [\"y\"] }\n[[profiles.ci.call_rules]]\ntool = \"b\"\n[profiles.ci.call_rules.args_regex]\npath = [\n  '^ok$',\n  'a**',\n]\n", `profiles.ci.call_rules[1].args_regex.path[1]: invalid regex "a**": invalid nested repetition operator`, 10},
+		{"args_regex valid only once anchored", "[profiles.p]\n[[profiles.p.call_rules]]\ntool = \"t\"\nargs_regex = { x = [\"a)(b\"] }\n", `profiles.p.call_rules[0].args_regex.x[0]: invalid regex "a)(b": unexpected )`, 4},
+		{"args_regex arg without patterns", "[profiles.p]\n[[profiles.p.call_rules]]\ntool = \"t\"\nargs_regex = { path = [] }\n", `profiles.p.call_rules[0].args_regex.path: argument "path" needs at least one regex`, 4},
+		{"two call rules for one tool", "[profiles.p]\ncall_rules = [\n  { tool = \"t\", args = { a = [\"b\"] } },\n  { tool = \"t\", args_regex = { c = [\"d\"] } },\n]\n", `profiles.p.call_rules[1].tool: tool "t" already has a call rule, profiles.p.call_rules[0] (line 3)`, 4},
+		{"unknown key near args_regex", "[profiles.p]\n[[profiles.p.call_rules]]\ntool = \"t\"\nargs_regexp = { a = [\"b\"] }\n", `unknown key "profiles.p.call_rules[0].args_regexp" (did you mean "args_regex"?)`, 4},
+		{"unknown key near other_args", "[profiles.p]\n[[profiles.p.call_rules]]\ntool = \"t\"\nargs = { a = [\"b\"] }\nother_arg = true\n", `unknown key "profiles.p.call_rules[0].other_arg" (did you mean "other_args"?)`, 5},
 
 		// Values of the wrong type.
-		{"args an array, not a table", "[profiles.p]\n[[profiles.p.call_rules]]\ntool = \"t\"\nargs = [\"git status\"]\n", `profiles.p.call_rules[0].args: incompatible types: TOML value has type array; want a table`, 4},
+		{"other_args not a boolean", "[profiles.p]\n[[profiles.p.call_rules]]\ntool = \"t\"\nargs = { a = [\"b\"] }\nother_args = \"yes\"\n", `profiles.p.call_rules.other_args: incompatible types: TOML value has type string; destination has type boolean`, 5},
+		{"args_regex value not an array", "[profiles.p]\n[[profiles.p.call_rules]]\ntool = \"t\"\nargs_regex = { path = '^a$' }\n", `profiles.p.call_rules.args_regex.path: incompatible types`, 4},
+		{"args_regex pattern not a string", "[profiles.p]\n[[profiles.p.call_rules]]\ntool = \"t\"\nargs_regex = { path = [1] }\n", `profiles.p.call_rules.args_regex.path: incompatible types: TOML value has type int64`, 4},
+		{"args an array, not a table", "[profiles.p]\n[[profiles.p.call_rules]]\ntool = \"t\"\nargs = [\"git status\"]\nother_args = true\n", `profiles.p.call_rules[0].args: incompatible types: TOML value has type array; want a table`, 4},
+		{"args_regex a string, not a table", "[profiles.p]\ncall_rules = [\n  { tool = \"a\", args = { x = [\"y\"] } },\n  { tool = \"t\", args_regex = '^a$' },\n]\n", `profiles.p.call_rules[1].args_regex: incompatible types: TOML value has type string; want a table`, 4},
 		{"env an array, not a table", "[upstreams.x]\ncommand = \"y\"\nenv = [\"A=1\"]\n", `upstreams.x.env: incompatible types: TOML value has type array; want a table`, 3},
 		{"toolsets a string, not a table", "[upstreams.x]\ncommand = \"y\"\ntoolsets = \"all\"\n", `upstreams.x.toolsets: incompatible types: TOML value has type string; want a table`, 3},
 
@@ -536,4 +548,68 @@ func TestSuggest(t *testing.T) {
 			}
 		})
 	}
+}
+
+func TestCallRules(t *testing.T) {
+	tests := []struct {
+		name string
+		text string
+		want []CallRule
+	}{
+		{"args only, other_args defaults to false", `[[profiles.ci.call_rules]]
+tool = "shell__run"
+args = { command = ["git status", "git log *"] }
+`, []CallRule{{Tool: "shell__run", Args: map[string][]string{"command": {"git status", "git log *"}}}}},
+		{"the SPEC example", `[[profiles.ci.call_rules]]
+tool = "shell__run"
+args = { command = ["git status", "git log *"] }
+args_regex = { path = ['^docs/[a-z0-9_/-]+\.md$'] }
+other_args = false
+`, []CallRule{{Tool: "shell__run",
+			Args:      map[string][]string{"command": {"git status", "git log *"}},
+			ArgsRegex: map[string][]string{"path": {`^docs/[a-z0-9_/-]+\.md$`}}}}},
+		{"args_regex only, other_args true", `[[profiles.ci.call_rules]]
+tool = "fs__read"
+args_regex = { path = ['docs/.*', 'README\.md'] }
+other_args = true
+`, []CallRule{{Tool: "fs__read", ArgsRegex: map[string][]string{"path": {"docs/.*", `README\.md`}}, OtherArgs: true}}},
+		{"one argument in args and args_regex", `[[profiles.ci.call_rules]]
+tool = "shell__run"
+args = { command = ["git status"] }
+args_regex = { command = ['^git diff [0-9a-f]{7,40}$'] }
+`, []CallRule{{Tool: "shell__run",
+			Args:      map[string][]string{"command": {"git status"}},
+			ArgsRegex: map[string][]string{"command": {"^git diff [0-9a-f]{7,40}$"}}}}},
+		{"sub-tables and inline tables", `[profiles.ci]
+call_rules = [{ tool = "a", args_regex = { x = ["y"] }, other_args = true }]
+`, []CallRule{{Tool: "a", ArgsRegex: map[string][]string{"x": {"y"}}, OtherArgs: true}}},
+		{"several tools", `[[profiles.ci.call_rules]]
+tool = "a"
+[profiles.ci.call_rules.args]
+x = ["1"]
+[profiles.ci.call_rules.args_regex]
+y = ["2"]
+[[profiles.ci.call_rules]]
+tool = "b"
+args = { z = ["3"] }
+`, []CallRule{
+			{Tool: "a", Args: map[string][]string{"x": {"1"}}, ArgsRegex: map[string][]string{"y": {"2"}}},
+			{Tool: "b", Args: map[string][]string{"z": {"3"}}},
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := mustParse(t, tt.text, nil).Profiles["ci"].Rules.CallRules
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("CallRules =\n%#v\nwant\n%#v", got, tt.want)
+			}
+		})
+	}
+	t.Run("in [filter]", func(t *testing.T) {
+		cfg := mustParse(t, "[[filter.call_rules]]\ntool = \"t\"\nargs_regex = { a = [\"b\"] }\n", nil)
+		want := []CallRule{{Tool: "t", ArgsRegex: map[string][]string{"a": {"b"}}}}
+		if !reflect.DeepEqual(cfg.Filter.CallRules, want) {
+			t.Errorf("Filter.CallRules = %#v, want %#v", cfg.Filter.CallRules, want)
+		}
+	})
 }

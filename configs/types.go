@@ -102,11 +102,22 @@ type RuleSet struct {
 	CallRules  []CallRule
 }
 
-// CallRule makes Tool callable only with arguments that match: every named
-// argument must be a string matching one of its globs.
+// CallRule makes Tool callable only with arguments that match. Every argument
+// named in Args or ArgsRegex must be present, and its value must be a JSON
+// string that matches at least one of its patterns, from either map. An
+// argument named in neither is refused unless OtherArgs is set. Parse
+// guarantees a rule names at least one argument, each with at least one
+// pattern, and that a rule set has at most one rule per tool.
 type CallRule struct {
 	Tool string
+	// Args maps an argument name to globs compiled with glob.Guarded: their
+	// wildcards never match a control character or a shell metacharacter.
 	Args map[string][]string
+	// ArgsRegex maps an argument name to RE2 patterns, each of which must
+	// match the whole value (the filter anchors them).
+	ArgsRegex map[string][]string
+	// OtherArgs lets arguments named in neither map through unchecked.
+	OtherArgs bool
 }
 
 // Profile is one [profiles.NAME] table. Rules holds only the profile's own

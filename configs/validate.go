@@ -354,9 +354,9 @@ func (v *validator) names(p keyPath, names []string) []string {
 	return slices.Clone(names)
 }
 
-func (v *validator) globs(p keyPath, patterns []string) []string {
+func (v *validator) globs(p keyPath, patterns []string, opts ...glob.Option) []string {
 	for i, pat := range patterns {
-		if _, err := glob.Compile(pat); err != nil {
+		if _, err := glob.Compile(pat, opts...); err != nil {
 			v.errorf(p.at(i), "%v", err)
 		}
 	}
@@ -404,23 +404,46 @@ func (v *validator) toolsetRefs(p keyPath, refs []string, cfg *Config) []string 
 	return out
 }
 
+// callRules checks the call_rules of one rule set: each names its tool once
+// and at least one argument, every argument has at least one pattern, and
+// every glob (compiled as the filter will, with glob.Guarded) and regex is
+// valid.
 func (v *validator) callRules(p keyPath, raw []rawCallRule) []CallRule {
 	var out []CallRule
+	first := map[string]keyPath{} // tool → its first rule
 	for i, r := range raw {
 		cp := p.at(i)
-		if r.Tool == "" {
+		switch prev, dup := first[r.Tool]; {
+		case r.Tool == "":
 			v.errorf(cp, "call rule needs tool")
+		case dup:
+			v.errorf(cp.key("tool"), "tool %q already has a call rule, %s (line %d); name all its arguments in that one rule", r.Tool, prev, v.lines.line(prev))
+		default:
+			first[r.Tool] = cp
 		}
-		if len(r.Args) == 0 {
-			v.errorf(cp, "call rule needs args, e.g. args = { command = [\"git status*\"] }")
+		if len(r.Args) == 0 && len(r.ArgsRegex) == 0 {
+			v.errorf(cp, "call rule needs args or args_regex, e.g. args = { command = [\"git status\", \"git log *\"] }")
 		}
-		rule := CallRule{Tool: r.Tool, Args: make(map[string][]string, len(r.Args))}
-		for _, arg := range slices.Sorted(maps.Keys(r.Args)) {
-			ap := cp.key("args", arg)
-			if len(r.Args[arg]) == 0 {
-				v.errorf(ap, "argument %q needs at least one glob", arg)
+		rule := CallRule{Tool: r.Tool, OtherArgs: r.OtherArgs}
+		if r.Args != nil {
+			rule.Args = make(map[string][]string, len(r.Args))
+			for _, arg := range slices.Sorted(maps.Keys(r.Args)) {
+				ap := cp.key("args", arg)
+				if len(r.Args[arg]) == 0 {
+					v.errorf(ap, "argument %q needs at least one glob", arg)
+				}
+				rule.Args[arg] = v.globs(ap, r.Args[arg], glob.Guarded())
 			}
-			rule.Args[arg] = v.globs(ap, r.Args[arg])
+		}
+		if r.ArgsRegex != nil {
+			rule.ArgsRegex = make(map[string][]string, len(r.ArgsRegex))
+			for _, arg := range slices.Sorted(maps.Keys(r.ArgsRegex)) {
+				ap := cp.key("args_regex", arg)
+				if len(r.ArgsRegex[arg]) == 0 {
+					v.errorf(ap, "argument %q needs at least one regex", arg)
+				}
+				rule.ArgsRegex[arg] = v.regexps(ap, r.ArgsRegex[arg])
+			}
 		}
 		out = append(out, rule)
 	}

@@ -38,12 +38,31 @@ func (f *Filter) Allows(e *Entry) bool {
 }
 
 // CheckCall reports whether a call of the allowed tool e with the raw JSON
-// arguments passes every stage's call_rules. It returns an error wrapping
-// ErrArgumentsNotAllowed when it does not.
+// arguments passes every stage's call_rules (SPEC §5): in each stage with a
+// rule for the tool, every argument the rule names is present and is a
+// string matching one of its patterns, and, unless the rule sets other_args,
+// no other argument is present. Absent arguments are the empty object. It
+// returns nil or an error wrapping ErrArgumentsNotAllowed that names the
+// argument at fault, never its value.
 func (f *Filter) CheckCall(e *Entry, args json.RawMessage) error {
+	var (
+		decoded map[string]json.RawMessage
+		done    bool // decoded holds the arguments, decoded once for every stage
+	)
 	for _, s := range f.stages {
-		if !s.checkArgs(e.Tool.Name, args) {
-			return fmt.Errorf("tool %q: %w", e.Tool.Name, ErrArgumentsNotAllowed)
+		rule := s.ruleFor(e.Tool.Name)
+		if rule == nil {
+			continue
+		}
+		if !done {
+			var err error
+			if decoded, err = decodeArguments(args); err != nil {
+				return fmt.Errorf("tool %q: %w: %v", e.Tool.Name, ErrArgumentsNotAllowed, err)
+			}
+			done = true
+		}
+		if err := rule.check(decoded); err != nil {
+			return fmt.Errorf("tool %q: %w: %v", e.Tool.Name, ErrArgumentsNotAllowed, err)
 		}
 	}
 	return nil

@@ -8,6 +8,7 @@
 package filter
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -50,16 +51,26 @@ type Rules struct {
 	denyRe    []*regexp.Regexp
 	toolsets  map[string]struct{}
 	readOnly  bool
-	callRules map[string][]argRule
+	callRules map[string]*callRule // exposed tool name → its one rule
 }
 
+// callRule is one compiled configs.CallRule.
+type callRule struct {
+	args      []argRule // sorted by name
+	otherArgs bool
+}
+
+// argRule is the patterns of one named argument: a value passes when it
+// matches any of them.
 type argRule struct {
 	arg   string
-	globs []*glob.Glob
+	globs []*glob.Glob     // compiled with glob.Guarded
+	res   []*regexp.Regexp // anchored: each matches the whole value
 }
 
 // Compile compiles a rule set. Every invalid glob or regex is reported, each
-// naming its pattern.
+// naming its pattern, and so is a call rule without a tool or an argument, an
+// argument without a pattern, and a second call rule for one tool.
 func Compile(rs configs.RuleSet) (*Rules, error) {
 	r := &Rules{readOnly: rs.ReadOnly}
 	var errs []error
@@ -84,21 +95,43 @@ func Compile(rs configs.RuleSet) (*Rules, error) {
 			errs = append(errs, errors.New("call_rules: tool is empty"))
 			continue
 		}
-		args := slices.Sorted(maps.Keys(cr.Args))
-		for _, a := range args {
-			var gs []*glob.Glob
-			gs, errs = compileGlobs(cr.Args[a], fmt.Sprintf("call_rules %q args.%s", cr.Tool, a), errs)
-			if r.callRules == nil {
-				r.callRules = make(map[string][]argRule)
-			}
-			r.callRules[cr.Tool] = append(r.callRules[cr.Tool], argRule{arg: a, globs: gs})
+		if _, dup := r.callRules[cr.Tool]; dup {
+			errs = append(errs, fmt.Errorf("call_rules %q: more than one rule for the tool", cr.Tool))
+			continue
 		}
+		var c *callRule
+		c, errs = compileCallRule(cr, errs)
+		if r.callRules == nil {
+			r.callRules = make(map[string]*callRule)
+		}
+		r.callRules[cr.Tool] = c
 	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
 	r.key = canonicalKey(rs)
 	return r, nil
+}
+
+// compileCallRule compiles one call rule; its errors are appended to errs.
+func compileCallRule(cr configs.CallRule, errs []error) (*callRule, []error) {
+	c := &callRule{otherArgs: cr.OtherArgs}
+	names := slices.AppendSeq(slices.Collect(maps.Keys(cr.Args)), maps.Keys(cr.ArgsRegex))
+	slices.Sort(names)
+	names = slices.Compact(names)
+	if len(names) == 0 {
+		errs = append(errs, fmt.Errorf("call_rules %q: names no argument (want args or args_regex)", cr.Tool))
+	}
+	for _, a := range names {
+		ar := argRule{arg: a}
+		ar.globs, errs = compileGlobs(cr.Args[a], fmt.Sprintf("call_rules %q args.%s", cr.Tool, a), errs, glob.Guarded())
+		ar.res, errs = compileWholeRegexes(cr.ArgsRegex[a], fmt.Sprintf("call_rules %q args_regex.%s", cr.Tool, a), errs)
+		if len(cr.Args[a]) == 0 && len(cr.ArgsRegex[a]) == 0 {
+			errs = append(errs, fmt.Errorf("call_rules %q: argument %q has no pattern", cr.Tool, a))
+		}
+		c.args = append(c.args, ar)
+	}
+	return c, errs
 }
 
 // MustCompile is Compile for rule sets known to be valid, such as those of a
@@ -111,10 +144,10 @@ func MustCompile(rs configs.RuleSet) *Rules {
 	return r
 }
 
-func compileGlobs(pats []string, what string, errs []error) ([]*glob.Glob, []error) {
+func compileGlobs(pats []string, what string, errs []error, opts ...glob.Option) ([]*glob.Glob, []error) {
 	var out []*glob.Glob
 	for _, p := range pats {
-		g, err := glob.Compile(p)
+		g, err := glob.Compile(p, opts...)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", what, err))
 			continue
@@ -133,6 +166,21 @@ func compileRegexes(pats []string, what string, errs []error) ([]*regexp.Regexp,
 			continue
 		}
 		out = append(out, re)
+	}
+	return out, errs
+}
+
+// compileWholeRegexes compiles patterns that must match a whole value. Each is
+// first compiled as written, so that one which is only valid once wrapped
+// (`a)(b`) is an error rather than a different pattern.
+func compileWholeRegexes(pats []string, what string, errs []error) ([]*regexp.Regexp, []error) {
+	var out []*regexp.Regexp
+	for _, p := range pats {
+		if _, err := regexp.Compile(p); err != nil {
+			errs = append(errs, fmt.Errorf("%s: invalid regex %q: %w", what, p, err))
+			continue
+		}
+		out = append(out, regexp.MustCompile(`^(?:`+p+`)$`))
 	}
 	return out, errs
 }
@@ -191,33 +239,74 @@ func (r *Rules) Match(name string, readOnly bool, toolsets []string) bool {
 	return false
 }
 
-// checkArgs applies the rule set's call_rules for the exposed tool name to
-// the raw JSON arguments.
-func (r *Rules) checkArgs(name string, args json.RawMessage) bool {
-	rules := r.callRules[name]
-	if len(rules) == 0 {
-		return true
-	}
+// ruleFor returns the call rule of the exposed tool name, or nil.
+func (r *Rules) ruleFor(name string) *callRule { return r.callRules[name] }
+
+// decodeArguments decodes the arguments of a tools/call. Absent arguments
+// (and JSON null) are the empty object.
+func decodeArguments(args json.RawMessage) (map[string]json.RawMessage, error) {
 	var m map[string]json.RawMessage
-	if len(args) > 0 {
-		if err := json.Unmarshal(args, &m); err != nil {
-			return false
-		}
+	if len(bytes.TrimSpace(args)) == 0 {
+		return m, nil
 	}
-	for _, ar := range rules {
-		raw, ok := m[ar.arg]
+	if err := json.Unmarshal(args, &m); err != nil {
+		return nil, errors.New("arguments are not a JSON object")
+	}
+	return m, nil
+}
+
+// check applies the rule to the decoded arguments of a call: every named
+// argument is present, a JSON string, and matches one of its patterns; and,
+// unless other_args is set, no other argument is present. The error names
+// the argument at fault but never its value.
+func (c *callRule) check(args map[string]json.RawMessage) error {
+	for i := range c.args {
+		ar := &c.args[i]
+		raw, ok := args[ar.arg]
 		if !ok {
-			return false
+			return fmt.Errorf("argument %q is missing", ar.arg)
 		}
+		// json.Unmarshal would read null into a string as "", so look at
+		// the value's first byte: only a JSON string can match.
 		var s string
-		if err := json.Unmarshal(raw, &s); err != nil {
-			return false // only strings can match an argument glob
+		if t := bytes.TrimLeft(raw, " \t\r\n"); len(t) == 0 || t[0] != '"' || json.Unmarshal(raw, &s) != nil {
+			return fmt.Errorf("argument %q is not a string", ar.arg)
 		}
-		if !slices.ContainsFunc(ar.globs, func(g *glob.Glob) bool { return g.Match(s) }) {
-			return false
+		if !ar.match(s) {
+			return fmt.Errorf("argument %q matches none of its patterns", ar.arg)
 		}
 	}
-	return true
+	if c.otherArgs || len(args) == len(c.args) {
+		return nil // every named argument is present, so there is no other
+	}
+	unnamed := ""
+	for k := range args {
+		if !c.names(k) && (unnamed == "" || k < unnamed) {
+			unnamed = k
+		}
+	}
+	return fmt.Errorf("argument %q is not named by the call rule (other_args is false)", unnamed)
+}
+
+// names reports whether the rule names the argument.
+func (c *callRule) names(arg string) bool {
+	_, ok := slices.BinarySearchFunc(c.args, arg, func(a argRule, name string) int { return strings.Compare(a.arg, name) })
+	return ok
+}
+
+// match reports whether s matches one of the argument's globs or regexes.
+func (ar *argRule) match(s string) bool {
+	for _, g := range ar.globs {
+		if g.Match(s) {
+			return true
+		}
+	}
+	for _, re := range ar.res {
+		if re.MatchString(s) {
+			return true
+		}
+	}
+	return false
 }
 
 // canonicalKey renders a rule set with every list sorted and deduplicated.
@@ -244,15 +333,43 @@ func canonicalKey(rs configs.RuleSet) string {
 		b.WriteString("read_only;")
 	}
 	if len(rs.CallRules) > 0 {
-		var crs []string
+		crs := make([]string, 0, len(rs.CallRules))
 		for _, cr := range rs.CallRules {
-			for _, a := range slices.Sorted(maps.Keys(cr.Args)) {
-				gs := slices.Compact(slices.Sorted(slices.Values(cr.Args[a])))
-				enc, _ := json.Marshal([]any{cr.Tool, a, gs})
-				crs = append(crs, string(enc))
-			}
+			enc, _ := json.Marshal(keyRule{ // strings, maps of string slices and a bool cannot fail to marshal
+				Tool:      cr.Tool,
+				Args:      keyPatterns(cr.Args),
+				ArgsRegex: keyPatterns(cr.ArgsRegex),
+				OtherArgs: cr.OtherArgs,
+			})
+			crs = append(crs, string(enc))
 		}
 		list("call_rules", crs)
 	}
 	return b.String()
+}
+
+// keyRule is a call rule as its canonical key renders it: encoding/json
+// sorts map keys, and empty maps are left out so that nil and {} agree.
+type keyRule struct {
+	Tool      string              `json:"tool"`
+	Args      map[string][]string `json:"args,omitempty"`
+	ArgsRegex map[string][]string `json:"args_regex,omitempty"`
+	OtherArgs bool                `json:"other_args,omitempty"`
+}
+
+// keyPatterns returns m with every pattern list sorted and deduplicated, and
+// without empty lists (an argument named with no pattern in one map must
+// have patterns in the other, so leaving it out changes nothing), or nil.
+func keyPatterns(m map[string][]string) map[string][]string {
+	var out map[string][]string
+	for a, pats := range m {
+		if len(pats) == 0 {
+			continue
+		}
+		if out == nil {
+			out = make(map[string][]string, len(m))
+		}
+		out[a] = slices.Compact(slices.Sorted(slices.Values(pats)))
+	}
+	return out
 }
