@@ -149,6 +149,7 @@ func TestCheckCall(t *testing.T) {
 	spec := configs.CallRule{Tool: "shell__run",
 		Args:      map[string][]string{"command": {"git status", "git log *"}},
 		ArgsRegex: map[string][]string{"path": {`^docs/[a-z0-9_/-]+\.md$`}}}
+	prefixRule := configs.CallRule{Tool: "shell__run", Args: map[string][]string{"command": {"git status*"}}}
 	withOthers := gitRule
 	withOthers.OtherArgs = true
 	tests := []struct {
@@ -167,8 +168,11 @@ func TestCheckCall(t *testing.T) {
 		{"star needs its space", gitRule, `{"command":"git log"}`, false, "matches none"},
 		{"semicolon", gitRule, `{"command":"git log; rm -rf /"}`, false, "matches none"},
 		{"semicolon after an option", gitRule, `{"command":"git log -5; rm -rf /"}`, false, "matches none"},
-		// This was allowed before SPEC §5 guarded call-rule globs.
 		{"semicolon after an exact command", gitRule, `{"command":"git status; rm -rf /"}`, false, "matches none"},
+		// This was allowed before SPEC §5 guarded call-rule globs.
+		{"prefix glob refuses a semicolon", prefixRule, `{"command":"git status; rm -rf /"}`, false, "matches none"},
+		{"prefix glob refuses a newline", prefixRule, `{"command":"git status\nrm -rf /"}`, false, "matches none"},
+		{"prefix glob admits options", prefixRule, `{"command":"git status --short -b"}`, true, ""},
 		{"and", gitRule, `{"command":"git log && x"}`, false, "matches none"},
 		{"or", gitRule, `{"command":"git log || x"}`, false, "matches none"},
 		{"pipe", gitRule, `{"command":"git log | sh"}`, false, "matches none"},
