@@ -5,7 +5,6 @@ import (
 	"io"
 	"mime"
 	"net/http"
-	"time"
 )
 
 // sseFieldSlack is the room an SSE event gets beyond the message itself for
@@ -61,9 +60,6 @@ func (t *limitTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	if t.observe != nil {
 		resp.Body = &tapBody{tapReader: tapReader{r: resp.Body, whole: !stream, observe: t.observe}, c: resp.Body}
-	}
-	if stream && req.Method == http.MethodPost {
-		resp.Body = &drainBody{ReadCloser: resp.Body}
 	}
 	return resp, nil
 }
@@ -137,30 +133,3 @@ func (b *eventLimitBody) Read(p []byte) (int, error) {
 }
 
 func (b *eventLimitBody) Close() error { return b.rc.Close() }
-
-// drainBody reads what is left of a POST's event stream before closing it.
-// mcp-go's client stops reading at the event that answers its request and
-// closes the body; net/http then discards the TCP connection rather than
-// reuse it. A server ends such a stream right after the answer, so the
-// rest is a few bytes and EOF: reading them (bounded in size and time)
-// returns the connection to the pool. Measured by integration/load: every
-// call answered as a stream had cost a new upstream connection.
-type drainBody struct{ io.ReadCloser }
-
-// Bounds of the drain.
-const (
-	drainMax  = 4 << 10
-	drainWait = 50 * time.Millisecond
-)
-
-// Close drains off the caller's path: the caller has its answer and must
-// not wait for a server that keeps the stream open.
-func (b *drainBody) Close() error {
-	go func() {
-		t := time.AfterFunc(drainWait, func() { b.ReadCloser.Close() })
-		io.CopyN(io.Discard, b.ReadCloser, drainMax)
-		t.Stop()
-		b.ReadCloser.Close()
-	}()
-	return nil
-}
