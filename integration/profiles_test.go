@@ -42,6 +42,7 @@ tools = ["demo__echo", "demo__write_note"]
 [[profiles.ci.call_rules]]
 tool = "demo__write_note"
 args = { title = ["ci-*"] }
+other_args = true  # text is free; the recording tests cover the default (refused)
 `
 
 func filesystemEntry() string {
