@@ -39,19 +39,26 @@ func globSyncShim() string {
 	return filepath.Join(harness.dir, "conformance", "globsync-shim.mjs")
 }
 
-// requireConformance is requireNode plus the conformance package and the
-// `glob` package its Node 20 shim needs.
+// requireConformance is requireNode plus the conformance package, the
+// `glob` package its Node 20 shim needs, and the Go toolchain that builds the
+// upstream conformance servers. Under CI=true a missing piece fails the test.
 func requireConformance(t testing.TB) {
 	t.Helper()
 	requireNode(t)
+	missing := func(msg string) {
+		t.Helper()
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("CI=true and the conformance suite cannot run: %s", msg)
+		}
+		t.Skipf("skipping: %s", msg)
+	}
 	for _, p := range []string{conformanceEntry(), nodeModule("glob/package.json"), globSyncShim()} {
 		if _, err := os.Stat(p); err != nil {
-			msg := fmt.Sprintf("%s is missing: run `npm ci` in %s (the Makefile does it)", p, harness.dir)
-			if os.Getenv("CI") == "true" {
-				t.Fatalf("CI=true and the conformance suite cannot run: %s", msg)
-			}
-			t.Skipf("skipping: %s", msg)
+			missing(fmt.Sprintf("%s is missing: run `npm ci` in %s (the Makefile does it)", p, harness.dir))
 		}
+	}
+	if _, err := exec.LookPath("go"); err != nil {
+		missing("the go command is not on PATH: it builds the upstream conformance servers")
 	}
 }
 
@@ -117,22 +124,40 @@ func mcpGoFlakyScenarios(t testing.TB) map[string]bool {
 	return flaky
 }
 
-// startConformanceServer starts the mcp-go conformance server on a free
-// loopback port (it takes its address from CONFORMANCE_ADDR and serves /mcp
-// and /health) and returns its MCP endpoint once /health answers 200. It is
-// stopped at cleanup; its output is logged if the test failed.
-func startConformanceServer(t *testing.T, label string) string {
+// startMcpGoServer starts the mcp-go conformance server on a free loopback
+// port (it takes its address from CONFORMANCE_ADDR and serves /mcp and
+// /health) and returns its MCP endpoint once /health answers 200.
+func startMcpGoServer(t *testing.T, label string) string {
 	t.Helper()
 	bin := conformanceServerBinary(t)
+	addr := startLoopbackServer(t, "mcp-go conformance server "+label,
+		func(addr string) *exec.Cmd {
+			cmd := exec.Command(bin)
+			cmd.Env = append(envWithout(os.Environ(), "CONFORMANCE_ADDR"), "CONFORMANCE_ADDR="+addr)
+			return cmd
+		},
+		func(addr string, exited <-chan struct{}) error {
+			return waitHealthy("http://"+addr+"/health", exited, 20*time.Second)
+		})
+	return "http://" + addr + "/mcp"
+}
+
+// startLoopbackServer starts the command that command(addr) returns, for a
+// free loopback addr, in its own process group, and returns addr once
+// ready(addr, exited) returns nil. A server that loses the port to another
+// process ("address already in use") is retried on a new one. It is stopped
+// (SIGTERM, then SIGKILL after 5s) at cleanup; its output is logged if the
+// test failed.
+func startLoopbackServer(t *testing.T, label string, command func(addr string) *exec.Cmd, ready func(addr string, exited <-chan struct{}) error) string {
+	t.Helper()
 	for attempt := 1; ; attempt++ {
 		addr := freeAddr(t)
 		out := &syncBuffer{}
-		cmd := exec.Command(bin)
-		cmd.Env = append(envWithout(os.Environ(), "CONFORMANCE_ADDR"), "CONFORMANCE_ADDR="+addr)
+		cmd := command(addr)
 		cmd.Stdout, cmd.Stderr = out, out
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 		if err := cmd.Start(); err != nil {
-			t.Fatalf("start conformance server: %v", err)
+			t.Fatalf("start %s: %v", label, err)
 		}
 		done := make(chan struct{})
 		go func() { _ = cmd.Wait(); close(done) }()
@@ -145,21 +170,21 @@ func startConformanceServer(t *testing.T, label string) string {
 				<-done
 			}
 		}
-		err := waitHealthy("http://"+addr+"/health", done, 20*time.Second)
+		err := ready(addr, done)
 		if err == nil {
 			t.Cleanup(func() {
 				stop()
 				if t.Failed() {
-					t.Logf("--- conformance server %q (%s) output ---\n%s", label, addr, out.String())
+					t.Logf("--- %s (%s) output ---\n%s", label, addr, out.String())
 				}
 			})
-			return "http://" + addr + "/mcp"
+			return addr
 		}
 		stop()
 		if attempt < 3 && strings.Contains(out.String(), "address already in use") {
 			continue
 		}
-		t.Fatalf("conformance server on %s: %v\n--- output ---\n%s", addr, err, out.String())
+		t.Fatalf("%s on %s: %v\n--- output ---\n%s", label, addr, err, out.String())
 	}
 }
 
@@ -255,6 +280,22 @@ func (r scenarioRun) Failures() string {
 	return strings.TrimRight(b.String(), "\n")
 }
 
+// FirstFailure is one line: the first FAILURE check's id and message, or why
+// the run left no result.
+func (r scenarioRun) FirstFailure() string {
+	if r.Checks == nil {
+		why, _, _ := strings.Cut(r.Err, "\n")
+		return "no result: " + why
+	}
+	for _, c := range r.Checks {
+		if c.Status == "FAILURE" {
+			msg, _, _ := strings.Cut(c.ErrorMessage, "\n")
+			return c.ID + ": " + msg
+		}
+	}
+	return "no failing check"
+}
+
 // conformanceCmd returns `node --import <shim> <cli> args...` in its own
 // process group, killed with the group when ctx ends.
 func conformanceCmd(ctx context.Context, args ...string) *exec.Cmd {
@@ -268,31 +309,77 @@ func conformanceCmd(ctx context.Context, args ...string) *exec.Cmd {
 	return cmd
 }
 
-var scenarioLine = regexp.MustCompile(`^\s+- (\S+) \[`)
+// scenarioLine is one scenario of `conformance list`: "  - NAME [TAGS]",
+// TAGS being the spec versions it applies at or "extension".
+var scenarioLine = regexp.MustCompile(`^\s+- (\S+) \[([^\]]*)\]`)
 
 // listServerScenarios returns the CLI's server scenarios (`list --server`),
-// active and pending alike, in its order.
-func listServerScenarios(t testing.TB) []string {
+// active and pending alike, in its order: those that apply at version (maybe
+// none), or with version "" all of them, extensions included. tags maps each to the
+// spec versions it applies at (or "extension").
+func listServerScenarios(t testing.TB, version string) (names []string, tags map[string][]string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	var out, errb bytes.Buffer
-	cmd := conformanceCmd(ctx, "list", "--server")
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("conformance list --server: %v\n%s%s", err, out.String(), errb.String())
+	args := []string{"list", "--server"}
+	if version != "" {
+		args = append(args, "--spec-version", version)
 	}
-	var names []string
-	sc := bufio.NewScanner(&out)
+	out, err := runConformanceQuiet(30*time.Second, args...)
+	if err != nil {
+		t.Fatalf("conformance %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	tags = map[string][]string{}
+	sc := bufio.NewScanner(strings.NewReader(out))
 	for sc.Scan() {
 		if m := scenarioLine.FindStringSubmatch(sc.Text()); m != nil {
 			names = append(names, m[1])
+			tags[m[1]] = strings.Split(m[2], ",")
 		}
 	}
-	if len(names) == 0 {
-		t.Fatalf("conformance list --server listed no scenarios:\n%s", out.String())
+	if len(names) == 0 && version == "" {
+		t.Fatalf("conformance %s listed no scenarios:\n%s", strings.Join(args, " "), out)
 	}
-	return names
+	return names, tags
+}
+
+// validSpecVersions matches the CLI's answer to an unknown --spec-version:
+// "Valid versions: 2025-03-26, 2025-06-18, … (or 'draft' as an alias for …)".
+var validSpecVersions = regexp.MustCompile(`Valid versions: ([0-9, -]+)`)
+
+// conformanceSpecVersions returns every spec version the CLI knows, oldest
+// first. The CLI prints no such list except when it rejects a version, so
+// this asks it to list scenarios at a version that does not exist.
+func conformanceSpecVersions(t testing.TB) []string {
+	t.Helper()
+	out, _ := runConformanceQuiet(30*time.Second, "list", "--server", "--spec-version", "not-a-version")
+	m := validSpecVersions.FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("conformance list --spec-version not-a-version did not list the valid versions:\n%s", out)
+	}
+	var versions []string
+	for _, v := range strings.Split(m[1], ",") {
+		if v = strings.TrimSpace(v); v != "" {
+			versions = append(versions, v)
+		}
+	}
+	if len(versions) == 0 {
+		t.Fatalf("no spec versions in %q", m[0])
+	}
+	return versions
+}
+
+// runConformanceQuiet runs the CLI with args, bounded by timeout, and returns
+// its combined output.
+func runConformanceQuiet(timeout time.Duration, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	var out bytes.Buffer
+	cmd := conformanceCmd(ctx, args...)
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	if ctx.Err() != nil {
+		err = fmt.Errorf("did not finish within %v", timeout)
+	}
+	return out.String(), err
 }
 
 // runConformance runs `conformance server --url U -o DIR extra...` bounded by

@@ -5,49 +5,149 @@ package integration
 import (
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"text/tabwriter"
 	"time"
 )
 
-// Parity bar (SPEC §7): the official MCP conformance suite run through mcpmux
-// against an upstream passes every scenario that it passes against that
-// upstream directly.
+// Parity bar (SPEC §7): the official MCP conformance suite (the pinned
+// @modelcontextprotocol/conformance, all suites, every spec version it knows)
+// run through mcpmux against an upstream passes every scenario that it passes
+// against that upstream directly.
 //
-// The upstream is mcp-go's own conformance server (examples/conformance of
-// the pinned mcp-go). Every server scenario of the pinned CLI, active and
-// pending (`--suite all`), runs against (a) that server directly and (b)
-// mcpmux mounting a second instance of it unprefixed. A scenario that passes
-// directly must pass through mcpmux; one that fails directly is logged and
-// does not count. The scenarios mcp-go lists as intermittent
-// (conformance/server/expected-failures.yml) are re-run, one at a time, up to
-// conformanceRetries times on either side while they fail, and compared like
-// every other scenario.
+// The upstreams (conformanceUpstreams) are mcp-go's own conformance server
+// (examples/conformance of the mcp-go in go.mod) and the official Go SDK's
+// conformance/everything-server (goSDKVersion) in its stateless and its
+// stateful mode. For each, one instance is tested directly and a second one
+// through mcpmux mounting it unprefixed; the two sides run at the same time.
+// On each side the CLI runs `server --suite all` (every server scenario,
+// active and pending) once per spec version the CLI knows (`--spec-version
+// V`: the scenarios that apply at V, on V's wire), and once without
+// --spec-version (each scenario at its own default version; the only run that
+// includes the extension scenarios, which belong to no spec version).
+//
+// A scenario that passes directly must pass through mcpmux at the same spec
+// version; one that fails directly is logged and does not count. The
+// scenarios an upstream is known to fail intermittently (mcp-go's
+// expected-failures list; those measured on the go-sdk server) are re-run,
+// one at a time, up to conformanceRetries times on either side while they
+// fail, and compared like every other scenario.
 //
 // Run it alone with: go test ./integration/ -run TestConformanceParity -v
+// One upstream: -run 'TestConformanceParity/go-sdk-stateless' -v
 
 const (
 	// conformanceRetries is the default number of retries of an intermittent
 	// scenario; MCPMUX_CONFORMANCE_RETRIES overrides it (to measure flakiness).
-	// Measured single-run pass rates (20 runs each): tools-call-with-logging
-	// 9/20 direct, 6/20 through mcpmux; tools-call-with-progress 1/20 direct,
-	// 7/20 through mcpmux (mcp-go #969: a notification sent just before the
-	// response can be dropped, on either hop). With 3 retries the comparison
-	// failed spuriously about 1 run in 4; with 10 about 2 in 100.
-	conformanceRetries = 10
-	// The whole suite takes a few seconds per side; these bound a hang.
-	conformanceSuiteTimeout    = 90 * time.Second
-	conformanceScenarioTimeout = 30 * time.Second
-	conformanceSideBudget      = 140 * time.Second
+	// mcp-go's two (mcp-go #969: a notification sent just before the
+	// response can be dropped, on either hop) pass a single run about 1 time
+	// in 4 on either side with conformance 0.2.0-alpha.12 (12 parity runs, 2
+	// cores: tools-call-with-logging 20/87 direct, 20/89 through mcpmux;
+	// tools-call-with-progress 26/122 direct, 30/122 through mcpmux). They
+	// run at 3 and 4 selections, so 7 pairs can fail spuriously: with 10
+	// retries 2 of 6 runs did (0.78^11 = 6% a pair); with 30 it is 0.78^31 =
+	// 0.05% a pair, about 0.3% a run, for about 40s more per side.
+	conformanceRetries = 30
+	// A whole suite takes a few seconds; these bound a hang. The CLI gives
+	// each scenario conformanceCLIScenarioTimeout itself, so a hung scenario
+	// fails with the CLI's own message before anything here kills it.
+	conformanceCLIScenarioTimeout = 20 * time.Second
+	conformanceSuiteTimeout       = 90 * time.Second
+	conformanceScenarioTimeout    = 40 * time.Second
+	// conformanceSideBudget bounds one side of one upstream, every spec
+	// version and every retry included; what would start after it is spent
+	// is reported as not run (and fails, if it passed directly).
+	conformanceSideBudget = 180 * time.Second
 )
 
-// conformanceSide is every run of every scenario against one URL.
+// conformanceUpstream is one upstream server the parity bar is measured
+// against.
+type conformanceUpstream struct {
+	name, mode string
+	// start starts one instance and returns its MCP endpoint; label says
+	// which side it serves.
+	start func(t *testing.T, label string) string
+	// flaky returns the scenarios to retry while they fail.
+	flaky func(t *testing.T) map[string]bool
+}
+
+func conformanceUpstreams() []conformanceUpstream {
+	return []conformanceUpstream{
+		{
+			name:  "mcp-go",
+			mode:  "stateful",
+			start: startMcpGoServer,
+			flaky: func(t *testing.T) map[string]bool { return mcpGoFlakyScenarios(t) },
+		},
+		{
+			name:  "go-sdk-stateless",
+			mode:  "stateless",
+			start: func(t *testing.T, label string) string { return startGoSDKServer(t, label, true) },
+			flaky: func(*testing.T) map[string]bool { return goSDKFlakyScenarios() },
+		},
+		{
+			name:  "go-sdk-stateful",
+			mode:  "stateful",
+			start: func(t *testing.T, label string) string { return startGoSDKServer(t, label, false) },
+			flaky: func(*testing.T) map[string]bool { return goSDKFlakyScenarios() },
+		},
+	}
+}
+
+// conformanceSelection is one `server --suite all` run: a spec version, or
+// "" for none, and the scenarios `list --server` lists for it.
+type conformanceSelection struct {
+	version   string
+	scenarios []string
+}
+
+func (s conformanceSelection) label() string {
+	if s.version == "" {
+		return "default"
+	}
+	return s.version
+}
+
+// specArgs returns the CLI arguments that select s's spec version.
+func (s conformanceSelection) specArgs() []string {
+	if s.version == "" {
+		return nil
+	}
+	return []string{"--spec-version", s.version}
+}
+
+// conformanceSelections returns one selection per spec version the CLI
+// knows, oldest first, then the one without --spec-version.
+func conformanceSelections(t *testing.T) []conformanceSelection {
+	t.Helper()
+	versions := conformanceSpecVersions(t)
+	all, tags := listServerScenarios(t, "")
+	for _, name := range all {
+		for _, tag := range tags[name] {
+			if tag != "extension" && !slices.Contains(versions, tag) {
+				t.Errorf("conformance list --server tags %s with %q, not one of the spec versions %v the CLI accepts", name, tag, versions)
+			}
+		}
+	}
+	var sels []conformanceSelection
+	for _, v := range versions {
+		names, _ := listServerScenarios(t, v)
+		sels = append(sels, conformanceSelection{version: v, scenarios: names})
+	}
+	return append(sels, conformanceSelection{scenarios: all})
+}
+
+// conformanceSide is every run of every scenario of one selection against
+// one URL.
 type conformanceSide struct {
-	label   string
-	runs    map[string][]scenarioRun // in order; more than one only for retries
-	elapsed time.Duration
+	label     string // e.g. "via mcpmux @2025-11-25"
+	serverURL string
+	sel       conformanceSelection
+	runs      map[string][]scenarioRun // in order; more than one only for retries
 }
 
 // passed reports whether any run of the scenario passed.
@@ -108,63 +208,95 @@ func (s *conformanceSide) status(name string) string {
 	return st
 }
 
-// runConformanceSide runs the whole suite once, then each scenario that left
-// no result on its own, then retries the failing intermittent ones.
-func runConformanceSide(t *testing.T, label, serverURL string, scenarios []string, flaky map[string]bool, retries int) *conformanceSide {
+// runConformanceSides runs every selection against serverURL within
+// conformanceSideBudget and returns one side per selection, in order. First
+// each selection's whole suite; then, on its own, each scenario that left no
+// result; then the retries of failing intermittent scenarios, so that a
+// budget spent on retries never keeps a suite from running. It is safe to
+// call for different sides at the same time.
+func runConformanceSides(t *testing.T, label, serverURL string, sels []conformanceSelection, flaky map[string]bool, retries int) (sides []*conformanceSide, elapsed time.Duration) {
 	t.Helper()
 	start := time.Now()
 	deadline := start.Add(conformanceSideBudget)
-	side := &conformanceSide{label: label, runs: map[string][]scenarioRun{}}
-
-	results, out, err := runConformance(serverURL, conformanceSuiteTimeout, "--suite", "all")
-	if err != nil {
-		t.Logf("%s: conformance server --suite all: %v\n--- CLI output (tail) ---\n%s", label, err, tail(out, 3000))
+	for _, sel := range sels {
+		side := &conformanceSide{label: label + " @" + sel.label(), serverURL: serverURL, sel: sel, runs: map[string][]scenarioRun{}}
+		side.runSuite(t, deadline)
+		sides = append(sides, side)
 	}
-	want := map[string]bool{}
-	for _, name := range scenarios {
-		want[name] = true
+	for _, side := range sides {
+		for _, name := range side.sel.scenarios {
+			if len(side.runs[name]) == 0 {
+				side.runs[name] = append(side.runs[name], side.runOne(name, deadline))
+			}
+		}
+	}
+	for _, side := range sides {
+		for _, name := range side.sel.scenarios {
+			for flaky[name] && !side.passed(name) && side.retries(name) < retries && time.Now().Before(deadline) {
+				side.runs[name] = append(side.runs[name], side.runOne(name, deadline))
+			}
+		}
+	}
+	return sides, time.Since(start)
+}
+
+// cliTimeoutArgs gives the CLI its per-scenario timeout.
+func cliTimeoutArgs() []string {
+	return []string{"--timeout", strconv.Itoa(int(conformanceCLIScenarioTimeout.Milliseconds()))}
+}
+
+// runSuite runs the selection's `server --suite all` once and records each
+// scenario's result.
+func (s *conformanceSide) runSuite(t *testing.T, deadline time.Time) {
+	t.Helper()
+	if len(s.sel.scenarios) == 0 || time.Now().After(deadline) {
+		return // runOne reports the spent budget
+	}
+	args := append([]string{"--suite", "all"}, s.sel.specArgs()...)
+	results, out, err := runConformance(s.serverURL, min(conformanceSuiteTimeout, time.Until(deadline)), append(args, cliTimeoutArgs()...)...)
+	if err != nil {
+		t.Logf("%s: conformance server %s: %v\n--- CLI output (tail) ---\n%s", s.label, strings.Join(args, " "), err, tail(out, 3000))
 	}
 	for name, checks := range results {
-		if !want[name] {
-			t.Errorf("%s: result for %q, which `conformance list --server` does not list", label, name)
+		if !slices.Contains(s.sel.scenarios, name) {
+			t.Errorf("%s: result for %q, which `conformance list --server %s` does not list", s.label, name, strings.Join(s.sel.specArgs(), " "))
 			continue
 		}
-		side.runs[name] = append(side.runs[name], scenarioRun{Checks: checks})
+		s.runs[name] = append(s.runs[name], scenarioRun{Checks: checks})
 	}
+}
 
-	single := func(name string) scenarioRun {
-		if time.Now().After(deadline) {
-			return scenarioRun{Err: fmt.Sprintf("not run: the %v budget for this side is spent", conformanceSideBudget)}
-		}
-		res, out, err := runConformance(serverURL, conformanceScenarioTimeout, "--scenario", name)
-		if checks, ok := res[name]; ok {
-			return scenarioRun{Checks: checks}
-		}
-		why := "no checks.json"
-		if err != nil {
-			why = err.Error()
-		}
-		return scenarioRun{Err: fmt.Sprintf("%s; CLI output (tail):\n%s", why, tail(out, 1500))}
+// runOne runs one scenario of the selection on its own.
+func (s *conformanceSide) runOne(name string, deadline time.Time) scenarioRun {
+	if time.Now().After(deadline) {
+		return scenarioRun{Err: fmt.Sprintf("not run: the %v budget for this side is spent", conformanceSideBudget)}
 	}
-	for _, name := range scenarios {
-		if len(side.runs[name]) == 0 {
-			side.runs[name] = append(side.runs[name], single(name))
-		}
+	args := append([]string{"--scenario", name}, s.sel.specArgs()...)
+	res, out, err := runConformance(s.serverURL, min(conformanceScenarioTimeout, time.Until(deadline)), append(args, cliTimeoutArgs()...)...)
+	if checks, ok := res[name]; ok {
+		return scenarioRun{Checks: checks}
 	}
-	for _, name := range scenarios {
-		for flaky[name] && !side.passed(name) && side.retries(name) < retries {
-			side.runs[name] = append(side.runs[name], single(name))
-		}
+	why := "no checks.json"
+	if err != nil {
+		why = err.Error()
 	}
-	side.elapsed = time.Since(start)
-	return side
+	return scenarioRun{Err: fmt.Sprintf("%s; CLI output (tail):\n%s", why, tail(out, 1500))}
+}
+
+// conformanceTally is the outcome at one (upstream, mode, spec version).
+type conformanceTally struct {
+	upstream, mode, version string
+	scenarios               int
+	direct, via             int // scenarios passing on each side
+	kept                    int // passing on both sides
+	parity                  []string
 }
 
 func TestConformanceParity(t *testing.T) {
 	requireConformance(t)
 	muxBinary(t)
 	conformanceServerBinary(t)
-	flaky := mcpGoFlakyScenarios(t)
+	goSDKServerBinary(t)
 	retries := conformanceRetries
 	if v := os.Getenv("MCPMUX_CONFORMANCE_RETRIES"); v != "" {
 		n, err := strconv.Atoi(v)
@@ -173,55 +305,132 @@ func TestConformanceParity(t *testing.T) {
 		}
 		retries = n
 	}
-	scenarios := listServerScenarios(t)
+	sels := conformanceSelections(t)
 
-	directURL := startConformanceServer(t, "direct")
-	upstreamURL := startConformanceServer(t, "behind mcpmux")
+	var mu sync.Mutex
+	var tallies []conformanceTally
+	start := time.Now()
+	// Cleanup runs once the parallel subtests are done.
+	t.Cleanup(func() {
+		mu.Lock()
+		defer mu.Unlock()
+		logConformanceSummary(t, tallies, time.Since(start))
+	})
+	for _, up := range conformanceUpstreams() {
+		t.Run(up.name, func(t *testing.T) {
+			t.Parallel()
+			got := testConformanceUpstream(t, up, sels, retries)
+			mu.Lock()
+			defer mu.Unlock()
+			tallies = append(tallies, got...)
+		})
+	}
+}
+
+// logConformanceSummary logs one line per (upstream, mode, spec version),
+// then every parity failure on one line.
+func logConformanceSummary(t *testing.T, tallies []conformanceTally, elapsed time.Duration) {
+	order := map[string]int{}
+	for i, up := range conformanceUpstreams() {
+		order[up.name] = i
+	}
+	tallies = slices.Clone(tallies)
+	slices.SortStableFunc(tallies, func(a, b conformanceTally) int { return order[a.upstream] - order[b.upstream] })
+	var table strings.Builder
+	tw := tabwriter.NewWriter(&table, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "upstream\tmode\tspec version\tscenarios\tpass direct\tpass via mcpmux\tpass both\tparity failures")
+	for _, c := range tallies {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\n", c.upstream, c.mode, c.version, c.scenarios, c.direct, c.via, c.kept, len(c.parity))
+	}
+	tw.Flush()
+	var failures strings.Builder
+	for _, c := range tallies {
+		for _, p := range c.parity {
+			fmt.Fprintf(&failures, "  %s (%s) @%s %s\n", c.upstream, c.mode, c.version, p)
+		}
+	}
+	if failures.Len() > 0 {
+		fmt.Fprintf(&table, "\nparity failures (passes directly, fails through mcpmux; first failing check):\n%s", failures.String())
+	}
+	t.Logf("conformance parity summary (%v):\n%s", elapsed.Round(time.Second), table.String())
+}
+
+// testConformanceUpstream runs every selection against one instance of up
+// directly and, at the same time, against mcpmux mounting a second instance;
+// it fails t for each scenario that passes directly but not through mcpmux,
+// logs the per-scenario table, and returns one tally per selection.
+func testConformanceUpstream(t *testing.T, up conformanceUpstream, sels []conformanceSelection, retries int) []conformanceTally {
+	flaky := up.flaky(t)
+	directURL := up.start(t, "direct")
+	upstreamURL := up.start(t, "behind mcpmux")
 	mux := startMux(t, muxConformanceConfig(upstreamURL))
 
-	direct := runConformanceSide(t, "direct", directURL, scenarios, flaky, retries)
-	via := runConformanceSide(t, "via mcpmux", mux.URL(), scenarios, flaky, retries)
-
-	if !direct.passed("server-initialize") {
-		t.Fatalf("server-initialize fails against the conformance server directly, so the harness is broken:\n%s",
-			direct.last("server-initialize").Failures())
+	var direct, via []*conformanceSide
+	var elapsed [2]time.Duration
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		direct, elapsed[0] = runConformanceSides(t, "direct", directURL, sels, flaky, retries)
+	}()
+	go func() {
+		defer wg.Done()
+		via, elapsed[1] = runConformanceSides(t, "via mcpmux", mux.URL(), sels, flaky, retries)
+	}()
+	wg.Wait()
+	// The selection without --spec-version (the last) runs server-initialize
+	// on every upstream.
+	if all := direct[len(sels)-1]; !all.passed("server-initialize") {
+		t.Fatalf("server-initialize fails against %s directly, so the harness is broken:\n%s",
+			up.name, all.last("server-initialize").Failures())
 	}
 
 	var table strings.Builder
 	tw := tabwriter.NewWriter(&table, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "scenario\tdirect\tvia mcpmux\tretries (direct/mux)\tverdict")
-	var parity, notCounted []string
-	counted, kept := 0, 0
-	for _, name := range scenarios {
-		verdict := "ok"
-		switch {
-		case !direct.passed(name):
-			verdict = "not counted (fails directly)"
-			notCounted = append(notCounted, fmt.Sprintf("%s fails directly (mcpmux: %s):\n%s",
-				name, via.status(name), direct.last(name).Failures()))
-		case !via.passed(name):
-			counted++
-			verdict = "PARITY FAILURE"
-			parity = append(parity, fmt.Sprintf("%s passes directly but fails through mcpmux:\n%s",
-				name, via.last(name).Failures()))
-		default:
-			counted++
-			kept++
+	fmt.Fprintln(tw, "spec version\tscenario\tdirect\tvia mcpmux\tretries (direct/mux)\tverdict")
+	var tallies []conformanceTally
+	var notCounted []string
+	for i, sel := range sels {
+		d, v := direct[i], via[i]
+		c := conformanceTally{upstream: up.name, mode: up.mode, version: sel.label(), scenarios: len(sel.scenarios)}
+		for _, name := range sel.scenarios {
+			verdict := "ok"
+			if v.passed(name) {
+				c.via++
+			}
+			switch {
+			case !d.passed(name):
+				verdict = "not counted (fails directly)"
+				notCounted = append(notCounted, fmt.Sprintf("@%s %s fails directly (mcpmux: %s):\n%s",
+					sel.label(), name, v.status(name), d.last(name).Failures()))
+			case !v.passed(name):
+				c.direct++
+				verdict = "PARITY FAILURE"
+				c.parity = append(c.parity, name+": "+v.last(name).FirstFailure())
+				t.Errorf("@%s %s passes directly but fails through mcpmux:\n%s", sel.label(), name, v.last(name).Failures())
+			default:
+				c.direct++
+				c.kept++
+			}
+			if flaky[name] {
+				verdict += " [intermittent upstream]"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d/%d\t%s\n", sel.label(), name, d.status(name), v.status(name),
+				d.retries(name), v.retries(name), verdict)
 		}
-		if flaky[name] {
-			verdict += " [intermittent in mcp-go]"
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d/%d\t%s\n", name, direct.status(name), via.status(name),
-			direct.retries(name), via.retries(name), verdict)
+		tallies = append(tallies, c)
 	}
 	tw.Flush()
-	t.Logf("conformance parity: %d of %d scenarios that pass directly also pass through mcpmux "+
-		"(%d scenarios; direct side %v, mcpmux side %v)\n%s",
-		kept, counted, len(scenarios), direct.elapsed.Round(time.Millisecond), via.elapsed.Round(time.Millisecond), table.String())
+
+	var sum strings.Builder
+	for _, c := range tallies {
+		fmt.Fprintf(&sum, "  @%s: %d of %d scenarios pass directly, %d of them also through mcpmux (%d pass through mcpmux)\n",
+			c.version, c.direct, c.scenarios, c.kept, c.via)
+	}
+	t.Logf("conformance parity, %s (%s) (direct side %v, mcpmux side %v):\n%s\n%s",
+		up.name, up.mode, elapsed[0].Round(time.Millisecond), elapsed[1].Round(time.Millisecond), sum.String(), table.String())
 	for _, s := range notCounted {
 		t.Log(s)
 	}
-	for _, s := range parity {
-		t.Error(s)
-	}
+	return tallies
 }
