@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -102,4 +103,96 @@ func TestModernListen(t *testing.T) {
 	}
 	expectMethod(t, "the unrestricted listener", all, "notifications/tools/list_changed", true, 10*time.Second)
 	expectMethod(t, "the read-only listener", ro, "notifications/tools/list_changed", true, 10*time.Second)
+}
+
+// listenBody is a 2026-07-28 subscriptions/listen request for tools
+// list_changed.
+const listenBody = `{"jsonrpc":"2.0","id":"listen-1","method":"subscriptions/listen","params":{"notifications":{"toolsListChanged":true},` +
+	`"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}`
+
+// streamListen sends listenBody on c and returns a channel of the methods
+// of what mcpmux sends back on it (answers are reported as "answer <id>").
+func streamListen(t *testing.T, c *recStream) <-chan string {
+	t.Helper()
+	if err := c.send([]byte(listenBody)); err != nil {
+		t.Fatalf("%s: subscriptions/listen: %v", c.door, err)
+	}
+	methods := make(chan string, 64)
+	go func() {
+		for raw := range c.in {
+			var m struct {
+				Method string          `json:"method"`
+				ID     json.RawMessage `json:"id"`
+			}
+			if json.Unmarshal(raw, &m) != nil {
+				continue
+			}
+			if m.Method == "" {
+				m.Method = "answer " + string(m.ID)
+			}
+			select {
+			case methods <- m.Method:
+			default:
+			}
+		}
+	}()
+	return methods
+}
+
+// TestModernListenStreamDoors is TestModernListen on /ws, /sse and stdio:
+// a 2026-07-28 client (no initialize, so no legacy session that would be
+// told anyway) that listens on a stream gets its own view's list_changed
+// through that stream's writer.
+func TestModernListenStreamDoors(t *testing.T) {
+	mux := startMux(t, listChangedConfig(t))
+	base := "http://" + mux.Addr
+	for _, door := range []struct {
+		name string
+		open func(t *testing.T, profile string) *recStream
+	}{
+		{"ws", func(t *testing.T, profile string) *recStream {
+			q := ""
+			if profile != "" {
+				q = "?profile=" + profile
+			}
+			return openWS(t, "ws://"+mux.Addr+"/ws"+q, false)
+		}},
+		{"sse", func(t *testing.T, profile string) *recStream {
+			q := ""
+			if profile != "" {
+				q = "?profile=" + profile
+			}
+			return openSSE(t, base, "/sse"+q, false)
+		}},
+	} {
+		t.Run(door.name, func(t *testing.T) {
+			all := streamListen(t, door.open(t, ""))
+			ro := streamListen(t, door.open(t, "readonly"))
+			for _, ch := range []<-chan string{all, ro} {
+				expectMethod(t, "listener", ch, "notifications/subscriptions/acknowledged", true, 10*time.Second)
+			}
+			s := openRawSession(t, mux.URL(), nil)
+			name := "rw_" + door.name
+			if r := s.post(t, "", nil, toolsCallBody(t, 2, "demo__add_tool", map[string]any{"name": name, "read_only": false})); r.Msg == nil || r.Msg.Error != nil {
+				t.Fatalf("add_tool: %s", r)
+			}
+			expectMethod(t, "the unrestricted listener", all, "notifications/tools/list_changed", true, 10*time.Second)
+			expectMethod(t, "the read-only listener", ro, "notifications/tools/list_changed", false, 1500*time.Millisecond)
+			if r := s.post(t, "", nil, toolsCallBody(t, 3, "demo__add_tool", map[string]any{"name": "ro_" + door.name, "read_only": true})); r.Msg == nil || r.Msg.Error != nil {
+				t.Fatalf("add_tool: %s", r)
+			}
+			expectMethod(t, "the read-only listener", ro, "notifications/tools/list_changed", true, 10*time.Second)
+		})
+	}
+	t.Run("stdio", func(t *testing.T) {
+		c, _ := openStdioStream(t, filepath.Join(mux.Dir, "mcpmux.toml"), "", false)
+		got := streamListen(t, c)
+		expectMethod(t, "listener", got, "notifications/subscriptions/acknowledged", true, 10*time.Second)
+		call := `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"demo__add_tool","arguments":{"name":"rw_stdio","read_only":false},` +
+			`"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}`
+		if err := c.send([]byte(call)); err != nil {
+			t.Fatal(err)
+		}
+		expectMethod(t, "the stdio listener", got, "notifications/tools/list_changed", true, 10*time.Second)
+	})
 }

@@ -247,6 +247,13 @@ func (c *recStream) do(t testing.TB, method, params string) recAnswer {
 // openRecWS opens a websocket session at url and initializes it.
 func openRecWS(t *testing.T, url string) *recStream {
 	t.Helper()
+	return openWS(t, url, true)
+}
+
+// openWS opens a websocket session at url, initialized or (for a
+// 2026-07-28 client) not.
+func openWS(t *testing.T, url string, initialize bool) *recStream {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	dialCtx, dialCancel := context.WithTimeout(ctx, 10*time.Second)
 	defer dialCancel()
@@ -282,7 +289,9 @@ func openRecWS(t *testing.T, url string) *recStream {
 		cancel()
 		drainUntil(c.in, done)
 	})
-	c.initialize(t)
+	if initialize {
+		c.initialize(t)
+	}
 	return c
 }
 
@@ -301,6 +310,12 @@ func drainUntil(in <-chan []byte, done <-chan struct{}) {
 // openRecSSE opens a legacy SSE session: GET base+path, the endpoint event,
 // then one POST per message; answers come back as message events.
 func openRecSSE(t *testing.T, base, path string) *recStream {
+	t.Helper()
+	return openSSE(t, base, path, true)
+}
+
+// openSSE is openRecSSE, initialized or (for a 2026-07-28 client) not.
+func openSSE(t *testing.T, base, path string, initialize bool) *recStream {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+path, nil)
@@ -376,7 +391,9 @@ func openRecSSE(t *testing.T, base, path string) *recStream {
 		}
 		return nil
 	}
-	c.initialize(t)
+	if initialize {
+		c.initialize(t)
+	}
 	return c
 }
 
@@ -386,9 +403,20 @@ func openRecSSE(t *testing.T, base, path string) *recStream {
 // buffer collects its stderr.
 func openRecStdio(t *testing.T, cfgPath string) (*recStream, *syncBuffer) {
 	t.Helper()
+	return openStdioStream(t, cfgPath, recProfile, true)
+}
+
+// openStdioStream is openRecStdio for any profile ("" = the config's
+// default).
+func openStdioStream(t *testing.T, cfgPath, profile string, initialize bool) (*recStream, *syncBuffer) {
+	t.Helper()
 	marker := randomHex(t, 12)
 	ctx, cancel := context.WithCancel(context.Background())
-	cmd := exec.CommandContext(ctx, muxBinary(t), "serve", "--stdio", "--profile", recProfile, "--config", cfgPath)
+	args := []string{"serve", "--stdio", "--config", cfgPath}
+	if profile != "" {
+		args = append(args, "--profile", profile)
+	}
+	cmd := exec.CommandContext(ctx, muxBinary(t), args...)
 	cmd.Dir = t.TempDir()
 	cmd.Env = append(envWithout(os.Environ(), "MCPMUX_CONFIG", markerEnv), markerEnv+"="+marker)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -449,6 +477,8 @@ func openRecStdio(t *testing.T, cfgPath string) (*recStream, *syncBuffer) {
 			t.Logf("--- mcpmux --stdio stderr ---\n%s", logs.String())
 		}
 	})
-	c.initialize(t)
+	if initialize {
+		c.initialize(t)
+	}
 	return c, logs
 }
