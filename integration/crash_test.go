@@ -97,6 +97,15 @@ func TestUpstreamCrash(t *testing.T) {
 		t.Errorf("the call took %v to fail after its upstream died", failedIn)
 	}
 
+	// Meanwhile a call of the crashed upstream's tool is told to retry:
+	// a temporary error, not "Tool not found" (SPEC §7). The backoff
+	// before the restart is about a second; a raw call takes milliseconds.
+	rs := openRawSession(t, m.URL(), nil)
+	if r := rs.post(t, "", nil, toolsCallBody(t, 2, "crash__echo", map[string]any{"text": "too early"})); r.Msg == nil || r.Msg.Error == nil ||
+		r.Msg.Error.Code != -32603 || !strings.Contains(r.Msg.Error.Message, "upstream crash is restarting") {
+		t.Errorf("a call while the upstream restarts: %s, want -32603 \"upstream crash is restarting…\"", r)
+	}
+
 	// The other upstream keeps working meanwhile.
 	res := drive(t, Script{URL: m.URL(), Steps: []Op{opCall("other__echo", map[string]any{"text": "unaffected"})}})
 	if got := res.Steps(t)[0].Call(t).Text(); got != "unaffected" {
