@@ -32,6 +32,10 @@ import (
 // answer, resumes it (SPEC §7).
 type call struct {
 	frames chan []byte
+	// wake starts a writer for frames when the call runs inline (see
+	// await); nil otherwise. It is set before the call runs.
+	wake   func()
+	run    func() routedAnswer // a call that runs inline, in await
 	done   chan routedAnswer
 	asks   chan *ask
 	cancel context.CancelFunc
@@ -57,9 +61,27 @@ type askReply struct {
 func (c *call) queue(f []byte) bool {
 	select {
 	case c.frames <- f:
+		c.wakeWriter()
 		return true
 	default:
 		return false
+	}
+}
+
+// push hands f to the call's writer, waiting for room until ctx ends.
+func (c *call) push(ctx context.Context, f []byte) error {
+	select {
+	case c.frames <- f:
+		c.wakeWriter()
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (c *call) wakeWriter() {
+	if c.wake != nil {
+		c.wake()
 	}
 }
 
@@ -90,9 +112,11 @@ func newCall(m *jsonrpc.Message, b Binding, modern bool) *call {
 		modern: modern, method: m.Method, name: name, filter: b.Filter}
 }
 
-// start runs route for the call. A 2026-07-28 call lives on past the
-// request that started it (it may be held); await ties it to each request
-// that waits for it.
+// start prepares route for the call. A 2026-07-28 call runs on a
+// goroutine of its own and lives on past the request that started it (it
+// may be held); await ties it to each request that waits for it. Any other
+// call runs inline in await, on the request's own goroutine, and costs no
+// goroutine unless it has frames to write before its answer.
 func (s *Server) start(parent context.Context, c *call, id string, b Binding, e *filter.Entry, m *jsonrpc.Message, cl *caller) {
 	ctx := parent
 	if c.modern {
@@ -100,16 +124,60 @@ func (s *Server) start(parent context.Context, c *call, id string, b Binding, e 
 		cl.ask = c.askClient
 	}
 	ctx, c.cancel = context.WithCancel(ctx)
-	go func() {
+	run := func() (a routedAnswer) {
 		defer func() {
 			if v := recover(); v != nil {
 				s.log.Error("panic routing a request", "session", id, "method", m.Method, "panic", v, "stack", string(debug.Stack()))
-				c.done <- routedAnswer{err: &jsonrpc.Error{Code: mcp.INTERNAL_ERROR, Message: "internal error"}}
+				a = routedAnswer{err: &jsonrpc.Error{Code: mcp.INTERNAL_ERROR, Message: "internal error"}}
 			}
 		}()
 		res, err := s.route(ctx, id, b, e, m, cl)
-		c.done <- routedAnswer{res, err}
-	}()
+		return routedAnswer{res, err}
+	}
+	if !c.modern {
+		c.run = run
+		return
+	}
+	go func() { c.done <- run() }()
+}
+
+// runInline runs a call on the caller's goroutine. A writer goroutine is
+// started only when the call has a frame to write before its answer; it
+// writes until the call returns, then drains and stops, and only then is
+// the answer written, so frames come first.
+func (c *call) runInline(write func([]byte)) routedAnswer {
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	started, finished := false, false
+	stop := make(chan struct{})
+	c.wake = func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if started || finished {
+			return
+		}
+		started = true
+		wg.Go(func() {
+			for {
+				select {
+				case f := <-c.frames:
+					write(f)
+				case <-stop:
+					for len(c.frames) > 0 {
+						write(<-c.frames)
+					}
+					return
+				}
+			}
+		})
+	}
+	a := c.run()
+	mu.Lock()
+	finished = true
+	mu.Unlock()
+	close(stop)
+	wg.Wait()
+	return a
 }
 
 // await writes the call's frames with write until it answers, or, for a
@@ -125,6 +193,9 @@ func (s *Server) await(ctx context.Context, c *call, m *jsonrpc.Message, write f
 		for len(c.frames) > 0 {
 			write(<-c.frames)
 		}
+	}
+	if c.run != nil {
+		return s.answer(ctx, c, m, c.runInline(write))
 	}
 	for {
 		select {
@@ -152,19 +223,24 @@ func (s *Server) await(ctx context.Context, c *call, m *jsonrpc.Message, write f
 			return jsonrpc.Response(m.ID, b), 0
 		case a := <-c.done:
 			drain()
-			c.cancel()
-			if a.err == nil {
-				s.metrics.count(m.Method, outcomeOK)
-				return jsonrpc.Response(m.ID, a.result), 0
-			}
-			s.metrics.count(m.Method, outcomeError)
-			e := s.errorFor(m, a.err, c.modern)
-			if e == nil || ctx.Err() != nil {
-				return nil, 0
-			}
-			return jsonrpc.ErrorResponse(m.ID, e), e.Code
+			return s.answer(ctx, c, m, a)
 		}
 	}
+}
+
+// answer encodes what the call returned as the answer to m.
+func (s *Server) answer(ctx context.Context, c *call, m *jsonrpc.Message, a routedAnswer) ([]byte, int) {
+	c.cancel()
+	if a.err == nil {
+		s.metrics.count(m.Method, outcomeOK)
+		return jsonrpc.Response(m.ID, a.result), 0
+	}
+	s.metrics.count(m.Method, outcomeError)
+	e := s.errorFor(m, a.err, c.modern)
+	if e == nil || ctx.Err() != nil {
+		return nil, 0
+	}
+	return jsonrpc.ErrorResponse(m.ID, e), e.Code
 }
 
 // inputKey names the one input request of a held call's input_required

@@ -57,7 +57,7 @@ func (s *Server) serveRouted(w http.ResponseWriter, r *http.Request, m *jsonrpc.
 		if modern {
 			return modernCaller(m, c.queue, logf)
 		}
-		return s.sessionCaller(sess, c.frames, c.queue, logf)
+		return s.sessionCaller(sess, c, logf)
 	})
 	if refusal != nil {
 		writeAnswer(w, httpStatus(refusal.Code), jsonrpc.ErrorResponse(m.ID, refusal))
@@ -203,8 +203,8 @@ func protocolError(err error) *jsonrpc.Error {
 // capabilities from initialize, its log level, and server→client requests
 // sent on the request's own event stream, answered by a POST that
 // serveMCP hands to deliver.
-func (s *Server) sessionCaller(sess *session, frames chan<- []byte, queue func([]byte) bool, logf func(string, ...any)) *caller {
-	c := &caller{queue: queue, log: logf}
+func (s *Server) sessionCaller(sess *session, call *call, logf func(string, ...any)) *caller {
+	c := &caller{queue: call.queue, log: logf}
 	if ci, ok := sess.client.(server.SessionWithClientInfo); ok {
 		c.caps = ci.GetClientCapabilities()
 	}
@@ -220,10 +220,8 @@ func (s *Server) sessionCaller(sess *session, frames chan<- []byte, queue func([
 		if err != nil {
 			return nil, err
 		}
-		select {
-		case frames <- frame:
-		case <-ctx.Done():
-			return nil, ctx.Err()
+		if err := call.push(ctx, frame); err != nil {
+			return nil, err
 		}
 		select {
 		case r := <-reply:
