@@ -41,16 +41,18 @@ import (
 // One upstream: -run 'TestConformanceParity/go-sdk-stateless' -v
 
 const (
-	// conformanceRetries is the default number of retries of an intermittent
-	// scenario; MCPMUX_CONFORMANCE_RETRIES overrides it (to measure flakiness).
-	// mcp-go's two (mcp-go #969: a notification sent just before the
-	// response can be dropped, on either hop) pass a single run about 1 time
-	// in 4 on either side with conformance 0.2.0-alpha.12 (12 parity runs, 2
-	// cores: tools-call-with-logging 20/87 direct, 20/89 through mcpmux;
-	// tools-call-with-progress 26/122 direct, 30/122 through mcpmux). They
-	// run at 3 and 4 selections, so 7 pairs can fail spuriously: with 10
-	// retries 2 of 6 runs did (0.78^11 = 6% a pair); with 30 it is 0.78^31 =
-	// 0.05% a pair, about 0.3% a run, for about 40s more per side.
+	// conformanceRetries is the default number of retry rounds for
+	// intermittent scenarios; MCPMUX_CONFORMANCE_RETRIES overrides it (0 to
+	// measure flakiness). mcp-go's two (mcp-go #969: a notification sent just
+	// before the response can be dropped) pass a single run about 1 time in 4
+	// on either side with conformance 0.2.0-alpha.12 (2 cores:
+	// tools-call-with-logging 20/87 direct, 20/89 through mcpmux;
+	// tools-call-with-progress 26/122 direct, 30/122 through mcpmux), and run
+	// at 7 (selection, scenario) pairs. With 10 retries 2 of 6 parity runs
+	// failed spuriously. Failures come in streaks, so retrying one pair 30
+	// times back to back still failed 1 run in 5 (31 misses in a row through
+	// mcpmux); 30 rounds over all failing pairs passed 6 of 6, with up to 21
+	// retries of a pair, adding 20-40s per side.
 	conformanceRetries = 30
 	// A whole suite takes a few seconds; these bound a hang. The CLI gives
 	// each scenario conformanceCLIScenarioTimeout itself, so a hung scenario
@@ -211,8 +213,9 @@ func (s *conformanceSide) status(name string) string {
 // runConformanceSides runs every selection against serverURL within
 // conformanceSideBudget and returns one side per selection, in order. First
 // each selection's whole suite; then, on its own, each scenario that left no
-// result; then the retries of failing intermittent scenarios, so that a
-// budget spent on retries never keeps a suite from running. It is safe to
+// result; then up to retries rounds re-running each failing intermittent
+// scenario once, so that a budget spent on retries never keeps a suite from
+// running. It is safe to
 // call for different sides at the same time.
 func runConformanceSides(t *testing.T, label, serverURL string, sels []conformanceSelection, flaky map[string]bool, retries int) (sides []*conformanceSide, elapsed time.Duration) {
 	t.Helper()
@@ -230,10 +233,14 @@ func runConformanceSides(t *testing.T, label, serverURL string, sels []conforman
 			}
 		}
 	}
-	for _, side := range sides {
-		for _, name := range side.sel.scenarios {
-			for flaky[name] && !side.passed(name) && side.retries(name) < retries && time.Now().Before(deadline) {
-				side.runs[name] = append(side.runs[name], side.runOne(name, deadline))
+	// Round by round, so that a pair's retries are spread over the time the
+	// others take: failures come in streaks.
+	for round := 0; round < retries && time.Now().Before(deadline); round++ {
+		for _, side := range sides {
+			for _, name := range side.sel.scenarios {
+				if flaky[name] && !side.passed(name) && time.Now().Before(deadline) {
+					side.runs[name] = append(side.runs[name], side.runOne(name, deadline))
+				}
 			}
 		}
 	}
