@@ -209,7 +209,7 @@ func (a *Aggregator) route(ctx context.Context, cl Client, up, method, target st
 			return nil, upstreamErr(up, method, u.Config().CallTimeout, err)
 		}
 		if cl.Modern() || !needsInput(res) {
-			return a.finishResult(res, cl.Modern()), nil
+			return a.finishResult(res, cl.Modern(), method == string(mcp.MethodResourcesRead)), nil
 		}
 		if round == MaxInputRounds {
 			return nil, &UpstreamError{Upstream: up, Method: method,
@@ -312,8 +312,12 @@ func (a *Aggregator) hopMeta(cl Client, meta map[string]json.RawMessage) (map[st
 // finishResult removes what belongs to the upstream hop from a result
 // (io.modelcontextprotocol/* _meta keys, and a plain "complete" resultType
 // for a legacy client) and, for a 2026-07-28 client, stamps mcpmux's own
-// resultType and serverInfo. Other bytes are kept.
-func (a *Aggregator) finishResult(res json.RawMessage, modern bool) json.RawMessage {
+// resultType and serverInfo, and on a cacheable result (resources/read)
+// the caching hints 2026-07-28 requires when the upstream gave none: ttlMs
+// 0 and cacheScope "private", the fail-closed defaults (a shared gateway
+// must not let one principal's data be served to another). Other bytes
+// are kept.
+func (a *Aggregator) finishResult(res json.RawMessage, modern, cacheable bool) json.RawMessage {
 	if !modern && !bytes.Contains(res, []byte("io.modelcontextprotocol/")) && !bytes.Contains(res, []byte(`"resultType"`)) {
 		return res
 	}
@@ -328,6 +332,14 @@ func (a *Aggregator) finishResult(res json.RawMessage, modern bool) json.RawMess
 		fields["resultType"] = json.RawMessage(`"complete"`)
 	case !modern && rt == string(mcp.ResultTypeComplete):
 		delete(fields, "resultType")
+	}
+	if modern && cacheable && rt != string(mcp.ResultTypeInputRequired) {
+		if _, ok := fields["ttlMs"]; !ok {
+			fields["ttlMs"] = json.RawMessage(`0`)
+		}
+		if _, ok := fields["cacheScope"]; !ok {
+			fields["cacheScope"] = json.RawMessage(`"private"`)
+		}
 	}
 	meta := map[string]json.RawMessage{}
 	if raw, ok := fields["_meta"]; ok {
@@ -418,24 +430,6 @@ func (a *Aggregator) Unsubscribe(ctx context.Context, uri string) error {
 		return nil
 	}
 	return a.send(ctx, up, string(mcp.MethodResourcesUnsubscribe), uri, map[string]any{"uri": original})
-}
-
-// SetLevel asks every connected upstream that supports logging (on a
-// protocol before 2026-07-28, which has no such request) to send log
-// messages at level and above. The front door calls it with the most
-// verbose level any session asked for, and filters per session.
-func (a *Aggregator) SetLevel(ctx context.Context, level mcp.LoggingLevel) error {
-	var errs []error
-	for _, u := range a.set.Load().ups {
-		cat := u.Catalog()
-		if cat == nil || cat.Capabilities.Logging == nil || mcp.IsModernProtocol(cat.ProtocolVersion) {
-			continue
-		}
-		if err := a.send(ctx, u.Name(), string(mcp.MethodSetLogLevel), "", map[string]any{"level": level}); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
 }
 
 // send makes a request of mcpmux's own (not on a client's behalf) to up.

@@ -216,7 +216,8 @@ func (s *Server) route(ctx context.Context, session string, b Binding, e *filter
 		if err := json.Unmarshal(m.Params, &p); err != nil || p.Level == "" {
 			return nil, &jsonrpc.Error{Code: mcp.INVALID_PARAMS, Message: "logging/setLevel: params.level is required"}
 		}
-		return emptyResult, s.setLevel(ctx, session, p.Level)
+		s.setLevel(session, p.Level)
+		return emptyResult, nil
 	}
 	return nil, &jsonrpc.Error{Code: mcp.METHOD_NOT_FOUND, Message: "Method not found: " + jsonrpc.Printable(m.Method)}
 }
@@ -299,28 +300,17 @@ func (s *Server) subscribe(ctx context.Context, id, uri string, on bool) error {
 	return nil
 }
 
-// setLevel records a session's log level (it filters what that session
-// gets, and nothing else) and asks the upstreams for the most verbose
-// level any session wants.
-func (s *Server) setLevel(ctx context.Context, id string, level mcp.LoggingLevel) error {
+// setLevel records a session's log level: it filters what that session
+// gets, and nothing else. Upstreams are asked for every message once, when
+// they connect (upstream.conn.askForAllLogs), so no client's level is ever
+// forwarded and none changes what another gets.
+func (s *Server) setLevel(id string, level mcp.LoggingLevel) {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	if sess := s.bound[id]; sess != nil {
 		sess.logLevel = level
 		if cs, ok := sess.client.(interface{ SetLogLevel(mcp.LoggingLevel) }); ok {
 			cs.SetLogLevel(level)
 		}
 	}
-	most := level
-	for _, sess := range s.bound {
-		if sess.logLevel != "" && !sess.logLevel.ShouldSendTo(most) {
-			most = sess.logLevel
-		}
-	}
-	changed := most != s.upstreamLevel
-	s.upstreamLevel = most
-	s.mu.Unlock()
-	if !changed {
-		return nil
-	}
-	return s.agg.SetLevel(ctx, most)
 }

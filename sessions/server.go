@@ -56,9 +56,6 @@ type Server struct {
 
 	mu    sync.Mutex
 	bound map[string]*session // legacy session id → its binding
-	// upstreamLevel is the log level last asked of the upstreams: the most
-	// verbose any session set.
-	upstreamLevel mcp.LoggingLevel
 
 	streams   streamSet  // live websocket, SSE and stdio sessions (door.go)
 	listening listeners  // open 2026-07-28 subscriptions/listen streams (listen.go)

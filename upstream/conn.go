@@ -2,6 +2,7 @@ package upstream
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -337,10 +338,33 @@ func (c *conn) finish(ctx context.Context, init *mcp.InitializeResult) (*conn, *
 	if err != nil {
 		return c, nil, err
 	}
+	c.askForAllLogs(ctx)
 	if c.ctx.Err() != nil {
 		return c, nil, context.Cause(c.ctx)
 	}
 	return c, cat, nil
+}
+
+// askForAllLogs sets the log level of a session before 2026-07-28 to
+// debug. The session is shared by every client, and each client wants its
+// own level (a 2026-07-28 client names one per request); mcpmux filters the
+// messages per client, so the upstream must send everything it has. Without
+// it a server that logs only once a level is set (the Go SDK's) would send
+// nothing to a client whose level no client had forwarded yet. A 2026-07-28
+// connection carries the level in each request instead.
+func (c *conn) askForAllLogs(ctx context.Context) {
+	if c.modern || c.caps.Logging == nil {
+		return
+	}
+	params, _ := json.Marshal(mcp.SetLevelParams{Level: mcp.LoggingLevelDebug})
+	req := transport.JSONRPCRequest{JSONRPC: mcp.JSONRPC_VERSION, ID: mcp.NewRequestId("mcpmux-setlevel"), Method: string(mcp.MethodSetLogLevel), Params: json.RawMessage(params)}
+	resp, err := c.client.GetTransport().SendRequest(ctx, req)
+	switch {
+	case err != nil:
+		c.u.log.Warn("logging/setLevel debug not sent; log messages may be missing", "err", err)
+	case resp.Error != nil:
+		c.u.log.Warn("upstream refused logging/setLevel debug; log messages may be missing", "err", resp.Error.Message)
+	}
 }
 
 // startBackground starts the goroutines of a published connection.
