@@ -198,7 +198,7 @@ func (a *Aggregator) route(ctx context.Context, cl Client, up, method, target st
 	if err != nil {
 		return nil, &jsonrpc.Error{Code: mcp.INVALID_PARAMS, Message: method + ": " + err.Error()}
 	}
-	req := upstream.Request{Method: method, Target: target, Params: out, LogLevel: cl.LogLevel(), Tool: tool}
+	req := upstream.Request{Method: method, Target: target, Params: out, LogLevel: cl.LogLevel(), Tool: tool, Modern: cl.Modern()}
 	caps := cl.Capabilities()
 	req.Caps = &caps
 	ctx = withClient(ctx, cl)

@@ -5,6 +5,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"strings"
 	"net/http/httptest"
 	"sync/atomic"
 	"testing"
@@ -20,7 +21,7 @@ import (
 // whose retry carries the answer. mcp-go serves the same handler to a
 // client on an older protocol by sending it a real elicitation/create in
 // the middle of the call. calls counts the handler's invocations.
-func mrtrUpstream(t *testing.T) (url string, calls *atomic.Int32) {
+func mrtrUpstream(t *testing.T, versions ...string) (url string, calls *atomic.Int32) {
 	t.Helper()
 	calls = new(atomic.Int32)
 	srv := server.NewMCPServer("mrtr", "1.0.0", server.WithToolCapabilities(true))
@@ -41,7 +42,11 @@ func mrtrUpstream(t *testing.T) (url string, calls *atomic.Int32) {
 		}
 		return mcp.NewToolResultText(fmt.Sprintf("hello %v", resp.Elicitation.Content.(map[string]any)["name"])), nil
 	})
-	ts := httptest.NewServer(server.NewStreamableHTTPServer(srv))
+	var opts []server.StreamableHTTPOption
+	if len(versions) > 0 {
+		opts = append(opts, server.WithStreamableHTTPProtocolVersions(versions...))
+	}
+	ts := httptest.NewServer(server.NewStreamableHTTPServer(srv, opts...))
 	t.Cleanup(ts.Close)
 	return ts.URL + "/mcp", calls
 }
@@ -67,16 +72,35 @@ func (e *elicitAnswer) Elicit(_ context.Context, req mcp.ElicitationRequest) (*m
 // legacy client as is, and a modern client as input_required whose retry
 // resumes the held call.
 func TestMRTR(t *testing.T) {
-	for _, up := range []string{mcp.ProtocolVersion20251125, mcp.ProtocolVersion20260728} {
-		url, calls := mrtrUpstream(t)
-		mux := startMux(t, fmt.Sprintf(`
-[upstreams.m]
-url = %q
-protocol = %q
-required = true
-`, url, up))
+	for _, up := range []struct {
+		name     string
+		versions []string // the server's; nil = every one
+		protocol string   // mcpmux's pin; "" = its default
+	}{
+		// mcpmux connects with 2025-11-25; a 2026-07-28 client's call
+		// cannot go any other way, so its input is asked through a held
+		// call.
+		{"legacy-only upstream", mcp.LegacyProtocolVersions(), ""},
+		// mcpmux connects with 2025-11-25, and sends a 2026-07-28 client's
+		// requests as 2026-07-28 requests to the same endpoint.
+		{"both-era upstream", nil, ""},
+		{"upstream pinned to 2026-07-28", nil, mcp.ProtocolVersion20260728},
+	} {
+		url, calls := mrtrUpstream(t, up.versions...)
+		pin := ""
+		if up.protocol != "" {
+			pin = fmt.Sprintf("protocol = %q\n", up.protocol)
+		}
+		mux := startMux(t, fmt.Sprintf("[upstreams.m]\nurl = %q\nrequired = true\n%s", url, pin))
 		for _, cl := range []string{mcp.ProtocolVersion20251125, mcp.ProtocolVersion20260728} {
-			t.Run(fmt.Sprintf("upstream %s, client %s", up, cl), func(t *testing.T) {
+			t.Run(fmt.Sprintf("%s, client %s", up.name, cl), func(t *testing.T) {
+				defer func() {
+					// Which way a 2026-07-28 client's call went.
+					refused := strings.Contains(mux.Stderr(), "does not take 2026-07-28 requests")
+					if want := up.versions != nil; cl == mcp.ProtocolVersion20260728 && refused != want {
+						t.Errorf("the endpoint refused 2026-07-28 requests: %v, want %v", refused, want)
+					}
+				}()
 				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 				defer cancel()
 				answer := &elicitAnswer{}

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 )
@@ -36,6 +37,12 @@ type Request struct {
 	// Tool is the upstream's definition of the tool a tools/call names, for
 	// its x-mcp-header parameter headers on 2026-07-28 HTTP; nil = none.
 	Tool *mcp.Tool
+	// Modern asks for the request to reach the upstream as a 2026-07-28
+	// request (it comes from a 2026-07-28 client): over the connection
+	// when it speaks 2026-07-28, else over a 2026-07-28 side to the same
+	// HTTP endpoint when the endpoint takes one (modern.go), else over the
+	// connection as it is.
+	Modern bool
 }
 
 // RPCError is a JSON-RPC error the upstream answered with. It reaches the
@@ -70,14 +77,20 @@ func (u *Upstream) Send(ctx context.Context, req Request) (json.RawMessage, erro
 	if c == nil {
 		return nil, u.downErr(req.Method, req.Target)
 	}
+	cl, modern := c.client, c.modern
+	if req.Modern && !modern {
+		if side := c.modernClient(ctx); side != nil {
+			cl, modern = side, true
+		}
+	}
 	params := req.Params
 	var header http.Header
-	if c.modern {
+	if modern {
 		var err error
-		if params, err = c.modernParams(req); err != nil {
+		if params, err = c.modernParams(cl, req); err != nil {
 			return nil, fmt.Errorf("upstream %q: %s %q: %w", u.cfg.Name, req.Method, req.Target, err)
 		}
-		header = c.standardHeaders(req.Method, params, req.Tool)
+		header = standardHeaders(cl, req.Method, params, req.Tool)
 	}
 	out := transport.JSONRPCRequest{
 		JSONRPC: mcp.JSONRPC_VERSION,
@@ -91,10 +104,10 @@ func (u *Upstream) Send(ctx context.Context, req Request) (json.RawMessage, erro
 	callCtx, done := c.callContext(ctx)
 	defer done()
 	id := out.ID.Value().(string)
-	resp, err := c.client.GetTransport().SendRequest(callCtx, out)
+	resp, err := cl.GetTransport().SendRequest(callCtx, out)
 	if err != nil {
 		c.raw.forget(id)
-		if callCtx.Err() != nil && c.ctx.Err() == nil {
+		if callCtx.Err() != nil && c.ctx.Err() == nil && !modern {
 			c.cancelUpstream(out)
 		}
 		return nil, c.callErr(callCtx, req.Method, req.Target, err)
@@ -127,7 +140,7 @@ func rpcError(d *mcp.JSONRPCErrorDetails, raw json.RawMessage) *RPCError {
 // (protocol version, client capabilities and identity, log level) to params.
 // Whatever the client sent under those keys was removed before (they belong
 // to its own hop).
-func (c *conn) modernParams(req Request) (json.RawMessage, error) {
+func (c *conn) modernParams(cl *client.Client, req Request) (json.RawMessage, error) {
 	fields := map[string]json.RawMessage{}
 	if len(req.Params) > 0 {
 		if err := json.Unmarshal(req.Params, &fields); err != nil {
@@ -150,7 +163,7 @@ func (c *conn) modernParams(req Request) (json.RawMessage, error) {
 			meta[k] = b
 		}
 	}
-	set(mcp.MetaKeyProtocolVersion, c.client.ProtocolVersion())
+	set(mcp.MetaKeyProtocolVersion, cl.ProtocolVersion())
 	set(mcp.MetaKeyClientCapabilities, caps)
 	set(mcp.MetaKeyClientInfo, mcp.Implementation{Name: "mcpmux", Version: c.u.opts.ClientVersion})
 	if req.LogLevel != "" {
@@ -166,8 +179,8 @@ func (c *conn) modernParams(req Request) (json.RawMessage, error) {
 
 // standardHeaders returns the Mcp-Method, Mcp-Name and Mcp-Param-* headers
 // of a 2026-07-28 request (transports other than HTTP ignore them).
-func (c *conn) standardHeaders(method string, params json.RawMessage, tool *mcp.Tool) http.Header {
-	std := mcp.StandardHeaders(c.client.ProtocolVersion(), mcp.MCPMethod(method), params)
+func standardHeaders(cl *client.Client, method string, params json.RawMessage, tool *mcp.Tool) http.Header {
+	std := mcp.StandardHeaders(cl.ProtocolVersion(), mcp.MCPMethod(method), params)
 	if len(std) == 0 {
 		return nil
 	}

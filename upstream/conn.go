@@ -42,7 +42,8 @@ type conn struct {
 	caps   mcp.ServerCapabilities
 	modern bool // protocol 2026-07-28 or later (stateless)
 
-	raw rawErrors // raw error objects of Send's requests (rawerr.go)
+	raw  rawErrors  // raw error objects of Send's requests (rawerr.go)
+	side modernSide // 2026-07-28 requests to a legacy HTTP connection's endpoint (modern.go)
 
 	last  atomic.Pointer[Catalog] // the newest catalog this connection built
 	dirty atomic.Uint32           // list kinds awaiting a refetch
@@ -386,6 +387,7 @@ func (c *conn) startBackground() {
 func (c *conn) teardown() error {
 	c.teardownOnce.Do(func() {
 		c.lost(errTornDown)
+		c.closeSide()
 		if c.client != nil {
 			// For stdio this closes the child's stdin, the first step of
 			// the shutdown; for HTTP it ends the session (DELETE).
