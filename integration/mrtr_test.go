@@ -5,8 +5,8 @@ package integration
 import (
 	"context"
 	"fmt"
-	"strings"
 	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
