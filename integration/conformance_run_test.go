@@ -142,52 +142,6 @@ func startMcpGoServer(t *testing.T, label string) string {
 	return "http://" + addr + "/mcp"
 }
 
-// startLoopbackServer starts the command that command(addr) returns, for a
-// free loopback addr, in its own process group, and returns addr once
-// ready(addr, exited) returns nil. A server that loses the port to another
-// process ("address already in use") is retried on a new one. It is stopped
-// (SIGTERM, then SIGKILL after 5s) at cleanup; its output is logged if the
-// test failed.
-func startLoopbackServer(t *testing.T, label string, command func(addr string) *exec.Cmd, ready func(addr string, exited <-chan struct{}) error) string {
-	t.Helper()
-	for attempt := 1; ; attempt++ {
-		addr := freeAddr(t)
-		out := &syncBuffer{}
-		cmd := command(addr)
-		cmd.Stdout, cmd.Stderr = out, out
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-		if err := cmd.Start(); err != nil {
-			t.Fatalf("start %s: %v", label, err)
-		}
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(done) }()
-		stop := func() {
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
-			select {
-			case <-done:
-			case <-time.After(5 * time.Second):
-				_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-				<-done
-			}
-		}
-		err := ready(addr, done)
-		if err == nil {
-			t.Cleanup(func() {
-				stop()
-				if t.Failed() {
-					t.Logf("--- %s (%s) output ---\n%s", label, addr, out.String())
-				}
-			})
-			return addr
-		}
-		stop()
-		if attempt < 3 && strings.Contains(out.String(), "address already in use") {
-			continue
-		}
-		t.Fatalf("%s on %s: %v\n--- output ---\n%s", label, addr, err, out.String())
-	}
-}
-
 // waitHealthy polls url until it answers 200, exited is closed, or timeout
 // passes.
 func waitHealthy(url string, exited <-chan struct{}, timeout time.Duration) error {

@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -24,44 +23,15 @@ import (
 func startEverythingHTTP(t *testing.T) string {
 	t.Helper()
 	requireNode(t)
-	for attempt := 1; ; attempt++ {
-		addr := freeAddr(t)
-		_, port, _ := net.SplitHostPort(addr)
-		out := &syncBuffer{}
-		cmd := exec.Command(harness.node, everythingEntry(), "streamableHttp")
-		cmd.Env = append(envWithout(os.Environ(), "PORT", markerEnv), "PORT="+port)
-		cmd.Stdout, cmd.Stderr = out, out
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-		if err := cmd.Start(); err != nil {
-			t.Fatalf("start server-everything: %v", err)
-		}
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(done) }()
-		stop := func() {
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
-			select {
-			case <-done:
-			case <-time.After(5 * time.Second):
-				_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-				<-done
-			}
-		}
-		err := waitAccepting(addr, done, 20*time.Second)
-		if err == nil {
-			t.Cleanup(func() {
-				stop()
-				if t.Failed() {
-					t.Logf("--- server-everything (streamableHttp, port %s) output ---\n%s", port, out.String())
-				}
-			})
-			return "http://" + addr + "/mcp"
-		}
-		stop()
-		if attempt < 3 && strings.Contains(out.String(), "already in use") {
-			continue
-		}
-		t.Fatalf("server-everything streamableHttp on port %s: %v\n--- output ---\n%s", port, err, out.String())
-	}
+	addr := startLoopbackServer(t, "server-everything (streamableHttp)",
+		func(addr string) *exec.Cmd {
+			_, port, _ := net.SplitHostPort(addr)
+			cmd := exec.Command(harness.node, everythingEntry(), "streamableHttp")
+			cmd.Env = append(envWithout(os.Environ(), "PORT", markerEnv), "PORT="+port)
+			return cmd
+		},
+		func(addr string, exited <-chan struct{}) error { return waitAccepting(addr, exited, 20*time.Second) })
+	return "http://" + addr + "/mcp"
 }
 
 // waitAccepting polls until addr accepts a TCP connection, exited is closed,
