@@ -262,9 +262,17 @@ func BenchmarkAllowedCall(b *testing.B) {
 	h := s.Handler()
 	sid := openSession(b, h, "")
 	body := `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"up__tool_0001","arguments":{"query":"x"}}}`
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
 	timeEach(b, func() {
 		if w := postSink(h, "", sid, body); !bytes.Contains(w.head, []byte(`"ok"`)) {
 			b.Fatalf("call not answered: %s", w.head)
 		}
 	})
+	// What the calls left behind: nothing a call allocates should outlive it.
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	b.ReportMetric(float64(int64(after.HeapAlloc)-int64(before.HeapAlloc))/1e6, "heap-growth-MB")
+	b.ReportMetric(float64(runtime.NumGoroutine()), "goroutines")
 }
