@@ -303,10 +303,13 @@ type heldCall struct {
 }
 
 // Bounds of held calls: how long one waits for its retry, and how many
-// may wait at once (past it, the upstream's request is refused).
+// may wait at once (past it, the upstream's request is refused). Each
+// holds a goroutine and an upstream request open, and a client decides how
+// many it starts, so the bound is low; per-token bounds belong with the
+// other exhaustion limits (issue 9).
 const (
 	heldWait = 5 * time.Minute
-	heldMax  = 10000
+	heldMax  = 1024
 )
 
 func newHeldCalls(replica string) *heldCalls {
