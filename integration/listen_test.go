@@ -17,8 +17,12 @@ import (
 // returns a channel of the methods of the notifications it receives.
 func modernListen(t *testing.T, url string) <-chan string {
 	t.Helper()
-	body := `{"jsonrpc":"2.0","id":"listen-1","method":"subscriptions/listen","params":{"notifications":{"toolsListChanged":true},` +
-		`"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}`
+	return modernListenBody(t, url, listenBody)
+}
+
+// modernListenBody is modernListen with the request body given.
+func modernListenBody(t *testing.T, url, body string) <-chan string {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
@@ -195,4 +199,32 @@ func TestModernListenStreamDoors(t *testing.T) {
 		}
 		expectMethod(t, "the stdio listener", got, "notifications/tools/list_changed", true, 10*time.Second)
 	})
+}
+
+// TestModernListenResourceUpdated checks that a 2026-07-28 listener that
+// lists a resource URI gets notifications/resources/updated for it, from
+// the reference server-everything over stdio (its subscriber updates are
+// switched on with its toggle-subscriber-updates tool), and that a
+// listener that did not list it gets none.
+func TestModernListenResourceUpdated(t *testing.T) {
+	requireNode(t)
+	const uri = "demo://resource/static/document/features.md"
+	mux := startMux(t, protoConfig(protoEveryStdio()))
+	waitForTools(t, mux.URL(), nil, []string{"every__toggle-subscriber-updates"}, 30*time.Second)
+	listen := func(uris ...string) <-chan string {
+		b, _ := json.Marshal(uris)
+		body := `{"jsonrpc":"2.0","id":"listen-1","method":"subscriptions/listen","params":{"notifications":{"resourceSubscriptions":` + string(b) + `},` +
+			`"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}`
+		return modernListenBody(t, mux.URL(), body)
+	}
+	sub, other := listen(uri), listen()
+	expectMethod(t, "the subscribed listener", sub, "notifications/subscriptions/acknowledged", true, 10*time.Second)
+	expectMethod(t, "the other listener", other, "notifications/subscriptions/acknowledged", true, 10*time.Second)
+	s := openRawSession(t, mux.URL(), nil)
+	if r := s.post(t, "", nil, toolsCallBody(t, 2, "every__toggle-subscriber-updates", map[string]any{})); r.Msg == nil || r.Msg.Error != nil {
+		t.Fatalf("toggle-subscriber-updates: %s", r)
+	}
+	t.Cleanup(func() { s.post(t, "", nil, toolsCallBody(t, 3, "every__toggle-subscriber-updates", map[string]any{})) })
+	expectMethod(t, "the subscribed listener", sub, "notifications/resources/updated", true, 20*time.Second)
+	expectMethod(t, "the listener that listed nothing", other, "notifications/resources/updated", false, 2*time.Second)
 }
