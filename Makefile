@@ -39,3 +39,4 @@ fuzz:
 	$(GO) test ./aggregator/ -run '^$$' -fuzz FuzzExpose -fuzztime $(FUZZTIME)
 	$(GO) test ./internal/glob/ -run '^$$' -fuzz FuzzCompile -fuzztime $(FUZZTIME)
 	$(GO) test ./configs/ -run '^$$' -fuzz FuzzParse -fuzztime $(FUZZTIME)
+	$(GO) test ./internal/jsonrpc/ -run '^$$' -fuzz FuzzCheckUnambiguous -fuzztime $(FUZZTIME)
