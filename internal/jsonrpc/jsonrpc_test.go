@@ -188,3 +188,28 @@ func TestParse(t *testing.T) {
 		t.Errorf("ErrorResponse = %s", got)
 	}
 }
+
+// TestParseDeep checks that nesting past maxDepth is refused as ambiguous
+// without the spans running past the message (which once sliced out of
+// range and panicked), and that Rewrite handles it.
+func TestParseDeep(t *testing.T) {
+	for _, n := range []int{maxDepth - 5, maxDepth + 5, 5000} {
+		deep := strings.Repeat(`[`, n) + strings.Repeat(`]`, n)
+		params := `{"name":"a","arguments":{"a":` + deep + `},"b":{"c":` + deep + `}}`
+		raw := []byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":` + params + `}`)
+		m, err := Parse(raw[:len(raw):len(raw)])
+		if err != nil {
+			t.Fatalf("depth %d: %v", n, err)
+		}
+		if string(m.Params) != params || m.Name != "a" {
+			t.Fatalf("depth %d: params span wrong (%d bytes, want %d)", n, len(m.Params), len(params))
+		}
+		if tooDeep := n+3 > maxDepth; tooDeep != (m.Ambiguous != nil) {
+			t.Errorf("depth %d: Ambiguous = %v", n, m.Ambiguous)
+		}
+		out, err := Rewrite(m.Params, map[string]any{"name": "b"}, nil)
+		if err != nil || !json.Valid(out) {
+			t.Fatalf("depth %d: Rewrite: %v (valid %v)", n, err, json.Valid(out))
+		}
+	}
+}

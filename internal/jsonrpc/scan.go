@@ -97,11 +97,11 @@ func (s *scanner) value(i, depth int, r role) int {
 	if i >= len(s.b) {
 		return i
 	}
-	if depth > maxDepth {
+	if depth > maxDepth && (s.b[i] == '{' || s.b[i] == '[') {
 		if s.err == nil {
 			s.err = fmt.Errorf("%w: nested deeper than %d levels", ErrAmbiguous, maxDepth)
 		}
-		return len(s.b)
+		return s.skip(i)
 	}
 	switch s.b[i] {
 	case '{':
@@ -113,7 +113,10 @@ func (s *scanner) value(i, depth int, r role) int {
 		}
 		for i < len(s.b) {
 			i = s.ws(s.value(i, depth+1, roleOther))
-			if i >= len(s.b) || s.b[i] == ']' {
+			if i >= len(s.b) {
+				return len(s.b)
+			}
+			if s.b[i] == ']' {
 				return i + 1
 			}
 			i++ // ','
@@ -171,12 +174,38 @@ func (s *scanner) object(i, depth int, r role) int {
 			*members = append(*members, member{key: k, keyStart: kStart, valueStart: vStart, valueEnd: i})
 		}
 		i = s.ws(i)
-		if i >= len(s.b) || s.b[i] == '}' {
+		if i >= len(s.b) {
+			return len(s.b)
+		}
+		if s.b[i] == '}' {
 			return i + 1
 		}
 		i++ // ','
 	}
 	return i
+}
+
+// skip returns the index after the object or array at i without
+// recursing (for values past maxDepth): it only counts brackets outside
+// strings.
+func (s *scanner) skip(i int) int {
+	depth := 0
+	for i < len(s.b) {
+		switch s.b[i] {
+		case '"':
+			i, _ = s.str(i)
+			continue
+		case '{', '[':
+			depth++
+		case '}', ']':
+			depth--
+			if depth == 0 {
+				return i + 1
+			}
+		}
+		i++
+	}
+	return len(s.b)
 }
 
 // dup records k and reports whether it was there already.
