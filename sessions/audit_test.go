@@ -3,6 +3,8 @@ package sessions
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -94,5 +96,39 @@ calls_per_minute = 10
 		if count[k] != n {
 			t.Fatalf("audit decisions = %v, want %v", count, want)
 		}
+	}
+}
+
+// TestStatelessRateLimit checks that stateless (2026-07-28) calls are
+// limited per caller and profile, whatever Mcp-Session-Id they carry: a
+// new value per call neither escapes the limit nor adds limiter state.
+func TestStatelessRateLimit(t *testing.T) {
+	up := newUpstreamServer(t, 4)
+	s := newBenchServer(t, up.http.URL, "[profiles.limited]\n[profiles.limited.rate]\ncalls_per_minute = 3\n")
+	h := s.Handler()
+	call := func(i int) string {
+		body := fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"up__tool_0001","arguments":{"query":"q"},`+
+			`"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}`, i)
+		req := newRequest("?profile=limited", "", body)
+		req.Header.Set("Mcp-Protocol-Version", "2026-07-28")
+		req.Header.Set("Mcp-Method", "tools/call")
+		req.Header.Set("Mcp-Name", "up__tool_0001")
+		req.Header.Set("Mcp-Session-Id", fmt.Sprintf("made-up-%d", i))
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec.Body.String()
+	}
+	for i := range 3 {
+		if body := call(i); !strings.Contains(body, `"result"`) {
+			t.Fatalf("stateless call %d within the limit: %s", i, body)
+		}
+	}
+	for i := 3; i < 10; i++ {
+		if body := call(i); !strings.Contains(body, `"code":-32029`) {
+			t.Fatalf("stateless call %d over the limit of 3 per minute: %s", i, body)
+		}
+	}
+	if n := s.limits.Len(); n != 1 {
+		t.Fatalf("%d limiter buckets after 10 stateless calls from one caller, want 1", n)
 	}
 }

@@ -356,7 +356,7 @@ func (h *heldCalls) take(state string) (*heldCall, error) {
 	if !ok || err1 != nil || err2 != nil {
 		return nil, errors.New("requestState is malformed: call the tool again without it")
 	}
-	replica, id, _ := strings.Cut(string(body), ".")
+	replica, id, _ := strings.Cut(string(body), ".") // neither holds a dot
 	mac := hmac.New(sha256.New, h.key)
 	mac.Write(body)
 	if replica != h.replica {

@@ -2,9 +2,12 @@ package sessions
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"sync"
 
@@ -40,6 +43,11 @@ func (s *Server) serveRouted(w http.ResponseWriter, r *http.Request, m *jsonrpc.
 			writeAnswer(w, httpStatus(e.Code), jsonrpc.ErrorResponse(m.ID, e))
 			return
 		}
+		// A stateless request has no session: whatever Mcp-Session-Id it
+		// carries is the client's to choose, so it must not key the rate
+		// limit (a new value each time would escape it, and grow the
+		// limiter without bound). It is keyed by who is asking instead.
+		id = statelessKey(r, b)
 	}
 	e, refusal := s.decide(id, b, view, m)
 	if refusal != nil {
@@ -89,6 +97,22 @@ func (s *Server) callFor(ctx context.Context, m *jsonrpc.Message, b Binding, e *
 	logf := func(msg string, args ...any) { s.log.Debug(msg, append(args, "session", id, "method", m.Method)...) }
 	s.start(ctx, c, id, b, e, m, newCaller(c, logf))
 	return c, nil
+}
+
+// statelessKey names the caller of a stateless request for rate limits,
+// logs and audit (SPEC §6): its token and profile, or without a token its
+// client address and profile. A token appears only as 8 hex digits of its
+// hash.
+func statelessKey(r *http.Request, b Binding) string {
+	who := r.RemoteAddr
+	if host, _, err := net.SplitHostPort(who); err == nil {
+		who = host
+	}
+	if sel, err := SelectionFromRequest(r); err == nil && sel.HasToken {
+		sum := sha256.Sum256([]byte(sel.Token))
+		who = "token-" + hex.EncodeToString(sum[:4])
+	}
+	return "stateless/" + b.Profile + "/" + who
 }
 
 // eventWriter answers one HTTP request with a single JSON body, or, once

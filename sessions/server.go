@@ -7,6 +7,8 @@ package sessions
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -60,6 +62,16 @@ type Server struct {
 	streams   streamSet  // live websocket, SSE and stdio sessions (door.go)
 	listening listeners  // open 2026-07-28 subscriptions/listen streams (listen.go)
 	held      *heldCalls // 2026-07-28 calls waiting for their client's input (call.go)
+}
+
+// replicaID names this replica in the requestState of held calls: until
+// server.replica_id exists (SPEC §12), 8 hex digits of a hash of the
+// hostname, stable across restarts and free of the dots and the
+// information the hostname itself holds.
+func replicaID() string {
+	host, _ := os.Hostname()
+	sum := sha256.Sum256([]byte("mcpmux replica\x00" + host))
+	return hex.EncodeToString(sum[:4])
 }
 
 // MarkStarted tells the server that every upstream has had its first
@@ -142,11 +154,7 @@ func New(cfg *configs.Config, agg *aggregator.Aggregator, opts Options) (*Server
 	if s.version == "" {
 		s.version = "dev"
 	}
-	replica, _ := os.Hostname()
-	if replica == "" {
-		replica = "mcpmux"
-	}
-	s.held = newHeldCalls(replica)
+	s.held = newHeldCalls(replicaID())
 	res, err := NewResolver(cfg, s.registry)
 	if err != nil {
 		return nil, err

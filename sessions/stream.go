@@ -184,6 +184,7 @@ func (ss *streamSession) end(cause error) {
 		ss.srv.mcp.UnregisterSession(context.WithoutCancel(ss.ctx), ss.id)
 	}
 	ss.srv.streams.remove(ss)
+	ss.srv.limits.Forget(ss.id) // it may have called tools without registering
 	level := slogLevelFor(cause)
 	ss.srv.log.Log(context.Background(), level, "session ended", "session", ss.id, "profile", ss.binding.Profile, "reason", causeText(cause))
 }

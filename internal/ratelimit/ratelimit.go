@@ -40,3 +40,10 @@ func (l *Limiters) Forget(key string) {
 	delete(l.m, key)
 	l.mu.Unlock()
 }
+
+// Len returns the number of buckets held.
+func (l *Limiters) Len() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.m)
+}
