@@ -38,7 +38,9 @@ type call struct {
 	run    func() routedAnswer // a call that runs inline, in await
 	done   chan routedAnswer
 	asks   chan *ask
+	ctx    context.Context // the call's own; ends when it is answered or cancelled
 	cancel context.CancelFunc
+	heldID string // set while the call is held (heldCalls)
 	modern bool
 	method string
 	name   string         // the tool or prompt name, or URI, a retry must repeat
@@ -76,6 +78,20 @@ func (c *call) push(ctx context.Context, f []byte) error {
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
+	case <-c.ctx.Done():
+		return c.ctx.Err()
+	}
+}
+
+// bound returns ctx ended also when the call ends: an upstream's
+// server→client request may carry its transport's ctx, which over stdio
+// lives as long as the connection.
+func (c *call) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(c.ctx, cancel)
+	return ctx, func() {
+		stop()
+		cancel()
 	}
 }
 
@@ -88,17 +104,23 @@ func (c *call) wakeWriter() {
 // askClient is the caller's server→client request for a 2026-07-28 call:
 // it waits until the client's retry brings the answer.
 func (c *call) askClient(ctx context.Context, method string, params any) (json.RawMessage, error) {
+	// ctx is the upstream transport's: over stdio it lives as long as the
+	// connection, so the call's own ctx bounds the wait as well.
 	a := &ask{method: method, params: params, reply: make(chan askReply, 1)}
 	select {
 	case c.asks <- a:
 	case <-ctx.Done():
 		return nil, ctx.Err()
+	case <-c.ctx.Done():
+		return nil, c.ctx.Err()
 	}
 	select {
 	case r := <-a.reply:
 		return r.result, r.err
 	case <-ctx.Done():
 		return nil, ctx.Err()
+	case <-c.ctx.Done():
+		return nil, c.ctx.Err()
 	}
 }
 
@@ -124,6 +146,7 @@ func (s *Server) start(parent context.Context, c *call, id string, b Binding, e 
 		cl.ask = c.askClient
 	}
 	ctx, c.cancel = context.WithCancel(ctx)
+	c.ctx = ctx
 	run := func() (a routedAnswer) {
 		defer func() {
 			if v := recover(); v != nil {
@@ -138,7 +161,11 @@ func (s *Server) start(parent context.Context, c *call, id string, b Binding, e 
 		c.run = run
 		return
 	}
-	go func() { c.done <- run() }()
+	go func() {
+		a := run()
+		s.held.forget(c) // a call that ended while held frees its slot now
+		c.done <- a
+	}()
 }
 
 // runInline runs a call on the caller's goroutine. A writer goroutine is
@@ -268,7 +295,10 @@ func (s *Server) resume(m *jsonrpc.Message, b Binding) (c *call, ok bool, refusa
 		name = m.URI
 	}
 	if h.call.method != m.Method || h.call.name != name || h.call.filter != b.Filter {
+		// The state was spent on the wrong request: the call it named has
+		// nobody left to answer, so it ends here rather than at its timeout.
 		h.ask.reply <- askReply{err: errors.New("the client retried a different request")}
+		h.call.cancel()
 		return nil, true, &jsonrpc.Error{Code: mcp.INVALID_PARAMS, Message: "requestState belongs to another request: retry the same request with the same profile"}
 	}
 	answer, found := p.InputResponses[inputKey]
@@ -333,6 +363,7 @@ func (h *heldCalls) hold(c *call, a *ask) (string, error) {
 		return "", fmt.Errorf("too many calls (%d) are waiting for a client's input", h.max)
 	}
 	hc := &heldCall{call: c, ask: a}
+	c.heldID = id
 	hc.timer = time.AfterFunc(h.wait, func() {
 		h.mu.Lock()
 		_, still := h.calls[id]
@@ -368,10 +399,27 @@ func (h *heldCalls) take(state string) (*heldCall, error) {
 	h.mu.Lock()
 	hc, found := h.calls[id]
 	delete(h.calls, id)
+	if found {
+		hc.call.heldID = ""
+	}
 	h.mu.Unlock()
 	if !found {
 		return nil, errors.New("requestState names a call that has ended or expired: call the tool again without it")
 	}
 	hc.timer.Stop()
 	return hc, nil
+}
+
+// forget frees c's slot if c is held (it ended without being retried).
+func (h *heldCalls) forget(c *call) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if c.heldID == "" {
+		return
+	}
+	if hc := h.calls[c.heldID]; hc != nil && hc.call == c {
+		hc.timer.Stop()
+		delete(h.calls, c.heldID)
+	}
+	c.heldID = ""
 }

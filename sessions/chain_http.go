@@ -238,6 +238,8 @@ func (s *Server) sessionCaller(sess *session, call *call, logf func(string, ...a
 		return sess.logLevel
 	}
 	c.ask = func(ctx context.Context, method string, params any) (json.RawMessage, error) {
+		ctx, done := call.bound(ctx)
+		defer done()
 		id, reply := sess.pending.open()
 		defer sess.pending.close(id)
 		frame, err := jsonrpc.Request(jsonrpc.StringID(id), method, params)

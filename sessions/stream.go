@@ -542,7 +542,9 @@ func (s *Server) handleRouted(ctx context.Context, sess *streamSession, b Bindin
 				return ""
 			},
 			ask: func(ctx context.Context, method string, params any) (json.RawMessage, error) {
-				return sess.request(ctx, mcp.MCPMethod(method), params)
+				ctx, done := c.bound(ctx)
+				defer done()
+				return sess.requestVia(ctx, mcp.MCPMethod(method), params, c.push)
 			}}
 	})
 	if refusal != nil {

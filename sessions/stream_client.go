@@ -144,6 +144,12 @@ func (ss *streamSession) ListRoots(ctx context.Context, req mcp.ListRootsRequest
 // for the client's answer, ctx, or the end of the session. When ctx ends
 // first, the client is told with notifications/cancelled.
 func (ss *streamSession) request(ctx context.Context, method mcp.MCPMethod, params any) (json.RawMessage, error) {
+	return ss.requestVia(ctx, method, params, ss.send)
+}
+
+// requestVia is request with the frame handed to send: a routed call's
+// writer, so that the request follows the call's earlier frames.
+func (ss *streamSession) requestVia(ctx context.Context, method mcp.MCPMethod, params any, send func(context.Context, []byte) error) (json.RawMessage, error) {
 	id := ss.nextID.Add(1)
 	key := strconv.FormatInt(id, 10)
 	reply := make(chan pendingReply, 1)
@@ -169,7 +175,7 @@ func (ss *streamSession) request(ctx context.Context, method mcp.MCPMethod, para
 	if err != nil {
 		return nil, fmt.Errorf("session %s: encoding %s: %w", ss.id, method, err)
 	}
-	if err := ss.send(ctx, frame); err != nil {
+	if err := send(ctx, frame); err != nil {
 		return nil, fmt.Errorf("session %s: %s: %w", ss.id, method, err)
 	}
 	select {
