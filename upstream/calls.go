@@ -104,6 +104,7 @@ func (u *Upstream) Send(ctx context.Context, req Request) (json.RawMessage, erro
 	callCtx, done := c.callContext(ctx)
 	defer done()
 	id := out.ID.Value().(string)
+	c.raw.expect(id)
 	resp, err := cl.GetTransport().SendRequest(callCtx, out)
 	if err != nil {
 		c.raw.forget(id)
@@ -114,6 +115,11 @@ func (u *Upstream) Send(ctx context.Context, req Request) (json.RawMessage, erro
 	}
 	if resp.Error != nil {
 		return nil, rpcError(resp.Error, c.raw.take(id))
+	}
+	c.raw.forget(id)
+	if len(resp.Result) == 0 {
+		// mcp-go passes on any JSON body, a gateway's error page included.
+		return nil, fmt.Errorf("upstream %q: %s %q: %w", u.cfg.Name, req.Method, req.Target, errNoResult)
 	}
 	return resp.Result, nil
 }
@@ -220,6 +226,10 @@ func (c *conn) cancelUpstream(req transport.JSONRPCRequest) {
 		}
 	})
 }
+
+// errNoResult is returned for an answer that holds neither a result nor an
+// error.
+var errNoResult = errors.New("the upstream's answer holds neither a result nor an error")
 
 // errCallTimeout is the cause of a call's ctx when CallTimeout elapsed.
 var errCallTimeout = errors.New("call timeout")

@@ -21,10 +21,9 @@ type rawErrors struct {
 	m  map[string]json.RawMessage
 }
 
-// maxRawErrors bounds the errors kept for requests whose Send already
-// gave up (a timed-out call's late answer); past it new ones are dropped
-// and those clients get the decoded data.
-const maxRawErrors = 1024
+// maxRawErrors bounds the requests a connection keeps raw errors for at
+// once; past it, answers get the decoded data.
+const maxRawErrors = 4096
 
 // maxTapped bounds the bytes of one message the tap looks at; a larger
 // error object is passed on decoded.
@@ -46,11 +45,21 @@ func (r *rawErrors) observe(msg []byte) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if _, expected := r.m[id]; expected {
+		r.m[id] = m.Error
+	}
+}
+
+// expect records that Send waits for an answer to id; only such answers
+// are kept, so a late answer to a request Send gave up on is not.
+func (r *rawErrors) expect(id string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	if r.m == nil {
 		r.m = make(map[string]json.RawMessage)
 	}
 	if len(r.m) < maxRawErrors {
-		r.m[id] = m.Error
+		r.m[id] = nil
 	}
 }
 
@@ -63,7 +72,8 @@ func (r *rawErrors) take(id string) json.RawMessage {
 	return raw
 }
 
-// forget drops what is kept for id (Send calls it when it got no error).
+// forget drops what is kept for id (Send calls it when it got no error,
+// or gave up).
 func (r *rawErrors) forget(id string) {
 	r.mu.Lock()
 	delete(r.m, id)

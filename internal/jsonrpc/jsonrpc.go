@@ -248,6 +248,9 @@ func Response(id, result json.RawMessage) []byte {
 	if len(id) == 0 {
 		id = json.RawMessage("null")
 	}
+	if len(result) == 0 {
+		result = json.RawMessage("null")
+	}
 	b := make([]byte, 0, len(id)+len(result)+40)
 	b = append(b, `{"jsonrpc":"2.0","id":`...)
 	b = append(b, id...)
