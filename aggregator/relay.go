@@ -40,6 +40,7 @@ type relay struct {
 }
 
 type progressRoute struct {
+	upstream string // the only upstream whose progress it is
 	client   Client
 	original json.RawMessage
 }
@@ -81,10 +82,10 @@ func (r *relay) inflightCount(upstream string) int {
 
 // mintProgress replaces a client's progress token with one unique across
 // every upstream connection and records where its notifications go.
-func (r *relay) mintProgress(cl Client, original json.RawMessage) (json.RawMessage, func()) {
+func (r *relay) mintProgress(upstream string, cl Client, original json.RawMessage) (json.RawMessage, func()) {
 	tok := fmt.Sprintf("mcpmux-%d", r.seq.Add(1))
 	r.mu.Lock()
-	r.progress[tok] = progressRoute{client: cl, original: original}
+	r.progress[tok] = progressRoute{upstream: upstream, client: cl, original: original}
 	r.mu.Unlock()
 	quoted, _ := json.Marshal(tok)
 	return quoted, func() {
@@ -180,8 +181,8 @@ func (a *Aggregator) onNotification(u *upstream.Upstream, n mcp.JSONRPCNotificat
 		a.relay.mu.Lock()
 		route, ok := a.relay.progress[tok]
 		a.relay.mu.Unlock()
-		if !ok {
-			return
+		if !ok || route.upstream != u.Name() {
+			return // minted tokens are guessable: another upstream's is not relayed
 		}
 		params := make(map[string]any, len(n.Params.AdditionalFields))
 		for k, v := range n.Params.AdditionalFields {

@@ -189,7 +189,7 @@ func (a *Aggregator) route(ctx context.Context, cl Client, up, method, target st
 	}
 	var forget func()
 	out, err := jsonrpc.Rewrite(params, set, func(meta map[string]json.RawMessage) map[string]json.RawMessage {
-		meta, forget = a.hopMeta(cl, meta)
+		meta, forget = a.hopMeta(up, cl, meta)
 		return meta
 	})
 	if forget != nil {
@@ -294,7 +294,7 @@ func checkCapability(cl Client, method string) error {
 // progress token is replaced by one unique across upstream connections,
 // whose notifications are mapped back to cl. The returned func forgets
 // that mapping (nil when there is none).
-func (a *Aggregator) hopMeta(cl Client, meta map[string]json.RawMessage) (map[string]json.RawMessage, func()) {
+func (a *Aggregator) hopMeta(up string, cl Client, meta map[string]json.RawMessage) (map[string]json.RawMessage, func()) {
 	for k := range meta {
 		if upstream.IsReservedMeta(k) {
 			delete(meta, k)
@@ -304,7 +304,7 @@ func (a *Aggregator) hopMeta(cl Client, meta map[string]json.RawMessage) (map[st
 	if !ok || string(tok) == "null" {
 		return meta, nil
 	}
-	minted, forget := a.relay.mintProgress(cl, tok)
+	minted, forget := a.relay.mintProgress(up, cl, tok)
 	meta["progressToken"] = minted
 	return meta, forget
 }

@@ -270,35 +270,48 @@ func (s *Server) errorFor(m *jsonrpc.Message, err error, modern bool) *jsonrpc.E
 }
 
 // subscribe records a session's resources/subscribe or unsubscribe and
-// forwards it upstream (the aggregator counts subscribers per URI). A
-// failed subscribe leaves nothing recorded.
+// forwards it upstream (the aggregator counts subscribers per URI). The
+// session's record changes first, under the lock, so two concurrent
+// subscribes of one URI count once; a failed forward puts it back.
 func (s *Server) subscribe(ctx context.Context, id, uri string, on bool) error {
 	s.mu.Lock()
 	sess := s.bound[id]
-	already := sess != nil && sess.subs[uri]
-	s.mu.Unlock()
-	if sess == nil || already == on {
+	if sess == nil || sess.subs[uri] == on {
+		s.mu.Unlock()
 		return nil
 	}
-	if on {
-		if err := s.agg.Subscribe(ctx, uri); err != nil {
-			return err
+	if len(sess.subs) >= maxSessionSubscriptions && on {
+		s.mu.Unlock()
+		return &jsonrpc.Error{Code: mcp.INVALID_PARAMS, Message: fmt.Sprintf("resources/subscribe: at most %d subscriptions per session", maxSessionSubscriptions)}
+	}
+	record := func(on bool) {
+		if sess.subs == nil {
+			sess.subs = make(map[string]bool)
 		}
-	} else if err := s.agg.Unsubscribe(ctx, uri); err != nil {
-		return err
+		if on {
+			sess.subs[uri] = true
+		} else {
+			delete(sess.subs, uri)
+		}
 	}
-	s.mu.Lock()
-	if sess.subs == nil {
-		sess.subs = make(map[string]bool)
-	}
-	if on {
-		sess.subs[uri] = true
-	} else {
-		delete(sess.subs, uri)
-	}
+	record(on)
 	s.mu.Unlock()
-	return nil
+	var err error
+	if on {
+		err = s.agg.Subscribe(ctx, uri)
+	} else {
+		err = s.agg.Unsubscribe(ctx, uri)
+	}
+	if err != nil {
+		s.mu.Lock()
+		record(!on)
+		s.mu.Unlock()
+	}
+	return err
 }
+
+// maxSessionSubscriptions bounds the resources one session subscribes to.
+const maxSessionSubscriptions = 1000
 
 // setLevel records a session's log level: it filters what that session
 // gets, and nothing else. Upstreams are asked for every message once, when

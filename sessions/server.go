@@ -195,10 +195,16 @@ func New(cfg *configs.Config, agg *aggregator.Aggregator, opts Options) (*Server
 		s.mu.Lock()
 		sess := s.bound[cs.SessionID()]
 		delete(s.bound, cs.SessionID())
+		var subs []string
+		if sess != nil {
+			for uri := range sess.subs {
+				subs = append(subs, uri)
+			}
+		}
 		s.mu.Unlock()
 		s.limits.Forget(cs.SessionID())
 		if sess != nil {
-			for uri := range sess.subs {
+			for _, uri := range subs {
 				if err := s.agg.Unsubscribe(context.WithoutCancel(ctx), uri); err != nil {
 					s.log.Debug("resource subscription not released", "session", cs.SessionID(), "error", err)
 				}
