@@ -36,7 +36,9 @@ type relay struct {
 	links    map[string]string            // resource link URI → upstream
 	subs     map[string]int               // "upstream\x00uri" → subscribers
 
-	subMu sync.Mutex // serializes forwarding of subscribe and unsubscribe
+	// keyLocks serialize forwarding the first subscribe and the last
+	// unsubscribe of one URI, without one slow upstream holding up others.
+	keyLocks map[string]*keyLock
 }
 
 type progressRoute struct {
@@ -111,6 +113,35 @@ func (r *relay) caller(ctx context.Context, upstream string) (Client, error) {
 		}
 	}
 	return nil, fmt.Errorf("upstream %q: %d client requests in flight: %w", upstream, len(m), ErrAmbiguousCaller)
+}
+
+type keyLock struct {
+	mu sync.Mutex
+	n  int // holders and waiters
+}
+
+// lockKey locks key and returns the function that unlocks it.
+func (r *relay) lockKey(key string) func() {
+	r.mu.Lock()
+	if r.keyLocks == nil {
+		r.keyLocks = make(map[string]*keyLock)
+	}
+	l := r.keyLocks[key]
+	if l == nil {
+		l = &keyLock{}
+		r.keyLocks[key] = l
+	}
+	l.n++
+	r.mu.Unlock()
+	l.mu.Lock()
+	return func() {
+		l.mu.Unlock()
+		r.mu.Lock()
+		if l.n--; l.n == 0 {
+			delete(r.keyLocks, key)
+		}
+		r.mu.Unlock()
+	}
 }
 
 // subscribers returns the number of subscribers of key.

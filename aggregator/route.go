@@ -402,8 +402,7 @@ func (a *Aggregator) Subscribe(ctx context.Context, uri string) error {
 		return fmt.Errorf("resource %q: %w", uri, ErrResourceNotFound)
 	}
 	key := up + "\x00" + original
-	a.relay.subMu.Lock() // serializes the first subscribe and the last unsubscribe of a URI
-	defer a.relay.subMu.Unlock()
+	defer a.relay.lockKey(key)() // serializes the first subscribe and the last unsubscribe of a URI
 	if a.relay.subscribers(key) == 0 {
 		if err := a.send(ctx, up, string(mcp.MethodResourcesSubscribe), uri, map[string]any{"uri": original}); err != nil {
 			return err
@@ -421,8 +420,7 @@ func (a *Aggregator) Unsubscribe(ctx context.Context, uri string) error {
 		return nil
 	}
 	key := up + "\x00" + original
-	a.relay.subMu.Lock()
-	defer a.relay.subMu.Unlock()
+	defer a.relay.lockKey(key)()
 	if a.relay.subscribers(key) == 0 {
 		return nil
 	}

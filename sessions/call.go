@@ -45,6 +45,7 @@ type call struct {
 	method string
 	name   string         // the tool or prompt name, or URI, a retry must repeat
 	filter *filter.Filter // the retry must come through the same view
+	owner  string         // and from the same caller (session, or token or address)
 }
 
 // ask is an upstream's request for input during a held call.
@@ -125,13 +126,13 @@ func (c *call) askClient(ctx context.Context, method string, params any) (json.R
 }
 
 // newCall prepares a call of m; start runs it.
-func newCall(m *jsonrpc.Message, b Binding, modern bool) *call {
+func newCall(m *jsonrpc.Message, b Binding, modern bool, owner string) *call {
 	name := m.Name
 	if m.Method == string(mcp.MethodResourcesRead) {
 		name = m.URI
 	}
 	return &call{frames: make(chan []byte, callFrames), done: make(chan routedAnswer, 1), asks: make(chan *ask),
-		modern: modern, method: m.Method, name: name, filter: b.Filter}
+		modern: modern, method: m.Method, name: name, filter: b.Filter, owner: owner}
 }
 
 // start prepares route for the call. A 2026-07-28 call runs on a
@@ -278,7 +279,7 @@ const inputKey = "mcpmux"
 // hands it the client's answer, and returns it for await. ok is false when
 // m's requestState is not one of mcpmux's (an upstream's own, which passes
 // through).
-func (s *Server) resume(m *jsonrpc.Message, b Binding) (c *call, ok bool, refusal *jsonrpc.Error) {
+func (s *Server) resume(m *jsonrpc.Message, b Binding, owner string) (c *call, ok bool, refusal *jsonrpc.Error) {
 	var p struct {
 		RequestState   string                     `json:"requestState"`
 		InputResponses map[string]json.RawMessage `json:"inputResponses"`
@@ -294,12 +295,12 @@ func (s *Server) resume(m *jsonrpc.Message, b Binding) (c *call, ok bool, refusa
 	if m.Method == string(mcp.MethodResourcesRead) {
 		name = m.URI
 	}
-	if h.call.method != m.Method || h.call.name != name || h.call.filter != b.Filter {
+	if h.call.method != m.Method || h.call.name != name || h.call.filter != b.Filter || h.call.owner != owner {
 		// The state was spent on the wrong request: the call it named has
 		// nobody left to answer, so it ends here rather than at its timeout.
 		h.ask.reply <- askReply{err: errors.New("the client retried a different request")}
 		h.call.cancel()
-		return nil, true, &jsonrpc.Error{Code: mcp.INVALID_PARAMS, Message: "requestState belongs to another request: retry the same request with the same profile"}
+		return nil, true, &jsonrpc.Error{Code: mcp.INVALID_PARAMS, Message: "requestState belongs to another request: retry the same request, with the same profile and credentials"}
 	}
 	answer, found := p.InputResponses[inputKey]
 	if !found {

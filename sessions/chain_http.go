@@ -89,11 +89,11 @@ func (s *Server) callFor(ctx context.Context, m *jsonrpc.Message, b Binding, e *
 	newCaller func(*call, func(string, ...any)) *caller) (*call, *jsonrpc.Error) {
 	modern := isModern(m)
 	if modern {
-		if c, ok, refusal := s.resume(m, b); ok {
+		if c, ok, refusal := s.resume(m, b, id); ok {
 			return c, refusal
 		}
 	}
-	c := newCall(m, b, modern)
+	c := newCall(m, b, modern, id)
 	logf := func(msg string, args ...any) { s.log.Debug(msg, append(args, "session", id, "method", m.Method)...) }
 	s.start(ctx, c, id, b, e, m, newCaller(c, logf))
 	return c, nil
