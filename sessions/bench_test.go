@@ -209,10 +209,12 @@ func BenchmarkDeniedCall(b *testing.B) {
 		b.Fatalf("hidden tool not refused: %s", rec.Body.String())
 	}
 	before := up.requests.Load()
-	timeEach(b, func() {
-		if w := postSink(h, "?profile=readonly", sid, body); !bytes.Contains(w.head, []byte(`"code":-32601`)) {
-			b.Fatalf("hidden tool not refused: %s", w.head)
-		}
+	reportLeftovers(b, func() {
+		timeEach(b, func() {
+			if w := postSink(h, "?profile=readonly", sid, body); !bytes.Contains(w.head, []byte(`"code":-32601`)) {
+				b.Fatalf("hidden tool not refused: %s", w.head)
+			}
+		})
 	})
 	if n := up.requests.Load() - before; n != 0 {
 		b.Fatalf("denied calls reached the upstream %d times", n)
@@ -262,15 +264,45 @@ func BenchmarkAllowedCall(b *testing.B) {
 	h := s.Handler()
 	sid := openSession(b, h, "")
 	body := `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"up__tool_0001","arguments":{"query":"x"}}}`
+	reportLeftovers(b, func() {
+		timeEach(b, func() {
+			if w := postSink(h, "", sid, body); !bytes.Contains(w.head, []byte(`"ok"`)) {
+				b.Fatalf("call not answered: %s", w.head)
+			}
+		})
+	})
+}
+
+// BenchmarkAmbiguousCall measures a tools/call whose arguments hold two
+// keys equal under case folding: refused with -32602, never sent upstream,
+// and leaving nothing behind however often it is repeated.
+func BenchmarkAmbiguousCall(b *testing.B) {
+	up := newUpstreamServer(b, 10)
+	s := newBenchServer(b, up.http.URL, "")
+	h := s.Handler()
+	sid := openSession(b, h, "")
+	body := `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"up__tool_0001","arguments":{"query":"x","Query":"y"}}}`
+	before := up.requests.Load()
+	reportLeftovers(b, func() {
+		timeEach(b, func() {
+			if w := postSink(h, "", sid, body); !bytes.Contains(w.head, []byte(`"code":-32602`)) {
+				b.Fatalf("ambiguous call not refused: %s", w.head)
+			}
+		})
+	})
+	if n := up.requests.Load() - before; n != 0 {
+		b.Fatalf("ambiguous calls reached the upstream %d times", n)
+	}
+}
+
+// reportLeftovers runs fn and reports what it left behind after a GC:
+// heap growth and the goroutines still running. Nothing a request
+// allocates should outlive it.
+func reportLeftovers(b *testing.B, fn func()) {
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
-	timeEach(b, func() {
-		if w := postSink(h, "", sid, body); !bytes.Contains(w.head, []byte(`"ok"`)) {
-			b.Fatalf("call not answered: %s", w.head)
-		}
-	})
-	// What the calls left behind: nothing a call allocates should outlive it.
+	fn()
 	runtime.GC()
 	runtime.ReadMemStats(&after)
 	b.ReportMetric(float64(int64(after.HeapAlloc)-int64(before.HeapAlloc))/1e6, "heap-growth-MB")
