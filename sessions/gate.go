@@ -5,30 +5,13 @@ import (
 	"encoding/json"
 	"io"
 
-	"github.com/mark3labs/mcp-go/mcp"
-
 	"github.com/mcpmux/mcpmux/filter"
+	"github.com/mcpmux/mcpmux/internal/jsonrpc"
 )
 
-// errorResponse is a JSON-RPC error answer the gate gives without involving
-// mcp-go or any upstream.
-type errorResponse struct {
-	JSONRPC string          `json:"jsonrpc"`
-	ID      json.RawMessage `json:"id"`
-	Error   struct {
-		Code    int    `json:"code"`
-		Message string `json:"message"`
-	} `json:"error"`
-}
-
-func newErrorResponse(id json.RawMessage, code int, msg string) *errorResponse {
-	if len(id) == 0 {
-		id = json.RawMessage("null")
-	}
-	r := &errorResponse{JSONRPC: mcp.JSONRPC_VERSION, ID: id}
-	r.Error.Code = code
-	r.Error.Message = msg
-	return r
+// errorFrame encodes a JSON-RPC error answer of mcpmux's own.
+func errorFrame(id json.RawMessage, code int, msg string) []byte {
+	return jsonrpc.ErrorResponse(id, &jsonrpc.Error{Code: code, Message: msg})
 }
 
 // rateLimited is the JSON-RPC error code of a call refused by a rate limit:

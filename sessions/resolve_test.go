@@ -77,7 +77,7 @@ profiles = ["first", "readonly"]
 				t.Fatalf("401 without WWW-Authenticate: Bearer (got %q)", hdr.Get("WWW-Authenticate"))
 			}
 			if code != 200 {
-				var e errorResponse
+				var e struct{ Error jsonrpc.Error }
 				if err := json.Unmarshal([]byte(body), &e); err != nil {
 					t.Fatalf("error body is not JSON-RPC: %v: %s", err, body)
 				}

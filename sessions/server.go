@@ -625,14 +625,8 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	return errors.Join(errs...)
 }
 
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(v)
-}
-
 func writeJSONError(w http.ResponseWriter, status int, id json.RawMessage, code int, msg string) {
-	writeJSON(w, status, newErrorResponse(id, code, msg))
+	writeAnswer(w, status, errorFrame(id, code, msg))
 }
 
 // recoverPanics is the outermost handler: a panic anywhere below answers 500

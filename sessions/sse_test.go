@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/mcpmux/mcpmux/internal/jsonrpc"
 )
 
 // ssePeer is a legacy SSE test client: one GET stream, POSTs to the
@@ -190,7 +192,7 @@ func TestSSE(t *testing.T) {
 					t.Fatal(err)
 				}
 				defer resp.Body.Close()
-				var e errorResponse
+				var e struct{ Error jsonrpc.Error }
 				body, _ := io.ReadAll(resp.Body)
 				if resp.StatusCode != tt.status || json.Unmarshal(body, &e) != nil || !strings.Contains(e.Error.Message, tt.msg) {
 					t.Fatalf("POST: %d %s, want %d mentioning %q", resp.StatusCode, body, tt.status, tt.msg)

@@ -284,8 +284,8 @@ func (ss *streamSession) enqueue(raw []byte, m *jsonrpc.Message) {
 		ss.mu.Unlock()
 		cancel()
 		ss.srv.metrics.count(m.Method, outcomeError)
-		ss.send(ss.ctx, mustMarshal(newErrorResponse(m.ID, errBusyCode,
-			fmt.Sprintf("too many requests in flight on this session (limit %d)", streamWorkers+streamQueue))))
+		ss.send(ss.ctx, errorFrame(m.ID, errBusyCode,
+			fmt.Sprintf("too many requests in flight on this session (limit %d)", streamWorkers+streamQueue)))
 		return
 	}
 	ss.inflight[job.key] = cancel
@@ -344,7 +344,7 @@ func (ss *streamSession) safeHandle(job *streamJob) (resp []byte) {
 	defer func() {
 		if v := recover(); v != nil {
 			ss.srv.log.Error("panic handling a request", "session", ss.id, "method", job.msg.Method, "panic", v, "stack", string(debug.Stack()))
-			resp = mustMarshal(newErrorResponse(job.msg.ID, mcp.INTERNAL_ERROR, "internal error"))
+			resp = errorFrame(job.msg.ID, mcp.INTERNAL_ERROR, "internal error")
 		}
 	}()
 	return ss.srv.handle(job.ctx, ss, job.raw, job.msg)
@@ -517,7 +517,7 @@ func (s *Server) handle(ctx context.Context, sess *streamSession, raw []byte, m 
 	out, err := json.Marshal(resp)
 	if err != nil {
 		s.log.Error("response not encodable", "session", sess.id, "method", m.Method, "error", err)
-		return mustMarshal(newErrorResponse(m.ID, mcp.INTERNAL_ERROR, "response could not be encoded"))
+		return errorFrame(m.ID, mcp.INTERNAL_ERROR, "response could not be encoded")
 	}
 	return out
 }
@@ -566,22 +566,12 @@ func (s *Server) bindingOf(sess *streamSession) Binding {
 	return sess.binding
 }
 
-// mustMarshal encodes values whose encoding cannot fail (the gate's own
-// error answers).
-func mustMarshal(v any) []byte {
-	b, err := json.Marshal(v)
-	if err != nil {
-		panic(fmt.Sprintf("sessions: encoding %T: %v", v, err))
-	}
-	return b
-}
-
 // oversizeAnswer is the answer to a message over server.max_body_bytes; id
 // is the message's id when the transport could find it, else null.
 func (s *Server) oversizeAnswer(id json.RawMessage) []byte {
 	s.metrics.count("", outcomeError)
-	return mustMarshal(newErrorResponse(id, mcp.INVALID_REQUEST,
-		fmt.Sprintf("message exceeds server.max_body_bytes (%d bytes)", s.cfg.Server.MaxBodyBytes)))
+	return errorFrame(id, mcp.INVALID_REQUEST,
+		fmt.Sprintf("message exceeds server.max_body_bytes (%d bytes)", s.cfg.Server.MaxBodyBytes))
 }
 
 // causeText renders why a session ended, for its log line.

@@ -496,3 +496,12 @@ func getStatus(t *testing.T, url string, hdr http.Header) (int, http.Header, str
 	bufio.NewReader(resp.Body).WriteTo(&b)
 	return resp.StatusCode, resp.Header, b.String()
 }
+
+// mustMarshal encodes test values whose encoding cannot fail.
+func mustMarshal(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(fmt.Sprintf("sessions: encoding %T: %v", v, err))
+	}
+	return b
+}

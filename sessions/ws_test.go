@@ -16,6 +16,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/mcpmux/mcpmux/configs"
+	"github.com/mcpmux/mcpmux/internal/jsonrpc"
 )
 
 // wsPeer is a websocket test client speaking raw frames.
@@ -220,7 +221,7 @@ profiles = ["all", "readonly"]
 				t.Fatalf("dial error %v, response %v, want status %d", err, resp, tt.status)
 			}
 			body, _ := io.ReadAll(resp.Body)
-			var e errorResponse
+			var e struct{ Error jsonrpc.Error }
 			if err := json.Unmarshal(body, &e); err != nil || !strings.Contains(e.Error.Message, tt.body) {
 				t.Fatalf("body %q: want a JSON-RPC error mentioning %q", body, tt.body)
 			}
