@@ -36,7 +36,7 @@ type routedAnswer struct {
 // call produces (progress, log messages, server→client requests) are
 // written as they come, on an event stream, and the answer last, so what
 // an upstream sent before its result reaches the client before it.
-func (s *Server) serveRouted(w http.ResponseWriter, r *http.Request, m *jsonrpc.Message, b Binding, view *filter.View, id string, sess *session) {
+func (s *Server) serveRouted(w http.ResponseWriter, r *http.Request, m *jsonrpc.Message, sel Selection, b Binding, view *filter.View, id string, sess *session) {
 	modern := sess == nil
 	if modern {
 		if e := validateModern(r, m, view); e != nil {
@@ -47,7 +47,7 @@ func (s *Server) serveRouted(w http.ResponseWriter, r *http.Request, m *jsonrpc.
 		// carries is the client's to choose, so it must not key the rate
 		// limit (a new value each time would escape it, and grow the
 		// limiter without bound). It is keyed by who is asking instead.
-		id = statelessKey(r, b)
+		id = statelessKey(r, sel, b)
 	}
 	e, refusal := s.decide(id, b, view, m)
 	if refusal != nil {
@@ -103,12 +103,12 @@ func (s *Server) callFor(ctx context.Context, m *jsonrpc.Message, b Binding, e *
 // logs and audit (SPEC §6): its token and profile, or without a token its
 // client address and profile. A token appears only as 8 hex digits of its
 // hash.
-func statelessKey(r *http.Request, b Binding) string {
+func statelessKey(r *http.Request, sel Selection, b Binding) string {
 	who := r.RemoteAddr
 	if host, _, err := net.SplitHostPort(who); err == nil {
 		who = host
 	}
-	if sel, err := SelectionFromRequest(r); err == nil && sel.HasToken {
+	if sel.HasToken {
 		sum := sha256.Sum256([]byte(sel.Token))
 		who = "token-" + hex.EncodeToString(sum[:4])
 	}

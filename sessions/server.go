@@ -540,7 +540,7 @@ func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if (sess != nil || modern) && isRouted(m, sess != nil) {
-		s.serveRouted(w, r, m, b, view, id, sess)
+		s.serveRouted(w, r, m, sel, b, view, id, sess)
 		return
 	}
 	if sess != nil && m.Method == string(mcp.MethodToolsList) && m.IsRequest() && m.Cursor == nil {
