@@ -54,6 +54,10 @@ type (
 		AllowUnauthenticated bool      `toml:"allow_unauthenticated"`
 		MaxBodyBytes         any       `toml:"max_body_bytes"`
 		ShutdownGrace        any       `toml:"shutdown_grace"`
+		MaxSessions          *int      `toml:"max_sessions"`
+		SessionIdleTimeout   any       `toml:"session_idle_timeout"`
+		ReadTimeout          any       `toml:"read_timeout"`
+		LogFormat            *string   `toml:"log_format"`
 	}
 	rawAuth struct {
 		Tokens []rawToken `toml:"tokens"`
@@ -81,6 +85,7 @@ type (
 		CallTimeout     any                 `toml:"call_timeout"`
 		Protocol        string              `toml:"protocol"`
 		MaxMessageBytes any                 `toml:"max_message_bytes"`
+		Scope           *string             `toml:"scope"`
 		Tools           []string            `toml:"tools"`
 		Allow           []string            `toml:"allow"`
 		AllowRegex      []string            `toml:"allow_regex"`
@@ -90,14 +95,16 @@ type (
 		Toolsets        map[string][]string `toml:"toolsets"`
 	}
 	rawRules struct {
-		Tools      []string      `toml:"tools"`
-		Allow      []string      `toml:"allow"`
-		AllowRegex []string      `toml:"allow_regex"`
-		Deny       []string      `toml:"deny"`
-		DenyRegex  []string      `toml:"deny_regex"`
-		Toolsets   []string      `toml:"toolsets"`
-		ReadOnly   bool          `toml:"read_only"`
-		CallRules  []rawCallRule `toml:"call_rules"`
+		Tools         []string      `toml:"tools"`
+		Allow         []string      `toml:"allow"`
+		AllowRegex    []string      `toml:"allow_regex"`
+		Deny          []string      `toml:"deny"`
+		DenyRegex     []string      `toml:"deny_regex"`
+		Toolsets      []string      `toml:"toolsets"`
+		Upstreams     []string      `toml:"upstreams"`
+		DenyUpstreams []string      `toml:"deny_upstreams"`
+		ReadOnly      bool          `toml:"read_only"`
+		CallRules     []rawCallRule `toml:"call_rules"`
 	}
 	rawCallRule struct {
 		Tool      string              `toml:"tool"`

@@ -78,6 +78,11 @@ func TestParseErrors(t *testing.T) {
 		{"bad size", "[server]\nmax_body_bytes = \"4MB2\"\n", `server.max_body_bytes: invalid size "4MB2"`, 2},
 		{"bad size unit", "[upstreams.x]\ncommand = \"y\"\nmax_message_bytes = \"4 mb\"\n", `invalid size "4 mb"`, 3},
 		{"zero size", "[server]\nmax_body_bytes = 0\n", `server.max_body_bytes: size must be positive`, 2},
+		{"zero max_sessions", "[server]\nmax_sessions = 0\n", `server.max_sessions: must be at least 1`, 2},
+		{"bad log_format", "[server]\nlog_format = \"xml\"\n", `server.log_format: log_format "xml"`, 2},
+		{"bad scope", "[upstreams.a]\ncommand = \"x\"\nscope = \"global\"\n", `upstreams.a.scope: scope "global"`, 3},
+		{"unknown upstream ref", "[upstreams.a]\ncommand = \"x\"\n[profiles.p]\nupstreams = [\"b\"]\n", `profiles.p.upstreams[0]: "b": no upstream`, 4},
+		{"unknown deny_upstreams ref", "[upstreams.a]\ncommand = \"x\"\n[filter]\ndeny_upstreams = [\"b\"]\n", `filter.deny_upstreams[0]: "b": no upstream`, 4},
 		{"bad listen", "[server]\nlisten = \"8931\"\n", `server.listen: listen "8931": want host:port`, 2},
 		{"bad listen port", "[server]\nlisten = \"localhost:http\"\n", `port "http"`, 2},
 		{"empty separator", "[server]\nseparator = \"\"\n", `server.separator: separator "" must be non-empty`, 2},
@@ -239,12 +244,16 @@ extends = "missing"
 func TestDefaults(t *testing.T) {
 	cfg := mustParse(t, "[upstreams.a]\ncommand = \"srv\"\n", nil)
 	wantServer := Server{
-		Listen:         "127.0.0.1:8931",
-		Separator:      "__",
-		MaxNameLength:  64,
-		AllowedOrigins: []string{"http://localhost:*", "http://127.0.0.1:*"},
-		MaxBodyBytes:   4 << 20,
-		ShutdownGrace:  10 * time.Second,
+		Listen:             "127.0.0.1:8931",
+		Separator:          "__",
+		MaxNameLength:      64,
+		AllowedOrigins:     []string{"http://localhost:*", "http://127.0.0.1:*"},
+		MaxBodyBytes:       4 << 20,
+		ShutdownGrace:      10 * time.Second,
+		MaxSessions:        10000,
+		SessionIdleTimeout: 30 * time.Minute,
+		ReadTimeout:        30 * time.Second,
+		LogFormat:          "text",
 	}
 	if !reflect.DeepEqual(cfg.Server, wantServer) {
 		t.Errorf("Server = %+v, want %+v", cfg.Server, wantServer)
@@ -252,7 +261,7 @@ func TestDefaults(t *testing.T) {
 	wantUp := &Upstream{
 		Name: "a", Transport: TransportStdio, Command: "srv", Prefix: "a",
 		ConnectTimeout: 10 * time.Second, CallTimeout: 60 * time.Second,
-		MaxMessageBytes: 16 << 20, Line: 1,
+		MaxMessageBytes: 16 << 20, Scope: ScopeShared, Line: 1,
 	}
 	if len(cfg.Upstreams) != 1 || !reflect.DeepEqual(cfg.Upstreams[0], wantUp) {
 		t.Errorf("Upstreams = %+v, want [%+v]", cfg.Upstreams, wantUp)
@@ -349,7 +358,7 @@ deny = ["x"]
 	wantZeta := &Upstream{
 		Name: "zeta", Transport: TransportSSE, URL: "https://example.com/mcp", Prefix: "",
 		Required: true, ConnectTimeout: time.Second, CallTimeout: 2 * time.Minute,
-		Protocol: "2025-11-25", MaxMessageBytes: 512000,
+		Protocol: "2025-11-25", MaxMessageBytes: 512000, Scope: ScopeShared,
 		Rules: RuleSet{Tools: []string{"a"}, Allow: []string{"b*"}, AllowRegex: []string{"^c"},
 			Deny: []string{"d*"}, DenyRegex: []string{"e$"}},
 		ReadOnlyTools: []string{"get_*"},

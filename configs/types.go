@@ -37,6 +37,10 @@ type Server struct {
 	AllowUnauthenticated bool          // default false
 	MaxBodyBytes         int64         // default 4 MiB
 	ShutdownGrace        time.Duration // default 10s
+	MaxSessions          int           // default 10000: live sessions and streams across all doors
+	SessionIdleTimeout   time.Duration // default 30m: a session with no request for this long is closed
+	ReadTimeout          time.Duration // default 30s: a request body must arrive within this; idle keep-alive closes after it
+	LogFormat            string        // "text" (default) or "json"
 }
 
 // Auth is the [auth] table.
@@ -58,6 +62,12 @@ type Audit struct {
 	Path             string
 	IncludeArguments bool
 }
+
+// Upstream scopes.
+const (
+	ScopeShared  = "shared"  // one connection for every session
+	ScopeSession = "session" // one connection per client session, closed with it
+)
 
 // Upstream is one [upstreams.NAME] table with defaults applied and the
 // transport inferred.
@@ -81,6 +91,7 @@ type Upstream struct {
 	CallTimeout     time.Duration // default 60s
 	Protocol        string        // optional pinned protocol version, e.g. "2025-11-25"
 	MaxMessageBytes int64         // default 16 MiB: largest message read from this upstream
+	Scope           string        // ScopeShared (default) or ScopeSession
 
 	Rules         RuleSet             // per-upstream rules, on ORIGINAL names
 	ReadOnlyTools []string            // globs on original names: annotation override
@@ -98,8 +109,14 @@ type RuleSet struct {
 	Deny       []string
 	DenyRegex  []string
 	Toolsets   []string // "<upstream>/<set>" or "<upstream>", by upstream name (Parse resolves a prefix written in the config to the name)
-	ReadOnly   bool
-	CallRules  []CallRule
+	// Upstreams, when set, limits the view to these upstreams: their tools,
+	// prompts, resources and templates (SPEC §5). DenyUpstreams hides
+	// upstreams whatever else names them. Both hold upstream names; Parse
+	// resolves a prefix written in the config to the name.
+	Upstreams     []string
+	DenyUpstreams []string
+	ReadOnly      bool
+	CallRules     []CallRule
 }
 
 // CallRule makes Tool callable only with arguments that match. Every argument
@@ -152,6 +169,19 @@ func (c *Config) Chain(name string) []*Profile {
 func (c *Config) Upstream(name string) *Upstream {
 	for _, u := range c.Upstreams {
 		if u.Name == name {
+			return u
+		}
+	}
+	return nil
+}
+
+// lookupUpstream finds an upstream by name, or else by non-empty prefix.
+func (c *Config) lookupUpstream(ref string) *Upstream {
+	if u := c.Upstream(ref); u != nil || ref == "" {
+		return u
+	}
+	for _, u := range c.Upstreams {
+		if u.Prefix == ref {
 			return u
 		}
 	}

@@ -25,6 +25,9 @@ const (
 	defaultMaxNameLength   = 64
 	defaultMaxBodyBytes    = 4 << 20
 	defaultShutdownGrace   = 10 * time.Second
+	defaultMaxSessions     = 10000
+	defaultSessionIdle     = 30 * time.Minute
+	defaultReadTimeout     = 30 * time.Second
 	defaultConnectTimeout  = 10 * time.Second
 	defaultCallTimeout     = 60 * time.Second
 	defaultMaxMessageBytes = 16 << 20
@@ -69,6 +72,22 @@ func (v *validator) server(r *rawServer) Server {
 		AllowUnauthenticated: r.AllowUnauthenticated,
 		MaxBodyBytes:         v.size(p.key("max_body_bytes"), r.MaxBodyBytes, defaultMaxBodyBytes),
 		ShutdownGrace:        v.duration(p.key("shutdown_grace"), r.ShutdownGrace, defaultShutdownGrace),
+		MaxSessions:          defaultMaxSessions,
+		SessionIdleTimeout:   v.duration(p.key("session_idle_timeout"), r.SessionIdleTimeout, defaultSessionIdle),
+		ReadTimeout:          v.duration(p.key("read_timeout"), r.ReadTimeout, defaultReadTimeout),
+		LogFormat:            "text",
+	}
+	if r.MaxSessions != nil {
+		s.MaxSessions = *r.MaxSessions
+		if s.MaxSessions < 1 {
+			v.errorf(p.key("max_sessions"), "must be at least 1, got %d", s.MaxSessions)
+		}
+	}
+	if r.LogFormat != nil {
+		s.LogFormat = *r.LogFormat
+		if s.LogFormat != "text" && s.LogFormat != "json" {
+			v.errorf(p.key("log_format"), "log_format %q: want \"text\" or \"json\"", s.LogFormat)
+		}
 	}
 	if r.Listen != nil {
 		s.Listen = *r.Listen
@@ -144,7 +163,14 @@ func (v *validator) upstream(name string, r *rawUpstream, sep string) *Upstream 
 		ConnectTimeout:  v.duration(p.key("connect_timeout"), r.ConnectTimeout, defaultConnectTimeout),
 		CallTimeout:     v.duration(p.key("call_timeout"), r.CallTimeout, defaultCallTimeout),
 		MaxMessageBytes: v.size(p.key("max_message_bytes"), r.MaxMessageBytes, defaultMaxMessageBytes),
+		Scope:           ScopeShared,
 		Line:            v.lines.line(p),
+	}
+	if r.Scope != nil {
+		u.Scope = *r.Scope
+		if u.Scope != ScopeShared && u.Scope != ScopeSession {
+			v.errorf(p.key("scope"), "scope %q: want %q (one connection for all sessions) or %q (one per client session)", u.Scope, ScopeShared, ScopeSession)
+		}
 	}
 	if !nameRE.MatchString(name) {
 		v.errorf(p, "upstream name %q may use only A-Z a-z 0-9 _ . -", name)
@@ -334,15 +360,30 @@ func (v *validator) expand(p keyPath, s string) (string, bool) {
 // whether the config used its name or its prefix.
 func (v *validator) rules(p keyPath, r *rawRules, cfg *Config) RuleSet {
 	return RuleSet{
-		Tools:      v.names(p.key("tools"), r.Tools),
-		Allow:      v.globs(p.key("allow"), r.Allow),
-		AllowRegex: v.regexps(p.key("allow_regex"), r.AllowRegex),
-		Deny:       v.globs(p.key("deny"), r.Deny),
-		DenyRegex:  v.regexps(p.key("deny_regex"), r.DenyRegex),
-		Toolsets:   v.toolsetRefs(p.key("toolsets"), r.Toolsets, cfg),
-		ReadOnly:   r.ReadOnly,
-		CallRules:  v.callRules(p.key("call_rules"), r.CallRules),
+		Tools:         v.names(p.key("tools"), r.Tools),
+		Allow:         v.globs(p.key("allow"), r.Allow),
+		AllowRegex:    v.regexps(p.key("allow_regex"), r.AllowRegex),
+		Deny:          v.globs(p.key("deny"), r.Deny),
+		DenyRegex:     v.regexps(p.key("deny_regex"), r.DenyRegex),
+		Toolsets:      v.toolsetRefs(p.key("toolsets"), r.Toolsets, cfg),
+		Upstreams:     v.upstreamRefs(p.key("upstreams"), r.Upstreams, cfg),
+		DenyUpstreams: v.upstreamRefs(p.key("deny_upstreams"), r.DenyUpstreams, cfg),
+		ReadOnly:      r.ReadOnly,
+		CallRules:     v.callRules(p.key("call_rules"), r.CallRules),
 	}
+}
+
+// upstreamRefs resolves upstream references, by name or by prefix, to names.
+func (v *validator) upstreamRefs(p keyPath, refs []string, cfg *Config) []string {
+	var out []string
+	for i, ref := range refs {
+		if u := cfg.lookupUpstream(ref); u != nil {
+			out = append(out, u.Name)
+			continue
+		}
+		v.errorf(p.at(i), "%q: no upstream is named or prefixed %q", ref, ref)
+	}
+	return out
 }
 
 func (v *validator) names(p keyPath, names []string) []string {
@@ -380,15 +421,7 @@ func (v *validator) toolsetRefs(p keyPath, refs []string, cfg *Config) []string 
 	var out []string
 	for i, ref := range refs {
 		name, set, hasSet := strings.Cut(ref, "/")
-		u := cfg.Upstream(name)
-		if u == nil && name != "" {
-			for _, c := range cfg.Upstreams {
-				if c.Prefix == name {
-					u = c
-					break
-				}
-			}
-		}
+		u := cfg.lookupUpstream(name)
 		switch {
 		case u == nil:
 			v.errorf(p.at(i), "%q: no upstream is named or prefixed %q (want \"<upstream>\" or \"<upstream>/<set>\")", ref, name)
