@@ -132,3 +132,32 @@ func TestStatelessRateLimit(t *testing.T) {
 		t.Fatalf("%d limiter buckets after 10 stateless calls from one caller, want 1", n)
 	}
 }
+
+// TestAuditLimitRefusals checks that requests refused by the size limit,
+// before any tool could be decided, still leave an audit line: on /mcp and
+// on a stream door (stdio).
+func TestAuditLimitRefusals(t *testing.T) {
+	up := newUpstreamServer(t, 4)
+	var auditBuf syncBuf
+	s := newServerWith(t, up.http.URL, "[server]\nmax_body_bytes = 2048\n[audit]\n", Options{Audit: &auditBuf})
+	h := s.Handler()
+	sid := openSession(t, h, "")
+	big := `{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"up__tool_0001","arguments":{"query":"` + strings.Repeat("x", 4096) + `"}}}`
+	if rec := post(h, "", sid, big); rec.Code != 413 {
+		t.Fatalf("oversize POST on /mcp: %d %s", rec.Code, rec.Body)
+	}
+	p := startStdio(t, s, t.Context(), "")
+	p.send(t, big)
+	if m := p.recv(t); m.Error == nil {
+		t.Fatalf("oversize stdio line answered %+v", m)
+	}
+	var size []audit.Record
+	for _, r := range auditBuf.records(t) {
+		if r.Reason == audit.ReasonSize {
+			size = append(size, r)
+		}
+	}
+	if len(size) != 2 || size[0].Decision != audit.Denied || size[0].Session != sid || size[1].Session == "" {
+		t.Fatalf("size refusals audited: %+v, want 2 denied records naming their sessions", size)
+	}
+}

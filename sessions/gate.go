@@ -4,10 +4,23 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"time"
 
 	"github.com/mcpmux/mcpmux/filter"
+	"github.com/mcpmux/mcpmux/internal/audit"
 	"github.com/mcpmux/mcpmux/internal/jsonrpc"
 )
+
+// auditLimit records a request refused by a size, busy or session limit
+// before any tool decision was made (SPEC §10): the audit log must show
+// what a client was refused, not only what the filter decided. method and
+// tool are "" when the refused message could not be read.
+func (s *Server) auditLimit(session, profile, method, tool, reason string) {
+	s.audit.Write(audit.Record{
+		Time: time.Now().UTC(), Session: session, Profile: profile, Method: method,
+		Tool: jsonrpc.Printable(tool), Decision: audit.Denied, Reason: reason,
+	}, nil)
+}
 
 // errorFrame encodes a JSON-RPC error answer of mcpmux's own.
 func errorFrame(id json.RawMessage, code int, msg string) []byte {

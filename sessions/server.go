@@ -487,6 +487,7 @@ func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			var tooBig *http.MaxBytesError
 			if errors.As(err, &tooBig) {
+				s.auditLimit(r.Header.Get(server.HeaderKeySessionID), b.Profile, "", "", audit.ReasonSize)
 				writeJSONError(w, http.StatusRequestEntityTooLarge, nil, mcp.INVALID_REQUEST,
 					fmt.Sprintf("request body exceeds server.max_body_bytes (%d bytes)", s.cfg.Server.MaxBodyBytes))
 				return

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/mcpmux/mcpmux/internal/audit"
 )
 
 // The legacy HTTP+SSE front door (protocol 2024-11-05), for old clients:
@@ -90,6 +91,7 @@ func (s *Server) serveMessage(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
+			s.auditLimit(ss.id, ss.binding.Profile, "", "", audit.ReasonSize)
 			writeJSONError(w, http.StatusRequestEntityTooLarge, nil, mcp.INVALID_REQUEST,
 				fmt.Sprintf("request body exceeds server.max_body_bytes (%d bytes)", s.cfg.Server.MaxBodyBytes))
 			return

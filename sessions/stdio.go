@@ -94,7 +94,7 @@ func (s *Server) readLines(ss *streamSession, in io.Reader) (err error) {
 			return err
 		}
 		if over {
-			ss.send(ss.ctx, s.oversizeAnswer(id))
+			ss.send(ss.ctx, s.oversizeAnswer(ss, id))
 			continue
 		}
 		if len(bytes.TrimSpace(line)) == 0 {

@@ -16,6 +16,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/mcpmux/mcpmux/filter"
+	"github.com/mcpmux/mcpmux/internal/audit"
 	"github.com/mcpmux/mcpmux/internal/jsonrpc"
 )
 
@@ -284,6 +285,7 @@ func (ss *streamSession) enqueue(raw []byte, m *jsonrpc.Message) {
 		ss.mu.Unlock()
 		cancel()
 		ss.srv.metrics.count(m.Method, outcomeError)
+		ss.srv.auditLimit(ss.id, ss.binding.Profile, m.Method, m.Name, audit.ReasonBusy)
 		ss.send(ss.ctx, errorFrame(m.ID, errBusyCode,
 			fmt.Sprintf("too many requests in flight on this session (limit %d)", streamWorkers+streamQueue)))
 		return
@@ -566,10 +568,12 @@ func (s *Server) bindingOf(sess *streamSession) Binding {
 	return sess.binding
 }
 
-// oversizeAnswer is the answer to a message over server.max_body_bytes; id
-// is the message's id when the transport could find it, else null.
-func (s *Server) oversizeAnswer(id json.RawMessage) []byte {
+// oversizeAnswer is the answer to a message of ss over
+// server.max_body_bytes, which it audits; id is the message's id when the
+// transport could find it, else null.
+func (s *Server) oversizeAnswer(ss *streamSession, id json.RawMessage) []byte {
 	s.metrics.count("", outcomeError)
+	s.auditLimit(ss.id, ss.binding.Profile, "", "", audit.ReasonSize)
 	return errorFrame(id, mcp.INVALID_REQUEST,
 		fmt.Sprintf("message exceeds server.max_body_bytes (%d bytes)", s.cfg.Server.MaxBodyBytes))
 }

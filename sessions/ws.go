@@ -97,7 +97,7 @@ func (s *Server) readWS(ctx context.Context, ss *streamSession, c *websocket.Con
 			return
 		}
 		if over {
-			ss.send(ss.ctx, s.oversizeAnswer(id))
+			ss.send(ss.ctx, s.oversizeAnswer(ss, id))
 			continue
 		}
 		if !ss.receive(data) {

@@ -1,5 +1,7 @@
 // Package audit writes mcpmux's audit log: one JSON line per tools/call
-// decision (SPEC §9).
+// decision, and one per request refused by a rate, size or busy limit
+// (SPEC §9, §10). Every line is valid JSON: invalid UTF-8 in recorded
+// arguments is escaped, never written raw.
 package audit
 
 import (
@@ -7,13 +9,17 @@ import (
 	"io"
 	"sync"
 	"time"
+	"unicode/utf8"
 )
 
-// Record is one line of the audit log: one tools/call decision.
+// Record is one line of the audit log: one tools/call decision, or one
+// request refused by a limit before its tool could be known (Tool is then
+// empty and Method says what was refused, when known).
 type Record struct {
 	Time      time.Time       `json:"time"`
 	Session   string          `json:"session,omitempty"`
 	Profile   string          `json:"profile,omitempty"`
+	Method    string          `json:"method,omitempty"`
 	Tool      string          `json:"tool"`
 	Upstream  string          `json:"upstream,omitempty"`
 	Decision  string          `json:"decision"` // allowed, denied, error
@@ -33,6 +39,8 @@ const (
 	ReasonAmbiguous  = "ambiguous"
 	ReasonRestarting = "restarting"
 	ReasonRate       = "rate_limit"
+	ReasonSize       = "size_limit" // body or message over server.max_body_bytes
+	ReasonBusy       = "busy"       // a queue, session or held-call limit was full
 	ReasonToolError  = "tool_error"
 )
 
@@ -62,7 +70,7 @@ func (a *Log) Write(rec Record, args json.RawMessage) {
 		return
 	}
 	if a.withArgs && json.Valid(args) {
-		rec.Arguments = args
+		rec.Arguments = validUTF8(args)
 	}
 	b, err := json.Marshal(rec)
 	if err != nil {
@@ -76,4 +84,27 @@ func (a *Log) Write(rec Record, args json.RawMessage) {
 	if err != nil {
 		a.onError(err)
 	}
+}
+
+// validUTF8 returns args with every byte that is not part of valid UTF-8
+// replaced by the escape \ufffd. json.Valid accepts such bytes inside
+// strings, and encoding/json copies a RawMessage as it is, so without this
+// one argument could make its line invalid JSON. Outside strings valid JSON
+// is ASCII, so every replaced byte is inside a string, where the escape is
+// valid.
+func validUTF8(args []byte) []byte {
+	if utf8.Valid(args) {
+		return args
+	}
+	out := make([]byte, 0, len(args)+16)
+	for len(args) > 0 {
+		r, n := utf8.DecodeRune(args)
+		if r == utf8.RuneError && n == 1 {
+			out = append(out, `\ufffd`...)
+		} else {
+			out = append(out, args[:n]...)
+		}
+		args = args[n:]
+	}
+	return out
 }
