@@ -111,14 +111,11 @@ func (set *streamSet) watchShutdown(r *http.Request) {
 }
 
 // openDoor runs the checks a connection-oriented front door makes before it
-// takes a client: the loopback Host rule, then the profile, narrowing and
-// bearer token of r, resolved exactly as /mcp resolves them (Origin is
-// checked by the checkOrigin wrapper of the route). On failure it has
-// answered r and returns false.
+// takes a client: the profile, narrowing and bearer token of r, resolved
+// exactly as /mcp resolves them (Host and Origin were checked by
+// Server.guard, for every path). On failure it has answered r and returns
+// false.
 func (s *Server) openDoor(w http.ResponseWriter, r *http.Request) (Binding, Selection, bool) {
-	if !hostAllowed(w, r) {
-		return Binding{}, Selection{}, false
-	}
 	s.waitStarted(r.Context())
 	sel, err := SelectionFromRequest(r)
 	var b Binding
@@ -142,9 +139,9 @@ func writeResolveError(w http.ResponseWriter, err error) {
 	writeJSONError(w, statusOf(err), nil, mcp.INVALID_REQUEST, err.Error())
 }
 
-// hostAllowed applies the DNS-rebinding rule /mcp applies (SPEC §10): a
-// request that reached a loopback address must name a loopback host. On
-// failure it has answered 403.
+// hostAllowed applies the DNS-rebinding rule (SPEC §10): a request that
+// reached a loopback address must name a loopback host. On failure it has
+// answered 403. Server.guard runs it for every path.
 func hostAllowed(w http.ResponseWriter, r *http.Request) bool {
 	local, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
 	if !ok || local == nil {

@@ -33,6 +33,19 @@ const rateLimited = -32029
 
 type bindingKey struct{}
 
+// ownerKey carries the sum of the bearer token of the request that opens a
+// legacy /mcp session, so that onRegister can bind the session to it.
+type ownerKey struct{}
+
+func withOwner(ctx context.Context, sum [32]byte) context.Context {
+	return context.WithValue(ctx, ownerKey{}, sum)
+}
+
+func ownerFrom(ctx context.Context) [32]byte {
+	sum, _ := ctx.Value(ownerKey{}).([32]byte)
+	return sum
+}
+
 // withBinding returns ctx carrying b.
 func withBinding(ctx context.Context, b Binding) context.Context {
 	return context.WithValue(ctx, bindingKey{}, b)

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -176,6 +177,9 @@ profiles = ["all"]
 [[auth.tokens]]
 token = "tok-ro"
 profiles = ["readonly"]
+[[auth.tokens]]
+token = "tok-all-2"
+profiles = ["all"]
 `)
 	h := s.Handler()
 	req := newRequest("", "", initializeBody)
@@ -192,7 +196,8 @@ profiles = ["readonly"]
 		status     int
 	}{
 		{"no token on a bound session", "", http.StatusUnauthorized},
-		{"other token naming no profile", "Bearer tok-ro", http.StatusForbidden},
+		{"other token naming no profile", "Bearer tok-ro", http.StatusNotFound},
+		{"other token allowed the same profile", "Bearer tok-all-2", http.StatusNotFound},
 		{"unknown token", "Bearer nope", http.StatusUnauthorized},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -210,5 +215,137 @@ profiles = ["readonly"]
 				t.Fatalf("refused request reached the upstream %d times", n)
 			}
 		})
+	}
+}
+
+// TestSessionDeleteByAnotherToken checks that a token allowed the same
+// profile can neither end nor listen on a session it did not open: both
+// are 404, and the owner's session keeps working.
+func TestSessionDeleteByAnotherToken(t *testing.T) {
+	up := newUpstreamServer(t, 2)
+	s := newBenchServer(t, up.http.URL, `
+[profiles.all]
+[[auth.tokens]]
+token = "tok-a"
+profiles = ["all"]
+[[auth.tokens]]
+token = "tok-b"
+profiles = ["all"]
+`)
+	h := s.Handler()
+	do := func(method, sid, token, body string) *httptest.ResponseRecorder {
+		req := newRequest("", sid, body)
+		req.Method = method
+		req.Header.Set("Authorization", "Bearer "+token)
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec
+	}
+	rec := do(http.MethodPost, "", "tok-a", initializeBody)
+	sid := rec.Header().Get("Mcp-Session-Id")
+	if sid == "" {
+		t.Fatalf("initialize: %d %s", rec.Code, rec.Body)
+	}
+	if rec := do(http.MethodDelete, sid, "tok-b", ""); rec.Code != http.StatusNotFound {
+		t.Fatalf("DELETE with another token: %d %s, want 404", rec.Code, rec.Body)
+	}
+	if rec := do(http.MethodGet, sid, "tok-b", ""); rec.Code != http.StatusNotFound {
+		t.Fatalf("GET with another token: %d %s, want 404", rec.Code, rec.Body)
+	}
+	list := `{"jsonrpc":"2.0","id":3,"method":"tools/list"}`
+	if rec := do(http.MethodPost, sid, "tok-a", list); rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), "up__tool_0001") {
+		t.Fatalf("the owner's session after another token's DELETE: %d %s", rec.Code, rec.Body)
+	}
+	if rec := do(http.MethodDelete, sid, "tok-a", ""); rec.Code != http.StatusOK {
+		t.Fatalf("DELETE by the owner: %d %s", rec.Code, rec.Body)
+	}
+}
+
+// TestGuardEveryPath checks the Host and Origin rules on every path of a
+// real loopback listener, the /mcp fast path of a valid session included,
+// and that /metrics needs a token once tokens are configured.
+func TestGuardEveryPath(t *testing.T) {
+	up := newUpstreamServer(t, 2)
+	s := newBenchServer(t, up.http.URL, `
+[profiles.all]
+[[auth.tokens]]
+token = "tok-a"
+profiles = ["all"]
+`)
+	s.MarkStarted()
+	hs := httptest.NewServer(s.Handler())
+	t.Cleanup(hs.Close)
+	do := func(method, path, sid, body string, hdr map[string]string) (int, string) {
+		t.Helper()
+		req, err := http.NewRequest(method, hs.URL+path, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("Authorization", "Bearer tok-a")
+		if sid != "" {
+			req.Header.Set("Mcp-Session-Id", sid)
+			req.Header.Set("Mcp-Protocol-Version", "2025-11-25")
+		}
+		for k, v := range hdr {
+			if k == "Host" {
+				req.Host = v
+				continue
+			}
+			req.Header.Set(k, v)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var sb strings.Builder
+		_, _ = io.Copy(&sb, resp.Body)
+		if sid == "" && path == "/mcp" && method == http.MethodPost {
+			return resp.StatusCode, resp.Header.Get("Mcp-Session-Id")
+		}
+		return resp.StatusCode, sb.String()
+	}
+	code, sid := do(http.MethodPost, "/mcp", "", initializeBody, nil)
+	if code != 200 || sid == "" {
+		t.Fatalf("initialize: %d", code)
+	}
+	list := `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`
+	if code, body := do(http.MethodPost, "/mcp", sid, list, nil); code != 200 || !strings.Contains(body, "up__tool_0001") {
+		t.Fatalf("tools/list on the session: %d %s", code, body)
+	}
+	evilHost := map[string]string{"Host": "evil.example"}
+	evilOrigin := map[string]string{"Origin": "https://evil.example"}
+	for _, tt := range []struct {
+		name, method, path, sid, body string
+		hdr                           map[string]string
+	}{
+		{"tools/list fast path, Host", http.MethodPost, "/mcp", sid, list, evilHost},
+		{"tools/list fast path, Origin", http.MethodPost, "/mcp", sid, list, evilOrigin},
+		{"metrics, Host", http.MethodGet, "/metrics", "", "", evilHost},
+		{"metrics, Origin", http.MethodGet, "/metrics", "", "", evilOrigin},
+		{"healthz, Host", http.MethodGet, "/healthz", "", "", evilHost},
+		{"healthz, Origin", http.MethodGet, "/healthz", "", "", evilOrigin},
+		{"readyz, Host", http.MethodGet, "/readyz", "", "", evilHost},
+		{"readyz, Origin", http.MethodGet, "/readyz", "", "", evilOrigin},
+		{"message, Host", http.MethodPost, "/message?sessionId=x", "", list, evilHost},
+	} {
+		if code, body := do(tt.method, tt.path, tt.sid, tt.body, tt.hdr); code != http.StatusForbidden || strings.Contains(body, "up__tool") || strings.Contains(body, "mcpmux_") {
+			t.Errorf("%s: %d %.200s, want 403", tt.name, code, body)
+		}
+	}
+	for _, path := range []string{"/healthz", "/readyz"} {
+		if code, _ := do(http.MethodGet, path, "", "", map[string]string{"Host": "localhost"}); code != 200 {
+			t.Errorf("%s with Host localhost: %d, want 200", path, code)
+		}
+	}
+	if code, body := do(http.MethodGet, "/metrics", "", "", nil); code != 200 || !strings.Contains(body, "mcpmux_") {
+		t.Errorf("/metrics with a token: %d", code)
+	}
+	for _, auth := range []string{"", "Bearer nope"} {
+		if code, body := do(http.MethodGet, "/metrics", "", "", map[string]string{"Authorization": auth}); code != http.StatusUnauthorized || strings.Contains(body, "mcpmux_") {
+			t.Errorf("/metrics with Authorization %q: %d, want 401", auth, code)
+		}
 	}
 }

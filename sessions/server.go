@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"crypto/subtle"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -111,6 +112,10 @@ func (s *Server) maxConnectTimeout() time.Duration {
 // session is one registered legacy (initialize-based) session.
 type session struct {
 	binding Binding
+	// owner is the sum of the bearer token that opened the session (zero
+	// without one): a request carrying another token is answered as if the
+	// session did not exist (SPEC §6).
+	owner [32]byte
 	// stream is true for sessions of the /ws, /sse and stdio doors: their
 	// ids must not be usable on /mcp.
 	stream bool
@@ -369,7 +374,7 @@ func (s *Server) onRegister(ctx context.Context, cs server.ClientSession) {
 	v := s.View(b)
 	s.mu.Lock()
 	_, stream := cs.(*streamSession)
-	s.bound[cs.SessionID()] = &session{binding: b, listed: v.Fingerprint(), stream: stream, client: cs}
+	s.bound[cs.SessionID()] = &session{binding: b, owner: ownerFrom(ctx), listed: v.Fingerprint(), stream: stream, client: cs}
 	s.mu.Unlock()
 	s.log.Info("session started", "session", cs.SessionID(), "profile", b.Profile)
 }
@@ -406,17 +411,53 @@ func (s *Server) toolFilter(ctx context.Context, tools []mcp.Tool) []mcp.Tool {
 // /metrics. Every MCP door resolves profiles and runs the gate the same way.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("/mcp", s.checkOrigin(http.HandlerFunc(s.serveMCP)))
-	mux.Handle("GET /ws", s.checkOrigin(http.HandlerFunc(s.serveWS)))            // ws.go
-	mux.Handle("GET /sse", s.checkOrigin(http.HandlerFunc(s.serveSSE)))          // sse.go
-	mux.Handle("POST /message", s.checkOrigin(http.HandlerFunc(s.serveMessage))) // sse.go
+	mux.HandleFunc("/mcp", s.serveMCP)
+	mux.HandleFunc("GET /ws", s.serveWS)            // ws.go
+	mux.HandleFunc("GET /sse", s.serveSSE)          // sse.go
+	mux.HandleFunc("POST /message", s.serveMessage) // sse.go
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		io.WriteString(w, "ok\n")
 	})
 	mux.HandleFunc("GET /readyz", s.serveReady)
-	mux.Handle("GET /metrics", s.metrics.handler())
-	return recoverPanics(s.log, mux)
+	mux.Handle("GET /metrics", s.needToken(s.metrics.handler()))
+	return recoverPanics(s.log, s.guard(mux))
+}
+
+// guard runs the checks every path shares, before any of them looks at
+// the request (SPEC §10): the loopback Host rule against DNS rebinding, and
+// Origin. No path is exempt: not the /mcp fast paths, not /metrics or the
+// health probes, which would otherwise tell a rebinding page what runs here.
+func (s *Server) guard(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !hostAllowed(w, r) {
+			return
+		}
+		if o := r.Header.Get("Origin"); o != "" && !s.originAllowed(o) {
+			writeJSONError(w, http.StatusForbidden, nil, mcp.INVALID_REQUEST, fmt.Sprintf("origin %q is not allowed", o))
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// needToken lets a request through only with a configured bearer token,
+// when tokens are configured: /metrics names upstreams, profiles and
+// traffic, which is for the gateway's operators, not for anyone who can
+// reach the port.
+func (s *Server) needToken(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		res := s.Resolver()
+		if res.AuthRequired() {
+			sel, _ := SelectionFromRequest(r)
+			if !sel.HasToken || res.token(sel.Token) == nil {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="mcpmux"`)
+				http.Error(w, "a bearer token is required", http.StatusUnauthorized)
+				return
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // serveReady answers 200 when every required upstream is up.
@@ -439,17 +480,6 @@ func (s *Server) serveReady(w http.ResponseWriter, _ *http.Request) {
 		return
 	}
 	io.WriteString(w, "ready\n")
-}
-
-// checkOrigin refuses requests whose Origin is not allowed (SPEC §10).
-func (s *Server) checkOrigin(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if o := r.Header.Get("Origin"); o != "" && !s.originAllowed(o) {
-			writeJSONError(w, http.StatusForbidden, nil, mcp.INVALID_REQUEST, fmt.Sprintf("origin %q is not allowed", o))
-			return
-		}
-		next.ServeHTTP(w, r)
-	})
 }
 
 func (s *Server) originAllowed(o string) bool {
@@ -509,7 +539,10 @@ func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request) {
 		s.mu.Lock()
 		sess = s.bound[id]
 		s.mu.Unlock()
-		if sess != nil && sess.stream {
+		// A stream door's session, or a session opened with another token
+		// (DELETE and GET included), is answered as an unknown one: its id
+		// is no capability of this caller's.
+		if owner := s.ownerOf(sel); sess != nil && (sess.stream || subtle.ConstantTimeCompare(owner[:], sess.owner[:]) != 1) {
 			writeJSONError(w, http.StatusNotFound, m.ID, mcp.INVALID_REQUEST, "unknown session")
 			return
 		}
@@ -554,7 +587,17 @@ func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
-	s.http.ServeHTTP(w, r.WithContext(withBinding(r.Context(), b)))
+	s.http.ServeHTTP(w, r.WithContext(withOwner(withBinding(r.Context(), b), s.ownerOf(sel))))
+}
+
+// ownerOf is what a session remembers of the token that opened it: the
+// token's sum when tokens are configured, else nothing, so that a client's
+// stray Authorization header means nothing where no token is checked.
+func (s *Server) ownerOf(sel Selection) [32]byte {
+	if !s.Resolver().AuthRequired() {
+		return [32]byte{}
+	}
+	return tokenSum(sel)
 }
 
 // cancelRouted cancels the routed request a notifications/cancelled names.

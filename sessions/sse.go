@@ -76,9 +76,6 @@ func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request) {
 // serveMessage takes one client message for an SSE session and answers
 // 202; the answer to the message goes onto the session's stream.
 func (s *Server) serveMessage(w http.ResponseWriter, r *http.Request) {
-	if !hostAllowed(w, r) {
-		return
-	}
 	ss := s.streams.get(r.URL.Query().Get("sessionId"))
 	if ss == nil || ss.kind != "sse" {
 		writeJSONError(w, http.StatusNotFound, nil, mcp.INVALID_REQUEST, "unknown or ended session: open a new stream at /sse")
