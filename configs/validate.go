@@ -34,6 +34,10 @@ const (
 	defaultProfileName     = "default"
 )
 
+// ReservedPrefix is the prefix of mcpmux's own tools (SPEC §6): no upstream
+// may have it, and an unprefixed upstream's tools may not start with it.
+const ReservedPrefix = "mcpmux"
+
 func defaultAllowedOrigins() []string {
 	return []string{"http://localhost:*", "http://127.0.0.1:*"}
 }
@@ -189,6 +193,8 @@ func (v *validator) upstream(name string, r *rawUpstream, sep string) *Upstream 
 		v.errorf(p, "upstream name %q is not a valid prefix (A-Z a-z 0-9 -); set prefix explicitly", name)
 	case !prefixRE.MatchString(u.Prefix):
 		v.errorf(p.key("prefix"), "prefix %q may use only A-Z a-z 0-9 - (or be \"\" to mount unprefixed)", u.Prefix)
+	case u.Prefix == ReservedPrefix:
+		v.errorf(v.prefixKey(u, r), "prefix %q is reserved for mcpmux's own tools; set another prefix", u.Prefix)
 	case sep != "" && strings.Contains(u.Prefix, sep):
 		v.errorf(v.prefixKey(u, r), "prefix %q contains the separator %q, which makes exposed names ambiguous", u.Prefix, sep)
 	}
