@@ -1,6 +1,7 @@
 package filter
 
 import (
+	"container/list"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -27,10 +28,11 @@ type Filter struct {
 func (f *Filter) Key() string { return f.key }
 
 // Allows is the decision function: it reports whether e is listed in, and
-// callable through, this filter.
+// callable through, this filter. A tool passes when every stage matches it
+// (Rules.Match) and admits its upstream (upstreams, deny_upstreams).
 func (f *Filter) Allows(e *Entry) bool {
 	for _, s := range f.stages {
-		if !s.Match(e.Tool.Name, e.ReadOnly, e.Toolsets) {
+		if !s.Match(e.Tool.Name, e.ReadOnly, e.Toolsets) || !s.admitsUpstream(e.Upstream) {
 			return false
 		}
 	}
@@ -99,6 +101,11 @@ type View struct {
 
 	encOnce sync.Once
 	enc     []byte
+
+	// listing is what the view shows besides tools (upstreams.go),
+	// computed once from the snapshot's Catalog.
+	listingOnce sync.Once
+	listing     *Listing
 }
 
 // Lookup returns the entry of a tool the view shows, or nil when the tool is
@@ -109,26 +116,53 @@ func (v *View) Lookup(name string) *Entry { return v.byName[name] }
 func (v *View) Len() int { return len(v.Tools) }
 
 // Registry interns filters by key and caches one view per (snapshot
-// version, filter key). It is safe for concurrent use.
+// version, filter key). Profiles' filters (Filter) are interned until
+// Forget; request narrowings' filters (Narrowed) are held, with their views,
+// in a cache bounded by NarrowedCap entries and NarrowedBudget bytes of keys,
+// least recently used dropped first, so no number of distinct narrowings a
+// client sends grows the registry past that bound. It is safe for
+// concurrent use.
 type Registry struct {
 	mu      sync.Mutex
 	filters map[string]*Filter
 	version uint64
-	views   map[string]*viewSlot
+	views   map[string]*viewSlot // views of interned filters, for version
+	// narrowed is the bounded cache: its elements hold *narrowedEntry,
+	// most recently used first; byKey indexes them.
+	narrowed list.List
+	byKey    map[string]*list.Element
+	bytes    int // the sum of the cached entries' key lengths
 }
+
+// Bounds of the narrowed-filter cache.
+const (
+	// NarrowedCap is the most request-narrowing filters a Registry holds.
+	NarrowedCap = 256
+	// NarrowedBudget bounds the summed length of their keys (a filter's
+	// memory grows with its key, which spells out every name it lists).
+	NarrowedBudget = 1 << 20
+)
 
 type viewSlot struct {
 	once sync.Once
 	view *View
 }
 
-// NewRegistry returns an empty registry.
-func NewRegistry() *Registry {
-	return &Registry{filters: make(map[string]*Filter), views: make(map[string]*viewSlot)}
+// narrowedEntry is one cached narrowing filter and its view of the
+// registry's current snapshot version (slot is nil until asked for).
+type narrowedEntry struct {
+	f       *Filter
+	version uint64
+	slot    *viewSlot
 }
 
-// Filter returns the one Filter for the conjunction of stages. nil and empty
-// stages are ignored.
+// NewRegistry returns an empty registry.
+func NewRegistry() *Registry {
+	return &Registry{filters: make(map[string]*Filter), views: make(map[string]*viewSlot), byKey: make(map[string]*list.Element)}
+}
+
+// Filter returns the one interned Filter for the conjunction of stages, for
+// rules from the config. nil and empty stages are ignored.
 func (r *Registry) Filter(stages ...*Rules) *Filter {
 	key, kept := filterKey(stages)
 	r.mu.Lock()
@@ -141,27 +175,77 @@ func (r *Registry) Filter(stages ...*Rules) *Filter {
 	return f
 }
 
-// Instances returns how many distinct filters exist.
+// Narrowed returns a Filter for the conjunction of stages, for rules that
+// include a client's request narrowing: the interned filter when one has
+// the same key, else the cached one, else a new one, which joins the
+// bounded cache and may push the least recently used out of it. A filter
+// pushed out stays valid for whoever holds it; equal narrowings asked for
+// later get a new instance.
+func (r *Registry) Narrowed(stages ...*Rules) *Filter {
+	key, kept := filterKey(stages)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if f, ok := r.filters[key]; ok {
+		return f
+	}
+	if el, ok := r.byKey[key]; ok {
+		r.narrowed.MoveToFront(el)
+		return el.Value.(*narrowedEntry).f
+	}
+	f := &Filter{key: key, stages: kept}
+	r.cache(f)
+	return f
+}
+
+// Key returns the key of the filter Filter or Narrowed would return for
+// stages, without creating or caching anything.
+func (r *Registry) Key(stages ...*Rules) string {
+	key, _ := filterKey(stages)
+	return key
+}
+
+// cache adds f to the front of the narrowed cache and trims its back to
+// the bounds, keeping at least f. r.mu must be held.
+func (r *Registry) cache(f *Filter) *narrowedEntry {
+	e := &narrowedEntry{f: f}
+	r.byKey[f.key] = r.narrowed.PushFront(e)
+	r.bytes += len(f.key)
+	for r.narrowed.Len() > 1 && (r.narrowed.Len() > NarrowedCap || r.bytes > NarrowedBudget) {
+		old := r.narrowed.Remove(r.narrowed.Back()).(*narrowedEntry)
+		delete(r.byKey, old.f.key)
+		r.bytes -= len(old.f.key)
+	}
+	return e
+}
+
+// Instances returns how many distinct filters the registry holds: the
+// interned ones and the cached narrowings.
 func (r *Registry) Instances() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return len(r.filters)
+	return len(r.filters) + r.narrowed.Len()
 }
 
-// Forget drops every interned filter and cached view, e.g. after a config
-// reload recompiled the rules. Filters and views already handed out stay
-// valid.
+// Forget drops every interned and cached filter and every cached view,
+// e.g. after a config reload recompiled the rules. Filters and views
+// already handed out stay valid.
 func (r *Registry) Forget() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.filters = make(map[string]*Filter)
 	r.views = make(map[string]*viewSlot)
+	r.narrowed.Init()
+	r.byKey = make(map[string]*list.Element)
+	r.bytes = 0
 }
 
 // View returns the cached view of the snapshot (version, entries) through f,
 // computing it once. entries must be sorted by name and must be the same for
 // the same version. Views of older versions are dropped when a newer version
 // is first asked for; a request for an older version is computed uncached.
+// A filter that is neither interned nor cached (one pushed out of the
+// narrowed cache, or kept across Forget) joins the narrowed cache, so its
+// view is bounded like every narrowing's.
 func (r *Registry) View(version uint64, entries []*Entry, f *Filter) *View {
 	r.mu.Lock()
 	switch {
@@ -172,10 +256,25 @@ func (r *Registry) View(version uint64, entries []*Entry, f *Filter) *View {
 		r.mu.Unlock()
 		return buildView(version, entries, f)
 	}
-	slot, ok := r.views[f.key]
-	if !ok {
-		slot = &viewSlot{}
-		r.views[f.key] = slot
+	var slot *viewSlot
+	if _, interned := r.filters[f.key]; interned {
+		slot = r.views[f.key]
+		if slot == nil {
+			slot = &viewSlot{}
+			r.views[f.key] = slot
+		}
+	} else {
+		var e *narrowedEntry
+		if el, ok := r.byKey[f.key]; ok {
+			r.narrowed.MoveToFront(el)
+			e = el.Value.(*narrowedEntry)
+		} else {
+			e = r.cache(f)
+		}
+		if e.slot == nil || e.version != version {
+			e.slot, e.version = &viewSlot{}, version
+		}
+		slot = e.slot
 	}
 	r.mu.Unlock()
 	slot.once.Do(func() { slot.view = buildView(version, entries, f) })
