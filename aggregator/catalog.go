@@ -60,8 +60,9 @@ func rewriteURI(upstream, uri string) string { return uriScheme(upstream) + uri 
 
 // buildResources merges prompts, resources and templates of every source
 // into s. Sources are in upstream-name order, so the earlier upstream keeps
-// a contested URI.
-func (s *Snapshot) buildResources(namer Namer, sources []*source) {
+// a contested URI. A prompt of an unprefixed upstream inside another's
+// namespace is refused like a tool (see build).
+func (s *Snapshot) buildResources(namer Namer, ns namespaces, sources []*source) {
 	s.prompts = make(map[string]*Prompt)
 	s.resources = make(map[string]*Resource)
 	s.templates = make(map[string]*Template)
@@ -91,6 +92,10 @@ func (s *Snapshot) buildResources(namer Namer, sources []*source) {
 			e.Prompt.Name = namer.Expose(src.cfg.Prefix, p.Name)
 			if e.Prompt.Title == "" {
 				e.Prompt.Title = p.Name
+			}
+			if c, refused := src.shadowing(ns, "prompt", p.Name, e.Prompt.Name); refused {
+				s.Conflicts = append(s.Conflicts, c)
+				continue
 			}
 			if _, dup := s.prompts[e.Prompt.Name]; dup {
 				continue // same rule as tools: the earlier upstream keeps it

@@ -4,6 +4,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"strings"
+
+	"github.com/mcpmux/mcpmux/configs"
 )
 
 // Namer turns an upstream's original tool or prompt name into the name mcpmux
@@ -80,4 +82,40 @@ func ValidName(s string, max int) bool {
 	}
 	_, changed := sanitize(s)
 	return !changed
+}
+
+// namespaces is the exposed-name space that prefixes own: every name that
+// starts with "<prefix><separator>" belongs to the upstream of that prefix,
+// whether or not it is up, and the prefix reserved for mcpmux's own tools
+// belongs to mcpmux (SPEC §4, §6). An unprefixed upstream may not put a tool
+// or prompt there: the name would shadow, or wait to shadow, its owner's.
+type namespaces []namespace
+
+type namespace struct {
+	lead  string // "<prefix><separator>"
+	owner string // upstream name, or "" for mcpmux itself
+}
+
+// namespacesOf returns the namespaces of the sources' non-empty prefixes
+// and of the reserved prefix.
+func namespacesOf(namer Namer, sources []*source) namespaces {
+	ns := namespaces{{lead: configs.ReservedPrefix + namer.Separator}}
+	for _, src := range sources {
+		if p := src.cfg.Prefix; p != "" {
+			ns = append(ns, namespace{lead: p + namer.Separator, owner: src.cfg.Name})
+		}
+	}
+	return ns
+}
+
+// owner returns the namespace an unprefixed upstream's name falls in, by
+// its original or its exposed (sanitized, possibly truncated) form, and
+// whether there is one.
+func (ns namespaces) owner(original, exposed string) (namespace, bool) {
+	for _, n := range ns {
+		if strings.HasPrefix(exposed, n.lead) || strings.HasPrefix(original, n.lead) {
+			return n, true
+		}
+	}
+	return namespace{}, false
 }

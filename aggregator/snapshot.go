@@ -29,8 +29,10 @@ type Snapshot struct {
 	byName map[string]*filter.Entry
 	// Upstreams is the state of every configured upstream, sorted by name.
 	Upstreams []UpstreamStatus
-	// Conflicts lists exposed names that two upstreams both produced; the
-	// tool of the later upstream (by name) is left out.
+	// Conflicts lists exposed names that two upstreams both produced (the
+	// tool of the later upstream, by name, is left out), and tools and
+	// prompts of unprefixed upstreams refused because they fall in another
+	// upstream's namespace (see Conflict.Namespace).
 	Conflicts []Conflict
 
 	// Prompts, sorted by exposed name; Resources and Templates in upstream
@@ -68,17 +70,49 @@ type UpstreamStatus struct {
 	Dropped  int // tools removed by its own rules (deny, allow, …)
 }
 
-// Conflict is an exposed name claimed by two upstreams.
+// Conflict is an exposed name claimed by two upstreams, or by an
+// unprefixed upstream inside another's namespace.
 type Conflict struct {
 	Name            string
-	Kept, Dropped   string // upstream names
-	KeptOriginal    string
+	Kind            string // "tool" or "prompt"; "" = "tool"
+	Kept, Dropped   string // upstream names; Kept is "" for mcpmux's reserved namespace
+	KeptOriginal    string // "" for a namespace refusal
 	DroppedOriginal string
+	// Namespace is set when the unprefixed upstream Dropped was refused
+	// a name inside "<prefix><separator>" of upstream Kept (or of mcpmux
+	// itself), whether or not Kept is up or has such a tool: a prefix's
+	// names belong to its upstream (SPEC §4).
+	Namespace string
 }
 
 func (c Conflict) String() string {
-	return fmt.Sprintf("tool name %q: upstream %q (tool %q) collides with upstream %q (tool %q); the latter is left out",
-		c.Name, c.Kept, c.KeptOriginal, c.Dropped, c.DroppedOriginal)
+	kind := c.Kind
+	if kind == "" {
+		kind = "tool"
+	}
+	switch {
+	case c.Namespace != "" && c.Kept == "":
+		return fmt.Sprintf("%s %q of unprefixed upstream %q is in the namespace %q, which is reserved for mcpmux's own tools; it is left out",
+			kind, c.Name, c.Dropped, c.Namespace)
+	case c.Namespace != "":
+		return fmt.Sprintf("%s %q of unprefixed upstream %q is in the namespace %q of upstream %q; it is left out (give upstream %q a prefix, or deny its %s %q)",
+			kind, c.Name, c.Dropped, c.Namespace, c.Kept, c.Dropped, kind, c.DroppedOriginal)
+	}
+	return fmt.Sprintf("%s name %q: upstream %q (%s %q) collides with upstream %q (%s %q); the latter is left out",
+		kind, c.Name, c.Kept, kind, c.KeptOriginal, c.Dropped, kind, c.DroppedOriginal)
+}
+
+// shadowing returns the refusal of exposed name of kind from src, or false
+// when src has a prefix of its own or the name is outside every namespace.
+func (src *source) shadowing(ns namespaces, kind, original, exposed string) (Conflict, bool) {
+	if src.cfg.Prefix != "" {
+		return Conflict{}, false
+	}
+	n, in := ns.owner(original, exposed)
+	if !in {
+		return Conflict{}, false
+	}
+	return Conflict{Name: exposed, Kind: kind, Kept: n.owner, Dropped: src.cfg.Name, DroppedOriginal: original, Namespace: n.lead}, true
 }
 
 // Tool returns the exposed tool named name, or nil.
@@ -131,9 +165,12 @@ type source struct {
 }
 
 // build merges the catalogs of sources (sorted by upstream name) into a new
-// snapshot.
+// snapshot. A tool of an unprefixed upstream inside another upstream's
+// namespace is refused before names are claimed, so the owner keeps the name
+// whatever order upstreams connect in, and even while it is down.
 func build(version uint64, namer Namer, sources []*source) *Snapshot {
 	s := &Snapshot{Version: version, byName: make(map[string]*filter.Entry)}
+	ns := namespacesOf(namer, sources)
 	for _, src := range sources {
 		st := UpstreamStatus{Name: src.cfg.Name, Required: src.cfg.Required, State: src.state}
 		if src.catalog != nil {
@@ -141,6 +178,10 @@ func build(version uint64, namer Namer, sources []*source) *Snapshot {
 				e := src.entry(namer, &src.catalog.Tools[i])
 				if !src.rules.Match(e.Original, e.ReadOnly, nil) {
 					st.Dropped++
+					continue
+				}
+				if c, refused := src.shadowing(ns, "tool", e.Original, e.Tool.Name); refused {
+					s.Conflicts = append(s.Conflicts, c)
 					continue
 				}
 				if prev, dup := s.byName[e.Tool.Name]; dup {
@@ -158,7 +199,7 @@ func build(version uint64, namer Namer, sources []*source) *Snapshot {
 		s.Upstreams = append(s.Upstreams, st)
 	}
 	slices.SortFunc(s.Tools, func(a, b *filter.Entry) int { return strings.Compare(a.Tool.Name, b.Tool.Name) })
-	s.buildResources(namer, sources)
+	s.buildResources(namer, ns, sources)
 	s.PromptsKey, s.ResourcesKey = s.listFingerprint()
 	return s
 }
