@@ -28,10 +28,11 @@ type Filter struct {
 func (f *Filter) Key() string { return f.key }
 
 // Allows is the decision function: it reports whether e is listed in, and
-// callable through, this filter.
+// callable through, this filter. A tool passes when every stage matches it
+// (Rules.Match) and admits its upstream (upstreams, deny_upstreams).
 func (f *Filter) Allows(e *Entry) bool {
 	for _, s := range f.stages {
-		if !s.Match(e.Tool.Name, e.ReadOnly, e.Toolsets) {
+		if !s.Match(e.Tool.Name, e.ReadOnly, e.Toolsets) || !s.admitsUpstream(e.Upstream) {
 			return false
 		}
 	}
@@ -100,6 +101,11 @@ type View struct {
 
 	encOnce sync.Once
 	enc     []byte
+
+	// listing is what the view shows besides tools (upstreams.go),
+	// computed once from the snapshot's Catalog.
+	listingOnce sync.Once
+	listing     *Listing
 }
 
 // Lookup returns the entry of a tool the view shows, or nil when the tool is

@@ -52,6 +52,10 @@ type Rules struct {
 	toolsets  map[string]struct{}
 	readOnly  bool
 	callRules map[string]*callRule // exposed tool name → its one rule
+	// upstreams, when non-nil, names the only upstreams this stage shows;
+	// denyUpstreams names upstreams it hides whatever else names them.
+	upstreams     map[string]struct{}
+	denyUpstreams map[string]struct{}
 }
 
 // callRule is one compiled configs.CallRule.
@@ -86,6 +90,8 @@ func Compile(rs configs.RuleSet) (*Rules, error) {
 			r.toolsets[t] = struct{}{}
 		}
 	}
+	r.upstreams = nameSet(rs.Upstreams)
+	r.denyUpstreams = nameSet(rs.DenyUpstreams)
 	r.allow, errs = compileGlobs(rs.Allow, "allow", errs)
 	r.deny, errs = compileGlobs(rs.Deny, "deny", errs)
 	r.allowRe, errs = compileRegexes(rs.AllowRegex, "allow_regex", errs)
@@ -132,6 +138,18 @@ func compileCallRule(cr configs.CallRule, errs []error) (*callRule, []error) {
 		c.args = append(c.args, ar)
 	}
 	return c, errs
+}
+
+// nameSet returns the set of names, or nil when there are none.
+func nameSet(names []string) map[string]struct{} {
+	if len(names) == 0 {
+		return nil
+	}
+	set := make(map[string]struct{}, len(names))
+	for _, n := range names {
+		set[n] = struct{}{}
+	}
+	return set
 }
 
 // MustCompile is Compile for rule sets known to be valid, such as those of a
@@ -239,6 +257,21 @@ func (r *Rules) Match(name string, readOnly bool, toolsets []string) bool {
 	return false
 }
 
+// admitsUpstream reports whether this stage lets the named upstream through:
+// it is not in deny_upstreams and, when the stage names upstreams, it is
+// one of them. It is the upstream half of both the tool decision
+// (Filter.Allows) and upstream visibility (Filter.ShowsUpstream).
+func (r *Rules) admitsUpstream(name string) bool {
+	if _, denied := r.denyUpstreams[name]; denied {
+		return false
+	}
+	if r.upstreams == nil {
+		return true
+	}
+	_, named := r.upstreams[name]
+	return named
+}
+
 // ruleFor returns the call rule of the exposed tool name, or nil.
 func (r *Rules) ruleFor(name string) *callRule { return r.callRules[name] }
 
@@ -329,6 +362,8 @@ func canonicalKey(rs configs.RuleSet) string {
 	list("deny", rs.Deny)
 	list("deny_regex", rs.DenyRegex)
 	list("toolsets", rs.Toolsets)
+	list("upstreams", rs.Upstreams)
+	list("deny_upstreams", rs.DenyUpstreams)
 	if rs.ReadOnly {
 		b.WriteString("read_only;")
 	}

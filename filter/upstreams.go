@@ -1,0 +1,265 @@
+package filter
+
+import (
+	"cmp"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"slices"
+	"sync"
+
+	"github.com/mark3labs/mcp-go/mcp"
+)
+
+// This file holds upstream-level visibility (SPEC §5): prompts, resources
+// and resource templates are filtered by the upstream that serves them.
+// Filter.ShowsUpstream is the one decision; a View's Listing applies it to
+// a snapshot's Catalog once and keeps the result.
+
+// ShowsUpstream is the decision function for upstream visibility: it
+// reports whether a session with this filter sees the prompts, resources
+// and templates of the named upstream, and may get, read, subscribe to and
+// complete against them. The upstream must pass every stage: it is not in
+// any stage's deny_upstreams, it is named by every stage that names
+// upstreams, and, when no stage names upstreams, hasVisibleTool (one of its
+// tools passes Allows) or !servesTools (it serves no tool at all).
+func (f *Filter) ShowsUpstream(name string, hasVisibleTool, servesTools bool) bool {
+	named := false
+	for _, s := range f.stages {
+		if !s.admitsUpstream(name) {
+			return false
+		}
+		named = named || s.upstreams != nil
+	}
+	return named || hasVisibleTool || !servesTools
+}
+
+// Served is one prompt, resource or resource template of a catalog
+// snapshot, with the upstream (by config name) that serves it.
+type Served[T any] struct {
+	Item     T
+	Upstream string
+}
+
+// Catalog is the part of a catalog snapshot that is filtered by upstream:
+// every prompt, resource and template as exposed, and which upstreams serve
+// tools. The aggregator builds one per snapshot with NewCatalog; it is
+// immutable and safe for concurrent use.
+type Catalog struct {
+	Version uint64 // the snapshot's version
+	// Prompts, Resources and Templates are sorted by name, the order
+	// mcp-go lists them in. Callers must not modify them.
+	Prompts   []Served[mcp.Prompt]
+	Resources []Served[mcp.Resource]
+	Templates []Served[mcp.ResourceTemplate]
+
+	servesTools map[string]bool
+	// owners by exposed prompt name, resource URI and template string.
+	promptOwner, resourceOwner, templateOwner map[string]string
+}
+
+// NewCatalog builds the Catalog of snapshot version from its exposed
+// prompts, resources and templates (each sorted here, stably, by name) and
+// the names of the upstreams whose own catalog holds at least one tool,
+// before any rule. It takes ownership of the slices.
+func NewCatalog(version uint64, prompts []Served[mcp.Prompt], resources []Served[mcp.Resource],
+	templates []Served[mcp.ResourceTemplate], toolUpstreams []string) *Catalog {
+	c := &Catalog{Version: version, Prompts: prompts, Resources: resources, Templates: templates,
+		servesTools:   make(map[string]bool, len(toolUpstreams)),
+		promptOwner:   make(map[string]string, len(prompts)),
+		resourceOwner: make(map[string]string, len(resources)),
+		templateOwner: make(map[string]string, len(templates)),
+	}
+	slices.SortStableFunc(c.Prompts, func(a, b Served[mcp.Prompt]) int { return cmp.Compare(a.Item.Name, b.Item.Name) })
+	slices.SortStableFunc(c.Resources, func(a, b Served[mcp.Resource]) int { return cmp.Compare(a.Item.Name, b.Item.Name) })
+	slices.SortStableFunc(c.Templates, func(a, b Served[mcp.ResourceTemplate]) int { return cmp.Compare(a.Item.Name, b.Item.Name) })
+	for _, u := range toolUpstreams {
+		c.servesTools[u] = true
+	}
+	for _, p := range c.Prompts {
+		c.promptOwner[p.Item.Name] = p.Upstream
+	}
+	for _, r := range c.Resources {
+		c.resourceOwner[r.Item.URI] = r.Upstream
+	}
+	for _, t := range c.Templates {
+		c.templateOwner[TemplateString(t.Item)] = t.Upstream
+	}
+	return c
+}
+
+// TemplateString returns a template's URI template as written, or "".
+func TemplateString(t mcp.ResourceTemplate) string {
+	if t.URITemplate == nil || t.URITemplate.Template == nil {
+		return ""
+	}
+	return t.URITemplate.Raw()
+}
+
+// Listing is what one View shows of a Catalog: the prompts, resources and
+// templates of the upstreams it shows, in the catalog's order, with their
+// encoded listings and fingerprints computed once. It is immutable and
+// safe for concurrent use.
+type Listing struct {
+	Version uint64
+	// Prompts, Resources and Templates are the listings. Callers must not
+	// modify them.
+	Prompts   []mcp.Prompt
+	Resources []mcp.Resource
+	Templates []mcp.ResourceTemplate
+
+	filter   *Filter
+	catalog  *Catalog
+	hasTools map[string]bool // upstreams with a tool in the view
+
+	encOnce [3]sync.Once
+	enc     [3][]byte
+
+	fpOnce                 sync.Once
+	fpPrompts, fpResources string
+}
+
+// Listing returns what the view shows of c, the catalog of the view's
+// snapshot version, computed once per view. A nil c, or one of another
+// version, is computed afresh and not kept.
+func (v *View) Listing(c *Catalog) *Listing {
+	if c == nil {
+		return newListing(v, &Catalog{Version: v.Version})
+	}
+	if c.Version != v.Version {
+		return newListing(v, c)
+	}
+	v.listingOnce.Do(func() { v.listing = newListing(v, c) })
+	return v.listing
+}
+
+func newListing(v *View, c *Catalog) *Listing {
+	l := &Listing{Version: c.Version, filter: v.Filter, catalog: c, hasTools: make(map[string]bool),
+		Prompts: []mcp.Prompt{}, Resources: []mcp.Resource{}, Templates: []mcp.ResourceTemplate{}}
+	for _, e := range v.byName {
+		l.hasTools[e.Upstream] = true
+	}
+	for _, p := range c.Prompts {
+		if l.Shows(p.Upstream) {
+			l.Prompts = append(l.Prompts, p.Item)
+		}
+	}
+	for _, r := range c.Resources {
+		if l.Shows(r.Upstream) {
+			l.Resources = append(l.Resources, r.Item)
+		}
+	}
+	for _, t := range c.Templates {
+		if l.Shows(t.Upstream) {
+			l.Templates = append(l.Templates, t.Item)
+		}
+	}
+	return l
+}
+
+// Shows reports whether the view shows the named upstream's prompts,
+// resources and templates (Filter.ShowsUpstream). It answers for any name,
+// including upstreams that list nothing.
+func (l *Listing) Shows(upstream string) bool {
+	return l.filter.ShowsUpstream(upstream, l.hasTools[upstream], l.catalog.servesTools[upstream])
+}
+
+// KeepPrompts returns the prompts of ps that the listing shows, for a
+// listing mcp-go built itself (a page after a cursor). When ps is the whole
+// catalog, it returns l.Prompts.
+func (l *Listing) KeepPrompts(ps []mcp.Prompt) []mcp.Prompt {
+	if len(ps) == len(l.catalog.Prompts) {
+		return l.Prompts
+	}
+	return keep(ps, func(p mcp.Prompt) bool { return l.showsOwner(l.catalog.promptOwner, p.Name) })
+}
+
+// KeepResources is KeepPrompts for resources.
+func (l *Listing) KeepResources(rs []mcp.Resource) []mcp.Resource {
+	if len(rs) == len(l.catalog.Resources) {
+		return l.Resources
+	}
+	return keep(rs, func(r mcp.Resource) bool { return l.showsOwner(l.catalog.resourceOwner, r.URI) })
+}
+
+// KeepTemplates is KeepPrompts for resource templates.
+func (l *Listing) KeepTemplates(ts []mcp.ResourceTemplate) []mcp.ResourceTemplate {
+	if len(ts) == len(l.catalog.Templates) {
+		return l.Templates
+	}
+	return keep(ts, func(t mcp.ResourceTemplate) bool {
+		return l.showsOwner(l.catalog.templateOwner, TemplateString(t))
+	})
+}
+
+// showsOwner reports whether the item keyed key in owners belongs to an
+// upstream the listing shows. An item the catalog does not hold is not
+// shown.
+func (l *Listing) showsOwner(owners map[string]string, key string) bool {
+	up, ok := owners[key]
+	return ok && l.Shows(up)
+}
+
+func keep[T any](in []T, show func(T) bool) []T {
+	out := make([]T, 0, len(in))
+	for _, x := range in {
+		if show(x) {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// Listing kinds, the index of each pre-encoded result.
+const (
+	encPrompts = iota
+	encResources
+	encTemplates
+)
+
+// Encoded returns the pre-encoded result of a prompts/list,
+// resources/list or resources/templates/list request that names no
+// cursor ({"prompts":[…]} and so on), encoded once and shared; nil for any
+// other method. Callers must not modify it.
+func (l *Listing) Encoded(method string) []byte {
+	var i int
+	var v any
+	switch mcp.MCPMethod(method) {
+	case mcp.MethodPromptsList:
+		i, v = encPrompts, mcp.ListPromptsResult{Prompts: l.Prompts}
+	case mcp.MethodResourcesList:
+		i, v = encResources, mcp.ListResourcesResult{Resources: l.Resources}
+	case mcp.MethodResourcesTemplatesList:
+		i, v = encTemplates, mcp.ListResourceTemplatesResult{ResourceTemplates: l.Templates}
+	default:
+		return nil
+	}
+	l.encOnce[i].Do(func() {
+		b, err := json.Marshal(v)
+		if err != nil {
+			// What cannot be encoded cannot be listed by mcp-go either:
+			// answer an empty, valid listing rather than garbage.
+			b = emptyListings[i]
+		}
+		l.enc[i] = b
+	})
+	return l.enc[i]
+}
+
+var emptyListings = [3][]byte{[]byte(`{"prompts":[]}`), []byte(`{"resources":[]}`), []byte(`{"resourceTemplates":[]}`)}
+
+// Fingerprints returns digests of what the listing shows: prompts, and
+// resources with templates. Equal digests mean equal listings, so a
+// session is told list_changed only when its own listing changed.
+func (l *Listing) Fingerprints() (prompts, resources string) {
+	l.fpOnce.Do(func() {
+		h := sha256.Sum256(l.Encoded(string(mcp.MethodPromptsList)))
+		l.fpPrompts = hex.EncodeToString(h[:])
+		r := sha256.New()
+		r.Write(l.Encoded(string(mcp.MethodResourcesList)))
+		r.Write([]byte{0})
+		r.Write(l.Encoded(string(mcp.MethodResourcesTemplatesList)))
+		l.fpResources = hex.EncodeToString(r.Sum(nil))
+	})
+	return l.fpPrompts, l.fpResources
+}
