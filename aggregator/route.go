@@ -134,40 +134,9 @@ func (a *Aggregator) RouteURI(uri string) (up, original string, ok bool) {
 // a resource template (by exposed template). An upstream without the
 // completions capability answers with no values.
 func (a *Aggregator) Complete(ctx context.Context, cl Client, params json.RawMessage) (json.RawMessage, error) {
-	var p struct {
-		Ref struct {
-			Type string `json:"type"`
-			Name string `json:"name"`
-			URI  string `json:"uri"`
-		} `json:"ref"`
-	}
-	if err := json.Unmarshal(params, &p); err != nil {
-		return nil, &jsonrpc.Error{Code: mcp.INVALID_PARAMS, Message: "completion/complete: " + err.Error()}
-	}
-	snap := a.Snapshot()
-	ref := map[string]any{"type": p.Ref.Type}
-	var up, target string
-	switch p.Ref.Type {
-	case "ref/prompt":
-		pr := snap.Prompt(p.Ref.Name)
-		if pr == nil {
-			return nil, fmt.Errorf("prompt %q: %w", p.Ref.Name, ErrPromptNotFound)
-		}
-		up, target, ref["name"] = pr.Upstream, p.Ref.Name, pr.Original
-	case "ref/resource":
-		target = p.Ref.URI
-		if t := snap.Template(p.Ref.URI); t != nil {
-			up, ref["uri"] = t.Upstream, t.OriginalTemplate
-		} else {
-			var original string
-			var ok bool
-			if up, original, ok = snap.RouteURI(p.Ref.URI, nil); !ok {
-				return nil, fmt.Errorf("resource %q: %w", p.Ref.URI, ErrResourceNotFound)
-			}
-			ref["uri"] = original
-		}
-	default:
-		return nil, &jsonrpc.Error{Code: mcp.INVALID_PARAMS, Message: fmt.Sprintf("completion/complete: unsupported ref type %q", jsonrpc.Printable(p.Ref.Type))}
+	up, target, ref, err := a.Snapshot().completionRef(params)
+	if err != nil {
+		return nil, err
 	}
 	u, err := a.upstream(up)
 	if err != nil {
@@ -177,6 +146,60 @@ func (a *Aggregator) Complete(ctx context.Context, cl Client, params json.RawMes
 		return json.RawMessage(`{"completion":{"values":[]}}`), nil
 	}
 	return a.route(ctx, cl, up, string(mcp.MethodCompletionComplete), target, params, map[string]any{"ref": ref}, nil)
+}
+
+// CompletionUpstream returns the upstream a completion/complete with these
+// params would be sent to, and the ref's type ("ref/prompt" or
+// "ref/resource"), by the same reading of params as Complete; or the error
+// Complete would answer (ErrPromptNotFound, ErrResourceNotFound, or a
+// *jsonrpc.Error for malformed params).
+func (a *Aggregator) CompletionUpstream(params json.RawMessage) (up, refType string, err error) {
+	up, _, ref, err := a.Snapshot().completionRef(params)
+	if err != nil {
+		return "", "", err
+	}
+	refType, _ = ref["type"].(string)
+	return up, refType, nil
+}
+
+// completionRef reads the ref of completion/complete params: the upstream
+// that serves it, the exposed target (for logs), and the ref as that
+// upstream knows it.
+func (s *Snapshot) completionRef(params json.RawMessage) (up, target string, ref map[string]any, err error) {
+	var p struct {
+		Ref struct {
+			Type string `json:"type"`
+			Name string `json:"name"`
+			URI  string `json:"uri"`
+		} `json:"ref"`
+	}
+	if err := json.Unmarshal(params, &p); err != nil {
+		return "", "", nil, &jsonrpc.Error{Code: mcp.INVALID_PARAMS, Message: "completion/complete: " + err.Error()}
+	}
+	ref = map[string]any{"type": p.Ref.Type}
+	switch p.Ref.Type {
+	case "ref/prompt":
+		pr := s.Prompt(p.Ref.Name)
+		if pr == nil {
+			return "", "", nil, fmt.Errorf("prompt %q: %w", p.Ref.Name, ErrPromptNotFound)
+		}
+		up, target, ref["name"] = pr.Upstream, p.Ref.Name, pr.Original
+	case "ref/resource":
+		target = p.Ref.URI
+		if t := s.Template(p.Ref.URI); t != nil {
+			up, ref["uri"] = t.Upstream, t.OriginalTemplate
+		} else {
+			var original string
+			var ok bool
+			if up, original, ok = s.RouteURI(p.Ref.URI, nil); !ok {
+				return "", "", nil, fmt.Errorf("resource %q: %w", p.Ref.URI, ErrResourceNotFound)
+			}
+			ref["uri"] = original
+		}
+	default:
+		return "", "", nil, &jsonrpc.Error{Code: mcp.INVALID_PARAMS, Message: fmt.Sprintf("completion/complete: unsupported ref type %q", jsonrpc.Printable(p.Ref.Type))}
+	}
+	return up, target, ref, nil
 }
 
 // route is the one way a client's request reaches an upstream: params are

@@ -59,6 +59,10 @@ type Snapshot struct {
 	// PromptsKey and ResourcesKey change exactly when the listed prompts,
 	// or resources and templates, change.
 	PromptsKey, ResourcesKey string
+
+	// Catalog is what views filter prompts, resources and templates by
+	// (filter.View.Listing); never nil in a built snapshot.
+	Catalog *filter.Catalog
 }
 
 // UpstreamStatus is an upstream's state when a snapshot was taken.
@@ -200,6 +204,7 @@ func build(version uint64, namer Namer, sources []*source) *Snapshot {
 	}
 	slices.SortFunc(s.Tools, func(a, b *filter.Entry) int { return strings.Compare(a.Tool.Name, b.Tool.Name) })
 	s.buildResources(namer, ns, sources)
+	s.buildCatalog(sources)
 	s.PromptsKey, s.ResourcesKey = s.listFingerprint()
 	return s
 }

@@ -119,7 +119,8 @@ func isModern(m *jsonrpc.Message) bool {
 // decide is the one decision of the chain for a routed request: for
 // tools/call, an ambiguous message, the view (hidden and unknown tools
 // answer alike), the call rules and the rate limit; for the other routed
-// methods, an ambiguous message. It returns the checked tool entry (tools/call) or
+// methods, an ambiguous message and a target of a hidden upstream
+// (hiddenTarget). It returns the checked tool entry (tools/call) or
 // the refusal, and logs, counts and audits refusals.
 func (s *Server) decide(session string, b Binding, view *filter.View, m *jsonrpc.Message) (*filter.Entry, *jsonrpc.Error) {
 	var e *filter.Entry
@@ -153,6 +154,13 @@ func (s *Server) decide(session string, b Binding, view *filter.View, m *jsonrpc
 	default:
 		if m.Ambiguous != nil {
 			return nil, &jsonrpc.Error{Code: mcp.INVALID_PARAMS, Message: m.Method + ": " + m.Ambiguous.Error()}
+		}
+		// A prompt, resource or completion ref of an upstream the view
+		// hides answers as a nonexistent one, and nothing is sent.
+		if refusal := s.hiddenTarget(b, m); refusal != nil {
+			s.log.Info("request refused", "session", session, "method", m.Method, "profile", b.Profile, "reason", "upstream not shown")
+			s.metrics.count(m.Method, outcomeDenied)
+			return nil, refusal
 		}
 	}
 	if refusal == nil {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 
+	"github.com/mcpmux/mcpmux/aggregator"
 	"github.com/mcpmux/mcpmux/filter"
 	"github.com/mcpmux/mcpmux/internal/jsonrpc"
 )
@@ -22,8 +23,18 @@ type listener struct {
 	// queue hands a frame to the stream's writer without blocking; a full
 	// writer drops it.
 	queue  func(frame []byte) bool
-	listed string // fingerprint of the view it last had
+	listed viewPrints // fingerprints of the view it last had
 	uris   map[string]bool
+}
+
+// viewPrints are the fingerprints of what one view lists: its tools, its
+// prompts, and its resources with templates.
+type viewPrints struct{ tools, prompts, resources string }
+
+// printsOf returns the fingerprints of b's view now.
+func (s *Server) printsOf(b Binding, view *filter.View) viewPrints {
+	p, r := s.listing(b).Fingerprints()
+	return viewPrints{tools: view.Fingerprint(), prompts: p, resources: r}
 }
 
 // listeners is the open listen streams of one Server.
@@ -136,7 +147,7 @@ func (s *Server) listen(ctx context.Context, m *jsonrpc.Message, b Binding, view
 	if len(p.Notifications.ResourceSubscriptions) > maxListenURIs {
 		return nil, &jsonrpc.Error{Code: mcp.INVALID_PARAMS, Message: fmt.Sprintf("subscriptions/listen: at most %d resource subscriptions per stream", maxListenURIs)}
 	}
-	l := &listener{binding: b, want: p.Notifications, queue: queue, listed: view.Fingerprint(), uris: make(map[string]bool)}
+	l := &listener{binding: b, want: p.Notifications, queue: queue, listed: s.printsOf(b, view), uris: make(map[string]bool)}
 	var subscribed []string
 	release := func() {
 		for _, uri := range subscribed {
@@ -148,6 +159,14 @@ func (s *Server) listen(ctx context.Context, m *jsonrpc.Message, b Binding, view
 	for _, uri := range p.Notifications.ResourceSubscriptions {
 		if l.uris[uri] {
 			continue
+		}
+		if !s.shownURI(b, uri) {
+			if _, _, routed := s.agg.RouteURI(uri); routed {
+				// An upstream the view hides: answered as a URI nobody
+				// serves, before anything is sent upstream.
+				release()
+				return nil, s.errorFor(m, fmt.Errorf("resource %q: %w", uri, aggregator.ErrResourceNotFound), true)
+			}
 		}
 		if err := s.agg.Subscribe(ctx, uri); err != nil {
 			release()
@@ -171,27 +190,33 @@ func (s *Server) listen(ctx context.Context, m *jsonrpc.Message, b Binding, view
 // maxListenURIs bounds the resource subscriptions of one listen stream.
 const maxListenURIs = 1000
 
-// notifyListeners tells each listen stream whose view changed, and each
-// one subscribed to uri (when uri is not "").
-func (s *Server) notifyListeners(fingerprint func(Binding) string, promptsChanged, resourcesChanged bool, uri string) {
+// notifyListeners tells each listen stream whose view changed (prints
+// gives a binding's fingerprints now) the lists that changed, or, when uri
+// is not "", each one subscribed to uri whose view shows the upstream
+// serving it that uri was updated.
+func (s *Server) notifyListeners(prints func(Binding) viewPrints, uri string) {
+	var up string
+	var routed bool
+	if uri != "" {
+		up, _, routed = s.agg.RouteURI(uri)
+	}
 	s.listening.each(func(l *listener) {
 		if uri != "" {
-			if l.uris[uri] {
+			if l.uris[uri] && routed && s.listing(l.binding).Shows(up) {
 				l.send(string(mcp.MethodNotificationResourceUpdated), map[string]any{"uri": uri})
 			}
 			return
 		}
-		if fp := fingerprint(l.binding); fp != l.listed {
-			l.listed = fp
-			if l.want.ToolsListChanged {
-				l.send(string(mcp.MethodNotificationToolsListChanged), nil)
-			}
+		fp := prints(l.binding)
+		if fp.tools != l.listed.tools && l.want.ToolsListChanged {
+			l.send(string(mcp.MethodNotificationToolsListChanged), nil)
 		}
-		if promptsChanged && l.want.PromptsListChanged {
+		if fp.prompts != l.listed.prompts && l.want.PromptsListChanged {
 			l.send(string(mcp.MethodNotificationPromptsListChanged), nil)
 		}
-		if resourcesChanged && l.want.ResourcesListChanged {
+		if fp.resources != l.listed.resources && l.want.ResourcesListChanged {
 			l.send(string(mcp.MethodNotificationResourcesListChanged), nil)
 		}
+		l.listed = fp
 	})
 }

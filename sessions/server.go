@@ -132,8 +132,11 @@ type session struct {
 	// the client gave them, for notifications/cancelled.
 	inflight map[string]context.CancelFunc
 	// listed is the fingerprint of the view the session last had; a catalog
-	// change notifies the session only when it differs.
-	listed string
+	// change notifies the session only when it differs. listedPrompts and
+	// listedResources are the same for its prompts, and its resources and
+	// templates (filter.Listing.Fingerprints).
+	listed                         string
+	listedPrompts, listedResources string
 }
 
 // Options configure a Server.
@@ -196,6 +199,10 @@ func New(cfg *configs.Config, agg *aggregator.Aggregator, opts Options) (*Server
 		advertiseListChanged(&res.Capabilities)
 	})
 	hooks.AddOnRegisterSession(s.onRegister)
+	// Prompts, resources and templates are listed by upstream visibility
+	// (visibility.go) wherever mcp-go answers the listing.
+	hooks.AddAfterListResources(s.afterListResources)
+	hooks.AddAfterListResourceTemplates(s.afterListTemplates)
 	hooks.AddOnUnregisterSession(func(ctx context.Context, cs server.ClientSession) {
 		s.mu.Lock()
 		sess := s.bound[cs.SessionID()]
@@ -223,6 +230,7 @@ func New(cfg *configs.Config, agg *aggregator.Aggregator, opts Options) (*Server
 		server.WithCompletions(),
 		server.WithLogging(),
 		server.WithToolFilter(s.toolFilter),
+		server.WithPromptFilter(s.promptFilter),
 		server.WithHooks(hooks),
 		server.WithRecovery(),
 	)
@@ -288,27 +296,35 @@ func (s *Server) onSnapshot(prev, next *aggregator.Snapshot) {
 	s.mcp.SetTools(tools...)
 	s.metrics.setUpstreams(s.agg.Upstreams())
 
+	prints := func(b Binding) viewPrints {
+		v := s.registry.View(next.Version, next.Tools, b.Filter)
+		p, r := v.Listing(next.Catalog).Fingerprints()
+		return viewPrints{tools: v.Fingerprint(), prompts: p, resources: r}
+	}
 	s.mu.Lock()
-	var notify, all []string
+	var toolsIDs, promptsIDs, resourcesIDs []string
 	for id, sess := range s.bound {
-		all = append(all, id)
-		v := s.registry.View(next.Version, next.Tools, sess.binding.Filter)
-		if fp := v.Fingerprint(); fp != sess.listed {
-			sess.listed = fp
-			notify = append(notify, id)
+		fp := prints(sess.binding)
+		if fp.tools != sess.listed {
+			sess.listed = fp.tools
+			toolsIDs = append(toolsIDs, id)
+		}
+		if fp.prompts != sess.listedPrompts {
+			sess.listedPrompts = fp.prompts
+			promptsIDs = append(promptsIDs, id)
+		}
+		if fp.resources != sess.listedResources {
+			sess.listedResources = fp.resources
+			resourcesIDs = append(resourcesIDs, id)
 		}
 	}
 	s.mu.Unlock()
-	s.notify(notify, string(mcp.MethodNotificationToolsListChanged), nil)
-	if prev != nil && promptsChanged {
-		s.notify(all, string(mcp.MethodNotificationPromptsListChanged), nil)
+	s.notify(toolsIDs, string(mcp.MethodNotificationToolsListChanged), nil)
+	if prev != nil {
+		s.notify(promptsIDs, string(mcp.MethodNotificationPromptsListChanged), nil)
+		s.notify(resourcesIDs, string(mcp.MethodNotificationResourcesListChanged), nil)
 	}
-	if prev != nil && resourcesChanged {
-		s.notify(all, string(mcp.MethodNotificationResourcesListChanged), nil)
-	}
-	s.notifyListeners(func(b Binding) string {
-		return s.registry.View(next.Version, next.Tools, b.Filter).Fingerprint()
-	}, prev != nil && promptsChanged, prev != nil && resourcesChanged, "")
+	s.notifyListeners(prints, "")
 }
 
 // notify sends one notification to each listed session.
@@ -350,18 +366,20 @@ func (s *Server) upstreamLog(params map[string]any) {
 	s.notify(ids, string(mcp.MethodNotificationMessage), params)
 }
 
-// resourceUpdated tells every session subscribed to uri.
+// resourceUpdated tells every session subscribed to uri whose view shows
+// the upstream serving it.
 func (s *Server) resourceUpdated(uri string) {
+	up, _, routed := s.agg.RouteURI(uri)
 	s.mu.Lock()
 	var ids []string
 	for id, sess := range s.bound {
-		if sess.subs[uri] {
+		if sess.subs[uri] && routed && s.listing(sess.binding).Shows(up) {
 			ids = append(ids, id)
 		}
 	}
 	s.mu.Unlock()
 	s.notify(ids, string(mcp.MethodNotificationResourceUpdated), map[string]any{"uri": uri})
-	s.notifyListeners(nil, false, false, uri)
+	s.notifyListeners(nil, uri)
 }
 
 // onRegister binds a new legacy session to the binding its initialize
@@ -372,9 +390,10 @@ func (s *Server) onRegister(ctx context.Context, cs server.ClientSession) {
 		return
 	}
 	v := s.View(b)
+	lp, lr := s.listing(b).Fingerprints()
 	s.mu.Lock()
 	_, stream := cs.(*streamSession)
-	s.bound[cs.SessionID()] = &session{binding: b, owner: ownerFrom(ctx), listed: v.Fingerprint(), stream: stream, client: cs}
+	s.bound[cs.SessionID()] = &session{binding: b, owner: ownerFrom(ctx), listed: v.Fingerprint(), listedPrompts: lp, listedResources: lr, stream: stream, client: cs}
 	s.mu.Unlock()
 	s.log.Info("session started", "session", cs.SessionID(), "profile", b.Profile)
 }
@@ -586,6 +605,16 @@ func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request) {
 			s.log.Debug("tools/list: client went away", "error", err)
 		}
 		return
+	}
+	if sess != nil {
+		if listed := s.listed(b, m); listed != nil { // prompts and resources alike (visibility.go)
+			s.metrics.count(m.Method, outcomeOK)
+			w.Header().Set("Content-Type", "application/json")
+			if err := writeResult(w, m.ID, listed); err != nil {
+				s.log.Debug("listing: client went away", "method", m.Method, "error", err)
+			}
+			return
+		}
 	}
 	s.http.ServeHTTP(w, r.WithContext(withOwner(withBinding(r.Context(), b), s.ownerOf(sel))))
 }

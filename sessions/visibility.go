@@ -1,0 +1,148 @@
+package sessions
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+
+	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/mcpmux/mcpmux/aggregator"
+	"github.com/mcpmux/mcpmux/filter"
+	"github.com/mcpmux/mcpmux/internal/jsonrpc"
+)
+
+// This file applies upstream-level visibility (SPEC §5) on every door:
+// listings of prompts, resources and templates come from the view's
+// filter.Listing, and a get, read, subscribe or completion against an
+// upstream the view hides answers exactly as one against nothing does,
+// before anything is sent upstream. The decision itself is
+// filter.Filter.ShowsUpstream.
+
+// listing returns what b's view of the current snapshot lists besides
+// tools, cached per view.
+func (s *Server) listing(b Binding) *filter.Listing {
+	v := s.View(b)
+	snap := s.agg.Snapshot()
+	if snap.Version != v.Version { // a new snapshot between the two loads
+		v = s.View(b)
+		snap = s.agg.Snapshot()
+	}
+	return v.Listing(snap.Catalog)
+}
+
+// hiddenTarget is decide's check for the routed methods other than
+// tools/call: when the prompt, resource or completion ref that m names
+// belongs to an upstream b's view hides, it returns the error a
+// nonexistent one gets, byte for byte; else nil. A target no upstream
+// serves is left to route, which answers it. resources/unsubscribe is
+// never refused: without a subscription it answers alike for every URI and
+// sends nothing, and with one (made while the upstream was shown) it must
+// be able to release it.
+func (s *Server) hiddenTarget(b Binding, m *jsonrpc.Message) *jsonrpc.Error {
+	var up string
+	var notFound error
+	switch m.Method {
+	case string(mcp.MethodPromptsGet):
+		p := s.agg.Snapshot().Prompt(m.Name)
+		if p == nil {
+			return nil
+		}
+		// The answer route gives a prompt that does not exist.
+		up, notFound = p.Upstream, &jsonrpc.Error{Code: mcp.INVALID_PARAMS, Message: "Prompt not found: " + jsonrpc.Printable(m.Name)}
+	case string(mcp.MethodResourcesRead), string(mcp.MethodResourcesSubscribe):
+		var ok bool
+		if up, _, ok = s.agg.RouteURI(m.URI); !ok {
+			return nil
+		}
+		notFound = fmt.Errorf("resource %q: %w", m.URI, aggregator.ErrResourceNotFound)
+	case string(mcp.MethodCompletionComplete):
+		var kind string
+		var err error
+		if up, kind, err = s.agg.CompletionUpstream(m.Params); err != nil {
+			return nil
+		}
+		notFound = fmt.Errorf("resource: %w", aggregator.ErrResourceNotFound)
+		if kind == "ref/prompt" {
+			notFound = fmt.Errorf("prompt: %w", aggregator.ErrPromptNotFound)
+		}
+	default:
+		return nil
+	}
+	if s.listing(b).Shows(up) {
+		return nil
+	}
+	return s.errorFor(m, notFound, isModern(m))
+}
+
+// shownURI reports whether b's view shows the upstream that serves uri. A
+// URI no upstream serves is not shown.
+func (s *Server) shownURI(b Binding, uri string) bool {
+	up, _, ok := s.agg.RouteURI(uri)
+	return ok && s.listing(b).Shows(up)
+}
+
+// promptFilter is mcp-go's prompt filter (prompts/list on the paths mcp-go
+// answers): it keeps the prompts the request's view shows. With no binding
+// it keeps nothing (fail closed).
+func (s *Server) promptFilter(ctx context.Context, prompts []mcp.Prompt) []mcp.Prompt {
+	b, ok := bindingFrom(ctx)
+	if !ok {
+		return nil
+	}
+	return s.listing(b).KeepPrompts(prompts)
+}
+
+// afterListResources narrows the resources/list result mcp-go built to
+// those the request's view shows. With no binding it keeps nothing.
+func (s *Server) afterListResources(ctx context.Context, _ any, _ *mcp.ListResourcesRequest, res *mcp.ListResourcesResult) {
+	if res == nil {
+		return
+	}
+	b, ok := bindingFrom(ctx)
+	if !ok {
+		res.Resources = []mcp.Resource{}
+		return
+	}
+	res.Resources = s.listing(b).KeepResources(res.Resources)
+}
+
+// afterListTemplates is afterListResources for resources/templates/list.
+func (s *Server) afterListTemplates(ctx context.Context, _ any, _ *mcp.ListResourceTemplatesRequest, res *mcp.ListResourceTemplatesResult) {
+	if res == nil {
+		return
+	}
+	b, ok := bindingFrom(ctx)
+	if !ok {
+		res.ResourceTemplates = []mcp.ResourceTemplate{}
+		return
+	}
+	res.ResourceTemplates = s.listing(b).KeepTemplates(res.ResourceTemplates)
+}
+
+// listed returns the pre-encoded result of m when it is a prompts/list,
+// resources/list or resources/templates/list request without a cursor
+// from a client before 2026-07-28, else nil: the doors answer it from the
+// view's Listing without mcp-go, as they answer tools/list.
+func (s *Server) listed(b Binding, m *jsonrpc.Message) []byte {
+	if !m.IsRequest() || m.Cursor != nil || isModern(m) {
+		return nil
+	}
+	switch mcp.MCPMethod(m.Method) {
+	case mcp.MethodPromptsList, mcp.MethodResourcesList, mcp.MethodResourcesTemplatesList:
+		return s.listing(b).Encoded(m.Method)
+	}
+	return nil
+}
+
+// writeResult writes a JSON-RPC answer whose result is pre-encoded, with a
+// trailing newline.
+func writeResult(w io.Writer, id json.RawMessage, result []byte) error {
+	for _, part := range [][]byte{[]byte(`{"jsonrpc":"2.0","id":`), id, []byte(`,"result":`), result, []byte("}\n")} {
+		if _, err := w.Write(part); err != nil {
+			return err
+		}
+	}
+	return nil
+}
