@@ -622,3 +622,27 @@ args = { z = ["3"] }
 		}
 	})
 }
+
+func TestUpstreamReferences(t *testing.T) {
+	text := `[upstreams.github]
+command = "y"
+prefix = "gh"
+[upstreams.docs]
+url = "https://h/mcp"
+[filter]
+deny_upstreams = ["gh"]
+[profiles.gh-only]
+upstreams = ["gh", "docs"]
+deny_upstreams = ["github"]
+`
+	cfg := mustParse(t, text, nil)
+	if got, want := cfg.Profiles["gh-only"].Rules.Upstreams, []string{"github", "docs"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("profile Upstreams = %q, want %q (a prefix resolved to the upstream's name)", got, want)
+	}
+	if got, want := cfg.Profiles["gh-only"].Rules.DenyUpstreams, []string{"github"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("profile DenyUpstreams = %q, want %q", got, want)
+	}
+	if got, want := cfg.Filter.DenyUpstreams, []string{"github"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("[filter] DenyUpstreams = %q, want %q (a prefix resolved to the upstream's name)", got, want)
+	}
+}
