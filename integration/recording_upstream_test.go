@@ -215,7 +215,7 @@ func (u *recorder) serve(w http.ResponseWriter, r *http.Request) {
 	notFound := func(what string) {
 		fail(recError{Body: fmt.Sprintf(`{"code":-32601,"message":%q}`, what), Status: 404})
 	}
-	caps := `{"tools":{},"prompts":{},"resources":{}}`
+	caps := `{"tools":{},"prompts":{},"resources":{"subscribe":true},"completions":{}}`
 	info := fmt.Sprintf(`{"name":%q,"version":"1.0.0"}`, "recorder-"+u.name)
 	switch mcp.MCPMethod(msg.Method) {
 	case mcp.MethodInitialize:
@@ -240,7 +240,11 @@ func (u *recorder) serve(w http.ResponseWriter, r *http.Request) {
 	case mcp.MethodResourcesList:
 		result(u.stamp(fmt.Sprintf(`{"resources":[{"uri":"rec://%[1]s/notes","name":"notes"},{"uri":"rec://%[1]s/broken","name":"broken"}]}`, u.name)))
 	case mcp.MethodResourcesTemplatesList:
-		result(u.stamp(`{"resourceTemplates":[]}`))
+		result(u.stamp(fmt.Sprintf(`{"resourceTemplates":[{"uriTemplate":"rec://%s/files/{path}","name":"files"}]}`, u.name)))
+	case mcp.MethodCompletionComplete:
+		result(u.stamp(`{"completion":{"values":["recorded"]}}`))
+	case mcp.MethodResourcesSubscribe, mcp.MethodResourcesUnsubscribe:
+		result(u.stamp(`{}`))
 	case mcp.MethodToolsCall:
 		switch msg.Params.Name {
 		case "run", "echo", "secret_tool":

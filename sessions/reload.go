@@ -22,7 +22,7 @@ func (s *Server) Reload(cfg *configs.Config) error {
 	snap := s.agg.Snapshot()
 
 	s.mu.Lock()
-	var notify []string
+	var notify, prompts, resources []string
 	for id, sess := range s.bound {
 		b, err := res.ResolveLocal(sess.binding.Selection)
 		if err != nil {
@@ -30,12 +30,25 @@ func (s *Server) Reload(cfg *configs.Config) error {
 			continue
 		}
 		sess.binding = b
-		if fp := s.registry.View(snap.Version, snap.Tools, b.Filter).Fingerprint(); fp != sess.listed {
+		v := s.registry.View(snap.Version, snap.Tools, b.Filter)
+		if fp := v.Fingerprint(); fp != sess.listed {
 			sess.listed = fp
 			notify = append(notify, id)
+		}
+		// upstreams and deny_upstreams may have changed what it lists.
+		p, r := v.Listing(snap.Catalog).Fingerprints()
+		if p != sess.listedPrompts {
+			sess.listedPrompts = p
+			prompts = append(prompts, id)
+		}
+		if r != sess.listedResources {
+			sess.listedResources = r
+			resources = append(resources, id)
 		}
 	}
 	s.mu.Unlock()
 	s.notify(notify, string(mcp.MethodNotificationToolsListChanged), nil)
+	s.notify(prompts, string(mcp.MethodNotificationPromptsListChanged), nil)
+	s.notify(resources, string(mcp.MethodNotificationResourcesListChanged), nil)
 	return nil
 }

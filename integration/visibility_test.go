@@ -1,0 +1,318 @@
+//go:build unix
+
+package integration
+
+import (
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/mark3labs/mcp-go/mcp"
+)
+
+// The upstream-visibility tests (SPEC §5, §7): prompts, resources and
+// resource templates are filtered by the upstream serving them, on every
+// door. Two recording upstreams, a (2025-11-25) and b (2026-07-28), each
+// serve tools, the prompts greet and broken, the resources notes and
+// broken, the template rec://<name>/files/{path} and completions. A hidden
+// upstream's prompt, resource, template or completion ref must answer
+// exactly as one that does not exist, and nothing may reach the upstream.
+
+// visConfig mounts a and b with three profiles: open (no rules), none
+// (deny = ["*"]: both upstreams serve tools, none is in the view) and
+// only-a (upstreams = ["a"]).
+func visConfig(a, b *recorder) string {
+	return fmt.Sprintf(`[server]
+shutdown_grace = "5s"
+default_profile = "open"
+
+[upstreams.a]
+url = %[1]s
+required = true
+call_timeout = "2s"
+
+[upstreams.b]
+url = %[2]s
+protocol = "2026-07-28"
+required = true
+call_timeout = "2s"
+
+[profiles.open]
+read_only = false
+
+[profiles.none]
+deny = ["*"]
+
+[profiles.only-a]
+upstreams = ["a"]
+`, tomlString(a.URL), tomlString(b.URL))
+}
+
+// visDoors is recDoors for any profile.
+func visDoors(mux *Mux, cfgPath, profile string) []recDoor {
+	q := "?profile=" + profile
+	return []recDoor{
+		{name: "http", open: func(t *testing.T) recClient {
+			return &recHTTP{s: openRawSession(t, mux.URL()+q, nil)}
+		}},
+		{name: "http 2026-07-28", modern: true, open: func(t *testing.T) recClient {
+			return &recModern{url: mux.URL() + q}
+		}},
+		{name: "ws", open: func(t *testing.T) recClient {
+			return openWS(t, "ws://"+mux.Addr+"/ws"+q, true)
+		}},
+		{name: "sse", open: func(t *testing.T) recClient {
+			return openSSE(t, "http://"+mux.Addr, "/sse"+q, true)
+		}},
+		{name: "stdio", open: func(t *testing.T) recClient {
+			c, _ := openStdioStream(t, cfgPath, profile, true)
+			return c
+		}},
+	}
+}
+
+// visEnv is one mcpmux in front of the recorders a and b.
+type visEnv struct {
+	mux     *Mux
+	cfgPath string
+	a, b    *recorder
+}
+
+func startVisibility(t *testing.T) *visEnv {
+	t.Helper()
+	env := &visEnv{a: startRecorder(t, "a", false), b: startRecorder(t, "b", true)}
+	env.mux = startMux(t, visConfig(env.a, env.b))
+	env.cfgPath = filepath.Join(env.mux.Dir, "mcpmux.toml")
+	return env
+}
+
+// visSent returns the requests u got since mark that a client's get, read,
+// completion or subscription causes.
+func visSent(u *recorder, mark int) []recRequest {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	var out []recRequest
+	for _, r := range u.seen[mark:] {
+		switch mcp.MCPMethod(r.Method) {
+		case mcp.MethodPromptsGet, mcp.MethodResourcesRead, mcp.MethodCompletionComplete,
+			mcp.MethodResourcesSubscribe, mcp.MethodResourcesUnsubscribe, mcp.MethodToolsCall:
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// visListed returns the names (prompts, tools), URIs (resources) or URI
+// templates (templates) a listing answer holds.
+func visListed(t *testing.T, method string, a recAnswer) []string {
+	t.Helper()
+	if a.Msg.Error != nil || a.Msg.Result == nil {
+		t.Fatalf("%s: %s", method, a)
+	}
+	var r struct {
+		Prompts   []struct{ Name string }        `json:"prompts"`
+		Tools     []struct{ Name string }        `json:"tools"`
+		Resources []struct{ URI string }         `json:"resources"`
+		Templates []struct{ URITemplate string } `json:"resourceTemplates"`
+		Cursor    string                         `json:"nextCursor"`
+	}
+	if err := json.Unmarshal(a.Msg.Result, &r); err != nil {
+		t.Fatalf("%s: result does not decode: %v: %s", method, err, a)
+	}
+	if r.Cursor != "" {
+		t.Errorf("%s: a listing served from the view has no further page: %s", method, a)
+	}
+	var out []string
+	switch method {
+	case "prompts/list":
+		for _, p := range r.Prompts {
+			out = append(out, p.Name)
+		}
+	case "tools/list":
+		for _, p := range r.Tools {
+			out = append(out, p.Name)
+		}
+	case "resources/list":
+		for _, p := range r.Resources {
+			out = append(out, p.URI)
+		}
+	case "resources/templates/list":
+		for _, p := range r.Templates {
+			out = append(out, p.URITemplate)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// visSame fails unless hidden and missing, the answers to the same request
+// naming a hidden and a nonexistent target, are errors and identical byte
+// for byte once each one's id and target are blanked.
+func visSame(t *testing.T, what string, hidden, missing recAnswer, hiddenName, missingName string) {
+	t.Helper()
+	if hidden.Msg.Error == nil {
+		t.Errorf("%s: a hidden %s was answered: %s", what, hiddenName, hidden)
+		return
+	}
+	blank := func(a recAnswer, name string) string {
+		s := strings.Replace(string(a.Raw), `"id":`+string(a.Msg.ID), `"id":ID`, 1)
+		return strings.ReplaceAll(s, name, "TARGET")
+	}
+	if h, m := blank(hidden, hiddenName), blank(missing, missingName); h != m || hidden.Status != missing.Status {
+		t.Errorf("%s: hidden and nonexistent answer differently:\n hidden:      HTTP %d %s\n nonexistent: HTTP %d %s", what, hidden.Status, h, missing.Status, m)
+	}
+}
+
+// visProbe is one request against a target of a hidden upstream and the
+// same request against one that exists nowhere.
+type visProbe struct {
+	what            string
+	method          string
+	params          string // %s is the target
+	hidden, missing string
+	legacyOnly      bool // resources/subscribe is a session's (2026-07-28 listens instead)
+}
+
+// visHiddenProbes are the requests against upstream up (hidden) and a
+// nonexistent upstream z, with names of equal length.
+func visHiddenProbes(up string) []visProbe {
+	return []visProbe{
+		{what: "prompts/get", method: "prompts/get", params: `{"name":%q,"arguments":{"who":"x"}}`,
+			hidden: up + "__greet", missing: "z__greet"},
+		{what: "resources/read of a listed resource", method: "resources/read", params: `{"uri":%q}`,
+			hidden: "rec://" + up + "/notes", missing: "rec://z/notes"},
+		{what: "resources/read of a templated URI", method: "resources/read", params: `{"uri":%q}`,
+			hidden: "rec://" + up + "/files/secret.txt", missing: "rec://z/files/secret.txt"},
+		{what: "completion/complete of a prompt", method: "completion/complete",
+			params: `{"ref":{"type":"ref/prompt","name":%q},"argument":{"name":"who","value":"x"}}`,
+			hidden: up + "__greet", missing: "z__greet"},
+		{what: "completion/complete of a template", method: "completion/complete",
+			params: `{"ref":{"type":"ref/resource","uri":%q},"argument":{"name":"path","value":"s"}}`,
+			hidden: "rec://" + up + "/files/{path}", missing: "rec://z/files/{path}"},
+		{what: "resources/subscribe", method: "resources/subscribe", params: `{"uri":%q}`,
+			hidden: "rec://" + up + "/notes", missing: "rec://z/notes", legacyOnly: true},
+	}
+}
+
+// checkHidden runs the probes against up through c and checks that each
+// hidden answer is the nonexistent one and that neither recorder was sent
+// anything.
+func (env *visEnv) checkHidden(t *testing.T, d recDoor, c recClient, up string) {
+	t.Helper()
+	ma, mb := env.a.mark(), env.b.mark()
+	for _, p := range visHiddenProbes(up) {
+		if p.legacyOnly && d.modern {
+			continue
+		}
+		hidden := c.do(t, p.method, fmt.Sprintf(p.params, p.hidden))
+		missing := c.do(t, p.method, fmt.Sprintf(p.params, p.missing))
+		visSame(t, p.what, hidden, missing, p.hidden, p.missing)
+	}
+	// A request is recorded before it is answered, and every answer above
+	// has arrived: whatever was forwarded is in the record by now.
+	if got := append(visSent(env.a, ma), visSent(env.b, mb)...); len(got) > 0 {
+		t.Errorf("hidden or nonexistent targets reached an upstream:\n%s", recDescribe(got))
+	}
+}
+
+func TestVisibilityDenyAll(t *testing.T) {
+	env := startVisibility(t)
+	for _, d := range visDoors(env.mux, env.cfgPath, "none") {
+		t.Run(d.name, func(t *testing.T) {
+			c := d.open(t)
+			for _, method := range []string{"tools/list", "prompts/list", "resources/list", "resources/templates/list"} {
+				if got := visListed(t, method, c.do(t, method, `{}`)); len(got) != 0 {
+					t.Errorf("%s under deny = [\"*\"] lists %q, want nothing", method, got)
+				}
+			}
+			env.checkHidden(t, d, c, "a")
+			env.checkHidden(t, d, c, "b")
+		})
+	}
+}
+
+func TestVisibilityNamedUpstream(t *testing.T) {
+	env := startVisibility(t)
+	want := map[string][]string{
+		"tools/list":               {"a__echo", "a__fail", "a__hang", "a__run", "a__secret_tool"},
+		"prompts/list":             {"a__broken", "a__greet"},
+		"resources/list":           {"rec://a/broken", "rec://a/notes"},
+		"resources/templates/list": {"rec://a/files/{path}"},
+	}
+	for _, d := range visDoors(env.mux, env.cfgPath, "only-a") {
+		t.Run(d.name, func(t *testing.T) {
+			c := d.open(t)
+			for method, w := range want {
+				if got := visListed(t, method, c.do(t, method, `{}`)); !slices.Equal(got, w) {
+					t.Errorf("%s under upstreams = [\"a\"] lists %q, want %q", method, got, w)
+				}
+			}
+			env.checkHidden(t, d, c, "b")
+			// A tool of an unnamed upstream is hidden too, and answers as
+			// an unknown one.
+			hidden := c.do(t, "tools/call", `{"name":"b__echo","arguments":{}}`)
+			missing := c.do(t, "tools/call", `{"name":"z__echo","arguments":{}}`)
+			visSame(t, "tools/call", hidden, missing, "b__echo", "z__echo")
+
+			// The shown upstream still works, and gets what it is asked.
+			visible := []struct {
+				method, params, sent string // sent: what a's request must carry
+			}{
+				{"prompts/get", `{"name":"a__greet","arguments":{"who":"x"}}`, `"name":"greet"`},
+				{"resources/read", `{"uri":"rec://a/notes"}`, `"uri":"rec://a/notes"`},
+				{"resources/read", `{"uri":"rec://a/files/readme.txt"}`, `"uri":"rec://a/files/readme.txt"`},
+				{"completion/complete", `{"ref":{"type":"ref/prompt","name":"a__greet"},"argument":{"name":"who","value":"x"}}`, `"name":"greet"`},
+				{"completion/complete", `{"ref":{"type":"ref/resource","uri":"rec://a/files/{path}"},"argument":{"name":"path","value":"r"}}`, `"uri":"rec://a/files/{path}"`},
+			}
+			for _, v := range visible {
+				m := env.a.mark()
+				a := c.do(t, v.method, v.params)
+				if a.Msg.Error != nil || a.Msg.Result == nil {
+					t.Errorf("%s %s on the shown upstream: %s", v.method, v.params, a)
+					continue
+				}
+				got := visSent(env.a, m)
+				if len(got) != 1 || got[0].Method != v.method || !strings.Contains(string(got[0].Body), v.sent) {
+					t.Errorf("%s %s: upstream a was sent:\n%s", v.method, v.params, recDescribe(got))
+				}
+			}
+			if !d.modern {
+				if a := c.do(t, "resources/subscribe", `{"uri":"rec://a/notes"}`); a.Msg.Error != nil {
+					t.Errorf("resources/subscribe on the shown upstream: %s", a)
+				}
+				// Unsubscribing a hidden URI the session never subscribed to
+				// answers as for any such URI, and sends nothing.
+				mb := env.b.mark()
+				hidden := c.do(t, "resources/unsubscribe", `{"uri":"rec://b/notes"}`)
+				missing := c.do(t, "resources/unsubscribe", `{"uri":"rec://z/notes"}`)
+				if strings.Replace(string(hidden.Raw), `"id":`+string(hidden.Msg.ID), "", 1) != strings.Replace(string(missing.Raw), `"id":`+string(missing.Msg.ID), "", 1) {
+					t.Errorf("resources/unsubscribe: hidden %s, nonexistent %s", hidden, missing)
+				}
+				if got := visSent(env.b, mb); len(got) > 0 {
+					t.Errorf("resources/unsubscribe of a hidden URI reached b:\n%s", recDescribe(got))
+				}
+			}
+		})
+	}
+}
+
+// TestVisibilityListen: a 2026-07-28 subscriptions/listen cannot subscribe
+// to a hidden upstream's resources; it is refused as for a URI nobody
+// serves, and the upstream is sent nothing.
+func TestVisibilityListen(t *testing.T) {
+	env := startVisibility(t)
+	c := &recModern{url: env.mux.URL() + "?profile=only-a"}
+	listen := func(uri string) recAnswer {
+		return c.do(t, "subscriptions/listen", fmt.Sprintf(`{"notifications":{"resourceSubscriptions":[%q]}}`, uri))
+	}
+	ma, mb := env.a.mark(), env.b.mark()
+	hidden := listen("rec://b/notes")
+	missing := listen("rec://z/notes")
+	visSame(t, "subscriptions/listen", hidden, missing, "rec://b/notes", "rec://z/notes")
+	if got := append(visSent(env.a, ma), visSent(env.b, mb)...); len(got) > 0 {
+		t.Errorf("a listen on hidden or nonexistent URIs reached an upstream:\n%s", recDescribe(got))
+	}
+}
