@@ -3,12 +3,16 @@
 package integration
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
 )
@@ -24,7 +28,11 @@ import (
 // visConfig mounts a and b with three profiles: open (no rules), none
 // (deny = ["*"]: both upstreams serve tools, none is in the view) and
 // only-a (upstreams = ["a"]).
-func visConfig(a, b *recorder) string {
+func visConfig(a, b *recorder) string { return visConfigWith(a, b, `"a"`) }
+
+// visConfigWith is visConfig with only-a's upstreams list as given (TOML
+// array items).
+func visConfigWith(a, b *recorder, onlyA string) string {
 	return fmt.Sprintf(`[server]
 shutdown_grace = "5s"
 default_profile = "open"
@@ -47,8 +55,8 @@ read_only = false
 deny = ["*"]
 
 [profiles.only-a]
-upstreams = ["a"]
-`, tomlString(a.URL), tomlString(b.URL))
+upstreams = [%[3]s]
+`, tomlString(a.URL), tomlString(b.URL), onlyA)
 }
 
 // visDoors is recDoors for any profile.
@@ -250,6 +258,26 @@ func TestVisibilityNamedUpstream(t *testing.T) {
 					t.Errorf("%s under upstreams = [\"a\"] lists %q, want %q", method, got, w)
 				}
 			}
+			// A page after a cursor (which mcp-go answers, not the cached
+			// listing) keeps only the shown upstream's items too. mcp-go's
+			// cursor is the base64 of the last name seen.
+			cursor := func(name string) string {
+				return `{"cursor":"` + base64.StdEncoding.EncodeToString([]byte(name)) + `"}`
+			}
+			paged := map[string]struct {
+				after string
+				want  []string
+			}{
+				"prompts/list":             {"a__broken", []string{"a__greet"}},
+				"resources/list":           {"broken", []string{"rec://a/notes"}},
+				"resources/templates/list": {"a", []string{"rec://a/files/{path}"}},
+			}
+			for method, p := range paged {
+				if got := visListed(t, method, c.do(t, method, cursor(p.after))); !slices.Equal(got, p.want) {
+					t.Errorf("%s after %q under upstreams = [\"a\"] lists %q, want %q", method, p.after, got, p.want)
+				}
+			}
+
 			env.checkHidden(t, d, c, "b")
 			// A tool of an unnamed upstream is hidden too, and answers as
 			// an unknown one.
@@ -314,5 +342,88 @@ func TestVisibilityListen(t *testing.T) {
 	visSame(t, "subscriptions/listen", hidden, missing, "rec://b/notes", "rec://z/notes")
 	if got := append(visSent(env.a, ma), visSent(env.b, mb)...); len(got) > 0 {
 		t.Errorf("a listen on hidden or nonexistent URIs reached an upstream:\n%s", recDescribe(got))
+	}
+}
+
+// visNotes sends a ping on c and returns the methods of the notifications
+// that arrive before its answer: the session's writer sends notifications
+// queued before the answer first.
+func visNotes(t *testing.T, c *recStream) []string {
+	t.Helper()
+	c.next++
+	id := fmt.Sprint(c.next)
+	if err := c.send([]byte(`{"jsonrpc":"2.0","id":` + id + `,"method":"ping"}`)); err != nil {
+		t.Fatalf("%s: ping: %v", c.door, err)
+	}
+	var notes []string
+	timeout := time.After(30 * time.Second)
+	for {
+		select {
+		case raw, ok := <-c.in:
+			if !ok {
+				t.Fatalf("%s: the connection ended before the ping's answer", c.door)
+			}
+			var m struct {
+				ID     json.RawMessage `json:"id"`
+				Method string          `json:"method"`
+			}
+			if err := json.Unmarshal(raw, &m); err != nil {
+				t.Fatalf("%s: not JSON: %q", c.door, raw)
+			}
+			if m.Method != "" {
+				notes = append(notes, m.Method)
+				continue
+			}
+			if string(m.ID) == id {
+				return notes
+			}
+		case <-timeout:
+			t.Fatalf("%s: no answer to ping within 30s", c.door)
+		}
+	}
+}
+
+// TestVisibilityListChanged: when a reload changes which upstreams a
+// profile shows, its sessions are told prompts, resources and tools
+// list_changed, and sessions whose listings did not change are told
+// nothing.
+func TestVisibilityListChanged(t *testing.T) {
+	env := startVisibility(t)
+	ws := func(profile string) *recStream { return openWS(t, "ws://"+env.mux.Addr+"/ws?profile="+profile, true) }
+	sessions := map[string]*recStream{"only-a": ws("only-a"), "open": ws("open"), "none": ws("none")}
+	for name, c := range sessions {
+		if notes := visNotes(t, c); len(notes) > 0 {
+			t.Fatalf("%s: notifications before any change: %q", name, notes)
+		}
+	}
+	reloads := strings.Count(env.mux.Stderr(), "config reloaded")
+	if err := os.WriteFile(env.cfgPath, []byte(visConfigWith(env.a, env.b, `"a", "b"`)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.mux.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for strings.Count(env.mux.Stderr(), "config reloaded") == reloads {
+		if time.Now().After(deadline) {
+			t.Fatalf("no reload logged\n--- stderr ---\n%s", env.mux.Stderr())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// The notifications were queued before the reload was logged.
+	want := map[string][]string{
+		"only-a": {"notifications/prompts/list_changed", "notifications/resources/list_changed", "notifications/tools/list_changed"},
+		"open":   nil,
+		"none":   nil,
+	}
+	for name, c := range sessions {
+		got := visNotes(t, c)
+		slices.Sort(got)
+		if !slices.Equal(got, want[name]) {
+			t.Errorf("%s: notified %q, want %q", name, got, want[name])
+		}
+	}
+	if got := visListed(t, "prompts/list", sessions["only-a"].do(t, "prompts/list", `{}`)); !slices.Equal(got, []string{"a__broken", "a__greet", "b__broken", "b__greet"}) {
+		t.Errorf("after the reload only-a lists prompts %q", got)
 	}
 }
