@@ -54,6 +54,10 @@ type Catalog struct {
 	Templates []Served[mcp.ResourceTemplate]
 
 	servesTools map[string]bool
+	// every item, for the listings that show them all (and share these).
+	allPrompts   []mcp.Prompt
+	allResources []mcp.Resource
+	allTemplates []mcp.ResourceTemplate
 	// owners by exposed prompt name, resource URI and template string.
 	promptOwner, resourceOwner, templateOwner map[string]string
 }
@@ -76,14 +80,20 @@ func NewCatalog(version uint64, prompts []Served[mcp.Prompt], resources []Served
 	for _, u := range toolUpstreams {
 		c.servesTools[u] = true
 	}
-	for _, p := range c.Prompts {
+	c.allPrompts = make([]mcp.Prompt, len(c.Prompts))
+	for i, p := range c.Prompts {
 		c.promptOwner[p.Item.Name] = p.Upstream
+		c.allPrompts[i] = p.Item
 	}
-	for _, r := range c.Resources {
+	c.allResources = make([]mcp.Resource, len(c.Resources))
+	for i, r := range c.Resources {
 		c.resourceOwner[r.Item.URI] = r.Upstream
+		c.allResources[i] = r.Item
 	}
-	for _, t := range c.Templates {
+	c.allTemplates = make([]mcp.ResourceTemplate, len(c.Templates))
+	for i, t := range c.Templates {
 		c.templateOwner[TemplateString(t.Item)] = t.Upstream
+		c.allTemplates[i] = t.Item
 	}
 	return c
 }
@@ -134,27 +144,33 @@ func (v *View) Listing(c *Catalog) *Listing {
 }
 
 func newListing(v *View, c *Catalog) *Listing {
-	l := &Listing{Version: c.Version, filter: v.Filter, catalog: c, hasTools: make(map[string]bool),
-		Prompts: []mcp.Prompt{}, Resources: []mcp.Resource{}, Templates: []mcp.ResourceTemplate{}}
+	l := &Listing{Version: c.Version, filter: v.Filter, catalog: c, hasTools: make(map[string]bool)}
 	for _, e := range v.byName {
 		l.hasTools[e.Upstream] = true
 	}
-	for _, p := range c.Prompts {
-		if l.Shows(p.Upstream) {
-			l.Prompts = append(l.Prompts, p.Item)
-		}
-	}
-	for _, r := range c.Resources {
-		if l.Shows(r.Upstream) {
-			l.Resources = append(l.Resources, r.Item)
-		}
-	}
-	for _, t := range c.Templates {
-		if l.Shows(t.Upstream) {
-			l.Templates = append(l.Templates, t.Item)
-		}
-	}
+	l.Prompts = shown(l, c.Prompts, c.allPrompts)
+	l.Resources = shown(l, c.Resources, c.allResources)
+	l.Templates = shown(l, c.Templates, c.allTemplates)
 	return l
+}
+
+// shown returns the items of served whose upstream l shows: all, the
+// catalog's own slice, when it shows every one (views without upstream
+// rules share one copy), else a new slice, never nil.
+func shown[T any](l *Listing, served []Served[T], all []T) []T {
+	if !slices.ContainsFunc(served, func(s Served[T]) bool { return !l.Shows(s.Upstream) }) {
+		if all == nil {
+			return []T{}
+		}
+		return all
+	}
+	out := make([]T, 0, len(served))
+	for _, s := range served {
+		if l.Shows(s.Upstream) {
+			out = append(out, s.Item)
+		}
+	}
+	return out
 }
 
 // Shows reports whether the view shows the named upstream's prompts,

@@ -2,6 +2,7 @@ package filter
 
 import (
 	"encoding/json"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -252,5 +253,68 @@ func TestUpstreamKeys(t *testing.T) {
 	r := NewRegistry()
 	if r.Filter(MustCompile(configs.RuleSet{DenyUpstreams: []string{"x", "y"}})) != r.Filter(MustCompile(configs.RuleSet{DenyUpstreams: []string{"y", "x"}})) {
 		t.Error("equal rule sets must share one filter")
+	}
+}
+
+func TestListingsShareTheCatalogWhenShowingAll(t *testing.T) {
+	r := NewRegistry()
+	entries, cat := visibilityCatalog(1)
+	l1 := r.View(1, entries, r.Filter(MustCompile(configs.RuleSet{ReadOnly: true}))).Listing(cat)
+	l2 := r.View(1, entries, r.Filter(MustCompile(configs.RuleSet{Deny: []string{"a__write"}}))).Listing(cat)
+	if len(l1.Prompts) != 3 || &l1.Prompts[0] != &l2.Prompts[0] || &l1.Resources[0] != &l2.Resources[0] {
+		t.Error("views that show every upstream must share the catalog's listings, not copy them")
+	}
+	l3 := r.View(1, entries, r.Filter(MustCompile(configs.RuleSet{Upstreams: []string{"a"}}))).Listing(cat)
+	if len(l3.Prompts) != 1 || &l3.Prompts[0] == &l1.Prompts[0] {
+		t.Error("a narrower listing must be its own slice")
+	}
+}
+
+// BenchmarkListing measures building one view's Listing (once per snapshot
+// version and filter) over 10 upstreams with 100 prompts, 100 resources and
+// 10 templates each, half of them hidden.
+func BenchmarkListing(b *testing.B) {
+	var entries []*Entry
+	var prompts []Served[mcp.Prompt]
+	var resources []Served[mcp.Resource]
+	var templates []Served[mcp.ResourceTemplate]
+	var ups, withTools []string
+	for u := range 10 {
+		up := fmt.Sprintf("up%d", u)
+		ups = append(ups, up)
+		withTools = append(withTools, up)
+		entries = append(entries, upEntry(up, "read", u%2 == 0))
+		for i := range 100 {
+			prompts = append(prompts, Served[mcp.Prompt]{Item: mcp.Prompt{Name: fmt.Sprintf("%s__p%03d", up, i)}, Upstream: up})
+			resources = append(resources, Served[mcp.Resource]{Item: mcp.Resource{Name: fmt.Sprintf("r%03d", i), URI: fmt.Sprintf("file:///%s/%d", up, i)}, Upstream: up})
+		}
+		for i := range 10 {
+			templates = append(templates, Served[mcp.ResourceTemplate]{Item: mcp.NewResourceTemplate(fmt.Sprintf("file:///%s/t%d/{x}", up, i), "t"), Upstream: up})
+		}
+	}
+	slices.SortFunc(entries, func(x, y *Entry) int { return strings.Compare(x.Tool.Name, y.Tool.Name) })
+	cat := NewCatalog(1, prompts, resources, templates, withTools)
+	f := NewRegistry().Filter(MustCompile(configs.RuleSet{ReadOnly: true}))
+	v := NewRegistry().View(1, entries, f)
+	b.ReportAllocs()
+	for b.Loop() {
+		l := newListing(v, cat)
+		if len(l.Prompts) != 500 {
+			b.Fatalf("%d prompts shown, want 500", len(l.Prompts))
+		}
+	}
+}
+
+// BenchmarkListingShows measures the check a get, read or completion
+// makes of its target's upstream, on a listing already built.
+func BenchmarkListingShows(b *testing.B) {
+	r := NewRegistry()
+	entries, cat := visibilityCatalog(1)
+	l := r.View(1, entries, r.Filter(MustCompile(configs.RuleSet{Deny: []string{"*"}}))).Listing(cat)
+	b.ReportAllocs()
+	for b.Loop() {
+		if l.Shows("a") {
+			b.Fatal("a must be hidden")
+		}
 	}
 }
