@@ -44,6 +44,12 @@ type process struct {
 	exited     chan struct{} // closed once the child has been reaped
 	stderrDone chan struct{} // closed when the stderr logger returns
 
+	// marker is this child's value of childMarkerEnv and started its start
+	// time (Linux only; see descendants_linux.go): how its descendants are
+	// found once they have left its process group.
+	marker  string
+	started uint64
+
 	mu          sync.Mutex
 	groupKilled bool // SIGKILL went to the group: never signal that pgid again
 }
@@ -103,7 +109,7 @@ func startProcess(life context.Context, cfg *configs.Upstream, log *slog.Logger,
 		return nil, err
 	}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, errW
-	if err := cmd.Start(); err != nil {
+	if err := children.start(cmd, p); err != nil {
 		closeAll()
 		return nil, fmt.Errorf("start %q: %w", cfg.Command, err)
 	}
@@ -117,6 +123,7 @@ func startProcess(life context.Context, cfg *configs.Upstream, log *slog.Logger,
 
 	spawn("reaper", func() {
 		err := exitErr(cmd.Wait())
+		children.forget(p.pgid, p)
 		close(p.exited)
 		log.Info("stdio child exited", "pid", p.pgid, "status", err)
 		onExit(fmt.Errorf("child exited: %w", err))
@@ -170,31 +177,43 @@ func (p *process) groupAlive() bool {
 // to exit; SIGTERM the whole group; wait up to termWait for the group to
 // empty; SIGKILL the group; reap. The group is signalled even when the child
 // itself already exited, because wrappers (sh -c 'server & wait', npx) leave
-// grandchildren in it. It returns an error only if the child could not be
-// reaped.
+// grandchildren in it. On Linux the child's strays, descendants that left
+// the group (setsid) or outlived their parent, get the same signals at the
+// same steps and are reaped when they are mcpmux's orphans. It returns an
+// error only if the child or a stray could not be ended.
 func (p *process) shutdown(stdinWait, termWait time.Duration) error {
+	// While the child lives its strays are found by parentage, so look
+	// before it is asked to exit; later looks find them by marker.
+	strays := p.strays()
 	p.stdin.Close() // usually already closed by the transport
 	waitClosed(p.exited, stdinWait)
 
-	if p.groupAlive() {
+	strays = mergeProcs(strays, p.strays())
+	if p.groupAlive() || anyAlive(strays) {
 		if err := p.signalGroup(syscall.SIGTERM); err != nil {
 			p.log.Warn("SIGTERM to process group failed", "err", err)
 		}
+		signalAll(strays, syscall.SIGTERM)
 		deadline := time.Now().Add(termWait)
-		for p.groupAlive() && time.Now().Before(deadline) {
+		for (p.groupAlive() || anyAlive(strays)) && time.Now().Before(deadline) {
 			time.Sleep(groupPoll)
 		}
 	}
-	if p.groupAlive() {
-		p.log.Warn("process group still running after SIGTERM; sending SIGKILL", "pgid", p.pgid)
+	strays = mergeProcs(strays, p.strays())
+	if p.groupAlive() || anyAlive(strays) {
+		p.log.Warn("processes still running after SIGTERM; sending SIGKILL", "pgid", p.pgid, "outside_group", len(strays))
 		if err := p.signalGroup(syscall.SIGKILL); err != nil {
 			p.log.Warn("SIGKILL to process group failed", "err", err)
 		}
+		signalAll(strays, syscall.SIGKILL)
 	}
 
 	var err error
 	if !waitClosed(p.exited, killWait) {
 		err = fmt.Errorf("child %d did not exit after SIGKILL", p.pgid)
+	}
+	if !waitReaped(strays, killWait) {
+		err = errors.Join(err, fmt.Errorf("descendants of child %d that left its process group did not exit after SIGKILL", p.pgid))
 	}
 	// Let the logger read what the group wrote last; a descendant that left
 	// the group could hold the pipe open forever, so close it regardless.
