@@ -19,6 +19,7 @@ import (
 	"github.com/mcpmux/mcpmux/configs"
 	"github.com/mcpmux/mcpmux/internal/demo"
 	"github.com/mcpmux/mcpmux/internal/redact"
+	"github.com/mcpmux/mcpmux/upstream"
 )
 
 // version is set at link time (-ldflags "-X main.version=…").
@@ -63,7 +64,12 @@ $XDG_CONFIG_HOME/mcpmux/config.toml, else the embedded quickstart.
 `
 
 func main() {
-	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	// SPEC §8: upstreams' orphaned descendants are reparented to mcpmux
+	// (Linux), and none outlives it.
+	endDescendants := upstream.BecomeSubreaper(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
+	code := run(os.Args[1:], os.Stdout, os.Stderr)
+	endDescendants()
+	os.Exit(code)
 }
 
 // run executes one command and returns the process exit code.
