@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -332,6 +334,169 @@ func TestProcTree(t *testing.T) {
 		killMarked(marker)
 		if left := waitNoMarked(marker, 5*time.Second); len(left) != 0 {
 			t.Fatalf("killMarked left:\n%s", describeProcs(left))
+		}
+	})
+}
+
+// setsidConfig mounts one required stdio upstream, "sid": a sh wrapper that
+// first starts a grandchild that leaves mcpmux's process group and session
+// with setsid and ignores SIGTERM and SIGHUP, then execs the demo server.
+// Only a kill aimed at that process itself ends it (SPEC §8).
+func setsidConfig(t *testing.T, marker string) string {
+	t.Helper()
+	for _, tool := range []string{"sh", "setsid", "sleep"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("no %s", tool)
+		}
+	}
+	script := `setsid sh -c 'trap "" TERM HUP; exec sleep 1000' & exec "$0" demo-server --name sid`
+	return fmt.Sprintf(`[upstreams.sid]
+command = "sh"
+args = %s
+env = { %s = %s }
+required = true
+`, tomlArray("-c", script, muxBinary(t)), markerEnv, tomlString(marker))
+}
+
+// setsidGrandchild waits for the live marked sleep that leads its own
+// session, other than not, and returns it.
+func setsidGrandchild(t *testing.T, marker string, not int, logs func() string) proc {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		for _, p := range markedProcs(marker) {
+			if p.Comm == "sleep" && p.SID == p.PID && p.PID != not {
+				return p
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no setsid grandchild carrying the marker:\n%s\n--- mcpmux stderr ---\n%s", describeProcs(markedProcs(marker)), logs())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// assertEnded checks that g neither runs nor is left a zombie.
+func assertEnded(t *testing.T, g proc) {
+	t.Helper()
+	now, err := readProcStat(g.PID)
+	if err != nil || now.Comm != g.Comm {
+		return // gone (a reused pid would be another program)
+	}
+	if now.State == 'Z' {
+		t.Errorf("the setsid grandchild %d is a zombie nobody reaped (parent %d)", g.PID, now.PPID)
+	} else {
+		t.Errorf("the setsid grandchild survived:\n%s", describeProcs([]proc{now}))
+	}
+}
+
+// TestSetsidGrandchild checks SPEC §8 with a grandchild that left the
+// process group and session (setsid) and ignores SIGTERM: mcpmux, a child
+// subreaper, ends and reaps it when it is stopped, over HTTP and over
+// stdio, and when the upstream's child crashes and is restarted.
+func TestSetsidGrandchild(t *testing.T) {
+	requireProc(t)
+	if runtime.GOOS != "linux" {
+		t.Skip("mcpmux is a child subreaper on Linux only")
+	}
+
+	t.Run("serve, SIGTERM", func(t *testing.T) {
+		marker := randomHex(t, 12)
+		m := startMuxWith(t, muxOptions{Config: setsidConfig(t, marker), Marker: marker})
+		g := setsidGrandchild(t, marker, 0, m.Stderr)
+		if err := m.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		if code, ok := m.Wait(30 * time.Second); !ok || code != 0 {
+			t.Fatalf("mcpmux after SIGTERM: exited=%v code=%d", ok, code)
+		}
+		assertEnded(t, g)
+		if left := waitNoMarked(marker, time.Second); len(left) > 0 {
+			t.Errorf("processes survived mcpmux:\n%s", describeProcs(left))
+		}
+	})
+
+	t.Run("stdio, SIGTERM", func(t *testing.T) {
+		marker := randomHex(t, 12)
+		dir := t.TempDir()
+		cfgPath := filepath.Join(dir, "mcpmux.toml")
+		if err := os.WriteFile(cfgPath, []byte(setsidConfig(t, marker)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(muxBinary(t), "serve", "--stdio", "--config", cfgPath)
+		cmd.Dir = dir
+		cmd.Env = append(envWithout(os.Environ(), "MCPMUX_CONFIG", markerEnv), markerEnv+"="+marker)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		cmd.WaitDelay = 2 * time.Second
+		stdin, err := cmd.StdinPipe() // held open: the client is still there
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer stdin.Close()
+		var stderr syncBuffer
+		cmd.Stderr = &stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		t.Cleanup(func() {
+			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			killMarked(marker)
+			if t.Failed() {
+				t.Logf("--- mcpmux --stdio stderr ---\n%s", stderr.String())
+			}
+		})
+		g := setsidGrandchild(t, marker, 0, stderr.String)
+		// Stopped once serving: a stop during startup is a failed start.
+		for deadline := time.Now().Add(30 * time.Second); !strings.Contains(stderr.String(), "ready on stdio"); {
+			if time.Now().After(deadline) {
+				t.Fatal("mcpmux --stdio never logged \"ready on stdio\"")
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("mcpmux --stdio after SIGTERM: %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("mcpmux --stdio did not exit within 30s of SIGTERM")
+		}
+		assertEnded(t, g)
+		if left := waitNoMarked(marker, time.Second); len(left) > 0 {
+			t.Errorf("processes survived mcpmux --stdio:\n%s", describeProcs(left))
+		}
+	})
+
+	t.Run("serve, the upstream's child crashes", func(t *testing.T) {
+		marker := randomHex(t, 12)
+		m := startMuxWith(t, muxOptions{Config: setsidConfig(t, marker), Marker: marker})
+		g := setsidGrandchild(t, marker, 0, m.Stderr)
+		child := demoChild(t, marker, m.Stderr, "sid", 5*time.Second)
+		if err := syscall.Kill(child, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		// The crashed child's connection is torn down before the
+		// restart, so once the new child has its grandchild, the old one
+		// has had its turn.
+		setsidGrandchild(t, marker, g.PID, m.Stderr)
+		assertEnded(t, g)
+		// Orphans that ended are reaped: mcpmux keeps no zombie children.
+		var zombies []proc
+		deadline := time.Now().Add(2 * time.Second)
+		for {
+			zombies, _ = procsWhere(func(p proc) bool { return p.PPID == m.PID() && p.State == 'Z' })
+			if len(zombies) == 0 || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if len(zombies) > 0 {
+			t.Errorf("mcpmux has zombie children:\n%s", describeProcs(zombies))
 		}
 	})
 }
