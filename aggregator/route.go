@@ -135,6 +135,9 @@ func (a *Aggregator) RouteURI(uri string) (up, original string, ok bool) {
 // completions capability answers with no values.
 func (a *Aggregator) Complete(ctx context.Context, cl Client, params json.RawMessage) (json.RawMessage, error) {
 	up, target, ref, err := a.Snapshot().completionRef(params)
+	if err == nil {
+		err = checkPin(ctx, up)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -206,6 +209,9 @@ func (s *Snapshot) completionRef(params json.RawMessage) (up, target string, ref
 // rewritten (set, plus the hop's _meta), sent with upstream.Send, and an
 // input_required result is answered by mcpmux for a client that cannot.
 func (a *Aggregator) route(ctx context.Context, cl Client, up, method, target string, params json.RawMessage, set map[string]any, tool *mcp.Tool) (json.RawMessage, error) {
+	if err := checkPin(ctx, up); err != nil {
+		return nil, err
+	}
 	u, err := a.upstream(up)
 	if err != nil {
 		return nil, upstreamErr(up, method, 0, err)

@@ -1,6 +1,8 @@
 package aggregator
 
 import (
+	"context"
+
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/mcpmux/mcpmux/filter"
@@ -31,4 +33,32 @@ func (s *Snapshot) buildCatalog(sources []*source) {
 		}
 	}
 	s.Catalog = filter.NewCatalog(s.Version, prompts, resources, templates, withTools)
+}
+
+// pinKey carries a pin (see Pin) in a request's ctx.
+type pinKey struct{}
+
+type pin struct {
+	upstream string
+	notFound error
+}
+
+// Pin returns ctx pinned to upstream: a client request routed with it
+// (GetPrompt, ReadResource, Complete) that would reach any other upstream
+// is answered with notFound instead, and nothing is sent. The front door
+// pins the upstream its decision checked ("" when no upstream served the
+// target then), so a catalog change or a newly learned resource link
+// between the decision and the forwarding cannot redirect the request to
+// an upstream the client may not see.
+func Pin(ctx context.Context, upstream string, notFound error) context.Context {
+	return context.WithValue(ctx, pinKey{}, pin{upstream: upstream, notFound: notFound})
+}
+
+// checkPin returns the pin's notFound error when ctx is pinned to an
+// upstream other than up, else nil.
+func checkPin(ctx context.Context, up string) error {
+	if p, ok := ctx.Value(pinKey{}).(pin); ok && p.upstream != up {
+		return p.notFound
+	}
+	return nil
 }

@@ -40,6 +40,9 @@ type call struct {
 	asks   chan *ask
 	ctx    context.Context // the call's own; ends when it is answered or cancelled
 	cancel context.CancelFunc
+	// abort cancels the call with a cause: errShutdown makes its answer
+	// shutdownError (drain.go).
+	abort  context.CancelCauseFunc
 	heldID string // set while the call is held (heldCalls)
 	modern bool
 	method string
@@ -146,9 +149,16 @@ func (s *Server) start(parent context.Context, c *call, id string, b Binding, e 
 		ctx = context.WithoutCancel(parent)
 		cl.ask = c.askClient
 	}
-	ctx, c.cancel = context.WithCancel(ctx)
+	ctx, c.abort = context.WithCancelCause(ctx)
+	c.cancel = func() { c.abort(nil) }
 	c.ctx = ctx
 	run := func() (a routedAnswer) {
+		// Once mcpmux is stopping, a call that has not started never
+		// does: it is answered at once (drain.go).
+		if !s.flights.begin(c) {
+			return routedAnswer{err: errShutdown}
+		}
+		defer s.flights.end(c)
 		defer func() {
 			if v := recover(); v != nil {
 				s.log.Error("panic routing a request", "session", id, "method", m.Method, "panic", v, "stack", string(debug.Stack()))
@@ -212,7 +222,10 @@ func (c *call) runInline(write func([]byte)) routedAnswer {
 // 2026-07-28 call, asks for input; it returns the answer to m (nil when none
 // is due: the client cancelled) and whether it is an error whose code sets
 // the HTTP status. When ctx ends first, a 2026-07-28 call is cancelled.
+// Shutdown waits for awaits in progress (drain.go).
 func (s *Server) await(ctx context.Context, c *call, m *jsonrpc.Message, write func([]byte)) (answer []byte, errCode int) {
+	s.flights.enter()
+	defer s.flights.leave()
 	if c.modern {
 		stop := context.AfterFunc(ctx, c.cancel)
 		defer stop()
@@ -256,15 +269,21 @@ func (s *Server) await(ctx context.Context, c *call, m *jsonrpc.Message, write f
 	}
 }
 
-// answer encodes what the call returned as the answer to m.
+// answer encodes what the call returned as the answer to m. A call that
+// shutdown refused or cancelled is answered shutdownError.
 func (s *Server) answer(ctx context.Context, c *call, m *jsonrpc.Message, a routedAnswer) ([]byte, int) {
-	c.cancel()
+	c.cancel() // a cause given earlier stays
 	if a.err == nil {
 		s.metrics.count(m.Method, outcomeOK)
 		return jsonrpc.Response(m.ID, a.result), 0
 	}
 	s.metrics.count(m.Method, outcomeError)
-	e := s.errorFor(m, a.err, c.modern)
+	var e *jsonrpc.Error
+	if errors.Is(a.err, errShutdown) || errors.Is(context.Cause(c.ctx), errShutdown) {
+		e = shutdownError()
+	} else {
+		e = s.errorFor(m, a.err, c.modern)
+	}
 	if e == nil || ctx.Err() != nil {
 		return nil, 0
 	}

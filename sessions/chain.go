@@ -119,9 +119,13 @@ func isModern(m *jsonrpc.Message) bool {
 // decide is the one decision of the chain for a routed request: for
 // tools/call, an ambiguous message, the view (hidden and unknown tools
 // answer alike), the call rules and the rate limit; for the other routed
-// methods, an ambiguous message and a target of a hidden upstream
-// (hiddenTarget). It returns the checked tool entry (tools/call) or
-// the refusal, and logs, counts and audits refusals.
+// methods, an ambiguous message and a prompt, resource or completion ref
+// of an upstream the view hides, which answers as a nonexistent one. It
+// returns the checked entry or the refusal, and logs, counts and audits
+// refusals. The entry of a tools/call is the tool's; that of prompts/get,
+// resources/read, resources/subscribe and completion/complete names only
+// the upstream serving the target (Upstream, "" when none does), which
+// route pins the request to.
 func (s *Server) decide(session string, b Binding, view *filter.View, m *jsonrpc.Message) (*filter.Entry, *jsonrpc.Error) {
 	var e *filter.Entry
 	var refusal *jsonrpc.Error
@@ -155,13 +159,16 @@ func (s *Server) decide(session string, b Binding, view *filter.View, m *jsonrpc
 		if m.Ambiguous != nil {
 			return nil, &jsonrpc.Error{Code: mcp.INVALID_PARAMS, Message: m.Method + ": " + m.Ambiguous.Error()}
 		}
-		// A prompt, resource or completion ref of an upstream the view
-		// hides answers as a nonexistent one, and nothing is sent.
-		if refusal := s.hiddenTarget(b, m); refusal != nil {
+		up, ok := s.targetOf(m)
+		if !ok {
+			return nil, nil
+		}
+		if up != "" && !s.listing(b).Shows(up) {
 			s.log.Info("request refused", "session", session, "method", m.Method, "profile", b.Profile, "reason", "upstream not shown")
 			s.metrics.count(m.Method, outcomeDenied)
-			return nil, refusal
+			return nil, s.errorFor(m, notFoundFor(m), isModern(m))
 		}
+		return &filter.Entry{Upstream: up}, nil
 	}
 	if refusal == nil {
 		return e, nil
@@ -186,8 +193,7 @@ func (s *Server) restarting(view *filter.View, name string) string {
 }
 
 // route forwards a routed request that decide allowed (e is its checked
-// tool entry for tools/call) and returns the result bytes or the error to
-// answer with.
+// entry) and returns the result bytes or the error to answer with.
 func (s *Server) route(ctx context.Context, session string, b Binding, e *filter.Entry, m *jsonrpc.Message, cl *caller) (json.RawMessage, error) {
 	switch m.Method {
 	case string(mcp.MethodToolsCall):
@@ -210,13 +216,17 @@ func (s *Server) route(ctx context.Context, session string, b Binding, e *filter
 		if p == nil {
 			return nil, &jsonrpc.Error{Code: mcp.INVALID_PARAMS, Message: "Prompt not found: " + jsonrpc.Printable(m.Name)}
 		}
-		return s.agg.GetPrompt(ctx, cl, p, m.Params)
+		return s.agg.GetPrompt(pin(ctx, e, m), cl, p, m.Params)
 	case string(mcp.MethodResourcesRead):
-		return s.agg.ReadResource(ctx, cl, m.URI, m.Params)
+		return s.agg.ReadResource(pin(ctx, e, m), cl, m.URI, m.Params)
 	case string(mcp.MethodCompletionComplete):
-		return s.agg.Complete(ctx, cl, m.Params)
+		return s.agg.Complete(pin(ctx, e, m), cl, m.Params)
 	case string(mcp.MethodResourcesSubscribe), string(mcp.MethodResourcesUnsubscribe):
-		return emptyResult, s.subscribe(ctx, session, m.URI, m.Method == string(mcp.MethodResourcesSubscribe))
+		on := m.Method == string(mcp.MethodResourcesSubscribe)
+		if up, _, ok := s.agg.RouteURI(m.URI); on && ok && (e == nil || up != e.Upstream) {
+			return nil, notFoundFor(m) // served by another upstream than decide checked
+		}
+		return emptyResult, s.subscribe(ctx, session, m.URI, on)
 	case string(mcp.MethodSetLogLevel):
 		var p struct {
 			Level mcp.LoggingLevel `json:"level"`

@@ -63,6 +63,7 @@ type Server struct {
 	streams   streamSet  // live websocket, SSE and stdio sessions (door.go)
 	listening listeners  // open 2026-07-28 subscriptions/listen streams (listen.go)
 	held      *heldCalls // 2026-07-28 calls waiting for their client's input (call.go)
+	flights   flights    // routed calls running and awaited, for shutdown (drain.go)
 }
 
 // replicaID names this replica in the requestState of held calls: until
@@ -667,11 +668,25 @@ func (s *Server) trackRouted(ctx context.Context, sess *session, id json.RawMess
 	}
 }
 
-// Shutdown closes every session and stops background work.
-func (s *Server) Shutdown(ctx context.Context) error { return s.http.Shutdown(ctx) }
+// Shutdown shuts the server down (SPEC §8). Calls that arrive from now on
+// are answered at once with a JSON-RPC error; calls in flight get until ctx
+// is done to finish with their results, and the rest are then cancelled
+// and answered with that error. Then every stream session is ended once its
+// answers are written (within answerWait), and mcp-go's sessions are
+// closed, which stops background work. A ctx that is never done waits for
+// every call. Calling it again is harmless.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.drainCalls(ctx)
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), answerWait)
+	defer cancel()
+	s.closeStreams(cctx)
+	return s.http.Shutdown(cctx)
+}
 
-// Serve serves HTTP on ln until ctx is done, then shuts down within
-// cfg.Server.ShutdownGrace.
+// Serve serves HTTP on ln until ctx is done, then shuts down: it stops
+// accepting, gives the calls in flight cfg.Server.ShutdownGrace to finish
+// and answers the rest with an error (see Shutdown), and returns once the
+// connections are closed, at most a few answerWaits after the grace.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	hs := &http.Server{
 		Handler:           s.Handler(),
@@ -679,6 +694,9 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
+	ln = &closeOnce{Listener: ln}
+	var fresh freshConns
+	hs.ConnState = fresh.track
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
 	select {
@@ -686,16 +704,42 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		return err
 	case <-ctx.Done():
 	}
-	sctx, cancel := context.WithTimeout(context.Background(), s.cfg.Server.ShutdownGrace)
+	// Stop accepting, and close each keep-alive connection once it has
+	// answered, but leave the requests and streams in flight alone:
+	// http.Server.Shutdown would end the stream sessions at once (door.go
+	// hooks it), cutting their calls off without answers.
+	ln.Close()
+	hs.SetKeepAlivesEnabled(false)
+	gctx, cancel := context.WithTimeout(context.Background(), s.cfg.Server.ShutdownGrace)
 	defer cancel()
-	errs := []error{s.Shutdown(sctx)}
-	// Long-lived streams (GET /mcp) never finish on their own: close them
-	// once the sessions are told.
-	if err := hs.Shutdown(sctx); err != nil {
+	errs := []error{s.Shutdown(gctx)}
+	// Every call is answered now; the handlers of /mcp requests write
+	// their answers and return. Connections that never sent a request are
+	// closed now; long-lived streams (GET /mcp, listens) never finish on
+	// their own: they are closed after answerWait.
+	fresh.close()
+	cctx, ccancel := context.WithTimeout(context.Background(), answerWait)
+	defer ccancel()
+	if err := hs.Shutdown(cctx); err != nil {
 		errs = append(errs, hs.Close())
 	}
-	<-errc
+	if err := <-errc; !errors.Is(err, net.ErrClosed) && !errors.Is(err, http.ErrServerClosed) {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
+}
+
+// closeOnce is a listener that closes once: Serve closes it before the
+// http.Server does.
+type closeOnce struct {
+	net.Listener
+	once sync.Once
+	err  error
+}
+
+func (l *closeOnce) Close() error {
+	l.once.Do(func() { l.err = l.Listener.Close() })
+	return l.err
 }
 
 func writeJSONError(w http.ResponseWriter, status int, id json.RawMessage, code int, msg string) {

@@ -7,7 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 	"time"
+
+	"github.com/mcpmux/mcpmux/internal/jsonrpc"
 )
 
 // The stdio front door: `mcpmux serve --stdio` serves the one client that
@@ -24,12 +27,14 @@ const stdinBuffer = 64 << 10
 // `mcpmux tools` resolves it. A line over server.max_body_bytes is answered
 // with a JSON-RPC error and reading goes on.
 //
-// When in ends, ServeStdio answers what it already received (waiting at
-// most server.shutdown_grace), then returns nil. When ctx is done it
-// cancels what is in flight and returns nil as well. An error that is not
-// EOF reading in is returned. A reader blocked on in when ctx ends is left
-// behind unless in supports SetReadDeadline (a pipe on stdin usually does
-// not); it ends with the process.
+// When in ends, or ctx is done, ServeStdio answers every request it has
+// read (SPEC §8): each gets server.shutdown_grace to finish with its
+// result; the calls still running then are cancelled upstream and
+// answered with a JSON-RPC error, as is every call read after ctx was
+// done. Then it returns nil. An error that is not EOF reading in is
+// returned. A reader blocked on in when ctx ends is left behind unless in
+// supports SetReadDeadline (a pipe on stdin usually does not); it ends
+// with the process.
 //
 // It is meant to be called once per process, with in and out that nothing
 // else uses.
@@ -38,31 +43,36 @@ func (s *Server) ServeStdio(ctx context.Context, profile string, in io.Reader, o
 	if err != nil {
 		return fmt.Errorf("stdio: %w", err)
 	}
-	ss := s.newStreamSession(ctx, "stdio", b, &lineWriter{w: out})
+	// The session outlives ctx, so that what was read is still answered.
+	ss := s.newStreamSession(context.WithoutCancel(ctx), "stdio", b, &lineWriter{w: out})
 	if err := s.streams.add(ss); err != nil {
 		ss.close(err)
 		return nil
 	}
+	defer s.flights.forget(ss.id)
+	gate := &stdinGate{}
 	read := make(chan error, 1)
-	go func() { read <- s.readLines(ss, in) }()
+	go func() { read <- s.readLines(ss, in, gate) }()
 
-	grace := s.cfg.Server.ShutdownGrace
 	var readErr error
 	readerDone := false
 	select {
 	case readErr = <-read:
 		readerDone = true
 		// The client closed stdin: finish what it asked for, then stop.
-		ictx, cancel := context.WithTimeout(ctx, grace)
-		ss.idle(ictx)
-		cancel()
-		ss.end(errClientGone)
+		s.finishStdio(ss, errClientGone)
+	case <-ctx.Done():
+		// mcpmux is stopping: requests read from now on are refused, and
+		// no new call of this client starts.
+		gate.close()
+		s.flights.close(ss.id)
+		s.finishStdio(ss, errServerShutdown)
 	case <-ss.done():
 	}
-	wctx, cancel := context.WithTimeout(context.Background(), grace)
+	wctx, cancel := context.WithTimeout(context.Background(), answerWait)
 	defer cancel()
 	if err := ss.wait(wctx); err != nil {
-		s.log.Warn("stdio session did not stop within server.shutdown_grace", "session", ss.id, "duration", grace)
+		s.log.Warn("stdio session did not write its last answers in time", "session", ss.id, "duration", answerWait)
 	}
 	if !readerDone {
 		if d, ok := in.(interface{ SetReadDeadline(time.Time) error }); ok && d.SetReadDeadline(time.Now()) == nil {
@@ -78,9 +88,58 @@ func (s *Server) ServeStdio(ctx context.Context, profile string, in io.Reader, o
 	return nil
 }
 
+// finishStdio ends ss once the requests it has taken are answered: they
+// get server.shutdown_grace to finish; then its calls still running are
+// cancelled and answered with shutdownError, and its new calls refused,
+// before it ends with cause. Nothing may hand ss new requests meanwhile.
+func (s *Server) finishStdio(ss *streamSession, cause error) {
+	grace := s.cfg.Server.ShutdownGrace
+	gctx, cancel := context.WithTimeout(context.Background(), grace)
+	ss.idle(gctx)
+	late := gctx.Err() != nil
+	cancel()
+	if late {
+		s.flights.close(ss.id)
+		n := s.flights.abort(ss.id)
+		s.log.Info("calls still running at the end of server.shutdown_grace are answered with an error", "session", ss.id, "calls", n, "duration", grace)
+		actx, acancel := context.WithTimeout(context.Background(), answerWait)
+		ss.idle(actx)
+		acancel()
+	}
+	ss.end(cause)
+}
+
+// stdinGate stops the stdin reader from handing requests to the session:
+// once closed, it answers each request it reads with shutdownError itself.
+// Its zero value is open; it is safe for concurrent use.
+type stdinGate struct {
+	mu     sync.Mutex
+	closed bool
+}
+
+// pass hands raw to receive and returns its result as ok, unless the gate
+// is closed and raw is a request: then handed is false. Once close has
+// returned, no request passes.
+func (g *stdinGate) pass(raw []byte, receive func([]byte) bool) (handed, ok bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		if m, err := jsonrpc.Parse(raw); err == nil && m.IsRequest() {
+			return false, true
+		}
+	}
+	return true, receive(raw)
+}
+
+func (g *stdinGate) close() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.closed = true
+}
+
 // readLines reads the client's lines into the session until in ends or the
-// session does.
-func (s *Server) readLines(ss *streamSession, in io.Reader) (err error) {
+// session does. A request that gate refuses is answered shutdownError.
+func (s *Server) readLines(ss *streamSession, in io.Reader, gate *stdinGate) (err error) {
 	defer func() {
 		if v := recover(); v != nil {
 			s.log.Error("panic reading stdin", "session", ss.id, "panic", v)
@@ -100,7 +159,13 @@ func (s *Server) readLines(ss *streamSession, in io.Reader) (err error) {
 		if len(bytes.TrimSpace(line)) == 0 {
 			continue
 		}
-		if !ss.receive(line) {
+		handed, ok := gate.pass(line, ss.receive)
+		if !handed {
+			m, _ := jsonrpc.Parse(line)
+			ss.send(ss.ctx, jsonrpc.ErrorResponse(m.ID, shutdownError()))
+			continue
+		}
+		if !ok {
 			return nil
 		}
 	}

@@ -17,8 +17,9 @@ import (
 // listings of prompts, resources and templates come from the view's
 // filter.Listing, and a get, read, subscribe or completion against an
 // upstream the view hides answers exactly as one against nothing does,
-// before anything is sent upstream. The decision itself is
-// filter.Filter.ShowsUpstream.
+// before anything is sent upstream (decide, with targetOf). The decision
+// itself is filter.Filter.ShowsUpstream. What decide checked is what route
+// forwards to: the request is pinned to that upstream (pin).
 
 // listing returns what b's view of the current snapshot lists besides
 // tools, cached per view.
@@ -32,48 +33,58 @@ func (s *Server) listing(b Binding) *filter.Listing {
 	return v.Listing(snap.Catalog)
 }
 
-// hiddenTarget is decide's check for the routed methods other than
-// tools/call: when the prompt, resource or completion ref that m names
-// belongs to an upstream b's view hides, it returns the error a
-// nonexistent one gets, byte for byte; else nil. A target no upstream
-// serves is left to route, which answers it. resources/unsubscribe is
-// never refused: without a subscription it answers alike for every URI and
-// sends nothing, and with one (made while the upstream was shown) it must
-// be able to release it.
-func (s *Server) hiddenTarget(b Binding, m *jsonrpc.Message) *jsonrpc.Error {
-	var up string
-	var notFound error
+// targetOf resolves the prompt, resource or completion ref m names
+// (prompts/get, resources/read, resources/subscribe, completion/complete)
+// to the upstream serving it, "" when none does, by the same lookups the
+// aggregator routes with. ok is false for the other methods.
+// resources/unsubscribe is not among them: without a subscription it
+// answers alike for every URI and sends nothing, and with one (made while
+// the upstream was shown) it must be able to release it.
+func (s *Server) targetOf(m *jsonrpc.Message) (up string, ok bool) {
 	switch m.Method {
 	case string(mcp.MethodPromptsGet):
-		p := s.agg.Snapshot().Prompt(m.Name)
-		if p == nil {
-			return nil
+		if p := s.agg.Snapshot().Prompt(m.Name); p != nil {
+			up = p.Upstream
 		}
-		// The answer route gives a prompt that does not exist.
-		up, notFound = p.Upstream, &jsonrpc.Error{Code: mcp.INVALID_PARAMS, Message: "Prompt not found: " + jsonrpc.Printable(m.Name)}
 	case string(mcp.MethodResourcesRead), string(mcp.MethodResourcesSubscribe):
-		var ok bool
-		if up, _, ok = s.agg.RouteURI(m.URI); !ok {
-			return nil
-		}
-		notFound = fmt.Errorf("resource %q: %w", m.URI, aggregator.ErrResourceNotFound)
+		up, _, _ = s.agg.RouteURI(m.URI)
 	case string(mcp.MethodCompletionComplete):
-		var kind string
-		var err error
-		if up, kind, err = s.agg.CompletionUpstream(m.Params); err != nil {
-			return nil
-		}
-		notFound = fmt.Errorf("resource: %w", aggregator.ErrResourceNotFound)
-		if kind == "ref/prompt" {
-			notFound = fmt.Errorf("prompt: %w", aggregator.ErrPromptNotFound)
-		}
+		up, _, _ = s.agg.CompletionUpstream(m.Params)
 	default:
-		return nil
+		return "", false
 	}
-	if s.listing(b).Shows(up) {
-		return nil
+	return up, true
+}
+
+// notFoundFor is the error a target of m that no upstream serves gets
+// (the error route answers for it), for errorFor.
+func notFoundFor(m *jsonrpc.Message) error {
+	switch m.Method {
+	case string(mcp.MethodPromptsGet):
+		return &jsonrpc.Error{Code: mcp.INVALID_PARAMS, Message: "Prompt not found: " + jsonrpc.Printable(m.Name)}
+	case string(mcp.MethodCompletionComplete):
+		// Read as the aggregator reads the ref (CompletionUpstream).
+		var p struct {
+			Ref struct {
+				Type string `json:"type"`
+			} `json:"ref"`
+		}
+		if json.Unmarshal(m.Params, &p) == nil && p.Ref.Type == "ref/prompt" {
+			return fmt.Errorf("completion/complete: %w", aggregator.ErrPromptNotFound)
+		}
 	}
-	return s.errorFor(m, notFound, isModern(m))
+	return fmt.Errorf("resource %q: %w", m.URI, aggregator.ErrResourceNotFound)
+}
+
+// pin pins ctx to the upstream decide checked for m's target (e.Upstream,
+// "" when none served it), so that route reaches that upstream or none
+// (aggregator.Pin).
+func pin(ctx context.Context, e *filter.Entry, m *jsonrpc.Message) context.Context {
+	up := ""
+	if e != nil {
+		up = e.Upstream
+	}
+	return aggregator.Pin(ctx, up, notFoundFor(m))
 }
 
 // shownURI reports whether b's view shows the upstream that serves uri. A

@@ -1,0 +1,229 @@
+package sessions
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/mcpmux/mcpmux/internal/jsonrpc"
+)
+
+// This file is how mcpmux stops without dropping calls (SPEC §8): from the
+// moment it is told to stop, no new call starts (each is answered at once
+// with errShutdown's JSON-RPC error); the calls in flight get until
+// server.shutdown_grace to finish with their real results; the ones still
+// running then are cancelled upstream and answered with that error; only
+// then do connections close.
+
+// errShutdown is the cause a call is cancelled with, or refused for, when
+// mcpmux shuts down before it could finish it.
+var errShutdown = errors.New("mcpmux is shutting down")
+
+// shutdownError is the JSON-RPC error a client gets for such a call. It is
+// temporary: the same call, retried once mcpmux (or another replica) is
+// back, may succeed.
+func shutdownError() *jsonrpc.Error {
+	return &jsonrpc.Error{Code: mcp.INTERNAL_ERROR, Message: "mcpmux is shutting down; retry the request"}
+}
+
+// answerWait bounds how long shutdown waits, once it has cancelled the
+// calls still running at the end of the grace, for their error answers to
+// be handed to their connections. Cancelled calls return at once; this is
+// a backstop for one that does not.
+const answerWait = time.Second
+
+// flights is the routed calls of a Server: the ones running (to cancel at
+// the end of the grace) and how many requests are waiting for an answer
+// (what the grace waits for; a call held for its client's input waits for
+// nobody). Its zero value is ready to use; it is safe for concurrent use.
+type flights struct {
+	mu       sync.Mutex
+	stopping bool            // no new call starts, of any caller
+	closed   map[string]bool // callers (call.owner) whose new calls no longer start
+	running  map[*call]struct{}
+	awaits   int
+	// quiet is closed, and set to nil, when awaits drops to zero; nil
+	// until someone waits for that.
+	quiet chan struct{}
+}
+
+// begin records c as running. It reports false, recording nothing, when
+// mcpmux is stopping or c's caller was closed: c must not start.
+func (f *flights) begin(c *call) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.stopping || f.closed[c.owner] {
+		return false
+	}
+	if f.running == nil {
+		f.running = make(map[*call]struct{})
+	}
+	f.running[c] = struct{}{}
+	return true
+}
+
+// end forgets c, whose route has returned.
+func (f *flights) end(c *call) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.running, c)
+}
+
+// enter records a request waiting for a call's answer; leave, that it has
+// it.
+func (f *flights) enter() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.awaits++
+}
+
+func (f *flights) leave() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.awaits--
+	if f.awaits == 0 && f.quiet != nil {
+		close(f.quiet)
+		f.quiet = nil
+	}
+}
+
+// stop makes every call that starts from now on fail with errShutdown.
+func (f *flights) stop() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.stopping = true
+}
+
+// close makes the new calls of one caller fail with errShutdown; forget
+// undoes it once the caller is gone.
+func (f *flights) close(owner string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed == nil {
+		f.closed = make(map[string]bool)
+	}
+	f.closed[owner] = true
+}
+
+func (f *flights) forget(owner string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.closed, owner)
+}
+
+// abort cancels the running calls of owner ("" = of everyone) with
+// errShutdown and returns how many it cancelled. Each still answers its
+// waiting request, with shutdownError.
+func (f *flights) abort(owner string) int {
+	f.mu.Lock()
+	var cancel []*call
+	for c := range f.running {
+		if owner == "" || c.owner == owner {
+			cancel = append(cancel, c)
+		}
+	}
+	f.mu.Unlock()
+	for _, c := range cancel {
+		c.abort(errShutdown)
+	}
+	return len(cancel)
+}
+
+// settled waits until no request waits for a call's answer, or ctx is
+// done; it reports which.
+func (f *flights) settled(ctx context.Context) bool {
+	f.mu.Lock()
+	if f.awaits == 0 {
+		f.mu.Unlock()
+		return true
+	}
+	if f.quiet == nil {
+		f.quiet = make(chan struct{})
+	}
+	quiet := f.quiet
+	f.mu.Unlock()
+	select {
+	case <-quiet:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// drainCalls stops new calls and gives the calls in flight until ctx is
+// done to finish; then it cancels the rest, which are answered with
+// shutdownError, and waits (at most answerWait) until every request has its
+// answer. The answers of /mcp requests are then being written by their
+// handlers; those of stream sessions are queued on the sessions (see
+// closeStreams).
+func (s *Server) drainCalls(ctx context.Context) {
+	s.flights.stop()
+	if s.flights.settled(ctx) {
+		return
+	}
+	n := s.flights.abort("")
+	s.log.Info("calls still running at the end of server.shutdown_grace are answered with an error", "calls", n, "duration", s.cfg.Server.ShutdownGrace)
+	actx, cancel := context.WithTimeout(context.Background(), answerWait)
+	defer cancel()
+	if !s.flights.settled(actx) {
+		s.log.Warn("some cancelled calls did not return; their clients get no answer", "duration", answerWait)
+	}
+}
+
+// closeStreams ends every stream session once the requests it is running
+// have queued their answers (at most until ctx is done), then waits, again
+// at most until ctx is done, for the sessions to write what they queued.
+func (s *Server) closeStreams(ctx context.Context) {
+	s.streams.mu.Lock()
+	live := make([]*streamSession, 0, len(s.streams.byID))
+	for _, ss := range s.streams.byID {
+		live = append(live, ss)
+	}
+	s.streams.mu.Unlock()
+	for _, ss := range live {
+		ss.idle(ctx)
+	}
+	s.streams.shutdown()
+	for _, ss := range live {
+		ss.wait(ctx)
+	}
+}
+
+// freshConns is the HTTP connections that have not sent a request yet.
+// http.Server.Shutdown counts such a connection as busy for its first five
+// seconds (a client's spare connection may stay that way for good), so
+// shutdown closes them itself once the calls are answered. Its track is an
+// http.Server's ConnState hook. Its zero value is ready to use; it is safe
+// for concurrent use.
+type freshConns struct {
+	mu    sync.Mutex
+	conns map[net.Conn]struct{}
+}
+
+func (f *freshConns) track(c net.Conn, state http.ConnState) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if state == http.StateNew {
+		if f.conns == nil {
+			f.conns = make(map[net.Conn]struct{})
+		}
+		f.conns[c] = struct{}{}
+		return
+	}
+	delete(f.conns, c)
+}
+
+// close closes every connection that has not sent a request.
+func (f *freshConns) close() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for c := range f.conns {
+		c.Close()
+		delete(f.conns, c)
+	}
+}
