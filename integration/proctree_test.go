@@ -472,6 +472,69 @@ func TestSetsidGrandchild(t *testing.T) {
 		}
 	})
 
+	t.Run("serve, an orphan without the marker", func(t *testing.T) {
+		// The wrapper's subshell starts the grandchild with an empty
+		// environment and exits at once: the grandchild is orphaned
+		// before any shutdown, carries no marker, and only mcpmux's
+		// own descendants are left to find it by.
+		marker := randomHex(t, 12)
+		setsid, _ := exec.LookPath("setsid")
+		sleep, _ := exec.LookPath("sleep")
+		sh, _ := exec.LookPath("sh")
+		for _, p := range []string{setsid, sleep, sh} {
+			if p == "" {
+				t.Skip("no setsid, sleep or sh")
+			}
+		}
+		arg := fmt.Sprintf("1000.%09d", time.Now().UnixNano()%1e9) // names this sleep
+		script := fmt.Sprintf(`(env -i %s %s -c 'trap "" TERM HUP; exec %s %s' &); exec "$0" demo-server --name sid`,
+			shQuote(setsid), shQuote(sh), shQuote(sleep), arg)
+		cfg := fmt.Sprintf("[upstreams.sid]\ncommand = \"sh\"\nargs = %s\nenv = { %s = %s }\nrequired = true\n",
+			tomlArray("-c", script, muxBinary(t)), markerEnv, tomlString(marker))
+		m := startMuxWith(t, muxOptions{Config: cfg, Marker: marker})
+		var g proc
+		deadline := time.Now().Add(15 * time.Second)
+		for g.PID == 0 {
+			ps, err := procsWhere(func(p proc) bool { return p.Comm == "sleep" && p.State != 'Z' && strings.Contains(cmdline(p.PID), arg) })
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(ps) == 1 {
+				g = ps[0]
+			} else if time.Now().After(deadline) {
+				t.Fatalf("no orphaned sleep %s:\n%s", arg, describeProcs(ps))
+			} else {
+				time.Sleep(20 * time.Millisecond)
+			}
+		}
+		t.Cleanup(func() {
+			if now, err := readProcStat(g.PID); err == nil && now.Comm == g.Comm {
+				_ = syscall.Kill(g.PID, syscall.SIGKILL)
+			}
+		})
+		if hasEnv(g.PID, markerEnv, marker) {
+			t.Fatalf("the orphan %d carries the marker; env -i did not scrub it", g.PID)
+		}
+		// A parentless sh subshell leaves the orphan to the nearest
+		// subreaper: mcpmux.
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			now, err := readProcStat(g.PID)
+			if err == nil && now.PPID == m.PID() {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the orphan's parent is %d, want mcpmux %d (a child subreaper)", now.PPID, m.PID())
+			}
+		}
+		if err := m.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		if code, ok := m.Wait(30 * time.Second); !ok || code != 0 {
+			t.Fatalf("mcpmux after SIGTERM: exited=%v code=%d", ok, code)
+		}
+		assertEnded(t, g)
+	})
+
 	t.Run("serve, the upstream's child crashes", func(t *testing.T) {
 		marker := randomHex(t, 12)
 		m := startMuxWith(t, muxOptions{Config: setsidConfig(t, marker), Marker: marker})
