@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -47,7 +48,8 @@ type Aggregator struct {
 	subs    []func(old, new *Snapshot)
 
 	relay             *relay
-	onResourceUpdated func(uri string)            // set before Start; nil = ignore
+	scoped            *sessionConns               // connections of scope = "session" upstreams
+	onResourceUpdated func(session, uri string)   // set before Start; nil = ignore
 	onLog             func(params map[string]any) // set before Start; nil = ignore
 
 	startMu   sync.Mutex
@@ -83,7 +85,7 @@ func New(cfg *configs.Config, opts Options) *Aggregator {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	a := &Aggregator{log: log, opts: opts, relay: newRelay()}
+	a := &Aggregator{log: log, opts: opts, relay: newRelay(), scoped: newSessionConns()}
 	set := &upstreamSet{cfg: cfg, namer: namerOf(cfg), byName: make(map[string]*upstream.Upstream)}
 	for _, uc := range cfg.Upstreams {
 		set.add(a.newUpstream(uc), newSource(uc))
@@ -103,19 +105,30 @@ func (s *upstreamSet) add(u *upstream.Upstream, src *source) {
 	s.byName[u.Name()] = u
 }
 
-// newUpstream builds (without starting) the connection for uc.
+// newUpstream builds (without starting) the shared connection for uc: the
+// one its catalog comes from, and the one every request uses unless uc is
+// scope = "session".
 func (a *Aggregator) newUpstream(uc *configs.Upstream) *upstream.Upstream {
+	return a.newConn(uc, "", a.log, func(*upstream.Upstream) { a.rebuild() })
+}
+
+// newConn builds (without starting) a connection for uc: the shared one
+// (session ""), or the own connection of one client session. What the
+// connection sends back is routed through a connLink naming both.
+func (a *Aggregator) newConn(uc *configs.Upstream, session string, log *slog.Logger, onCatalog func(*upstream.Upstream)) *upstream.Upstream {
 	var uo upstream.Options
 	if a.opts.Upstream != nil {
 		uo = a.opts.Upstream(uc)
 	}
-	uo.Logger = a.log
-	uo.OnCatalog = func(*upstream.Upstream) { a.rebuild() }
-	uo.OnNotification = a.onNotification
-	h := clientHandler{a: a, upstream: uc.Name}
-	uo.ClientOptions = append(uo.ClientOptions,
+	uo.Logger = log
+	uo.OnCatalog = onCatalog
+	l := &connLink{name: uc.Name, session: session}
+	uo.OnNotification = func(_ *upstream.Upstream, n mcp.JSONRPCNotification) { a.onNotification(l, n) }
+	h := clientHandler{a: a, l: l}
+	uo.ClientOptions = append(slices.Clip(uo.ClientOptions),
 		client.WithSamplingHandler(h), client.WithElicitationHandler(h), client.WithRootsHandler(h))
-	return upstream.New(uc, uo)
+	l.u = upstream.New(uc, uo)
+	return l.u
 }
 
 // upstream returns the connection named name, or an error naming it.
@@ -186,12 +199,20 @@ func (a *Aggregator) StartError(name string) error {
 	return a.startErrs[name]
 }
 
-// Close stops every upstream and waits for them. It is idempotent.
+// Close stops every upstream, the shared connections and every session's
+// own, and waits for them. It is idempotent.
 func (a *Aggregator) Close() error {
 	var errs *multierror.Error
 	a.closeOnce.Do(func() {
 		var wg sync.WaitGroup
 		var mu sync.Mutex
+		wg.Go(func() {
+			if err := a.scoped.close(a); err != nil {
+				mu.Lock()
+				errs = multierror.Append(errs, err)
+				mu.Unlock()
+			}
+		})
 		for _, u := range a.set.Load().ups {
 			wg.Go(func() {
 				if err := u.Close(); err != nil {
@@ -243,8 +264,11 @@ func (a *Aggregator) rebuild() {
 }
 
 // OnResourceUpdated registers fn to receive the exposed URI of every
-// notifications/resources/updated an upstream sends. Call it before Start.
-func (a *Aggregator) OnResourceUpdated(fn func(uri string)) { a.onResourceUpdated = fn }
+// notifications/resources/updated an upstream sends, and the client session
+// it belongs to: "" when it came over a shared connection (it is then every
+// subscriber's), else the session whose own connection (scope = "session")
+// sent it. Call it before Start.
+func (a *Aggregator) OnResourceUpdated(fn func(session, uri string)) { a.onResourceUpdated = fn }
 
 // SetServerInfo sets what mcpmux calls itself in results to 2026-07-28
 // clients. Call it before Start.

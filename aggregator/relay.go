@@ -12,6 +12,7 @@ import (
 	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/mcp"
 
+	"github.com/mcpmux/mcpmux/configs"
 	"github.com/mcpmux/mcpmux/upstream"
 )
 
@@ -24,70 +25,84 @@ var ErrAmbiguousCaller = errors.New("cannot tell which client session this belon
 // client for something (sampling, elicitation, roots) it did not declare.
 var ErrClientLacksCapability = errors.New("the calling client did not declare this capability")
 
-// relay tracks the requests mcpmux has in flight to each upstream, so that
-// what an upstream sends back (progress, log messages, sampling, elicitation
-// and roots requests) reaches the client that caused it.
+// relay tracks the requests mcpmux has in flight on each upstream
+// connection, so that what an upstream sends back (progress, log messages,
+// sampling, elicitation and roots requests) reaches the client that caused
+// it, and no other (SPEC §7).
 type relay struct {
 	seq atomic.Uint64
 
 	mu       sync.Mutex
-	inflight map[string]map[uint64]Client // upstream → call id → client
-	progress map[string]progressRoute     // minted token → route
-	links    map[string]string            // resource link URI → upstream
-	subs     map[string]int               // "upstream\x00uri" → subscribers
+	inflight map[*upstream.Upstream]map[*inflightCall]struct{} // connection → its calls
+	progress map[string]progressRoute                          // minted token → route
+	links    map[string]string                                 // resource link URI → upstream
+	subs     map[string]int                                    // "upstream\x00uri" → subscribers
 
 	// keyLocks serialize forwarding the first subscribe and the last
 	// unsubscribe of one URI, without one slow upstream holding up others.
 	keyLocks map[string]*keyLock
 }
 
+// inflightCall is one client request in flight on one upstream connection.
+// The ctx of its upstream request carries it (withCall), so that a
+// transport that ties a server→client request to that request (streamable
+// HTTP: the request's own response stream) hands it back.
+type inflightCall struct {
+	client Client
+	seq    uint64 // order of beginning
+}
+
 type progressRoute struct {
-	upstream string // the only upstream whose progress it is
+	conn     *upstream.Upstream // the only connection whose progress it is
 	client   Client
 	original json.RawMessage
 }
 
 func newRelay() *relay {
 	return &relay{
-		inflight: make(map[string]map[uint64]Client),
+		inflight: make(map[*upstream.Upstream]map[*inflightCall]struct{}),
 		progress: make(map[string]progressRoute),
 		links:    make(map[string]string),
 		subs:     make(map[string]int),
 	}
 }
 
-// begin records a client request in flight to upstream and returns the
-// function that ends it.
-func (r *relay) begin(upstream string, cl Client) func() {
-	id := r.seq.Add(1)
+// begin records a client request in flight on the connection u and returns
+// it, and the function that ends it.
+func (r *relay) begin(u *upstream.Upstream, cl Client) (*inflightCall, func()) {
+	c := &inflightCall{client: cl, seq: r.seq.Add(1)}
 	r.mu.Lock()
-	m := r.inflight[upstream]
+	m := r.inflight[u]
 	if m == nil {
-		m = make(map[uint64]Client)
-		r.inflight[upstream] = m
+		m = make(map[*inflightCall]struct{})
+		r.inflight[u] = m
 	}
-	m[id] = cl
+	m[c] = struct{}{}
 	r.mu.Unlock()
-	return func() {
+	return c, func() {
 		r.mu.Lock()
-		delete(r.inflight[upstream], id)
+		delete(r.inflight[u], c)
+		if len(r.inflight[u]) == 0 {
+			delete(r.inflight, u)
+		}
 		r.mu.Unlock()
 	}
 }
 
-// inflightCount returns how many client requests are in flight to upstream.
-func (r *relay) inflightCount(upstream string) int {
+// inflightCount returns how many client requests are in flight on u.
+func (r *relay) inflightCount(u *upstream.Upstream) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return len(r.inflight[upstream])
+	return len(r.inflight[u])
 }
 
 // mintProgress replaces a client's progress token with one unique across
-// every upstream connection and records where its notifications go.
-func (r *relay) mintProgress(upstream string, cl Client, original json.RawMessage) (json.RawMessage, func()) {
+// every upstream connection and records where its notifications go: to cl,
+// and only when they come from the connection u.
+func (r *relay) mintProgress(u *upstream.Upstream, cl Client, original json.RawMessage) (json.RawMessage, func()) {
 	tok := fmt.Sprintf("mcpmux-%d", r.seq.Add(1))
 	r.mu.Lock()
-	r.progress[tok] = progressRoute{upstream: upstream, client: cl, original: original}
+	r.progress[tok] = progressRoute{conn: u, client: cl, original: original}
 	r.mu.Unlock()
 	quoted, _ := json.Marshal(tok)
 	return quoted, func() {
@@ -97,22 +112,93 @@ func (r *relay) mintProgress(upstream string, cl Client, original json.RawMessag
 	}
 }
 
-// caller returns the client whose call caused an upstream's request or
-// notification: the one ctx carries when the transport tied it to the call,
-// else the only request in flight to that upstream.
-func (r *relay) caller(ctx context.Context, upstream string) (Client, error) {
-	if cl := clientFrom(ctx); cl != nil {
-		return cl, nil
-	}
+// connLink names one upstream connection for what it sends back: the
+// connection itself (set as soon as upstream.New returns, before it is
+// started) and, for a connection of a scope = "session" upstream, the one
+// client session it serves.
+type connLink struct {
+	name    string
+	u       *upstream.Upstream
+	session string // "" for the shared connection
+}
+
+// owner returns the client a server→client request that arrived on the
+// connection l belongs to (SPEC §7). It is the client whose call the
+// transport tied the request to (ctx carries that call, see withCall),
+// when that call is still in flight on this connection. Without such a
+// tie, it is a call of l's session when l serves one session (a scope =
+// "session" upstream): every call on that connection is that session's.
+// Otherwise nothing says which call caused the request (stdio and
+// websocket carry no link from a request to a call, and streamable HTTP
+// has none outside a call's response stream), and the request is refused:
+// delivering it to "the one call in flight" would hand one client's
+// request, and the upstream the answer, to a session that did not cause
+// it.
+func (r *relay) owner(ctx context.Context, l *connLink) (Client, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	m := r.inflight[upstream]
-	if len(m) == 1 {
-		for _, c := range m {
-			return c, nil
+	calls := r.inflight[l.u]
+	if c := callFrom(ctx); c != nil {
+		if _, ok := calls[c]; ok {
+			return c.client, nil
+		}
+		return nil, fmt.Errorf("the call it was sent with has ended: %w", ErrAmbiguousCaller)
+	}
+	if l.session != "" {
+		// The oldest call of the session: a request waits for its answer
+		// only as long as the call it is delivered through lasts.
+		var first *inflightCall
+		for c := range calls {
+			if first == nil || c.seq < first.seq {
+				first = c
+			}
+		}
+		if first == nil {
+			return nil, fmt.Errorf("no call of the client session this connection serves is in flight, and mcpmux relays such requests only during a call: %w", ErrAmbiguousCaller)
+		}
+		return first.client, nil
+	}
+	return nil, fmt.Errorf("%w: %s", ErrAmbiguousCaller, untiedReason(l.u))
+}
+
+// untiedReason explains, to the upstream that sent it and in mcpmux's log,
+// why a server→client request on a shared connection was refused, and
+// what to configure.
+func untiedReason(u *upstream.Upstream) string {
+	if u.Config().Scope == configs.ScopeSession {
+		return fmt.Sprintf("this is upstream %q's shared connection, which serves its catalog and stateless requests: "+
+			"only a client session's own connection takes requests for that session", u.Name())
+	}
+	how := "its " + u.Config().Transport + " transport does not say which call a request belongs to"
+	if u.Config().Transport == configs.TransportHTTP {
+		how = "it arrived outside the response stream of any call"
+	}
+	return fmt.Sprintf("upstream %q is one connection shared by every client session and %s; "+
+		"to use sampling, elicitation or roots with this upstream, set scope = \"session\" in [upstreams.%s] "+
+		"so that each client session gets a connection of its own", u.Name(), how, u.Name())
+}
+
+// logTarget returns the client a log message from the connection l goes
+// to: for a shared connection, the only call in flight on it (nil with none
+// or several: it is then no call's); for a session's connection, a call of
+// that session (nil with none: it goes to nobody else).
+func (r *relay) logTarget(l *connLink) Client {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	calls := r.inflight[l.u]
+	if len(calls) != 1 && l.session == "" {
+		return nil
+	}
+	var first *inflightCall
+	for c := range calls {
+		if first == nil || c.seq < first.seq {
+			first = c
 		}
 	}
-	return nil, fmt.Errorf("upstream %q: %d client requests in flight: %w", upstream, len(m), ErrAmbiguousCaller)
+	if first == nil {
+		return nil
+	}
+	return first.client
 }
 
 type keyLock struct {
@@ -202,18 +288,18 @@ func (r *relay) linkTable() map[string]string {
 	return out
 }
 
-// onNotification routes one upstream notification to the client it
-// belongs to. It runs on the upstream's reader and must not block:
-// Client.Notify only queues.
-func (a *Aggregator) onNotification(u *upstream.Upstream, n mcp.JSONRPCNotification) {
+// onNotification routes one notification from the connection l to the
+// client it belongs to. It runs on the upstream's reader and must not
+// block: Client.Notify only queues.
+func (a *Aggregator) onNotification(l *connLink, n mcp.JSONRPCNotification) {
 	switch n.Method {
 	case string(mcp.MethodNotificationProgress):
 		tok, _ := n.Params.AdditionalFields["progressToken"].(string)
 		a.relay.mu.Lock()
 		route, ok := a.relay.progress[tok]
 		a.relay.mu.Unlock()
-		if !ok || route.upstream != u.Name() {
-			return // minted tokens are guessable: another upstream's is not relayed
+		if !ok || route.conn != l.u {
+			return // minted tokens are guessable: another connection's is not relayed
 		}
 		params := make(map[string]any, len(n.Params.AdditionalFields))
 		for k, v := range n.Params.AdditionalFields {
@@ -222,17 +308,18 @@ func (a *Aggregator) onNotification(u *upstream.Upstream, n mcp.JSONRPCNotificat
 		params["progressToken"] = route.original
 		route.client.Notify(string(mcp.MethodNotificationProgress), params)
 	case string(mcp.MethodNotificationMessage):
-		cl, err := a.relay.caller(context.Background(), u.Name())
-		if err != nil {
-			// Not caused by any call (the upstream logs on its own): it
-			// goes to every session that asked for log messages. With
-			// several calls in flight it may belong to one of them, so it
-			// is not spread to others.
-			if a.relay.inflightCount(u.Name()) == 0 && a.onLog != nil {
+		cl := a.relay.logTarget(l)
+		if cl == nil {
+			// Not caused by any call (the upstream logs on its own): a
+			// shared connection's goes to every session that asked for log
+			// messages. With several calls in flight it may belong to one
+			// of them, so it is not spread to others; a session's own
+			// connection's belongs to that session only.
+			if l.session == "" && a.relay.inflightCount(l.u) == 0 && a.onLog != nil {
 				a.onLog(n.Params.AdditionalFields)
 				return
 			}
-			a.log.Debug("log message from upstream not delivered", "upstream", u.Name(), "error", err)
+			a.log.Debug("log message from upstream not delivered", "upstream", l.name, "session", l.session)
 			return
 		}
 		level, _ := n.Params.AdditionalFields["level"].(string)
@@ -248,19 +335,22 @@ func (a *Aggregator) onNotification(u *upstream.Upstream, n mcp.JSONRPCNotificat
 		exposed := uri
 		snap := a.Snapshot()
 		for _, rw := range snap.Rewrites {
-			if rw.Upstream == u.Name() && rw.Original == uri {
+			if rw.Upstream == l.name && rw.Original == uri {
 				exposed = rw.Exposed
 			}
 		}
-		a.onResourceUpdated(exposed)
+		// A session's own connection's update is that session's only:
+		// the subscription it answers was made on that connection.
+		a.onResourceUpdated(l.session, exposed)
 	}
 }
 
-// clientHandler answers an upstream's sampling, elicitation and roots
-// requests by asking the client whose call caused them.
+// clientHandler answers the sampling, elicitation and roots requests of
+// the upstream connection l by asking the client whose call caused them
+// (relay.owner), or refuses them when nothing says which client that is.
 type clientHandler struct {
-	a        *Aggregator
-	upstream string
+	a *Aggregator
+	l *connLink
 }
 
 var (
@@ -270,14 +360,16 @@ var (
 )
 
 // ask relays one server→client request to the calling client and decodes
-// its answer into out.
+// its answer into out. A refusal's text reaches the upstream (mcp-go
+// answers the request with it), so it says what to configure.
 func (h clientHandler) ask(ctx context.Context, method string, params, out any) error {
-	cl, err := h.a.relay.caller(ctx, h.upstream)
+	cl, err := h.a.relay.owner(ctx, h.l)
 	if err != nil {
-		return fmt.Errorf("%s from upstream %q: %w", method, h.upstream, err)
+		h.a.log.Warn("server→client request refused", "upstream", h.l.name, "session", h.l.session, "method", method, "error", err)
+		return fmt.Errorf("%s from upstream %q: %w", method, h.l.name, err)
 	}
 	if err := checkCapability(cl, method); err != nil {
-		return fmt.Errorf("%s from upstream %q: %w", method, h.upstream, ErrClientLacksCapability)
+		return fmt.Errorf("%s from upstream %q: %w", method, h.l.name, ErrClientLacksCapability)
 	}
 	res, err := cl.Request(ctx, method, params)
 	if err != nil {
@@ -294,7 +386,7 @@ func (h clientHandler) CreateMessage(ctx context.Context, req mcp.CreateMessageR
 	}
 	content, err := mcp.ParseSamplingContent(res.Content)
 	if err != nil {
-		return nil, fmt.Errorf("sampling/createMessage from upstream %q: the client's result: %w", h.upstream, err)
+		return nil, fmt.Errorf("sampling/createMessage from upstream %q: the client's result: %w", h.l.name, err)
 	}
 	res.Content = content
 	return &res, nil

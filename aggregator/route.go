@@ -38,6 +38,12 @@ type Client interface {
 	// (results then carry resultType and serverInfo, and input_required
 	// results are the client's to answer).
 	Modern() bool
+	// Session is the id of the client session the request belongs to, or
+	// "" for a request outside any session (a 2026-07-28 stateless one).
+	// A session's requests to a scope = "session" upstream go over that
+	// session's own connection (see EndSession); stateless ones use the
+	// shared connection.
+	Session() string
 }
 
 // UpstreamError is mcpmux's own failure to get an answer from an upstream:
@@ -212,13 +218,13 @@ func (a *Aggregator) route(ctx context.Context, cl Client, up, method, target st
 	if err := checkPin(ctx, up); err != nil {
 		return nil, err
 	}
-	u, err := a.upstream(up)
+	u, err := a.connFor(ctx, cl, up)
 	if err != nil {
 		return nil, upstreamErr(up, method, 0, err)
 	}
 	var forget func()
 	out, err := jsonrpc.Rewrite(params, set, func(meta map[string]json.RawMessage) map[string]json.RawMessage {
-		meta, forget = a.hopMeta(up, cl, meta)
+		meta, forget = a.hopMeta(u, cl, meta)
 		return meta
 	})
 	if forget != nil {
@@ -230,8 +236,9 @@ func (a *Aggregator) route(ctx context.Context, cl Client, up, method, target st
 	req := upstream.Request{Method: method, Target: target, Params: out, LogLevel: cl.LogLevel(), Tool: tool, Modern: cl.Modern()}
 	caps := cl.Capabilities()
 	req.Caps = &caps
-	ctx = withClient(ctx, cl)
-	defer a.relay.begin(up, cl)()
+	call, end := a.relay.begin(u, cl)
+	defer end()
+	ctx = withCall(ctx, call)
 	for round := 0; ; round++ {
 		res, err := u.Send(ctx, req)
 		if err != nil {
@@ -321,9 +328,9 @@ func checkCapability(cl Client, method string) error {
 // hopMeta builds the _meta of the upstream hop from the client's: keys of
 // the client's own hop (io.modelcontextprotocol/*) are dropped, and a
 // progress token is replaced by one unique across upstream connections,
-// whose notifications are mapped back to cl. The returned func forgets
-// that mapping (nil when there is none).
-func (a *Aggregator) hopMeta(up string, cl Client, meta map[string]json.RawMessage) (map[string]json.RawMessage, func()) {
+// whose notifications from the connection u are mapped back to cl. The
+// returned func forgets that mapping (nil when there is none).
+func (a *Aggregator) hopMeta(u *upstream.Upstream, cl Client, meta map[string]json.RawMessage) (map[string]json.RawMessage, func()) {
 	for k := range meta {
 		if upstream.IsReservedMeta(k) {
 			delete(meta, k)
@@ -333,7 +340,7 @@ func (a *Aggregator) hopMeta(up string, cl Client, meta map[string]json.RawMessa
 	if !ok || string(tok) == "null" {
 		return meta, nil
 	}
-	minted, forget := a.relay.mintProgress(up, cl, tok)
+	minted, forget := a.relay.mintProgress(u, cl, tok)
 	meta["progressToken"] = minted
 	return meta, forget
 }
@@ -422,18 +429,31 @@ func renameContents(res json.RawMessage, original, exposed string) (json.RawMess
 	return json.Marshal(r)
 }
 
-// Subscribe forwards resources/subscribe to the owning upstream the first
-// time any client subscribes to uri. The count of subscribers is raised
-// only when that succeeds.
-func (a *Aggregator) Subscribe(ctx context.Context, uri string) error {
+// Subscribe forwards resources/subscribe of uri for the client session
+// session ("" for a subscriber outside any session, such as a 2026-07-28
+// listener). On a scope = "session" upstream a session subscribes on its
+// own connection (opening it if needed), whose updates reach that session
+// only; the front door forwards each session's subscription once.
+// Otherwise it is forwarded on the shared connection the first time any
+// client subscribes to uri, and the count of subscribers is raised only
+// when that succeeds.
+func (a *Aggregator) Subscribe(ctx context.Context, session, uri string) error {
 	up, original, ok := a.RouteURI(uri)
 	if !ok {
 		return fmt.Errorf("resource %q: %w", uri, ErrResourceNotFound)
 	}
+	method, params := string(mcp.MethodResourcesSubscribe), map[string]any{"uri": original}
+	if shared := a.sessionScoped(session, up); shared != nil {
+		u, err := a.sessionConn(ctx, session, shared)
+		if err != nil {
+			return upstreamErr(up, method, 0, err)
+		}
+		return a.sendOn(ctx, u, method, uri, params)
+	}
 	key := up + "\x00" + original
 	defer a.relay.lockKey(key)() // serializes the first subscribe and the last unsubscribe of a URI
 	if a.relay.subscribers(key) == 0 {
-		if err := a.send(ctx, up, string(mcp.MethodResourcesSubscribe), uri, map[string]any{"uri": original}); err != nil {
+		if err := a.send(ctx, up, method, uri, params); err != nil {
 			return err
 		}
 	}
@@ -441,11 +461,20 @@ func (a *Aggregator) Subscribe(ctx context.Context, uri string) error {
 	return nil
 }
 
-// Unsubscribe forwards resources/unsubscribe when the last subscriber of
-// uri leaves.
-func (a *Aggregator) Unsubscribe(ctx context.Context, uri string) error {
+// Unsubscribe forwards resources/unsubscribe of uri for session: on the
+// session's own connection for a scope = "session" upstream (nothing when
+// that connection is gone, and the subscription with it), else when the
+// last subscriber of uri leaves.
+func (a *Aggregator) Unsubscribe(ctx context.Context, session, uri string) error {
 	up, original, ok := a.RouteURI(uri)
 	if !ok {
+		return nil
+	}
+	method, params := string(mcp.MethodResourcesUnsubscribe), map[string]any{"uri": original}
+	if a.sessionScoped(session, up) != nil {
+		if u := a.openSessionConn(session, up); u != nil {
+			return a.sendOn(ctx, u, method, uri, params)
+		}
 		return nil
 	}
 	key := up + "\x00" + original
@@ -456,33 +485,41 @@ func (a *Aggregator) Unsubscribe(ctx context.Context, uri string) error {
 	if a.relay.addSubscriber(key, -1) > 0 {
 		return nil
 	}
-	return a.send(ctx, up, string(mcp.MethodResourcesUnsubscribe), uri, map[string]any{"uri": original})
+	return a.send(ctx, up, method, uri, params)
 }
 
-// send makes a request of mcpmux's own (not on a client's behalf) to up.
+// send makes a request of mcpmux's own (not on a client's behalf) to up's
+// shared connection.
 func (a *Aggregator) send(ctx context.Context, up, method, target string, params any) error {
 	u, err := a.upstream(up)
 	if err != nil {
 		return upstreamErr(up, method, 0, err)
 	}
+	return a.sendOn(ctx, u, method, target, params)
+}
+
+// sendOn makes a request of mcpmux's own on the connection u.
+func (a *Aggregator) sendOn(ctx context.Context, u *upstream.Upstream, method, target string, params any) error {
 	b, err := json.Marshal(params)
 	if err != nil {
 		return err
 	}
 	_, err = u.Send(ctx, upstream.Request{Method: method, Target: target, Params: b})
-	return upstreamErr(up, method, u.Config().CallTimeout, err)
+	return upstreamErr(u.Name(), method, u.Config().CallTimeout, err)
 }
 
-// clientKey carries the Client of a routed call in the ctx of its upstream
-// request, where a transport that ties server→client requests to the call
-// (streamable HTTP) hands it back.
-type clientKey struct{}
+// callKey carries the routed call in the ctx of its upstream request,
+// where a transport that ties server→client requests to the request hands
+// it back: mcp-go's streamable HTTP client handles a request that arrives
+// on a POST's response stream with a ctx derived from that POST's. Stdio
+// and websocket hand the connection's own ctx, which carries none.
+type callKey struct{}
 
-func withClient(ctx context.Context, cl Client) context.Context {
-	return context.WithValue(ctx, clientKey{}, cl)
+func withCall(ctx context.Context, c *inflightCall) context.Context {
+	return context.WithValue(ctx, callKey{}, c)
 }
 
-func clientFrom(ctx context.Context) Client {
-	cl, _ := ctx.Value(clientKey{}).(Client)
-	return cl
+func callFrom(ctx context.Context) *inflightCall {
+	c, _ := ctx.Value(callKey{}).(*inflightCall)
+	return c
 }

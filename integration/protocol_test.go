@@ -156,6 +156,14 @@ required = true
 `, tomlString(harness.node), tomlArray(everythingEntry(), "stdio"))
 }
 
+// protoEveryStdioPerSession is protoEveryStdio with one child per client
+// session: over stdio nothing ties server-everything's sampling,
+// elicitation and roots requests to a call, so on a shared child mcpmux
+// refuses them (SPEC §7).
+func protoEveryStdioPerSession() string {
+	return protoEveryStdio() + "scope = \"session\"\n"
+}
+
 // protoEveryHTTP mounts server-everything over streamable HTTP (at url) as
 // "everyhttp".
 func protoEveryHTTP(url string) string {
@@ -164,6 +172,13 @@ func protoEveryHTTP(url string) string {
 url = %s
 required = true
 `, tomlString(url))
+}
+
+// protoEveryHTTPPerSession is protoEveryHTTP with one connection per
+// client session: server-everything sends roots/list outside any call's
+// response stream, which on a shared connection nothing ties to a call.
+func protoEveryHTTPPerSession(url string) string {
+	return protoEveryHTTP(url) + "scope = \"session\"\n"
 }
 
 // protoConditionalTools are the tools server-everything registers after
@@ -187,7 +202,7 @@ func protoPrefixed(prefix string, names []string) []string {
 func protoTargets(t *testing.T) []protoTarget {
 	t.Helper()
 	url := startEverythingHTTP(t)
-	stdio := startMux(t, protoConfig(protoEveryStdio()))
+	stdio := startMux(t, protoConfig(protoEveryStdioPerSession()))
 	http := startMux(t, protoConfig(protoEveryHTTP(url)))
 	waitForTools(t, stdio.URL(), nil, protoPrefixed("every__", protoConditionalTools), 30*time.Second)
 	waitForTools(t, http.URL(), nil, protoPrefixed("everyhttp__", protoConditionalTools), 30*time.Second)
@@ -766,7 +781,7 @@ func TestProtocolRelay(t *testing.T) {
 func TestProtocolRoots(t *testing.T) {
 	requireNode(t)
 	url := startEverythingHTTP(t)
-	mux := startMux(t, protoConfig(protoEveryStdio(), protoEveryHTTP(url)))
+	mux := startMux(t, protoConfig(protoEveryStdioPerSession(), protoEveryHTTPPerSession(url)))
 	waitForTools(t, mux.URL(), nil, []string{"every__get-roots-list", "everyhttp__get-roots-list"}, 30*time.Second)
 
 	roots := [][]map[string]any{

@@ -58,8 +58,11 @@ func isRouted(m *jsonrpc.Message, session bool) bool {
 // caller is the aggregator.Client of one routed request.
 type caller struct {
 	modern bool
-	caps   mcp.ClientCapabilities
-	level  func() mcp.LoggingLevel
+	// session is the id of the session the request belongs to; "" for a
+	// 2026-07-28 request, which has none (set by callFor).
+	session string
+	caps    mcp.ClientCapabilities
+	level   func() mcp.LoggingLevel
 	// queue hands a frame to the request's writer without blocking; it
 	// reports false when the frame was dropped.
 	queue func(frame []byte) bool
@@ -87,6 +90,7 @@ func (c *caller) Request(ctx context.Context, method string, params any) (json.R
 
 func (c *caller) Capabilities() mcp.ClientCapabilities { return c.caps }
 func (c *caller) Modern() bool                         { return c.modern }
+func (c *caller) Session() string                      { return c.session }
 func (c *caller) LogLevel() mcp.LoggingLevel {
 	if c.level == nil {
 		return ""
@@ -316,9 +320,9 @@ func (s *Server) subscribe(ctx context.Context, id, uri string, on bool) error {
 	s.mu.Unlock()
 	var err error
 	if on {
-		err = s.agg.Subscribe(ctx, uri)
+		err = s.agg.Subscribe(ctx, id, uri)
 	} else {
-		err = s.agg.Unsubscribe(ctx, uri)
+		err = s.agg.Unsubscribe(ctx, id, uri)
 	}
 	if err != nil {
 		s.mu.Lock()

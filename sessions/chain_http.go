@@ -95,7 +95,11 @@ func (s *Server) callFor(ctx context.Context, m *jsonrpc.Message, b Binding, e *
 	}
 	c := newCall(m, b, modern, id)
 	logf := func(msg string, args ...any) { s.log.Debug(msg, append(args, "session", id, "method", m.Method)...) }
-	s.start(ctx, c, id, b, e, m, newCaller(c, logf))
+	cl := newCaller(c, logf)
+	if !modern {
+		cl.session = id // a stateless request's id is only its rate-limit key
+	}
+	s.start(ctx, c, id, b, e, m, cl)
 	return c, nil
 }
 

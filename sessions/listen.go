@@ -151,7 +151,7 @@ func (s *Server) listen(ctx context.Context, m *jsonrpc.Message, b Binding, view
 	var subscribed []string
 	release := func() {
 		for _, uri := range subscribed {
-			if err := s.agg.Unsubscribe(context.WithoutCancel(ctx), uri); err != nil {
+			if err := s.agg.Unsubscribe(context.WithoutCancel(ctx), "", uri); err != nil {
 				s.log.Debug("resource subscription not released", "error", err)
 			}
 		}
@@ -168,7 +168,7 @@ func (s *Server) listen(ctx context.Context, m *jsonrpc.Message, b Binding, view
 				return nil, s.errorFor(m, fmt.Errorf("resource %q: %w", uri, aggregator.ErrResourceNotFound), true)
 			}
 		}
-		if err := s.agg.Subscribe(ctx, uri); err != nil {
+		if err := s.agg.Subscribe(ctx, "", uri); err != nil {
 			release()
 			return nil, s.errorFor(m, err, true)
 		}

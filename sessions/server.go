@@ -216,9 +216,10 @@ func New(cfg *configs.Config, agg *aggregator.Aggregator, opts Options) (*Server
 		}
 		s.mu.Unlock()
 		s.limits.Forget(cs.SessionID())
+		s.agg.EndSession(cs.SessionID()) // closes its scope = "session" connections
 		if sess != nil {
 			for _, uri := range subs {
-				if err := s.agg.Unsubscribe(context.WithoutCancel(ctx), uri); err != nil {
+				if err := s.agg.Unsubscribe(context.WithoutCancel(ctx), cs.SessionID(), uri); err != nil {
 					s.log.Debug("resource subscription not released", "session", cs.SessionID(), "error", err)
 				}
 			}
@@ -368,19 +369,23 @@ func (s *Server) upstreamLog(params map[string]any) {
 }
 
 // resourceUpdated tells every session subscribed to uri whose view shows
-// the upstream serving it.
-func (s *Server) resourceUpdated(uri string) {
+// the upstream serving it; when the update came over one session's own
+// connection (only a scope = "session" upstream has those), that session
+// only.
+func (s *Server) resourceUpdated(from, uri string) {
 	up, _, routed := s.agg.RouteURI(uri)
 	s.mu.Lock()
 	var ids []string
 	for id, sess := range s.bound {
-		if sess.subs[uri] && routed && s.listing(sess.binding).Shows(up) {
+		if sess.subs[uri] && routed && s.listing(sess.binding).Shows(up) && (from == "" || id == from) {
 			ids = append(ids, id)
 		}
 	}
 	s.mu.Unlock()
 	s.notify(ids, string(mcp.MethodNotificationResourceUpdated), map[string]any{"uri": uri})
-	s.notifyListeners(nil, uri)
+	if from == "" {
+		s.notifyListeners(nil, uri)
+	}
 }
 
 // onRegister binds a new legacy session to the binding its initialize

@@ -186,6 +186,8 @@ func (ss *streamSession) end(cause error) {
 	}
 	ss.srv.streams.remove(ss)
 	ss.srv.limits.Forget(ss.id) // it may have called tools without registering
+	// Likewise for its scope = "session" connections.
+	ss.srv.agg.EndSession(ss.id)
 	level := slogLevelFor(cause)
 	ss.srv.log.Log(context.Background(), level, "session ended", "session", ss.id, "profile", ss.binding.Profile, "reason", causeText(cause))
 }

@@ -1,0 +1,171 @@
+package aggregator
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/mcpmux/mcpmux/configs"
+	"github.com/mcpmux/mcpmux/upstream"
+)
+
+// testClient is a Client that records what reaches it.
+type testClient struct {
+	name    string
+	session string
+	notes   []string
+}
+
+func (c *testClient) Notify(method string, _ any) { c.notes = append(c.notes, method) }
+func (c *testClient) Request(context.Context, string, any) (json.RawMessage, error) {
+	return json.RawMessage(`{}`), nil
+}
+func (c *testClient) Capabilities() mcp.ClientCapabilities {
+	return mcp.ClientCapabilities{Sampling: &mcp.SamplingCapability{}}
+}
+func (c *testClient) LogLevel() mcp.LoggingLevel { return mcp.LoggingLevelDebug }
+func (c *testClient) Modern() bool               { return false }
+func (c *testClient) Session() string            { return c.session }
+
+// testLink returns the link of a connection (never started) of an upstream
+// named name over transport, serving session ("" = shared).
+func testLink(name, transport, session string) *connLink {
+	uc := &configs.Upstream{Name: name, Transport: transport, Command: "unused", Scope: configs.ScopeShared}
+	return &connLink{name: name, session: session, u: upstream.New(uc, upstream.Options{})}
+}
+
+// TestOwnerSharedUntied is issue 9, item 5: on a shared stdio connection,
+// a server→client request with nothing tying it to a call is refused even
+// when exactly one call (another session's) is in flight, and the refusal
+// says what to configure.
+func TestOwnerSharedUntied(t *testing.T) {
+	for _, transport := range []string{configs.TransportStdio, configs.TransportWebsocket, configs.TransportHTTP} {
+		t.Run(transport, func(t *testing.T) {
+			r := newRelay()
+			l := testLink("late", transport, "")
+			victim := &testClient{name: "victim", session: "B"}
+			_, end := r.begin(l.u, victim)
+			defer end()
+			cl, err := r.owner(context.Background(), l)
+			if cl != nil {
+				t.Fatalf("the request went to %v, want it refused", cl.(*testClient).name)
+			}
+			if !errors.Is(err, ErrAmbiguousCaller) {
+				t.Fatalf("err = %v, want ErrAmbiguousCaller", err)
+			}
+			for _, want := range []string{`scope = "session"`, "[upstreams.late]"} {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error %q does not say %s", err, want)
+				}
+			}
+		})
+	}
+}
+
+// TestOwnerSharedOfSessionScope checks the refusal on the shared
+// connection of a scope = "session" upstream: it does not advise setting
+// what is already set.
+func TestOwnerSharedOfSessionScope(t *testing.T) {
+	r := newRelay()
+	uc := &configs.Upstream{Name: "late", Transport: configs.TransportStdio, Command: "unused", Scope: configs.ScopeSession}
+	l := &connLink{name: "late", u: upstream.New(uc, upstream.Options{})}
+	_, end := r.begin(l.u, &testClient{name: "stateless"})
+	defer end()
+	cl, err := r.owner(context.Background(), l)
+	if cl != nil || !errors.Is(err, ErrAmbiguousCaller) {
+		t.Fatalf("owner = %v, %v; want a refusal", cl, err)
+	}
+	if strings.Contains(err.Error(), "set scope") || !strings.Contains(err.Error(), "shared connection") {
+		t.Errorf("error %q: want it to say this is the shared connection, without advising scope", err)
+	}
+}
+
+// TestOwnerTied checks the transport's tie: the ctx of the call the
+// request came with names its client, while that call is in flight on
+// this connection; not once it ended, and not on another connection.
+func TestOwnerTied(t *testing.T) {
+	r := newRelay()
+	l := testLink("h", configs.TransportHTTP, "")
+	other := testLink("h2", configs.TransportHTTP, "")
+	a, b := &testClient{name: "A"}, &testClient{name: "B"}
+	callA, endA := r.begin(l.u, a)
+	_, endB := r.begin(l.u, b)
+	defer endB()
+	ctx := withCall(context.Background(), callA)
+	if cl, err := r.owner(ctx, l); err != nil || cl != a {
+		t.Fatalf("owner = %v, %v; want A", cl, err)
+	}
+	if cl, err := r.owner(ctx, other); err == nil {
+		t.Errorf("a call tied on another connection reached %v", cl.(*testClient).name)
+	}
+	endA()
+	if cl, err := r.owner(ctx, l); err == nil {
+		t.Errorf("a request tied to an ended call reached %v", cl.(*testClient).name)
+	}
+}
+
+// TestOwnerSessionConnection checks a scope = "session" connection: what
+// arrives on it goes to a call of its session, the oldest in flight, and
+// is refused when the session has none in flight.
+func TestOwnerSessionConnection(t *testing.T) {
+	r := newRelay()
+	l := testLink("s", configs.TransportStdio, "A")
+	if cl, err := r.owner(context.Background(), l); err == nil {
+		t.Fatalf("with no call in flight the request reached %v", cl.(*testClient).name)
+	}
+	first, second := &testClient{name: "first", session: "A"}, &testClient{name: "second", session: "A"}
+	_, end1 := r.begin(l.u, first)
+	_, end2 := r.begin(l.u, second)
+	defer end2()
+	if cl, err := r.owner(context.Background(), l); err != nil || cl != first {
+		t.Fatalf("owner = %v, %v; want the oldest call", cl, err)
+	}
+	end1()
+	if cl, err := r.owner(context.Background(), l); err != nil || cl != second {
+		t.Fatalf("owner = %v, %v; want the call left", cl, err)
+	}
+}
+
+// TestNotificationsStayOnTheirConnection checks that progress minted for a
+// call on one connection is not relayed from another connection of the
+// same upstream (a session's own), and that a session connection's log
+// messages reach only that session.
+func TestNotificationsStayOnTheirConnection(t *testing.T) {
+	a := New(&configs.Config{}, Options{})
+	var broadcast int
+	a.OnLog(func(map[string]any) { broadcast++ })
+	shared := testLink("u", configs.TransportStdio, "")
+	mine := testLink("u", configs.TransportStdio, "A")
+	cl := &testClient{name: "B", session: "B"}
+	tok, forget := a.relay.mintProgress(shared.u, cl, json.RawMessage(`"t"`))
+	defer forget()
+	var minted string
+	json.Unmarshal(tok, &minted)
+	progress := mcp.JSONRPCNotification{}
+	progress.Method = string(mcp.MethodNotificationProgress)
+	progress.Params.AdditionalFields = map[string]any{"progressToken": minted, "progress": 1}
+	a.onNotification(mine, progress)
+	if len(cl.notes) != 0 {
+		t.Errorf("progress from session A's connection reached B: %v", cl.notes)
+	}
+	a.onNotification(shared, progress)
+	if len(cl.notes) != 1 {
+		t.Errorf("progress from the call's own connection: %v, want it relayed once", cl.notes)
+	}
+
+	logMsg := mcp.JSONRPCNotification{}
+	logMsg.Method = string(mcp.MethodNotificationMessage)
+	logMsg.Params.AdditionalFields = map[string]any{"level": "error", "data": "x"}
+	a.onNotification(mine, logMsg)
+	if broadcast != 0 {
+		t.Errorf("a log message of session A's connection, with no call in flight, was spread to every session")
+	}
+	a.onNotification(shared, logMsg)
+	if broadcast != 1 {
+		t.Errorf("a log message of the shared connection with no call in flight reached onLog %d times, want 1", broadcast)
+	}
+}
