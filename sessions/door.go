@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
 )
@@ -20,17 +21,22 @@ import (
 
 // streamSet is the live stream sessions of one Server: a POST to /message
 // finds its SSE session here, and the HTTP server's shutdown ends them all.
-// Its zero value is ready to use; it is safe for concurrent use. Lock
-// order: streamSet.mu before streamSession.mu.
+// Each holds a server.max_sessions slot, and each but stdio's ends once it
+// has been idle for server.session_idle_timeout (read_timeout before it
+// initialized). Its zero value is ready to use; it is safe for concurrent
+// use. Lock order: streamSet.mu before streamSession.mu.
 type streamSet struct {
 	mu      sync.Mutex
 	byID    map[string]*streamSession
+	idle    map[*streamSession]*time.Timer
 	closing bool
 	hooked  map[*http.Server]bool
 }
 
-// add records ss. It fails once the server is shutting down, or when ss
-// has already ended (its end ran before add, so nothing would remove it).
+// add records ss and takes its max_sessions slot. It fails once the server
+// is shutting down, when every slot is taken (errTooManySessions), or when
+// ss has already ended (its end ran before add, so nothing would remove
+// it).
 func (set *streamSet) add(ss *streamSession) error {
 	set.mu.Lock()
 	defer set.mu.Unlock()
@@ -43,20 +49,66 @@ func (set *streamSet) add(ss *streamSession) error {
 	if ended {
 		return ErrSessionClosed
 	}
+	if !ss.srv.slots.take() {
+		return ss.srv.tooManySessions()
+	}
 	if set.byID == nil {
 		set.byID = make(map[string]*streamSession)
+		set.idle = make(map[*streamSession]*time.Timer)
 	}
 	set.byID[ss.id] = ss
+	ss.seen.Store(time.Now().UnixNano())
+	if ss.kind != "stdio" { // the one client that launched mcpmux
+		set.idle[ss] = time.AfterFunc(ss.srv.initTTL(), func() { set.checkIdle(ss) })
+	}
 	return nil
 }
 
-// remove forgets ss (end calls it).
+// remove forgets ss and gives its slot back (end calls it).
 func (set *streamSet) remove(ss *streamSession) {
 	set.mu.Lock()
 	defer set.mu.Unlock()
 	if set.byID[ss.id] == ss {
 		delete(set.byID, ss.id)
+		if t := set.idle[ss]; t != nil {
+			t.Stop()
+			delete(set.idle, ss)
+		}
+		ss.srv.slots.give()
 	}
+}
+
+// errSessionIdle ends a stream session that was idle too long.
+var errSessionIdle = errors.New("session idle for longer than server.session_idle_timeout")
+
+// checkIdle ends ss when no message came from its client for its idle TTL
+// (read_timeout until it initialized) and none of its requests is in
+// flight; otherwise it sets the timer for the next check.
+func (set *streamSet) checkIdle(ss *streamSession) {
+	ttl := ss.srv.cfg.Server.SessionIdleTimeout
+	if !ss.initialized.Load() {
+		ttl = ss.srv.initTTL()
+	}
+	if ttl <= 0 {
+		return
+	}
+	ss.mu.Lock()
+	busy := len(ss.inflight) > 0
+	ss.mu.Unlock()
+	idle := time.Since(time.Unix(0, ss.seen.Load()))
+	if !busy && idle >= ttl {
+		ss.end(errSessionIdle)
+		return
+	}
+	next := ttl - idle
+	if busy {
+		next = ttl
+	}
+	set.mu.Lock()
+	if t := set.idle[ss]; t != nil {
+		t.Reset(max(next, time.Second))
+	}
+	set.mu.Unlock()
 }
 
 // get returns the live session with id, or nil.
@@ -124,6 +176,11 @@ func (s *Server) openDoor(w http.ResponseWriter, r *http.Request) (Binding, Sele
 	}
 	if err != nil {
 		writeResolveError(w, err)
+		return Binding{}, Selection{}, false
+	}
+	// Refused before the upgrade; streamSet.add takes the slot itself.
+	if s.slots.full() {
+		s.refuseSession(w, nil, "", b.Profile)
 		return Binding{}, Selection{}, false
 	}
 	s.streams.watchShutdown(r)

@@ -83,6 +83,12 @@ func (s *Server) serveListen(w http.ResponseWriter, r *http.Request, m *jsonrpc.
 		writeAnswer(w, httpStatus(e.Code), jsonrpc.ErrorResponse(m.ID, e))
 		return
 	}
+	// A listen stream holds a server.max_sessions slot while open.
+	if !s.slots.take() {
+		s.refuseSession(w, m.ID, m.Method, b.Profile)
+		return
+	}
+	defer s.slots.give()
 	frames := make(chan []byte, callFrames)
 	queue := func(f []byte) bool {
 		select {

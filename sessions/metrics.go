@@ -71,8 +71,11 @@ func newMetrics(s *Server) *metrics {
 	m.reg.MustRegister(m.requests, m.latency, m.calls, m.callTime, m.upstreams,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "mcpmux_filter_instances", Help: "Distinct compiled filters (effective rule sets) in use.",
+			Name: "mcpmux_filter_instances", Help: "Distinct compiled filters (effective rule sets) held: profiles' and the bounded cache of request narrowings.",
 		}, func() float64 { return float64(s.registry.Instances()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "mcpmux_open_sessions", Help: "Live sessions and streams on every door, counted against server.max_sessions.",
+		}, func() float64 { return float64(s.slots.live()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "mcpmux_sessions", Help: "Live client sessions bound to a view.",
 		}, func() float64 { return float64(s.Sessions()) }),

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 
@@ -55,19 +56,46 @@ type Selection struct {
 	HasToken  bool
 }
 
+// Bounds of a request's narrowing (SPEC §10). No real client comes near
+// them: an exposed name is at most server.max_name_length (≤ 128) bytes,
+// and a request that names more tools than a catalog usually holds narrows
+// nothing. They keep what one request can make mcpmux compile and cache
+// small; a request over them is refused with 400.
+const (
+	// MaxNarrowNames is the most names one Mcp-Tools / ?tools= or
+	// Mcp-Toolsets / ?toolsets= list may hold.
+	MaxNarrowNames = 256
+	// MaxNarrowNameLength is the longest name, in bytes, such a list may
+	// hold.
+	MaxNarrowNameLength = 128
+	// MaxProfileNameLength is the longest profile name a request may give.
+	MaxProfileNameLength = 128
+)
+
 // SelectionFromRequest reads a request's profile, narrowing and bearer
 // token. Headers win over query parameters. Tokens are read only from the
-// Authorization header, never from the URL.
+// Authorization header, never from the URL. A narrowing over
+// MaxNarrowNames names or with a name over MaxNarrowNameLength bytes is
+// refused with an error wrapping ErrBadNarrowing that names the header or
+// parameter and the limit.
 func SelectionFromRequest(r *http.Request) (Selection, error) {
 	q := r.URL.Query()
 	var sel Selection
 	sel.Profile = firstNonEmpty(r.Header.Get(HeaderProfile), q.Get("profile"))
-	if v := firstNonEmpty(r.Header.Get(HeaderToolsets), q.Get("toolsets")); v != "" {
-		sel.Toolsets = splitList(v)
+	if len(sel.Profile) > MaxProfileNameLength {
+		return sel, fmt.Errorf("%w: the profile name is %d bytes long; at most %d are allowed", ErrBadNarrowing, len(sel.Profile), MaxProfileNameLength)
+	}
+	var err error
+	if v, from := narrowing(r, q, HeaderToolsets, "toolsets"); v != "" {
+		if sel.Toolsets, err = boundedList(v, from); err != nil {
+			return sel, err
+		}
 		sel.Narrowing = true
 	}
-	if v := firstNonEmpty(r.Header.Get(HeaderTools), q.Get("tools")); v != "" {
-		sel.Tools = splitList(v)
+	if v, from := narrowing(r, q, HeaderTools, "tools"); v != "" {
+		if sel.Tools, err = boundedList(v, from); err != nil {
+			return sel, err
+		}
 		sel.Narrowing = true
 	}
 	if v := firstNonEmpty(r.Header.Get(HeaderReadOnly), q.Get("read_only")); v != "" {
@@ -95,6 +123,33 @@ func firstNonEmpty(a, b string) string {
 		return a
 	}
 	return b
+}
+
+// narrowing returns the value of the header, else of the query parameter,
+// and how to name where it came from in an error.
+func narrowing(r *http.Request, q url.Values, header, param string) (string, string) {
+	if v := r.Header.Get(header); v != "" {
+		return v, header + " header"
+	}
+	return q.Get(param), "?" + param + "="
+}
+
+// boundedList splits a comma-separated narrowing list, refusing one over
+// MaxNarrowNames names or with a name over MaxNarrowNameLength bytes
+// before anything is allocated for it. from names the list in the error.
+func boundedList(v, from string) ([]string, error) {
+	if n := strings.Count(v, ",") + 1; n > MaxNarrowNames {
+		// Counted before splitting; empty elements are few in practice
+		// and count too, which only makes the bound stricter.
+		return nil, fmt.Errorf("%w: %s lists %d names; at most %d are allowed", ErrBadNarrowing, from, n, MaxNarrowNames)
+	}
+	out := splitList(v)
+	for _, name := range out {
+		if len(name) > MaxNarrowNameLength {
+			return nil, fmt.Errorf("%w: %s holds a name of %d bytes; at most %d are allowed", ErrBadNarrowing, from, len(name), MaxNarrowNameLength)
+		}
+	}
+	return out, nil
 }
 
 func splitList(v string) []string {
@@ -203,15 +258,49 @@ func (r *Resolver) ResolveLocal(sel Selection) (Binding, error) {
 	return r.resolve(sel, false)
 }
 
+// Probe checks sel exactly as Resolve does and returns the profile and the
+// key of the filter Resolve would bind, without building or caching that
+// filter: a request on an existing session is compared with the session's
+// own binding before mcpmux keeps anything for the request (SPEC §10).
+func (r *Resolver) Probe(sel Selection) (profile, key string, err error) {
+	name, stages, err := r.stages(sel, true)
+	if err != nil {
+		return "", "", err
+	}
+	return name, r.registry.Key(stages...), nil
+}
+
 func (r *Resolver) resolve(sel Selection, auth bool) (Binding, error) {
+	name, stages, err := r.stages(sel, auth)
+	if err != nil {
+		return Binding{}, err
+	}
+	kept := sel
+	kept.Token, kept.HasToken = "", false
+	// A profile's filter is interned; one with the request's narrowing goes
+	// to the registry's bounded cache, so distinct narrowings cannot grow
+	// mcpmux (SPEC §10).
+	var f *filter.Filter
+	if sel.Narrowing {
+		f = r.registry.Narrowed(stages...)
+	} else {
+		f = r.registry.Filter(stages...)
+	}
+	return Binding{Profile: name, Filter: f, Explicit: sel.Profile != "" || sel.Narrowing, Selection: kept}, nil
+}
+
+// stages checks sel (its token when auth is set, its profile, its
+// toolsets) and returns the profile it resolves to and the rule stages of
+// its effective filter, the request's narrowing last.
+func (r *Resolver) stages(sel Selection, auth bool) (string, []*filter.Rules, error) {
 	var allowed []string
 	if auth && r.AuthRequired() {
 		if !sel.HasToken || sel.Token == "" {
-			return Binding{}, ErrUnauthorized
+			return "", nil, ErrUnauthorized
 		}
 		te := r.token(sel.Token)
 		if te == nil {
-			return Binding{}, ErrUnauthorized
+			return "", nil, ErrUnauthorized
 		}
 		allowed = te.profiles
 	}
@@ -225,28 +314,26 @@ func (r *Resolver) resolve(sel Selection, auth bool) (Binding, error) {
 	}
 	if name != "" {
 		if _, ok := r.profiles[name]; !ok {
-			return Binding{}, fmt.Errorf("%w %q (known: %s)", ErrUnknownProfile, name, strings.Join(r.names, ", "))
+			return "", nil, fmt.Errorf("%w %q (known: %s)", ErrUnknownProfile, name, strings.Join(r.names, ", "))
 		}
 		if allowed != nil && !slices.Contains(allowed, name) {
-			return Binding{}, fmt.Errorf("%w: %q (allowed: %s)", ErrForbidden, name, strings.Join(allowed, ", "))
+			return "", nil, fmt.Errorf("%w: %q (allowed: %s)", ErrForbidden, name, strings.Join(allowed, ", "))
 		}
 	}
 	stages := append([]*filter.Rules{r.global}, r.profiles[name]...)
 	if sel.Narrowing {
 		for _, ts := range sel.Toolsets {
 			if !r.toolsets[ts] {
-				return Binding{}, fmt.Errorf("%w: unknown toolset %q", ErrBadNarrowing, ts)
+				return "", nil, fmt.Errorf("%w: unknown toolset %q", ErrBadNarrowing, ts)
 			}
 		}
 		narrow, err := filter.Compile(configs.RuleSet{Toolsets: sel.Toolsets, Tools: sel.Tools, ReadOnly: sel.ReadOnly})
 		if err != nil {
-			return Binding{}, fmt.Errorf("%w: %v", ErrBadNarrowing, err)
+			return "", nil, fmt.Errorf("%w: %v", ErrBadNarrowing, err)
 		}
 		stages = append(stages, narrow)
 	}
-	kept := sel
-	kept.Token, kept.HasToken = "", false
-	return Binding{Profile: name, Filter: r.registry.Filter(stages...), Explicit: sel.Profile != "" || sel.Narrowing, Selection: kept}, nil
+	return name, stages, nil
 }
 
 // RateFor returns the calls-per-minute limit of profile: the smallest

@@ -52,6 +52,8 @@ type Server struct {
 	metrics *metrics
 	audit   *audit.Log // nil = no audit log
 	limits  ratelimit.Limiters
+	slots   sessionSlots // server.max_sessions, every door (limits.go)
+	ids     sessionIDs   // /mcp session ids, for mcp-go (limits.go)
 
 	started   atomic.Bool   // the first connection attempt of every upstream is over
 	startedCh chan struct{} // closed by MarkStarted
@@ -138,6 +140,9 @@ type session struct {
 	// templates (filter.Listing.Fingerprints).
 	listed                         string
 	listedPrompts, listedResources string
+	// life expires a /mcp session opened by initialize and holds its
+	// max_sessions slot (limits.go); nil for the others.
+	life *sessionLife
 }
 
 // Options configure a Server.
@@ -164,6 +169,7 @@ func New(cfg *configs.Config, agg *aggregator.Aggregator, opts Options) (*Server
 		s.version = "dev"
 	}
 	s.held = newHeldCalls(replicaID())
+	s.slots.max = int64(cfg.Server.MaxSessions)
 	res, err := NewResolver(cfg, s.registry)
 	if err != nil {
 		return nil, err
@@ -208,6 +214,9 @@ func New(cfg *configs.Config, agg *aggregator.Aggregator, opts Options) (*Server
 		s.mu.Lock()
 		sess := s.bound[cs.SessionID()]
 		delete(s.bound, cs.SessionID())
+		if sess != nil {
+			s.endLife(cs.SessionID(), sess)
+		}
 		var subs []string
 		if sess != nil {
 			for uri := range sess.subs {
@@ -237,8 +246,12 @@ func New(cfg *configs.Config, agg *aggregator.Aggregator, opts Options) (*Server
 		server.WithRecovery(),
 	)
 	s.http = server.NewStreamableHTTPServer(s.mcp,
-		server.WithStateful(true),
-		server.WithSessionIdleTTL(30*time.Minute),
+		// Stateful: an unknown session id is 404. mcpmux mints and checks
+		// the ids and expires idle sessions itself (limits.go): mcp-go's
+		// sweeper sees neither the calls mcpmux routes nor the
+		// initialize that never finished, and its stateful id manager
+		// remembers every ended session forever.
+		server.WithSessionIdManagerResolver(&s.ids),
 		server.WithStreamableHTTPLogger(s.log),
 	)
 	agg.SetServerInfo(mcp.Implementation{Name: "mcpmux", Version: s.version})
@@ -399,7 +412,14 @@ func (s *Server) onRegister(ctx context.Context, cs server.ClientSession) {
 	lp, lr := s.listing(b).Fingerprints()
 	s.mu.Lock()
 	_, stream := cs.(*streamSession)
-	s.bound[cs.SessionID()] = &session{binding: b, owner: ownerFrom(ctx), listed: v.Fingerprint(), listedPrompts: lp, listedResources: lr, stream: stream, client: cs}
+	sess := &session{binding: b, owner: ownerFrom(ctx), listed: v.Fingerprint(), listedPrompts: lp, listedResources: lr, stream: stream, client: cs}
+	s.bound[cs.SessionID()] = sess
+	// A session its initialize opened on /mcp takes that request's
+	// max_sessions slot, and expires when idle (limits.go).
+	if t := ticketFrom(ctx); t != nil && t.keep && !t.claimed && !stream {
+		t.claimed = true
+		s.startLife(cs.SessionID(), sess)
+	}
 	s.mu.Unlock()
 	s.log.Info("session started", "session", cs.SessionID(), "profile", b.Profile)
 }
@@ -693,9 +713,21 @@ func (s *Server) Shutdown(ctx context.Context) error {
 // and answers the rest with an error (see Shutdown), and returns once the
 // connections are closed, at most a few answerWaits after the grace.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	read := s.cfg.Server.ReadTimeout
+	headerTimeout := 10 * time.Second
+	if read > 0 {
+		headerTimeout = min(headerTimeout, read)
+	}
 	hs := &http.Server{
-		Handler:           s.Handler(),
-		ReadHeaderTimeout: 10 * time.Second,
+		// Bodies must arrive within read_timeout (a per-request deadline:
+		// http.Server.ReadTimeout would cut long-lived streams), keep-alive
+		// connections close after read_timeout idle, and headers, the
+		// narrowing ones included, are refused past 64 KiB with 431
+		// before any handler runs (SPEC §10).
+		Handler:           withReadTimeout(read, s.Handler()),
+		ReadHeaderTimeout: headerTimeout,
+		IdleTimeout:       read,
+		MaxHeaderBytes:    maxHeaderBytes,
 		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}

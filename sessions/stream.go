@@ -115,6 +115,7 @@ type streamSession struct {
 	clientCaps  atomic.Pointer[mcp.ClientCapabilities]
 	protocol    atomic.Pointer[string]
 	nextID      atomic.Int64 // ids of server→client requests
+	seen        atomic.Int64 // unix nanoseconds of the client's last message (streamSet's idle check)
 
 	mu         sync.Mutex
 	ended      bool
@@ -248,6 +249,7 @@ func (ss *streamSession) receive(raw []byte) bool {
 	if ss.ctx.Err() != nil {
 		return false
 	}
+	ss.seen.Store(time.Now().UnixNano())
 	// A message that does not parse still goes to mcp-go, which answers
 	// it with the right JSON-RPC error (the same rule as /mcp).
 	m, err := jsonrpc.Parse(raw)
