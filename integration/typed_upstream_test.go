@@ -3,10 +3,10 @@
 package integration
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http/httptest"
 	"os"
 	"os/exec"
@@ -82,31 +82,44 @@ func typedChildBinary(t testing.TB) string {
 }
 
 // typedStdio is the stdio typed upstream: its runs are the lines of the
-// log file every child of it (one per mcpmux process) appends to.
+// log file every child of it (one per mcpmux process) appends to, read
+// incrementally.
 func typedStdio(t *testing.T) (up *typedUp, bin, log string) {
 	t.Helper()
 	bin = typedChildBinary(t)
 	log = filepath.Join(t.TempDir(), "typedio-runs.jsonl")
+	var (
+		mu   sync.Mutex
+		runs []typedrec.Exec
+		read int64 // bytes of log parsed into runs
+	)
 	return &typedUp{name: "typedio", runs: func(t testing.TB) []typedrec.Exec {
 		t.Helper()
-		b, err := os.ReadFile(log)
+		mu.Lock()
+		defer mu.Unlock()
+		f, err := os.Open(log)
 		if os.IsNotExist(err) {
 			return nil
 		}
 		if err != nil {
 			t.Fatal(err)
 		}
-		var out []typedrec.Exec
-		sc := bufio.NewScanner(bytes.NewReader(b))
-		sc.Buffer(nil, 16<<20)
-		for sc.Scan() {
-			var e typedrec.Exec
-			if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
-				t.Fatalf("typedio run log: %v: %q", err, sc.Bytes())
-			}
-			out = append(out, e)
+		defer f.Close()
+		b, err := io.ReadAll(io.NewSectionReader(f, read, 1<<40))
+		if err != nil {
+			t.Fatal(err)
 		}
-		return out
+		// Only whole lines: a child may be writing the next one.
+		b = b[:bytes.LastIndexByte(b, '\n')+1]
+		read += int64(len(b))
+		for line := range bytes.Lines(b) {
+			var e typedrec.Exec
+			if err := json.Unmarshal(line, &e); err != nil {
+				t.Fatalf("typedio run log: %v: %q", err, line)
+			}
+			runs = append(runs, e)
+		}
+		return append([]typedrec.Exec(nil), runs...)
 	}}, bin, log
 }
 
