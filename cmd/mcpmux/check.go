@@ -60,6 +60,9 @@ func cmdCheck(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if st.Dropped > 0 {
 			note = fmt.Sprintf("%d hidden by its own rules", st.Dropped)
 		}
+		if n := refusedIn(snap.Conflicts, st.Name); n > 0 {
+			note = strings.TrimSpace(fmt.Sprintf("%s %d refused: in another upstream's namespace", note, n))
+		}
 		if err := agg.StartError(st.Name); err != nil {
 			note = redact.URLs(err.Error())
 			problems = append(problems, redact.URLs(fmt.Sprintf("upstream %q: %v", st.Name, err)))
@@ -141,6 +144,18 @@ func cmdCheck(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return &exitError{exitRuntime, fmt.Errorf("check found %d problems", len(problems))}
 	}
 	return nil
+}
+
+// refusedIn counts the tools and prompts of the unprefixed upstream name
+// that were refused for falling in another upstream's namespace.
+func refusedIn(conflicts []aggregator.Conflict, name string) int {
+	n := 0
+	for _, c := range conflicts {
+		if c.Namespace != "" && c.Dropped == name {
+			n++
+		}
+	}
+	return n
 }
 
 func filterView(snap *aggregator.Snapshot, f *filter.Filter) *filter.View {
