@@ -58,6 +58,7 @@ type (
 		SessionIdleTimeout   any       `toml:"session_idle_timeout"`
 		ReadTimeout          any       `toml:"read_timeout"`
 		LogFormat            *string   `toml:"log_format"`
+		ReplicaID            *string   `toml:"replica_id"`
 	}
 	rawAuth struct {
 		Tokens []rawToken `toml:"tokens"`
@@ -135,7 +136,8 @@ func Load(path string) (*Config, error) {
 // Parse decodes and validates a config. source names the config in errors and
 // in Config.Source; lookupEnv resolves ${VAR} references (nil means no
 // variable is set). Parse touches no globals, files or network, so it is safe
-// for concurrent use.
+// for concurrent use. The one thing it reads from the machine is the
+// hostname, for the default of server.replica_id.
 //
 // On failure Parse returns a nil Config and one error that lists every problem
 // found, each as a *Error `<source>:<line>: <key path>: <message>`, sorted by
@@ -152,7 +154,7 @@ func Parse(source string, data []byte, lookupEnv func(string) (string, bool)) (*
 	if err != nil {
 		return nil, decodeError(source, text, err)
 	}
-	v := &validator{source: source, lines: scanLines(text), lookupEnv: lookupEnv}
+	v := &validator{source: source, lines: scanLines(text), lookupEnv: lookupEnv, hostname: os.Hostname}
 	var tree map[string]any
 	if _, err := toml.Decode(text, &tree); err != nil {
 		return nil, decodeError(source, text, err) // unreachable: the text decoded above
@@ -173,6 +175,7 @@ type validator struct {
 	source    string
 	lines     *lineIndex
 	lookupEnv func(string) (string, bool)
+	hostname  func() (string, error) // for the default server.replica_id
 	errs      []*Error
 }
 

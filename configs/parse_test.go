@@ -2,6 +2,7 @@ package configs
 
 import (
 	"errors"
+	"os"
 	"reflect"
 	"strings"
 	"testing"
@@ -88,6 +89,12 @@ func TestParseErrors(t *testing.T) {
 		{"empty separator", "[server]\nseparator = \"\"\n", `server.separator: separator "" must be non-empty`, 2},
 		{"bad separator", "[server]\nseparator = \"::\"\n", `separator "::"`, 2},
 		{"name length too small", "[server]\nmax_name_length = 8\n", `server.max_name_length: must be between 16 and 128, got 8`, 2},
+		{"replica_id with a dot", "[server]\nreplica_id = \"eu.1\"\n", `server.replica_id: replica_id "eu.1" must be 1 to 32 of a-z 0-9 and -`, 2},
+		{"replica_id uppercase", "[server]\n\nreplica_id = \"Replica-A\"\n", `replica_id "Replica-A" must be`, 3},
+		{"replica_id empty", "[server]\nreplica_id = \"\"\n", `replica_id "" must be`, 2},
+		{"replica_id too long", "[server]\nreplica_id = \"" + strings.Repeat("a", 33) + "\"\n", `must be 1 to 32`, 2},
+		{"replica_id ends with a dash", "[server]\nreplica_id = \"a-\"\n", `replica_id "a-" must be`, 2},
+		{"replica_id from an unset variable", "[server]\nreplica_id = \"${POD_NAME}\"\n", `server.replica_id: environment variable POD_NAME is not set`, 2},
 		{"bad origin glob", "[server]\nallowed_origins = [\n  \"http://localhost:*\",\n  \"http://[\",\n]\n", `server.allowed_origins[1]: invalid glob "http://["`, 4},
 
 		// Patterns.
@@ -242,6 +249,10 @@ extends = "missing"
 }
 
 func TestDefaults(t *testing.T) {
+	hostname, err := os.Hostname()
+	if err != nil {
+		t.Fatal(err)
+	}
 	cfg := mustParse(t, "[upstreams.a]\ncommand = \"srv\"\n", nil)
 	wantServer := Server{
 		Listen:             "127.0.0.1:8931",
@@ -254,6 +265,7 @@ func TestDefaults(t *testing.T) {
 		SessionIdleTimeout: 30 * time.Minute,
 		ReadTimeout:        30 * time.Second,
 		LogFormat:          "text",
+		ReplicaID:          DefaultReplicaID(hostname),
 	}
 	if !reflect.DeepEqual(cfg.Server, wantServer) {
 		t.Errorf("Server = %+v, want %+v", cfg.Server, wantServer)
@@ -644,5 +656,37 @@ deny_upstreams = ["github"]
 	}
 	if got, want := cfg.Filter.DenyUpstreams, []string{"github"}; !reflect.DeepEqual(got, want) {
 		t.Errorf("[filter] DenyUpstreams = %q, want %q (a prefix resolved to the upstream's name)", got, want)
+	}
+}
+
+func TestReplicaID(t *testing.T) {
+	t.Run("explicit, from the environment", func(t *testing.T) {
+		cfg := mustParse(t, "[server]\nreplica_id = \"${POD_NAME}\"\n", map[string]string{"POD_NAME": "mcpmux-2"})
+		if cfg.Server.ReplicaID != "mcpmux-2" {
+			t.Errorf("ReplicaID = %q, want mcpmux-2", cfg.Server.ReplicaID)
+		}
+	})
+	for _, tt := range []struct{ host, want string }{
+		{"mcpmux-0", "mcpmux-0"},
+		{"web1.eu.example.com", "web1"},
+		{"Build_Box", "build-box"},
+		{"3f2a9c1d0e7b", "3f2a9c1d0e7b"},
+		{"", "mcpmux"},
+		{"---", "mcpmux"},
+		{"h\u00e9te", "h--te"},
+		{strings.Repeat("x", 40) + ".example.com", strings.Repeat("x", 23) + "-"},
+	} {
+		t.Run("default from "+tt.host, func(t *testing.T) {
+			got := DefaultReplicaID(tt.host)
+			if !strings.HasPrefix(got, tt.want) || !replicaIDRE.MatchString(got) {
+				t.Errorf("DefaultReplicaID(%q) = %q, want %q… matching %s", tt.host, got, tt.want, replicaIDRE)
+			}
+			if again := DefaultReplicaID(tt.host); again != got {
+				t.Errorf("DefaultReplicaID(%q) is not stable: %q then %q", tt.host, got, again)
+			}
+		})
+	}
+	if a, b := DefaultReplicaID(strings.Repeat("x", 40)+".a"), DefaultReplicaID(strings.Repeat("x", 40)+".b"); a == b {
+		t.Errorf("long hostnames that differ share the replica id %q", a)
 	}
 }

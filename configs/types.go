@@ -41,6 +41,11 @@ type Server struct {
 	SessionIdleTimeout   time.Duration // default 30m: a session with no request for this long is closed
 	ReadTimeout          time.Duration // default 30s: a request body must arrive within this; idle keep-alive closes after it
 	LogFormat            string        // "text" (default) or "json"
+	// ReplicaID starts every session id this replica mints, followed by a
+	// dot, so that a load balancer can send a session's requests to the
+	// replica that minted it (SPEC §12). Default: DefaultReplicaID of the
+	// hostname. It matches ^[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?$.
+	ReplicaID string
 }
 
 // Auth is the [auth] table.

@@ -114,7 +114,48 @@ func (v *validator) server(r *rawServer) Server {
 	if r.AllowedOrigins != nil {
 		s.AllowedOrigins = v.globs(p.key("allowed_origins"), *r.AllowedOrigins)
 	}
+	if r.ReplicaID != nil {
+		if id, ok := v.expand(p.key("replica_id"), *r.ReplicaID); ok {
+			s.ReplicaID = id
+			if !replicaIDRE.MatchString(id) {
+				v.errorf(p.key("replica_id"), "replica_id %q must be 1 to 32 of a-z 0-9 and -, starting and ending with a letter or digit: it starts every session id, and load balancers route on it", id)
+			}
+		}
+	} else {
+		host, _ := v.hostname()
+		s.ReplicaID = DefaultReplicaID(host)
+	}
 	return s
+}
+
+// replicaIDRE is what server.replica_id may be: a DNS label of at most 32
+// characters, lowercase, so that it has no dot (the separator in session
+// ids) and needs no escaping in URLs, headers or an nginx map.
+var replicaIDRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?$`)
+
+// DefaultReplicaID derives a replica id from a hostname: its first label,
+// lowercased, with every character outside a-z 0-9 - replaced by -. A
+// label longer than 32 characters keeps its first 23 and appends 8 hex
+// digits of a hash of the whole hostname; an empty result is "mcpmux". In
+// a Kubernetes StatefulSet the hostname is the pod's name, so the default
+// is "<statefulset>-<ordinal>", stable across restarts.
+func DefaultReplicaID(hostname string) string {
+	label, _, _ := strings.Cut(strings.ToLower(hostname), ".")
+	b := []byte(label)
+	for i, c := range b {
+		if (c < 'a' || c > 'z') && (c < '0' || c > '9') {
+			b[i] = '-'
+		}
+	}
+	id := strings.Trim(string(b), "-")
+	if len(id) > 32 {
+		sum := sha256.Sum256([]byte(hostname))
+		id = strings.TrimRight(id[:23], "-") + "-" + hex.EncodeToString(sum[:4])
+	}
+	if id == "" {
+		return "mcpmux"
+	}
+	return id
 }
 
 func checkListen(addr string) error {
