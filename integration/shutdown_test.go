@@ -593,7 +593,7 @@ func TestReloadRestartAnswersCalls(t *testing.T) {
 		}
 	}
 	var wg sync.WaitGroup
-	for w := range 4 {
+	for w := range 2 {
 		wg.Go(func() {
 			client := &http.Client{Timeout: 30 * time.Second}
 			for i := 0; !stopped(); i++ {
@@ -617,7 +617,7 @@ func TestReloadRestartAnswersCalls(t *testing.T) {
 					a.Result, a.Error = f.Result, f.Error
 				}
 				count("/mcp", a)
-				time.Sleep(5 * time.Millisecond)
+				time.Sleep(10 * time.Millisecond)
 			}
 		})
 	}
@@ -641,6 +641,7 @@ func TestReloadRestartAnswersCalls(t *testing.T) {
 					count("/ws", sdAnswer{Err: fmt.Errorf("call %d: no answer within 30s", c.id)})
 				}
 			}
+			time.Sleep(10 * time.Millisecond)
 		}
 	})
 	time.Sleep(200 * time.Millisecond) // some calls answered by the old child

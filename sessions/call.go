@@ -226,6 +226,22 @@ func (c *call) runInline(write func([]byte)) routedAnswer {
 func (s *Server) await(ctx context.Context, c *call, m *jsonrpc.Message, write func([]byte)) (answer []byte, errCode int) {
 	s.flights.enter()
 	defer s.flights.leave()
+	return s.awaitCall(ctx, c, m, write)
+}
+
+// awaitQueued is await for a door whose answers go through write like its
+// frames (the stream doors): the answer is handed to write before shutdown
+// counts it given, so that the session, ended after that, still sends it.
+func (s *Server) awaitQueued(ctx context.Context, c *call, m *jsonrpc.Message, write func([]byte)) {
+	s.flights.enter()
+	defer s.flights.leave()
+	if answer, _ := s.awaitCall(ctx, c, m, write); answer != nil {
+		write(answer)
+	}
+}
+
+// awaitCall is await without the shutdown bookkeeping.
+func (s *Server) awaitCall(ctx context.Context, c *call, m *jsonrpc.Message, write func([]byte)) (answer []byte, errCode int) {
 	if c.modern {
 		stop := context.AfterFunc(ctx, c.cancel)
 		defer stop()

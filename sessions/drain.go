@@ -92,11 +92,13 @@ func (f *flights) leave() {
 	}
 }
 
-// stop makes every call that starts from now on fail with errShutdown.
-func (f *flights) stop() {
+// stop makes every call that starts from now on fail with errShutdown. It
+// returns how many requests wait for a call's answer.
+func (f *flights) stop() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.stopping = true
+	return f.awaits
 }
 
 // close makes the new calls of one caller fail with errShutdown; forget
@@ -160,9 +162,11 @@ func (f *flights) settled(ctx context.Context) bool {
 // shutdownError, and waits (at most answerWait) until every request has its
 // answer. The answers of /mcp requests are then being written by their
 // handlers; those of stream sessions are queued on the sessions (see
-// closeStreams).
+// awaitQueued and closeStreams).
 func (s *Server) drainCalls(ctx context.Context) {
-	s.flights.stop()
+	if n := s.flights.stop(); n > 0 {
+		s.log.Info("shutting down: calls in flight get server.shutdown_grace to finish", "calls", n, "duration", s.cfg.Server.ShutdownGrace)
+	}
 	if s.flights.settled(ctx) {
 		return
 	}
@@ -175,9 +179,9 @@ func (s *Server) drainCalls(ctx context.Context) {
 	}
 }
 
-// closeStreams ends every stream session once the requests it is running
-// have queued their answers (at most until ctx is done), then waits, again
-// at most until ctx is done, for the sessions to write what they queued.
+// closeStreams ends every stream session, then waits, at most until ctx
+// is done, for the sessions to write what they queued: after drainCalls,
+// the answers of their calls (see awaitQueued).
 func (s *Server) closeStreams(ctx context.Context) {
 	s.streams.mu.Lock()
 	live := make([]*streamSession, 0, len(s.streams.byID))
@@ -185,9 +189,6 @@ func (s *Server) closeStreams(ctx context.Context) {
 		live = append(live, ss)
 	}
 	s.streams.mu.Unlock()
-	for _, ss := range live {
-		ss.idle(ctx)
-	}
 	s.streams.shutdown()
 	for _, ss := range live {
 		ss.wait(ctx)

@@ -474,7 +474,8 @@ func (ss *streamSession) register() {
 
 // dispatch answers one JSON-RPC message from a stream session: the same
 // path for every stream front door. It returns the encoded answer, or nil
-// for notifications and for responses to server→client requests.
+// for notifications, for responses to server→client requests, and for
+// routed calls, which queue their answers themselves (handleRouted).
 func (s *Server) dispatch(ctx context.Context, sess *streamSession, raw []byte) []byte {
 	m, err := jsonrpc.Parse(raw) // see receive
 	if err != nil {
@@ -536,7 +537,8 @@ func (s *Server) handle(ctx context.Context, sess *streamSession, raw []byte, m 
 
 // handleRouted runs the chain for a routed request of a stream session.
 // Its frames (progress, log messages, server→client requests) and then its
-// answer go through the session's one writer, in that order.
+// answer go through the session's one writer, in that order; it returns
+// only a refusal, having queued any other answer itself.
 func (s *Server) handleRouted(ctx context.Context, sess *streamSession, b Binding, view *filter.View, m *jsonrpc.Message) []byte {
 	e, refusal := s.decide(sess.id, b, view, m)
 	if refusal != nil {
@@ -562,8 +564,10 @@ func (s *Server) handleRouted(ctx context.Context, sess *streamSession, b Bindin
 	if refusal != nil {
 		return jsonrpc.ErrorResponse(m.ID, refusal)
 	}
-	answer, _ := s.await(ctx, c, m, func(f []byte) { sess.send(ctx, f) })
-	return answer
+	// The answer is queued here rather than by runJob, so that shutdown
+	// knows it is on its way (drain.go).
+	s.awaitQueued(ctx, c, m, func(f []byte) { sess.send(ctx, f) })
+	return nil
 }
 
 // bindingOf returns the binding sess is served with now: once registered,
