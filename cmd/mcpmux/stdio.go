@@ -18,7 +18,8 @@ import (
 // JSON-RPC only: it is taken over before anything else runs, and file
 // descriptor 1 is pointed at stderr, so a stray write to os.Stdout (or by a
 // library) lands in the logs instead of corrupting the protocol. When stdin
-// ends it answers what it received, closes the upstreams and returns nil.
+// ends, or a signal comes, it answers every request it read (within
+// server.shutdown_grace, SPEC §8), closes the upstreams and returns nil.
 func serveStdio(ctx context.Context, configPath, profile string, log *slog.Logger) error {
 	out, err := takeStdout()
 	if err != nil {
@@ -63,7 +64,13 @@ func serveStdio(ctx context.Context, configPath, profile string, log *slog.Logge
 		<-reloaded
 	}()
 
+	// ServeStdio returns at the end of stdin or, after a signal, once
+	// every request it read is answered (SPEC §8).
 	err = srv.ServeStdio(ctx, profile, os.Stdin, out)
-	log.Info("stdio client gone; shutting down")
+	if ctx.Err() != nil {
+		log.Info("signalled; stdio requests answered, shutting down")
+	} else {
+		log.Info("stdio client gone; shutting down")
+	}
 	return err
 }
