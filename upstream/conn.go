@@ -101,7 +101,7 @@ func (u *Upstream) dial(ctx context.Context) (*conn, *Catalog, error) {
 	c2, cat2, err2 := u.dialTransport(ctx)
 	if err2 != nil {
 		u.negotiate.Store(false)
-		return c2, nil, fmt.Errorf("%w; with 2026-07-28 discovery: %w", err, err2)
+		return c2, nil, attempts{{"", err}, {"with 2026-07-28 discovery", err2}}.err()
 	}
 	u.log.Info("upstream rejected the 2025-11-25 handshake; using protocol discovery", "protocol", cat2.ProtocolVersion, "err", err)
 	return c2, cat2, nil
@@ -183,6 +183,7 @@ func (u *Upstream) dialHTTP(ctx context.Context) (*conn, *Catalog, error) {
 		// A 4xx to a 2025-11-25 initialize means either an old HTTP+SSE
 		// server or one that speaks only 2026-07-28: try discovery first,
 		// since the SSE attempt waits out the whole connect timeout.
+		tried := attempts{{"streamable HTTP", err}}
 		if u.cfg.Protocol == "" && !u.negotiate.Load() {
 			u.negotiate.Store(true)
 			c2, init2, err2 := u.openStreamable(ctx, false)
@@ -196,9 +197,16 @@ func (u *Upstream) dialHTTP(ctx context.Context) (*conn, *Catalog, error) {
 					u.log.Warn("closing streamable HTTP discovery attempt", "err", terr)
 				}
 			}
+			tried = append(tried, attempt{"streamable HTTP with 2026-07-28 discovery", err2})
 		}
 		u.log.Info("endpoint rejected the streamable HTTP initialize POST; falling back to the legacy SSE transport", "err", err)
-		return u.dialSSE(ctx)
+		c3, cat3, err3 := u.dialSSE(ctx)
+		if err3 != nil {
+			// Each attempt's own error: the SSE fallback's alone would
+			// hide why the streamable HTTP endpoint refused us.
+			return c3, nil, append(tried, attempt{"legacy SSE fallback", err3}).err()
+		}
+		return c3, cat3, nil
 	}
 	if err != nil {
 		return c, nil, err
@@ -220,10 +228,12 @@ func (u *Upstream) dialHTTP(ctx context.Context) (*conn, *Catalog, error) {
 func (u *Upstream) openStreamable(ctx context.Context, listen bool) (*conn, *mcp.InitializeResult, error) {
 	c := u.newConn(configs.TransportHTTP)
 	c.httpc = u.httpClient(c.raw.observe)
+	// mcp-go reports a refused initialize POST without its status or body.
+	refusal := tapRefusals(c.httpc)
 	opts := []transport.StreamableHTTPCOption{
 		transport.WithHTTPHeaders(u.cfg.Headers),
 		transport.WithHTTPBasicClient(c.httpc),
-		transport.WithHTTPLogger(u.log),
+		transport.WithHTTPLogger(libraryLogger(u.log)),
 	}
 	if listen {
 		opts = append(opts, transport.WithContinuousListening())
@@ -233,6 +243,9 @@ func (u *Upstream) openStreamable(ctx context.Context, listen bool) (*conn, *mcp
 		return c, nil, err
 	}
 	init, err := c.open(ctx, &streamableTransport{t})
+	if err != nil {
+		err = refusal.explain(err)
+	}
 	return c, init, err
 }
 
@@ -246,7 +259,7 @@ func (u *Upstream) dialSSE(ctx context.Context) (*conn, *Catalog, error) {
 	t, err := transport.NewSSE(u.cfg.URL,
 		transport.WithHeaders(u.cfg.Headers),
 		transport.WithHTTPClient(c.httpc),
-		transport.WithSSELogger(u.log),
+		transport.WithSSELogger(libraryLogger(u.log)),
 		// Start's ctx is the connection's lifetime (it carries the GET
 		// stream), so bound the wait for the endpoint event separately.
 		transport.WithEndpointTimeout(timeout),

@@ -1,7 +1,6 @@
 package upstream
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -43,6 +42,7 @@ type process struct {
 
 	exited     chan struct{} // closed once the child has been reaped
 	stderrDone chan struct{} // closed when the stderr logger returns
+	tail       stderrTail    // the last stderr lines, for a failed attempt's error
 
 	// marker is this child's value of childMarkerEnv and started its start
 	// time (Linux only; see descendants_linux.go): how its descendants are
@@ -130,7 +130,7 @@ func startProcess(life context.Context, cfg *configs.Upstream, log *slog.Logger,
 	})
 	spawn("stderr logger", func() {
 		defer close(p.stderrDone)
-		logStderr(errR, log)
+		logStderr(errR, log, &p.tail)
 	})
 	return p, nil
 }
@@ -231,31 +231,6 @@ func waitClosed(ch <-chan struct{}, d time.Duration) bool {
 		return true
 	case <-t.C:
 		return false
-	}
-}
-
-// logStderr logs each line of r at Info with key "stderr". Lines longer than
-// maxStderrLine are logged truncated and the rest is skipped.
-func logStderr(r io.Reader, log *slog.Logger) {
-	br := bufio.NewReaderSize(r, maxStderrLine)
-	for {
-		line, err := br.ReadSlice('\n')
-		truncated := errors.Is(err, bufio.ErrBufferFull)
-		if len(line) > 0 {
-			text := string(bytes.TrimRight(line, "\r\n"))
-			if truncated {
-				log.Info("stderr", "stderr", text, "truncated", true)
-			} else {
-				log.Info("stderr", "stderr", text)
-			}
-		}
-		for truncated { // skip the rest of an overlong line
-			_, err = br.ReadSlice('\n')
-			truncated = errors.Is(err, bufio.ErrBufferFull)
-		}
-		if err != nil {
-			return
-		}
 	}
 }
 

@@ -344,7 +344,11 @@ func (u *Upstream) attempt(parent context.Context) (*conn, error) {
 		if cause := context.Cause(ctx); cause != nil && !errors.Is(err, cause) {
 			err = fmt.Errorf("%w (%w)", cause, err)
 		}
-		return c, fmt.Errorf("upstream %q: connect: %w", u.cfg.Name, err)
+		err = fmt.Errorf("upstream %q: connect: %w", u.cfg.Name, err)
+		if c != nil && c.proc != nil {
+			err = withStderr(err, c.proc.lastStderr())
+		}
+		return c, err
 	}
 
 	u.mu.Lock()
@@ -354,7 +358,11 @@ func (u *Upstream) attempt(parent context.Context) (*conn, error) {
 	}
 	if c.ctx.Err() != nil {
 		u.mu.Unlock()
-		return c, fmt.Errorf("upstream %q: connect: connection lost while connecting: %w", u.cfg.Name, context.Cause(c.ctx))
+		err := fmt.Errorf("upstream %q: connect: connection lost while connecting: %w", u.cfg.Name, context.Cause(c.ctx))
+		if c.proc != nil {
+			err = withStderr(err, c.proc.lastStderr())
+		}
+		return c, err
 	}
 	u.conn = c
 	c.last.Store(cat)
