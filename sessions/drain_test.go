@@ -13,9 +13,15 @@ import (
 
 // waitCall is a tools/call of the slow upstream's tool that runs until it
 // is cancelled.
-func waitCall(id int) string {
-	b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": id, "method": "tools/call",
-		"params": map[string]any{"name": "up__wait", "arguments": map[string]any{}}})
+func waitCall(id int) string { return waitCallWith(id, nil) }
+
+// waitCallWith is waitCall with params._meta.
+func waitCallWith(id int, meta map[string]any) string {
+	params := map[string]any{"name": "up__wait", "arguments": map[string]any{}}
+	if meta != nil {
+		params["_meta"] = meta
+	}
+	b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params})
 	return string(b)
 }
 
@@ -95,13 +101,24 @@ func TestShutdownAnswersCallsInFlight(t *testing.T) {
 // TestStdioAnswersWhatItRead: when stdin ends or ctx is done with a call
 // in flight that outlasts server.shutdown_grace, the call is cancelled
 // upstream and answered with a JSON-RPC error before ServeStdio returns.
+// A stateless (2026-07-28) call, which runs on a goroutine of its own, is
+// answered alike.
 func TestStdioAnswersWhatItRead(t *testing.T) {
+	closeStdin := func(p *stdioPeer, _ context.CancelFunc) { p.in.Close() }
+	cancelCtx := func(_ *stdioPeer, cancel context.CancelFunc) { cancel() }
+	modern := map[string]any{
+		"io.modelcontextprotocol/protocolVersion":    "2026-07-28",
+		"io.modelcontextprotocol/clientCapabilities": map[string]any{},
+	}
 	for _, tt := range []struct {
 		name string
 		end  func(p *stdioPeer, cancel context.CancelFunc)
+		meta map[string]any // the call's _meta; nil = a legacy session's call
 	}{
-		{"stdin closed", func(p *stdioPeer, _ context.CancelFunc) { p.in.Close() }},
-		{"context done", func(_ *stdioPeer, cancel context.CancelFunc) { cancel() }},
+		{"stdin closed", closeStdin, nil},
+		{"context done", cancelCtx, nil},
+		{"stateless call, stdin closed", closeStdin, modern},
+		{"stateless call, context done", cancelCtx, modern},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			su := newSlowUpstream(t)
@@ -109,8 +126,10 @@ func TestStdioAnswersWhatItRead(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			p := startStdio(t, s, ctx, "")
-			initializeAs(t, p, map[string]any{})
-			p.send(t, waitCall(7))
+			if tt.meta == nil {
+				initializeAs(t, p, map[string]any{})
+			}
+			p.send(t, waitCallWith(7, tt.meta))
 			upstreamSaw(t, su.started, "start")
 			tt.end(p, cancel)
 			wantShutdownError(t, "stdio", await(t, p, 7, nil))
