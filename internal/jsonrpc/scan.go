@@ -163,8 +163,10 @@ func (s *scanner) object(i, depth int, r role) int {
 		if s.err == nil && !s.noCheck {
 			if dup(&keys, &seen, k) {
 				s.err = fmt.Errorf("%w: key %q appears twice", ErrAmbiguous, Printable(k))
-			} else if fold && dup(&folded, &seenFolded, strings.ToLower(strings.ToUpper(k))) {
+			} else if fold && dup(&folded, &seenFolded, foldKey(k)) {
 				s.err = fmt.Errorf("%w: keys that differ only in case, among them %q", ErrAmbiguous, Printable(k))
+			} else if r == roleParams && misspelled(k) {
+				s.err = fmt.Errorf("%w: key %q is read by case-insensitive decoders as a member mcpmux routes on", ErrAmbiguous, Printable(k))
 			}
 		}
 		i = s.ws(kEnd) + 1 // ':'
@@ -183,6 +185,27 @@ func (s *scanner) object(i, depth int, r role) int {
 		i++ // ','
 	}
 	return i
+}
+
+// foldKey is the form under which case-insensitive decoders (Go's among
+// them) consider two keys equal.
+func foldKey(k string) string { return strings.ToLower(strings.ToUpper(k)) }
+
+// routedParams are the params members mcpmux reads, checks or rewrites.
+var routedParams = []string{"name", "arguments", "uri", "_meta"}
+
+// misspelled reports whether k is not one of routedParams but folds to
+// one. Alone, such a key (`"Arguments"`) is no duplicate, yet mcpmux would
+// see no arguments while an upstream that folds case would bind them:
+// what the upstream acts on would not be what was checked.
+func misspelled(k string) bool {
+	f := foldKey(k)
+	for _, name := range routedParams {
+		if f == name && k != name {
+			return true
+		}
+	}
+	return false
 }
 
 // skip returns the index after the object or array at i without
