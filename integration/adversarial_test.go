@@ -164,12 +164,12 @@ func advTable() []advCase {
 		advArgsCase("shell_run: an argument the rule does not name", "shell_run", `{"command":"git status","cwd":"/"}`),
 		advArgsCase("read_file: an argument the rule does not name", "read_file", `{"path":"docs/a.md","follow_symlinks":true}`),
 		advCase{name: "shell_run: no arguments", kind: advArgs, tool: "shell_run", params: `{"name":"UP__shell_run"}`},
-		// Another spelling of "arguments" alone is not ambiguous, and
-		// mcp-go would bind it; mcpmux reads no arguments, so the named
-		// one is missing.
-		advCase{name: "shell_run: Arguments alone", kind: advArgs, tool: "shell_run", params: `{"name":"UP__shell_run","Arguments":{"command":"rm -rf /tmp/x"}}`},
-		advCase{name: "shell_run: argument\u017f alone", kind: advArgs, tool: "shell_run", params: `{"name":"UP__shell_run","argument` + "\u017f" + `":{"command":"rm -rf /tmp/x"}}`},
-		advCase{name: "shell_run: ARGUMENTS alone, allowed value", kind: advArgs, tool: "shell_run", params: `{"name":"UP__shell_run","ARGUMENTS":{"command":"git status"}}`},
+		// Another spelling of "arguments" alone is ambiguous: mcp-go would
+		// bind it case-insensitively while mcpmux reads "arguments" only,
+		// so it is refused before any rule, as two spellings are.
+		advCase{name: "shell_run: Arguments alone", kind: advAmbiguous, tool: "shell_run", params: `{"name":"UP__shell_run","Arguments":{"command":"rm -rf /tmp/x"}}`},
+		advCase{name: "shell_run: argument\u017f alone", kind: advAmbiguous, tool: "shell_run", params: `{"name":"UP__shell_run","argument` + "\u017f" + `":{"command":"rm -rf /tmp/x"}}`},
+		advCase{name: "shell_run: ARGUMENTS alone, allowed value", kind: advAmbiguous, tool: "shell_run", params: `{"name":"UP__shell_run","ARGUMENTS":{"command":"git status"}}`},
 	)
 
 	// The case-key and duplicate-key bypass: two spellings of one key
