@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"syscall"
@@ -425,5 +426,106 @@ func TestVisibilityListChanged(t *testing.T) {
 	}
 	if got := visListed(t, "prompts/list", sessions["only-a"].do(t, "prompts/list", `{}`)); !slices.Equal(got, []string{"a__broken", "a__greet", "b__broken", "b__greet"}) {
 		t.Errorf("after the reload only-a lists prompts %q", got)
+	}
+}
+
+// TestVisibilityReferenceServers runs upstream visibility against the
+// reference servers from npm: server-everything (tools, prompts, resources,
+// templates, completions) and server-memory (tools only), on a legacy
+// /mcp session. deny = ["*"] hides everything's prompts and resources
+// (it serves tools, none in the view) and a hidden one answers as a
+// nonexistent one; upstreams = ["every"] shows them and they work.
+func TestVisibilityReferenceServers(t *testing.T) {
+	requireNode(t)
+	m := startMux(t, fmt.Sprintf(`[server]
+shutdown_grace = "5s"
+
+[upstreams.every]
+command = %[1]s
+args = %[2]s
+required = true
+
+[upstreams.memory]
+command = %[1]s
+args = %[3]s
+env = { MEMORY_FILE_PATH = %[4]s }
+required = true
+
+[profiles.open]
+read_only = false
+
+[profiles.none]
+deny = ["*"]
+
+[profiles.every-only]
+upstreams = ["every"]
+`, tomlString(harness.node), tomlArray(everythingEntry(), "stdio"), tomlArray(memoryEntry()),
+		tomlString(filepath.Join(t.TempDir(), "memory.jsonl"))))
+	session := func(profile string) *recHTTP { return &recHTTP{s: openRawSession(t, m.URL()+"?profile="+profile, nil)} }
+
+	// What everything serves, as the open profile lists it.
+	open := session("open")
+	prompts := visListed(t, "prompts/list", open.do(t, "prompts/list", `{}`))
+	resources := visListed(t, "resources/list", open.do(t, "resources/list", `{}`))
+	templates := visListed(t, "resources/templates/list", open.do(t, "resources/templates/list", `{}`))
+	if len(prompts) == 0 || len(resources) == 0 || len(templates) == 0 {
+		t.Fatalf("server-everything lists prompts %q, resources %q, templates %q; want some of each", prompts, resources, templates)
+	}
+	prompt, resource := prompts[0], resources[0]
+	if slices.Contains(prompts, "every__simple-prompt") {
+		prompt = "every__simple-prompt" // takes no arguments
+	}
+	templated := regexp.MustCompile(`\{[^}]*\}`).ReplaceAllString(templates[0], "1")
+	if a := open.do(t, "resources/read", fmt.Sprintf(`{"uri":%q}`, templated)); a.Msg.Error != nil {
+		t.Fatalf("resources/read %s through the open profile: %s", templated, a)
+	}
+
+	none := session("none")
+	for _, method := range []string{"prompts/list", "resources/list", "resources/templates/list"} {
+		if got := visListed(t, method, none.do(t, method, `{}`)); len(got) != 0 {
+			t.Errorf("%s under deny = [\"*\"] lists %q", method, got)
+		}
+	}
+	// A nonexistent twin of each target: same length, another upstream's
+	// namespace or a scheme nobody serves.
+	twin := func(s string) string { return "z" + s[1:] }
+	probes := []struct{ what, method, params, hidden string }{
+		{"prompts/get", "prompts/get", `{"name":%q}`, prompt},
+		{"resources/read", "resources/read", `{"uri":%q}`, resource},
+		{"resources/read of a templated URI", "resources/read", `{"uri":%q}`, templated},
+		{"completion/complete", "completion/complete", `{"ref":{"type":"ref/prompt","name":%q},"argument":{"name":"a","value":"b"}}`, prompt},
+		{"resources/subscribe", "resources/subscribe", `{"uri":%q}`, resource},
+	}
+	for _, p := range probes {
+		hidden := none.do(t, p.method, fmt.Sprintf(p.params, p.hidden))
+		missing := none.do(t, p.method, fmt.Sprintf(p.params, twin(p.hidden)))
+		visSame(t, p.what, hidden, missing, p.hidden, twin(p.hidden))
+	}
+
+	only := session("every-only")
+	if got := visListed(t, "prompts/list", only.do(t, "prompts/list", `{}`)); !slices.Equal(got, prompts) {
+		t.Errorf("upstreams = [\"every\"] lists prompts %q, want %q", got, prompts)
+	}
+	for _, name := range visListed(t, "tools/list", only.do(t, "tools/list", `{}`)) {
+		if !strings.HasPrefix(name, "every__") {
+			t.Errorf("upstreams = [\"every\"] lists tool %s", name)
+		}
+	}
+	if a := only.do(t, "resources/read", fmt.Sprintf(`{"uri":%q}`, resource)); a.Msg.Error != nil {
+		t.Errorf("resources/read %s through upstreams = [\"every\"]: %s", resource, a)
+	}
+	if a := only.do(t, "prompts/get", fmt.Sprintf(`{"name":%q}`, prompt)); a.Msg.Error != nil || a.Msg.Result == nil {
+		t.Errorf("prompts/get %s through upstreams = [\"every\"]: %s", prompt, a)
+	}
+	// server-memory's resources are hidden there, as nonexistent ones.
+	for _, uri := range visListed(t, "resources/list", only.do(t, "resources/list", `{}`)) {
+		if !slices.Contains(resources, uri) || strings.HasPrefix(uri, "memory://") {
+			t.Errorf("upstreams = [\"every\"] lists resource %s", uri)
+		}
+	}
+	if slices.Contains(resources, "memory://knowledge-graph") {
+		hidden := only.do(t, "resources/read", `{"uri":"memory://knowledge-graph"}`)
+		missing := only.do(t, "resources/read", `{"uri":"zemory://knowledge-graph"}`)
+		visSame(t, "resources/read of server-memory's resource", hidden, missing, "memory://knowledge-graph", "zemory://knowledge-graph")
 	}
 }
