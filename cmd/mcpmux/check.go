@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -13,6 +12,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/mcpmux/mcpmux/aggregator"
+	"github.com/mcpmux/mcpmux/configs"
 	"github.com/mcpmux/mcpmux/filter"
 	"github.com/mcpmux/mcpmux/internal/redact"
 	"github.com/mcpmux/mcpmux/sessions"
@@ -30,63 +30,103 @@ func estimateTokens(tools []mcp.Tool) (int, error) {
 	return (len(b) + 3) / 4, nil
 }
 
+// plural is "1 problem", "2 problems".
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return fmt.Sprintf("%d %s", n, one)
+	}
+	return fmt.Sprintf("%d %s", n, many)
+}
+
 func cmdCheck(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("check", stderr)
-	configPath := fs.String("config", "", "config file")
-	logLevel := fs.String("log-level", "error", "log level for upstream messages on stderr")
-	if err := parseFlags(fs, args); err != nil {
+	fs := newFlags("check", stdout)
+	configPath := fs.String("config", "", "read the config from `FILE` (default: discovered, else the embedded quickstart)")
+	noConnect := fs.Bool("no-connect", false, "validate only: contact no upstream and start no child")
+	logs := addLogFlags(fs, "error")
+	if err := fs.parse(args); err != nil {
 		return err
 	}
-	log, err := newLogger(stderr, *logLevel)
+	if err := logs.check(fs); err != nil {
+		return err
+	}
+	src, cfg, err := openConfig(*configPath, configSource{})
 	if err != nil {
 		return err
 	}
-	_, cfg, err := openConfig(*configPath, configSource{}, log)
-	if err != nil {
-		return err
-	}
+	log := logs.logger(stderr, cfg.Server.LogFormat)
+	src.logLoaded(log)
 	fmt.Fprintf(stdout, "config %s: valid\n\n", cfg.Source)
+	res, err := sessions.NewResolver(cfg, filter.NewRegistry())
+	if err != nil {
+		return configErr(err)
+	}
+	if *noConnect {
+		return checkOffline(stdout, cfg, res)
+	}
 
 	agg, startErr := startAggregator(ctx, cfg, log)
 	defer agg.Close()
 	snap := agg.Snapshot()
 	var problems []string
+	problem := func(p string) {
+		if p = redact.URLs(p); !slices.Contains(problems, p) {
+			problems = append(problems, p)
+		}
+	}
 
+	byUpstream := map[string][]mcp.Tool{}
+	for _, e := range snap.Tools {
+		byUpstream[e.Upstream] = append(byUpstream[e.Upstream], e.Tool)
+	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "UPSTREAM\tTRANSPORT\tSTATE\tTOOLS\tNOTE")
+	fmt.Fprintln(tw, "UPSTREAM\tTRANSPORT\tSTATE\tTOOLS\t~TOKENS\tNOTE")
 	for i, st := range snap.Upstreams {
 		uc := cfg.Upstreams[i]
-		note := ""
+		var notes []string
+		if st.Required {
+			notes = append(notes, "required")
+		}
 		if st.Dropped > 0 {
-			note = fmt.Sprintf("%d hidden by its own rules", st.Dropped)
+			notes = append(notes, fmt.Sprintf("%d hidden by its own rules", st.Dropped))
 		}
 		if n := refusedIn(snap.Conflicts, st.Name); n > 0 {
-			note = strings.TrimSpace(fmt.Sprintf("%s %d refused: in another upstream's namespace", note, n))
+			notes = append(notes, fmt.Sprintf("%d refused: in another upstream's namespace", n))
 		}
+		state := st.State.String()
 		if err := agg.StartError(st.Name); err != nil {
-			note = redact.URLs(err.Error())
-			problems = append(problems, redact.URLs(fmt.Sprintf("upstream %q: %v", st.Name, err)))
+			// The error names the upstream already; it is printed once,
+			// below the tables, with the child's last stderr lines.
+			problem(err.Error())
+			notes = append(notes, "failed to start: see below")
+			if st.State == upstream.StateConnecting {
+				state = upstream.StateDown.String() // retrying after the failure
+			}
 		}
-		if st.Required {
-			note = strings.TrimSpace("required " + note)
+		tokens := 0
+		if tools := byUpstream[st.Name]; len(tools) > 0 {
+			if tokens, err = estimateTokens(tools); err != nil {
+				problem(fmt.Sprintf("upstream %q: encoding its tools: %v", st.Name, err))
+			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\n", st.Name, uc.Transport, st.State, st.Tools, note)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\n", st.Name, uc.Transport, state, st.Tools, tokens, strings.Join(notes, "; "))
 	}
 	tw.Flush()
 	for _, c := range snap.Conflicts {
-		problems = append(problems, "config error: "+c.String())
+		problem("config error: " + c.String())
 	}
-	if len(snap.Rewrites) > 0 {
+	var notes []string
+	for _, r := range snap.Rewrites {
+		if n := r.String(); !slices.Contains(notes, n) {
+			notes = append(notes, n)
+		}
+	}
+	if len(notes) > 0 {
 		fmt.Fprintln(stdout)
-		for _, r := range snap.Rewrites {
-			fmt.Fprintln(stdout, "note:", r.String())
+		for _, n := range notes {
+			fmt.Fprintln(stdout, "note:", n)
 		}
 	}
 
-	res, err := sessions.NewResolver(cfg, filter.NewRegistry())
-	if err != nil {
-		return configErr(err)
-	}
 	names := res.Profiles()
 	if len(names) == 0 {
 		names = []string{""}
@@ -102,13 +142,13 @@ func cmdCheck(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	for _, name := range names {
 		b, err := res.ResolveLocal(sessions.Selection{Profile: name})
 		if err != nil {
-			problems = append(problems, fmt.Sprintf("profile %q: %v", name, err))
+			problem(fmt.Sprintf("profile %q: %v", name, err))
 			continue
 		}
 		v := filterView(snap, b.Filter)
 		tokens, err := estimateTokens(v.Tools)
 		if err != nil {
-			problems = append(problems, fmt.Sprintf("profile %q: encoding tools/list: %v", name, err))
+			problem(fmt.Sprintf("profile %q: encoding tools/list: %v", name, err))
 		}
 		if _, seen := byFilter[b.Filter]; !seen {
 			order = append(order, b.Filter)
@@ -128,12 +168,19 @@ func cmdCheck(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		fmt.Fprintf(tw, "%s\t%d\t%d\t#%d\t%s\n", name, r.tools, r.tokens, slices.Index(order, r.f)+1, strings.Join(shared, ", "))
 	}
 	tw.Flush()
-	fmt.Fprintf(stdout, "\n%d profiles share %d filter instances; ~TOKENS is the tools/list JSON size / 4.\n", len(rows), len(order))
+	share := "share"
+	if len(rows) == 1 {
+		share = "shares"
+	}
+	fmt.Fprintf(stdout, "\n%s %s %s; ~TOKENS is the tools/list JSON size / 4.\n",
+		plural(len(rows), "profile", "profiles"), share, plural(len(order), "filter instance", "filter instances"))
 
 	if startErr != nil {
+		// Only required upstreams fail Start, and their errors are listed
+		// already; anything else is new.
 		se := redact.URLs(startErr.Error())
 		if !slices.ContainsFunc(problems, func(p string) bool { return strings.Contains(se, p) }) {
-			problems = append(problems, se)
+			problem(se)
 		}
 	}
 	if len(problems) > 0 {
@@ -141,8 +188,34 @@ func cmdCheck(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		for _, p := range problems {
 			fmt.Fprintln(stdout, "error:", p)
 		}
-		return &exitError{exitRuntime, fmt.Errorf("check found %d problems", len(problems))}
+		return &exitError{exitRuntime, fmt.Errorf("check found %s", plural(len(problems), "problem", "problems"))}
 	}
+	return nil
+}
+
+// checkOffline is `check --no-connect`: what the config declares, with
+// nothing contacted.
+func checkOffline(stdout io.Writer, cfg *configs.Config, res *sessions.Resolver) error {
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "UPSTREAM\tTRANSPORT\tSCOPE\tNOTE")
+	for _, u := range cfg.Upstreams {
+		note := ""
+		if u.Required {
+			note = "required"
+		}
+		scope := u.Scope
+		if scope == "" {
+			scope = configs.ScopeShared
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", u.Name, u.Transport, scope, note)
+	}
+	tw.Flush()
+	profiles := res.Profiles()
+	if len(profiles) > 0 {
+		fmt.Fprintf(stdout, "\nprofiles: %s\n", strings.Join(profiles, ", "))
+	}
+	fmt.Fprintf(stdout, "\n%s and %s; no upstream contacted (--no-connect).\n",
+		plural(len(cfg.Upstreams), "upstream", "upstreams"), plural(len(profiles), "profile", "profiles"))
 	return nil
 }
 
@@ -160,80 +233,4 @@ func refusedIn(conflicts []aggregator.Conflict, name string) int {
 
 func filterView(snap *aggregator.Snapshot, f *filter.Filter) *filter.View {
 	return filter.NewRegistry().View(snap.Version, snap.Tools, f)
-}
-
-func cmdTools(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("tools", stderr)
-	configPath := fs.String("config", "", "config file")
-	profile := fs.String("profile", "", "profile (default: server.default_profile)")
-	toolsets := fs.String("toolsets", "", "comma-separated toolsets to narrow to")
-	tools := fs.String("tools", "", "comma-separated tool names to narrow to")
-	readOnly := fs.Bool("read-only", false, "only read-only tools")
-	asJSON := fs.Bool("json", false, "print the tools/list result as JSON")
-	logLevel := fs.String("log-level", "error", "log level for upstream messages on stderr")
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	log, err := newLogger(stderr, *logLevel)
-	if err != nil {
-		return err
-	}
-	_, cfg, err := openConfig(*configPath, configSource{}, log)
-	if err != nil {
-		return err
-	}
-	res, err := sessions.NewResolver(cfg, filter.NewRegistry())
-	if err != nil {
-		return configErr(err)
-	}
-	sel := sessions.Selection{Profile: *profile, ReadOnly: *readOnly}
-	sel.Toolsets = splitComma(*toolsets)
-	sel.Tools = splitComma(*tools)
-	sel.Narrowing = len(sel.Toolsets) > 0 || len(sel.Tools) > 0 || sel.ReadOnly
-	b, err := res.ResolveLocal(sel)
-	if err != nil {
-		return usageErr("%v", err)
-	}
-	agg, startErr := startAggregator(ctx, cfg, log)
-	defer agg.Close()
-	if startErr != nil {
-		return &exitError{exitRuntime, startErr}
-	}
-	snap := agg.Snapshot()
-	for _, st := range snap.Upstreams {
-		if st.State != upstream.StateUp {
-			fmt.Fprintf(stderr, "mcpmux: warning: upstream %q is %s; its tools are missing: %s\n", st.Name, st.State, redact.URLs(fmt.Sprint(agg.StartError(st.Name))))
-		}
-	}
-	v := filterView(snap, b.Filter)
-	if *asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(mcp.ListToolsResult{Tools: v.Tools})
-	}
-	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "TOOL\tUPSTREAM\tREAD-ONLY\tDESCRIPTION")
-	for _, t := range v.Tools {
-		e := v.Lookup(t.Name)
-		desc, _, _ := strings.Cut(t.Description, "\n")
-		if len(desc) > 72 {
-			desc = desc[:69] + "..."
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%v\t%s\n", t.Name, e.Upstream, e.ReadOnly, desc)
-	}
-	tw.Flush()
-	if v.Len() == 0 {
-		return &exitError{exitRuntime, errors.New("the view has no tools")}
-	}
-	return nil
-}
-
-func splitComma(s string) []string {
-	var out []string
-	for _, p := range strings.Split(s, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			out = append(out, p)
-		}
-	}
-	return out
 }

@@ -11,19 +11,13 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"runtime"
-	"runtime/debug"
 	"strings"
 	"syscall"
 
 	"github.com/mcpmux/mcpmux/configs"
 	"github.com/mcpmux/mcpmux/internal/demo"
-	"github.com/mcpmux/mcpmux/internal/redact"
 	"github.com/mcpmux/mcpmux/upstream"
 )
-
-// version is set at link time (-ldflags "-X main.version=…").
-var version = "dev"
 
 // Exit codes (SPEC §2).
 const (
@@ -41,27 +35,26 @@ type exitError struct {
 func (e *exitError) Error() string { return e.err.Error() }
 func (e *exitError) Unwrap() error { return e.err }
 
+// hintError is an error with a hint that run prints on the line after it:
+// where to find help.
+type hintError struct {
+	err  error
+	hint string
+}
+
+func (e *hintError) Error() string { return e.err.Error() }
+func (e *hintError) Unwrap() error { return e.err }
+
+// hintedUsageErr is err as a usage error (exit 2) followed by hint.
+func hintedUsageErr(err error, hint string) error {
+	return &exitError{exitUsage, &hintError{err, hint}}
+}
+
 func usageErr(format string, args ...any) error {
 	return &exitError{exitUsage, fmt.Errorf(format, args...)}
 }
 
 func configErr(err error) error { return &exitError{exitUsage, err} }
-
-const usage = `mcpmux: one MCP endpoint for many MCP servers
-
-Usage:
-  mcpmux [serve] [--config FILE] [--listen ADDR]   serve HTTP (default)
-  mcpmux serve --stdio [--profile NAME]            serve one client over stdin/stdout
-  mcpmux check [--config FILE]                     validate, connect, report each upstream and profile
-  mcpmux tools [--config FILE] [--profile NAME] [--toolsets A,B] [--read-only] [--json]
-                                                   print the tools a client would get
-  mcpmux import FILE                               convert an mcpServers JSON file to TOML on stdout
-  mcpmux init                                      write the quickstart config to ./mcpmux.toml
-  mcpmux version                                   print version information
-
-Config: --config, else $MCPMUX_CONFIG, else ./mcpmux.toml, else
-$XDG_CONFIG_HOME/mcpmux/config.toml, else the embedded quickstart.
-`
 
 func main() {
 	// SPEC §8: upstreams' orphaned descendants are reparented to mcpmux
@@ -84,6 +77,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return exitOK
 	}
 	fmt.Fprintln(stderr, "mcpmux:", err)
+	if he := (*hintError)(nil); errors.As(err, &he) {
+		fmt.Fprintln(stderr, he.hint)
+	}
 	var ee *exitError
 	if errors.As(err, &ee) {
 		return ee.code
@@ -91,54 +87,28 @@ func run(args []string, stdout, stderr io.Writer) int {
 	return exitRuntime
 }
 
+// dispatch runs the command args name: `mcpmux COMMAND [FLAGS]`, or serve
+// when args is empty or starts with a flag. --help, -h and --version are
+// commands of their own when they come first.
 func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	cmd := "serve"
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		cmd, args = args[0], args[1:]
+	if len(args) == 0 {
+		return cmdServe(ctx, nil, stdout, stderr, true)
 	}
-	switch cmd {
-	case "serve":
-		return cmdServe(ctx, args, stderr)
-	case "check":
-		return cmdCheck(ctx, args, stdout, stderr)
-	case "tools":
-		return cmdTools(ctx, args, stdout, stderr)
-	case "import":
-		return cmdImport(args, stdout, stderr)
-	case "init":
-		return cmdInit(args, stdout, stderr)
-	case "version":
-		return cmdVersion(args, stdout, stderr)
-	case "demo-server":
-		return cmdDemo(ctx, args, stderr)
-	case "help", "-h", "--help":
-		fmt.Fprint(stdout, usage)
+	switch args[0] {
+	case "-h", "-help", "--help":
+		topHelp(stdout)
 		return nil
-	default:
-		fmt.Fprint(stderr, usage)
-		return usageErr("unknown command %q", cmd)
+	case "-version", "--version":
+		return cmdVersion(args[1:], stdout, stderr)
 	}
-}
-
-// newFlags returns a flag set that reports errors instead of exiting.
-func newFlags(name string, stderr io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet("mcpmux "+name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	return fs
-}
-
-// parseFlags parses args and refuses stray positional arguments.
-func parseFlags(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return &exitError{exitUsage, err}
+	if strings.HasPrefix(args[0], "-") {
+		return cmdServe(ctx, args, stdout, stderr, true)
 	}
-	if fs.NArg() > 0 {
-		return usageErr("%s: unexpected argument %q", fs.Name(), fs.Arg(0))
+	c, ok := lookupCommand(args[0])
+	if !ok {
+		return unknownCommand(args[0])
 	}
-	return nil
+	return c.run(ctx, args[1:], stdout, stderr)
 }
 
 // configSource is where a config comes from and what the command line
@@ -150,11 +120,10 @@ type configSource struct {
 	http   bool   // served over HTTP: the exposure rule (SPEC §10) applies
 }
 
-// openConfig finds the config for --config flagPath (SPEC §2), loads it
-// with src's overrides and logs where it came from. The returned source
-// is src with the file filled in, for reloading. Errors are config errors
-// (exit 2).
-func openConfig(flagPath string, src configSource, log *slog.Logger) (configSource, *configs.Config, error) {
+// openConfig finds the config for --config flagPath (SPEC §2) and loads it
+// with src's overrides. The returned source is src with the file filled
+// in, for reloading and for logLoaded. Errors are config errors (exit 2).
+func openConfig(flagPath string, src configSource) (configSource, *configs.Config, error) {
 	path, err := configs.Discover(flagPath, os.Getenv)
 	if err != nil {
 		return src, nil, configErr(err)
@@ -164,12 +133,17 @@ func openConfig(flagPath string, src configSource, log *slog.Logger) (configSour
 	if err != nil {
 		return src, nil, err
 	}
-	if path == "" {
+	return src, cfg, nil
+}
+
+// logLoaded logs where the config came from. It is separate from
+// openConfig because the logger's format depends on the config.
+func (s configSource) logLoaded(log *slog.Logger) {
+	if s.path == "" {
 		log.Info("no config file found; using the embedded quickstart (run `mcpmux init` to write it out)")
 	} else {
-		log.Info("config loaded", "path", path)
+		log.Info("config loaded", "path", s.path)
 	}
-	return src, cfg, nil
 }
 
 // load reads and parses the config, applies the overrides and, when it is
@@ -214,21 +188,10 @@ func lookupEnv(name string) (string, bool) {
 	return "", false
 }
 
-// newLogger returns a text logger on w at the given level.
-func newLogger(w io.Writer, level string) (*slog.Logger, error) {
-	var l slog.Level
-	if err := l.UnmarshalText([]byte(level)); err != nil {
-		return nil, usageErr("--log-level: %v", err)
-	}
-	// Upstream URLs may carry secrets in their queries; every line is
-	// redacted, library lines (mcp-go's HTTP errors) included.
-	return slog.New(redact.NewHandler(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l}))), nil
-}
-
 func cmdInit(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("init", stderr)
-	out := fs.String("output", "mcpmux.toml", "file to write")
-	if err := parseFlags(fs, args); err != nil {
+	fs := newFlags("init", stdout)
+	out := fs.String("output", "mcpmux.toml", "`FILE` to write")
+	if err := fs.parse(args); err != nil {
 		return err
 	}
 	f, err := os.OpenFile(*out, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
@@ -249,52 +212,11 @@ func cmdInit(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-func cmdImport(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("import", stderr)
-	if err := fs.Parse(args); err != nil {
-		return &exitError{exitUsage, err}
-	}
-	if fs.NArg() != 1 {
-		return usageErr("import: want exactly one FILE, got %d arguments", fs.NArg())
-	}
-	data, err := os.ReadFile(fs.Arg(0))
-	if err != nil {
-		return &exitError{exitUsage, fmt.Errorf("import: %w", err)}
-	}
-	out, err := configs.Import(data)
-	if err != nil {
-		return &exitError{exitUsage, fmt.Errorf("import %s: %w", fs.Arg(0), err)}
-	}
-	_, err = stdout.Write(out)
-	return err
-}
-
-func cmdVersion(args []string, stdout, stderr io.Writer) error {
-	if err := parseFlags(newFlags("version", stderr), args); err != nil {
-		return err
-	}
-	commit, modified := "unknown", ""
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		for _, s := range bi.Settings {
-			switch s.Key {
-			case "vcs.revision":
-				commit = s.Value
-			case "vcs.modified":
-				if s.Value == "true" {
-					modified = " (modified)"
-				}
-			}
-		}
-	}
-	fmt.Fprintf(stdout, "mcpmux %s\ncommit %s%s\n%s %s/%s\n", version, commit, modified, runtime.Version(), runtime.GOOS, runtime.GOARCH)
-	return nil
-}
-
 // cmdDemo serves the built-in demo MCP server over stdin/stdout.
-func cmdDemo(ctx context.Context, args []string, stderr io.Writer) error {
-	fs := newFlags("demo-server", stderr)
-	name := fs.String("name", "demo", "server name")
-	if err := parseFlags(fs, args); err != nil {
+func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("demo-server", stdout)
+	name := fs.String("name", "demo", "server `NAME`")
+	if err := fs.parse(args); err != nil {
 		return err
 	}
 	// A closed stderr pipe during shutdown must not kill the process.

@@ -15,33 +15,37 @@ import (
 	"github.com/mcpmux/mcpmux/sessions"
 )
 
-func cmdServe(ctx context.Context, args []string, stderr io.Writer) error {
-	fs := newFlags("serve", stderr)
-	configPath := fs.String("config", "", "config file (default: discovered, else the embedded quickstart)")
-	listen := fs.String("listen", "", "listen address, overriding server.listen")
-	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+// cmdServe is `mcpmux serve`; implicit is set when no command was named
+// (bare `mcpmux`, or `mcpmux --flag …`).
+func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer, implicit bool) error {
+	fs := newFlags("serve", stdout)
+	fs.implicit = implicit
+	configPath := fs.String("config", "", "read the config from `FILE` (default: discovered, else the embedded quickstart)")
+	listen := fs.String("listen", "", "`ADDR` to listen on, overriding server.listen")
+	logs := addLogFlags(fs, "info")
 	stdio := fs.Bool("stdio", false, "serve one client over stdin/stdout instead of HTTP (logs go to stderr)")
-	profile := fs.String("profile", "", "with --stdio: the profile to serve (default: server.default_profile)")
-	if err := parseFlags(fs, args); err != nil {
+	profile := fs.String("profile", "", "with --stdio: the `NAME` of the profile to serve (default: server.default_profile)")
+	if err := fs.parse(args); err != nil {
 		return err
 	}
-	log, err := newLogger(stderr, *logLevel)
-	if err != nil {
+	if err := logs.check(fs); err != nil {
 		return err
 	}
 	switch {
 	case *stdio && *listen != "":
-		return usageErr("serve: --stdio and --listen cannot be combined")
+		return fs.usageErr(errors.New("--stdio and --listen cannot be combined"))
 	case *stdio:
-		return serveStdio(ctx, *configPath, *profile, log) // stdio.go
+		return serveStdio(ctx, *configPath, *profile, logs, stderr) // stdio.go
 	case *profile != "":
-		return usageErr("serve: --profile needs --stdio (HTTP clients choose their profile per request)")
+		return fs.usageErr(errors.New("--profile needs --stdio (HTTP clients choose their profile per request)"))
 	}
 	start := time.Now()
-	src, cfg, err := openConfig(*configPath, configSource{listen: *listen, http: true}, log)
+	src, cfg, err := openConfig(*configPath, configSource{listen: *listen, http: true})
 	if err != nil {
 		return err
 	}
+	log := logs.logger(stderr, cfg.Server.LogFormat)
+	src.logLoaded(log)
 	// server.listen takes effect only on restart, so a reloaded config is
 	// checked for exposure against the address being served.
 	src.listen = cfg.Server.Listen
@@ -169,7 +173,7 @@ func wire(cfg *configs.Config, log *slog.Logger) (*aggregator.Aggregator, *sessi
 	if err != nil {
 		return nil, nil, closeAll, err
 	}
-	srv, err = sessions.New(cfg, agg, sessions.Options{Logger: log, Version: version, Audit: audit})
+	srv, err = sessions.New(cfg, agg, sessions.Options{Logger: log, Version: version(), Audit: audit})
 	if err != nil {
 		return nil, nil, closeAll, configErr(err)
 	}

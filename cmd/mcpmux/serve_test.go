@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -33,7 +34,7 @@ func TestServeStopsWhenServingFails(t *testing.T) {
 	path := writeConfig(t, "[server]\nlisten = \"127.0.0.1:0\"\n\n"+demoUpstream(t, "demo", "demo-server", "--name", "demo"))
 	logs := &lockedBuffer{}
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	src, cfg, err := openConfig(path, configSource{http: true}, log)
+	src, cfg, err := openConfig(path, configSource{http: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +100,7 @@ func TestServeRequiredUpstreamFails(t *testing.T) {
 	defer cancel() // only a backstop: the test never cancels before cmdServe returns
 	done := make(chan error, 1)
 	go func() {
-		done <- cmdServe(ctx, []string{"--config", path, "--listen", "127.0.0.1:0", "--log-level", "debug"}, stderr)
+		done <- cmdServe(ctx, []string{"--config", path, "--listen", "127.0.0.1:0", "--log-level", "debug"}, io.Discard, stderr, false)
 	}()
 	var err error
 	select {

@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
+	"io"
 	"os"
 	"os/signal"
 	"syscall"
@@ -20,7 +20,7 @@ import (
 // library) lands in the logs instead of corrupting the protocol. When stdin
 // ends, or a signal comes, it answers every request it read (within
 // server.shutdown_grace, SPEC §8), closes the upstreams and returns nil.
-func serveStdio(ctx context.Context, configPath, profile string, log *slog.Logger) error {
+func serveStdio(ctx context.Context, configPath, profile string, logs logFlags, stderr io.Writer) error {
 	out, err := takeStdout()
 	if err != nil {
 		return err
@@ -31,10 +31,12 @@ func serveStdio(ctx context.Context, configPath, profile string, log *slog.Logge
 	signal.Ignore(syscall.SIGPIPE)
 
 	start := time.Now()
-	src, cfg, err := openConfig(configPath, configSource{}, log)
+	src, cfg, err := openConfig(configPath, configSource{})
 	if err != nil {
 		return err
 	}
+	log := logs.logger(stderr, cfg.Server.LogFormat)
+	src.logLoaded(log)
 	agg, srv, closeAll, err := wire(cfg, log)
 	defer closeAll()
 	if err != nil {

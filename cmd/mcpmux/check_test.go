@@ -1,0 +1,180 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+)
+
+// dyingUpstream is a stdio upstream that says why on stderr and exits,
+// the way @modelcontextprotocol/server-filesystem does with a bad path.
+const dyingUpstream = `[upstreams.fs]
+command = "sh"
+args = ["-c", "echo 'None of the specified directories are accessible' >&2; exit 1"]
+`
+
+// TestCheckShowsWhyAChildDied runs `mcpmux check` against a real child
+// that dies at start, next to a healthy one.
+func TestCheckShowsWhyAChildDied(t *testing.T) {
+	path := writeConfig(t, dyingUpstream+"\n"+demoUpstream(t, "demo", "demo-server", "--name", "demo"))
+	var stdout, stderr bytes.Buffer
+	code := run([]string{"check", "--config", path}, &stdout, &stderr)
+	out := stdout.String()
+	if code != exitRuntime {
+		t.Errorf("exit %d, want %d", code, exitRuntime)
+	}
+	if !strings.Contains(out, "\n  stderr| None of the specified directories are accessible\n") {
+		t.Errorf("the child's stderr line is not shown:\n%s", out)
+	}
+	if n := strings.Count(out, `error: upstream "fs": connect: `); n != 1 {
+		t.Errorf("the error is printed %d times, want once:\n%s", n, out)
+	}
+	if strings.Contains(out, `upstream "fs": upstream "fs"`) {
+		t.Errorf("the upstream is named twice in a row:\n%s", out)
+	}
+	if got := stderr.String(); got != "mcpmux: check found 1 problem\n" {
+		t.Errorf("stderr = %q, want the count of problems in the singular", got)
+	}
+	if !strings.Contains(out, "1 profile shares 1 filter instance;") {
+		t.Errorf("the filter summary is not in the singular:\n%s", out)
+	}
+	// The upstream table has a token estimate per upstream.
+	header := regexp.MustCompile(`(?m)^UPSTREAM +TRANSPORT +STATE +TOOLS +~TOKENS +NOTE$`)
+	if !header.MatchString(out) {
+		t.Fatalf("no ~TOKENS column in the upstream table:\n%s", out)
+	}
+	demo := regexp.MustCompile(`(?m)^demo +stdio +up +(\d+) +(\d+) *$`).FindStringSubmatch(out)
+	fs := regexp.MustCompile(`(?m)^fs +stdio +down +0 +0 +failed to start: see below$`).FindStringSubmatch(out)
+	if demo == nil || fs == nil {
+		t.Fatalf("unexpected upstream rows:\n%s", out)
+	}
+	// The demo upstream is the only one up, so its estimate is the
+	// profile's, less the few bytes of one wrapper.
+	profile := regexp.MustCompile(`(?m)^\(none\) +\d+ +(\d+) `).FindStringSubmatch(out)
+	up, _ := strconv.Atoi(demo[2])
+	all, _ := strconv.Atoi(profile[1])
+	if up == 0 || up != all {
+		t.Errorf("demo's ~TOKENS = %d, the profile's = %d; want the same non-zero estimate", up, all)
+	}
+}
+
+// TestCheckNoConnect validates without starting a child or dialing a URL.
+func TestCheckNoConnect(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dialed atomic.Int32
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			dialed.Add(1)
+			c.Close()
+		}
+	}()
+	defer ln.Close()
+	marker := filepath.Join(t.TempDir(), "started")
+	path := writeConfig(t, fmt.Sprintf(`[upstreams.local]
+command = "sh"
+args = ["-c", "touch %s"]
+required = true
+
+[upstreams.remote]
+url = "http://%s/mcp?api_key=secret"
+
+[profiles.default]
+[profiles.readonly]
+read_only = true
+`, marker, ln.Addr()))
+	code, out := runCLI(t, "check", "--no-connect", "--config", path)
+	if code != exitOK {
+		t.Errorf("exit %d, want 0\n%s", code, out)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Error("check --no-connect started the stdio child")
+	}
+	if n := dialed.Load(); n != 0 {
+		t.Errorf("check --no-connect dialed the HTTP upstream %d times", n)
+	}
+	golden(t, "check_no_connect", strings.ReplaceAll(out, path, "CONFIG"))
+
+	code, out = runCLI(t, "check", "--no-connect", "--config", writeConfig(t, "[upstreams.x]\ncommand = \"sh\"\nbogus = 1\n"))
+	if code != exitUsage || !strings.Contains(out, "bogus") {
+		t.Errorf("an invalid config: exit %d, want %d naming the bad key\n%s", code, exitUsage, out)
+	}
+}
+
+// TestLogFormat: --log-format wins over server.log_format; JSON logs keep
+// the redaction and an upstream's JSON stderr line as fields.
+func TestLogFormat(t *testing.T) {
+	const pino = `[upstreams.pino]
+command = "sh"
+args = ["-c", "echo '{\"level\":50,\"msg\":\"cannot open\",\"path\":\"/nope\"}' >&2; exit 1"]
+
+[upstreams.remote]
+url = "http://127.0.0.1:1/mcp?api_key=s3cr3t"
+connect_timeout = "2s"
+`
+	cases := []struct {
+		name     string
+		server   string // the [server] table's log_format; "" = unset
+		flag     string // --log-format; "" = unset
+		wantJSON bool
+	}{
+		{"default is text", "", "", false},
+		{"config json", "json", "", true},
+		{"flag json", "", "json", true},
+		{"flag wins over config", "json", "text", false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := pino
+			if tc.server != "" {
+				cfg = fmt.Sprintf("[server]\nlog_format = %q\n\n%s", tc.server, cfg)
+			}
+			args := []string{"check", "--log-level", "info", "--config", writeConfig(t, cfg)}
+			if tc.flag != "" {
+				args = append(args, "--log-format", tc.flag)
+			}
+			var stdout, stderr bytes.Buffer
+			run(args, &stdout, &stderr)
+			logs := strings.TrimSuffix(stderr.String(), "mcpmux: check found 2 problems\n")
+			if strings.Contains(logs, "s3cr3t") {
+				t.Errorf("a secret reached the logs:\n%s", logs)
+			}
+			lines := strings.Split(strings.TrimSpace(logs), "\n")
+			if len(lines) < 3 {
+				t.Fatalf("want logs at info, got:\n%s", stderr.String())
+			}
+			var sawFields bool
+			for _, l := range lines {
+				var rec map[string]any
+				isJSON := json.Unmarshal([]byte(l), &rec) == nil
+				if isJSON != tc.wantJSON {
+					t.Fatalf("log line %q: JSON = %v, want %v", l, isJSON, tc.wantJSON)
+				}
+				if isJSON && rec["msg"] == "stderr" {
+					f, _ := rec["stderr"].(map[string]any)
+					sawFields = f["msg"] == "cannot open" && f["level"] == 50.0 && f["path"] == "/nope"
+				}
+				if !isJSON && strings.Contains(l, "msg=stderr") {
+					sawFields = strings.Contains(l, `stderr.msg="cannot open"`) && strings.Contains(l, "stderr.level=50")
+				}
+			}
+			if !sawFields {
+				t.Errorf("the upstream's JSON stderr line was not logged as fields:\n%s", logs)
+			}
+		})
+	}
+}

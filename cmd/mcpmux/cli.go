@@ -1,0 +1,293 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"regexp"
+	"strings"
+)
+
+// command is one of mcpmux's commands.
+type command struct {
+	name    string
+	summary string // one line, for `mcpmux --help`
+	usage   string // the usage lines of `mcpmux NAME --help`, without "Usage: "
+	about   string // what the command does, for `mcpmux NAME --help`; may be ""
+	hidden  bool   // left out of `mcpmux --help` (demo-server)
+	run     func(ctx context.Context, args []string, stdout, stderr io.Writer) error
+}
+
+// commands returns every command, in the order help lists them.
+func commands() []command {
+	return []command{
+		{
+			name:    "serve",
+			summary: "serve every upstream as one MCP endpoint over HTTP, or one client over stdio (the default command)",
+			usage: "mcpmux [serve] [--config FILE] [--listen ADDR] [--log-level LEVEL] [--log-format FORMAT]\n" +
+				"       mcpmux serve --stdio [--profile NAME] [--config FILE]",
+			about: "Serves streamable HTTP at /mcp, legacy SSE at /sse and websocket at /ws, plus\n" +
+				"/healthz, /readyz and /metrics. With --stdio it serves the one client that\n" +
+				"launched it over stdin/stdout and logs only to stderr. Bare `mcpmux` is\n" +
+				"`mcpmux serve`. SIGHUP, or a change to the config file, reloads the config.",
+			run: func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+				return cmdServe(ctx, args, stdout, stderr, false)
+			},
+		},
+		{
+			name:    "check",
+			summary: "validate the config, connect to every upstream, and report upstreams and profiles",
+			usage:   "mcpmux check [--config FILE] [--no-connect] [--log-level LEVEL] [--log-format FORMAT]",
+			about: "Prints each upstream's state, tools and estimated tokens (with the last stderr\n" +
+				"lines of a child that died), and each profile's tools, estimated tokens and\n" +
+				"shared filter instance. Exits 1 if anything is wrong, 2 if the config is invalid.\n" +
+				"With --no-connect it only validates: no upstream is contacted, no child started.",
+			run: cmdCheck,
+		},
+		{
+			name:    "tools",
+			summary: "print the tools a client would get",
+			usage:   "mcpmux tools [--config FILE] [--profile NAME] [--toolsets A,B] [--tools A,B] [--read-only] [--json]",
+			about:   "Connects to every upstream and prints the tools/list a client with this\nprofile and narrowing would see.",
+			run:     cmdTools,
+		},
+		{
+			name:    "import",
+			summary: "convert an mcpServers JSON file (Claude Desktop, Cursor, …) to mcpmux TOML on stdout",
+			usage:   "mcpmux import FILE",
+			run: func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+				return cmdImport(args, stdout, stderr)
+			},
+		},
+		{
+			name:    "init",
+			summary: "write the quickstart config to ./mcpmux.toml",
+			usage:   "mcpmux init [--output FILE]",
+			about:   "Writes the embedded quickstart config; refuses to overwrite a file.",
+			run: func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+				return cmdInit(args, stdout, stderr)
+			},
+		},
+		{
+			name:    "version",
+			summary: "print the version, commit and Go version",
+			usage:   "mcpmux version\n       mcpmux --version",
+			run: func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+				return cmdVersion(args, stdout, stderr)
+			},
+		},
+		{
+			name:    "help",
+			summary: "show this help, or a command's: mcpmux help COMMAND",
+			usage:   "mcpmux help [COMMAND]\n       mcpmux COMMAND --help",
+			run:     cmdHelp,
+		},
+		{
+			name:    "demo-server",
+			summary: "serve the built-in demo MCP server over stdio",
+			usage:   "mcpmux demo-server [--name NAME]",
+			hidden:  true,
+			run:     cmdDemo,
+		},
+	}
+}
+
+// lookupCommand returns the command called name.
+func lookupCommand(name string) (command, bool) {
+	for _, c := range commands() {
+		if c.name == name {
+			return c, true
+		}
+	}
+	return command{}, false
+}
+
+// topHelp is `mcpmux --help`.
+func topHelp(w io.Writer) {
+	fmt.Fprint(w, "mcpmux: one MCP endpoint for many MCP servers\n\nUsage: mcpmux [COMMAND] [FLAGS]\n\nCommands:\n")
+	for _, c := range commands() {
+		if !c.hidden {
+			fmt.Fprintf(w, "  %-9s %s\n", c.name, c.summary)
+		}
+	}
+	fmt.Fprint(w, `
+Run 'mcpmux COMMAND --help' for a command's flags. With no command, mcpmux
+serves (flags are serve's); 'mcpmux --version' prints the version.
+
+Config: --config, else $MCPMUX_CONFIG, else ./mcpmux.toml, else
+$XDG_CONFIG_HOME/mcpmux/config.toml, else the embedded quickstart.
+`)
+}
+
+func cmdHelp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	switch {
+	case len(args) == 0 || len(args) == 1 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help"):
+		topHelp(stdout)
+		return nil
+	case len(args) == 1:
+		c, ok := lookupCommand(args[0])
+		if !ok {
+			return unknownCommand(args[0])
+		}
+		return c.run(ctx, []string{"--help"}, stdout, stderr)
+	}
+	return hintedUsageErr(fmt.Errorf("help: want at most one COMMAND, got %q", args), "Run 'mcpmux --help' for every command.")
+}
+
+// unknownCommand is the usage error for `mcpmux NAME` with no such command.
+func unknownCommand(name string) error {
+	msg := fmt.Sprintf("unknown command %q", name)
+	if s := closestCommand(name); s != "" {
+		msg += fmt.Sprintf("; did you mean %q?", s)
+	}
+	return hintedUsageErr(errors.New(msg), "Run 'mcpmux --help' for every command.")
+}
+
+// closestCommand returns the listed command within two edits of name, or "".
+func closestCommand(name string) string {
+	best, bestD := "", 3
+	for _, c := range commands() {
+		if d := editDistance(name, c.name); !c.hidden && d < bestD {
+			best, bestD = c.name, d
+		}
+	}
+	return best
+}
+
+// editDistance is the Levenshtein distance between a and b, in bytes.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}
+
+// flags is the flag set of one command. Help goes to out; errors are
+// returned by parse, never printed by the flag package.
+type flags struct {
+	*flag.FlagSet
+	cmd command
+	out io.Writer
+	// implicit is set for bare `mcpmux --flag …`: serve, named by nobody.
+	implicit bool
+}
+
+// newFlags returns the flag set of the command called name; its help is
+// written to out.
+func newFlags(name string, out io.Writer) *flags {
+	c, ok := lookupCommand(name)
+	if !ok {
+		panic(fmt.Sprintf("newFlags: no command %q", name))
+	}
+	fs := flag.NewFlagSet("mcpmux "+name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	return &flags{FlagSet: fs, cmd: c, out: out}
+}
+
+// parse parses args and refuses stray positional arguments. On --help or
+// -h it prints the command's help to out and returns flag.ErrHelp (exit 0).
+// Errors are usage errors (exit 2) that name the flag at fault and point to
+// the command's help.
+func (f *flags) parse(args []string) error {
+	if err := f.parseAllowingArgs(args); err != nil {
+		return err
+	}
+	if f.NArg() > 0 {
+		return f.usageErr(fmt.Errorf("unexpected argument %q", f.Arg(0)))
+	}
+	return nil
+}
+
+// parseAllowingArgs is parse for commands that take positional arguments.
+func (f *flags) parseAllowingArgs(args []string) error {
+	err := f.Parse(args)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, flag.ErrHelp):
+		f.help(f.out)
+		return err
+	}
+	return f.usageErr(errors.New(flagError(err.Error())))
+}
+
+// usageErr is err as a usage error of this command.
+func (f *flags) usageErr(err error) error {
+	name := f.cmd.name
+	if f.implicit {
+		return hintedUsageErr(fmt.Errorf("%w (with no command, flags are serve's)", err),
+			"Run 'mcpmux --help' for every command, 'mcpmux serve --help' for serve's flags.")
+	}
+	return hintedUsageErr(fmt.Errorf("%s: %w", name, err), fmt.Sprintf("Run 'mcpmux %s --help' for its flags.", name))
+}
+
+var (
+	undefinedFlag = regexp.MustCompile(`^flag provided but not defined: -+(\S+)$`)
+	missingValue  = regexp.MustCompile(`^flag needs an argument: -+(\S+)$`)
+	flagMention   = regexp.MustCompile(`(flag|for) -(\w)`)
+)
+
+// flagError rewords the flag package's error text in the --flag form help
+// uses.
+func flagError(msg string) string {
+	if m := undefinedFlag.FindStringSubmatch(msg); m != nil {
+		return "unknown flag --" + m[1]
+	}
+	if m := missingValue.FindStringSubmatch(msg); m != nil {
+		return "flag --" + m[1] + " needs a value"
+	}
+	return flagMention.ReplaceAllString(msg, "$1 --$2")
+}
+
+// help writes the command's help: usage, what it does, and its flags.
+func (f *flags) help(w io.Writer) {
+	fmt.Fprintf(w, "Usage: %s\n\n%s.\n", f.cmd.usage, capitalize(f.cmd.summary))
+	if f.cmd.about != "" {
+		fmt.Fprintf(w, "\n%s\n", f.cmd.about)
+	}
+	type row struct{ name, usage string }
+	var rows []row
+	width := 0
+	f.VisitAll(func(fl *flag.Flag) {
+		arg, usage := flag.UnquoteUsage(fl)
+		name := "--" + fl.Name
+		if arg != "" {
+			name += " " + arg
+		}
+		if d := fl.DefValue; d != "" && d != "false" && d != "0" {
+			usage += fmt.Sprintf(" (default %q)", d)
+		}
+		rows = append(rows, row{name, usage})
+		width = max(width, len(name))
+	})
+	if len(rows) == 0 {
+		return
+	}
+	fmt.Fprint(w, "\nFlags:\n")
+	for _, r := range rows {
+		fmt.Fprintf(w, "  %-*s  %s\n", width, r.name, r.usage)
+	}
+}
+
+func capitalize(s string) string {
+	if s == "" {
+		return s
+	}
+	return strings.ToUpper(s[:1]) + s[1:]
+}

@@ -1,0 +1,63 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+
+	"github.com/mcpmux/mcpmux/internal/redact"
+)
+
+// logFlags are a command's --log-level and --log-format flags.
+type logFlags struct {
+	level  *string
+	format *string // "" = server.log_format, else text
+}
+
+// addLogFlags defines --log-level (defaulting to level) and --log-format.
+func addLogFlags(f *flags, level string) logFlags {
+	return logFlags{
+		level:  f.String("log-level", level, "log `LEVEL`: debug, info, warn or error"),
+		format: f.String("log-format", "", "log `FORMAT`: text or json (default: server.log_format, else text)"),
+	}
+}
+
+// check validates the flags, before any config is read.
+func (l logFlags) check(f *flags) error {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(*l.level)); err != nil {
+		return f.usageErr(fmt.Errorf("--log-level %q: want debug, info, warn or error", *l.level))
+	}
+	switch *l.format {
+	case "", "text", "json":
+		return nil
+	}
+	return f.usageErr(fmt.Errorf("--log-format %q: want text or json", *l.format))
+}
+
+// logger returns the logger writing to w at the flag's level, in the
+// flag's format or else configFormat ("" = text). Call check first.
+func (l logFlags) logger(w io.Writer, configFormat string) *slog.Logger {
+	var lv slog.Level
+	lv.UnmarshalText([]byte(*l.level)) // checked by check
+	format := *l.format
+	if format == "" {
+		format = configFormat
+	}
+	return newLogger(w, lv, format)
+}
+
+// newLogger returns a logger on w at level, as JSON lines when format is
+// "json" and as logfmt-style text otherwise. Every record passes through
+// the redaction handler first: upstream URLs may carry secrets in their
+// queries, and library lines (mcp-go's HTTP errors) are redacted too.
+func newLogger(w io.Writer, level slog.Level, format string) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: level}
+	var h slog.Handler
+	if format == "json" {
+		h = slog.NewJSONHandler(w, opts)
+	} else {
+		h = slog.NewTextHandler(w, opts)
+	}
+	return slog.New(redact.NewHandler(h))
+}

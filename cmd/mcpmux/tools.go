@@ -1,0 +1,109 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/mcpmux/mcpmux/filter"
+	"github.com/mcpmux/mcpmux/internal/redact"
+	"github.com/mcpmux/mcpmux/sessions"
+	"github.com/mcpmux/mcpmux/upstream"
+)
+
+// maxDescription bounds the description column of `mcpmux tools`.
+const maxDescription = 72
+
+func cmdTools(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("tools", stdout)
+	configPath := fs.String("config", "", "read the config from `FILE` (default: discovered, else the embedded quickstart)")
+	profile := fs.String("profile", "", "the profile's `NAME` (default: server.default_profile)")
+	toolsets := fs.String("toolsets", "", "narrow to these toolsets (`A,B`: comma-separated)")
+	tools := fs.String("tools", "", "narrow to these tools (`A,B`: comma-separated exposed names)")
+	readOnly := fs.Bool("read-only", false, "only read-only tools")
+	asJSON := fs.Bool("json", false, "print the tools/list result as JSON")
+	logs := addLogFlags(fs, "error")
+	if err := fs.parse(args); err != nil {
+		return err
+	}
+	if err := logs.check(fs); err != nil {
+		return err
+	}
+	src, cfg, err := openConfig(*configPath, configSource{})
+	if err != nil {
+		return err
+	}
+	log := logs.logger(stderr, cfg.Server.LogFormat)
+	src.logLoaded(log)
+	res, err := sessions.NewResolver(cfg, filter.NewRegistry())
+	if err != nil {
+		return configErr(err)
+	}
+	sel := sessions.Selection{Profile: *profile, ReadOnly: *readOnly}
+	sel.Toolsets = splitComma(*toolsets)
+	sel.Tools = splitComma(*tools)
+	sel.Narrowing = len(sel.Toolsets) > 0 || len(sel.Tools) > 0 || sel.ReadOnly
+	b, err := res.ResolveLocal(sel)
+	if err != nil {
+		return usageErr("%v", err)
+	}
+	agg, startErr := startAggregator(ctx, cfg, log)
+	defer agg.Close()
+	if startErr != nil {
+		return &exitError{exitRuntime, startErr}
+	}
+	snap := agg.Snapshot()
+	for _, st := range snap.Upstreams {
+		if st.State != upstream.StateUp {
+			fmt.Fprintf(stderr, "mcpmux: warning: upstream %q is %s; its tools are missing: %s\n", st.Name, st.State, redact.URLs(fmt.Sprint(agg.StartError(st.Name))))
+		}
+	}
+	v := filterView(snap, b.Filter)
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(mcp.ListToolsResult{Tools: v.Tools})
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "TOOL\tUPSTREAM\tREAD-ONLY\tDESCRIPTION")
+	for _, t := range v.Tools {
+		e := v.Lookup(t.Name)
+		fmt.Fprintf(tw, "%s\t%s\t%v\t%s\n", t.Name, e.Upstream, e.ReadOnly, summary(t.Description, maxDescription))
+	}
+	tw.Flush()
+	if v.Len() == 0 {
+		return &exitError{exitRuntime, errors.New("the view has no tools")}
+	}
+	return nil
+}
+
+// summary is the first non-blank line of a description, trimmed and cut
+// to at most width runes ("..." marks a cut).
+func summary(desc string, width int) string {
+	line := ""
+	for l := range strings.Lines(desc) {
+		if line = strings.TrimSpace(l); line != "" {
+			break
+		}
+	}
+	if r := []rune(line); len(r) > width {
+		return string(r[:width-3]) + "..."
+	}
+	return line
+}
+
+func splitComma(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
