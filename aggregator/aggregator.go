@@ -180,7 +180,7 @@ func (a *Aggregator) Start(ctx context.Context) error {
 			a.startErrs[u.Name()] = err
 			a.startMu.Unlock()
 			if u.Config().Required {
-				return fmt.Errorf("required upstream %q: %w", u.Name(), err)
+				return fmt.Errorf("required %w", err) // err begins `upstream "name": `
 			}
 			a.log.Warn("upstream failed to start; retrying in the background", "upstream", u.Name(), "error", err)
 			return nil

@@ -116,6 +116,9 @@ func TestServeRequiredUpstreamFails(t *testing.T) {
 	if !strings.Contains(err.Error(), `required upstream "broken"`) {
 		t.Errorf("the error does not name the upstream: %v", err)
 	}
+	if n := strings.Count(err.Error(), `upstream "broken"`); n != 1 {
+		t.Errorf("the error names the upstream %d times, want once: %v", n, err)
+	}
 	m := regexp.MustCompile(`msg=listening addr=http://(\S+)/mcp`).FindStringSubmatch(stderr.String())
 	if m == nil {
 		t.Fatalf("no listening address in the log:\n%s", stderr)
