@@ -130,7 +130,31 @@ func attr(a slog.Attr) slog.Attr {
 			return slog.String(a.Key, URLs(x.Error()))
 		case interface{ String() string }:
 			return slog.String(a.Key, URLs(x.String()))
+		case []any, map[string]any: // decoded JSON, such as an upstream's JSON stderr line
+			return slog.Any(a.Key, decoded(x))
 		}
 	}
 	return slog.Attr{Key: a.Key, Value: v}
+}
+
+// decoded returns a copy of the decoded JSON value v with every string
+// passed through URLs.
+func decoded(v any) any {
+	switch x := v.(type) {
+	case string:
+		return URLs(x)
+	case []any:
+		out := make([]any, len(x))
+		for i, e := range x {
+			out[i] = decoded(e)
+		}
+		return out
+	case map[string]any:
+		out := make(map[string]any, len(x))
+		for k, e := range x {
+			out[k] = decoded(e)
+		}
+		return out
+	}
+	return v
 }

@@ -34,3 +34,17 @@ func TestHandler(t *testing.T) {
 		t.Errorf("log line not redacted: %s", out)
 	}
 }
+
+// TestHandlerDecodedJSON: arrays and objects decoded from JSON (an
+// upstream's JSON stderr line) are redacted too.
+func TestHandlerDecodedJSON(t *testing.T) {
+	var buf bytes.Buffer
+	log := slog.New(NewHandler(slog.NewJSONHandler(&buf, nil)))
+	log.Info("stderr", slog.Group("stderr",
+		slog.Any("urls", []any{"http://h/?k=SEKRET1", 7.0, map[string]any{"u": "http://h/?k=SEKRET2"}}),
+		slog.Any("obj", map[string]any{"list": []any{"ws://h/?t=SEKRET3"}})))
+	out := buf.String()
+	if strings.Contains(out, "SEKRET") || strings.Count(out, Mask) != 3 || !strings.Contains(out, "7") {
+		t.Errorf("log line not redacted: %s", out)
+	}
+}
