@@ -35,7 +35,10 @@ func TestCheckShowsWhyAChildDied(t *testing.T) {
 		t.Errorf("the child's stderr line is not shown:\n%s", out)
 	}
 	if n := strings.Count(out, `error: upstream "fs": connect: `); n != 1 {
-		t.Errorf("the error is printed %d times, want once:\n%s", n, out)
+		t.Errorf("the error line is printed %d times, want once:\n%s", n, out)
+	}
+	if n := strings.Count(out, `"fs": connect: `); n != 1 {
+		t.Errorf("the error's text appears %d times (table and list?), want once:\n%s", n, out)
 	}
 	if strings.Contains(out, `upstream "fs": upstream "fs"`) {
 		t.Errorf("the upstream is named twice in a row:\n%s", out)
