@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 
@@ -365,7 +366,14 @@ var (
 func (h clientHandler) ask(ctx context.Context, method string, params, out any) error {
 	cl, err := h.a.relay.owner(ctx, h.l)
 	if err != nil {
-		h.a.log.Warn("server→client request refused", "upstream", h.l.name, "session", h.l.session, "method", method, "error", err)
+		// A warning when the config can fix it (a shared upstream);
+		// otherwise what a scope = "session" upstream's shared connection
+		// or an idle session's connection is asked is only information.
+		level := slog.LevelWarn
+		if h.l.session != "" || h.l.u.Config().Scope == configs.ScopeSession {
+			level = slog.LevelInfo
+		}
+		h.a.log.Log(ctx, level, "server→client request refused", "upstream", h.l.name, "session", h.l.session, "method", method, "error", err)
 		return fmt.Errorf("%s from upstream %q: %w", method, h.l.name, err)
 	}
 	if err := checkCapability(cl, method); err != nil {
