@@ -261,6 +261,7 @@ func (a *Aggregator) rebuild() {
 	for _, fn := range a.subs {
 		fn(prev, next)
 	}
+	a.retireSessionConns(set)
 }
 
 // OnResourceUpdated registers fn to receive the exposed URI of every

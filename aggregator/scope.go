@@ -44,6 +44,7 @@ type sessionConns struct {
 	ended  map[string]struct{}                // sessions that ended recently
 	order  []endedSession                     // the same, oldest first
 	closed bool                               // mcpmux is shutting down: no new connection
+	seen   *upstreamSet                       // the upstreams retire last checked against
 	errs   *multierror.Error                  // of closes, reported by close
 
 	wg sync.WaitGroup // starts and closes in progress; Add only under mu, before closed
@@ -166,6 +167,33 @@ func (s *sessionConns) closeConn(a *Aggregator, sc *sessionConn) {
 			s.mu.Unlock()
 		}
 	})
+}
+
+// retireSessionConns closes the session connections whose upstream a
+// reload removed, restarted with another config, or made shared: their
+// sessions open new ones on next use, as the config now says. It scans
+// only when the set of upstreams changed.
+func (a *Aggregator) retireSessionConns(set *upstreamSet) {
+	s := a.scoped
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.seen == set {
+		return
+	}
+	s.seen = set
+	for id, m := range s.conns {
+		for name, sc := range m {
+			if u := set.byName[name]; u == sc.shared && u.Config().Scope == configs.ScopeSession {
+				continue
+			}
+			s.closeConn(a, sc)
+			delete(m, name)
+			a.log.Info("session connection closed: its upstream changed", "upstream", name, "session", id)
+		}
+		if len(m) == 0 {
+			delete(s.conns, id)
+		}
+	}
 }
 
 // EndSession closes the connections the client session id opened to scope

@@ -128,3 +128,45 @@ var idSeq atomic.Int64
 
 // randomID returns a session id no other call returned.
 func randomID() string { return "session-" + strconv.FormatInt(idSeq.Add(1), 10) }
+
+// TestReloadRetiresSessionConnections checks that a reload that changes a
+// scope = "session" upstream's config, or removes it, closes the sessions'
+// connections to it: they are not left running the old config.
+func TestReloadRetiresSessionConnections(t *testing.T) {
+	cfg := scopeConfig(t, configs.ScopeSession)
+	a := New(cfg, Options{})
+	defer a.Close()
+	ctx := context.Background()
+	open := func(session string) *upstream.Upstream {
+		u, err := a.connFor(ctx, &testClient{session: session}, "s")
+		if err != nil {
+			t.Fatalf("connFor %s: %v", session, err)
+		}
+		return u
+	}
+	first := open("A")
+	a.Reload(ctx, cfg) // the same config: nothing changes
+	if n := a.SessionConns(); n != 1 || open("A") != first {
+		t.Fatalf("after a reload that changed nothing: %d connections, A's replaced: %v", n, open("A") != first)
+	}
+
+	changed := *cfg.Upstreams[0]
+	changed.CallTimeout = 7 * time.Second
+	a.Reload(ctx, &configs.Config{Upstreams: []*configs.Upstream{&changed}})
+	if n := a.SessionConns(); n != 0 {
+		t.Errorf("after the upstream's config changed, %d session connections are left, want 0", n)
+	}
+	a.scoped.wg.Wait()
+	if st := first.State(); st != upstream.StateClosed {
+		t.Errorf("A's old connection is %s, want closed", st)
+	}
+	second := open("A")
+	if second == first || second.Config().CallTimeout != 7*time.Second {
+		t.Errorf("A's new connection: %p (old %p), call_timeout %s: want a new one with the new config", second, first, second.Config().CallTimeout)
+	}
+
+	a.Reload(ctx, &configs.Config{})
+	if n := a.SessionConns(); n != 0 {
+		t.Errorf("after the upstream was removed, %d session connections are left, want 0", n)
+	}
+}
