@@ -7,9 +7,7 @@ package sessions
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"crypto/subtle"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,7 +15,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -68,15 +65,11 @@ type Server struct {
 	flights   flights    // routed calls running and awaited, for shutdown (drain.go)
 }
 
-// replicaID names this replica in the requestState of held calls: until
-// server.replica_id exists (SPEC §12), 8 hex digits of a hash of the
-// hostname, stable across restarts and free of the dots and the
-// information the hostname itself holds.
-func replicaID() string {
-	host, _ := os.Hostname()
-	sum := sha256.Sum256([]byte("mcpmux replica\x00" + host))
-	return hex.EncodeToString(sum[:4])
-}
+// replicaPrefix starts every session id this replica mints, on every
+// door: server.replica_id and a dot (SPEC §12). A load balancer routes a
+// request carrying a session id to the replica named before the first dot
+// (configs/examples/deploy/nginx.conf); replica_id holds no dot.
+func replicaPrefix(cfg *configs.Config) string { return cfg.Server.ReplicaID + "." }
 
 // MarkStarted tells the server that every upstream has had its first
 // connection attempt; until then /readyz answers 503.
@@ -168,7 +161,8 @@ func New(cfg *configs.Config, agg *aggregator.Aggregator, opts Options) (*Server
 	if s.version == "" {
 		s.version = "dev"
 	}
-	s.held = newHeldCalls(replicaID())
+	s.held = newHeldCalls(cfg.Server.ReplicaID)
+	s.ids.prefix = replicaPrefix(cfg)
 	s.slots.max = int64(cfg.Server.MaxSessions)
 	res, err := NewResolver(cfg, s.registry)
 	if err != nil {

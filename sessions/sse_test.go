@@ -72,7 +72,7 @@ func openSSE(t *testing.T, hs *httptest.Server, query string, hdr http.Header) (
 		}
 	}()
 	ev := p.next(t)
-	if ev.name != "endpoint" || !strings.HasPrefix(ev.data, "/message?sessionId=sse-") {
+	if ev.name != "endpoint" || !strings.HasPrefix(ev.data, "/message?sessionId=") || !strings.Contains(ev.data, ".sse-") {
 		t.Fatalf("first event = %+v, want the endpoint", ev)
 	}
 	p.endpoint = ev.data

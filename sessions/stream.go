@@ -146,7 +146,7 @@ type pendingReply struct {
 func (s *Server) newStreamSession(parent context.Context, kind string, b Binding, w frameWriter) *streamSession {
 	ss := &streamSession{
 		srv:      s,
-		id:       kind + "-" + rand.Text(),
+		id:       replicaPrefix(s.cfg) + kind + "-" + rand.Text(),
 		kind:     kind,
 		binding:  b,
 		w:        w,
