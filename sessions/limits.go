@@ -223,8 +223,9 @@ func (d discardWriter) WriteHeader(int)             {}
 // record of ended sessions, so opening and closing sessions forever costs
 // nothing. It is safe for concurrent use.
 type sessionIDs struct {
-	mu   sync.Mutex
-	live map[string]struct{}
+	prefix string // replicaPrefix: starts every id (SPEC §12)
+	mu     sync.Mutex
+	live   map[string]struct{}
 }
 
 var _ server.SessionIdManagerResolver = (*sessionIDs)(nil)
@@ -263,7 +264,7 @@ type requestIDs struct {
 const sessionIDPrefix = "mcp-session-"
 
 func (m requestIDs) Generate() string {
-	id := sessionIDPrefix + rand.Text()
+	id := m.ids.prefix + sessionIDPrefix + rand.Text()
 	m.ids.mu.Lock()
 	if m.ids.live == nil {
 		m.ids.live = make(map[string]struct{})
