@@ -167,7 +167,7 @@ func (s *Server) decide(session string, b Binding, view *filter.View, m *jsonrpc
 		if !ok {
 			return nil, nil
 		}
-		if up != "" && !s.listing(b).Shows(up) {
+		if up != "" && !s.listingOf(view, b).Shows(up) {
 			s.log.Info("request refused", "session", session, "method", m.Method, "profile", b.Profile, "reason", "upstream not shown")
 			s.metrics.count(m.Method, outcomeDenied)
 			return nil, s.errorFor(m, notFoundFor(m), isModern(m))

@@ -627,7 +627,7 @@ func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if sess != nil {
-		if listed := s.listed(b, m); listed != nil { // prompts and resources alike (visibility.go)
+		if listed := s.listed(b, view, m); listed != nil { // prompts and resources alike (visibility.go)
 			s.metrics.count(m.Method, outcomeOK)
 			w.Header().Set("Content-Type", "application/json")
 			if err := writeResult(w, m.ID, listed); err != nil {

@@ -512,7 +512,7 @@ func (s *Server) handle(ctx context.Context, sess *streamSession, raw []byte, m 
 		writeList(&buf, m.ID, view) // a bytes.Buffer does not fail
 		return bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
 	}
-	if listed := s.listed(b, m); listed != nil { // prompts and resources alike (visibility.go)
+	if listed := s.listed(b, view, m); listed != nil { // prompts and resources alike (visibility.go)
 		s.metrics.count(m.Method, outcomeOK)
 		var buf bytes.Buffer
 		writeResult(&buf, m.ID, listed) // a bytes.Buffer does not fail

@@ -23,14 +23,19 @@ import (
 
 // listing returns what b's view of the current snapshot lists besides
 // tools, cached per view.
-func (s *Server) listing(b Binding) *filter.Listing {
-	v := s.View(b)
+func (s *Server) listing(b Binding) *filter.Listing { return s.listingOf(nil, b) }
+
+// listingOf is listing for a request that already holds its view: that
+// view's listing when it is of the current snapshot.
+func (s *Server) listingOf(view *filter.View, b Binding) *filter.Listing {
 	snap := s.agg.Snapshot()
-	if snap.Version != v.Version { // a new snapshot between the two loads
-		v = s.View(b)
-		snap = s.agg.Snapshot()
+	if view == nil || view.Version != snap.Version {
+		view = s.View(b)
+		if view.Version != snap.Version { // a new snapshot between the two loads
+			snap = s.agg.Snapshot()
+		}
 	}
-	return v.Listing(snap.Catalog)
+	return view.Listing(snap.Catalog)
 }
 
 // targetOf resolves the prompt, resource or completion ref m names
@@ -136,13 +141,12 @@ func (s *Server) afterListTemplates(ctx context.Context, _ any, _ *mcp.ListResou
 // resources/list or resources/templates/list request without a cursor
 // from a client before 2026-07-28, else nil: the doors answer it from the
 // view's Listing without mcp-go, as they answer tools/list.
-func (s *Server) listed(b Binding, m *jsonrpc.Message) []byte {
-	if !m.IsRequest() || m.Cursor != nil || isModern(m) {
-		return nil
-	}
+func (s *Server) listed(b Binding, view *filter.View, m *jsonrpc.Message) []byte {
 	switch mcp.MCPMethod(m.Method) {
 	case mcp.MethodPromptsList, mcp.MethodResourcesList, mcp.MethodResourcesTemplatesList:
-		return s.listing(b).Encoded(m.Method)
+		if m.IsRequest() && m.Cursor == nil && !isModern(m) {
+			return s.listingOf(view, b).Encoded(m.Method)
+		}
 	}
 	return nil
 }
