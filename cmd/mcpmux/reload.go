@@ -56,6 +56,11 @@ func reloader(ctx context.Context, src configSource, log *slog.Logger, agg *aggr
 		}()
 		var timer <-chan time.Time
 		abs, _ := filepath.Abs(path)
+		// target is the file path resolves to. A Kubernetes ConfigMap
+		// volume updates by swapping the symlink "..data" in the
+		// directory, so the file's own name sees no event, only where it
+		// leads changes.
+		target, _ := filepath.EvalSymlinks(abs)
 		for {
 			select {
 			case <-ctx.Done():
@@ -66,11 +71,14 @@ func reloader(ctx context.Context, src configSource, log *slog.Logger, agg *aggr
 			case ev := <-events:
 				if p, _ := filepath.Abs(ev.Name); p == abs && ev.Op&(fsnotify.Write|fsnotify.Create|fsnotify.Rename) != 0 {
 					timer = time.After(reloadDebounce)
+				} else if t, _ := filepath.EvalSymlinks(abs); t != target {
+					timer = time.After(reloadDebounce)
 				}
 			case err := <-watchErrs:
 				log.Warn("config watch error", "error", err)
 			case <-timer:
 				timer = nil
+				target, _ = filepath.EvalSymlinks(abs)
 				log.Info("config file changed: reloading", "path", path)
 				reload(ctx, src, log, agg, srv)
 			}

@@ -1,0 +1,252 @@
+//go:build unix
+
+package integration
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/mark3labs/mcp-go/client"
+	"github.com/mark3labs/mcp-go/mcp"
+)
+
+// TestFleet runs two mcpmux replicas (replica_id mcpmux-a and mcpmux-b)
+// over the same upstream behind a real nginx with the shipped
+// configs/examples/deploy/nginx.conf (SPEC §12), and checks what clients
+// of the fleet see: a legacy session's every request reaches the replica
+// that minted it, stateless requests spread, a replica's death costs only
+// its own sessions one error, and a hot reload of one replica leaves the
+// other alone. Replica A's config is mounted the way kubelet mounts a
+// ConfigMap, so the reload is the symlink swap Kubernetes makes.
+func TestFleet(t *testing.T) {
+	requireNode(t)
+	requireNginx(t)
+	up := whoamiUpstream(t)
+	cmDir := t.TempDir()
+	configA := writeConfigMap(t, cmDir, 1, replicaConfig("mcpmux-a", up))
+	a := startMuxWith(t, muxOptions{Args: []string{"--config", configA}})
+	b := startMux(t, replicaConfig("mcpmux-b", up))
+	replicas := map[string]*Mux{"mcpmux-a": a, "mcpmux-b": b}
+	ng := startNginx(t, func(listen string) string { return nginxConf(t, listen, a.Addr, b.Addr) })
+	peer := startFleetPeer(t, ng.URL())
+
+	const n = 20
+	opened := peer.open(n)
+	on := map[string][]int{} // replica → indices of the sessions it minted
+	for _, s := range opened {
+		if s.Error != nil || s.SessionID == "" {
+			t.Fatalf("session %d did not open through nginx: %v", s.Index, s.Error)
+		}
+		r := replicaOf(s.SessionID)
+		if replicas[r] == nil {
+			t.Fatalf("session id %q names no replica of the fleet", s.SessionID)
+		}
+		on[r] = append(on[r], s.Index)
+	}
+	t.Logf("%d sessions through nginx: %d on mcpmux-a, %d on mcpmux-b", n, len(on["mcpmux-a"]), len(on["mcpmux-b"]))
+	if len(on["mcpmux-a"]) == 0 || len(on["mcpmux-b"]) == 0 {
+		t.Fatalf("round robin put every session on one replica: %v", on)
+	}
+
+	// checkRound checks that every session of a round succeeded, listed
+	// tools tools, and that each call was forwarded by the replica its
+	// session id names.
+	checkRound := func(t *testing.T, res []fleetRound, tools map[string]int) {
+		t.Helper()
+		for _, r := range res {
+			want := replicaOf(r.SessionID)
+			if !r.OK {
+				t.Errorf("session %d (%s): %v", r.Index, r.SessionID, r.Error)
+				continue
+			}
+			if r.Tools != tools[want] {
+				t.Errorf("session %d on %s lists %d tools, want %d", r.Index, want, r.Tools, tools[want])
+			}
+			for i, got := range r.Texts {
+				if got != want {
+					t.Errorf("session %d (%s): call %d was forwarded by %q", r.Index, r.SessionID, i, got)
+				}
+			}
+		}
+	}
+
+	t.Run("every request of a legacy session reaches the replica that minted it", func(t *testing.T) {
+		before := map[string]float64{}
+		for id, m := range replicas {
+			before[id] = requestCount(t, m, "tools/list")
+		}
+		const rounds, calls = 3, 5
+		for range rounds {
+			res := peer.round(calls, nil)
+			if len(res) != n {
+				t.Fatalf("round: %d results, want %d", len(res), n)
+			}
+			checkRound(t, res, map[string]int{"mcpmux-a": 1, "mcpmux-b": 1})
+		}
+		// Each replica's own count of tools/list is its own sessions'.
+		for id, m := range replicas {
+			got := requestCount(t, m, "tools/list") - before[id]
+			if want := float64(rounds * len(on[id])); got != want {
+				t.Errorf("%s counted %v tools/list, want %v (%d sessions × %d rounds)", id, got, want, len(on[id]), rounds)
+			}
+		}
+	})
+
+	t.Run("stateless 2026-07-28 requests spread over both replicas", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		c, _ := eraConnect(t, ctx, ng.URL(), client.WithProtocolVersion(mcp.ProtocolVersion20260728))
+		seen := map[string]int{}
+		for range 20 {
+			seen[eraCall(t, ctx, c, "who__whoami", nil, nil)]++
+		}
+		t.Logf("20 stateless calls through nginx: %v", seen)
+		if seen["mcpmux-a"] == 0 || seen["mcpmux-b"] == 0 || seen["mcpmux-a"]+seen["mcpmux-b"] != 20 {
+			t.Errorf("stateless calls reached %v, want both replicas and nothing else", seen)
+		}
+	})
+
+	t.Run("an id naming no replica is 404, so its client initializes again", func(t *testing.T) {
+		for _, id := range []string{"mcpmux-z.mcp-session-ABCDEFGHIJKLMNOPQRSTUVWXYZ", "no-dot-at-all"} {
+			req, err := http.NewRequest(http.MethodPost, ng.URL(), strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Accept", "application/json, text/event-stream")
+			req.Header.Set("Mcp-Session-Id", id)
+			req.Header.Set("Mcp-Protocol-Version", mcp.ProtocolVersion20251125)
+			resp, err := rawClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusNotFound {
+				t.Errorf("session id %q through nginx: HTTP %d, want 404", id, resp.StatusCode)
+			}
+		}
+	})
+
+	t.Run("a ConfigMap update reloads its replica and leaves the other alone", func(t *testing.T) {
+		reloadsB := strings.Count(b.Stderr(), "config reloaded")
+		writeConfigMap(t, cmDir, 2, replicaConfig("mcpmux-a", up)+
+			fmt.Sprintf("\n[upstreams.again]\nurl = %q\nheaders = { X-Replica = \"mcpmux-a\" }\n", up))
+		waitStderr(t, a, "config reloaded", 15*time.Second)
+		if !strings.Contains(a.Stderr(), "added=[again]") {
+			t.Errorf("mcpmux-a's reload did not add the upstream again:\n%s", a.Stderr())
+		}
+		checkRound(t, peer.round(2, nil), map[string]int{"mcpmux-a": 2, "mcpmux-b": 1})
+		if got := strings.Count(b.Stderr(), "config reloaded"); got != reloadsB {
+			t.Errorf("mcpmux-b reloaded too")
+		}
+	})
+
+	t.Run("a replica's death costs only its own sessions one error", func(t *testing.T) {
+		if err := b.Signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := b.Wait(10 * time.Second); !ok {
+			t.Fatal("mcpmux-b did not die")
+		}
+		res := peer.round(1, nil)
+		slowest := 0
+		for _, r := range res {
+			switch replicaOf(r.SessionID) {
+			case "mcpmux-a":
+				if !r.OK {
+					t.Errorf("session %d of the surviving replica failed: %v", r.Index, r.Error)
+				}
+			case "mcpmux-b":
+				// nginx answers for the dead replica as the replica would
+				// for a session it does not know: 404, initialize again.
+				if r.OK || r.Error == nil || string(r.Error.Code) != "404" || !strings.Contains(r.Error.Message, "initialize a new session") {
+					t.Errorf("session %d of the dead replica: ok %v, error %v; want 404 saying to initialize a new session", r.Index, r.OK, r.Error)
+				}
+				// fleet.mjs gives each request 10s: an error well before
+				// that is an answer, not a timeout.
+				if r.Ms >= 5000 {
+					t.Errorf("session %d of the dead replica waited %d ms for its error: %v", r.Index, r.Ms, r.Error)
+				}
+				slowest = max(slowest, r.Ms)
+			}
+		}
+		t.Logf("the dead replica's %d sessions got their error within %d ms (first: %v)", len(on["mcpmux-b"]), slowest, firstError(res, "mcpmux-b"))
+
+		again := peer.reopen(on["mcpmux-b"])
+		for _, s := range again {
+			if s.Error != nil || replicaOf(s.SessionID) != "mcpmux-a" {
+				t.Errorf("session %d initialized again as %q (%v), want a session of mcpmux-a", s.Index, s.SessionID, s.Error)
+			}
+		}
+		checkRound(t, peer.round(2, nil), map[string]int{"mcpmux-a": 2})
+		for _, s := range peer.open(4) {
+			if s.Error != nil || replicaOf(s.SessionID) != "mcpmux-a" {
+				t.Errorf("new session %d is %q (%v), want a session of the survivor", s.Index, s.SessionID, s.Error)
+			}
+		}
+	})
+}
+
+// firstError returns the error of the first failed session of replica.
+func firstError(res []fleetRound, replica string) string {
+	for _, r := range res {
+		if replicaOf(r.SessionID) == replica && r.Error != nil {
+			return r.Error.String()
+		}
+	}
+	return "none"
+}
+
+// requestCount returns how many messages of method mux counted, whatever
+// their outcome (mcpmux_requests_total).
+func requestCount(t *testing.T, mux *Mux, method string) float64 {
+	t.Helper()
+	sum := 0.0
+	for series, v := range scrape(t, mux).values {
+		if strings.HasPrefix(series, "mcpmux_requests_total{") && strings.Contains(series, fmt.Sprintf("method=%q", method)) {
+			sum += v
+		}
+	}
+	return sum
+}
+
+// writeConfigMap writes text as the key mcpmux.toml of a ConfigMap volume
+// mounted at dir, and returns the file's path. It lays the files out as
+// kubelet does, and updates them as kubelet does: generation gen's data
+// goes to a new directory, the symlink ..data is swapped to it atomically
+// (a new symlink renamed over it), and the previous generation is removed.
+// mcpmux.toml itself is a symlink to ..data/mcpmux.toml, so an update
+// touches nothing of that name.
+func writeConfigMap(t *testing.T, dir string, gen int, text string) string {
+	t.Helper()
+	stamp := fmt.Sprintf("..2026_01_01_00_00_%02d.%09d", gen, gen)
+	if err := os.Mkdir(filepath.Join(dir, stamp), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, stamp, "mcpmux.toml"), []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	old, _ := os.Readlink(filepath.Join(dir, "..data"))
+	if err := os.Symlink(stamp, filepath.Join(dir, "..data_tmp")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(filepath.Join(dir, "..data_tmp"), filepath.Join(dir, "..data")); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "mcpmux.toml")
+	if old == "" {
+		if err := os.Symlink(filepath.Join("..data", "mcpmux.toml"), path); err != nil {
+			t.Fatal(err)
+		}
+	} else if err := os.RemoveAll(filepath.Join(dir, old)); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
