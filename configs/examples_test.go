@@ -15,12 +15,17 @@ var exampleEnv = map[string]string{
 	"CI_TOKEN":     "ci-example-token",
 	"DOCS_TOKEN":   "docs-example-token",
 	"TICKETS_KEY":  "tickets-example-key",
+	// deploy/mcpmux.toml
+	"MCPMUX_REPLICA_ID": "mcpmux-0",
+	"MCPMUX_TOKEN":      "fleet-example-token",
 }
 
 func TestExamples(t *testing.T) {
 	paths, err := filepath.Glob(filepath.Join("examples", "*.toml"))
-	if err != nil || len(paths) < 3 {
-		t.Fatalf("want at least 3 examples, got %v, %v", paths, err)
+	deploy, _ := filepath.Glob(filepath.Join("examples", "deploy", "*.toml"))
+	paths = append(paths, deploy...)
+	if err != nil || len(paths) < 4 {
+		t.Fatalf("want at least 4 examples, got %v, %v", paths, err)
 	}
 	for _, path := range paths {
 		t.Run(filepath.Base(path), func(t *testing.T) {

@@ -314,3 +314,56 @@ func replicaOf(sessionID string) string {
 	id, _, _ := strings.Cut(sessionID, ".")
 	return id
 }
+
+// TestDeployRouterConfig checks that the nginx configuration the
+// Kubernetes manifest ships for its router is one nginx accepts (nginx -t).
+// Its names exist only inside a cluster, so the resolver and the Service are
+// pointed at loopback for the check; routing itself is what TestFleet runs
+// with nginx.conf, whose location blocks the router repeats.
+func TestDeployRouterConfig(t *testing.T) {
+	bin := requireNginx(t)
+	manifest, err := os.ReadFile("../configs/examples/deploy/k8s.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	conf := yamlLiteral(t, string(manifest), "nginx.conf")
+	for _, name := range []string{"kube-dns.kube-system.svc.cluster.local", "mcpmux.mcpmux.svc.cluster.local"} {
+		if !strings.Contains(conf, name) {
+			t.Fatalf("the router's nginx.conf no longer names %s: update the test", name)
+		}
+		conf = strings.ReplaceAll(conf, name, "127.0.0.1")
+	}
+	dir := t.TempDir()
+	conf = strings.ReplaceAll(conf, "/tmp/", dir+"/")
+	path := filepath.Join(dir, "nginx.conf")
+	if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(bin, "-t", "-p", dir+"/", "-c", path, "-e", "stderr", "-g", "pid nginx.pid;").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "test is successful") {
+		t.Fatalf("nginx -t on the router's nginx.conf: %v\n%s", err, out)
+	}
+}
+
+// yamlLiteral returns the literal block scalar "key: |" of a YAML file,
+// without its indentation.
+func yamlLiteral(t *testing.T, yaml, key string) string {
+	t.Helper()
+	lines := strings.SplitAfter(yaml, "\n")
+	for i, l := range lines {
+		if strings.TrimSpace(l) != key+": |" {
+			continue
+		}
+		indent := strings.Repeat(" ", len(l)-len(strings.TrimLeft(l, " "))+2)
+		var b strings.Builder
+		for _, l := range lines[i+1:] {
+			if strings.TrimSpace(l) != "" && !strings.HasPrefix(l, indent) {
+				break
+			}
+			b.WriteString(strings.TrimPrefix(l, indent))
+		}
+		return b.String()
+	}
+	t.Fatalf("no %q block", key)
+	return ""
+}
