@@ -113,6 +113,34 @@ func TestFleet(t *testing.T) {
 		}
 	})
 
+	t.Run("legacy SSE and websocket sessions through nginx", func(t *testing.T) {
+		steps := []Op{opList()}
+		for range 5 {
+			steps = append(steps, opCall("who__whoami", map[string]any{}))
+		}
+		for _, door := range []DoorScript{
+			// POST /message?sessionId=… is routed by the id's prefix.
+			{Transport: "sse", Script: Script{URL: "http://" + ng.Addr + "/sse", Clients: 6, Steps: steps}},
+			// A websocket session is its connection, upgraded through nginx.
+			{Transport: "ws", Script: Script{URL: "ws://" + ng.Addr + "/ws", Clients: 6, Steps: steps}},
+		} {
+			seen := map[string]int{}
+			for _, c := range driveDoor(t, door).Clients {
+				first := c.Steps[1].Call(t).Text()
+				for i, st := range c.Steps[1:] {
+					if got := st.Call(t).Text(); got != first {
+						t.Errorf("%s client %d: call %d forwarded by %q, call 0 by %q", door.Transport, c.Index, i, got, first)
+					}
+				}
+				seen[first]++
+			}
+			t.Logf("6 %s sessions through nginx: %v", door.Transport, seen)
+			if seen["mcpmux-a"] == 0 || seen["mcpmux-b"] == 0 {
+				t.Errorf("%s sessions reached %v, want both replicas", door.Transport, seen)
+			}
+		}
+	})
+
 	t.Run("an id naming no replica is 404, so its client initializes again", func(t *testing.T) {
 		for _, id := range []string{"mcpmux-z.mcp-session-ABCDEFGHIJKLMNOPQRSTUVWXYZ", "no-dot-at-all"} {
 			req, err := http.NewRequest(http.MethodPost, ng.URL(), strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`))
