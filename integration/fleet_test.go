@@ -3,8 +3,10 @@
 package integration
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -14,6 +16,7 @@ import (
 	"time"
 
 	"github.com/mark3labs/mcp-go/client"
+	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 )
 
@@ -277,4 +280,83 @@ func writeConfigMap(t *testing.T, dir string, gen int, text string) string {
 		t.Fatal(err)
 	}
 	return path
+}
+
+// TestFleetHeldCallRetry checks the one piece of state a replica holds
+// outside a session (SPEC §12): a legacy upstream's call held open for a
+// 2026-07-28 client's input_required retry. The retry of a call held by
+// mcpmux-a that reaches mcpmux-b is told which replica holds it; the same
+// retry reaching mcpmux-a completes the call.
+func TestFleetHeldCallRetry(t *testing.T) {
+	url, calls := mrtrUpstream(t, mcp.LegacyProtocolVersions()...)
+	config := func(id string) string {
+		return fmt.Sprintf("[server]\nreplica_id = %q\n[upstreams.m]\nurl = %q\nrequired = true\n", id, url)
+	}
+	a := startMux(t, config("mcpmux-a"))
+	b := startMux(t, config("mcpmux-b"))
+	for _, tc := range []struct {
+		name, retryTo, want string
+	}{
+		{"retry on the replica that holds the call", a.Addr, "hello Ada"},
+		{"retry on another replica", b.Addr, `requestState belongs to mcpmux replica "mcpmux-a", not this one ("mcpmux-b")`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			hc := &http.Client{Transport: retryTo{addr: tc.retryTo, base: http.DefaultTransport}}
+			tr, err := transport.NewStreamableHTTP(a.URL(), transport.WithHTTPBasicClient(hc))
+			if err != nil {
+				t.Fatal(err)
+			}
+			answer := &elicitAnswer{}
+			c := client.NewClient(tr, client.WithProtocolVersion(mcp.ProtocolVersion20260728), client.WithElicitationHandler(answer))
+			t.Cleanup(func() { c.Close() })
+			if err := c.Start(ctx); err != nil {
+				t.Fatal(err)
+			}
+			var init mcp.InitializeRequest
+			init.Params.ClientInfo = mcp.Implementation{Name: "fleet-held-call", Version: "1.0.0"}
+			if _, err := c.Initialize(ctx, init); err != nil {
+				t.Fatal(err)
+			}
+			before := calls.Load()
+			var req mcp.CallToolRequest
+			req.Params.Name = "m__greet"
+			res, err := c.CallTool(ctx, req)
+			got := eraText(res)
+			if err != nil {
+				got = err.Error()
+			}
+			if !strings.Contains(got, tc.want) {
+				t.Errorf("tools/call with its retry sent to %s: %q, want %q", tc.retryTo, got, tc.want)
+			}
+			if answer.n.Load() != 1 || calls.Load() == before {
+				t.Errorf("the client was asked %d times and the upstream ran %d times: the call was not held", answer.n.Load(), calls.Load()-before)
+			}
+		})
+	}
+}
+
+// retryTo sends the retry of an input_required call (a request carrying
+// inputResponses) to addr, and every other request where it was going.
+type retryTo struct {
+	addr string
+	base http.RoundTripper
+}
+
+func (r retryTo) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.Body == nil || req.Method != http.MethodPost {
+		return r.base.RoundTrip(req)
+	}
+	body, err := io.ReadAll(req.Body)
+	req.Body.Close()
+	if err != nil {
+		return nil, err
+	}
+	out := req.Clone(req.Context())
+	out.Body = io.NopCloser(bytes.NewReader(body))
+	if bytes.Contains(body, []byte(`"inputResponses"`)) {
+		out.URL.Host, out.Host = r.addr, r.addr
+	}
+	return r.base.RoundTrip(out)
 }
