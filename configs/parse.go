@@ -308,7 +308,7 @@ func (v *validator) unknownKeys(undecoded []toml.Key) {
 		}
 		reported[p.String()] = true
 		hint := ""
-		if s := suggest(k[i], known); s != "" {
+		if s := Suggest(k[i], known); s != "" {
 			hint = fmt.Sprintf(" (did you mean %q?)", s)
 		}
 		places := v.lines.occurrences(p)
@@ -373,9 +373,9 @@ func fieldByTag(t reflect.Type, tag string) (reflect.StructField, bool) {
 	return reflect.StructField{}, false
 }
 
-// suggest returns the known key closest to key, if it is close enough to be
-// a likely typo.
-func suggest(key string, known []string) string {
+// Suggest returns the known name closest to key, if it is close enough to
+// be a likely typo, else "". The CLI uses it for command names too.
+func Suggest(key string, known []string) string {
 	best, bestDist := "", min(2, (len(key)-1)/2)+1
 	for _, k := range known {
 		if d := editDistance(key, k); d < bestDist {

@@ -564,8 +564,8 @@ func TestSuggest(t *testing.T) {
 	known := []string{"command", "url", "read_only", "args"}
 	for _, tt := range tests {
 		t.Run(tt.key, func(t *testing.T) {
-			if got := suggest(tt.key, known); got != tt.want {
-				t.Errorf("suggest(%q) = %q, want %q", tt.key, got, tt.want)
+			if got := Suggest(tt.key, known); got != tt.want {
+				t.Errorf("Suggest(%q) = %q, want %q", tt.key, got, tt.want)
 			}
 		})
 	}

@@ -8,6 +8,8 @@ import (
 	"io"
 	"regexp"
 	"strings"
+
+	"github.com/mcpmux/mcpmux/configs"
 )
 
 // command is one of mcpmux's commands.
@@ -145,36 +147,15 @@ func unknownCommand(name string) error {
 	return hintedUsageErr(errors.New(msg), "Run 'mcpmux --help' for every command.")
 }
 
-// closestCommand returns the listed command within two edits of name, or "".
+// closestCommand returns the listed command name is likely a typo of, or "".
 func closestCommand(name string) string {
-	best, bestD := "", 3
+	var names []string
 	for _, c := range commands() {
-		if d := editDistance(name, c.name); !c.hidden && d < bestD {
-			best, bestD = c.name, d
+		if !c.hidden {
+			names = append(names, c.name)
 		}
 	}
-	return best
-}
-
-// editDistance is the Levenshtein distance between a and b, in bytes.
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
+	return configs.Suggest(name, names)
 }
 
 // flags is the flag set of one command. Help goes to out; errors are
