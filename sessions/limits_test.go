@@ -2,6 +2,8 @@ package sessions
 
 import (
 	"bufio"
+	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
@@ -11,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/mark3labs/mcp-go/server"
 )
 
 // TestNarrowingBounds: a narrowing over MaxNarrowNames names, or with a
@@ -207,5 +211,215 @@ func waitFor(t *testing.T, cond func() bool, what string) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// getStream opens GET /mcp (a standalone stream) on h, with the session id
+// when not "", and returns its status once the handler answers or, for a
+// stream, once it has started; cancel ends the stream.
+func getStream(t *testing.T, hs *httptest.Server, session string) (int, string, func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, hs.URL+"/mcp", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Accept", "text/event-stream")
+	if session != "" {
+		req.Header.Set(server.HeaderKeySessionID, session)
+		req.Header.Set("Mcp-Protocol-Version", "2025-11-25")
+	}
+	resp, err := hs.Client().Do(req)
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		cancel()
+		return resp.StatusCode, string(body), func() {}
+	}
+	t.Cleanup(func() { cancel(); resp.Body.Close() })
+	return resp.StatusCode, "", func() { cancel(); resp.Body.Close() }
+}
+
+// TestMCPSessionsCountAgainstMaxSessions: with max_sessions = 3, three
+// initialize requests take every slot; a fourth, a standalone GET stream
+// and a websocket get 503 with a JSON-RPC error naming the limit; a
+// refused or failed initialize leaves no session id behind; DELETE gives
+// a slot back.
+func TestMCPSessionsCountAgainstMaxSessions(t *testing.T) {
+	s, _, hs := newDoorServer(t, "[server]\nmax_sessions = 3\n")
+	h := s.Handler()
+	var ids []string
+	for range 3 {
+		ids = append(ids, openSession(t, h, ""))
+	}
+	if n := s.slots.live(); n != 3 {
+		t.Fatalf("%d slots taken by 3 sessions", n)
+	}
+	rec := post(h, "", "", initializeBody)
+	if rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), "server.max_sessions (3)") ||
+		!strings.Contains(rec.Body.String(), `"id":1`) || rec.Header().Get(server.HeaderKeySessionID) != "" {
+		t.Fatalf("4th initialize: %d %s %v; want 503 answering id 1, naming server.max_sessions, no session", rec.Code, rec.Body, rec.Header())
+	}
+	if code, body, _ := getStream(t, hs, ""); code != http.StatusServiceUnavailable || !strings.Contains(body, "max_sessions") {
+		t.Fatalf("GET /mcp over the limit: %d %s", code, body)
+	}
+	if _, resp, err := dialWS(hs, "", nil, []string{"mcp"}); err == nil || resp == nil || resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("websocket over the limit: %v %v", resp, err)
+	}
+	if n := len(s.ids.live); n != 3 {
+		t.Fatalf("%d session ids known with 3 sessions open", n)
+	}
+
+	del := newRequest("", ids[0], "")
+	del.Method = http.MethodDelete
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, del)
+	if w.Code != http.StatusOK || s.slots.live() != 2 || len(s.ids.live) != 2 {
+		t.Fatalf("DELETE: %d; %d slots, %d ids left; want 200, 2, 2", w.Code, s.slots.live(), len(s.ids.live))
+	}
+	// mcp-go opens a session even for an initialize it answers with an
+	// error; that session holds a slot like any other, and ends like any.
+	bad := post(h, "", "", `{"jsonrpc":"2.0","id":5,"method":"initialize","params":7}`)
+	if s.slots.live() != s.Sessions() || len(s.ids.live) != s.Sessions() {
+		t.Fatalf("a failed initialize (%d %s) left %d slots, %d ids, %d sessions; want them equal", bad.Code, bad.Body, s.slots.live(), len(s.ids.live), s.Sessions())
+	}
+	if id := bad.Header().Get(server.HeaderKeySessionID); id != "" {
+		del := newRequest("", id, "")
+		del.Method = http.MethodDelete
+		h.ServeHTTP(httptest.NewRecorder(), del)
+	}
+	if s.slots.live() != 2 || len(s.ids.live) != 2 || s.Sessions() != 2 {
+		t.Fatalf("%d slots, %d ids, %d sessions; want 2 each", s.slots.live(), len(s.ids.live), s.Sessions())
+	}
+	// A standalone stream holds a slot while open.
+	code, _, stop := getStream(t, hs, ids[1])
+	if code != http.StatusOK {
+		t.Fatalf("GET /mcp on a session: %d", code)
+	}
+	waitFor(t, func() bool { return s.slots.live() == 3 }, "the GET stream to take a slot")
+	stop()
+	waitFor(t, func() bool { return s.slots.live() == 2 }, "the GET stream's slot to come back")
+	openSession(t, h, "")
+}
+
+// TestMCPSessionsExpire drives a /mcp session's idle check directly, with
+// its last request moved into the past (no waiting): a session that sent
+// nothing after its initialize ends after read_timeout, one that did only
+// after session_idle_timeout, and one with a request in flight never.
+func TestMCPSessionsExpire(t *testing.T) {
+	up := newUpstreamServer(t, 2)
+	s := newBenchServer(t, up.http.URL, "[server]\nread_timeout = \"30s\"\nsession_idle_timeout = \"10m\"\n")
+	h := s.Handler()
+	life := func(id string) *sessionLife {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if sess := s.bound[id]; sess != nil {
+			return sess.life
+		}
+		return nil
+	}
+	ago := func(l *sessionLife, d time.Duration) { l.seen.Store(time.Now().Add(-d).UnixNano()) }
+	gone := func(id string) bool {
+		w := post(h, "", id, `{"jsonrpc":"2.0","id":9,"method":"tools/list"}`)
+		return w.Code == http.StatusNotFound && life(id) == nil
+	}
+
+	rec := post(h, "", "", initializeBody) // and nothing after it
+	fresh := rec.Header().Get(server.HeaderKeySessionID)
+	l := life(fresh)
+	if l == nil {
+		t.Fatal("an initialized /mcp session has no expiry")
+	}
+	ago(l, 20*time.Second)
+	s.checkIdle(fresh, l)
+	if life(fresh) == nil {
+		t.Fatal("a session idle for less than read_timeout expired")
+	}
+	ago(l, 31*time.Second)
+	s.checkIdle(fresh, l)
+	if !gone(fresh) {
+		t.Fatal("a session that never sent anything after initialize outlived read_timeout")
+	}
+
+	ready := openSession(t, h, "")
+	post(h, "", ready, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	l = life(ready)
+	ago(l, 5*time.Minute)
+	s.checkIdle(ready, l)
+	if life(ready) == nil {
+		t.Fatal("an initialized session idle for less than session_idle_timeout expired")
+	}
+	s.mu.Lock()
+	sess := s.bound[ready]
+	s.mu.Unlock()
+	done := s.touch(sess) // a request in flight, such as a GET stream
+	ago(l, time.Hour)
+	s.checkIdle(ready, l)
+	if life(ready) == nil {
+		t.Fatal("a session with a request in flight expired")
+	}
+	done()
+	ago(l, 11*time.Minute)
+	s.checkIdle(ready, l)
+	if !gone(ready) {
+		t.Fatal("an initialized session outlived session_idle_timeout")
+	}
+	if s.slots.live() != 0 || len(s.ids.live) != 0 || s.Sessions() != 0 {
+		t.Fatalf("expired sessions left %d slots, %d ids, %d sessions", s.slots.live(), len(s.ids.live), s.Sessions())
+	}
+}
+
+// TestUnknownSessionIDsCostNothing sends 1,000 requests of each kind with
+// session ids mcpmux never gave, each with its own narrowing, on a
+// rate-limited profile: all are 404, and none leaves a limiter bucket, a
+// session id, a slot or a filter behind (SPEC §6, §10).
+func TestUnknownSessionIDsCostNothing(t *testing.T) {
+	up := newUpstreamServer(t, 4)
+	s := newBenchServer(t, up.http.URL, "[server]\ndefault_profile = \"limited\"\n[profiles.limited]\n[profiles.limited.rate]\ncalls_per_minute = 3\n")
+	h := s.Handler()
+	filters := s.Registry().Instances()
+	before := up.requests.Load()
+	for i := range 1000 {
+		id := "mcp-session-" + rand.Text()
+		query := fmt.Sprintf("?tools=up__tool_%04d,x%d", i%4, i)
+		for _, body := range []string{
+			`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"up__tool_0001","arguments":{"query":"q"}}}`,
+			`{"jsonrpc":"2.0","id":2,"method":"tools/list"}`,
+			`{"jsonrpc":"2.0","method":"notifications/initialized"}`,
+		} {
+			if w := post(h, query, id, body); w.Code != http.StatusNotFound {
+				t.Fatalf("%s on unknown session %s: %d %s, want 404", body, id, w.Code, w.Body)
+			}
+		}
+		method := http.MethodDelete
+		if i%100 == 0 {
+			// A GET that is not refused opens a stream: bound its wait.
+			method = http.MethodGet
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		req := newRequest(query, id, "").WithContext(ctx)
+		req.Method = method
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, req)
+		cancel()
+		if w.Code != http.StatusNotFound {
+			t.Fatalf("%s on unknown session %s: %d %s, want 404", method, id, w.Code, w.Body)
+		}
+	}
+	if n := s.limits.Len(); n != 0 {
+		t.Fatalf("unknown session ids left %d limiter buckets", n)
+	}
+	if n := s.Registry().Instances(); n != filters {
+		t.Fatalf("unknown session ids made %d filters (had %d)", n, filters)
+	}
+	if s.Sessions() != 0 || s.slots.live() != 0 || len(s.ids.live) != 0 {
+		t.Fatalf("unknown session ids left %d sessions, %d slots, %d ids", s.Sessions(), s.slots.live(), len(s.ids.live))
+	}
+	if n := up.requests.Load() - before; n != 0 {
+		t.Fatalf("unknown session ids reached the upstream %d times", n)
 	}
 }

@@ -539,15 +539,14 @@ func (s *Server) originAllowed(o string) bool {
 func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request) {
 	s.waitStarted(r.Context())
 	sel, err := SelectionFromRequest(r)
-	var b Binding
+	var profile, key string
 	if err == nil {
-		b, err = s.Resolver().Resolve(sel)
+		// The token, profile and toolsets are checked here; the filter of
+		// a narrowing is built only once the session is (SPEC §10).
+		profile, key, err = s.Resolver().Probe(sel)
 	}
 	if err != nil {
-		if errors.Is(err, ErrUnauthorized) {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="mcpmux"`)
-		}
-		writeJSONError(w, statusOf(err), nil, mcp.INVALID_REQUEST, err.Error())
+		writeResolveError(w, err)
 		return
 	}
 	m := &jsonrpc.Message{}
@@ -556,7 +555,7 @@ func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			var tooBig *http.MaxBytesError
 			if errors.As(err, &tooBig) {
-				s.auditLimit(r.Header.Get(server.HeaderKeySessionID), b.Profile, "", "", audit.ReasonSize)
+				s.auditLimit(r.Header.Get(server.HeaderKeySessionID), profile, "", "", audit.ReasonSize)
 				writeJSONError(w, http.StatusRequestEntityTooLarge, nil, mcp.INVALID_REQUEST,
 					fmt.Sprintf("request body exceeds server.max_body_bytes (%d bytes)", s.cfg.Server.MaxBodyBytes))
 				return
@@ -574,6 +573,7 @@ func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request) {
 	modern := isModern(m)
 	id := r.Header.Get(server.HeaderKeySessionID)
 	var sess *session
+	var b Binding
 	if id != "" && m.Method != string(mcp.MethodInitialize) && !modern {
 		s.mu.Lock()
 		sess = s.bound[id]
@@ -585,17 +585,30 @@ func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request) {
 			writeJSONError(w, http.StatusNotFound, m.ID, mcp.INVALID_REQUEST, "unknown session")
 			return
 		}
+		// An id mcpmux never gave, or one whose session ended, costs
+		// nothing: no filter, limiter bucket or stream is made for it.
+		if sess == nil && !s.ids.known(id) {
+			writeJSONError(w, http.StatusNotFound, m.ID, mcp.INVALID_REQUEST, "unknown session")
+			return
+		}
 		if sess != nil {
 			if err := s.Resolver().Authorize(sel, sess.binding.Profile); err != nil {
 				writeJSONError(w, statusOf(err), m.ID, mcp.INVALID_REQUEST, err.Error())
 				return
 			}
-			if b.Explicit && b.Filter != sess.binding.Filter {
+			if (sel.Profile != "" || sel.Narrowing) && key != sess.binding.Filter.Key() {
 				writeJSONError(w, http.StatusBadRequest, m.ID, mcp.INVALID_REQUEST,
 					fmt.Sprintf("session is bound to profile %q; start a new session to use another", sess.binding.Profile))
 				return
 			}
 			b = sess.binding
+			defer s.touch(sess)() // it is not idle while this runs (limits.go)
+		}
+	}
+	if b.Filter == nil {
+		if b, err = s.Resolver().Resolve(sel); err != nil {
+			writeResolveError(w, err)
+			return
 		}
 	}
 	if sess != nil && m.IsResponse() && sess.pending.deliver(m) {
@@ -635,6 +648,23 @@ func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request) {
 			}
 			return
 		}
+	}
+	// An initialize opens a session and a GET a stream: each takes a
+	// server.max_sessions slot first (limits.go).
+	var t *slotTicket
+	switch {
+	case r.Method == http.MethodPost && m.Method == string(mcp.MethodInitialize) && !modern:
+		t = &slotTicket{keep: true}
+	case r.Method == http.MethodGet:
+		t = &slotTicket{}
+	}
+	if t != nil {
+		if !s.slots.take() {
+			s.refuseSession(w, m.ID, m.Method, b.Profile)
+			return
+		}
+		defer s.releaseTicket(t)
+		r = r.WithContext(withTicket(r.Context(), t))
 	}
 	s.http.ServeHTTP(w, r.WithContext(withOwner(withBinding(r.Context(), b), s.ownerOf(sel))))
 }
