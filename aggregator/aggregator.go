@@ -50,7 +50,7 @@ type Aggregator struct {
 	relay             *relay
 	scoped            *sessionConns               // connections of scope = "session" upstreams
 	onResourceUpdated func(session, uri string)   // set before Start; nil = ignore
-	onLog             func(params map[string]any) // set before Start; nil = ignore
+	onLog             func(upstream string, params map[string]any) // set before Start; nil = ignore
 
 	startMu   sync.Mutex
 	startErrs map[string]error // upstream → error of its first connection attempt
@@ -276,8 +276,10 @@ func (a *Aggregator) OnResourceUpdated(fn func(session, uri string)) { a.onResou
 func (a *Aggregator) SetServerInfo(info mcp.Implementation) { a.opts.ServerInfo = info }
 
 // OnLog registers fn to receive upstream log messages that no client call
-// caused (params as the upstream sent them). Call it before Start.
-func (a *Aggregator) OnLog(fn func(params map[string]any)) { a.onLog = fn }
+// caused, with the name of the upstream that sent them (params as the
+// upstream sent them), so that they reach only sessions that may see that
+// upstream. Call it before Start.
+func (a *Aggregator) OnLog(fn func(upstream string, params map[string]any)) { a.onLog = fn }
 
 // PromptHandler returns a handler for mcp-go's prompt registry, which
 // serves prompts/list only: prompts/get is routed by the front door through

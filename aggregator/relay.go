@@ -317,7 +317,7 @@ func (a *Aggregator) onNotification(l *connLink, n mcp.JSONRPCNotification) {
 			// of them, so it is not spread to others; a session's own
 			// connection's belongs to that session only.
 			if l.session == "" && a.relay.inflightCount(l.u) == 0 && a.onLog != nil {
-				a.onLog(n.Params.AdditionalFields)
+				a.onLog(l.name, n.Params.AdditionalFields)
 				return
 			}
 			a.log.Debug("log message from upstream not delivered", "upstream", l.name, "session", l.session)

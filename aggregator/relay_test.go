@@ -137,7 +137,12 @@ func TestOwnerSessionConnection(t *testing.T) {
 func TestNotificationsStayOnTheirConnection(t *testing.T) {
 	a := New(&configs.Config{}, Options{})
 	var broadcast int
-	a.OnLog(func(map[string]any) { broadcast++ })
+	a.OnLog(func(up string, _ map[string]any) {
+		if up != "u" {
+			t.Errorf("a log message of upstream u was handed on as %q's", up)
+		}
+		broadcast++
+	})
 	shared := testLink("u", configs.TransportStdio, "")
 	mine := testLink("u", configs.TransportStdio, "A")
 	cl := &testClient{name: "B", session: "B"}

@@ -360,19 +360,27 @@ func advertiseListChanged(c *mcp.ServerCapabilities) {
 	}
 }
 
-// upstreamLog sends a log message no call caused to every session that set
-// a log level at or below its level.
-func (s *Server) upstreamLog(params map[string]any) {
+// upstreamLog sends a log message no call of up caused to the sessions
+// logRecipients names.
+func (s *Server) upstreamLog(up string, params map[string]any) {
 	level, _ := params["level"].(string)
+	s.notify(s.logRecipients(up, mcp.LoggingLevel(level)), string(mcp.MethodNotificationMessage), params)
+}
+
+// logRecipients returns the sessions that set a log level at or below
+// level and may see up. An upstream a session may not see is, to it, no
+// upstream at all: its log lines would tell the session what runs there
+// (SPEC §5).
+func (s *Server) logRecipients(up string, level mcp.LoggingLevel) []string {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	var ids []string
 	for id, sess := range s.bound {
-		if sess.logLevel != "" && mcp.LoggingLevel(level).ShouldSendTo(sess.logLevel) {
+		if sess.logLevel != "" && level.ShouldSendTo(sess.logLevel) && s.listing(sess.binding).Shows(up) {
 			ids = append(ids, id)
 		}
 	}
-	s.mu.Unlock()
-	s.notify(ids, string(mcp.MethodNotificationMessage), params)
+	return ids
 }
 
 // resourceUpdated tells every session subscribed to uri whose view shows

@@ -161,3 +161,28 @@ func TestHiddenListingsAndReads(t *testing.T) {
 		}
 	}
 }
+
+// TestUpstreamLogsFollowVisibility checks that a log message an upstream
+// sends outside any call reaches only sessions that asked for logs and may
+// see that upstream: a profile that hides it hears nothing of it.
+func TestUpstreamLogsFollowVisibility(t *testing.T) {
+	up := newUpstreamServer(t, 2)
+	s := newServerWith(t, up.http.URL, "[profiles.all]\n[profiles.blind]\ndeny_upstreams = [\"up\"]\n", Options{})
+	h := s.Handler()
+	setLevel := `{"jsonrpc":"2.0","id":5,"method":"logging/setLevel","params":{"level":"debug"}}`
+	seeing := openSession(t, h, "?profile=all")
+	blind := openSession(t, h, "?profile=blind")
+	quiet := openSession(t, h, "?profile=all")
+	for _, sid := range []string{seeing, blind} {
+		if rec := post(h, "", sid, setLevel); !strings.Contains(rec.Body.String(), `"result"`) {
+			t.Fatalf("logging/setLevel: %d %s", rec.Code, rec.Body)
+		}
+	}
+	got := s.logRecipients("up", mcp.LoggingLevelError)
+	if len(got) != 1 || got[0] != seeing {
+		t.Fatalf("recipients of up's log = %v, want only %s (blind %s, quiet %s)", got, seeing, blind, quiet)
+	}
+	if got := s.logRecipients("up", mcp.LoggingLevelDebug); len(got) != 1 {
+		t.Fatalf("recipients at debug = %v, want 1", got)
+	}
+}
