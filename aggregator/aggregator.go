@@ -48,8 +48,8 @@ type Aggregator struct {
 	subs    []func(old, new *Snapshot)
 
 	relay             *relay
-	scoped            *sessionConns               // connections of scope = "session" upstreams
-	onResourceUpdated func(session, uri string)   // set before Start; nil = ignore
+	scoped            *sessionConns                                // connections of scope = "session" upstreams
+	onResourceUpdated func(session, uri string)                    // set before Start; nil = ignore
 	onLog             func(upstream string, params map[string]any) // set before Start; nil = ignore
 
 	startMu   sync.Mutex
