@@ -423,3 +423,32 @@ func TestUnknownSessionIDsCostNothing(t *testing.T) {
 		t.Fatalf("unknown session ids reached the upstream %d times", n)
 	}
 }
+
+// TestNarrowedSessionAfterEviction: a session opened with a narrowing
+// keeps working when later requests repeat that narrowing after its filter
+// left the bounded cache (300 other narrowings in between), on /mcp and on
+// an SSE session's POSTs: the session's rules are compared by key, not by
+// which filter instance a request got.
+func TestNarrowedSessionAfterEviction(t *testing.T) {
+	s, _, hs := newDoorServer(t, "")
+	h := s.Handler()
+	const narrow = "?profile=all&tools=up__tool_0001"
+	id := openSession(t, h, narrow)
+	p := mustOpenSSE(t, hs, narrow, nil)
+	initializeAs(t, p, map[string]any{})
+	for i := range 300 {
+		sel := Selection{Profile: "all", Tools: []string{fmt.Sprint("x", i)}, Narrowing: true}
+		if _, err := s.Resolver().Resolve(sel); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if code, body := p.post(t, p.endpoint, `{"jsonrpc":"2.0","id":3,"method":"tools/list"}`, http.Header{"Mcp-Profile": {"all"}, "Mcp-Tools": {"up__tool_0001"}}); code != http.StatusAccepted {
+		t.Fatalf("SSE POST repeating the stream's own narrowing: %d %s", code, body)
+	}
+	if w := post(h, narrow, id, `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`); w.Code != http.StatusOK || !strings.Contains(w.Body.String(), "up__tool_0001") {
+		t.Fatalf("/mcp session repeating its own narrowing: %d %s", w.Code, w.Body)
+	}
+	if code, body := p.post(t, p.endpoint, `{"jsonrpc":"2.0","id":4,"method":"tools/list"}`, http.Header{"Mcp-Profile": {"all"}, "Mcp-Tools": {"up__tool_0002"}}); code != http.StatusBadRequest {
+		t.Fatalf("SSE POST with another narrowing: %d %s, want 400", code, body)
+	}
+}

@@ -124,7 +124,9 @@ func (s *Server) postMatchesSession(w http.ResponseWriter, r *http.Request, ss *
 	if probe.Profile == "" {
 		probe.Profile = bound.Profile
 	}
-	b, err := res.Resolve(probe)
+	// Checked by key, building nothing: a narrowed filter may have left the
+	// bounded cache since the stream opened (SPEC §10).
+	_, key, err := res.Probe(probe)
 	if err != nil {
 		writeResolveError(w, err)
 		return false
@@ -133,7 +135,7 @@ func (s *Server) postMatchesSession(w http.ResponseWriter, r *http.Request, ss *
 		writeJSONError(w, http.StatusForbidden, nil, mcp.INVALID_REQUEST, "this token did not open the session")
 		return false
 	}
-	if explicit && b.Filter != bound.Filter {
+	if explicit && key != bound.Filter.Key() {
 		writeJSONError(w, http.StatusBadRequest, nil, mcp.INVALID_REQUEST,
 			fmt.Sprintf("session is bound to profile %q; start a new session to use another", bound.Profile))
 		return false
