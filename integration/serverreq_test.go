@@ -218,11 +218,11 @@ func (w *srqWS) read(ctx context.Context) {
 func (w *srqWS) request(method string, params any) (json.RawMessage, error) {
 	w.mu.Lock()
 	w.next++
-	id := strconv.Itoa(w.next)
+	n := w.next
 	ch := make(chan json.RawMessage, 1)
-	w.wait[id] = ch
+	w.wait[strconv.Itoa(n)] = ch
 	w.mu.Unlock()
-	if err := w.write(map[string]any{"jsonrpc": "2.0", "id": w.next, "method": method, "params": params}); err != nil {
+	if err := w.write(map[string]any{"jsonrpc": "2.0", "id": n, "method": method, "params": params}); err != nil {
 		return nil, err
 	}
 	select {
