@@ -264,7 +264,7 @@ func TestMCPSessionsCountAgainstMaxSessions(t *testing.T) {
 		!strings.Contains(rec.Body.String(), `"id":1`) || rec.Header().Get(server.HeaderKeySessionID) != "" {
 		t.Fatalf("4th initialize: %d %s %v; want 503 answering id 1, naming server.max_sessions, no session", rec.Code, rec.Body, rec.Header())
 	}
-	if code, body, _ := getStream(t, hs, ""); code != http.StatusServiceUnavailable || !strings.Contains(body, "max_sessions") {
+	if code, body, _ := getStream(t, hs, ids[2]); code != http.StatusServiceUnavailable || !strings.Contains(body, "max_sessions") {
 		t.Fatalf("GET /mcp over the limit: %d %s", code, body)
 	}
 	if _, resp, err := dialWS(hs, "", nil, []string{"mcp"}); err == nil || resp == nil || resp.StatusCode != http.StatusServiceUnavailable {
@@ -451,4 +451,34 @@ func TestNarrowedSessionAfterEviction(t *testing.T) {
 	if code, body := p.post(t, p.endpoint, `{"jsonrpc":"2.0","id":4,"method":"tools/list"}`, http.Header{"Mcp-Profile": {"all"}, "Mcp-Tools": {"up__tool_0002"}}); code != http.StatusBadRequest {
 		t.Fatalf("SSE POST with another narrowing: %d %s, want 400", code, body)
 	}
+}
+
+// TestSessionsCannotSkipTheirSlot checks the ways a session could be opened
+// past max_sessions by a message mcpmux and mcp-go read differently: a
+// misspelled "Method" or a second "_meta" spelling (mcp-go folds case), and
+// a GET with no session id, which mcp-go answers with a stream of a new
+// session. None opens a session; each is refused with a JSON-RPC error.
+func TestSessionsCannotSkipTheirSlot(t *testing.T) {
+	s, _, hs := newDoorServer(t, "[server]\nmax_sessions = 1\n")
+	h := s.Handler()
+	for _, body := range []string{
+		`{"jsonrpc":"2.0","id":1,"Method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"x","version":"1"}}}`,
+		`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"x","version":"1"},` +
+			`"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"},"_Meta":{}}}`,
+		`{"jsonrpc":"2.0","ID":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"x","version":"1"}}}`,
+	} {
+		for range 3 {
+			rec := post(h, "", "", body)
+			if rec.Code != http.StatusBadRequest || !strings.Contains(rec.Body.String(), `"code":-32600`) || rec.Header().Get(server.HeaderKeySessionID) != "" {
+				t.Fatalf("%s: %d %s %v; want 400 -32600 and no session", body, rec.Code, rec.Body, rec.Header())
+			}
+		}
+	}
+	if code, body, _ := getStream(t, hs, ""); code != http.StatusBadRequest || !strings.Contains(body, "Mcp-Session-Id") {
+		t.Fatalf("GET /mcp without a session id: %d %s", code, body)
+	}
+	if n, live := s.Sessions(), s.slots.live(); n != 0 || live != 0 {
+		t.Fatalf("%d sessions and %d slots after refused messages, want 0", n, live)
+	}
+	openSession(t, h, "") // the one slot is still free
 }

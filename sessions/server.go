@@ -578,8 +578,23 @@ func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request) {
 			m = pm
 		}
 	}
+	if m.Ambiguous != nil && !isRouted(m, true) {
+		// mcp-go, which would answer it, reads keys case-insensitively:
+		// it would act on a message mcpmux did not see (routed requests
+		// are refused by decide, with -32602).
+		s.metrics.count(m.Method, outcomeDenied)
+		writeJSONError(w, http.StatusBadRequest, m.ID, mcp.INVALID_REQUEST, "Invalid request: "+m.Ambiguous.Error())
+		return
+	}
 	modern := isModern(m)
 	id := r.Header.Get(server.HeaderKeySessionID)
+	if r.Method == http.MethodGet && id == "" {
+		// A stream nobody's session owns: nothing would ever be sent on
+		// it, and it would hold a max_sessions slot for as long as the
+		// client keeps it open.
+		writeJSONError(w, http.StatusBadRequest, nil, mcp.INVALID_REQUEST, "GET /mcp needs the Mcp-Session-Id of an initialized session")
+		return
+	}
 	var sess *session
 	var b Binding
 	if id != "" && m.Method != string(mcp.MethodInitialize) && !modern {
@@ -661,7 +676,10 @@ func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request) {
 	// server.max_sessions slot first (limits.go).
 	var t *slotTicket
 	switch {
-	case r.Method == http.MethodPost && m.Method == string(mcp.MethodInitialize) && !modern:
+	case r.Method == http.MethodPost && id == "" && !modern:
+		// Whatever mcpmux's parse says, a session-less legacy POST is
+		// what mcp-go opens sessions for: it takes a slot, kept only if
+		// a session registers (an initialize).
 		t = &slotTicket{keep: true}
 	case r.Method == http.MethodGet:
 		t = &slotTicket{}

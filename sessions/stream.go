@@ -497,6 +497,14 @@ func (s *Server) handle(ctx context.Context, sess *streamSession, raw []byte, m 
 	if m.IsRequest() {
 		defer func() { s.metrics.observeLatency(m.Method, time.Since(start)) }()
 	}
+	if m.Ambiguous != nil && !isRouted(m, true) {
+		// As on /mcp: mcp-go would read it case-insensitively.
+		s.metrics.count(m.Method, outcomeDenied)
+		if m.Method != "" && m.ID == nil {
+			return nil // a notification gets no answer
+		}
+		return errorFrame(m.ID, mcp.INVALID_REQUEST, "Invalid request: "+m.Ambiguous.Error())
+	}
 	view := s.View(b)
 	if isRouted(m, true) {
 		return s.handleRouted(ctx, sess, b, view, m)

@@ -60,6 +60,12 @@ func TestParseAmbiguous(t *testing.T) {
 		`{"jsonrpc":"2.0","id":1,"method":"tools/call","method":"tools/list","params":{}}`,
 		`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a","arguments":{"x":1,"X":2}}}`,
 		`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a","Name":"b"}}`,
+		`{"jsonrpc":"2.0","id":1,"Method":"initialize","params":{}}`,
+		`{"jsonrpc":"2.0","id":1,"method":"resources/read","Params":{"uri":"x"}}`,
+		`{"jsonrpc":"2.0","ID":1,"method":"ping"}`,
+		`{"jsonrpc":"2.0","id":1,"method":"ping","METHOD":"tools/call"}`,
+		`{"jsonrpc":"2.0","id":1,"Result":{}}`,
+		`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"_meta":{},"_Meta":{}}}`,
 	} {
 		m, err := Parse([]byte(raw))
 		if err != nil || !errors.Is(m.Ambiguous, ErrAmbiguous) {

@@ -148,7 +148,8 @@ func (s *scanner) object(i, depth int, r role) int {
 	case r == roleParams:
 		members = s.params
 	}
-	fold := r == roleParams || r == roleArguments
+	top := r == roleMessage && depth == 0
+	fold := r == roleParams || r == roleArguments || top
 	var keys, folded []string
 	var seen, seenFolded map[string]bool
 	i = s.ws(i + 1)
@@ -165,7 +166,7 @@ func (s *scanner) object(i, depth int, r role) int {
 				s.err = fmt.Errorf("%w: key %q appears twice", ErrAmbiguous, Printable(k))
 			} else if fold && dup(&folded, &seenFolded, foldKey(k)) {
 				s.err = fmt.Errorf("%w: keys that differ only in case, among them %q", ErrAmbiguous, Printable(k))
-			} else if r == roleParams && misspelled(k) {
+			} else if (r == roleParams && misspelled(k, routedParams)) || (top && misspelled(k, messageMembers)) {
 				s.err = fmt.Errorf("%w: key %q is read by case-insensitive decoders as a member mcpmux routes on", ErrAmbiguous, Printable(k))
 			}
 		}
@@ -191,16 +192,21 @@ func (s *scanner) object(i, depth int, r role) int {
 // them) consider two keys equal.
 func foldKey(k string) string { return strings.ToLower(strings.ToUpper(k)) }
 
-// routedParams are the params members mcpmux reads, checks or rewrites.
-var routedParams = []string{"name", "arguments", "uri", "_meta"}
+// routedParams are the params members mcpmux reads, checks or rewrites;
+// messageMembers are a message's own.
+var (
+	routedParams   = []string{"name", "arguments", "uri", "_meta"}
+	messageMembers = []string{"jsonrpc", "id", "method", "params", "result", "error"}
+)
 
-// misspelled reports whether k is not one of routedParams but folds to
-// one. Alone, such a key (`"Arguments"`) is no duplicate, yet mcpmux would
-// see no arguments while an upstream that folds case would bind them:
-// what the upstream acts on would not be what was checked.
-func misspelled(k string) bool {
+// misspelled reports whether k is not one of names but folds to one.
+// Alone, such a key (`"Arguments"`, `"Method"`) is no duplicate, yet
+// mcpmux would not see that member while a decoder that folds case (mcp-go
+// inside mcpmux, or an upstream) would: what is acted on would not be what
+// was checked.
+func misspelled(k string, names []string) bool {
 	f := foldKey(k)
-	for _, name := range routedParams {
+	for _, name := range names {
 		if f == name && k != name {
 			return true
 		}
