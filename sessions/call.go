@@ -47,7 +47,7 @@ type call struct {
 	modern bool
 	method string
 	name   string         // the tool or prompt name, or URI, a retry must repeat
-	filter *filter.Filter // the retry must come through the same view
+	filter *filter.Filter // the retry must come through the same rules (compared by key: a narrowing may be rebuilt after eviction)
 	owner  string         // and from the same caller (session, or token or address)
 }
 
@@ -224,8 +224,8 @@ func (c *call) runInline(write func([]byte)) routedAnswer {
 // the HTTP status. When ctx ends first, a 2026-07-28 call is cancelled.
 // Shutdown waits for awaits in progress (drain.go).
 func (s *Server) await(ctx context.Context, c *call, m *jsonrpc.Message, write func([]byte)) (answer []byte, errCode int) {
-	s.flights.enter()
-	defer s.flights.leave()
+	defer s.flights.leave() // entered by callFor
+
 	return s.awaitCall(ctx, c, m, write)
 }
 
@@ -233,8 +233,7 @@ func (s *Server) await(ctx context.Context, c *call, m *jsonrpc.Message, write f
 // frames (the stream doors): the answer is handed to write before shutdown
 // counts it given, so that the session, ended after that, still sends it.
 func (s *Server) awaitQueued(ctx context.Context, c *call, m *jsonrpc.Message, write func([]byte)) {
-	s.flights.enter()
-	defer s.flights.leave()
+	defer s.flights.leave() // entered by callFor
 	if answer, _ := s.awaitCall(ctx, c, m, write); answer != nil {
 		write(answer)
 	}
@@ -330,7 +329,7 @@ func (s *Server) resume(m *jsonrpc.Message, b Binding, owner string) (c *call, o
 	if m.Method == string(mcp.MethodResourcesRead) {
 		name = m.URI
 	}
-	if h.call.method != m.Method || h.call.name != name || h.call.filter != b.Filter || h.call.owner != owner {
+	if h.call.method != m.Method || h.call.name != name || h.call.filter.Key() != b.Filter.Key() || h.call.owner != owner {
 		// The state was spent on the wrong request: the call it named has
 		// nobody left to answer, so it ends here rather than at its timeout.
 		h.ask.reply <- askReply{err: errors.New("the client retried a different request")}

@@ -84,15 +84,23 @@ func (s *Server) serveRouted(w http.ResponseWriter, r *http.Request, m *jsonrpc.
 
 // callFor starts the call m asks for, or, for a 2026-07-28 retry that
 // names a held call, resumes that one. newCaller makes the request's
-// aggregator.Client for a new call.
+// aggregator.Client for a new call. Unless it refuses, the caller must
+// await the call (await or awaitQueued), which ends what callFor began.
 func (s *Server) callFor(ctx context.Context, m *jsonrpc.Message, b Binding, e *filter.Entry, id string,
 	newCaller func(*call, func(string, ...any)) *caller) (*call, *jsonrpc.Error) {
 	modern := isModern(m)
 	if modern {
 		if c, ok, refusal := s.resume(m, b, id); ok {
+			if refusal == nil {
+				s.flights.enter() // left by await
+			}
 			return c, refusal
 		}
 	}
+	// The request counts as waiting for its answer before the call can
+	// start, so that a shutdown in between cannot see it settled (await
+	// leaves it).
+	s.flights.enter()
 	c := newCall(m, b, modern, id)
 	logf := func(msg string, args ...any) { s.log.Debug(msg, append(args, "session", id, "method", m.Method)...) }
 	cl := newCaller(c, logf)
