@@ -4,6 +4,7 @@ package upstream
 
 import (
 	"bytes"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -49,6 +50,11 @@ const childMarkerEnv = "MCPMUX_CHILD"
 // process shares them, whatever created it.
 var children = childTable{procs: make(map[int]*process)}
 
+// markerNonce makes this mcpmux's markers its own: a SIGKILLed mcpmux's
+// orphans carry markers too, and a later mcpmux that reuses its pid must
+// not take them for its children's.
+var markerNonce = rand.Text()[:12]
+
 type childTable struct {
 	// mu is held while a child is started and registered, and while an
 	// orphan is checked and reaped, so a pid that os/exec will wait for is
@@ -63,7 +69,7 @@ func (c *childTable) start(cmd *exec.Cmd, p *process) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.seq++
-	p.marker = fmt.Sprintf("%d.%d", os.Getpid(), c.seq)
+	p.marker = fmt.Sprintf("%d.%s.%d", os.Getpid(), markerNonce, c.seq)
 	cmd.Env = append(cmd.Env, childMarkerEnv+"="+p.marker) // later entries win
 	if err := cmd.Start(); err != nil {
 		return err
