@@ -296,6 +296,9 @@ func (s *Server) errorFor(m *jsonrpc.Message, err error, modern bool) *jsonrpc.E
 // session's record changes first, under the lock, so two concurrent
 // subscribes of one URI count once; a failed forward puts it back.
 func (s *Server) subscribe(ctx context.Context, id, uri string, on bool) error {
+	if on && len(uri) > maxSubscriptionURI {
+		return &jsonrpc.Error{Code: mcp.INVALID_PARAMS, Message: fmt.Sprintf("resources/subscribe: a subscribed URI may be at most %d bytes", maxSubscriptionURI)}
+	}
 	s.mu.Lock()
 	sess := s.bound[id]
 	if sess == nil || sess.subs[uri] == on {
@@ -332,8 +335,15 @@ func (s *Server) subscribe(ctx context.Context, id, uri string, on bool) error {
 	return err
 }
 
-// maxSessionSubscriptions bounds the resources one session subscribes to.
-const maxSessionSubscriptions = 1000
+// maxSessionSubscriptions bounds the resources one session subscribes to,
+// and maxSubscriptionURI the length of each URI, which mcpmux keeps (twice:
+// the session's and the upstream subscription's) while it is subscribed:
+// together at most about 4 MB per session, where a URI as long as
+// max_body_bytes would let one session keep gigabytes.
+const (
+	maxSessionSubscriptions = 1000
+	maxSubscriptionURI      = 2048
+)
 
 // setLevel records a session's log level: it filters what that session
 // gets, and nothing else. Upstreams are asked for every message once, when

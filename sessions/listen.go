@@ -153,6 +153,11 @@ func (s *Server) listen(ctx context.Context, m *jsonrpc.Message, b Binding, view
 	if len(p.Notifications.ResourceSubscriptions) > maxListenURIs {
 		return nil, &jsonrpc.Error{Code: mcp.INVALID_PARAMS, Message: fmt.Sprintf("subscriptions/listen: at most %d resource subscriptions per stream", maxListenURIs)}
 	}
+	for _, uri := range p.Notifications.ResourceSubscriptions {
+		if len(uri) > maxSubscriptionURI {
+			return nil, &jsonrpc.Error{Code: mcp.INVALID_PARAMS, Message: fmt.Sprintf("subscriptions/listen: a subscribed URI may be at most %d bytes", maxSubscriptionURI)}
+		}
+	}
 	l := &listener{binding: b, want: p.Notifications, queue: queue, listed: s.printsOf(b, view), uris: make(map[string]bool)}
 	var subscribed []string
 	release := func() {

@@ -186,3 +186,37 @@ func TestUpstreamLogsFollowVisibility(t *testing.T) {
 		t.Fatalf("recipients at debug = %v, want 1", got)
 	}
 }
+
+// TestSubscriptionURIBound checks that a subscribe to a URI longer than
+// maxSubscriptionURI (which mcpmux would keep while subscribed) is refused
+// and sent nowhere, on resources/subscribe and subscriptions/listen, while
+// a templated URI within the bound still subscribes.
+func TestSubscriptionURIBound(t *testing.T) {
+	up := newCatalogUpstream(t, 1)
+	s := newBenchServer(t, up.http.URL, "")
+	h := s.Handler()
+	sid := openSession(t, h, "")
+	long := "file:///files/" + strings.Repeat("a", maxSubscriptionURI)
+	before := up.requests.Load()
+	body := post(h, "", sid, `{"jsonrpc":"2.0","id":3,"method":"resources/subscribe","params":{"uri":"`+long+`"}}`).Body.String()
+	if !strings.Contains(body, `"code":-32602`) || !strings.Contains(body, "at most 2048 bytes") {
+		t.Fatalf("subscribe to a %d-byte URI: %s", len(long), body)
+	}
+	if n := up.requests.Load() - before; n != 0 {
+		t.Fatalf("a refused subscribe reached the upstream %d times", n)
+	}
+	listen := `{"jsonrpc":"2.0","id":4,"method":"subscriptions/listen","params":{"notifications":{"resourceSubscriptions":["` + long + `"]},` +
+		`"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}`
+	req := newRequest("", "", listen)
+	req.Header.Set(mcp.HeaderProtocolVersion, mcp.ProtocolVersion20260728)
+	req.Header.Set("Mcp-Method", "subscriptions/listen")
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	if !strings.Contains(rec.Body.String(), "at most 2048 bytes") {
+		t.Fatalf("listen with a %d-byte URI: %d %s", len(long), rec.Code, rec.Body)
+	}
+	ok := post(h, "", sid, `{"jsonrpc":"2.0","id":5,"method":"resources/subscribe","params":{"uri":"file:///files/short"}}`).Body.String()
+	if !strings.Contains(ok, `"result"`) {
+		t.Fatalf("subscribe to a short templated URI: %s", ok)
+	}
+}
