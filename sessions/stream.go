@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -500,8 +501,8 @@ func (s *Server) handle(ctx context.Context, sess *streamSession, raw []byte, m 
 	if m.Ambiguous != nil && !isRouted(m, true) {
 		// As on /mcp: mcp-go would read it case-insensitively.
 		s.metrics.count(m.Method, outcomeDenied)
-		if m.Method != "" && m.ID == nil {
-			return nil // a notification gets no answer
+		if m.ID == nil && strings.HasPrefix(m.Method, "notifications/") {
+			return nil // a notification gets no answer; a request whose id is misspelled does, with id null
 		}
 		return errorFrame(m.ID, mcp.INVALID_REQUEST, "Invalid request: "+m.Ambiguous.Error())
 	}
