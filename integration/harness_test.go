@@ -517,7 +517,7 @@ func startLoopbackServer(t *testing.T, label string, command func(addr string) *
 			return addr
 		}
 		stop()
-		if attempt < 3 && strings.Contains(out.String(), "address already in use") {
+		if attempt < 3 && strings.Contains(strings.ToLower(out.String()), "address already in use") { // nginx capitalizes it
 			continue
 		}
 		t.Fatalf("%s on %s: %v\n--- output ---\n%s", label, addr, err, out.String())

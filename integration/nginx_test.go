@@ -80,18 +80,17 @@ func nginxConf(t testing.TB, listen, a, b string) string {
 // nginxProc is one nginx started by startNginx.
 type nginxProc struct {
 	Addr string
-	out  *syncBuffer // its access log (stdout) and error log (stderr)
 }
 
 // URL returns the streamable HTTP endpoint through nginx.
 func (n *nginxProc) URL() string { return "http://" + n.Addr + "/mcp" }
 
-// startNginx runs nginx in the foreground, as a child in its own process
-// group, with conf(listen) as its configuration and every path it writes
-// (pid, temporary files) in a temporary directory, so that it needs no
-// root. It returns once nginx accepts connections; it is stopped (SIGTERM,
-// nginx's fast stop, then SIGKILL after 5s) at cleanup, and its output
-// is logged if the test failed.
+// startNginx runs nginx in the foreground through startLoopbackServer (its
+// own process group; SIGTERM, nginx's fast stop, then SIGKILL at cleanup;
+// its output logged if the test failed), with conf(listen) as its
+// configuration and every path it writes (pid, temporary files) in a
+// temporary directory, so that it needs no root. It returns once nginx
+// accepts connections.
 func startNginx(t *testing.T, conf func(listen string) string) *nginxProc {
 	t.Helper()
 	bin := requireNginx(t)
@@ -103,44 +102,15 @@ func startNginx(t *testing.T, conf func(listen string) string) *nginxProc {
 		global += " user root;"
 	}
 	path := filepath.Join(dir, "nginx.conf")
-	for attempt := 1; ; attempt++ {
-		n := &nginxProc{Addr: freeAddr(t), out: &syncBuffer{}}
-		if err := os.WriteFile(path, []byte(conf(n.Addr)), 0o600); err != nil {
+	addr := startLoopbackServer(t, "nginx", func(addr string) *exec.Cmd {
+		if err := os.WriteFile(path, []byte(conf(addr)), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		cmd := exec.Command(bin, "-p", dir+"/", "-c", path, "-e", "stderr", "-g", global)
-		cmd.Stdout, cmd.Stderr = n.out, n.out
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-		if err := cmd.Start(); err != nil {
-			t.Fatalf("start %s: %v", bin, err)
-		}
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(done) }()
-		stop := func() {
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
-			select {
-			case <-done:
-			case <-time.After(5 * time.Second):
-				_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-				<-done
-			}
-		}
-		err := waitAccepting(n.Addr, done, 10*time.Second)
-		if err == nil {
-			t.Cleanup(func() {
-				stop()
-				if t.Failed() {
-					t.Logf("--- nginx (%s) output ---\n%s", n.Addr, n.out.String())
-				}
-			})
-			return n
-		}
-		stop()
-		if attempt < 3 && strings.Contains(n.out.String(), "Address already in use") {
-			continue
-		}
-		t.Fatalf("nginx on %s: %v\n--- output ---\n%s", n.Addr, err, n.out.String())
-	}
+		return exec.Command(bin, "-p", dir+"/", "-c", path, "-e", "stderr", "-g", global)
+	}, func(addr string, exited <-chan struct{}) error {
+		return waitAccepting(addr, exited, 10*time.Second)
+	})
+	return &nginxProc{Addr: addr}
 }
 
 // whoamiKey carries the X-Replica header of the request a tool call came
