@@ -163,6 +163,8 @@ type Upstream struct {
 	procLife context.Context // backstop for stdio children; ended after Close's graceful shutdown
 	procStop context.CancelFunc
 
+	hist history // counters and the newest error, for Health (health.go)
+
 	catalogKick chan struct{} // capacity 1: an OnCatalog call is pending
 	wg          sync.WaitGroup
 	closeOnce   sync.Once
@@ -289,8 +291,12 @@ func (u *Upstream) supervise(startCtx context.Context, first chan<- error) {
 	parent := startCtx
 	for {
 		u.state.Store(int32(StateConnecting))
+		u.hist.attempted()
 		c, err := u.attempt(parent)
 		parent = u.life
+		if err != nil && u.life.Err() == nil {
+			u.hist.failed(err, nil)
+		}
 		if first != nil {
 			first <- err
 			first = nil
@@ -315,6 +321,9 @@ func (u *Upstream) supervise(startCtx context.Context, first chan<- error) {
 				if u.life.Err() != nil {
 					u.closeErr = fmt.Errorf("upstream %q: close: %w", u.cfg.Name, terr)
 				}
+			}
+			if err == nil && u.life.Err() == nil {
+				u.recordLoss(c) // after teardown: the child's last stderr lines are read
 			}
 		}
 		if u.life.Err() != nil {
@@ -367,6 +376,7 @@ func (u *Upstream) attempt(parent context.Context) (*conn, error) {
 	u.conn = c
 	c.last.Store(cat)
 	u.catalog.Store(cat)
+	u.hist.up(c.kind)
 	u.state.Store(int32(StateUp))
 	u.mu.Unlock()
 
