@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"slices"
@@ -19,16 +18,10 @@ import (
 	"github.com/mcpmux/mcpmux/upstream"
 )
 
-// estimateTokens approximates the model tokens a tools/list payload costs:
-// about four bytes of JSON per token, the usual rule of thumb for English
-// text and JSON with common tokenizers.
-func estimateTokens(tools []mcp.Tool) (int, error) {
-	b, err := json.Marshal(mcp.ListToolsResult{Tools: tools})
-	if err != nil {
-		return 0, err
-	}
-	return (len(b) + 3) / 4, nil
-}
+// estimateTokens approximates the model tokens a tools/list payload costs
+// (filter.EstimateTokens: its JSON size over four), the same estimate the
+// status page shows.
+func estimateTokens(tools []mcp.Tool) (int, error) { return filter.EstimateTokens(tools) }
 
 // plural is "1 problem", "2 problems".
 func plural(n int, one, many string) string {
