@@ -283,7 +283,15 @@ func (r *Registry) View(version uint64, entries []*Entry, f *Filter) *View {
 
 func buildView(version uint64, entries []*Entry, f *Filter) *View {
 	v := &View{Version: version, Filter: f, Tools: []mcp.Tool{}, byName: make(map[string]*Entry)}
+	own := f.ownTools() // mcpmux's own tools come first (dynamic.go)
+	for _, e := range own {
+		v.Tools = append(v.Tools, e.Tool)
+		v.byName[e.Tool.Name] = e
+	}
 	for _, e := range entries {
+		if _, taken := v.byName[e.Tool.Name]; taken && len(own) > 0 {
+			continue // an unprefixed upstream's tool of the same name stays hidden
+		}
 		if f.Allows(e) {
 			v.Tools = append(v.Tools, e.Tool)
 			v.byName[e.Tool.Name] = e

@@ -56,6 +56,9 @@ type Rules struct {
 	// denyUpstreams names upstreams it hides whatever else names them.
 	upstreams     map[string]struct{}
 	denyUpstreams map[string]struct{}
+	// dynamic, when set, makes this the stage of a dynamic-toolsets
+	// session (dynamic.go); such a stage has no other selector.
+	dynamic *dynamicStage
 }
 
 // callRule is one compiled configs.CallRule.
@@ -220,6 +223,9 @@ func (r *Rules) hasPositive() bool {
 // and (read_only is off, or the tool is read-only). Deny always wins.
 // toolsets are the selectors that select the tool (see Entry.Toolsets).
 func (r *Rules) Match(name string, readOnly bool, toolsets []string) bool {
+	if r.dynamic != nil {
+		return r.dynamic.match(toolsets)
+	}
 	if r.readOnly && !readOnly {
 		return false
 	}
