@@ -21,6 +21,7 @@ type metrics struct {
 	calls     *prometheus.CounterVec   // upstream, outcome
 	callTime  *prometheus.HistogramVec // upstream
 	upstreams *prometheus.GaugeVec     // upstream
+	recent    latencies                // each upstream's last calls, for the status page's p50/p99
 }
 
 // Request outcomes.
@@ -114,6 +115,7 @@ func (m *metrics) observeCall(up string, toolError bool, err error, d time.Durat
 	}
 	m.calls.WithLabelValues(up, outcome).Inc()
 	m.callTime.WithLabelValues(up).Observe(d.Seconds())
+	m.recent.observe(up, d)
 }
 
 // setUpstreams updates the up gauge from the upstreams' states.

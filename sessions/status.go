@@ -1,0 +1,442 @@
+package sessions
+
+import (
+	"bytes"
+	"cmp"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"html/template"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/mcpmux/mcpmux/aggregator"
+	"github.com/mcpmux/mcpmux/configs"
+	"github.com/mcpmux/mcpmux/filter"
+	"github.com/mcpmux/mcpmux/internal/redact"
+	"github.com/mcpmux/mcpmux/upstream"
+)
+
+// statusRefresh is how often the status page reloads itself, in seconds.
+const statusRefresh = 5
+
+// maxKeyShown bounds how much of a filter's canonical key the page shows;
+// a key spells out every name its rules list.
+const maxKeyShown = 160
+
+// handleStatus registers the status page for people, GET / (exact root),
+// and the same data as JSON, GET /status.json (SPEC §9). Both are
+// protected like /metrics: Host and Origin by guard, and a bearer token
+// when tokens are configured. What they show never includes a secret:
+// URLs are redacted, and no header, env value or token is read.
+func (s *Server) handleStatus(mux *http.ServeMux) {
+	p := &statusPage{srv: s, start: time.Now()}
+	mux.Handle("GET /{$}", s.needToken(http.HandlerFunc(p.serveHTML)))
+	mux.Handle("GET /status.json", s.needToken(http.HandlerFunc(p.serveJSON)))
+}
+
+// statusPage renders the status of one Server. Rendering reads the
+// upstreams' Health, the recent call latencies and the live sessions on
+// every request; the per-profile part (filters, tool counts and token
+// estimates, which encode the views' tools) is computed once per
+// (resolver, snapshot version) and cached, so a client reloading the page
+// in a loop costs one template execution per request, not one encoding of
+// every catalog. It is safe for concurrent use.
+type statusPage struct {
+	srv   *Server
+	start time.Time
+
+	mu     sync.Mutex // guards the cache; held while it is recomputed
+	cached *profileStatus
+}
+
+// profileStatus is the cached per-profile part of the page.
+type profileStatus struct {
+	resolver *Resolver
+	version  uint64
+	profiles []profileRow
+	filters  []filterRow
+	byFilter map[*filter.Filter]int // → index in filters
+}
+
+// statusData is everything the page shows; GET /status.json returns it.
+type statusData struct {
+	Version  string `json:"version"`
+	Replica  string `json:"replica_id"`
+	Config   string `json:"config"`
+	Started  string `json:"started"`
+	Uptime   string `json:"uptime"`
+	Snapshot uint64 `json:"snapshot_version"`
+	// Sessions counts the live sessions bound to a view, by door ("mcp",
+	// "ws", "sse", "stdio"); Open is every live session and stream
+	// counted against max_sessions.
+	Sessions      map[string]int `json:"sessions"`
+	Open          int            `json:"open_sessions"`
+	MaxSessions   int            `json:"max_sessions"`
+	Upstreams     []upstreamRow  `json:"upstreams"`
+	Profiles      []profileRow   `json:"profiles"`
+	FilterCount   int            `json:"filter_instances"`
+	Filters       []filterRow    `json:"profile_filters"`
+	RefreshSecond int            `json:"-"`
+}
+
+// upstreamRow is one row of the upstreams table.
+type upstreamRow struct {
+	Name      string `json:"name"`
+	Prefix    string `json:"prefix"`
+	Transport string `json:"transport"`
+	// Target is the redacted URL, or the command without its arguments
+	// (which may carry secrets).
+	Target    string `json:"target"`
+	Required  bool   `json:"required"`
+	Scope     string `json:"scope"`
+	State     string `json:"state"` // up, starting, restarting, down, closed
+	Protocol  string `json:"protocol,omitempty"`
+	Tools     int    `json:"tools"`           // exposed, after its own rules
+	Hidden    int    `json:"hidden_by_rules"` // removed by its own rules
+	Prompts   int    `json:"prompts"`
+	Resources int    `json:"resources"`
+	Templates int    `json:"resource_templates"`
+	Connects  int    `json:"connects"`
+	Restarts  int    `json:"restarts"`
+	LastError string `json:"last_error,omitempty"`
+	// LastErrorAt is RFC 3339, UTC.
+	LastErrorAt string   `json:"last_error_at,omitempty"`
+	Stderr      []string `json:"stderr,omitempty"`
+	// Calls is how many recent tools/call (at most latencyWindow) P50 and
+	// P99 are computed from.
+	Calls int    `json:"recent_calls"`
+	P50   string `json:"p50,omitempty"`
+	P99   string `json:"p99,omitempty"`
+
+	ago string // how long before the page LastErrorAt was
+}
+
+// profileRow is one row of the profiles table.
+type profileRow struct {
+	Name       string                  `json:"name"` // "" = no profile applies
+	Tools      int                     `json:"tools"`
+	Tokens     int                     `json:"estimated_tokens"`
+	ByUpstream []filter.UpstreamTokens `json:"estimated_tokens_by_upstream"`
+	Sessions   int                     `json:"sessions"`
+	Filter     int                     `json:"filter"` // its filter instance, 1-based index in statusData.Filters
+	Error      string                  `json:"error,omitempty"`
+}
+
+// filterRow is one distinct filter instance that profiles resolve to.
+type filterRow struct {
+	ID       string   `json:"id"`  // a short digest of Key
+	Key      string   `json:"key"` // the canonical key, cut to maxKeyShown bytes
+	Profiles []string `json:"profiles"`
+	Sessions int      `json:"sessions"` // live sessions bound to it
+}
+
+func (p *statusPage) serveHTML(w http.ResponseWriter, r *http.Request) {
+	st := p.status()
+	var b bytes.Buffer
+	if err := statusTemplate.Execute(&b, st); err != nil {
+		p.srv.log.Error("status page not rendered", "error", err)
+		http.Error(w, "status page: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	h := w.Header()
+	h.Set("Content-Type", "text/html; charset=utf-8")
+	statusHeaders(h)
+	w.Write(b.Bytes())
+}
+
+func (p *statusPage) serveJSON(w http.ResponseWriter, r *http.Request) {
+	b, err := json.MarshalIndent(p.status(), "", "  ")
+	if err != nil {
+		http.Error(w, "status: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	statusHeaders(h)
+	w.Write(append(b, '\n'))
+}
+
+// statusHeaders keep the page to itself: no script, no external load, no
+// framing, no caching of what it shows.
+func statusHeaders(h http.Header) {
+	h.Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Cache-Control", "no-store")
+	h.Set("Referrer-Policy", "no-referrer")
+}
+
+// status gathers what the page shows, now.
+func (p *statusPage) status() *statusData {
+	s := p.srv
+	now := time.Now()
+	snap := s.agg.Snapshot()
+	st := &statusData{
+		Version:       s.version,
+		Replica:       s.cfg.Server.ReplicaID,
+		Config:        s.cfg.Source,
+		Started:       p.start.UTC().Format(time.RFC3339),
+		Uptime:        roundDuration(now.Sub(p.start)).String(),
+		Snapshot:      snap.Version,
+		Open:          s.slots.live(),
+		MaxSessions:   s.cfg.Server.MaxSessions,
+		RefreshSecond: statusRefresh,
+	}
+	st.Upstreams = p.upstreams(snap, now)
+
+	ps := p.profiles(snap)
+	st.Profiles = slices.Clone(ps.profiles)
+	st.Filters = slices.Clone(ps.filters)
+	st.FilterCount = s.registry.Instances()
+	byProfile := make(map[string]int)
+	byFilter := make(map[*filter.Filter]int)
+	st.Sessions = make(map[string]int)
+	s.mu.Lock()
+	for _, sess := range s.bound {
+		door := "mcp"
+		if ss, ok := sess.client.(*streamSession); ok {
+			door = ss.kind
+		}
+		st.Sessions[door]++
+		byProfile[sess.binding.Profile]++
+		byFilter[sess.binding.Filter]++
+	}
+	s.mu.Unlock()
+	for i := range st.Profiles {
+		st.Profiles[i].Sessions = byProfile[st.Profiles[i].Name]
+	}
+	for f, i := range ps.byFilter {
+		st.Filters[i].Sessions = byFilter[f]
+	}
+	return st
+}
+
+// upstreams builds the upstreams table.
+func (p *statusPage) upstreams(snap *aggregator.Snapshot, now time.Time) []upstreamRow {
+	s := p.srv
+	exposed := make(map[string]aggregator.UpstreamStatus, len(snap.Upstreams))
+	for _, us := range snap.Upstreams {
+		exposed[us.Name] = us
+	}
+	ups := s.agg.Upstreams()
+	names := make(map[string]bool, len(ups))
+	rows := make([]upstreamRow, 0, len(ups))
+	for _, u := range ups {
+		cfg := u.Config()
+		h := u.Health()
+		names[cfg.Name] = true
+		row := upstreamRow{
+			Name: cfg.Name, Prefix: cfg.Prefix, Transport: cfg.Transport, Target: target(cfg),
+			Required: cfg.Required, Scope: cfg.Scope, State: stateName(h), Protocol: h.Protocol,
+			Tools: exposed[cfg.Name].Tools, Hidden: exposed[cfg.Name].Dropped,
+			Connects: h.Connects, Restarts: h.Restarts,
+		}
+		if row.Scope == "" {
+			row.Scope = configs.ScopeShared
+		}
+		if h.Transport != "" && h.Transport != cfg.Transport {
+			row.Transport = cfg.Transport + " → " + h.Transport
+		}
+		if cat := u.Catalog(); cat != nil {
+			row.Prompts, row.Resources, row.Templates = len(cat.Prompts), len(cat.Resources), len(cat.ResourceTemplates)
+		}
+		if h.LastError != nil {
+			row.LastError = redact.URLs(h.LastError.Error())
+			row.LastErrorAt = h.LastErrorAt.UTC().Format(time.RFC3339)
+			row.ago = roundDuration(now.Sub(h.LastErrorAt)).String()
+			for _, l := range h.Stderr {
+				row.Stderr = append(row.Stderr, redact.URLs(l))
+			}
+		}
+		if p50, p99, n := s.metrics.recent.quantiles(cfg.Name); n > 0 {
+			row.Calls, row.P50, row.P99 = n, roundLatency(p50).String(), roundLatency(p99).String()
+		}
+		rows = append(rows, row)
+	}
+	s.metrics.recent.retain(names) // a reload may have removed some
+	return rows
+}
+
+// profiles returns the per-profile part of the page, from the cache when
+// neither the resolver (a reload) nor the snapshot changed.
+func (p *statusPage) profiles(snap *aggregator.Snapshot) *profileStatus {
+	s := p.srv
+	res := s.Resolver()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if c := p.cached; c != nil && c.resolver == res && c.version == snap.Version {
+		return c
+	}
+	c := &profileStatus{resolver: res, version: snap.Version, byFilter: make(map[*filter.Filter]int)}
+	names := res.Profiles()
+	if len(names) == 0 {
+		names = []string{""}
+	}
+	for _, name := range names {
+		row := profileRow{Name: name}
+		b, err := res.ResolveLocal(Selection{Profile: name})
+		if err != nil {
+			row.Error = err.Error()
+			c.profiles = append(c.profiles, row)
+			continue
+		}
+		v := s.registry.View(snap.Version, snap.Tools, b.Filter)
+		row.Tools = v.Len()
+		if row.Tokens, row.ByUpstream, err = v.Tokens(); err != nil {
+			row.Error = fmt.Sprintf("profile %q: estimating tokens: %v", name, err)
+		}
+		i, seen := c.byFilter[b.Filter]
+		if !seen {
+			i = len(c.filters)
+			c.byFilter[b.Filter] = i
+			c.filters = append(c.filters, filterRow{ID: keyDigest(b.Filter.Key()), Key: cut(b.Filter.Key(), maxKeyShown)})
+		}
+		c.filters[i].Profiles = append(c.filters[i].Profiles, name)
+		row.Filter = i + 1
+		c.profiles = append(c.profiles, row)
+	}
+	p.cached = c
+	return c
+}
+
+// stateName is what the page calls an upstream's state: a connection
+// attempt is "starting" before the first and "restarting" after it.
+func stateName(h upstream.Health) string {
+	if h.State == upstream.StateConnecting {
+		if h.Restarts > 0 || h.Connects > 0 {
+			return "restarting"
+		}
+		return "starting"
+	}
+	return h.State.String()
+}
+
+// target is what the page says an upstream connects to, without secrets:
+// the URL with its query values and userinfo redacted, or the command
+// without its arguments.
+func target(cfg *configs.Upstream) string {
+	if cfg.URL != "" {
+		return redact.URLs(cfg.URL)
+	}
+	return cfg.Command
+}
+
+func keyDigest(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return hex.EncodeToString(sum[:4])
+}
+
+// cut returns s cut to at most n bytes, on a rune boundary, marked "…".
+func cut(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	s = strings.ToValidUTF8(s[:n], "")
+	return s + "…"
+}
+
+// roundDuration rounds d to a second for people.
+func roundDuration(d time.Duration) time.Duration { return d.Round(time.Second) }
+
+// roundLatency keeps three significant digits or so.
+func roundLatency(d time.Duration) time.Duration {
+	switch {
+	case d >= time.Second:
+		return d.Round(time.Millisecond)
+	case d >= time.Millisecond:
+		return d.Round(10 * time.Microsecond)
+	}
+	return d.Round(time.Microsecond)
+}
+
+// statusTemplate is the page: plain HTML, inline CSS, no script and no
+// external asset; it reloads itself with a meta refresh. html/template
+// escapes every value by context, so an upstream's name, error or stderr
+// line (which a child controls) is text, never markup.
+var statusTemplate = template.Must(template.New("status").Funcs(template.FuncMap{
+	"join":  func(s []string) string { return strings.Join(s, ", ") },
+	"label": func(s string) string { return cmp.Or(s, "(none)") },
+	"inc":   func(i int) int { return i + 1 },
+	"ago":   func(u upstreamRow) string { return u.ago },
+}).Parse(`<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta http-equiv="refresh" content="{{.RefreshSecond}}">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>mcpmux status</title>
+<style>
+body{font:14px/1.4 system-ui,sans-serif;margin:1.5em;color:#222;background:#fff}
+h1{font-size:1.4em;margin:0 0 .3em}h2{font-size:1.1em;margin:1.5em 0 .4em}
+table{border-collapse:collapse;width:100%}
+th,td{border-bottom:1px solid #ddd;padding:.3em .5em;text-align:left;vertical-align:top}
+th{background:#f4f4f4;font-weight:600}
+td.n{text-align:right;font-variant-numeric:tabular-nums}
+.up{color:#07600f;font-weight:600}.down,.closed{color:#a00;font-weight:600}.starting,.restarting{color:#955f00;font-weight:600}
+.meta{color:#555}code,pre{font:12px/1.3 ui-monospace,monospace}
+pre{background:#f7f7f7;padding:.4em;margin:.3em 0;white-space:pre-wrap;word-break:break-all;max-width:60em}
+details summary{cursor:pointer}.err{color:#a00;word-break:break-word}
+</style>
+</head>
+<body>
+<h1>mcpmux</h1>
+<p class="meta" id="server">version <b>{{.Version}}</b> · replica <b>{{.Replica}}</b> · up <b>{{.Uptime}}</b> (since {{.Started}}) · config <code>{{.Config}}</code> · snapshot <b>{{.Snapshot}}</b> · refreshes every {{.RefreshSecond}}s</p>
+
+<h2>Upstreams</h2>
+<table id="upstreams">
+<thead><tr><th>name</th><th>prefix</th><th>transport</th><th>target</th><th>state</th><th>protocol</th><th>tools</th><th>prompts</th><th>resources</th><th>restarts</th><th>calls p50 / p99</th><th>last error</th></tr></thead>
+<tbody>
+{{range .Upstreams}}<tr class="upstream" data-name="{{.Name}}">
+<td class="name"><b>{{.Name}}</b>{{if .Required}} <span class="meta">required</span>{{end}}{{if eq .Scope "session"}} <span class="meta">per session</span>{{end}}</td>
+<td>{{.Prefix}}</td>
+<td>{{.Transport}}</td>
+<td><code>{{.Target}}</code></td>
+<td class="state {{.State}}">{{.State}}</td>
+<td>{{.Protocol}}</td>
+<td class="n tools">{{.Tools}}{{if .Hidden}} <span class="meta">(+{{.Hidden}} hidden)</span>{{end}}</td>
+<td class="n">{{.Prompts}}</td>
+<td class="n">{{.Resources}}{{if .Templates}} <span class="meta">+{{.Templates}} templates</span>{{end}}</td>
+<td class="n restarts">{{.Restarts}}</td>
+<td class="n">{{if .Calls}}{{.P50}} / {{.P99}} <span class="meta">({{.Calls}} calls)</span>{{else}}<span class="meta">no calls</span>{{end}}</td>
+<td class="lasterror">{{if .LastError}}<details><summary class="err">{{.LastError}}</summary><div class="meta">{{.LastErrorAt}} ({{ago .}} ago){{if not .Stderr}}; no stderr lines{{end}}</div>{{if .Stderr}}<pre class="stderr">{{range .Stderr}}{{.}}
+{{end}}</pre>{{end}}</details>{{else}}<span class="meta">none</span>{{end}}</td>
+</tr>
+{{else}}<tr><td colspan="12" class="meta">no upstreams configured</td></tr>
+{{end}}</tbody>
+</table>
+
+<h2>Profiles</h2>
+<table id="profiles">
+<thead><tr><th>profile</th><th>tools</th><th>~tokens</th><th>~tokens by upstream</th><th>sessions</th><th>filter</th></tr></thead>
+<tbody>
+{{range .Profiles}}<tr class="profile" data-name="{{.Name}}">
+<td class="name"><b>{{label .Name}}</b></td>
+<td class="n tools">{{.Tools}}</td>
+<td class="n">{{.Tokens}}</td>
+<td>{{range $i, $u := .ByUpstream}}{{if $i}}, {{end}}{{$u.Upstream}} {{$u.Tokens}} <span class="meta">({{$u.Tools}} tools)</span>{{else}}<span class="meta">none</span>{{end}}{{if .Error}} <span class="err">{{.Error}}</span>{{end}}</td>
+<td class="n sessions">{{.Sessions}}</td>
+<td>{{if .Filter}}#{{.Filter}}{{end}}</td>
+</tr>
+{{end}}</tbody>
+</table>
+<p class="meta">~tokens is the size of the tools/list JSON / 4, the estimate <code>mcpmux check</code> prints.</p>
+
+<h2>Filter instances</h2>
+<p id="filters">{{.FilterCount}} held (profiles' and the bounded cache of request narrowings). Profiles that share one:</p>
+<table>
+<thead><tr><th>filter</th><th>profiles</th><th>sessions</th><th>key</th></tr></thead>
+<tbody>
+{{range $i, $f := .Filters}}<tr><td>#{{inc $i}} <span class="meta">{{$f.ID}}</span></td><td>{{range $j, $p := $f.Profiles}}{{if $j}}, {{end}}{{label $p}}{{end}}</td><td class="n">{{$f.Sessions}}</td><td><code>{{label $f.Key}}</code></td></tr>
+{{end}}</tbody>
+</table>
+
+<h2>Sessions</h2>
+<p id="sessions">{{.Open}} open of at most {{.MaxSessions}} (every door, streams included). Bound to a view, by door:
+{{range $door, $n := .Sessions}} {{$door}} <b>{{$n}}</b>{{else}} none{{end}}</p>
+</body>
+</html>
+`))

@@ -1,0 +1,294 @@
+package sessions
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mcpmux/mcpmux/configs"
+)
+
+// hostileUpstream is an upstream whose child writes markup and a URL with
+// secrets to stderr and exits: its error and stderr lines reach the page.
+const hostileUpstream = `
+[upstreams.evil]
+command = "sh"
+args = ["-c", "echo '<script>alert(1)</script><img src=x onerror=alert(2)> https://user:pw-secret@example.com/x?key=q-secret' >&2; exit 3"]
+`
+
+// fetchStatus fetches path from hs with the given headers.
+func fetchStatus(t *testing.T, hs *httptest.Server, method, path string, hdr map[string]string) (*http.Response, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, hs.URL+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range hdr {
+		if k == "Host" {
+			req.Host = v
+			continue
+		}
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp, string(b)
+}
+
+// rowOf returns the HTML of the table row whose data-name is name.
+func rowOf(t *testing.T, page, class, name string) string {
+	t.Helper()
+	re := regexp.MustCompile(`(?s)<tr class="` + class + `" data-name="` + regexp.QuoteMeta(name) + `">.*?</tr>`)
+	row := re.FindString(page)
+	if row == "" {
+		t.Fatalf("no %s row for %q in the page:\n%s", class, name, page)
+	}
+	return row
+}
+
+func TestStatusPage(t *testing.T) {
+	up := newUpstreamServer(t, 6)
+	s := newBenchServer(t, up.http.URL, hostileUpstream+`
+[profiles.readonly]
+read_only = true
+[profiles.all]
+[profiles.everything]
+`)
+	h := s.Handler()
+	hs := httptest.NewServer(h)
+	t.Cleanup(hs.Close)
+
+	id := openSession(t, h, "?profile=all")
+	call := `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"up__tool_0001","arguments":{"query":"q"}}}`
+	if w := post(h, "?profile=all", id, call); w.Code != http.StatusOK || !strings.Contains(w.Body.String(), `"ok"`) {
+		t.Fatalf("tools/call: %d %s", w.Code, w.Body)
+	}
+
+	resp, page := fetchStatus(t, hs, http.MethodGet, "/", nil)
+	if resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/html") {
+		t.Fatalf("GET /: %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	if csp := resp.Header.Get("Content-Security-Policy"); !strings.Contains(csp, "default-src 'none'") {
+		t.Errorf("Content-Security-Policy = %q, want default-src 'none'", csp)
+	}
+	if !strings.Contains(page, `<meta http-equiv="refresh" content="5">`) {
+		t.Error("the page does not refresh itself")
+	}
+
+	t.Run("server", func(t *testing.T) {
+		for _, want := range []string{"replica <b>" + s.cfg.Server.ReplicaID + "</b>", "config <code>bench.toml</code>", "version <b>dev</b>", fmt.Sprintf("snapshot <b>%d</b>", s.agg.Snapshot().Version)} {
+			if !strings.Contains(page, want) {
+				t.Errorf("page lacks %q", want)
+			}
+		}
+	})
+	t.Run("upstream that is up", func(t *testing.T) {
+		row := rowOf(t, page, "upstream", "up")
+		for _, want := range []string{`class="state up">up<`, `class="n tools">6<`, "2025-11-25", "http", `class="n restarts">0<`, "(1 calls)", "<code>" + up.http.URL + "</code>"} {
+			if !strings.Contains(row, want) {
+				t.Errorf("row lacks %q:\n%s", want, row)
+			}
+		}
+	})
+	t.Run("hostile stderr is text, and secrets are redacted", func(t *testing.T) {
+		row := rowOf(t, page, "upstream", "evil")
+		if !strings.Contains(row, `&lt;script&gt;alert(1)&lt;/script&gt;&lt;img src=x onerror=alert(2)&gt;`) {
+			t.Errorf("the child's stderr line is not shown escaped:\n%s", row)
+		}
+		if !strings.Contains(row, `upstream &#34;evil&#34;`) {
+			t.Errorf("the error does not name the upstream:\n%s", row)
+		}
+		if strings.Contains(row, "<code>sh -c") {
+			t.Errorf("the command's arguments are shown:\n%s", row)
+		}
+		for _, bad := range []string{"<script", "<img", "pw-secret", "q-secret"} {
+			if strings.Contains(page, bad) {
+				t.Errorf("page contains %q", bad)
+			}
+		}
+		if !strings.Contains(row, "REDACTED") {
+			t.Errorf("the URL in the stderr line is not redacted:\n%s", row)
+		}
+		if strings.Contains(row, `class="state up"`) {
+			t.Errorf("a child that exits at start is shown up:\n%s", row)
+		}
+	})
+	t.Run("profiles", func(t *testing.T) {
+		for _, tc := range []struct{ name, tools, sessions string }{
+			{"readonly", "3", "0"}, {"all", "6", "1"}, {"everything", "6", "0"},
+		} {
+			row := rowOf(t, page, "profile", tc.name)
+			if !strings.Contains(row, `class="n tools">`+tc.tools+`<`) || !strings.Contains(row, `class="n sessions">`+tc.sessions+`<`) {
+				t.Errorf("profile %s: want %s tools and %s sessions:\n%s", tc.name, tc.tools, tc.sessions, row)
+			}
+			if !strings.Contains(row, "up ") || !strings.Contains(row, "("+tc.tools+" tools)") {
+				t.Errorf("profile %s: no token estimate for upstream up:\n%s", tc.name, row)
+			}
+		}
+		if !regexp.MustCompile(`(?s)<td>#\d+ <span class="meta">[0-9a-f]{8}</span></td><td>all, everything</td><td class="n">1</td>`).MatchString(page) {
+			t.Errorf("profiles all and everything are not shown sharing one filter with one session:\n%s", page)
+		}
+	})
+	t.Run("sessions by door", func(t *testing.T) {
+		if !strings.Contains(page, "mcp <b>1</b>") {
+			t.Errorf("sessions by door:\n%s", page)
+		}
+	})
+
+	t.Run("status.json", func(t *testing.T) {
+		resp, body := fetchStatus(t, hs, http.MethodGet, "/status.json", nil)
+		if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "application/json" {
+			t.Fatalf("GET /status.json: %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
+		}
+		var st statusData
+		if err := json.Unmarshal([]byte(body), &st); err != nil {
+			t.Fatal(err)
+		}
+		if len(st.Upstreams) != 2 || st.Upstreams[0].Name != "evil" || st.Upstreams[1].Name != "up" {
+			t.Fatalf("upstreams = %+v", st.Upstreams)
+		}
+		evil, good := st.Upstreams[0], st.Upstreams[1]
+		if good.State != "up" || good.Tools != 6 || good.Calls != 1 || good.P50 == "" || good.P99 == "" || good.Connects != 1 {
+			t.Errorf("up = %+v", good)
+		}
+		if evil.State == "up" || evil.LastError == "" || len(evil.Stderr) != 1 || !strings.HasPrefix(evil.Stderr[0], "<script>") || strings.Contains(body, "secret") {
+			t.Errorf("evil = %+v", evil)
+		}
+		if st.Sessions["mcp"] != 1 || st.FilterCount < 2 || len(st.Profiles) != 3 {
+			t.Errorf("sessions %v, filter instances %d, profiles %+v", st.Sessions, st.FilterCount, st.Profiles)
+		}
+	})
+}
+
+// TestStatusPageIsRootOnly checks that the page answers only GET / (and
+// HEAD): every other unknown path stays 404.
+func TestStatusPageIsRootOnly(t *testing.T) {
+	up := newUpstreamServer(t, 1)
+	hs := httptest.NewServer(newBenchServer(t, up.http.URL, "").Handler())
+	t.Cleanup(hs.Close)
+	for _, tc := range []struct {
+		method, path string
+		code         int
+	}{
+		{http.MethodGet, "/", 200},
+		{http.MethodHead, "/", 200},
+		{http.MethodGet, "/status.json", 200},
+		{http.MethodGet, "/index.html", 404},
+		{http.MethodGet, "/favicon.ico", 404},
+		{http.MethodGet, "/status", 404},
+		{http.MethodGet, "/status.json/x", 404},
+		{http.MethodPost, "/", 405},
+	} {
+		t.Run(tc.method+" "+tc.path, func(t *testing.T) {
+			resp, body := fetchStatus(t, hs, tc.method, tc.path, nil)
+			if resp.StatusCode != tc.code {
+				t.Errorf("%d, want %d", resp.StatusCode, tc.code)
+			}
+			if tc.code != 200 && strings.Contains(body, "mcpmux status") {
+				t.Errorf("the status page answered %s %s", tc.method, tc.path)
+			}
+		})
+	}
+}
+
+// TestStatusPageIsProtected checks the page and its JSON like /metrics:
+// a bearer token once tokens are configured, and Host and Origin always.
+func TestStatusPageIsProtected(t *testing.T) {
+	up := newUpstreamServer(t, 1)
+	hs := httptest.NewServer(newBenchServer(t, up.http.URL, `
+[profiles.all]
+[[auth.tokens]]
+token = "tok-a"
+profiles = ["all"]
+`).Handler())
+	t.Cleanup(hs.Close)
+	for _, path := range []string{"/", "/status.json"} {
+		for _, tc := range []struct {
+			name string
+			hdr  map[string]string
+			code int
+		}{
+			{"no token", nil, http.StatusUnauthorized},
+			{"wrong token", map[string]string{"Authorization": "Bearer tok-b"}, http.StatusUnauthorized},
+			{"token", map[string]string{"Authorization": "Bearer tok-a"}, http.StatusOK},
+			{"token, foreign Host", map[string]string{"Authorization": "Bearer tok-a", "Host": "evil.example"}, http.StatusForbidden},
+			{"token, foreign Origin", map[string]string{"Authorization": "Bearer tok-a", "Origin": "https://evil.example"}, http.StatusForbidden},
+		} {
+			t.Run(path+" "+tc.name, func(t *testing.T) {
+				resp, body := fetchStatus(t, hs, http.MethodGet, path, tc.hdr)
+				if resp.StatusCode != tc.code {
+					t.Errorf("%d, want %d", resp.StatusCode, tc.code)
+				}
+				if shown := strings.Contains(body, "tool_0000") || strings.Contains(body, `"upstreams"`) || strings.Contains(body, "Upstreams"); shown != (tc.code == http.StatusOK) {
+					t.Errorf("status %d, status shown %v:\n%.300s", resp.StatusCode, shown, body)
+				}
+			})
+		}
+	}
+}
+
+// TestStatusProfilesAreCached checks that the per-profile part (which
+// encodes every view to estimate tokens) is computed once per snapshot
+// version and resolver, not once per request.
+func TestStatusProfilesAreCached(t *testing.T) {
+	up := newUpstreamServer(t, 3)
+	s := newBenchServer(t, up.http.URL, "[profiles.a]\n[profiles.b]\nread_only = true\n")
+	p := &statusPage{srv: s, start: time.Now()}
+	first := p.profiles(s.agg.Snapshot())
+	for range 100 {
+		if p.profiles(s.agg.Snapshot()) != first {
+			t.Fatal("the profiles were computed again for the same snapshot and resolver")
+		}
+	}
+	cfg, err := configs.Parse("bench.toml", []byte(fmt.Sprintf("[upstreams.up]\nurl = %q\n[profiles.a]\n[profiles.c]\n", up.http.URL)), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Reload(cfg); err != nil {
+		t.Fatal(err)
+	}
+	after := p.profiles(s.agg.Snapshot())
+	if after == first || len(after.profiles) != 2 || after.profiles[1].Name != "c" {
+		t.Fatalf("after a reload: %+v, want profiles a and c", after.profiles)
+	}
+}
+
+func TestLatencyWindow(t *testing.T) {
+	var l latencies
+	if _, _, n := l.quantiles("up"); n != 0 {
+		t.Fatalf("no calls: n = %d", n)
+	}
+	// 5,000 calls: only the last latencyWindow (1..1024 ms, in a
+	// scrambled order) count.
+	for i := range 5000 - latencyWindow {
+		l.observe("up", time.Hour+time.Duration(i))
+	}
+	for i := range latencyWindow {
+		l.observe("up", time.Duration((i*7)%latencyWindow+1)*time.Millisecond)
+	}
+	l.observe("other", time.Second)
+	p50, p99, n := l.quantiles("up")
+	if n != latencyWindow || p50 != 512*time.Millisecond || p99 != 1014*time.Millisecond {
+		t.Errorf("p50 %s, p99 %s over %d calls; want 512ms, 1.014s over %d", p50, p99, n, latencyWindow)
+	}
+	l.retain(map[string]bool{"other": true})
+	if _, _, n := l.quantiles("up"); n != 0 {
+		t.Errorf("a removed upstream kept %d calls", n)
+	}
+	if p50, _, n := l.quantiles("other"); n != 1 || p50 != time.Second {
+		t.Errorf("other: p50 %s over %d calls", p50, n)
+	}
+}
