@@ -2,182 +2,431 @@ package configs
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
+	"net"
 	"net/url"
-	"regexp"
+	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 )
 
-// jsonServer is one entry of an mcpServers (Claude Desktop, Cursor) or
-// servers (VS Code) object.
-type jsonServer struct {
-	Type     string            `json:"type"`
-	Command  string            `json:"command"`
-	Args     []string          `json:"args"`
-	Env      map[string]string `json:"env"`
-	Cwd      string            `json:"cwd"`
-	URL      string            `json:"url"`
-	Headers  map[string]string `json:"headers"`
-	Disabled bool              `json:"disabled"`
+// ImportFile is one client config file given to ImportFiles.
+type ImportFile struct {
+	// Name is the file's path as the user named it; notes and comments
+	// show it, and VS Code's envFile and ${workspaceFolder} resolve
+	// against its directory.
+	Name string
+	Data []byte
+	// ReadFile reads a file an entry refers to (VS Code's envFile). Nil
+	// means such files are not read, and the loss is noted.
+	ReadFile func(path string) ([]byte, error)
+	// Optional marks a file found by --scan rather than named: one that
+	// holds no MCP servers object is skipped with a note, not an error.
+	Optional bool
 }
 
-// importedFields are the jsonServer keys; any other key is listed in a
-// comment as ignored.
-var importedFields = []string{"type", "command", "args", "env", "cwd", "url", "headers", "disabled"}
+// ImportNote is one thing ImportFiles has to tell the user about a file.
+type ImportNote struct {
+	File   string // the ImportFile's Name
+	Server string // the server's key in the file; "" for the file as a whole
+	Msg    string
+	// Lost is set when something of the source is not carried over (or no
+	// longer means what it meant); --strict fails on those. Notes without
+	// it are informational: a rename, where a value came from, what to set.
+	Lost bool
+}
 
-// Import converts a Claude Desktop, Cursor or VS Code MCP config — JSON with
-// an "mcpServers" object, a "servers" object, or an "mcp": {"servers": …}
-// object (VS Code settings, where comments and trailing commas are allowed) —
-// to mcpmux TOML. Each server becomes one [upstreams.NAME] table, NAME being
-// its key made into a valid prefix; the tables are sorted by NAME.
+// String renders n as one stderr line: `import: FILE: server "x": msg`.
+func (n ImportNote) String() string {
+	s := "import: " + n.File + ": "
+	if n.Server != "" {
+		s += fmt.Sprintf("server %q", n.Server)
+		// "server "x" is mounted as …" reads on; other notes follow a colon.
+		if !strings.HasPrefix(n.Msg, "is ") && !strings.HasPrefix(n.Msg, "of ") && !strings.HasPrefix(n.Msg, "identical ") {
+			s += ":"
+		}
+		s += " "
+	}
+	return s + n.Msg
+}
+
+// ImportResult is the output of ImportFiles.
+type ImportResult struct {
+	TOML  []byte       // the config; every ${VAR} in it must be set to load it
+	Notes []ImportNote // in file order, then server order; owned by the caller
+}
+
+// Lost counts the notes that report something not carried over.
+func (r *ImportResult) Lost() int {
+	n := 0
+	for _, note := range r.Notes {
+		if note.Lost {
+			n++
+		}
+	}
+	return n
+}
+
+// ImportFiles converts MCP client config files to one mcpmux TOML config:
+// Claude Desktop, Claude Code (.mcp.json and ~/.claude.json with its
+// per-project servers), Cursor, VS Code (mcp.json, or settings.json's
+// "mcp"; JSONC), Windsurf, TBXark mcp-proxy and mcp-hub. Each server becomes
+// one [upstreams.NAME] table, NAME being its key made into a valid, unique
+// prefix; tables are sorted by NAME. The same server in two files is
+// imported once.
 //
-// ${VAR} and ${env:VAR} references become mcpmux ${VAR} references and
-// ${userHome} becomes ${HOME}; any other $ (including VS Code's ${input:…} and
-// ${workspaceFolder}) is escaped as $$ so it stays literal, with a comment
-// asking to replace it. Errors name the server at fault.
-// The returned slice is owned by the caller.
-func Import(data []byte) ([]byte, error) {
-	clean := stripJSONC(data)
+// Whatever is not carried over, or is carried differently, is reported as
+// a note (see ImportNote); a TOML comment alone is never the only record.
+// Errors name the file, and the server or the line:column at fault.
+func ImportFiles(files []ImportFile) (*ImportResult, error) {
+	im := &importer{byName: map[string]*importedServer{}}
+	for _, f := range files {
+		if err := im.file(f); err != nil {
+			return nil, err
+		}
+	}
+	return &ImportResult{TOML: im.render(), Notes: im.notes}, nil
+}
+
+// importer accumulates the servers, tokens and notes of every file.
+type importer struct {
+	byName  map[string]*importedServer // upstream name → server
+	tokens  []importedToken
+	listen  string
+	sources []string // "FILE (kind)", for the header comment
+	notes   []ImportNote
+}
+
+// importedServer is one rendered [upstreams.NAME] table.
+type importedServer struct {
+	name     string
+	file     string
+	key      string   // the key in the source file
+	origin   string   // e.g. `project "/src/app"`; "" for top-level servers
+	body     []string // `key = value` lines, compared to deduplicate
+	disabled bool     // written as a comment only
+}
+
+// importedToken is one TBXark auth token and the upstreams it opens.
+type importedToken struct {
+	sha256    string
+	file      string
+	upstreams []string // sorted upstream names
+}
+
+func (im *importer) note(file, server string, lost bool, format string, args ...any) {
+	im.notes = append(im.notes, ImportNote{File: file, Server: server, Msg: fmt.Sprintf(format, args...), Lost: lost})
+}
+
+// errNoServers is the error of a file that holds no servers object.
+var errNoServers = errors.New(`no "mcpServers", "servers" or "mcp": {"servers": …} object found`)
+
+// serverGroup is one object of named servers in a file.
+type serverGroup struct {
+	origin     string // "" or `project "/path"`
+	namePrefix string // prepended to every key to form the upstream name
+	raw        json.RawMessage
+	where      string // JSON path of the object, for errors
+}
+
+// fileCtx is what converting one file's servers needs to know.
+type fileCtx struct {
+	name      string
+	kind      string
+	dir       string            // the file's directory
+	workspace string            // VS Code workspace folder; "" when unknown
+	inputs    map[string]string // VS Code input id → description
+	readFile  func(string) ([]byte, error)
+	tbx       *tbxProxy // TBXark's mcpProxy, or nil
+}
+
+func (im *importer) file(f ImportFile) error {
+	clean := stripJSONC(f.Data)
 	var root map[string]json.RawMessage
 	if err := json.Unmarshal(clean, &root); err != nil {
-		return nil, fmt.Errorf("import: %w", jsonError(clean, err))
+		return fmt.Errorf("import %s: %w", f.Name, jsonError(clean, err))
 	}
-	rawServers, err := findServers(root)
-	if err != nil {
-		return nil, err
-	}
-	var servers map[string]json.RawMessage
-	if err := json.Unmarshal(rawServers, &servers); err != nil {
-		return nil, fmt.Errorf("import: servers must be an object of named servers: %w", err)
-	}
-
-	// Name servers in a stable order so that colliding keys get stable names.
-	taken := map[string]bool{}
-	tables := map[string]string{}
-	for _, key := range slices.Sorted(maps.Keys(servers)) {
-		name := uniqueName(sanitizePrefix(key), taken)
-		table, err := importServer(key, name, servers[key])
-		if err != nil {
-			return nil, fmt.Errorf("import: server %q: %w", key, err)
+	fc := &fileCtx{name: f.Name, dir: filepath.Dir(f.Name), readFile: f.ReadFile}
+	if filepath.Base(fc.dir) == ".vscode" {
+		if abs, err := filepath.Abs(filepath.Dir(fc.dir)); err == nil {
+			fc.workspace = abs
 		}
-		tables[name] = table
 	}
+	groups, err := im.detect(fc, root)
+	if errors.Is(err, errNoServers) && f.Optional {
+		im.note(f.Name, "", false, "holds no MCP servers: skipped")
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("import %s: %w", f.Name, err)
+	}
+	im.sources = append(im.sources, fmt.Sprintf("%s (%s)", f.Name, fc.kind))
+	im.note(f.Name, "", false, "read as %s", fc.kind)
+	tokens := map[string][]string{} // upstream name → its own TBXark tokens
+	var named []string              // upstream names of this file, for TBXark's global tokens
+	for _, g := range groups {
+		var servers map[string]json.RawMessage
+		if err := json.Unmarshal(g.raw, &servers); err != nil {
+			return fmt.Errorf("import %s: %s must be an object of named servers: %w", f.Name, g.where, err)
+		}
+		for _, key := range slices.Sorted(maps.Keys(servers)) {
+			s, own, err := im.server(fc, g, key, servers[key])
+			if err != nil {
+				return fmt.Errorf("import %s: server %q: %w", f.Name, key, err)
+			}
+			if name := im.place(s); name != "" && !s.disabled {
+				named = append(named, name)
+				if own != nil {
+					tokens[name] = own
+				}
+			}
+		}
+	}
+	if fc.tbx != nil {
+		im.proxy(fc, named, tokens)
+	}
+	return nil
+}
 
+// detect recognizes the client a file belongs to, sets fc.kind (and the
+// VS Code and TBXark context), and returns its server objects.
+func (im *importer) detect(fc *fileCtx, root map[string]json.RawMessage) ([]serverGroup, error) {
+	base := filepath.Base(fc.name)
+	slash := filepath.ToSlash(fc.name)
+	servers, hasServers := root["mcpServers"]
+	switch {
+	case root["mcpProxy"] != nil:
+		fc.kind = "TBXark mcp-proxy"
+		p, err := parseTBXProxy(root["mcpProxy"])
+		if err != nil {
+			return nil, err
+		}
+		fc.tbx = p
+	case root["projects"] != nil && (hasServers || base == ".claude.json"):
+		fc.kind = "Claude Code (~/.claude.json)"
+		var projects map[string]struct {
+			MCPServers json.RawMessage `json:"mcpServers"`
+		}
+		if err := json.Unmarshal(root["projects"], &projects); err != nil {
+			return nil, fmt.Errorf(`"projects" must be an object of projects: %w`, err)
+		}
+		var groups []serverGroup
+		if hasServers {
+			groups = append(groups, serverGroup{raw: servers, where: `"mcpServers"`})
+		}
+		for _, path := range slices.Sorted(maps.Keys(projects)) {
+			p := projects[path]
+			if len(p.MCPServers) == 0 || string(p.MCPServers) == "null" || string(p.MCPServers) == "{}" {
+				continue
+			}
+			groups = append(groups, serverGroup{
+				origin:     fmt.Sprintf("project %q", path),
+				namePrefix: filepath.Base(filepath.FromSlash(path)) + "-",
+				raw:        p.MCPServers,
+				where:      fmt.Sprintf(`"projects" → %q → "mcpServers"`, path),
+			})
+		}
+		return groups, nil
+	case root["servers"] != nil:
+		fc.kind = "VS Code (mcp.json)"
+		if err := fc.readInputs(root["inputs"]); err != nil {
+			return nil, err
+		}
+		return []serverGroup{{raw: root["servers"], where: `"servers"`}}, nil
+	case root["mcp"] != nil && !hasServers, base == "settings.json" && !hasServers:
+		fc.kind = "VS Code (settings.json)"
+		var inner map[string]json.RawMessage
+		if err := json.Unmarshal(root["mcp"], &inner); err != nil || inner["servers"] == nil {
+			return nil, errNoServers
+		}
+		if err := fc.readInputs(inner["inputs"]); err != nil {
+			return nil, err
+		}
+		return []serverGroup{{raw: inner["servers"], where: `"mcp" → "servers"`}}, nil
+	case !hasServers:
+		return nil, errNoServers
+	case base == "claude_desktop_config.json":
+		fc.kind = "Claude Desktop"
+	case base == ".mcp.json":
+		fc.kind = "Claude Code (.mcp.json)"
+	case base == "mcp_config.json" && strings.Contains(slash, "windsurf"), bytes.Contains(servers, []byte(`"serverUrl"`)):
+		fc.kind = "Windsurf"
+	case base == "mcp.json" && strings.Contains(slash, ".cursor"):
+		fc.kind = "Cursor"
+	case strings.Contains(slash, "mcphub"), bytes.Contains(servers, []byte(`${cmd:`)), bytes.Contains(servers, []byte(`"dev"`)):
+		fc.kind = "mcp-hub"
+	default:
+		fc.kind = "mcpServers (Claude Desktop, Cursor, …)"
+	}
+	return []serverGroup{{raw: servers, where: `"mcpServers"`}}, nil
+}
+
+// readInputs reads VS Code's "inputs" list.
+func (fc *fileCtx) readInputs(raw json.RawMessage) error {
+	if raw == nil {
+		return nil
+	}
+	var inputs []struct {
+		ID          string `json:"id"`
+		Description string `json:"description"`
+	}
+	if err := json.Unmarshal(raw, &inputs); err != nil {
+		return fmt.Errorf(`"inputs" must be a list of {"id": …, "description": …}: %w`, err)
+	}
+	fc.inputs = map[string]string{}
+	for _, in := range inputs {
+		fc.inputs[in.ID] = in.Description
+	}
+	return nil
+}
+
+// place names s uniquely, deduplicates it against servers of other files,
+// and notes any rename. It returns the upstream name, or "" when s was a
+// duplicate.
+func (im *importer) place(s *importedServer) string {
+	want := sanitizePrefix(s.name)
+	name := want
+	for i := 2; ; i++ {
+		prev := im.byName[name]
+		if prev == nil {
+			break
+		}
+		if !prev.disabled && !s.disabled && slices.Equal(prev.body, s.body) && prev.file != s.file {
+			im.note(s.file, s.key, false, "is identical to server %q of %s, imported once as upstream %q", prev.key, prev.file, name)
+			return ""
+		}
+		name = fmt.Sprintf("%s-%d", want, i)
+	}
+	s.name = name
+	im.byName[name] = s
+	switch taken := im.byName[want]; {
+	case name != want && taken.file != s.file:
+		im.note(s.file, s.key, false, "is mounted as upstream %q: %q is taken by server %q of %s", name, want, taken.key, taken.file)
+	case name != want:
+		im.note(s.file, s.key, false, "is mounted as upstream %q (names must be [A-Za-z0-9-]+ and unique; %q is taken by server %q)", name, want, taken.key)
+	case name != s.key && s.origin != "":
+		im.note(s.file, s.key, false, "of %s is mounted as upstream %q", s.origin, name)
+	case name != s.key:
+		im.note(s.file, s.key, false, "is mounted as upstream %q (names must be [A-Za-z0-9-]+ and unique)", name)
+	}
+	return name
+}
+
+// render writes the TOML.
+func (im *importer) render() []byte {
 	var b strings.Builder
-	b.WriteString(`# mcpmux config, converted from an MCP client's JSON config by ` + "`mcpmux import`" + `.
-#
+	b.WriteString("# mcpmux config, converted by `mcpmux import` from:\n")
+	for _, s := range im.sources {
+		b.WriteString("#   " + commentSafe(s) + "\n")
+	}
+	b.WriteString(`#
 # Each server became one [upstreams.NAME] table; its tools are exposed as
 # NAME__tool. ${VAR} is read from the environment when mcpmux starts, and $$ is
-# a literal $. Review the file, add [profiles] to filter what clients see, and
-# run ` + "`mcpmux check`" + ` to validate it.
+# a literal $. What could not be carried over was listed on stderr. Review the
+# file, add [profiles] to filter what clients see, and run ` + "`mcpmux check`" + `.
 `)
-	if len(tables) == 0 {
-		b.WriteString("\n# The file defined no servers.\n")
+	if im.listen != "" {
+		fmt.Fprintf(&b, "\n[server]\nlisten = %s\n", tomlQuote(im.listen))
 	}
-	for _, name := range slices.Sorted(maps.Keys(tables)) {
-		b.WriteString("\n" + tables[name])
+	profiles := im.renderTokens(&b)
+	for _, name := range slices.Sorted(maps.Keys(profiles)) {
+		fmt.Fprintf(&b, "\n[profiles.%s]\n%s", tomlKey(name), profiles[name])
 	}
-	return []byte(b.String()), nil
-}
-
-func findServers(root map[string]json.RawMessage) (json.RawMessage, error) {
-	if s, ok := root["mcpServers"]; ok {
-		return s, nil
+	if len(im.byName) == 0 {
+		b.WriteString("\n# The files defined no servers.\n")
 	}
-	if s, ok := root["servers"]; ok {
-		return s, nil
-	}
-	if mcp, ok := root["mcp"]; ok {
-		var inner map[string]json.RawMessage
-		if err := json.Unmarshal(mcp, &inner); err == nil && inner["servers"] != nil {
-			return inner["servers"], nil
+	for _, name := range slices.Sorted(maps.Keys(im.byName)) {
+		s := im.byName[name]
+		from := fmt.Sprintf("# from %s, server %q", s.file, s.key)
+		if s.origin != "" {
+			from += " of " + s.origin
 		}
-	}
-	return nil, errors.New(`import: no "mcpServers", "servers" or "mcp": {"servers": …} object found`)
-}
-
-// importServer renders one server as a TOML table named name.
-func importServer(key, name string, raw json.RawMessage) (string, error) {
-	var s jsonServer
-	if err := json.Unmarshal(raw, &s); err != nil {
-		var te *json.UnmarshalTypeError
-		if errors.As(err, &te) {
-			return "", fmt.Errorf("%s: want %s, got JSON %s", te.Field, te.Type, te.Value)
-		}
-		return "", err
-	}
-	var all map[string]json.RawMessage
-	_ = json.Unmarshal(raw, &all) // cannot fail: raw just decoded into a struct
-	var ignored []string
-	for _, k := range slices.Sorted(maps.Keys(all)) {
-		if !slices.Contains(importedFields, k) {
-			ignored = append(ignored, k)
-		}
-	}
-
-	var b strings.Builder
-	header := "[upstreams." + tomlKey(name) + "]\n"
-	if s.Disabled {
-		return "# " + strings.TrimSuffix(header, "\n") + fmt.Sprintf(" — skipped: %q is disabled in the source file\n", key), nil
-	}
-	b.WriteString(header)
-	if name != key {
-		fmt.Fprintf(&b, "# from %s\n", strconv.Quote(key))
-	}
-	if len(ignored) > 0 {
-		fmt.Fprintf(&b, "# ignored keys: %s\n", strings.Join(ignored, ", "))
-	}
-	conv := &importConverter{}
-
-	switch {
-	case s.Command != "" && s.URL != "":
-		return "", errors.New("has both command and url")
-	case s.Command == "" && s.URL == "":
-		return "", errors.New("has neither command nor url")
-	case s.Command != "":
-		if s.Type != "" && s.Type != "stdio" {
-			return "", fmt.Errorf("type %q needs a url, but the server has a command", s.Type)
-		}
-		if len(s.Headers) > 0 {
-			return "", errors.New("headers apply only to servers with a url")
-		}
-		fmt.Fprintf(&b, "command = %s\n", conv.str(s.Command))
-		if len(s.Args) > 0 {
-			args := make([]string, len(s.Args))
-			for i, a := range s.Args {
-				args[i] = conv.str(a)
+		b.WriteString("\n" + commentSafe(from) + "\n")
+		header := "[upstreams." + tomlKey(name) + "]"
+		if s.disabled {
+			b.WriteString("# " + header + " — disabled in the source file\n")
+			for _, l := range s.body {
+				b.WriteString("# " + l + "\n")
 			}
-			fmt.Fprintf(&b, "args = [%s]\n", strings.Join(args, ", "))
+			continue
 		}
-		if len(s.Env) > 0 {
-			fmt.Fprintf(&b, "env = %s\n", conv.table(s.Env))
-		}
-		if s.Cwd != "" {
-			fmt.Fprintf(&b, "dir = %s\n", conv.str(s.Cwd))
-		}
-	default:
-		transport, err := importTransport(s.Type, s.URL)
-		if err != nil {
-			return "", err
-		}
-		if transport != "" {
-			fmt.Fprintf(&b, "transport = %q\n", transport)
-		}
-		fmt.Fprintf(&b, "url = %s\n", conv.str(s.URL))
-		if len(s.Headers) > 0 {
-			fmt.Fprintf(&b, "headers = %s\n", conv.table(s.Headers))
+		b.WriteString(header + "\n")
+		for _, l := range s.body {
+			b.WriteString(l + "\n")
 		}
 	}
-	if conv.placeholders {
-		b.WriteString("# The source used ${…} placeholders other than environment variables (kept\n" +
-			"# literally as $${…}); replace them with values or ${ENV} references.\n")
+	return []byte(b.String())
+}
+
+// renderTokens writes TBXark's tokens as [[auth.tokens]] and returns the
+// profiles they are bound to, name → body.
+func (im *importer) renderTokens(b *strings.Builder) map[string]string {
+	profiles := map[string]string{}
+	if len(im.tokens) == 0 {
+		return profiles
 	}
-	return b.String(), nil
+	var all []string
+	for name, s := range im.byName {
+		if !s.disabled {
+			all = append(all, name)
+		}
+	}
+	slices.Sort(all)
+	groups := map[string]string{} // joined upstreams → profile
+	n := 0
+	for _, t := range im.tokens {
+		key := strings.Join(t.upstreams, "\x00")
+		profile, ok := groups[key]
+		if !ok {
+			switch {
+			case slices.Equal(t.upstreams, all):
+				profile = "all"
+				profiles[profile] = "# every upstream\n"
+			case len(t.upstreams) == 1:
+				profile = t.upstreams[0] + "-only"
+				profiles[profile] = fmt.Sprintf("upstreams = [%s]\n", tomlQuote(t.upstreams[0]))
+			default:
+				n++
+				profile = fmt.Sprintf("tokens-%d", n)
+				quoted := make([]string, len(t.upstreams))
+				for i, u := range t.upstreams {
+					quoted[i] = tomlQuote(u)
+				}
+				profiles[profile] = fmt.Sprintf("upstreams = [%s]\n", strings.Join(quoted, ", "))
+			}
+			groups[key] = profile
+		}
+		fmt.Fprintf(b, "\n[[auth.tokens]]  # from %s\ntoken_sha256 = %q\nprofiles = [%q]\n", commentSafe(t.file), t.sha256, profile)
+	}
+	return profiles
+}
+
+// addToken records a TBXark token opening upstreams, merging a token
+// that is listed more than once.
+func (im *importer) addToken(file, token string, upstreams []string) {
+	sum := sha256.Sum256([]byte(token))
+	h := hex.EncodeToString(sum[:])
+	for i := range im.tokens {
+		if im.tokens[i].sha256 == h {
+			u := append(im.tokens[i].upstreams, upstreams...)
+			slices.Sort(u)
+			im.tokens[i].upstreams = slices.Compact(u)
+			return
+		}
+	}
+	u := slices.Clone(upstreams)
+	slices.Sort(u)
+	im.tokens = append(im.tokens, importedToken{sha256: h, file: file, upstreams: slices.Compact(u)})
+}
+
+// commentSafe keeps s on one comment line.
+func commentSafe(s string) string {
+	return strings.NewReplacer("\n", `\n`, "\r", `\r`).Replace(s)
 }
 
 // importTransport maps an entry's "type" to an explicit transport, checking
@@ -217,59 +466,17 @@ func importTransport(typ, rawURL string) (string, error) {
 	return transport, nil
 }
 
-// importPlaceholderRE matches ${…} references: ${VAR}, ${VAR:-default},
-// ${env:VAR} (Cursor, VS Code) and others such as ${input:id}.
-var importPlaceholderRE = regexp.MustCompile(`\$\{[^}]*\}`)
-
-// vscodeVariables are VS Code's predefined variables, which look like
-// environment references but are not.
-var vscodeVariables = map[string]bool{
-	"workspaceFolder": true, "workspaceFolderBasename": true, "workspaceRoot": true,
-	"file": true, "fileBasename": true, "fileDirname": true, "fileExtname": true,
-	"relativeFile": true, "cwd": true, "pathSeparator": true, "execPath": true,
-}
-
-// importConverter renders TOML strings, converting placeholders.
-type importConverter struct {
-	placeholders bool // saw a ${…} that is not an environment variable
-}
-
-// str renders s as a TOML string in which mcpmux expands exactly the
-// environment references of the source.
-func (c *importConverter) str(s string) string {
-	var b strings.Builder
-	last := 0
-	for _, m := range importPlaceholderRE.FindAllStringIndex(s, -1) {
-		b.WriteString(strings.ReplaceAll(s[last:m[0]], "$", "$$"))
-		ref := s[m[0]+2 : m[1]-1]
-		name, _, _ := strings.Cut(strings.TrimPrefix(ref, "env:"), ":-")
-		switch {
-		case ref == "userHome":
-			b.WriteString("${HOME}")
-		case vscodeVariables[ref]:
-			c.placeholders = true
-			b.WriteString("$$" + s[m[0]+1:m[1]])
-		case isEnvName(name) && strings.HasPrefix(ref, "env:"):
-			b.WriteString("${" + name + "}")
-		case isEnvName(name):
-			b.WriteString("${" + ref + "}")
-		default:
-			c.placeholders = true
-			b.WriteString("$$" + s[m[0]+1:m[1]])
-		}
-		last = m[1]
+// loopbackAddr reports whether a listen address names a loopback host.
+func loopbackAddr(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
 	}
-	b.WriteString(strings.ReplaceAll(s[last:], "$", "$$"))
-	return tomlQuote(b.String())
-}
-
-// table renders m as a one-line TOML inline table with sorted keys.
-func (c *importConverter) table(m map[string]string) string {
-	parts := make([]string, 0, len(m))
-	for _, k := range slices.Sorted(maps.Keys(m)) {
-		parts = append(parts, tomlKey(k)+" = "+c.str(m[k]))
+	if host == "localhost" {
+		return true
 	}
-	return "{ " + strings.Join(parts, ", ") + " }"
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // sanitizePrefix turns a server key into a valid prefix: every run of
@@ -290,17 +497,6 @@ func sanitizePrefix(key string) string {
 		return s
 	}
 	return "server"
-}
-
-// uniqueName returns name, or name-2, name-3, … when it is taken, and marks
-// the result taken.
-func uniqueName(name string, taken map[string]bool) string {
-	out := name
-	for i := 2; taken[out]; i++ {
-		out = name + "-" + strconv.Itoa(i)
-	}
-	taken[out] = true
-	return out
 }
 
 func tomlKey(k string) string {
@@ -336,6 +532,15 @@ func tomlQuote(s string) string {
 	}
 	b.WriteByte('"')
 	return b.String()
+}
+
+// tomlList renders strs as a one-line TOML array of strings.
+func tomlList(strs []string) string {
+	q := make([]string, len(strs))
+	for i, s := range strs {
+		q[i] = tomlQuote(s)
+	}
+	return "[" + strings.Join(q, ", ") + "]"
 }
 
 // stripJSONC blanks out // and /* */ comments and trailing commas, which VS
@@ -389,12 +594,22 @@ func stripJSONC(data []byte) []byte {
 	return out
 }
 
-// jsonError adds the line to a JSON syntax error.
+// jsonError adds the line and column to a JSON syntax or type error.
 func jsonError(data []byte, err error) error {
+	var off int64
 	var se *json.SyntaxError
-	if errors.As(err, &se) {
-		line := 1 + bytes.Count(data[:min(int(se.Offset), len(data))], []byte("\n"))
-		return fmt.Errorf("line %d: %w", line, err)
+	var te *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &se):
+		off = se.Offset
+	case errors.As(err, &te):
+		off = te.Offset
+	default:
+		return err
 	}
-	return err
+	// Offset counts the bytes read, the one at fault included.
+	before := data[:min(max(int(off)-1, 0), len(data))]
+	line := 1 + bytes.Count(before, []byte("\n"))
+	col := len(before) - bytes.LastIndexByte(before, '\n')
+	return fmt.Errorf("line %d:%d: %w", line, col, err)
 }

@@ -2,6 +2,7 @@ package configs
 
 import (
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -9,6 +10,11 @@ import (
 // allSet is a lookupEnv in which every variable is set to its own name, so
 // imported ${VAR} references round-trip visibly.
 func allSet(name string) (string, bool) { return "<" + name + ">", true }
+
+// importOne imports data as one file called name.
+func importOne(name, data string) (*ImportResult, error) {
+	return ImportFiles([]ImportFile{{Name: name, Data: []byte(data)}})
+}
 
 func TestImportRoundTrip(t *testing.T) {
 	tests := []struct {
@@ -63,7 +69,7 @@ func TestImportRoundTrip(t *testing.T) {
 		{"vs code mcp.json", `{
   "inputs": [{"type": "promptString", "id": "api-key", "password": true}],
   "servers": {
-    "my_server": {"type": "stdio", "command": "node", "args": ["server.js", "--key", "${input:api-key}", "${workspaceFolder}", "${userHome}/x"], "cwd": "/src"},
+    "my_server": {"type": "stdio", "command": "node", "args": ["server.js", "--key", "<INPUT_API_KEY>", "${workspaceFolder}", "${userHome}/x"], "cwd": "/src"},
     "my.server": {"type": "http", "url": "https://example.com/mcp"}
   }
 }`, func(t *testing.T, cfg *Config) {
@@ -72,8 +78,8 @@ func TestImportRoundTrip(t *testing.T) {
 				t.Errorf("my-server = %+v", u)
 			}
 			u := cfg.Upstream("my-server-2")
-			if u == nil || u.Dir != "/src" || !reflect.DeepEqual(u.Args, []string{"server.js", "--key", "${input:api-key}", "${workspaceFolder}", "<HOME>/x"}) {
-				t.Errorf("my-server-2 = %+v (VS Code placeholders must stay literal)", u)
+			if u == nil || u.Dir != "/src" || !reflect.DeepEqual(u.Args, []string{"server.js", "--key", "<INPUT_API_KEY>", "${workspaceFolder}", "<HOME>/x"}) {
+				t.Errorf("my-server-2 = %+v (inputs become variables, other VS Code placeholders stay literal)", u)
 			}
 		}},
 		{"vs code settings with comments", `{
@@ -109,10 +115,11 @@ func TestImportRoundTrip(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			out, err := Import([]byte(tt.json))
+			res, err := importOne("client.json", tt.json)
 			if err != nil {
 				t.Fatalf("Import: %v", err)
 			}
+			out := res.TOML
 			if !strings.HasPrefix(string(out), "# mcpmux config") {
 				t.Errorf("output lacks the header comment:\n%s", out)
 			}
@@ -129,19 +136,32 @@ func TestImportRoundTrip(t *testing.T) {
 }
 
 func TestImportSortedAndCommented(t *testing.T) {
-	out, err := Import([]byte(`{"mcpServers": {"zeta": {"command": "z"}, "a b": {"command": "a", "autoApprove": []}}}`))
+	res, err := importOne("c.json", `{"mcpServers": {"zeta": {"command": "z"}, "a b": {"command": "a", "autoApprove": []}}}`)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := string(out)
+	s := string(res.TOML)
 	a, z := strings.Index(s, "[upstreams.a-b]"), strings.Index(s, "[upstreams.zeta]")
 	if a < 0 || z < 0 || a > z {
 		t.Errorf("tables missing or not sorted:\n%s", s)
 	}
-	for _, want := range []string{`# from "a b"`, "# ignored keys: autoApprove"} {
-		if !strings.Contains(s, want) {
-			t.Errorf("output lacks %q:\n%s", want, s)
+	if want := `# from c.json, server "a b"`; !strings.Contains(s, want) {
+		t.Errorf("output lacks %q:\n%s", want, s)
+	}
+	var notes []string
+	for _, n := range res.Notes {
+		notes = append(notes, n.String())
+	}
+	for _, want := range []string{
+		`import: c.json: server "a b": key "autoApprove" is not carried (mcpmux has no per-tool approval)`,
+		`import: c.json: server "a b" is mounted as upstream "a-b" (names must be [A-Za-z0-9-]+ and unique)`,
+	} {
+		if !slices.Contains(notes, want) {
+			t.Errorf("notes lack %q:\n%s", want, strings.Join(notes, "\n"))
 		}
+	}
+	if res.Lost() != 1 {
+		t.Errorf("Lost() = %d, want 1 (the autoApprove key; a rename loses nothing)", res.Lost())
 	}
 }
 
@@ -149,10 +169,15 @@ func TestImportErrors(t *testing.T) {
 	tests := []struct {
 		name, json, want string
 	}{
-		{"not json", `{"mcpServers": `, "import: line 1:"},
-		{"syntax error line", "{\n\"mcpServers\": {\n\"a\": {\"command\": x}}}", "line 3"},
+		{"not json", `{"mcpServers": `, "import c.json: line 1:15: unexpected end of JSON input"},
+		{"syntax error line", "{\n\"mcpServers\": {\n\"a\": {\"command\": x}}}", "import c.json: line 3:18: invalid character 'x'"},
+		{"root not an object", `[1]`, "import c.json: line 1:1: json: cannot unmarshal array"},
+		{"server not an object", `{"mcpServers": {"s": "npx"}}`, `import c.json: server "s": must be an object, got JSON string`},
+		{"env not strings", `{"mcpServers": {"t": {"command": "x", "env": {"A": 1}}}}`, `server "t": env: want string, got JSON number`},
+		{"bad toolFilter mode", `{"mcpProxy": {}, "mcpServers": {"t": {"command": "x", "options": {"toolFilter": {"mode": "deny", "list": ["a"]}}}}}`, `server "t": options.toolFilter.mode "deny" is neither allow nor block`},
+		{"url and serverUrl", `{"mcpServers": {"t": {"url": "http://a", "serverUrl": "http://b"}}}`, `server "t": has both url and serverUrl`},
 		{"no servers object", `{"other": {}}`, `no "mcpServers", "servers"`},
-		{"servers not an object", `{"mcpServers": []}`, "servers must be an object"},
+		{"servers not an object", `{"mcpServers": []}`, `"mcpServers" must be an object of named servers`},
 		{"neither command nor url", `{"mcpServers": {"broken": {"args": ["x"]}}}`, `server "broken": has neither command nor url`},
 		{"both command and url", `{"mcpServers": {"both": {"command": "x", "url": "http://h"}}}`, `server "both": has both command and url`},
 		{"unknown type", `{"mcpServers": {"t": {"type": "grpc", "url": "http://h"}}}`, `server "t": unknown type "grpc"`},
@@ -164,9 +189,9 @@ func TestImportErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			out, err := Import([]byte(tt.json))
+			_, err := importOne("c.json", tt.json)
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
-				t.Errorf("Import() = %q, %v; want error %q", out, err, tt.want)
+				t.Errorf("Import() error = %v; want %q", err, tt.want)
 			}
 		})
 	}
@@ -189,5 +214,92 @@ func TestSanitizePrefix(t *testing.T) {
 				t.Errorf("sanitizePrefix(%q) = %q, want %q", tt.in, got, tt.want)
 			}
 		})
+	}
+}
+
+// TestImportChildReferences: mcp-remote's documented pattern passes a
+// header whose ${VAR} the child expands from its own env; mcpmux must hand
+// it over literally, while ${VAR} in env values stays mcpmux's.
+func TestImportChildReferences(t *testing.T) {
+	res, err := importOne("claude_desktop_config.json", `{"mcpServers": {"docs": {
+  "command": "npx",
+  "args": ["mcp-remote", "https://docs.example.com/mcp", "--header", "Authorization: Bearer ${DOCS_TOKEN}", "--other", "${OUTER}"],
+  "env": {"DOCS_TOKEN": "${DOCS_API_TOKEN}"}}}}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"DOCS_API_TOKEN": "secret", "OUTER": "outer"}
+	cfg, err := Parse("imported.toml", res.TOML, func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+	if err != nil {
+		t.Fatalf("does not load with only DOCS_API_TOKEN and OUTER set: %v\n%s", err, res.TOML)
+	}
+	u := cfg.Upstream("docs")
+	wantArgs := []string{"mcp-remote", "https://docs.example.com/mcp", "--header", "Authorization: Bearer ${DOCS_TOKEN}", "--other", "outer"}
+	if !reflect.DeepEqual(u.Args, wantArgs) || u.Env["DOCS_TOKEN"] != "secret" {
+		t.Errorf("args = %q, env = %q; want args %q and DOCS_TOKEN = secret", u.Args, u.Env, wantArgs)
+	}
+	if res.Lost() != 0 {
+		t.Errorf("Lost() = %d, want 0: nothing is lost", res.Lost())
+	}
+}
+
+// TestImportSeveralFiles: servers of several files merge; a duplicate is
+// imported once and a clash is renamed, each with a note naming both files.
+func TestImportSeveralFiles(t *testing.T) {
+	res, err := ImportFiles([]ImportFile{
+		{Name: "a.json", Data: []byte(`{"mcpServers": {"memory": {"command": "npx", "args": ["m"]}, "git": {"command": "git-mcp"}}}`)},
+		{Name: "b.json", Data: []byte(`{"mcpServers": {"memory": {"command": "npx", "args": ["m"]}, "git": {"command": "other-git-mcp"}}}`)},
+		{Name: "settings.json", Data: []byte(`{"editor.fontSize": 12}`), Optional: true},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := Parse("merged.toml", res.TOML, nil)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, res.TOML)
+	}
+	var names []string
+	for _, u := range cfg.Upstreams {
+		names = append(names, u.Name+"="+u.Command)
+	}
+	if want := []string{"git=git-mcp", "git-2=other-git-mcp", "memory=npx"}; !reflect.DeepEqual(names, want) {
+		t.Errorf("upstreams = %q, want %q", names, want)
+	}
+	var notes []string
+	for _, n := range res.Notes {
+		notes = append(notes, n.String())
+	}
+	for _, want := range []string{
+		`import: b.json: server "git" is mounted as upstream "git-2": "git" is taken by server "git" of a.json`,
+		`import: b.json: server "memory" is identical to server "memory" of a.json, imported once as upstream "memory"`,
+		`import: settings.json: holds no MCP servers: skipped`,
+	} {
+		if !slices.Contains(notes, want) {
+			t.Errorf("notes lack %q:\n%s", want, strings.Join(notes, "\n"))
+		}
+	}
+	// A named file without servers is an error, not a skip.
+	if _, err := importOne("settings.json", `{"editor.fontSize": 12}`); err == nil || !strings.Contains(err.Error(), `import settings.json: no "mcpServers"`) {
+		t.Errorf("named file without servers: err = %v", err)
+	}
+}
+
+func TestImportScanPaths(t *testing.T) {
+	linux := ImportScanPaths("/h", "/w", "linux", "")
+	for _, want := range []string{
+		"/h/.config/Claude/claude_desktop_config.json", "/h/.claude.json", "/w/.mcp.json",
+		"/h/.cursor/mcp.json", "/w/.cursor/mcp.json", "/w/.vscode/mcp.json", "/h/.config/Code/User/settings.json",
+		"/h/.codeium/windsurf/mcp_config.json", "/h/.config/mcphub/servers.json",
+	} {
+		if !slices.Contains(linux, want) {
+			t.Errorf("linux paths lack %s: %q", want, linux)
+		}
+	}
+	mac := ImportScanPaths("/h", "/h", "darwin", "")
+	if !slices.Contains(mac, "/h/Library/Application Support/Claude/claude_desktop_config.json") {
+		t.Errorf("darwin paths lack Claude Desktop's: %q", mac)
+	}
+	if n := len(slices.Compact(slices.Sorted(slices.Values(mac)))); n != len(mac) {
+		t.Errorf("paths repeat when cwd is home: %q", mac)
 	}
 }
