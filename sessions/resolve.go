@@ -21,6 +21,7 @@ var (
 	ErrForbidden      = errors.New("profile not allowed for this token") // 403
 	ErrUnknownProfile = errors.New("unknown profile")                    // 404
 	ErrBadNarrowing   = errors.New("invalid request narrowing")          // 400
+	ErrUnknownPath    = errors.New("unknown path")                       // 404
 )
 
 // Request headers and query parameters that select or narrow a view.
@@ -29,6 +30,14 @@ const (
 	HeaderToolsets = "Mcp-Toolsets"
 	HeaderReadOnly = "Mcp-Read-Only"
 	HeaderTools    = "Mcp-Tools"
+
+	// GitHub's remote MCP server's headers, accepted as aliases of ours
+	// (SPEC §6). Their narrowing is a stage of its own: it can only
+	// narrow what Mcp-* and the path leave.
+	HeaderXToolsets     = "X-MCP-Toolsets"
+	HeaderXReadOnly     = "X-MCP-Readonly"
+	HeaderXTools        = "X-MCP-Tools"
+	HeaderXExcludeTools = "X-MCP-Exclude-Tools"
 )
 
 // Binding is what a request or session resolved to: a profile and the one
@@ -47,13 +56,45 @@ type Binding struct {
 
 // Selection is what one request asks for, before it is checked.
 type Selection struct {
-	Profile   string // from the header, else the query; "" = none named
-	Toolsets  []string
-	Tools     []string
-	ReadOnly  bool
-	Narrowing bool // any of Toolsets, Tools, ReadOnly given
-	Token     string
-	HasToken  bool
+	// Profile is from the Mcp-Profile header, else the path
+	// (/mcp/p/{profile}), else the profile query parameter; "" = none
+	// named.
+	Profile string
+	// Toolsets, Tools and ReadOnly are the Mcp-* headers' narrowing (each
+	// header wins over its query parameter).
+	Toolsets []string
+	Tools    []string
+	ReadOnly bool
+	// Alias is the narrowing of GitHub's X-MCP-* headers and Path that of
+	// the URL path (/mcp/x/{toolsets}, /mcp/readonly). Each is a stage of
+	// its own, as is the Mcp-* narrowing: a tool must pass every one the
+	// request gives, so that none can undo another.
+	Alias, Path Narrowing
+	Narrowing   bool // any narrowing given, from any source
+	Token       string
+	HasToken    bool
+}
+
+// Narrowing is one source's narrowing of a request. Within it, Toolsets
+// and Tools add up (a tool in a named toolset or named itself passes, as
+// in a profile); ExcludeTools hides tools by exact name and ReadOnly hides
+// every tool that is not read-only.
+type Narrowing struct {
+	Toolsets     []string
+	Tools        []string
+	ExcludeTools []string
+	ReadOnly     bool
+}
+
+// given reports whether n narrows anything.
+func (n Narrowing) given() bool {
+	return len(n.Toolsets) > 0 || len(n.Tools) > 0 || len(n.ExcludeTools) > 0 || n.ReadOnly
+}
+
+// narrowings returns the stages sel's narrowing is made of, in a fixed
+// order: Mcp-* (and the query), X-MCP-*, the path.
+func (sel Selection) narrowings() []Narrowing {
+	return []Narrowing{{Toolsets: sel.Toolsets, Tools: sel.Tools, ReadOnly: sel.ReadOnly}, sel.Alias, sel.Path}
 }
 
 // Bounds of a request's narrowing (SPEC §10). No real client comes near
@@ -73,19 +114,26 @@ const (
 )
 
 // SelectionFromRequest reads a request's profile, narrowing and bearer
-// token. Headers win over query parameters. Tokens are read only from the
-// Authorization header, never from the URL. A narrowing over
-// MaxNarrowNames names or with a name over MaxNarrowNameLength bytes is
-// refused with an error wrapping ErrBadNarrowing that names the header or
-// parameter and the limit.
+// token: from the Mcp-* headers (each winning over its query parameter),
+// from GitHub's X-MCP-* headers, and from the path (see PathForms). The
+// profile is the Mcp-Profile header's, else the path's, else the query's.
+// Tokens are read only from the Authorization header, never from the URL.
+// A narrowing over MaxNarrowNames names or with a name over
+// MaxNarrowNameLength bytes is refused with an error wrapping
+// ErrBadNarrowing that names the header, parameter or path and the limit;
+// a path under a front door that is none of PathForms, with ErrUnknownPath.
 func SelectionFromRequest(r *http.Request) (Selection, error) {
 	q := r.URL.Query()
 	var sel Selection
-	sel.Profile = firstNonEmpty(r.Header.Get(HeaderProfile), q.Get("profile"))
+	pathProfile, path, err := selectionFromPath(r.URL)
+	if err != nil {
+		return sel, err
+	}
+	sel.Path = path
+	sel.Profile = firstNonEmpty(r.Header.Get(HeaderProfile), firstNonEmpty(pathProfile, q.Get("profile")))
 	if len(sel.Profile) > MaxProfileNameLength {
 		return sel, fmt.Errorf("%w: the profile name is %d bytes long; at most %d are allowed", ErrBadNarrowing, len(sel.Profile), MaxProfileNameLength)
 	}
-	var err error
 	if v, from := narrowing(r, q, HeaderToolsets, "toolsets"); v != "" {
 		if sel.Toolsets, err = boundedList(v, from); err != nil {
 			return sel, err
@@ -98,16 +146,24 @@ func SelectionFromRequest(r *http.Request) (Selection, error) {
 		}
 		sel.Narrowing = true
 	}
-	if v := firstNonEmpty(r.Header.Get(HeaderReadOnly), q.Get("read_only")); v != "" {
-		switch strings.ToLower(v) {
+	ro := r.Header.Values(HeaderReadOnly)
+	if strings.TrimSpace(strings.Join(ro, "")) == "" {
+		ro = q["read_only"][:min(1, len(q["read_only"]))]
+	}
+	for _, v := range ro {
+		switch strings.ToLower(strings.TrimSpace(v)) {
 		case "true", "1", "yes":
 			sel.ReadOnly = true
 			sel.Narrowing = true
-		case "false", "0", "no":
+		case "false", "0", "no", "":
 		default:
 			return sel, fmt.Errorf("%w: read_only %q is not a boolean", ErrBadNarrowing, v)
 		}
 	}
+	if sel.Alias, err = aliasNarrowing(r.Header); err != nil {
+		return sel, err
+	}
+	sel.Narrowing = sel.Narrowing || sel.Alias.given() || sel.Path.given()
 	if auth := r.Header.Get("Authorization"); auth != "" {
 		scheme, tok, ok := strings.Cut(auth, " ")
 		if ok && strings.EqualFold(scheme, "Bearer") {
@@ -118,6 +174,123 @@ func SelectionFromRequest(r *http.Request) (Selection, error) {
 	return sel, nil
 }
 
+// aliasNarrowing reads GitHub's X-MCP-* headers, with GitHub's meaning:
+// X-MCP-Readonly is false when empty or one of false, f, no, n, 0, off
+// (case and surrounding space ignored) and true for any other value; the
+// others are comma-separated lists. A header given on several lines is
+// read as one list (RFC 9110), and X-MCP-Readonly is true if any line is.
+func aliasNarrowing(h http.Header) (Narrowing, error) {
+	var n Narrowing
+	var err error
+	for _, l := range []struct {
+		header string
+		into   *[]string
+	}{
+		{HeaderXToolsets, &n.Toolsets},
+		{HeaderXTools, &n.Tools},
+		{HeaderXExcludeTools, &n.ExcludeTools},
+	} {
+		if v := strings.Join(h.Values(l.header), ","); v != "" {
+			if *l.into, err = boundedList(v, l.header+" header"); err != nil {
+				return n, err
+			}
+		}
+	}
+	for _, v := range h.Values(HeaderXReadOnly) {
+		switch strings.ToLower(strings.TrimSpace(v)) {
+		case "", "false", "f", "no", "n", "0", "off":
+		default:
+			n.ReadOnly = true
+		}
+	}
+	return n, nil
+}
+
+// selectionDoors are the front doors whose paths may carry a selection.
+var selectionDoors = [...]string{"/mcp", "/sse", "/ws"}
+
+// PathForms are the paths under each front door (/mcp, /sse, /ws) that
+// select a profile or narrow the view, as GitHub's remote MCP server's
+// paths do (SPEC §6); {door} stands for the door. {toolsets} is a
+// comma-separated list of toolset selectors ("gh", "gh/issues"), read
+// greedily up to an optional final "/readonly": /mcp/x/gh/issues,docs/readonly
+// is the toolsets gh/issues and docs, read-only. A selector whose last
+// part is "readonly" is written with its slash percent-encoded
+// (/mcp/x/gh%2Freadonly). One trailing slash is ignored.
+var PathForms = []string{
+	"{door}/readonly",
+	"{door}/x/{toolsets}",
+	"{door}/x/{toolsets}/readonly",
+	"{door}/p/{profile}",
+	"{door}/p/{profile}/readonly",
+	"{door}/p/{profile}/x/{toolsets}",
+	"{door}/p/{profile}/x/{toolsets}/readonly",
+}
+
+// selectionFromPath reads the profile and narrowing of u's path when it
+// is under a front door: one of PathForms, read from the escaped path so
+// that a percent-encoded slash stays inside its selector. Any other path
+// under a door is an error wrapping ErrUnknownPath, and a bad list one
+// wrapping ErrBadNarrowing.
+func selectionFromPath(u *url.URL) (profile string, n Narrowing, err error) {
+	p := u.EscapedPath()
+	var door, rest string
+	for _, d := range selectionDoors {
+		if r, ok := strings.CutPrefix(p, d+"/"); ok {
+			door, rest = d, r
+			break
+		}
+	}
+	if door == "" {
+		return "", n, nil
+	}
+	// GitHub's URL is https://api.githubcopilot.com/mcp/, with the slash.
+	rest = strings.TrimSuffix(rest, "/")
+	if rest == "p" {
+		return "", n, fmt.Errorf("%w: %s/p/ names no profile", ErrBadNarrowing, door)
+	}
+	if seg, ok := strings.CutPrefix(rest, "p/"); ok {
+		seg, rest, _ = strings.Cut(seg, "/")
+		if profile, err = url.PathUnescape(seg); err != nil {
+			return "", n, fmt.Errorf("%w: %s/p/{profile}: %v", ErrBadNarrowing, door, err)
+		}
+		if profile == "" {
+			return "", n, fmt.Errorf("%w: %s/p/ names no profile", ErrBadNarrowing, door)
+		}
+	}
+	switch {
+	case rest == "":
+	case rest == "readonly":
+		n.ReadOnly = true
+	case rest == "x":
+		return "", n, fmt.Errorf("%w: %s/x/ names no toolset", ErrBadNarrowing, door)
+	case strings.HasPrefix(rest, "x/"):
+		list := rest[len("x/"):]
+		if l, ok := strings.CutSuffix(list, "/readonly"); ok {
+			list, n.ReadOnly = l, true
+		}
+		from := door + "/x/{toolsets} path"
+		dec, err := url.PathUnescape(list)
+		if err != nil {
+			return "", n, fmt.Errorf("%w: %s: %v", ErrBadNarrowing, from, err)
+		}
+		if n.Toolsets, err = boundedList(dec, from); err != nil {
+			return "", n, err
+		}
+		if len(n.Toolsets) == 0 {
+			return "", n, fmt.Errorf("%w: %s/x/ names no toolset", ErrBadNarrowing, door)
+		}
+	default:
+		shown := p
+		if len(shown) > 96 {
+			shown = shown[:96] + "…"
+		}
+		return "", n, fmt.Errorf("%w %q: under %s, a path selects by %s", ErrUnknownPath, shown, door,
+			strings.ReplaceAll(strings.Join(PathForms, ", "), "{door}", door))
+	}
+	return profile, n, nil
+}
+
 func firstNonEmpty(a, b string) string {
 	if a != "" {
 		return a
@@ -125,10 +298,11 @@ func firstNonEmpty(a, b string) string {
 	return b
 }
 
-// narrowing returns the value of the header, else of the query parameter,
-// and how to name where it came from in an error.
+// narrowing returns the value of the header (every line of it, joined
+// with commas as RFC 9110 reads a list header), else of the query
+// parameter, and how to name where it came from in an error.
 func narrowing(r *http.Request, q url.Values, header, param string) (string, string) {
-	if v := r.Header.Get(header); v != "" {
+	if v := strings.Join(r.Header.Values(header), ","); strings.Trim(v, ", \t") != "" {
 		return v, header + " header"
 	}
 	return q.Get(param), "?" + param + "="
@@ -322,18 +496,64 @@ func (r *Resolver) stages(sel Selection, auth bool) (string, []*filter.Rules, er
 	}
 	stages := append([]*filter.Rules{r.global}, r.profiles[name]...)
 	if sel.Narrowing {
-		for _, ts := range sel.Toolsets {
-			if !r.toolsets[ts] {
-				return "", nil, fmt.Errorf("%w: unknown toolset %q", ErrBadNarrowing, ts)
+		for _, n := range sel.narrowings() {
+			if !n.given() {
+				continue
 			}
+			narrow, err := r.narrowingRules(n)
+			if err != nil {
+				return "", nil, err
+			}
+			stages = append(stages, narrow)
 		}
-		narrow, err := filter.Compile(configs.RuleSet{Toolsets: sel.Toolsets, Tools: sel.Tools, ReadOnly: sel.ReadOnly})
-		if err != nil {
-			return "", nil, fmt.Errorf("%w: %v", ErrBadNarrowing, err)
-		}
-		stages = append(stages, narrow)
 	}
 	return name, stages, nil
+}
+
+// narrowingRules compiles one source's narrowing. Every toolset must be a
+// known selector, except "all" and "default" (GitHub's names for every
+// toolset and for its default ones), which, unless an upstream is named
+// so, leave the toolsets and tools of n unnarrowed: in a profile's view,
+// every toolset is the default. Excluded names are matched exactly.
+func (r *Resolver) narrowingRules(n Narrowing) (*filter.Rules, error) {
+	rs := configs.RuleSet{Toolsets: n.Toolsets, Tools: n.Tools, ReadOnly: n.ReadOnly}
+	everything := false
+	for _, ts := range n.Toolsets {
+		switch {
+		case r.toolsets[ts]:
+		case ts == "all" || ts == "default":
+			everything = true
+		default:
+			return nil, fmt.Errorf("%w: unknown toolset %q", ErrBadNarrowing, ts)
+		}
+	}
+	if everything {
+		rs.Toolsets, rs.Tools = nil, nil
+	}
+	for _, name := range n.ExcludeTools {
+		rs.Deny = append(rs.Deny, literalGlob(name))
+	}
+	narrow, err := filter.Compile(rs)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrBadNarrowing, err)
+	}
+	return narrow, nil
+}
+
+// literalGlob returns the glob that matches exactly name: its wildcard and
+// escape characters escaped.
+func literalGlob(name string) string {
+	if !strings.ContainsAny(name, `*?[]\`) {
+		return name
+	}
+	var b strings.Builder
+	for _, c := range name {
+		if strings.ContainsRune(`*?[]\`, c) {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
 }
 
 // RateFor returns the calls-per-minute limit of profile: the smallest
@@ -372,7 +592,7 @@ func statusOf(err error) int {
 		return http.StatusUnauthorized
 	case errors.Is(err, ErrForbidden):
 		return http.StatusForbidden
-	case errors.Is(err, ErrUnknownProfile):
+	case errors.Is(err, ErrUnknownProfile), errors.Is(err, ErrUnknownPath):
 		return http.StatusNotFound
 	default:
 		return http.StatusBadRequest

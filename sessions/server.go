@@ -455,12 +455,18 @@ func (s *Server) toolFilter(ctx context.Context, tools []mcp.Tool) []mcp.Tool {
 
 // Handler returns the HTTP handler: /mcp (streamable HTTP), /ws
 // (websocket), /sse and /message (legacy HTTP+SSE), /healthz, /readyz and
-// /metrics. Every MCP door resolves profiles and runs the gate the same way.
+// /metrics. /mcp, /ws and /sse also answer under the paths of PathForms.
+// Every MCP door resolves profiles and runs the gate the same way.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/mcp", s.serveMCP)
-	mux.HandleFunc("GET /ws", s.serveWS)            // ws.go
-	mux.HandleFunc("GET /sse", s.serveSSE)          // sse.go
+	mux.HandleFunc("GET /ws", s.serveWS)   // ws.go
+	mux.HandleFunc("GET /sse", s.serveSSE) // sse.go
+	// The path forms that select a profile or narrow the view
+	// (resolve.go, PathForms); any other path under a door is 404.
+	mux.HandleFunc("/mcp/", s.serveMCP)
+	mux.HandleFunc("GET /ws/", s.serveWS)
+	mux.HandleFunc("GET /sse/", s.serveSSE)
 	mux.HandleFunc("POST /message", s.serveMessage) // sse.go
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")

@@ -1,0 +1,639 @@
+package sessions
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mark3labs/mcp-go/server"
+
+	"github.com/mcpmux/mcpmux/configs"
+	"github.com/mcpmux/mcpmux/filter"
+)
+
+// The selection a request makes by path and by GitHub's X-MCP-* headers
+// (SPEC §6): how it is read, that it means what the equivalent profile or
+// Mcp-* narrowing means, and that it can never widen a view.
+
+// names makes n comma-separated names of size bytes each.
+func listOf(n, size int) string {
+	var out []string
+	for i := range n {
+		s := fmt.Sprintf("n%d_", i)
+		out = append(out, s+strings.Repeat("x", max(0, size-len(s))))
+	}
+	return strings.Join(out, ",")
+}
+
+func TestSelectionFromPath(t *testing.T) {
+	tests := []struct {
+		path     string
+		profile  string
+		toolsets []string
+		readOnly bool
+		err      error  // nil = accepted
+		msg      string // substring of the error
+	}{
+		{path: "/mcp"},
+		{path: "/mcp/"},
+		{path: "/message?sessionId=x"},
+		{path: "/metrics"},
+		{path: "/mcpx/readonly"}, // not a door
+		{path: "/mcp/readonly", readOnly: true},
+		{path: "/mcp/readonly/", readOnly: true},
+		{path: "/sse/readonly", readOnly: true},
+		{path: "/ws/readonly", readOnly: true},
+		{path: "/mcp/x/gh", toolsets: []string{"gh"}},
+		{path: "/mcp/x/gh/", toolsets: []string{"gh"}},
+		{path: "/mcp/x/gh/issues", toolsets: []string{"gh/issues"}},
+		{path: "/mcp/x/gh/issues,docs/readonly", toolsets: []string{"gh/issues", "docs"}, readOnly: true},
+		{path: "/mcp/x/gh%2Fissues,%20docs", toolsets: []string{"gh/issues", "docs"}},
+		{path: "/mcp/x/gh%2Creadonly", toolsets: []string{"gh", "readonly"}},
+		{path: "/mcp/x/gh%2Freadonly", toolsets: []string{"gh/readonly"}},
+		{path: "/mcp/x/readonly", toolsets: []string{"readonly"}},                                // a toolset named readonly
+		{path: "/mcp/x/gh/readonly/readonly", toolsets: []string{"gh/readonly"}, readOnly: true}, // the last one only is the flag
+		{path: "/mcp/x/..%2F..%2Fp%2Fadmin", toolsets: []string{"../../p/admin"}},                // a name, never a path
+		{path: "/mcp/x/a,,b,", toolsets: []string{"a", "b"}},
+		{path: "/sse/x/gh/issues/readonly", toolsets: []string{"gh/issues"}, readOnly: true},
+		{path: "/ws/x/gh", toolsets: []string{"gh"}},
+		{path: "/mcp/p/ro", profile: "ro"},
+		{path: "/mcp/p/ro/", profile: "ro"},
+		{path: "/mcp/p/readonly", profile: "readonly"},
+		{path: "/mcp/p/x", profile: "x"},
+		{path: "/mcp/p/r%20o", profile: "r o"},
+		{path: "/mcp/p/ro/readonly", profile: "ro", readOnly: true},
+		{path: "/mcp/p/ro/x/gh/readonly", profile: "ro", toolsets: []string{"gh"}, readOnly: true},
+		{path: "/ws/p/ro/x/a,b", profile: "ro", toolsets: []string{"a", "b"}},
+		{path: "/mcp/x/" + listOf(256, 128), toolsets: strings.Split(listOf(256, 128), ",")},
+
+		{path: "/mcp/nope", err: ErrUnknownPath, msg: "/mcp/x/{toolsets}/readonly"},
+		{path: "/sse/nope", err: ErrUnknownPath, msg: "/sse/p/{profile}"},
+		{path: "/ws/nope/x/a", err: ErrUnknownPath, msg: "/ws/readonly"},
+		{path: "/mcp/Readonly", err: ErrUnknownPath},
+		{path: "/mcp/readonly/readonly", err: ErrUnknownPath},
+		{path: "/mcp/readonly/x/gh", err: ErrUnknownPath},
+		{path: "/mcp/readonly%2F", err: ErrUnknownPath},
+		{path: "/mcp/p/ro/p/admin", err: ErrUnknownPath},
+		{path: "/mcp/p/ro/nope", err: ErrUnknownPath},
+		{path: "/mcp/x/", err: ErrBadNarrowing, msg: "/mcp/x/ names no toolset"},
+		{path: "/mcp/x", err: ErrBadNarrowing, msg: "names no toolset"},
+		{path: "/mcp/x/%2C,", err: ErrBadNarrowing, msg: "names no toolset"},
+		{path: "/mcp/x/%2Freadonly", toolsets: []string{"/readonly"}},
+		{path: "/mcp/p/", err: ErrBadNarrowing, msg: "/mcp/p/ names no profile"},
+		{path: "/mcp/p/%2F", profile: "/"},
+		{path: "/mcp/x/a%25ZZ", toolsets: []string{"a%ZZ"}}, // a bad escape never gets past net/http
+		{path: "/mcp/x/" + listOf(300, 4), err: ErrBadNarrowing, msg: "/mcp/x/{toolsets} path lists 300 names; at most 256"},
+		{path: "/sse/x/" + strings.Repeat("y", 200), err: ErrBadNarrowing, msg: "/sse/x/{toolsets} path holds a name of 200 bytes; at most 128"},
+		{path: "/mcp/x/a/" + strings.Repeat("b/", 100), err: ErrBadNarrowing, msg: "holds a name of 201 bytes"},
+		{path: "/mcp/p/" + strings.Repeat("p", 200), err: ErrBadNarrowing, msg: "the profile name is 200 bytes long"},
+	}
+	for _, tt := range tests {
+		name := tt.path
+		if len(name) > 60 {
+			name = name[:60]
+		}
+		t.Run(name, func(t *testing.T) {
+			r := httptest.NewRequest(http.MethodPost, "http://127.0.0.1"+tt.path, nil)
+			sel, err := SelectionFromRequest(r)
+			if tt.err != nil {
+				if !errors.Is(err, tt.err) || !strings.Contains(err.Error(), tt.msg) {
+					t.Fatalf("err = %v, want %v containing %q", err, tt.err, tt.msg)
+				}
+				want := map[error]int{ErrUnknownPath: http.StatusNotFound, ErrBadNarrowing: http.StatusBadRequest}[tt.err]
+				if statusOf(err) != want {
+					t.Fatalf("status %d, want %d", statusOf(err), want)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("err = %v", err)
+			}
+			if sel.Profile != tt.profile || !slices.Equal(sel.Path.Toolsets, tt.toolsets) || sel.Path.ReadOnly != tt.readOnly {
+				t.Fatalf("profile %q toolsets %q read-only %v; want %q %q %v", sel.Profile, sel.Path.Toolsets, sel.Path.ReadOnly, tt.profile, tt.toolsets, tt.readOnly)
+			}
+			if sel.Narrowing != (tt.readOnly || len(tt.toolsets) > 0) {
+				t.Fatalf("Narrowing = %v", sel.Narrowing)
+			}
+			if sel.Toolsets != nil || sel.ReadOnly || sel.Alias.given() {
+				t.Fatalf("the path leaked into another source: %+v", sel)
+			}
+		})
+	}
+}
+
+func TestSelectionFromHeaders(t *testing.T) {
+	tests := []struct {
+		name   string
+		target string
+		header http.Header
+		check  func(Selection) bool
+		err    string
+	}{
+		{"X-MCP-Toolsets", "/mcp", http.Header{"X-Mcp-Toolsets": {" repos , issues "}},
+			func(s Selection) bool {
+				return slices.Equal(s.Alias.Toolsets, []string{"repos", "issues"}) && s.Toolsets == nil && s.Narrowing
+			}, ""},
+		{"X-MCP-Toolsets on two lines is one list", "/mcp", http.Header{"X-Mcp-Toolsets": {"a", "b"}},
+			func(s Selection) bool { return slices.Equal(s.Alias.Toolsets, []string{"a", "b"}) }, ""},
+		{"Mcp-Toolsets on two lines is one list", "/mcp?toolsets=c", http.Header{"Mcp-Toolsets": {"a", "b"}},
+			func(s Selection) bool { return slices.Equal(s.Toolsets, []string{"a", "b"}) }, ""},
+		{"empty X-MCP-Toolsets narrows nothing", "/mcp", http.Header{"X-Mcp-Toolsets": {" , "}},
+			func(s Selection) bool { return !s.Narrowing }, ""},
+		{"X-MCP-Tools", "/mcp", http.Header{"X-Mcp-Tools": {"a,b"}},
+			func(s Selection) bool { return slices.Equal(s.Alias.Tools, []string{"a", "b"}) && s.Narrowing }, ""},
+		{"X-MCP-Exclude-Tools", "/mcp", http.Header{"X-Mcp-Exclude-Tools": {"a,b*"}},
+			func(s Selection) bool { return slices.Equal(s.Alias.ExcludeTools, []string{"a", "b*"}) && s.Narrowing }, ""},
+		{"X-MCP-Exclude-Tools over the count", "/mcp", http.Header{"X-Mcp-Exclude-Tools": {listOf(300, 4)}}, nil, "X-MCP-Exclude-Tools header lists 300 names"},
+		{"X-MCP-Tools name too long", "/mcp", http.Header{"X-Mcp-Tools": {strings.Repeat("t", 200)}}, nil, "X-MCP-Tools header holds a name of 200 bytes"},
+		{"X-MCP-Toolsets over the count on many lines", "/mcp", http.Header{"X-Mcp-Toolsets": strings.Split(listOf(257, 4), ",")}, nil, "X-MCP-Toolsets header lists 257 names"},
+		{"header profile beats the path", "/mcp/p/a?profile=c", http.Header{"Mcp-Profile": {"b"}},
+			func(s Selection) bool { return s.Profile == "b" }, ""},
+		{"path profile beats the query", "/mcp/p/a?profile=c", nil,
+			func(s Selection) bool { return s.Profile == "a" }, ""},
+		{"query profile when the path names none", "/mcp/readonly?profile=c", nil,
+			func(s Selection) bool { return s.Profile == "c" && s.Path.ReadOnly }, ""},
+		{"Mcp-Read-Only false does not undo ?read_only", "/mcp?read_only=true", http.Header{"Mcp-Read-Only": {""}},
+			func(s Selection) bool { return s.ReadOnly }, ""},
+		{"Mcp-Read-Only on two lines, one true", "/mcp", http.Header{"Mcp-Read-Only": {"false", "true"}},
+			func(s Selection) bool { return s.ReadOnly }, ""},
+		{"Mcp-Read-Only not a boolean", "/mcp", http.Header{"Mcp-Read-Only": {"maybe"}}, nil, `read_only "maybe" is not a boolean`},
+		{"all three sources at once", "/mcp/x/p1/readonly?toolsets=q", http.Header{"X-Mcp-Toolsets": {"x1"}, "Mcp-Tools": {"t"}},
+			func(s Selection) bool {
+				return slices.Equal(s.Toolsets, []string{"q"}) && slices.Equal(s.Tools, []string{"t"}) &&
+					slices.Equal(s.Alias.Toolsets, []string{"x1"}) && slices.Equal(s.Path.Toolsets, []string{"p1"}) && s.Path.ReadOnly && !s.ReadOnly && !s.Alias.ReadOnly
+			}, ""},
+	}
+	for _, v := range []string{"true", "TRUE", " 1 ", "yes", "on", "y", "anything", "readonly"} {
+		tests = append(tests, struct {
+			name   string
+			target string
+			header http.Header
+			check  func(Selection) bool
+			err    string
+		}{"X-MCP-Readonly " + v, "/mcp", http.Header{"X-Mcp-Readonly": {v}}, func(s Selection) bool { return s.Alias.ReadOnly && s.Narrowing }, ""})
+	}
+	for _, v := range []string{"", "false", "FALSE", " f ", "no", "n", "0", "off", "Off"} {
+		tests = append(tests, struct {
+			name   string
+			target string
+			header http.Header
+			check  func(Selection) bool
+			err    string
+		}{"X-MCP-Readonly " + v, "/mcp", http.Header{"X-Mcp-Readonly": {v}}, func(s Selection) bool { return !s.Alias.ReadOnly && !s.Narrowing }, ""})
+	}
+	tests = append(tests, struct {
+		name   string
+		target string
+		header http.Header
+		check  func(Selection) bool
+		err    string
+	}{"X-MCP-Readonly false then true", "/mcp", http.Header{"X-Mcp-Readonly": {"false", "true"}}, func(s Selection) bool { return s.Alias.ReadOnly }, ""})
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := httptest.NewRequest(http.MethodPost, "http://127.0.0.1"+tt.target, nil)
+			for k, v := range tt.header {
+				r.Header[k] = v
+			}
+			sel, err := SelectionFromRequest(r)
+			if tt.err != "" {
+				if !errors.Is(err, ErrBadNarrowing) || !strings.Contains(err.Error(), tt.err) || statusOf(err) != http.StatusBadRequest {
+					t.Fatalf("err = %v, want ErrBadNarrowing (400) containing %q", err, tt.err)
+				}
+				return
+			}
+			if err != nil || !tt.check(sel) {
+				t.Fatalf("err = %v, selection %+v", err, sel)
+			}
+		})
+	}
+}
+
+func TestLiteralGlob(t *testing.T) {
+	names := []string{"plain_name-1", "a*", "*", "a?c", "[ab]", `back\slash`, "a]b", "[!x]", "ab", "abc", "a", "b", "x"}
+	for _, name := range names {
+		rules, err := filter.Compile(configs.RuleSet{Deny: []string{literalGlob(name)}})
+		if err != nil {
+			t.Fatalf("literalGlob(%q) = %q: %v", name, literalGlob(name), err)
+		}
+		for _, other := range names {
+			if hidden := !rules.Match(other, true, nil); hidden != (other == name) {
+				t.Errorf("excluding %q (as %q): %q hidden = %v", name, literalGlob(name), other, hidden)
+			}
+		}
+	}
+}
+
+// selectionConfig is one upstream of six tools (up__tool_0000..0005, the
+// even ones read-only) with two toolsets, and profiles.
+const selectionConfig = `
+[upstreams.up.toolsets]
+low = ["tool_0000", "tool_0001", "tool_0002"]
+odd = ["tool_0001", "tool_0003", "tool_0005"]
+
+[profiles.readonly]
+read_only = true
+[profiles.all]
+[profiles.low]
+toolsets = ["up/low"]
+
+[[auth.tokens]]
+token = "tok-ro"
+profiles = ["readonly"]
+[[auth.tokens]]
+token = "tok-all"
+profiles = ["all", "readonly", "low"]
+`
+
+// selReq builds a POST of body to target with headers.
+func selReq(target, session, body string, hdr map[string]string) *http.Request {
+	req := newRequest("", session, body)
+	req.URL.Path, req.URL.RawPath, req.URL.RawQuery = "", "", ""
+	u, err := req.URL.Parse(target)
+	if err != nil {
+		panic(err)
+	}
+	req.URL, req.RequestURI = u, u.RequestURI()
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	return req
+}
+
+// listVia initializes a session at target with hdr and lists its tools; on
+// a refused initialize it returns the status and body.
+func listVia(t *testing.T, h http.Handler, target string, hdr map[string]string) (int, []string, string, string) {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, selReq(target, "", initializeBody, hdr))
+	sid := rec.Header().Get(server.HeaderKeySessionID)
+	if rec.Code != http.StatusOK || sid == "" {
+		return rec.Code, nil, rec.Body.String(), ""
+	}
+	rec = httptest.NewRecorder()
+	h.ServeHTTP(rec, selReq(target, sid, `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`, hdr))
+	var resp struct {
+		Result struct {
+			Tools []struct{ Name string } `json:"tools"`
+		} `json:"result"`
+	}
+	if err := json.Unmarshal(rec.Body.Bytes(), &resp); err != nil || rec.Code != http.StatusOK {
+		t.Fatalf("tools/list at %s: %d %s", target, rec.Code, rec.Body.String())
+	}
+	names := []string{}
+	for _, tl := range resp.Result.Tools {
+		names = append(names, tl.Name)
+	}
+	slices.Sort(names)
+	return rec.Code, names, rec.Body.String(), sid
+}
+
+// tools returns up__tool_000N for each n.
+func tools(ns ...int) []string {
+	out := []string{}
+	for _, n := range ns {
+		out = append(out, fmt.Sprintf("up__tool_%04d", n))
+	}
+	return out
+}
+
+func TestSelectionViews(t *testing.T) {
+	up := newUpstreamServer(t, 6)
+	s := newBenchServer(t, up.http.URL, selectionConfig)
+	h := s.Handler()
+	all := map[string]string{"Authorization": "Bearer tok-all"}
+	ro := map[string]string{"Authorization": "Bearer tok-ro"}
+	with := func(base map[string]string, kv ...string) map[string]string {
+		out := map[string]string{}
+		for k, v := range base {
+			out[k] = v
+		}
+		for i := 0; i+1 < len(kv); i += 2 {
+			out[kv[i]] = kv[i+1]
+		}
+		return out
+	}
+	tests := []struct {
+		name   string
+		target string
+		hdr    map[string]string
+		status int
+		want   []string
+		equiv  string // the same view by ?query (Mcp-* form), compared too
+		body   string // substring of the error body
+	}{
+		{"no narrowing", "/mcp", all, 200, tools(0, 1, 2, 3, 4, 5), "", ""},
+		{"GitHub's /mcp/", "/mcp/", all, 200, tools(0, 1, 2, 3, 4, 5), "", ""},
+		{"/mcp/readonly", "/mcp/readonly", all, 200, tools(0, 2, 4), "?read_only=true", ""},
+		{"/mcp/x/up/odd", "/mcp/x/up/odd", all, 200, tools(1, 3, 5), "?toolsets=up/odd", ""},
+		{"/mcp/x/up/low/readonly", "/mcp/x/up/low/readonly", all, 200, tools(0, 2), "?toolsets=up/low&read_only=true", ""},
+		{"/mcp/x/ list", "/mcp/x/up%2Flow,up/odd", all, 200, tools(0, 1, 2, 3, 5), "?toolsets=up/low,up/odd", ""},
+		{"/mcp/x/up", "/mcp/x/up", all, 200, tools(0, 1, 2, 3, 4, 5), "?toolsets=up", ""},
+		{"/mcp/x/all", "/mcp/x/all", all, 200, tools(0, 1, 2, 3, 4, 5), "", ""},
+		{"/mcp/x/all/readonly", "/mcp/x/all/readonly", all, 200, tools(0, 2, 4), "?read_only=true", ""},
+		{"/mcp/x/default,up/odd", "/mcp/x/default,up/odd", all, 200, tools(0, 1, 2, 3, 4, 5), "", ""},
+		{"/mcp/p/readonly", "/mcp/p/readonly", all, 200, tools(0, 2, 4), "?profile=readonly", ""},
+		{"/mcp/p/low/x/up/odd", "/mcp/p/low/x/up/odd", all, 200, tools(1), "?profile=low&toolsets=up/odd", ""},
+		{"/mcp/p/all/x/up/low/readonly", "/mcp/p/all/x/up/low/readonly", all, 200, tools(0, 2), "?profile=all&toolsets=up/low&read_only=true", ""},
+		{"X-MCP-Toolsets", "/mcp", with(all, "X-MCP-Toolsets", "up/low"), 200, tools(0, 1, 2), "?toolsets=up/low", ""},
+		{"X-MCP-Readonly", "/mcp", with(all, "X-MCP-Readonly", "true"), 200, tools(0, 2, 4), "?read_only=true", ""},
+		{"X-MCP-Readonly false", "/mcp", with(all, "X-MCP-Readonly", "false"), 200, tools(0, 1, 2, 3, 4, 5), "", ""},
+		{"X-MCP-Tools", "/mcp", with(all, "X-MCP-Tools", "up__tool_0001,up__tool_0004"), 200, tools(1, 4), "?tools=up__tool_0001,up__tool_0004", ""},
+		{"X-MCP-Tools and X-MCP-Toolsets add up", "/mcp", with(all, "X-MCP-Toolsets", "up/low", "X-MCP-Tools", "up__tool_0005"), 200, tools(0, 1, 2, 5), "?toolsets=up/low&tools=up__tool_0005", ""},
+		{"X-MCP-Exclude-Tools", "/mcp", with(all, "X-MCP-Exclude-Tools", "up__tool_0001,up__tool_0004"), 200, tools(0, 2, 3, 5), "", ""},
+		{"X-MCP-Exclude-Tools names, not globs", "/mcp", with(all, "X-MCP-Exclude-Tools", "up__tool_000*,up__tool_000?,up__tool_000[0-5]"), 200, tools(0, 1, 2, 3, 4, 5), "", ""},
+		{"X-MCP-* all together", "/mcp", with(all, "X-MCP-Toolsets", "up/low", "X-MCP-Readonly", "1", "X-MCP-Exclude-Tools", "up__tool_0002"), 200, tools(0), "", ""},
+		{"Mcp-Toolsets and X-MCP-Toolsets intersect", "/mcp", with(all, "Mcp-Toolsets", "up/low", "X-MCP-Toolsets", "up/odd"), 200, tools(1), "", ""},
+		{"X-MCP-Readonly false cannot undo Mcp-Read-Only", "/mcp", with(all, "Mcp-Read-Only", "true", "X-MCP-Readonly", "false"), 200, tools(0, 2, 4), "", ""},
+		{"X-MCP-Readonly false cannot undo /readonly", "/mcp/readonly", with(all, "X-MCP-Readonly", "false"), 200, tools(0, 2, 4), "", ""},
+		{"Mcp-Toolsets cannot undo the path", "/mcp/x/up/low", with(all, "Mcp-Toolsets", "up"), 200, tools(0, 1, 2), "", ""},
+		{"?toolsets cannot undo the path", "/mcp/x/up/odd?toolsets=up", all, 200, tools(1, 3, 5), "", ""},
+		{"header profile beats the path's", "/mcp/p/all", with(all, "Mcp-Profile", "readonly"), 200, tools(0, 2, 4), "", ""},
+		{"path profile beats the query's", "/mcp/p/all?profile=readonly", all, 200, tools(0, 1, 2, 3, 4, 5), "", ""},
+		{"unknown toolset in X-MCP-Toolsets", "/mcp", with(all, "X-MCP-Toolsets", "repos"), 400, nil, "", `unknown toolset \"repos\"`},
+		{"unknown toolset in the path", "/mcp/x/up/nope", all, 400, nil, "", `unknown toolset \"up/nope\"`},
+		{"a toolset named readonly", "/mcp/x/readonly", all, 400, nil, "", `unknown toolset \"readonly\"`},
+		{"unknown profile in the path", "/mcp/p/nope", all, 404, nil, "", "known: all, low, readonly"},
+		{"unknown path", "/mcp/nope", all, 404, nil, "", "/mcp/x/{toolsets}"},
+		{"unknown path before auth", "/mcp/nope", nil, 404, nil, "", "unknown path"},
+		{"path without a token", "/mcp/readonly", nil, 401, nil, "", "missing or invalid bearer token"},
+
+		// A token bound to readonly can narrow, never widen.
+		{"tok-ro", "/mcp", ro, 200, tools(0, 2, 4), "", ""},
+		{"tok-ro /mcp/p/all", "/mcp/p/all", ro, 403, nil, "", `\"all\" (allowed: readonly)`},
+		{"tok-ro /mcp/p/low/readonly", "/mcp/p/low/readonly", ro, 403, nil, "", "allowed: readonly"},
+		{"tok-ro Mcp-Profile all over /mcp/p/readonly", "/mcp/p/readonly", with(ro, "Mcp-Profile", "all"), 403, nil, "", "allowed: readonly"},
+		{"tok-ro /mcp/p/readonly", "/mcp/p/readonly", ro, 200, tools(0, 2, 4), "", ""},
+		{"tok-ro X-MCP-Readonly false", "/mcp", with(ro, "X-MCP-Readonly", "false"), 200, tools(0, 2, 4), "", ""},
+		{"tok-ro X-MCP-Toolsets everything", "/mcp", with(ro, "X-MCP-Toolsets", "up,up/low,up/odd,all"), 200, tools(0, 2, 4), "", ""},
+		{"tok-ro X-MCP-Tools a hidden tool", "/mcp", with(ro, "X-MCP-Tools", "up__tool_0001,up__tool_0002"), 200, tools(2), "", ""},
+		{"tok-ro /mcp/x/all", "/mcp/x/all", ro, 200, tools(0, 2, 4), "", ""},
+		{"tok-ro /mcp/x/up/odd", "/mcp/x/up/odd", ro, 200, []string{}, "", ""},
+		{"tok-ro /mcp/x/up", "/mcp/x/up", ro, 200, tools(0, 2, 4), "", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, got, body, _ := listVia(t, h, tt.target, tt.hdr)
+			if code != tt.status {
+				t.Fatalf("initialize at %s (headers %v): %d, want %d: %s", tt.target, tt.hdr, code, tt.status, body)
+			}
+			if code != 200 {
+				var e struct {
+					Error struct {
+						Code    int
+						Message string
+					}
+				}
+				if err := json.Unmarshal([]byte(body), &e); err != nil || e.Error.Code == 0 || !strings.Contains(body, tt.body) {
+					t.Fatalf("error body %s: want a JSON-RPC error containing %q (%v)", body, tt.body, err)
+				}
+				return
+			}
+			if !slices.Equal(got, tt.want) {
+				t.Fatalf("tools = %q, want %q", got, tt.want)
+			}
+			if tt.equiv == "" {
+				return
+			}
+			_, eq, _, _ := listVia(t, h, "/mcp"+tt.equiv, all)
+			if !slices.Equal(eq, got) {
+				t.Fatalf("the Mcp-* form %s lists %q, this form %q", tt.equiv, eq, got)
+			}
+		})
+	}
+}
+
+// TestSelectionSharesFilters: a path or X-MCP-* narrowing has the same
+// filter key as the Mcp-* narrowing it stands for, so it shares that
+// narrowing's filter and view.
+func TestSelectionSharesFilters(t *testing.T) {
+	up := newUpstreamServer(t, 6)
+	s := newBenchServer(t, up.http.URL, selectionConfig)
+	key := func(target string, hdr map[string]string) string {
+		t.Helper()
+		sel, err := SelectionFromRequest(selReq(target, "", "", hdr))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sel.Token, sel.HasToken = "tok-all", true
+		_, k, err := s.Resolver().Probe(sel)
+		if err != nil {
+			t.Fatalf("%s %v: %v", target, hdr, err)
+		}
+		return k
+	}
+	for _, group := range [][]struct {
+		target string
+		hdr    map[string]string
+	}{
+		{{"/mcp?toolsets=up/low&read_only=true", nil}, {"/mcp/x/up/low/readonly", nil}, {"/sse/x/up/low/readonly", nil},
+			{"/mcp", map[string]string{"X-MCP-Toolsets": "up/low", "X-MCP-Readonly": "true"}},
+			{"/mcp", map[string]string{"Mcp-Toolsets": "up/low", "Mcp-Read-Only": "true"}}},
+		{{"/mcp/p/readonly", nil}, {"/mcp?profile=readonly", nil}, {"/ws/p/readonly", nil}},
+		{{"/mcp/x/all", nil}, {"/mcp", nil}, {"/mcp", map[string]string{"X-MCP-Toolsets": "default"}}},
+	} {
+		want := key(group[0].target, group[0].hdr)
+		for _, c := range group[1:] {
+			if got := key(c.target, c.hdr); got != want {
+				t.Errorf("%s %v: key %q, want %q (as %s)", c.target, c.hdr, got, want, group[0].target)
+			}
+		}
+	}
+}
+
+// TestBoundSessionPathNarrowing: a session opened under a path narrowing
+// keeps it; a later request on it that narrows otherwise, by path or
+// header, is refused, and one that says nothing gets the bound view.
+func TestBoundSessionPathNarrowing(t *testing.T) {
+	up := newUpstreamServer(t, 6)
+	s := newBenchServer(t, up.http.URL, selectionConfig)
+	h := s.Handler()
+	all := map[string]string{"Authorization": "Bearer tok-all"}
+	_, got, _, sid := listVia(t, h, "/mcp/x/up/low", all)
+	if !slices.Equal(got, tools(0, 1, 2)) {
+		t.Fatalf("tools = %q", got)
+	}
+	list := `{"jsonrpc":"2.0","id":3,"method":"tools/list"}`
+	before := up.requests.Load()
+	for _, c := range []struct {
+		target string
+		hdr    map[string]string
+		status int
+	}{
+		{"/mcp/x/up/low", all, 200},
+		{"/mcp/x/up/low/", all, 200},
+		{"/mcp", all, 200},
+		{"/mcp/readonly", all, 400},
+		{"/mcp/x/up/odd", all, 400},
+		{"/mcp/x/up", all, 400},
+		{"/mcp/p/readonly", all, 400},
+		{"/mcp/x/up/low", map[string]string{"Authorization": "Bearer tok-all", "X-MCP-Readonly": "true"}, 400},
+		{"/mcp/x/up/low", map[string]string{"Authorization": "Bearer tok-all", "X-MCP-Exclude-Tools": "up__tool_0001"}, 400},
+		{"/mcp/x/up/low", map[string]string{"Authorization": "Bearer tok-ro"}, 404},
+		{"/mcp/nope", all, 404},
+	} {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, selReq(c.target, sid, list, c.hdr))
+		if rec.Code != c.status {
+			t.Errorf("%s %v on the session: %d, want %d: %s", c.target, c.hdr, rec.Code, c.status, rec.Body.String())
+			continue
+		}
+		if c.status == 200 && (!strings.Contains(rec.Body.String(), "up__tool_0002") || strings.Contains(rec.Body.String(), "up__tool_0003")) {
+			t.Errorf("%s on the session lists %s, want the bound view", c.target, rec.Body.String())
+		}
+		if c.status == 400 && !strings.Contains(rec.Body.String(), "start a new session") {
+			t.Errorf("%s: %s", c.target, rec.Body.String())
+		}
+	}
+	// A hidden tool is refused at the gate: nothing reaches the upstream.
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, selReq("/mcp/x/up/low", sid, `{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"up__tool_0003","arguments":{"query":"x"}}}`, all))
+	if !strings.Contains(rec.Body.String(), `"code":-32601`) || !strings.Contains(rec.Body.String(), "Tool not found: up__tool_0003") {
+		t.Fatalf("a call outside the path's view: %s", rec.Body.String())
+	}
+	if n := up.requests.Load(); n != before {
+		t.Fatalf("the upstream got %d requests from refused or listed ones", n-before)
+	}
+}
+
+// TestStreamDoorPaths: /sse and /ws take the path forms at connect; the
+// SSE endpoint stays /message, which keeps the stream's view.
+func TestStreamDoorPaths(t *testing.T) {
+	up := newUpstreamServer(t, 6)
+	s := newBenchServer(t, up.http.URL, selectionConfig)
+	hs := httptest.NewServer(s.Handler())
+	t.Cleanup(hs.Close)
+	auth := http.Header{"Authorization": {"Bearer tok-all"}}
+
+	p := mustOpenSSE(t, hs, "/x/up/low/readonly", auth)
+	initializeAs(t, p, nil)
+	if got := toolNames(t, p, 2); !slices.Equal(got, tools(0, 2)) {
+		t.Errorf("/sse/x/up/low/readonly lists %q", got)
+	}
+	if m := rpc(t, p, 3, "tools/call", map[string]any{"name": "up__tool_0001", "arguments": map[string]any{"query": "x"}}); m.Error == nil || m.Error.Code != -32601 {
+		t.Errorf("a call outside the view on /sse: %+v", m)
+	}
+	// A POST naming another narrowing is refused; one naming none works.
+	if code, body := p.post(t, p.endpoint, `{"jsonrpc":"2.0","id":4,"method":"ping"}`, http.Header{"Authorization": {"Bearer tok-all"}, "X-Mcp-Readonly": {"false"}}); code != http.StatusAccepted {
+		t.Errorf("POST with X-MCP-Readonly false (narrows nothing): %d %s", code, body)
+	}
+	if code, body := p.post(t, p.endpoint, `{"jsonrpc":"2.0","id":5,"method":"ping"}`, http.Header{"Authorization": {"Bearer tok-all"}, "X-Mcp-Toolsets": {"up"}}); code != http.StatusBadRequest {
+		t.Errorf("POST with another narrowing: %d %s, want 400", code, body)
+	}
+
+	w := dialWSPeer(t, hs, "/p/low/x/up/odd", auth)
+	initializeAs(t, w, nil)
+	if got := toolNames(t, w, 2); !slices.Equal(got, tools(1)) {
+		t.Errorf("/ws/p/low/x/up/odd lists %q", got)
+	}
+
+	for _, c := range []struct {
+		path   string
+		hdr    http.Header
+		status int
+	}{
+		{"/sse/nope", auth, 404},
+		{"/sse/p/nope", auth, 404},
+		{"/sse/x/up/nope", auth, 400},
+		{"/sse/readonly", http.Header{"Authorization": {"Bearer tok-ro"}, "Mcp-Profile": {"all"}}, 403},
+		{"/ws/nope", auth, 404},
+		{"/ws/p/all", http.Header{"Authorization": {"Bearer tok-ro"}}, 403},
+		{"/ws/x/", auth, 400},
+	} {
+		req, _ := http.NewRequest(http.MethodGet, hs.URL+c.path, nil)
+		req.Header = c.hdr.Clone()
+		resp, err := hs.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != c.status || !strings.Contains(string(body), `"error"`) {
+			t.Errorf("GET %s: %d %s, want %d with a JSON-RPC error", c.path, resp.StatusCode, body, c.status)
+		}
+	}
+}
+
+// TestGuardCoversSelectionPaths: Host and Origin are checked on the path
+// forms as on /mcp, before anything else.
+func TestGuardCoversSelectionPaths(t *testing.T) {
+	up := newUpstreamServer(t, 2)
+	s := newBenchServer(t, up.http.URL, selectionConfig)
+	hs := httptest.NewServer(s.Handler())
+	t.Cleanup(hs.Close)
+	for _, path := range []string{"/mcp/readonly", "/mcp/x/up", "/mcp/p/all", "/mcp/nope", "/sse/x/up", "/ws/readonly", "/sse/nope"} {
+		for _, bad := range []map[string]string{{"Host": "evil.example"}, {"Origin": "https://evil.example"}} {
+			method := http.MethodGet
+			if strings.HasPrefix(path, "/mcp") {
+				method = http.MethodPost
+			}
+			req, _ := http.NewRequest(method, hs.URL+path, strings.NewReader(initializeBody))
+			req.Header.Set("Authorization", "Bearer tok-all")
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Accept", "application/json, text/event-stream")
+			if h, ok := bad["Host"]; ok {
+				req.Host = h
+			} else {
+				req.Header.Set("Origin", bad["Origin"])
+			}
+			resp, err := hs.Client().Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusForbidden || strings.Contains(string(body), "up__tool") || strings.Contains(string(body), "unknown path") {
+				t.Errorf("%s %s with %v: %d %s, want 403", method, path, bad, resp.StatusCode, body)
+			}
+		}
+	}
+}
+
+// TestHugePathRefusedEarly: a 100 KB path is refused by the HTTP server
+// (http.Server.MaxHeaderBytes counts the request line) before any handler
+// parses it, and the server keeps serving.
+func TestHugePathRefusedEarly(t *testing.T) {
+	up := newUpstreamServer(t, 2)
+	s := newBenchServer(t, up.http.URL, selectionConfig)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(ctx, ln) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	for _, path := range []string{"/mcp/x/" + strings.Repeat("a,", 50<<10), "/mcp/p/" + strings.Repeat("p", 100<<10)} {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\n\r\n", path)
+		line, err := bufio.NewReader(c).ReadString('\n')
+		c.Close()
+		if err != nil || !strings.Contains(line, " 431 ") {
+			t.Errorf("a %d-byte path: %q %v, want 431", len(path), line, err)
+		}
+	}
+	resp, err := http.Get("http://" + ln.Addr().String() + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("/healthz after the huge paths: %d", resp.StatusCode)
+	}
+}
