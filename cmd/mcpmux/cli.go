@@ -57,8 +57,12 @@ func commands() []command {
 		},
 		{
 			name:    "import",
-			summary: "convert an mcpServers JSON file (Claude Desktop, Cursor, …) to mcpmux TOML on stdout",
-			usage:   "mcpmux import FILE",
+			summary: "convert MCP client configs (FILE... or --scan) to mcpmux TOML on stdout; --strict fails on any loss",
+			usage:   "mcpmux import [--strict] FILE...\n       mcpmux import [--strict] --scan",
+			about: "Reads Claude Desktop, Claude Code (.mcp.json, ~/.claude.json), Cursor, VS Code\n" +
+				"(mcp.json, settings.json), Windsurf, TBXark mcp-proxy and mcp-hub files, merges\n" +
+				"them into one config and names on stderr everything it could not carry over.\n" +
+				"--scan reads every such file found where its client keeps it.",
 			run: func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				return cmdImport(args, stdout, stderr)
 			},

@@ -1,29 +1,119 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
+	"runtime"
+	"strings"
 
 	"github.com/mcpmux/mcpmux/configs"
 )
 
+// maxImportBytes caps every file import reads: a client config is a few
+// KiB, and a bigger file is a mistake, not something to hold in memory.
+const maxImportBytes = 16 << 20
+
 func cmdImport(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("import", stdout)
-	if err := fs.parseAllowingArgs(args); err != nil {
-		return err
+	fset := newFlags("import", stdout)
+	scan := fset.Bool("scan", false, "import every client config found where its client keeps it (instead of FILE...)")
+	strict := fset.Bool("strict", false, "if anything cannot be carried over, print no config and exit 1")
+	// Flags may follow the files: parse again after each positional one.
+	var paths []string
+	rest := args
+	for {
+		if err := fset.parseAllowingArgs(rest); err != nil {
+			return err
+		}
+		if fset.NArg() == 0 {
+			break
+		}
+		paths = append(paths, fset.Arg(0))
+		rest = fset.Args()[1:]
 	}
-	if fs.NArg() != 1 {
-		return fs.usageErr(fmt.Errorf("want exactly one FILE, got %d arguments", fs.NArg()))
+	var files []configs.ImportFile
+	switch {
+	case *scan && len(paths) > 0:
+		return fset.usageErr(errors.New("--scan finds the files itself: give it no FILE"))
+	case *scan:
+		var err error
+		if files, err = scanImportFiles(stderr); err != nil {
+			return err
+		}
+	case len(paths) == 0:
+		return fset.usageErr(errors.New("want at least one FILE, or --scan"))
+	default:
+		for _, p := range paths {
+			data, err := readImportFile(p)
+			if err != nil {
+				return &exitError{exitUsage, fmt.Errorf("import: %w", err)}
+			}
+			files = append(files, configs.ImportFile{Name: p, Data: data, ReadFile: readImportFile})
+		}
 	}
-	data, err := os.ReadFile(fs.Arg(0))
+	res, err := configs.ImportFiles(files)
 	if err != nil {
-		return &exitError{exitUsage, fmt.Errorf("import: %w", err)}
+		return &exitError{exitUsage, err}
 	}
-	out, err := configs.Import(data)
-	if err != nil {
-		return &exitError{exitUsage, fmt.Errorf("import %s: %w", fs.Arg(0), err)}
+	for _, n := range res.Notes {
+		fmt.Fprintln(stderr, n.String())
 	}
-	_, err = stdout.Write(out)
+	if n := res.Lost(); *strict && n > 0 {
+		return &exitError{exitRuntime, fmt.Errorf("import: %s not carried over (listed above); --strict: no config written", plural(n, "thing", "things"))}
+	}
+	_, err = stdout.Write(res.TOML)
 	return err
+}
+
+// scanImportFiles reads the client configs that exist where their clients
+// keep them, saying on stderr which it uses. Finding none is an error
+// (exit 1): there is nothing to import on this machine.
+func scanImportFiles(stderr io.Writer) ([]configs.ImportFile, error) {
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return nil, &exitError{exitRuntime, fmt.Errorf("import --scan: %w", err)}
+	}
+	cwd, err := os.Getwd()
+	if err != nil {
+		return nil, &exitError{exitRuntime, fmt.Errorf("import --scan: %w", err)}
+	}
+	paths := configs.ImportScanPaths(home, cwd, runtime.GOOS, os.Getenv("APPDATA"))
+	var files []configs.ImportFile
+	for _, p := range paths {
+		data, err := readImportFile(p)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, &exitError{exitRuntime, fmt.Errorf("import --scan: %w", err)}
+		}
+		fmt.Fprintf(stderr, "import: --scan found %s\n", p)
+		files = append(files, configs.ImportFile{Name: p, Data: data, ReadFile: readImportFile, Optional: true})
+	}
+	if len(files) == 0 {
+		return nil, &exitError{exitRuntime, fmt.Errorf("import --scan: no client config found; looked for:\n  %s", strings.Join(paths, "\n  "))}
+	}
+	return files, nil
+}
+
+// readImportFile reads a file of at most maxImportBytes.
+func readImportFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err == nil && st.IsDir() {
+		return nil, fmt.Errorf("%s is a directory", path)
+	}
+	data, err := io.ReadAll(io.LimitReader(f, maxImportBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("reading %s: %w", path, err)
+	}
+	if len(data) > maxImportBytes {
+		return nil, fmt.Errorf("%s is larger than %d MiB: not a client config", path, maxImportBytes>>20)
+	}
+	return data, nil
 }
