@@ -75,6 +75,32 @@ type Selection struct {
 	HasToken    bool
 }
 
+// over returns base with every part sel names put in its place: the
+// profile, and each list and read-only flag sel gives. The path stays
+// base's. It is what a message POSTed to an SSE stream's endpoint, whose
+// URL carries neither the stream's path nor its query, is compared as.
+func (sel Selection) over(base Selection) Selection {
+	out := base
+	out.Token, out.HasToken = sel.Token, sel.HasToken
+	if sel.Profile != "" {
+		out.Profile = sel.Profile
+	}
+	replace := func(dst *[]string, src []string) {
+		if src != nil {
+			*dst = src
+		}
+	}
+	replace(&out.Toolsets, sel.Toolsets)
+	replace(&out.Tools, sel.Tools)
+	replace(&out.Alias.Toolsets, sel.Alias.Toolsets)
+	replace(&out.Alias.Tools, sel.Alias.Tools)
+	replace(&out.Alias.ExcludeTools, sel.Alias.ExcludeTools)
+	out.ReadOnly = out.ReadOnly || sel.ReadOnly
+	out.Alias.ReadOnly = out.Alias.ReadOnly || sel.Alias.ReadOnly
+	out.Narrowing = out.Narrowing || sel.Narrowing
+	return out
+}
+
 // Narrowing is one source's narrowing of a request. Within it, Toolsets
 // and Tools add up (a tool in a named toolset or named itself passes, as
 // in a profile); ExcludeTools hides tools by exact name and ReadOnly hides

@@ -530,6 +530,30 @@ func TestStreamDoorPaths(t *testing.T) {
 		t.Errorf("POST with another narrowing: %d %s, want 400", code, body)
 	}
 
+	// A stream opened with a path or query and headers: its client sends
+	// the same headers with every POST to /message, whose URL has neither
+	// the path nor the query. Those POSTs are the stream's own.
+	for _, open := range []struct {
+		target string
+		hdr    http.Header
+	}{
+		{"/x/up/low", http.Header{"Authorization": {"Bearer tok-all"}, "X-Mcp-Readonly": {"true"}}},
+		{"?toolsets=up/low", http.Header{"Authorization": {"Bearer tok-all"}, "Mcp-Read-Only": {"true"}}},
+		{"/p/all/readonly?profile=low", http.Header{"Authorization": {"Bearer tok-all"}, "X-Mcp-Toolsets": {"up/low"}, "Mcp-Tools": {"up__tool_0000,up__tool_0002,up__tool_0004"}}},
+	} {
+		p := mustOpenSSE(t, hs, open.target, open.hdr)
+		initializeAs(t, p, nil)
+		want := tools(0, 2)
+		if got := toolNames(t, p, 2); !slices.Equal(got, want) {
+			t.Errorf("/sse%s %v lists %q, want %q", open.target, open.hdr, got, want)
+		}
+		other := open.hdr.Clone()
+		other.Set("X-Mcp-Exclude-Tools", "up__tool_0000")
+		if code, body := p.post(t, p.endpoint, `{"jsonrpc":"2.0","id":9,"method":"ping"}`, other); code != http.StatusBadRequest {
+			t.Errorf("/sse%s: a POST that narrows further: %d %s, want 400", open.target, code, body)
+		}
+	}
+
 	w := dialWSPeer(t, hs, "/p/low/x/up/odd", auth)
 	initializeAs(t, w, nil)
 	if got := toolNames(t, w, 2); !slices.Equal(got, tools(1)) {

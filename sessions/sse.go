@@ -120,7 +120,9 @@ func (s *Server) postMatchesSession(w http.ResponseWriter, r *http.Request, ss *
 		return true
 	}
 	bound := s.bindingOf(ss)
-	probe := sel
+	// The endpoint's URL carries neither the stream's path nor its query:
+	// what the POST does not say is the stream's.
+	probe := sel.over(bound.Selection)
 	if probe.Profile == "" {
 		probe.Profile = bound.Profile
 	}
