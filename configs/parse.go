@@ -116,7 +116,8 @@ type (
 	rawProfile struct {
 		Extends string `toml:"extends"`
 		rawRules
-		Rate rawRate `toml:"rate"`
+		Rate            rawRate `toml:"rate"`
+		DynamicToolsets *bool   `toml:"dynamic_toolsets"` // nil = inherited through extends
 	}
 	rawRate struct {
 		CallsPerMinute int `toml:"calls_per_minute"`

@@ -690,3 +690,56 @@ func TestReplicaID(t *testing.T) {
 		t.Errorf("long hostnames that differ share the replica id %q", a)
 	}
 }
+
+// TestDynamicToolsets checks profiles.NAME.dynamic_toolsets: off by
+// default, inherited through extends, overridden by a child either way,
+// and decoded strictly.
+func TestDynamicToolsets(t *testing.T) {
+	cfg := mustParse(t, `
+[upstreams.gh]
+command = "x"
+
+[profiles.plain]
+
+[profiles.dyn]
+dynamic_toolsets = true
+
+[profiles.child]
+extends = "dyn"
+read_only = true
+
+[profiles.grandchild]
+extends = "child"
+
+[profiles.off]
+extends = "dyn"
+dynamic_toolsets = false
+
+[profiles.on]
+extends = "off"
+dynamic_toolsets = true
+`, nil)
+	want := map[string]bool{"plain": false, "dyn": true, "child": true, "grandchild": true, "off": false, "on": true}
+	for name, w := range want {
+		if got := cfg.Profiles[name].DynamicToolsets; got != w {
+			t.Errorf("profile %q: DynamicToolsets = %v, want %v", name, got, w)
+		}
+	}
+	for _, tt := range []struct{ name, text, want string }{
+		{"not a boolean", "[profiles.p]\ndynamic_toolsets = \"yes\"\n", "dynamic_toolsets"},
+		{"misspelled", "[profiles.p]\ndynamic_toolset = true\n", `did you mean "dynamic_toolsets"?`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse("test.toml", []byte(tt.text), env(nil))
+			if err == nil {
+				t.Fatal("Parse succeeded")
+			}
+			for _, e := range configErrors(t, err) {
+				if e.Line == 2 && strings.Contains(e.Msg, tt.want) {
+					return
+				}
+			}
+			t.Fatalf("no error on line 2 containing %q; got:\n%v", tt.want, err)
+		})
+	}
+}

@@ -149,7 +149,11 @@ type Profile struct {
 	Extends string
 	Rules   RuleSet
 	Rate    Rate
-	Line    int
+	// DynamicToolsets starts each session with its toolsets off and
+	// mcpmux's three toolset tools (SPEC §6). It is the effective value:
+	// a profile that does not set dynamic_toolsets takes its parent's.
+	DynamicToolsets bool
+	Line            int
 }
 
 // Rate limits calls per session; zero means unlimited.

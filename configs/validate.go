@@ -555,7 +555,24 @@ func (v *validator) profiles(raw map[string]*rawProfile, cfg *Config) map[string
 		}
 	}
 	v.extendsCycles(out, names)
+	v.dynamicToolsets(raw, out, names)
 	return out
+}
+
+// dynamicToolsets sets each profile's effective dynamic_toolsets: its own
+// when it sets one, else its nearest ancestor's, else false. A cycle (already
+// reported) ends the walk.
+func (v *validator) dynamicToolsets(raw map[string]*rawProfile, profiles map[string]*Profile, names []string) {
+	for _, name := range names {
+		seen := map[string]bool{}
+		for n := name; n != "" && raw[n] != nil && !seen[n]; n = raw[n].Extends {
+			seen[n] = true
+			if d := raw[n].DynamicToolsets; d != nil {
+				profiles[name].DynamicToolsets = *d
+				break
+			}
+		}
+	}
 }
 
 // extendsCycles reports each extends cycle once, starting at its smallest
