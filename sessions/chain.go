@@ -201,6 +201,9 @@ func (s *Server) restarting(view *filter.View, name string) string {
 func (s *Server) route(ctx context.Context, session string, b Binding, e *filter.Entry, m *jsonrpc.Message, cl *caller) (json.RawMessage, error) {
 	switch m.Method {
 	case string(mcp.MethodToolsCall):
+		if e.Upstream == "" { // one of mcpmux's own tools (dynamic.go)
+			return s.ownCall(session, b, e, m, cl)
+		}
 		start := time.Now()
 		res, err := s.agg.CallTool(ctx, cl, e, m.Params)
 		d := time.Since(start)

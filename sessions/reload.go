@@ -29,8 +29,9 @@ func (s *Server) Reload(cfg *configs.Config) error {
 			s.log.Warn("session keeps its previous rules after reload", "session", id, "profile", sess.binding.Profile, "error", err)
 			continue
 		}
+		b = s.reenable(b, sess.binding.Filter) // a dynamic session keeps its toolsets (dynamic.go)
 		sess.binding = b
-		v := s.registry.View(snap.Version, snap.Tools, b.Filter)
+		v := s.registry.View(snap.Version, snap.Tools, s.effective(b))
 		if fp := v.Fingerprint(); fp != sess.listed {
 			sess.listed = fp
 			notify = append(notify, id)

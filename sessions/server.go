@@ -59,6 +59,8 @@ type Server struct {
 	mu    sync.Mutex
 	bound map[string]*session // legacy session id → its binding
 
+	dyn atomic.Pointer[dynamicSetup] // dynamic toolsets of the current resolver (dynamic.go)
+
 	streams   streamSet  // live websocket, SSE and stdio sessions (door.go)
 	listening listeners  // open 2026-07-28 subscriptions/listen streams (listen.go)
 	held      *heldCalls // 2026-07-28 calls waiting for their client's input (call.go)
@@ -269,7 +271,7 @@ func (s *Server) Resolver() *Resolver { return s.resolver.Load() }
 // View returns the current view through b's filter.
 func (s *Server) View(b Binding) *filter.View {
 	snap := s.agg.Snapshot()
-	return s.registry.View(snap.Version, snap.Tools, b.Filter)
+	return s.registry.View(snap.Version, snap.Tools, s.effective(b))
 }
 
 // onSnapshot replaces mcp-go's tool registry with the new snapshot and tells
@@ -306,7 +308,7 @@ func (s *Server) onSnapshot(prev, next *aggregator.Snapshot) {
 	s.metrics.setUpstreams(s.agg.Upstreams())
 
 	prints := func(b Binding) viewPrints {
-		v := s.registry.View(next.Version, next.Tools, b.Filter)
+		v := s.registry.View(next.Version, next.Tools, s.effective(b))
 		p, r := v.Listing(next.Catalog).Fingerprints()
 		return viewPrints{tools: v.Fingerprint(), prompts: p, resources: r}
 	}
@@ -441,7 +443,7 @@ func (s *Server) toolFilter(ctx context.Context, tools []mcp.Tool) []mcp.Tool {
 		return nil
 	}
 	v := s.View(b)
-	if len(tools) == len(v.Tools) {
+	if len(tools) == len(v.Tools) || v.Filter.Dynamic() { // a dynamic view lists mcpmux's own tools too (dynamic.go)
 		return v.Tools
 	}
 	out := make([]mcp.Tool, 0, len(tools))
@@ -604,8 +606,12 @@ func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request) {
 	var sess *session
 	var b Binding
 	if id != "" && m.Method != string(mcp.MethodInitialize) && !modern {
+		var bound Binding // read under the lock: enabling a toolset (dynamic.go) or a reload replaces it
 		s.mu.Lock()
 		sess = s.bound[id]
+		if sess != nil {
+			bound = sess.binding
+		}
 		s.mu.Unlock()
 		// A stream door's session, or a session opened with another token
 		// (DELETE and GET included), is answered as an unknown one: its id
@@ -621,16 +627,16 @@ func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if sess != nil {
-			if err := s.Resolver().Authorize(sel, sess.binding.Profile); err != nil {
+			if err := s.Resolver().Authorize(sel, bound.Profile); err != nil {
 				writeJSONError(w, statusOf(err), m.ID, mcp.INVALID_REQUEST, err.Error())
 				return
 			}
-			if (sel.Profile != "" || sel.Narrowing) && key != sess.binding.Filter.Key() {
+			if (sel.Profile != "" || sel.Narrowing) && key != bound.Filter.CeilingKey() {
 				writeJSONError(w, http.StatusBadRequest, m.ID, mcp.INVALID_REQUEST,
-					fmt.Sprintf("session is bound to profile %q; start a new session to use another", sess.binding.Profile))
+					fmt.Sprintf("session is bound to profile %q; start a new session to use another", bound.Profile))
 				return
 			}
-			b = sess.binding
+			b = bound
 			defer s.touch(sess)() // it is not idle while this runs (limits.go)
 		}
 	}

@@ -137,7 +137,7 @@ func (s *Server) postMatchesSession(w http.ResponseWriter, r *http.Request, ss *
 		writeJSONError(w, http.StatusForbidden, nil, mcp.INVALID_REQUEST, "this token did not open the session")
 		return false
 	}
-	if explicit && key != bound.Filter.Key() {
+	if explicit && key != bound.Filter.CeilingKey() {
 		writeJSONError(w, http.StatusBadRequest, nil, mcp.INVALID_REQUEST,
 			fmt.Sprintf("session is bound to profile %q; start a new session to use another", bound.Profile))
 		return false
