@@ -1,6 +1,7 @@
 package configs
 
 import (
+	"errors"
 	"reflect"
 	"slices"
 	"strings"
@@ -301,5 +302,59 @@ func TestImportScanPaths(t *testing.T) {
 	}
 	if n := len(slices.Compact(slices.Sorted(slices.Values(mac)))); n != len(mac) {
 		t.Errorf("paths repeat when cwd is home: %q", mac)
+	}
+}
+
+// TestImportNotes: each loss is a note marked Lost, each informational
+// change a note that is not.
+func TestImportNotes(t *testing.T) {
+	tests := []struct {
+		name, file, json string
+		readFile         func(string) ([]byte, error)
+		want             string
+		lost             bool
+	}{
+		{"undeclared input", "mcp.json", `{"servers": {"s": {"url": "https://h/mcp", "headers": {"K": "${input:api}"}}}}`, nil,
+			`import: mcp.json: server "s": ${input:api} becomes ${INPUT_API} (the input is not declared in "inputs"): set INPUT_API in mcpmux's environment`, false},
+		{"editor variable outside .vscode", "mcp.json", `{"servers": {"s": {"command": "x", "args": ["${workspaceFolder}"]}}}`, nil,
+			`import: mcp.json: server "s": ${workspaceFolder} means nothing outside the editor: kept literally; replace it with a path`, true},
+		{"odd placeholder", "c.json", `{"mcpServers": {"s": {"command": "x", "args": ["${not a var}"]}}}`, nil,
+			`import: c.json: server "s": the placeholder ${not a var} is not an environment variable: kept literally; replace it`, true},
+		{"envFile not readable", "c.json", `{"mcpServers": {"s": {"command": "x", "envFile": ".env"}}}`,
+			func(string) ([]byte, error) { return nil, errors.New("permission denied") },
+			`import: c.json: server "s": envFile ".env" is not carried: permission denied`, true},
+		{"options without mcpProxy", "c.json", `{"mcpServers": {"s": {"command": "x", "options": {"toolFilter": {"list": ["a"]}}}}}`, nil,
+			`import: c.json: server "s": key "options" is not carried (it is TBXark mcp-proxy's, and the file has no "mcpProxy")`, true},
+		{"open addr without tokens", "config.json", `{"mcpProxy": {"addr": "0.0.0.0:9090"}, "mcpServers": {"s": {"command": "x"}}}`, nil,
+			`import: config.json: mcpProxy.addr "0.0.0.0:9090" is carried as listen = "127.0.0.1:9090": mcpmux refuses a non-loopback address without [[auth.tokens]] (or allow_unauthenticated = true)`, true},
+		{"server without token among tokened ones", "config.json", `{"mcpProxy": {}, "mcpServers": {"a": {"command": "x", "options": {"authTokens": ["t"]}}, "b": {"command": "y"}}}`, nil,
+			`import: config.json: server "b": TBXark served it without a token; mcpmux checks a token on every HTTP request once [[auth.tokens]] exist, and no token's profile names upstream "b"`, true},
+		{"url server with env", "c.json", `{"mcpServers": {"s": {"url": "https://h/mcp", "env": {"A": "b"}}}}`, nil,
+			`import: c.json: server "s": env and envFile are not carried: they apply only to servers mcpmux starts as a child, and this one has a url`, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			res, err := ImportFiles([]ImportFile{{Name: tt.file, Data: []byte(tt.json), ReadFile: tt.readFile}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var found *ImportNote
+			var all []string
+			for i, n := range res.Notes {
+				all = append(all, n.String())
+				if n.String() == tt.want {
+					found = &res.Notes[i]
+				}
+			}
+			switch {
+			case found == nil:
+				t.Errorf("notes lack %q:\n%s", tt.want, strings.Join(all, "\n"))
+			case found.Lost != tt.lost:
+				t.Errorf("note %q: Lost = %v, want %v", tt.want, found.Lost, tt.lost)
+			}
+			if _, err := Parse("imported.toml", res.TOML, allSet); err != nil {
+				t.Errorf("output does not load: %v\n%s", err, res.TOML)
+			}
+		})
 	}
 }

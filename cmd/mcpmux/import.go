@@ -33,13 +33,16 @@ func cmdImport(args []string, stdout, stderr io.Writer) error {
 		paths = append(paths, fset.Arg(0))
 		rest = fset.Args()[1:]
 	}
-	var files []configs.ImportFile
+	var (
+		files   []configs.ImportFile
+		skipped int // files --scan found but could not read: losses for --strict
+	)
 	switch {
 	case *scan && len(paths) > 0:
 		return fset.usageErr(errors.New("--scan finds the files itself: give it no FILE"))
 	case *scan:
 		var err error
-		if files, err = scanImportFiles(stderr); err != nil {
+		if files, skipped, err = scanImportFiles(stderr); err != nil {
 			return err
 		}
 	case len(paths) == 0:
@@ -60,7 +63,7 @@ func cmdImport(args []string, stdout, stderr io.Writer) error {
 	for _, n := range res.Notes {
 		fmt.Fprintln(stderr, n.String())
 	}
-	if n := res.Lost(); *strict && n > 0 {
+	if n := res.Lost() + skipped; *strict && n > 0 {
 		return &exitError{exitRuntime, fmt.Errorf("import: %s not carried over (listed above); --strict: no config written", plural(n, "thing", "things"))}
 	}
 	_, err = stdout.Write(res.TOML)
@@ -68,34 +71,38 @@ func cmdImport(args []string, stdout, stderr io.Writer) error {
 }
 
 // scanImportFiles reads the client configs that exist where their clients
-// keep them, saying on stderr which it uses. Finding none is an error
+// keep them, saying on stderr which it uses, and which it skips because
+// they cannot be read (counted in skipped). Finding none is an error
 // (exit 1): there is nothing to import on this machine.
-func scanImportFiles(stderr io.Writer) ([]configs.ImportFile, error) {
+func scanImportFiles(stderr io.Writer) (files []configs.ImportFile, skipped int, err error) {
 	home, err := os.UserHomeDir()
 	if err != nil {
-		return nil, &exitError{exitRuntime, fmt.Errorf("import --scan: %w", err)}
+		return nil, 0, &exitError{exitRuntime, fmt.Errorf("import --scan: %w", err)}
 	}
 	cwd, err := os.Getwd()
 	if err != nil {
-		return nil, &exitError{exitRuntime, fmt.Errorf("import --scan: %w", err)}
+		return nil, 0, &exitError{exitRuntime, fmt.Errorf("import --scan: %w", err)}
 	}
 	paths := configs.ImportScanPaths(home, cwd, runtime.GOOS, os.Getenv("APPDATA"))
-	var files []configs.ImportFile
 	for _, p := range paths {
 		data, err := readImportFile(p)
 		if errors.Is(err, fs.ErrNotExist) {
 			continue
 		}
 		if err != nil {
-			return nil, &exitError{exitRuntime, fmt.Errorf("import --scan: %w", err)}
+			// One unreadable file (an enormous ~/.claude.json) must not
+			// stop the others from being imported; it is a loss.
+			fmt.Fprintf(stderr, "import: --scan skips %s: %v\n", p, err)
+			skipped++
+			continue
 		}
 		fmt.Fprintf(stderr, "import: --scan found %s\n", p)
 		files = append(files, configs.ImportFile{Name: p, Data: data, ReadFile: readImportFile, Optional: true})
 	}
 	if len(files) == 0 {
-		return nil, &exitError{exitRuntime, fmt.Errorf("import --scan: no client config found; looked for:\n  %s", strings.Join(paths, "\n  "))}
+		return nil, skipped, &exitError{exitRuntime, fmt.Errorf("import --scan: no readable client config found; looked for:\n  %s", strings.Join(paths, "\n  "))}
 	}
-	return files, nil
+	return files, skipped, nil
 }
 
 // readImportFile reads a file of at most maxImportBytes.

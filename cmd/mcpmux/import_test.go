@@ -205,6 +205,17 @@ func TestImportScan(t *testing.T) {
 }`), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// An oversized file is skipped, not fatal, and is a loss for --strict.
+	huge := filepath.Join(home, ".cursor", "mcp.json")
+	if err := os.MkdirAll(filepath.Dir(huge), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(huge, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(huge, maxImportBytes+1); err != nil {
+		t.Fatal(err)
+	}
 	t.Setenv("HOME", home)
 	t.Chdir(cwd)
 
@@ -218,6 +229,7 @@ func TestImportScan(t *testing.T) {
 		"import: --scan found " + filepath.Join(home, ".codeium", "windsurf", "mcp_config.json") + "\n",
 		"import: --scan found " + filepath.Join(cwd, ".vscode", "mcp.json") + "\n",
 		"import: " + filepath.Join(home, ".config", "Code", "User", "settings.json") + ": holds no MCP servers: skipped\n",
+		"import: --scan skips " + huge + ": " + huge + " is larger than 16 MiB: not a client config\n",
 		// Both Claude files and VS Code's define a server called memory or
 		// my-server: the later ones are renamed, naming the earlier file.
 		"import: " + filepath.Join(cwd, ".vscode", "mcp.json") + `: server "github": ${input:github-pat} becomes ${INPUT_GITHUB_PAT}`,
@@ -232,11 +244,14 @@ func TestImportScan(t *testing.T) {
 		}
 	}
 	checkImported(t, toml)
+	if code, _, transcript := runImport(t, "--scan", "--strict"); code != exitRuntime {
+		t.Errorf("--scan --strict with losses: exit %d, want 1\n%s", code, transcript)
+	}
 
 	t.Setenv("HOME", t.TempDir())
 	t.Chdir(t.TempDir())
 	code, toml, transcript = runImport(t, "--scan")
-	if code != exitRuntime || toml != "" || !strings.Contains(transcript, "mcpmux: import --scan: no client config found; looked for:\n") {
+	if code != exitRuntime || toml != "" || !strings.Contains(transcript, "mcpmux: import --scan: no readable client config found; looked for:\n") {
 		t.Errorf("nothing to find: exit %d, want 1 with the paths looked at\n%s", code, transcript)
 	}
 }
