@@ -398,3 +398,17 @@ func structured(v any) *mcp.CallToolResult {
 	}
 	return &mcp.CallToolResult{Content: []mcp.Content{mcp.NewTextContent(string(b))}, StructuredContent: v}
 }
+
+// DynamicFilter returns the filter a new session of b starts with when b's
+// profile has dynamic_toolsets and b's request chose no toolsets or tools
+// itself: its toolsets off and mcpmux's own tools listed. Otherwise it
+// returns nil. It is for commands that hold a resolver but no Server
+// (check, tools); registry is theirs.
+func (r *Resolver) DynamicFilter(registry *filter.Registry, b Binding) *filter.Filter {
+	p := r.cfg.Profiles[b.Profile]
+	if b.Filter == nil || p == nil || !p.DynamicToolsets || choosesTools(b.Selection) {
+		return nil
+	}
+	d := newDynamicSetup(r)
+	return registry.Narrowed(append(b.Filter.Ceiling(), d.initial)...)
+}

@@ -167,6 +167,11 @@ func cmdCheck(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	fmt.Fprintf(stdout, "\n%s %s %s; ~TOKENS is the tools/list JSON size / 4.\n",
 		plural(len(rows), "profile", "profiles"), share, plural(len(order), "filter instance", "filter instances"))
+	for _, r := range rows {
+		if line := dynamicReport(res, snap, r.name, r.tools, r.tokens); line != "" {
+			fmt.Fprintln(stdout, line)
+		}
+	}
 
 	if startErr != nil {
 		// Only required upstreams fail Start, and their errors are listed
@@ -226,4 +231,26 @@ func refusedIn(conflicts []aggregator.Conflict, name string) int {
 
 func filterView(snap *aggregator.Snapshot, f *filter.Filter) *filter.View {
 	return filter.NewRegistry().View(snap.Version, snap.Tools, f)
+}
+
+// dynamicReport is the line `check` and `tools` print for a profile with
+// dynamic_toolsets: what a new session's tools/list costs against the
+// profile's full view (tools and tokens, as given); "" for other profiles.
+func dynamicReport(res *sessions.Resolver, snap *aggregator.Snapshot, profile string, tools, tokens int) string {
+	b, err := res.ResolveLocal(sessions.Selection{Profile: profile})
+	if err != nil {
+		return ""
+	}
+	reg := filter.NewRegistry()
+	f := res.DynamicFilter(reg, b)
+	if f == nil {
+		return ""
+	}
+	v := reg.View(snap.Version, snap.Tools, f)
+	initial, err := estimateTokens(v.Tools)
+	if err != nil {
+		return fmt.Sprintf("profile %q is dynamic: encoding its initial tools/list: %v", profile, err)
+	}
+	return fmt.Sprintf("profile %q is dynamic: initial %s ~%d tokens, full %s ~%d tokens",
+		profile, plural(v.Len(), "tool", "tools"), initial, plural(tools, "tool", "tools"), tokens)
 }

@@ -77,6 +77,13 @@ func cmdTools(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		fmt.Fprintf(tw, "%s\t%s\t%v\t%s\n", t.Name, e.Upstream, e.ReadOnly, summary(t.Description, maxDescription))
 	}
 	tw.Flush()
+	if !sel.Narrowing {
+		if tokens, err := estimateTokens(v.Tools); err == nil {
+			if line := dynamicReport(res, snap, b.Profile, v.Len(), tokens); line != "" {
+				fmt.Fprintln(stdout, "\n"+line)
+			}
+		}
+	}
 	if v.Len() == 0 {
 		return &exitError{exitRuntime, errors.New("the view has no tools")}
 	}
