@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 )
@@ -92,12 +93,24 @@ func (u *Upstream) Health() Health {
 	return hs
 }
 
-// recordLoss records why the published connection c was lost, with its
-// child's last stderr lines. c has been torn down.
-func (u *Upstream) recordLoss(c *conn) {
+// lossCause is why the published connection c was lost, naming the
+// upstream; for a stdio child that exited by itself (within exitGrace),
+// with its exit status, which the first cause (often its stdout's EOF)
+// does not tell.
+func (u *Upstream) lossCause(c *conn) error {
+	cause := context.Cause(c.ctx)
+	if p := c.proc; p != nil && !strings.Contains(cause.Error(), "child exited") && waitClosed(p.exited, exitGrace) && p.cmd.ProcessState != nil {
+		cause = fmt.Errorf("%w (child exited: %s)", cause, p.cmd.ProcessState)
+	}
+	return fmt.Errorf("upstream %q: connection lost: %w", u.cfg.Name, cause)
+}
+
+// recordLoss records lost, why the published connection c was lost, with
+// its child's last stderr lines. c has been torn down.
+func (u *Upstream) recordLoss(c *conn, lost error) {
 	var stderr []string
 	if c.proc != nil {
 		stderr = c.proc.tail.snapshot()
 	}
-	u.hist.failed(fmt.Errorf("upstream %q: connection lost: %w", u.cfg.Name, context.Cause(c.ctx)), stderr)
+	u.hist.failed(lost, stderr)
 }

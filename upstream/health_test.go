@@ -36,8 +36,8 @@ func TestHealthAfterAKilledChild(t *testing.T) {
 	if h.Restarts != 1 {
 		t.Errorf("Restarts = %d after one kill, want 1", h.Restarts)
 	}
-	if h.LastError == nil || !strings.Contains(h.LastError.Error(), `upstream "healthy": connection lost`) || h.LastErrorAt.IsZero() {
-		t.Errorf("LastError = %v at %v, want the lost connection naming the upstream", h.LastError, h.LastErrorAt)
+	if h.LastError == nil || !strings.Contains(h.LastError.Error(), `upstream "healthy": connection lost`) || !strings.Contains(h.LastError.Error(), "signal: killed") || h.LastErrorAt.IsZero() {
+		t.Errorf("LastError = %v at %v, want the lost connection naming the upstream and the child's exit status", h.LastError, h.LastErrorAt)
 	}
 	if !slices.Contains(h.Stderr, "hello from stderr") {
 		t.Errorf("Stderr = %q, want the dead child's lines", h.Stderr)

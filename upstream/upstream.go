@@ -303,12 +303,16 @@ func (u *Upstream) supervise(startCtx context.Context, first chan<- error) {
 		} else if err != nil && u.life.Err() == nil {
 			u.log.Warn("connect failed", "err", err, "retry_in", delay)
 		}
+		var lost error // why the published connection was lost
 		if err == nil {
 			select {
 			case <-c.ctx.Done():
 			case <-u.life.Done():
 			}
 			u.down(c)
+			if u.life.Err() == nil {
+				lost = u.lossCause(c)
+			}
 			// Backoff grows with consecutive failed attempts. A connection
 			// that initialized and served its catalog was a success, so its
 			// loss is retried after MinBackoff: by default at most about one
@@ -322,8 +326,8 @@ func (u *Upstream) supervise(startCtx context.Context, first chan<- error) {
 					u.closeErr = fmt.Errorf("upstream %q: close: %w", u.cfg.Name, terr)
 				}
 			}
-			if err == nil && u.life.Err() == nil {
-				u.recordLoss(c) // after teardown: the child's last stderr lines are read
+			if lost != nil {
+				u.recordLoss(c, lost) // after teardown: the child's last stderr lines are read
 			}
 		}
 		if u.life.Err() != nil {
