@@ -307,6 +307,8 @@ func (im *importer) place(s *importedServer) string {
 	switch taken := im.byName[want]; {
 	case name != want && taken.file != s.file:
 		im.note(s.file, s.key, false, "is mounted as upstream %q: %q is taken by server %q of %s", name, want, taken.key, taken.file)
+	case name != want && taken.origin != "":
+		im.note(s.file, s.key, false, "is mounted as upstream %q (names must be [A-Za-z0-9-]+ and unique; %q is taken by server %q of %s)", name, want, taken.key, taken.origin)
 	case name != want:
 		im.note(s.file, s.key, false, "is mounted as upstream %q (names must be [A-Za-z0-9-]+ and unique; %q is taken by server %q)", name, want, taken.key)
 	case name != s.key && s.origin != "":

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/BurntSushi/toml"
 )
 
 // allSet is a lookupEnv in which every variable is set to its own name, so
@@ -357,4 +359,29 @@ func TestImportNotes(t *testing.T) {
 			}
 		})
 	}
+}
+
+// FuzzImportFiles: no input makes ImportFiles panic, and what it accepts
+// is TOML (it may still be invalid config: a header name or a url the
+// source got wrong is Parse's to report, with its line).
+func FuzzImportFiles(f *testing.F) {
+	for _, seed := range []string{
+		`{"mcpServers": {"a": {"command": "x", "args": ["${A}", "$$", "${input:b}"], "env": {"A": null}}}}`,
+		`{"mcpProxy": {"addr": ":1", "options": {"authTokens": ["t"]}}, "mcpServers": {"a": {"url": "http://h", "options": {"toolFilter": {"mode": "allow", "list": ["x*"]}}}}}`,
+		`{"servers": {"a": {"url": "ws://h", "headers": {"K": "${workspaceFolder}"}}}, "inputs": [{"id": "b"}]}`,
+		`{"projects": {"/p": {"mcpServers": {"a": {"command": "${cmd: x}"}}}}, "mcpServers": {}}`,
+		"{\"mcp\": {\"servers\": {\"a\": {\"command\": \"x\",},},}, // c\n}",
+	} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, data string) {
+		res, err := ImportFiles([]ImportFile{{Name: "f.json", Data: []byte(data)}, {Name: "g.json", Data: []byte(data), Optional: true}})
+		if err != nil {
+			return
+		}
+		var v map[string]any
+		if _, err := toml.Decode(string(res.TOML), &v); err != nil {
+			t.Fatalf("output is not TOML: %v\n%s", err, res.TOML)
+		}
+	})
 }

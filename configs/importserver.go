@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -168,12 +169,12 @@ func (im *importer) proxy(fc *fileCtx, named []string, own map[string][]string) 
 		return
 	}
 	listen := p.Addr
+	_, port, err := net.SplitHostPort(listen)
+	if n, perr := strconv.Atoi(port); err != nil || perr != nil || n < 0 || n > 65535 {
+		im.note(file, "", true, "mcpProxy.addr %q is not carried: it is not HOST:PORT", p.Addr)
+		return
+	}
 	if !loopbackAddr(listen) && !anyTokens {
-		_, port, err := net.SplitHostPort(listen)
-		if err != nil {
-			im.note(file, "", true, "mcpProxy.addr %q is not carried: %v", p.Addr, err)
-			return
-		}
 		listen = net.JoinHostPort("127.0.0.1", port)
 		im.note(file, "", true, "mcpProxy.addr %q is carried as listen = %q: mcpmux refuses a non-loopback address without [[auth.tokens]] (or allow_unauthenticated = true)", p.Addr, listen)
 	}
