@@ -456,8 +456,8 @@ func (s *Server) toolFilter(ctx context.Context, tools []mcp.Tool) []mcp.Tool {
 }
 
 // Handler returns the HTTP handler: /mcp (streamable HTTP), /ws
-// (websocket), /sse and /message (legacy HTTP+SSE), /healthz, /readyz and
-// /metrics. /mcp, /ws and /sse also answer under the paths of PathForms.
+// (websocket), /sse and /message (legacy HTTP+SSE), /healthz, /readyz,
+// /metrics and the status page (/ and /status.json). /mcp, /ws and /sse also answer under the paths of PathForms.
 // Every MCP door resolves profiles and runs the gate the same way.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
@@ -476,6 +476,7 @@ func (s *Server) Handler() http.Handler {
 	})
 	mux.HandleFunc("GET /readyz", s.serveReady)
 	mux.Handle("GET /metrics", s.needToken(s.metrics.handler()))
+	s.handleStatus(mux) // GET / and GET /status.json (status.go)
 	return recoverPanics(s.log, s.guard(mux))
 }
 
