@@ -587,6 +587,36 @@ func TestStreamDoorPaths(t *testing.T) {
 	}
 }
 
+// TestSelectionPathsAreNoLabels: requests under the path forms, known
+// and unknown, count under their JSON-RPC method; no path becomes a
+// label value of /metrics.
+func TestSelectionPathsAreNoLabels(t *testing.T) {
+	up := newUpstreamServer(t, 2)
+	s := newBenchServer(t, up.http.URL, selectionConfig)
+	h := s.Handler()
+	all := map[string]string{"Authorization": "Bearer tok-all"}
+	for i := range 50 {
+		listVia(t, h, fmt.Sprintf("/mcp/x/up/low,zz%d", i), all) // unknown toolsets: 400
+		listVia(t, h, fmt.Sprintf("/mcp/nope%d", i), all)        // 404
+	}
+	if code, got, body, _ := listVia(t, h, "/mcp/x/up/low/readonly", all); code != 200 || !slices.Equal(got, tools(0)) {
+		t.Fatalf("/mcp/x/up/low/readonly: %d %q %s", code, got, body)
+	}
+	rec := httptest.NewRecorder()
+	req := selReq("/metrics", "", "", all)
+	req.Method = http.MethodGet
+	h.ServeHTTP(rec, req)
+	body := rec.Body.String()
+	if rec.Code != 200 || !strings.Contains(body, `mcpmux_requests_total{method="tools/list"`) {
+		t.Fatalf("/metrics: %d %.300s", rec.Code, body)
+	}
+	for _, bad := range []string{"zz1", "nope1", "/x/", "up/low"} {
+		if strings.Contains(body, bad) {
+			t.Errorf("/metrics holds %q, from a request path", bad)
+		}
+	}
+}
+
 // TestGuardCoversSelectionPaths: Host and Origin are checked on the path
 // forms as on /mcp, before anything else.
 func TestGuardCoversSelectionPaths(t *testing.T) {
