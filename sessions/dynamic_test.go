@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
@@ -334,5 +335,47 @@ func TestDynamicToolsetsOnStdio(t *testing.T) {
 	}
 	if got := listedNames(t, rpc(t, p, 4, "tools/list", nil)); !slices.Equal(got, slices.Concat(ownNames, toolRange(10, 29, 1))) {
 		t.Fatalf("tools/list after enable = %q", got)
+	}
+}
+
+// TestDynamicToolsetsStateless checks stateless (2026-07-28) requests to
+// a dynamic profile: they are served the initial view, enable_toolset is a
+// tool error pointing to Mcp-Toolsets, and a request naming toolsets gets
+// those toolsets' tools without mcpmux's own.
+func TestDynamicToolsetsStateless(t *testing.T) {
+	up := newUpstreamServer(t, 30)
+	s := newBenchServer(t, up.http.URL, dynamicConfig)
+	h := s.Handler()
+	meta := `"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}`
+	modern := func(query, method, name, params string) rpcMsg {
+		t.Helper()
+		body := fmt.Sprintf(`{"jsonrpc":"2.0","id":5,"method":%q,"params":{%s%s}}`, method, params, meta)
+		req := newRequest(query, "", body)
+		req.Header.Set("Mcp-Protocol-Version", "2026-07-28")
+		req.Header.Set("Mcp-Method", method)
+		if name != "" {
+			req.Header.Set("Mcp-Name", name)
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		var m rpcMsg
+		if err := json.Unmarshal(rec.Body.Bytes(), &m); err != nil {
+			t.Fatalf("%s: %d %s", method, rec.Code, rec.Body.String())
+		}
+		return m
+	}
+	if got := listedNames(t, modern("?profile=dyn", "tools/list", "", "")); !slices.Equal(got, append(slices.Clone(ownNames), toolRange(20, 29, 1)...)) {
+		t.Fatalf("stateless tools/list = %q", got)
+	}
+	m := modern("?profile=dyn", "tools/call", "mcpmux__enable_toolset", `"name":"mcpmux__enable_toolset","arguments":{"toolset":"up/a"},`)
+	if r := resultOf(t, m); !r.IsError || !strings.Contains(r.text(), "Mcp-Toolsets: up/a") {
+		t.Fatalf("stateless enable_toolset: isError %v %q", r.IsError, r.text())
+	}
+	m = modern("?profile=dyn", "tools/call", "mcpmux__list_toolsets", `"name":"mcpmux__list_toolsets","arguments":{},`)
+	if r := resultOf(t, m); r.IsError || !strings.Contains(r.text(), `"name":"up/a"`) {
+		t.Fatalf("stateless list_toolsets: %q", r.text())
+	}
+	if got := listedNames(t, modern("?profile=dyn&toolsets=up/a", "tools/list", "", "")); !slices.Equal(got, toolRange(0, 9, 1)) {
+		t.Fatalf("stateless tools/list naming up/a = %q", got)
 	}
 }
