@@ -114,16 +114,20 @@ func (s *Server) effective(b Binding) *filter.Filter {
 	}
 	d := s.dynamic()
 	p := d.res.cfg.Profiles[b.Profile]
-	if p == nil || !p.DynamicToolsets || choosesTools(b.Selection) {
+	if p == nil || !p.DynamicToolsets || choosesTools(d.res, b.Selection) {
 		return b.Filter
 	}
 	return s.registry.Narrowed(append(b.Filter.Ceiling(), d.initial)...)
 }
 
-// choosesTools reports whether sel names toolsets or tools itself.
-func choosesTools(sel Selection) bool {
+// choosesTools reports whether sel names toolsets or tools itself, as
+// res reads them: GitHub's "all" and "default" name none (narrowingRules).
+func choosesTools(res *Resolver, sel Selection) bool {
 	for _, n := range sel.narrowings() {
-		if len(n.Toolsets) > 0 || len(n.Tools) > 0 {
+		everything := slices.ContainsFunc(n.Toolsets, func(ts string) bool {
+			return !res.toolsets[ts] && (ts == "all" || ts == "default")
+		})
+		if !everything && (len(n.Toolsets) > 0 || len(n.Tools) > 0) {
 			return true
 		}
 	}
@@ -406,7 +410,7 @@ func structured(v any) *mcp.CallToolResult {
 // (check, tools); registry is theirs.
 func (r *Resolver) DynamicFilter(registry *filter.Registry, b Binding) *filter.Filter {
 	p := r.cfg.Profiles[b.Profile]
-	if b.Filter == nil || p == nil || !p.DynamicToolsets || choosesTools(b.Selection) {
+	if b.Filter == nil || p == nil || !p.DynamicToolsets || choosesTools(r, b.Selection) {
 		return nil
 	}
 	d := newDynamicSetup(r)

@@ -263,6 +263,19 @@ func TestDynamicToolsetsOnMCP(t *testing.T) {
 			t.Fatalf("own tool on a static profile: %+v", m)
 		}
 	})
+	t.Run("GitHub's all and default name no toolset: still dynamic", func(t *testing.T) {
+		req := newRequest("?profile=dyn", "", initializeBody)
+		req.Header.Set("X-MCP-Toolsets", "default")
+		rec := httptest.NewRecorder()
+		s.Handler().ServeHTTP(rec, req)
+		st := rec.Header().Get("Mcp-Session-Id")
+		if st == "" {
+			t.Fatalf("initialize with X-MCP-Toolsets: default: %d %s", rec.Code, rec.Body.String())
+		}
+		if got := listTools(t, s, "", st); !slices.Equal(got, initial) {
+			t.Fatalf("tools/list = %q, want the initial view", got)
+		}
+	})
 	t.Run("naming toolsets in the request turns dynamic off", func(t *testing.T) {
 		st := openSession(t, s.Handler(), "?profile=dyn&toolsets=up/b")
 		if got := listTools(t, s, "", st); !slices.Equal(got, toolRange(10, 19, 1)) {
