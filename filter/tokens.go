@@ -37,9 +37,9 @@ func EstimateTokens(tools []mcp.Tool) (int, error) {
 // UpstreamTokens is the share of one upstream's tools in a view's
 // tools/list.
 type UpstreamTokens struct {
-	Upstream string
-	Tools    int
-	Tokens   int // EstimateTokens of this upstream's tools alone
+	Upstream string `json:"upstream"`
+	Tools    int    `json:"tools"`
+	Tokens   int    `json:"tokens"` // EstimateTokens of this upstream's tools alone
 }
 
 // Tokens returns the estimate of the view's whole tools/list (the size of

@@ -375,7 +375,7 @@ h1{font-size:1.4em;margin:0 0 .3em}h2{font-size:1.1em;margin:1.5em 0 .4em}
 table{border-collapse:collapse;width:100%}
 th,td{border-bottom:1px solid #ddd;padding:.3em .5em;text-align:left;vertical-align:top}
 th{background:#f4f4f4;font-weight:600}
-td.n{text-align:right;font-variant-numeric:tabular-nums}
+td.n{text-align:right;font-variant-numeric:tabular-nums}td.nw,td.state{white-space:nowrap}
 .up{color:#07600f;font-weight:600}.down,.closed{color:#a00;font-weight:600}.starting,.restarting{color:#955f00;font-weight:600}
 .meta{color:#555}code,pre{font:12px/1.3 ui-monospace,monospace}
 pre{background:#f7f7f7;padding:.4em;margin:.3em 0;white-space:pre-wrap;word-break:break-all;max-width:60em}
@@ -396,7 +396,7 @@ details summary{cursor:pointer}.err{color:#a00;word-break:break-word}
 <td>{{.Transport}}</td>
 <td><code>{{.Target}}</code></td>
 <td class="state {{.State}}">{{.State}}</td>
-<td>{{.Protocol}}</td>
+<td class="nw">{{.Protocol}}</td>
 <td class="n tools">{{.Tools}}{{if .Hidden}} <span class="meta">(+{{.Hidden}} hidden)</span>{{end}}</td>
 <td class="n">{{.Prompts}}</td>
 <td class="n">{{.Resources}}{{if .Templates}} <span class="meta">+{{.Templates}} templates</span>{{end}}</td>
@@ -430,7 +430,7 @@ details summary{cursor:pointer}.err{color:#a00;word-break:break-word}
 <table>
 <thead><tr><th>filter</th><th>profiles</th><th>sessions</th><th>key</th></tr></thead>
 <tbody>
-{{range $i, $f := .Filters}}<tr><td>#{{inc $i}} <span class="meta">{{$f.ID}}</span></td><td>{{range $j, $p := $f.Profiles}}{{if $j}}, {{end}}{{label $p}}{{end}}</td><td class="n">{{$f.Sessions}}</td><td><code>{{label $f.Key}}</code></td></tr>
+{{range $i, $f := .Filters}}<tr><td>#{{inc $i}} <span class="meta">{{$f.ID}}</span></td><td>{{range $j, $p := $f.Profiles}}{{if $j}}, {{end}}{{label $p}}{{end}}</td><td class="n">{{$f.Sessions}}</td><td><code>{{or $f.Key "(no rules)"}}</code></td></tr>
 {{end}}</tbody>
 </table>
 

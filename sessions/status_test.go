@@ -292,3 +292,39 @@ func TestLatencyWindow(t *testing.T) {
 		t.Errorf("other: p50 %s over %d calls", p50, n)
 	}
 }
+
+// BenchmarkStatusPage is what a client reloading GET / in a loop costs
+// mcpmux per request (1,000 tools, three profiles, a full latency
+// window), against what each request would cost if the per-profile part
+// (token estimates) were not cached per snapshot.
+func BenchmarkStatusPage(b *testing.B) {
+	up := newUpstreamServer(b, 1000)
+	s := newBenchServer(b, up.http.URL, "[profiles.a]\n[profiles.b]\nread_only = true\n[profiles.c]\ndeny = [\"up__tool_00*\"]\n")
+	for i := range latencyWindow {
+		s.metrics.observeCall("up", false, nil, time.Duration(i)*time.Microsecond)
+	}
+	b.Run("GET /", func(b *testing.B) {
+		h := s.Handler()
+		req := httptest.NewRequest(http.MethodGet, "http://127.0.0.1/", nil)
+		req.Host = "127.0.0.1"
+		b.ReportAllocs()
+		for b.Loop() {
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, req)
+			if rec.Code != http.StatusOK {
+				b.Fatalf("GET /: %d", rec.Code)
+			}
+		}
+	})
+	b.Run("profiles uncached", func(b *testing.B) {
+		p := &statusPage{srv: s, start: time.Now()}
+		snap := s.agg.Snapshot()
+		b.ReportAllocs()
+		for b.Loop() {
+			p.cached = nil
+			if ps := p.profiles(snap); len(ps.profiles) != 3 {
+				b.Fatalf("profiles: %+v", ps.profiles)
+			}
+		}
+	})
+}
