@@ -235,3 +235,39 @@ func TestDynamicToolsetsOnWebsocket(t *testing.T) {
 		t.Errorf("the other session got %d list_changed", n)
 	}
 }
+
+// TestDynamicToolsetsOnSSE enables a toolset over legacy HTTP+SSE with the
+// profile in a header the client repeats on every POST /message: enabling
+// changes the session's filter, not the selection its POSTs are checked
+// against.
+func TestDynamicToolsetsOnSSE(t *testing.T) {
+	requireNode(t)
+	mux := startMux(t, profilesConfig(t, realTempDir(t), dynamicTOML))
+	res := driveDoor(t, DoorScript{Transport: "sse", Script: Script{
+		URL:     fmt.Sprintf("http://%s/sse", mux.Addr),
+		Headers: map[string]string{"Mcp-Profile": "dyn"},
+		Steps: []Op{
+			opList(),
+			opCall("mcpmux__enable_toolset", map[string]any{"toolset": "memory"}),
+			opWaitNotification(methodToolsListChanged, dynamicWaits.notify),
+			opList(), // 3
+			opCall("memory__read_graph", map[string]any{}),
+		},
+	}})
+	steps := res.Clients[0].Steps
+	initial := slices.Concat(ownTools, demoOutside)
+	checkNames(t, "first listing", steps[0].Names, initial)
+	var memory []string
+	for _, n := range steps[3].Names {
+		if strings.HasPrefix(n, "memory__") {
+			memory = append(memory, n)
+		}
+	}
+	if len(memory) == 0 {
+		t.Fatalf("no memory tool after enabling memory: %v", steps[3].Names)
+	}
+	checkNames(t, "listing after enabling memory", steps[3].Names, slices.Concat(initial, memory))
+	if r := steps[4].Call(t); r.IsError {
+		t.Errorf("memory__read_graph: %q", r.Text())
+	}
+}

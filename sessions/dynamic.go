@@ -288,9 +288,12 @@ func (s *Server) findToolset(f *filter.Filter, args json.RawMessage) (*toolset, 
 func (s *Server) ownCall(session string, b Binding, e *filter.Entry, m *jsonrpc.Message, cl *caller) (json.RawMessage, error) {
 	start := time.Now()
 	res := s.answerOwn(session, b, e, m, cl)
-	s.audit.Write(audit.Record{Time: start.UTC(), Session: session, Profile: b.Profile, Tool: e.Tool.Name, Upstream: configs.ReservedPrefix,
-		Decision: audit.Allowed, Reason: map[bool]string{true: audit.ReasonToolError}[res.IsError],
-		Duration: float64(time.Since(start).Microseconds()) / 1000}, m.Arguments)
+	rec := audit.Record{Time: start.UTC(), Session: session, Profile: b.Profile, Tool: e.Tool.Name, Upstream: configs.ReservedPrefix,
+		Decision: audit.Allowed, Duration: float64(time.Since(start).Microseconds()) / 1000}
+	if res.IsError {
+		rec.Reason = audit.ReasonToolError
+	}
+	s.audit.Write(rec, m.Arguments)
 	out, err := json.Marshal(res)
 	if err != nil {
 		return nil, fmt.Errorf("tool %q: %w", e.Tool.Name, err)
