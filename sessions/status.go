@@ -124,7 +124,13 @@ type profileRow struct {
 	ByUpstream []filter.UpstreamTokens `json:"estimated_tokens_by_upstream"`
 	Sessions   int                     `json:"sessions"`
 	Filter     int                     `json:"filter"` // its filter instance, 1-based index in statusData.Filters
-	Error      string                  `json:"error,omitempty"`
+	// Dynamic is set for a profile with dynamic_toolsets; a new session's
+	// tools/list then starts with InitialTools (~InitialTokens), as
+	// `mcpmux check` reports.
+	Dynamic       bool   `json:"dynamic,omitempty"`
+	InitialTools  int    `json:"initial_tools,omitempty"`
+	InitialTokens int    `json:"initial_estimated_tokens,omitempty"`
+	Error         string `json:"error,omitempty"`
 }
 
 // filterRow is one distinct filter instance that profiles resolve to.
@@ -289,6 +295,13 @@ func (p *statusPage) profiles(snap *aggregator.Snapshot) *profileStatus {
 		if row.Tokens, row.ByUpstream, err = v.Tokens(); err != nil {
 			row.Error = fmt.Sprintf("profile %q: estimating tokens: %v", name, err)
 		}
+		if f := res.DynamicFilter(s.registry, b); f != nil {
+			dv := s.registry.View(snap.Version, snap.Tools, f)
+			row.Dynamic, row.InitialTools = true, dv.Len()
+			if row.InitialTokens, err = filter.EstimateTokens(dv.Tools); err != nil {
+				row.Error = fmt.Sprintf("profile %q: estimating its initial tokens: %v", name, err)
+			}
+		}
 		i, seen := c.byFilter[b.Filter]
 		if !seen {
 			i = len(c.filters)
@@ -414,7 +427,7 @@ details summary{cursor:pointer}.err{color:#a00;word-break:break-word}
 <thead><tr><th>profile</th><th>tools</th><th>~tokens</th><th>~tokens by upstream</th><th>sessions</th><th>filter</th></tr></thead>
 <tbody>
 {{range .Profiles}}<tr class="profile" data-name="{{.Name}}">
-<td class="name"><b>{{label .Name}}</b></td>
+<td class="name"><b>{{label .Name}}</b>{{if .Dynamic}}<br><span class="meta dynamic">dynamic: a session starts with {{.InitialTools}} tools, ~{{.InitialTokens}} tokens</span>{{end}}</td>
 <td class="n tools">{{.Tools}}</td>
 <td class="n">{{.Tokens}}</td>
 <td>{{range $i, $u := .ByUpstream}}{{if $i}}, {{end}}{{$u.Upstream}} {{$u.Tokens}} <span class="meta">({{$u.Tools}} tools)</span>{{else}}<span class="meta">none</span>{{end}}{{if .Error}} <span class="err">{{.Error}}</span>{{end}}</td>

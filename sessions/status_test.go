@@ -62,10 +62,14 @@ func rowOf(t *testing.T, page, class, name string) string {
 func TestStatusPage(t *testing.T) {
 	up := newUpstreamServer(t, 6)
 	s := newBenchServer(t, up.http.URL, hostileUpstream+`
+[upstreams.up.toolsets]
+first = ["tool_0000", "tool_0001"]
 [profiles.readonly]
 read_only = true
 [profiles.all]
 [profiles.everything]
+[profiles.dyn]
+dynamic_toolsets = true
 `)
 	h := s.Handler()
 	hs := httptest.NewServer(h)
@@ -138,8 +142,14 @@ read_only = true
 				t.Errorf("profile %s: no token estimate for upstream up:\n%s", tc.name, row)
 			}
 		}
-		if !regexp.MustCompile(`(?s)<td>#\d+ <span class="meta">[0-9a-f]{8}</span></td><td>all, everything</td><td class="n">1</td>`).MatchString(page) {
-			t.Errorf("profiles all and everything are not shown sharing one filter with one session:\n%s", page)
+		if row := rowOf(t, page, "profile", "dyn"); !strings.Contains(row, "dynamic: a session starts with 7 tools, ~") {
+			t.Errorf("profile dyn: its initial view (the 4 tools outside every toolset and mcpmux's 3) is not shown:\n%s", row)
+		}
+		if row := rowOf(t, page, "profile", "all"); strings.Contains(row, "dynamic") {
+			t.Errorf("profile all is shown dynamic:\n%s", row)
+		}
+		if !regexp.MustCompile(`(?s)<td>#\d+ <span class="meta">[0-9a-f]{8}</span></td><td>all, dyn, everything</td><td class="n">1</td>`).MatchString(page) {
+			t.Errorf("profiles all, dyn (its ceiling) and everything are not shown sharing one filter with one session:\n%s", page)
 		}
 	})
 	t.Run("sessions by door", func(t *testing.T) {
@@ -167,7 +177,7 @@ read_only = true
 		if evil.State == "up" || evil.LastError == "" || len(evil.Stderr) != 1 || !strings.HasPrefix(evil.Stderr[0], "<script>") || strings.Contains(body, "secret") {
 			t.Errorf("evil = %+v", evil)
 		}
-		if st.Sessions["mcp"] != 1 || st.FilterCount < 2 || len(st.Profiles) != 3 {
+		if st.Sessions["mcp"] != 1 || st.FilterCount < 2 || len(st.Profiles) != 4 {
 			t.Errorf("sessions %v, filter instances %d, profiles %+v", st.Sessions, st.FilterCount, st.Profiles)
 		}
 	})
