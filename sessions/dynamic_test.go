@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/mcpmux/mcpmux/configs"
@@ -390,5 +391,37 @@ func TestDynamicToolsetsStateless(t *testing.T) {
 	}
 	if got := listedNames(t, modern("?profile=dyn&toolsets=up/a", "tools/list", "", "")); !slices.Equal(got, toolRange(0, 9, 1)) {
 		t.Fatalf("stateless tools/list naming up/a = %q", got)
+	}
+}
+
+// TestDynamicToolsetsConcurrentEnable enables every toolset of one session
+// at once while other requests list and call on it (run with -race): each
+// enable lands, and the session ends with all of them on.
+func TestDynamicToolsetsConcurrentEnable(t *testing.T) {
+	up := newUpstreamServer(t, 30)
+	s := newBenchServer(t, up.http.URL, dynamicConfig)
+	sid := openSession(t, s.Handler(), "?profile=dyn")
+	var wg sync.WaitGroup
+	errs := make(chan string, 16)
+	for _, ts := range []string{"up/a", "up/b", "up/odd", "up/a"} {
+		wg.Go(func() {
+			body := fmt.Sprintf(`{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"mcpmux__enable_toolset","arguments":{"toolset":%q}}}`, ts)
+			if rec := post(s.Handler(), "?profile=dyn", sid, body); rec.Code != 200 || strings.Contains(rec.Body.String(), `"isError":true`) {
+				errs <- fmt.Sprintf("enable %s: %d %s", ts, rec.Code, rec.Body.String())
+			}
+		})
+		wg.Go(func() {
+			if rec := post(s.Handler(), "", sid, `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`); rec.Code != 200 {
+				errs <- fmt.Sprintf("tools/list: %d", rec.Code)
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Error(e)
+	}
+	if got := listTools(t, s, "", sid); !slices.Equal(got, slices.Concat(ownNames, toolRange(0, 29, 1))) {
+		t.Fatalf("tools/list after enabling every toolset = %q", got)
 	}
 }
