@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
@@ -50,11 +51,31 @@ func newUpstreamServer(tb testing.TB, n int) *upstreamServer {
 	u.srv.AddTools(tools...)
 	h := server.NewStreamableHTTPServer(u.srv)
 	u.http = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		u.requests.Add(1)
+		// mcpmux's idle probe (ping, or discover at 2026-07-28) comes on its
+		// own schedule, not from any client request: tests that check
+		// "nothing reached the upstream" must not count it, or they fail
+		// whenever a slow run lasts past a probe interval.
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		if !isProbe(body) {
+			u.requests.Add(1)
+		}
 		h.ServeHTTP(w, r)
 	}))
 	tb.Cleanup(u.http.Close)
 	return u
+}
+
+// isProbe reports whether body is one of mcpmux's liveness probes.
+func isProbe(body []byte) bool {
+	var m struct {
+		Method string `json:"method"`
+	}
+	return json.Unmarshal(body, &m) == nil && (m.Method == string(mcp.MethodPing) || m.Method == string(mcp.MethodServerDiscover))
 }
 
 // newBenchServer starts mcpmux's aggregator and session server over one
