@@ -477,7 +477,8 @@ func (c *importConverter) env(env map[string]*string, envFile string) ([]string,
 				path, strings.Join(passed, ", "), path)
 		}
 	}
-	for k, v := range env {
+	for _, k := range slices.Sorted(maps.Keys(env)) {
+		v := env[k]
 		switch {
 		case v == nil && isEnvName(k):
 			out[k] = tomlQuote("${" + k + "}")
