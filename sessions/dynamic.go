@@ -103,21 +103,16 @@ func newDynamicSetup(res *Resolver) *dynamicSetup {
 }
 
 // effective returns the filter b's view is computed with: b.Filter, with
-// the dynamic stage added when b's profile has dynamic_toolsets and the
-// stage is not there yet (nothing enabled). A request that narrows by
-// toolsets or tool names (Mcp-Toolsets, Mcp-Tools, their query parameters,
-// X-MCP-Toolsets, X-MCP-Tools, /x/{toolsets}) has chosen its tools itself:
-// it gets no dynamic stage.
+// the dynamic stage added when b is Dynamic and the stage is not there yet
+// (nothing enabled). b.Dynamic was decided when b was resolved: its
+// profile had dynamic_toolsets, and the request did not choose toolsets or
+// tool names itself (Mcp-Toolsets, Mcp-Tools, their query parameters,
+// X-MCP-Toolsets, X-MCP-Tools, /x/{toolsets}).
 func (s *Server) effective(b Binding) *filter.Filter {
-	if b.Filter == nil || b.Filter.Dynamic() {
+	if b.Filter == nil || b.Filter.Dynamic() || !b.Dynamic {
 		return b.Filter
 	}
-	d := s.dynamic()
-	p := d.res.cfg.Profiles[b.Profile]
-	if p == nil || !p.DynamicToolsets || choosesTools(d.res, b.Selection) {
-		return b.Filter
-	}
-	return s.registry.Narrowed(append(b.Filter.Ceiling(), d.initial)...)
+	return s.registry.Narrowed(append(b.Filter.Ceiling(), s.dynamic().initial)...)
 }
 
 // choosesTools reports whether sel names toolsets or tools itself, as
@@ -272,13 +267,18 @@ func (s *Server) findToolset(f *filter.Filter, args json.RawMessage) (*toolset, 
 	if len(bytes.TrimSpace(args)) == 0 || json.Unmarshal(args, &p) != nil || p.Toolset == nil {
 		return nil, nil, "the argument toolset (a string) is required; " + valid()
 	}
+	// A toolset with no tool inside the ceiling answers exactly like one
+	// that does not exist, in the caller's own spelling: naming it, or its
+	// upstream's prefix, would tell a hidden upstream from a missing one
+	// (SPEC §5).
+	unknown := fmt.Sprintf("unknown toolset %q; %s", jsonrpc.Printable(*p.Toolset), valid())
 	ts := s.dynamic().refs[*p.Toolset]
 	if ts == nil {
-		return nil, nil, fmt.Sprintf("unknown toolset %q; %s", jsonrpc.Printable(*p.Toolset), valid())
+		return nil, nil, unknown
 	}
 	tools := s.inCeiling(s.ceilingView(f), ts)
 	if len(tools) == 0 {
-		return nil, nil, fmt.Sprintf("toolset %q has no tool this profile allows; %s", ts.name, valid())
+		return nil, nil, unknown
 	}
 	return ts, tools, ""
 }
@@ -412,8 +412,7 @@ func structured(v any) *mcp.CallToolResult {
 // returns nil. It is for commands that hold a resolver but no Server
 // (check, tools); registry is theirs.
 func (r *Resolver) DynamicFilter(registry *filter.Registry, b Binding) *filter.Filter {
-	p := r.cfg.Profiles[b.Profile]
-	if b.Filter == nil || p == nil || !p.DynamicToolsets || choosesTools(r, b.Selection) {
+	if b.Filter == nil || !b.Dynamic {
 		return nil
 	}
 	d := newDynamicSetup(r)

@@ -315,7 +315,7 @@ func TestDynamicToolsetsCeiling(t *testing.T) {
 		t.Fatalf("list_toolsets: %q", r.text())
 	}
 	notes, m := callTool(t, s, "", sid, "mcpmux__enable_toolset", map[string]any{"toolset": "up/odd"})
-	if r := resultOf(t, m); !r.IsError || !strings.Contains(r.text(), `toolset "up/odd" has no tool this profile allows; valid toolsets: up/a, up/b`) || len(notes) != 0 {
+	if r := resultOf(t, m); !r.IsError || !strings.Contains(r.text(), `unknown toolset "up/odd"; valid toolsets: up/a, up/b`) || len(notes) != 0 {
 		t.Fatalf("enable outside the ceiling: %q", r.text())
 	}
 	callTool(t, s, "", sid, "mcpmux__enable_toolset", map[string]any{"toolset": "up/a"})
@@ -423,5 +423,67 @@ func TestDynamicToolsetsConcurrentEnable(t *testing.T) {
 	}
 	if got := listTools(t, s, "", sid); !slices.Equal(got, slices.Concat(ownNames, toolRange(0, 29, 1))) {
 		t.Fatalf("tools/list after enabling every toolset = %q", got)
+	}
+}
+
+// TestDynamicToolsetsHiddenLikeMissing checks that a toolset of an
+// upstream the profile hides answers get_toolset_tools and enable_toolset
+// exactly as a toolset that does not exist, without naming the hidden
+// upstream's prefix.
+func TestDynamicToolsetsHiddenLikeMissing(t *testing.T) {
+	up := newUpstreamServer(t, 30)
+	other := newUpstreamServer(t, 3)
+	extra := fmt.Sprintf("[upstreams.secretive]\nurl = %q\nprefix = \"hush\"\n[upstreams.secretive.toolsets]\nadmin = [\"tool_*\"]\n%s\n[profiles.uponly]\nupstreams = [\"up\"]\ndynamic_toolsets = true\n",
+		other.http.URL, dynamicConfig)
+	s := newServerWith(t, up.http.URL, extra, Options{})
+	sid := openSession(t, s.Handler(), "?profile=uponly")
+	for _, tool := range []string{"mcpmux__get_toolset_tools", "mcpmux__enable_toolset"} {
+		answer := func(name string) string {
+			_, m := callTool(t, s, "", sid, tool, map[string]any{"toolset": name})
+			r := resultOf(t, m)
+			if !r.IsError {
+				t.Fatalf("%s %q: not an error: %q", tool, name, r.text())
+			}
+			return strings.ReplaceAll(r.text(), name, "NAME")
+		}
+		hidden, missing := answer("secretive/admin"), answer("nosuch/admin")
+		if hidden != missing || strings.Contains(hidden, "hush") {
+			t.Fatalf("%s: a hidden toolset answers %q, a missing one %q", tool, hidden, missing)
+		}
+		if h, m := answer("hush/admin"), answer("nope/admin"); h != m {
+			t.Fatalf("%s by prefix: a hidden toolset answers %q, a missing one %q", tool, h, m)
+		}
+	}
+}
+
+// TestDynamicToolsetsReloadWithoutProfile checks that a dynamic session
+// whose profile a reload removed keeps its rules as they were, toolsets
+// off included: it does not get the whole ceiling.
+func TestDynamicToolsetsReloadWithoutProfile(t *testing.T) {
+	up := newUpstreamServer(t, 30)
+	s := newBenchServer(t, up.http.URL, dynamicConfig)
+	sid := openSession(t, s.Handler(), "?profile=dyn")
+	initial := append(slices.Clone(ownNames), toolRange(20, 29, 1)...)
+	if got := listTools(t, s, "", sid); !slices.Equal(got, initial) {
+		t.Fatalf("tools/list = %q, want %q", got, initial)
+	}
+	renamed := strings.Replace(dynamicConfig, "[profiles.dyn]", "[profiles.dyn2]", 1)
+	renamed = strings.Replace(renamed, `extends = "dyn"`, `extends = "dyn2"`, 1)
+	cfg, err := configs.Parse("reload.toml", []byte(fmt.Sprintf("[upstreams.up]\nurl = %q\n%s", up.http.URL, renamed)), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Reload(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if got := listTools(t, s, "", sid); !slices.Equal(got, initial) {
+		t.Fatalf("tools/list after its profile was removed = %q, want %q", got, initial)
+	}
+	before := up.requests.Load()
+	if _, m := callTool(t, s, "", sid, "up__tool_0005", map[string]any{"query": "x"}); m.Error == nil || m.Error.Code != -32601 {
+		t.Fatalf("a tool never enabled after its profile was removed: %+v %s", m.Error, m.Result)
+	}
+	if n := up.requests.Load() - before; n != 0 {
+		t.Fatalf("the upstream got %d requests", n)
 	}
 }

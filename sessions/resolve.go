@@ -52,6 +52,12 @@ type Binding struct {
 	// Selection is what the binding was resolved from, without the token,
 	// so that a reload can resolve it again against new rules.
 	Selection Selection
+	// Dynamic records that the profile had dynamic_toolsets when the
+	// binding was resolved and the request chose no toolsets or tools
+	// itself (dynamic.go). It is kept with the binding, not looked up in
+	// the current config, so that a session that keeps its rules across a
+	// reload which removed its profile keeps its toolsets off too.
+	Dynamic bool
 }
 
 // Selection is what one request asks for, before it is checked.
@@ -486,7 +492,11 @@ func (r *Resolver) resolve(sel Selection, auth bool) (Binding, error) {
 	} else {
 		f = r.registry.Filter(stages...)
 	}
-	return Binding{Profile: name, Filter: f, Explicit: sel.Profile != "" || sel.Narrowing, Selection: kept}, nil
+	dynamic := false
+	if p := r.cfg.Profiles[name]; p != nil && p.DynamicToolsets {
+		dynamic = !choosesTools(r, sel)
+	}
+	return Binding{Profile: name, Filter: f, Explicit: sel.Profile != "" || sel.Narrowing, Selection: kept, Dynamic: dynamic}, nil
 }
 
 // stages checks sel (its token when auth is set, its profile, its
