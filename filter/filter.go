@@ -32,7 +32,7 @@ func (f *Filter) Key() string { return f.key }
 // (Rules.Match) and admits its upstream (upstreams, deny_upstreams).
 func (f *Filter) Allows(e *Entry) bool {
 	for _, s := range f.stages {
-		if !s.Match(e.Tool.Name, e.ReadOnly, e.Toolsets) || !s.admitsUpstream(e.Upstream) {
+		if !s.Match(e.Tool.Name, e.ReadOnly, e.Toolsets) || !s.AdmitsUpstream(e.Upstream) {
 			return false
 		}
 	}

@@ -263,11 +263,12 @@ func (r *Rules) Match(name string, readOnly bool, toolsets []string) bool {
 	return false
 }
 
-// admitsUpstream reports whether this stage lets the named upstream through:
+// AdmitsUpstream reports whether this stage lets the named upstream through:
 // it is not in deny_upstreams and, when the stage names upstreams, it is
 // one of them. It is the upstream half of both the tool decision
-// (Filter.Allows) and upstream visibility (Filter.ShowsUpstream).
-func (r *Rules) admitsUpstream(name string) bool {
+// (Filter.Allows) and upstream visibility (Filter.ShowsUpstream), and it
+// decides which toolsets a request may name (sessions.Resolver).
+func (r *Rules) AdmitsUpstream(name string) bool {
 	if _, denied := r.denyUpstreams[name]; denied {
 		return false
 	}

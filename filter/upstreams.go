@@ -26,7 +26,7 @@ import (
 func (f *Filter) ShowsUpstream(name string, hasVisibleTool, servesTools bool) bool {
 	named := false
 	for _, s := range f.stages {
-		if !s.admitsUpstream(name) {
+		if !s.AdmitsUpstream(name) {
 			return false
 		}
 		named = named || s.upstreams != nil

@@ -133,7 +133,7 @@ func TestUpstreamVisibility(t *testing.T) {
 
 func stagesAdmit(stages []*Rules, up string) bool {
 	for _, s := range stages {
-		if !s.admitsUpstream(up) {
+		if !s.AdmitsUpstream(up) {
 			return false
 		}
 	}

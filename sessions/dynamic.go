@@ -120,7 +120,8 @@ func (s *Server) effective(b Binding) *filter.Filter {
 func choosesTools(res *Resolver, sel Selection) bool {
 	for _, n := range sel.narrowings() {
 		everything := slices.ContainsFunc(n.Toolsets, func(ts string) bool {
-			return !res.toolsets[ts] && (ts == "all" || ts == "default")
+			_, known := res.toolsets[ts]
+			return !known && (ts == "all" || ts == "default")
 		})
 		if !everything && (len(n.Toolsets) > 0 || len(n.Tools) > 0) {
 			return true

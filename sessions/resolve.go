@@ -377,7 +377,7 @@ type Resolver struct {
 	profiles map[string][]*filter.Rules // profile → its rules and its ancestors'
 	names    []string                   // known profile names, sorted
 	tokens   []tokenEntry
-	toolsets map[string]bool // every valid toolset selector
+	toolsets map[string]string // every valid toolset selector → its upstream's name
 }
 
 type tokenEntry struct {
@@ -387,7 +387,7 @@ type tokenEntry struct {
 
 // NewResolver compiles cfg's [filter] and profiles. cfg must be valid.
 func NewResolver(cfg *configs.Config, registry *filter.Registry) (*Resolver, error) {
-	r := &Resolver{cfg: cfg, registry: registry, profiles: make(map[string][]*filter.Rules), toolsets: make(map[string]bool)}
+	r := &Resolver{cfg: cfg, registry: registry, profiles: make(map[string][]*filter.Rules), toolsets: make(map[string]string)}
 	var err error
 	if r.global, err = filter.Compile(cfg.Filter); err != nil {
 		return nil, fmt.Errorf("[filter]: %w", err)
@@ -417,14 +417,14 @@ func NewResolver(cfg *configs.Config, registry *filter.Registry) (*Resolver, err
 		r.tokens = append(r.tokens, te)
 	}
 	for _, u := range cfg.Upstreams {
-		r.toolsets[u.Name] = true
+		r.toolsets[u.Name] = u.Name
 		if u.Prefix != "" {
-			r.toolsets[u.Prefix] = true
+			r.toolsets[u.Prefix] = u.Name
 		}
 		for set := range u.Toolsets {
-			r.toolsets[u.Name+"/"+set] = true
+			r.toolsets[u.Name+"/"+set] = u.Name
 			if u.Prefix != "" {
-				r.toolsets[u.Prefix+"/"+set] = true
+				r.toolsets[u.Prefix+"/"+set] = u.Name
 			}
 		}
 	}
@@ -536,7 +536,7 @@ func (r *Resolver) stages(sel Selection, auth bool) (string, []*filter.Rules, er
 			if !n.given() {
 				continue
 			}
-			narrow, err := r.narrowingRules(n)
+			narrow, err := r.narrowingRules(n, stages)
 			if err != nil {
 				return "", nil, err
 			}
@@ -551,12 +551,17 @@ func (r *Resolver) stages(sel Selection, auth bool) (string, []*filter.Rules, er
 // toolset and for its default ones), which, unless an upstream is named
 // so, leave the toolsets and tools of n unnarrowed: in a profile's view,
 // every toolset is the default. Excluded names are matched exactly.
-func (r *Resolver) narrowingRules(n Narrowing) (*filter.Rules, error) {
+//
+// A toolset of an upstream that profile (the rule stages before n) hides
+// by upstreams or deny_upstreams is refused exactly like one that does not
+// exist, so that a request cannot tell a hidden upstream from a missing
+// one by its toolsets (SPEC §5).
+func (r *Resolver) narrowingRules(n Narrowing, profile []*filter.Rules) (*filter.Rules, error) {
 	rs := configs.RuleSet{Toolsets: n.Toolsets, Tools: n.Tools, ReadOnly: n.ReadOnly}
 	everything := false
 	for _, ts := range n.Toolsets {
 		switch {
-		case r.toolsets[ts]:
+		case r.knownToolset(ts, profile):
 		case ts == "all" || ts == "default":
 			everything = true
 		default:
@@ -574,6 +579,21 @@ func (r *Resolver) narrowingRules(n Narrowing) (*filter.Rules, error) {
 		return nil, fmt.Errorf("%w: %v", ErrBadNarrowing, err)
 	}
 	return narrow, nil
+}
+
+// knownToolset reports whether ts names a toolset of an upstream that
+// every stage lets through.
+func (r *Resolver) knownToolset(ts string, stages []*filter.Rules) bool {
+	up, ok := r.toolsets[ts]
+	if !ok {
+		return false
+	}
+	for _, s := range stages {
+		if !s.AdmitsUpstream(up) {
+			return false
+		}
+	}
+	return true
 }
 
 // literalGlob returns the glob that matches exactly name: its wildcard and

@@ -4,12 +4,15 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 
+	"github.com/mcpmux/mcpmux/configs"
+	"github.com/mcpmux/mcpmux/filter"
 	"github.com/mcpmux/mcpmux/internal/jsonrpc"
 )
 
@@ -346,6 +349,71 @@ profiles = ["all"]
 	for _, auth := range []string{"", "Bearer nope"} {
 		if code, body := do(http.MethodGet, "/metrics", "", "", map[string]string{"Authorization": auth}); code != http.StatusUnauthorized || strings.Contains(body, "mcpmux_") {
 			t.Errorf("/metrics with Authorization %q: %d, want 401", auth, code)
+		}
+	}
+}
+
+// TestHiddenToolsetLikeUnknown checks that naming a toolset of an upstream
+// the profile hides (upstreams, deny_upstreams) is refused exactly like
+// naming one that does not exist, by every source of narrowing, so that a
+// request cannot learn which upstreams exist behind its profile.
+func TestHiddenToolsetLikeUnknown(t *testing.T) {
+	cfg, err := configs.Parse("hidden.toml", []byte(`
+[upstreams.up]
+url = "http://127.0.0.1:1/mcp"
+[upstreams.secretive]
+url = "http://127.0.0.1:2/mcp"
+prefix = "hush"
+[upstreams.secretive.toolsets]
+admin = ["*"]
+[profiles.uponly]
+upstreams = ["up"]
+[profiles.notsecret]
+deny_upstreams = ["secretive"]
+[profiles.all]
+`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := NewResolver(cfg, filter.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sources := map[string]func(profile, toolset string) Selection{
+		"Mcp-Toolsets": func(p, ts string) Selection {
+			return Selection{Profile: p, Toolsets: []string{ts}, Narrowing: true}
+		},
+		"X-MCP-Toolsets": func(p, ts string) Selection {
+			return Selection{Profile: p, Alias: Narrowing{Toolsets: []string{ts}}, Narrowing: true}
+		},
+		"/x/{toolsets}": func(p, ts string) Selection {
+			return Selection{Profile: p, Path: Narrowing{Toolsets: []string{ts}}, Narrowing: true}
+		},
+	}
+	for from, sel := range sources {
+		refusal := func(profile, toolset string) string {
+			_, err := res.Resolve(sel(profile, toolset))
+			if err == nil {
+				return ""
+			}
+			if !errors.Is(err, ErrBadNarrowing) {
+				t.Fatalf("%s: profile %s, toolset %s: %v", from, profile, toolset, err)
+			}
+			return strings.ReplaceAll(err.Error(), toolset, "NAME")
+		}
+		for _, profile := range []string{"uponly", "notsecret"} {
+			missing := refusal(profile, "nosuch/admin")
+			if missing == "" {
+				t.Fatalf("%s: profile %s: a toolset that does not exist was accepted", from, profile)
+			}
+			for _, ts := range []string{"secretive", "hush", "secretive/admin", "hush/admin"} {
+				if got := refusal(profile, ts); got != missing {
+					t.Errorf("%s: profile %s: toolset %q of a hidden upstream answers %q, a missing one %q", from, profile, ts, got, missing)
+				}
+			}
+		}
+		if got := refusal("all", "hush/admin"); got != "" {
+			t.Errorf("%s: profile all: a visible upstream's toolset was refused: %s", from, got)
 		}
 	}
 }
