@@ -127,11 +127,23 @@ func (f *Filter) CeilingKey() string {
 
 // ownTools returns the entries of mcpmux's own tools a view through f
 // lists first, or nil.
+//
+// A stage that denies one of them by name (a profile's deny or deny_regex,
+// X-MCP-Exclude-Tools) hides it: denying only narrows. Positive selectors
+// and read_only do not hide them, since they select upstream tools and
+// the own tools are read-only.
 func (f *Filter) ownTools() []*Entry {
-	if d := f.dynamic(); d != nil {
+	d := f.dynamic()
+	if d == nil {
+		return nil
+	}
+	denied := func(e *Entry) bool {
+		return slices.ContainsFunc(f.stages, func(r *Rules) bool { return r.denies(e.Tool.Name) })
+	}
+	if !slices.ContainsFunc(d.own, denied) {
 		return d.own
 	}
-	return nil
+	return slices.DeleteFunc(slices.Clone(d.own), denied)
 }
 
 // WithToolsets returns the filter of f's ceiling with a dynamic stage that

@@ -148,3 +148,34 @@ func TestDynamicOwnToolShadowsUpstreamTool(t *testing.T) {
 		t.Fatal("the upstream's tool shadows mcpmux's own")
 	}
 }
+
+// TestDynamicOwnToolsDeniedByName checks that a stage denying one of
+// mcpmux's own tools by name (a profile's deny, X-MCP-Exclude-Tools) hides
+// it from the view and from Lookup, while positive selectors and read_only
+// leave the own tools listed.
+func TestDynamicOwnToolsDeniedByName(t *testing.T) {
+	tests := []struct {
+		name  string
+		rules configs.RuleSet
+		want  []string
+	}{
+		{"deny by exact name", configs.RuleSet{Deny: []string{"mcpmux__enable_toolset"}}, []string{"mcpmux__list_toolsets", "gh__get_me"}},
+		{"deny_regex", configs.RuleSet{DenyRegex: []string{"^mcpmux__"}}, []string{"gh__get_me"}},
+		{"tools and read_only do not hide them", configs.RuleSet{Tools: []string{"gh__get_me"}, ReadOnly: true}, []string{"mcpmux__list_toolsets", "mcpmux__enable_toolset", "gh__get_me"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			reg := NewRegistry()
+			f := reg.WithToolsets(reg.Filter(MustCompile(tt.rules)), nil, []string{"github"}, ownEntries())
+			v := reg.View(1, dynamicCatalog(), f)
+			if got := toolNames(v); !slices.Equal(got, tt.want) {
+				t.Fatalf("view = %q, want %q", got, tt.want)
+			}
+			for _, e := range ownEntries() {
+				if listed := slices.Contains(tt.want, e.Tool.Name); (v.Lookup(e.Tool.Name) != nil) != listed {
+					t.Errorf("Lookup(%s) disagrees with the listing (listed %v)", e.Tool.Name, listed)
+				}
+			}
+		})
+	}
+}

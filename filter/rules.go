@@ -226,18 +226,8 @@ func (r *Rules) Match(name string, readOnly bool, toolsets []string) bool {
 	if r.dynamic != nil {
 		return r.dynamic.match(toolsets)
 	}
-	if r.readOnly && !readOnly {
+	if r.readOnly && !readOnly || r.denies(name) {
 		return false
-	}
-	for _, g := range r.deny {
-		if g.Match(name) {
-			return false
-		}
-	}
-	for _, re := range r.denyRe {
-		if re.MatchString(name) {
-			return false
-		}
 	}
 	if !r.hasPositive() {
 		return true
@@ -257,6 +247,22 @@ func (r *Rules) Match(name string, readOnly bool, toolsets []string) bool {
 	}
 	for _, ts := range toolsets {
 		if _, ok := r.toolsets[ts]; ok {
+			return true
+		}
+	}
+	return false
+}
+
+// denies reports whether a negative selector (deny, deny_regex) of this
+// stage matches name.
+func (r *Rules) denies(name string) bool {
+	for _, g := range r.deny {
+		if g.Match(name) {
+			return true
+		}
+	}
+	for _, re := range r.denyRe {
+		if re.MatchString(name) {
 			return true
 		}
 	}
