@@ -137,7 +137,7 @@ func (u *Upstream) dialTransport(ctx context.Context) (*conn, *Catalog, error) {
 
 func (u *Upstream) dialStdio(ctx context.Context) (*conn, *Catalog, error) {
 	c := u.newConn(configs.TransportStdio)
-	p, err := startProcess(u.procLife, u.cfg, u.log, c.spawn, c.lost)
+	p, err := startProcess(u.procLife, u.cfg, u.log, u.secrets(), c.spawn, c.lost)
 	if err != nil {
 		return c, nil, err
 	}

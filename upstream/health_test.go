@@ -2,11 +2,15 @@ package upstream
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/mcpmux/mcpmux/configs"
+	"github.com/mcpmux/mcpmux/internal/redact"
 )
 
 func TestHealthAfterAKilledChild(t *testing.T) {
@@ -63,5 +67,89 @@ func TestHealthOfAChildThatDiesAtStart(t *testing.T) {
 	}
 	if !slices.Equal(h.Stderr, []string{"<b>boom</b>"}) {
 		t.Errorf("Stderr = %q, want the child's one line", h.Stderr)
+	}
+}
+
+// TestHealthMasksConfiguredSecrets: a child that echoes an env value on
+// stderr, as a plain line and in a JSON line, has it masked in the
+// attempt's error (what check prints), in Health and in the logs.
+func TestHealthMasksConfiguredSecrets(t *testing.T) {
+	cfg := stdioConfig(t, "leaky", "serve")
+	cfg.Command, cfg.Args = "sh", []string{"-c", `echo "starting with token $MYSECRET" >&2; echo "{\"msg\":\"key $MYSECRET\",\"n\":{\"k\":\"$MYSECRET\"}}" >&2; exit 3`}
+	cfg.Env["MYSECRET"] = "hunter2-env-secret"
+	cfg.Env["SHORT"] = "true"
+	sink := &logSink{}
+	opts := fastOptions(sink)
+	opts.MinBackoff = time.Hour // one attempt only
+	u := New(cfg, opts)
+	t.Cleanup(func() { u.Close() })
+	err := u.Start(context.Background())
+	if err == nil {
+		t.Fatal("Start succeeded for a child that exits at once")
+	}
+	if strings.Contains(err.Error(), "hunter2") || !strings.Contains(err.Error(), "starting with token REDACTED") {
+		t.Errorf("Start's error = %v, want the stderr line with the env value masked", err)
+	}
+	h := u.Health()
+	if len(h.Stderr) != 2 || h.Stderr[0] != "starting with token REDACTED" || strings.Contains(strings.Join(h.Stderr, "\n"), "hunter2") {
+		t.Errorf("Stderr = %q, want the env value masked", h.Stderr)
+	}
+	if got := u.Redact("x hunter2-env-secret true http://h/?k=v"); got != "x REDACTED true http://h/?k=REDACTED" {
+		t.Errorf("Redact = %q", got)
+	}
+	sink.mu.Lock()
+	defer sink.mu.Unlock()
+	logged := 0
+	for _, r := range sink.records {
+		line := fmt.Sprint(r)
+		if strings.Contains(line, "hunter2") {
+			t.Errorf("log record carries the env value: %s", line)
+		}
+		if r["msg"] == "stderr" && strings.Contains(line, "REDACTED") {
+			logged++
+		}
+	}
+	if logged != 2 {
+		t.Errorf("%d stderr lines logged masked, want 2: %v", logged, sink.records)
+	}
+}
+
+func TestHealthSecretValues(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  configs.Upstream
+		want []string // each must be masked
+		keep []string // each must not be
+	}{
+		{"env, headers and args", configs.Upstream{
+			Env:     map[string]string{"A": "env-value-1", "B": "1"},
+			Headers: map[string]string{"Authorization": "Bearer tok-abcdef", "X-Api-Key": "xkey-123456"},
+			Args:    []string{"--api-key=arg-secret-1", "--token", "arg-secret-2", "--dir", "/some/where/over"},
+		}, []string{"env-value-1", "tok-abcdef", "Bearer tok-abcdef", "xkey-123456", "arg-secret-1", "arg-secret-2"}, []string{"/some/where/over", "Bearer"}},
+		{"password with a quote", configs.Upstream{URL: "http://user:ab'cd-PASSWORD-TAIL@127.0.0.1:1/mcp"},
+			[]string{"ab'cd-PASSWORD-TAIL"}, []string{"127.0.0.1"}},
+		{"escaped password", configs.Upstream{URL: "https://user:pa%20ss-word@host/mcp"},
+			[]string{"pa%20ss-word", "pa ss-word"}, nil},
+		{"token as user", configs.Upstream{URL: "https://ghp_TOKEN123@host/mcp"}, []string{"ghp_TOKEN123"}, nil},
+		{"query", configs.Upstream{URL: "http://127.0.0.1:1/mcp?key=ab'cd-QUERYTAIL&flag=1&e=a%2Bbcdefg"},
+			[]string{"ab'cd-QUERYTAIL", "a%2Bbcdefg", "a+bcdefg"}, []string{"flag=1"}},
+		{"key in the path", configs.Upstream{URL: "https://actions.zapier.com/mcp/sk-ak-PATHSECRET/sse"},
+			[]string{"sk-ak-PATHSECRET"}, []string{"/mcp/", "/sse", "actions.zapier.com"}},
+		{"uuid in the path", configs.Upstream{URL: "https://mcp.composio.dev/composio/server/0f8e2c1a-9b7d-4c3e-a1f2-3d4c5b6a7e8f/mcp"},
+			[]string{"0f8e2c1a-9b7d-4c3e-a1f2-3d4c5b6a7e8f"}, []string{"composio", "server", "streamable-http"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := redact.NewSecrets(secretValues(&tc.cfg)...)
+			for _, w := range tc.want {
+				if got := s.Mask("<" + w + ">"); got != "<REDACTED>" {
+					t.Errorf("Mask(%q) = %q, want it masked", w, got)
+				}
+			}
+			for _, k := range tc.keep {
+				if got := s.Mask(k); got != k {
+					t.Errorf("Mask(%q) = %q, want it kept", k, got)
+				}
+			}
+		})
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/mcpmux/mcpmux/configs"
+	"github.com/mcpmux/mcpmux/internal/redact"
 )
 
 const (
@@ -63,7 +64,7 @@ type process struct {
 // the group, but Close performs the graceful shutdown first. Pdeathsig kills
 // the child if mcpmux itself dies (strictly: if the thread that forked it
 // exits, which the Go runtime does not do to threads it did not lock).
-func startProcess(life context.Context, cfg *configs.Upstream, log *slog.Logger, spawn func(string, func()), onExit func(error)) (*process, error) {
+func startProcess(life context.Context, cfg *configs.Upstream, log *slog.Logger, secrets *redact.Secrets, spawn func(string, func()), onExit func(error)) (*process, error) {
 	if cfg.Command == "" {
 		return nil, errors.New("stdio upstream has no command")
 	}
@@ -130,7 +131,7 @@ func startProcess(life context.Context, cfg *configs.Upstream, log *slog.Logger,
 	})
 	spawn("stderr logger", func() {
 		defer close(p.stderrDone)
-		logStderr(errR, log, &p.tail)
+		logStderr(errR, log, &p.tail, secrets)
 	})
 	return p, nil
 }

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/mcpmux/mcpmux/internal/redact"
 )
 
 const (
@@ -105,8 +107,13 @@ func (p *process) lastStderr() []string {
 // fields as attributes under the group "stderr" (so a log shipper sees a
 // pino or zap line as fields, not as a quoted string); any other line is
 // the string attribute "stderr". Lines longer than maxStderrLine are logged
-// truncated and the rest is skipped.
-func logStderr(r io.Reader, log *slog.Logger, tail *stderrTail) {
+// truncated and the rest is skipped. Every value secrets holds (the
+// upstream's env values, which a child may echo) is masked in the kept
+// lines and in what is logged.
+func logStderr(r io.Reader, log *slog.Logger, tail *stderrTail, secrets *redact.Secrets) {
+	if secrets != nil {
+		log = slog.New(secrets.Handler(log.Handler()))
+	}
 	br := bufio.NewReaderSize(r, maxStderrLine)
 	for {
 		line, err := br.ReadSlice('\n')
@@ -114,7 +121,7 @@ func logStderr(r io.Reader, log *slog.Logger, tail *stderrTail) {
 		if len(line) > 0 {
 			raw := bytes.TrimRight(line, "\r\n")
 			text := string(raw)
-			tail.add(text)
+			tail.add(secrets.Mask(text))
 			switch attrs, ok := jsonAttrs(raw); {
 			case truncated:
 				log.Info("stderr", "stderr", text, "truncated", true)
