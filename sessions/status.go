@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"html/template"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -17,7 +18,6 @@ import (
 	"github.com/mcpmux/mcpmux/aggregator"
 	"github.com/mcpmux/mcpmux/configs"
 	"github.com/mcpmux/mcpmux/filter"
-	"github.com/mcpmux/mcpmux/internal/redact"
 	"github.com/mcpmux/mcpmux/upstream"
 )
 
@@ -31,8 +31,10 @@ const maxKeyShown = 160
 // handleStatus registers the status page for people, GET / (exact root),
 // and the same data as JSON, GET /status.json (SPEC §9). Both are
 // protected like /metrics: Host and Origin by guard, and a bearer token
-// when tokens are configured. What they show never includes a secret:
-// URLs are redacted, and no header, env value or token is read.
+// when tokens are configured. What they show never includes a secret: a
+// URL upstream shows as scheme://host[:port], and its error and stderr
+// lines pass through Upstream.Redact, which masks every secret value of
+// its config (env and header values, URL keys) and redacts URLs.
 func (s *Server) handleStatus(mux *http.ServeMux) {
 	p := &statusPage{srv: s, start: time.Now()}
 	mux.Handle("GET /{$}", s.needToken(http.HandlerFunc(p.serveHTML)))
@@ -89,8 +91,8 @@ type upstreamRow struct {
 	Name      string `json:"name"`
 	Prefix    string `json:"prefix"`
 	Transport string `json:"transport"`
-	// Target is the redacted URL, or the command without its arguments
-	// (which may carry secrets).
+	// Target is the URL's scheme://host[:port], or the command without
+	// its arguments (both may carry secrets).
 	Target    string `json:"target"`
 	Required  bool   `json:"required"`
 	Scope     string `json:"scope"`
@@ -251,11 +253,11 @@ func (p *statusPage) upstreams(snap *aggregator.Snapshot, now time.Time) []upstr
 			row.Prompts, row.Resources, row.Templates = len(cat.Prompts), len(cat.Resources), len(cat.ResourceTemplates)
 		}
 		if h.LastError != nil {
-			row.LastError = redact.URLs(h.LastError.Error())
+			row.LastError = u.Redact(h.LastError.Error())
 			row.LastErrorAt = h.LastErrorAt.UTC().Format(time.RFC3339)
 			row.ago = roundDuration(now.Sub(h.LastErrorAt)).String()
 			for _, l := range h.Stderr {
-				row.Stderr = append(row.Stderr, redact.URLs(l))
+				row.Stderr = append(row.Stderr, u.Redact(l))
 			}
 		}
 		if p50, p99, n := s.metrics.recent.quantiles(cfg.Name); n > 0 {
@@ -329,13 +331,16 @@ func stateName(h upstream.Health) string {
 }
 
 // target is what the page says an upstream connects to, without secrets:
-// the URL with its query values and userinfo redacted, or the command
-// without its arguments.
+// the URL's scheme, host and port only (its userinfo, path and query may
+// all carry keys), or the command without its arguments.
 func target(cfg *configs.Upstream) string {
-	if cfg.URL != "" {
-		return redact.URLs(cfg.URL)
+	if cfg.URL == "" {
+		return cfg.Command
 	}
-	return cfg.Command
+	if u, err := url.Parse(cfg.URL); err == nil && u.Scheme != "" && u.Host != "" {
+		return (&url.URL{Scheme: u.Scheme, Host: u.Host}).String()
+	}
+	return "(unparsable url)" // Parse validated it; nothing of it is shown
 }
 
 func keyDigest(key string) string {

@@ -338,3 +338,76 @@ func BenchmarkStatusPage(b *testing.B) {
 		}
 	})
 }
+
+// leakyUpstreams are upstreams whose configured secrets would reach the
+// page through their error, their stderr lines or their target, one per
+// leak a review found: an env value a child echoes on stderr, a URL
+// password and a query value with a single quote in them (which once ended
+// the redaction's URL scan), and a key in a URL's path (Zapier, Composio).
+const leakyUpstreams = `
+[upstreams.leaky]
+command = "sh"
+args = ["-c", "echo \"starting with token $$MYSECRET\" >&2; echo \"{\\\"msg\\\":\\\"json $$MYSECRET\\\"}\" >&2; exit 3"]
+env = { MYSECRET = "hunter2-env-secret" }
+[upstreams.password]
+url = "http://user:ab'cd-PASSWORD-TAIL@127.0.0.1:1/mcp"
+[upstreams.query]
+url = "http://127.0.0.1:1/mcp?key=ab'cd-QUERYTAIL"
+[upstreams.path]
+url = "http://127.0.0.1:1/mcp/sk-ak-PATHSECRET/sse"
+[upstreams.unparsable]
+command = "sh"
+args = ["-c", "echo 'dial https://user:pa%zz-PCTSECRET@host/x failed' >&2; exit 3"]
+`
+
+// TestStatusPageHidesConfiguredSecrets: no byte of a configured secret
+// reaches GET / or GET /status.json, however the upstream repeats it.
+func TestStatusPageHidesConfiguredSecrets(t *testing.T) {
+	up := newUpstreamServer(t, 1)
+	s := newBenchServer(t, up.http.URL, leakyUpstreams)
+	hs := httptest.NewServer(s.Handler())
+	t.Cleanup(hs.Close)
+	secrets := []string{"hunter2", "env-secret", "PASSWORD-TAIL", "cd-PASSWORD", "QUERYTAIL", "cd-QUERY", "PATHSECRET", "sk-ak", "PCTSECRET", "pa%zz"}
+
+	_, page := fetchStatus(t, hs, http.MethodGet, "/", nil)
+	_, body := fetchStatus(t, hs, http.MethodGet, "/status.json", nil)
+	for _, sec := range secrets {
+		for name, text := range map[string]string{"GET /": page, "GET /status.json": body} {
+			if strings.Contains(text, sec) {
+				t.Errorf("%s shows %q:\n%s", name, sec, text)
+			}
+		}
+	}
+	var st statusData
+	if err := json.Unmarshal([]byte(body), &st); err != nil {
+		t.Fatal(err)
+	}
+	rows := make(map[string]upstreamRow)
+	for _, r := range st.Upstreams {
+		rows[r.Name] = r
+		if all := r.Target + r.LastError + strings.Join(r.Stderr, "\n"); strings.Contains(all, "ab'cd") {
+			t.Errorf("upstream %s shows ab'cd: %+v", r.Name, r)
+		}
+	}
+	// The secrets are hidden, not the upstreams' state: each row still
+	// says what failed.
+	leaky := rows["leaky"]
+	if leaky.LastError == "" || len(leaky.Stderr) != 2 || leaky.Stderr[0] != "starting with token REDACTED" || leaky.Stderr[1] != `{"msg":"json REDACTED"}` {
+		t.Errorf("leaky = %+v, want its error and its stderr lines with the env value masked", leaky)
+	}
+	if u := rows["unparsable"]; len(u.Stderr) != 1 || u.Stderr[0] != "dial https://user:REDACTED@host/x failed" {
+		t.Errorf("unparsable = %+v, want the password of the URL that does not parse masked", u)
+	}
+	for _, name := range []string{"password", "query", "path"} {
+		r := rows[name]
+		if r.Target != "http://127.0.0.1:1" || r.LastError == "" || r.State == "up" {
+			t.Errorf("%s = %+v, want target http://127.0.0.1:1 and its error", name, r)
+		}
+		if !strings.Contains(page, "<code>http://127.0.0.1:1</code>") {
+			t.Errorf("GET / does not show %s's target as http://127.0.0.1:1", name)
+		}
+	}
+	t.Logf("path's error: %s", rows["path"].LastError)
+	t.Logf("query's error: %s", rows["query"].LastError)
+	t.Logf("password's error: %s", rows["password"].LastError)
+}
