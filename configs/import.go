@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -26,8 +27,53 @@ type ImportFile struct {
 	// means such files are not read, and the loss is noted.
 	ReadFile func(path string) ([]byte, error)
 	// Optional marks a file found by --scan rather than named: one that
-	// holds no MCP servers object is skipped with a note, not an error.
+	// holds no MCP servers object is skipped with a note, not an error;
+	// and a .mcp.json (Claude Code's project file, which comes with the
+	// repository it is in) is imported active only as far as Claude
+	// approves its servers for its directory.
 	Optional bool
+	// Claude, for a .mcp.json, is what Claude Code records about the
+	// file's directory: the user's approvals and rejections of its
+	// servers, and the servers the user disabled there. Nil means none is
+	// known: a scanned .mcp.json then has nothing approved, and a named
+	// one nothing disabled.
+	Claude *ClaudeState
+}
+
+// ClaudeState is Claude Code's per-user state file, ~/.claude.json.
+type ClaudeState struct {
+	Name string // its path, for notes
+	Data []byte
+}
+
+// claudeProject is what ~/.claude.json keeps under "projects" for one
+// project directory: that project's own servers, the servers of any scope
+// the user turned off there (/mcp disable), and the user's answers about
+// the servers of the directory's .mcp.json.
+type claudeProject struct {
+	MCPServers                 json.RawMessage `json:"mcpServers"`
+	DisabledMcpServers         []string        `json:"disabledMcpServers"`
+	EnabledMcpjsonServers      []string        `json:"enabledMcpjsonServers"`
+	DisabledMcpjsonServers     []string        `json:"disabledMcpjsonServers"`
+	EnableAllProjectMcpServers bool            `json:"enableAllProjectMcpServers"`
+}
+
+// parseClaudeProjects reads the "projects" of a ~/.claude.json.
+func parseClaudeProjects(data []byte) (map[string]claudeProject, error) {
+	clean := stripJSONC(data)
+	var root struct {
+		Projects json.RawMessage `json:"projects"`
+	}
+	if err := json.Unmarshal(clean, &root); err != nil {
+		return nil, jsonError(clean, err)
+	}
+	var projects map[string]claudeProject
+	if len(root.Projects) > 0 {
+		if err := json.Unmarshal(root.Projects, &projects); err != nil {
+			return nil, fmt.Errorf(`"projects" must be an object of projects: %w`, typeError(err))
+		}
+	}
+	return projects, nil
 }
 
 // ImportNote is one thing ImportFiles has to tell the user about a file.
@@ -47,7 +93,7 @@ func (n ImportNote) String() string {
 	if n.Server != "" {
 		s += fmt.Sprintf("server %q", n.Server)
 		// "server "x" is mounted as …" reads on; other notes follow a colon.
-		if !strings.HasPrefix(n.Msg, "is ") && !strings.HasPrefix(n.Msg, "of ") && !strings.HasPrefix(n.Msg, "identical ") {
+		if !strings.HasPrefix(n.Msg, "is ") && !strings.HasPrefix(n.Msg, "was ") && !strings.HasPrefix(n.Msg, "of ") && !strings.HasPrefix(n.Msg, "identical ") {
 			s += ":"
 		}
 		s += " "
@@ -109,12 +155,14 @@ type importedServer struct {
 	key      string   // the key in the source file
 	origin   string   // e.g. `project "/src/app"`; "" for top-level servers
 	body     []string // `key = value` lines, compared to deduplicate
-	disabled bool     // written as a comment only
+	disabled string   // why it is written as a comment only; "" when active
 }
 
-// importedToken is one TBXark auth token and the upstreams it opens.
+// importedToken is one TBXark auth token and the upstreams it opens:
+// either its hash, or the variable mcpmux reads it from.
 type importedToken struct {
 	sha256    string
+	envVar    string // written as token = "${envVar}"; sha256 is then ""
 	file      string
 	upstreams []string // sorted upstream names
 }
@@ -132,6 +180,16 @@ type serverGroup struct {
 	namePrefix string // prepended to every key to form the upstream name
 	raw        json.RawMessage
 	where      string // JSON path of the object, for errors
+	// gate, when set, is asked about each server: whether its client has
+	// it switched off, and what to tell the user. Nil: every server is on.
+	gate func(key string) serverGate
+}
+
+// serverGate is what a client's own state says about one server.
+type serverGate struct {
+	off  string // written as a comment: "# [upstreams.x] — off"; "" = on
+	note string // "" = nothing to say
+	lost bool
 }
 
 // fileCtx is what converting one file's servers needs to know.
@@ -143,6 +201,8 @@ type fileCtx struct {
 	inputs    map[string]string // VS Code input id → description
 	readFile  func(string) ([]byte, error)
 	tbx       *tbxProxy // TBXark's mcpProxy, or nil
+	scanned   bool      // found by --scan (ImportFile.Optional)
+	claude    *ClaudeState
 }
 
 func (im *importer) file(f ImportFile) error {
@@ -151,7 +211,7 @@ func (im *importer) file(f ImportFile) error {
 	if err := json.Unmarshal(clean, &root); err != nil {
 		return fmt.Errorf("import %s: %w", f.Name, jsonError(clean, err))
 	}
-	fc := &fileCtx{name: f.Name, dir: filepath.Dir(f.Name), readFile: f.ReadFile}
+	fc := &fileCtx{name: f.Name, dir: filepath.Dir(f.Name), readFile: f.ReadFile, scanned: f.Optional, claude: f.Claude}
 	if filepath.Base(fc.dir) == ".vscode" {
 		if abs, err := filepath.Abs(filepath.Dir(fc.dir)); err == nil {
 			fc.workspace = abs
@@ -167,6 +227,14 @@ func (im *importer) file(f ImportFile) error {
 	}
 	im.sources = append(im.sources, fmt.Sprintf("%s (%s)", f.Name, fc.kind))
 	im.note(f.Name, "", false, "read as %s", fc.kind)
+	if filepath.Base(f.Name) == ".mcp.json" {
+		// By its name, whatever its content looks like: a repository's
+		// file must not get past Claude's approval by its shape.
+		gate := im.mcpJSONGate(fc)
+		for i := range groups {
+			groups[i].gate = gate
+		}
+	}
 	tokens := map[string][]string{} // upstream name → its own TBXark tokens
 	var named []string              // upstream names of this file, for TBXark's global tokens
 	for _, g := range groups {
@@ -179,7 +247,7 @@ func (im *importer) file(f ImportFile) error {
 			if err != nil {
 				return fmt.Errorf("import %s: server %q: %w", f.Name, key, err)
 			}
-			if name := im.place(s); name != "" && !s.disabled {
+			if name := im.place(s); name != "" && s.disabled == "" {
 				named = append(named, name)
 				if own != nil {
 					tokens[name] = own
@@ -209,17 +277,29 @@ func (im *importer) detect(fc *fileCtx, root map[string]json.RawMessage) ([]serv
 		fc.tbx = p
 	case root["projects"] != nil && (hasServers || base == ".claude.json"):
 		fc.kind = "Claude Code (~/.claude.json)"
-		var projects map[string]struct {
-			MCPServers json.RawMessage `json:"mcpServers"`
-		}
+		var projects map[string]claudeProject
 		if err := json.Unmarshal(root["projects"], &projects); err != nil {
-			return nil, fmt.Errorf(`"projects" must be an object of projects: %w`, err)
+			return nil, fmt.Errorf(`"projects" must be an object of projects: %w`, typeError(err))
 		}
+		paths := slices.Sorted(maps.Keys(projects))
 		var groups []serverGroup
 		if hasServers {
-			groups = append(groups, serverGroup{raw: servers, where: `"mcpServers"`})
+			// A user-wide server the user turned off in some projects is
+			// still on in the others, and mcpmux has no projects.
+			offIn := map[string][]string{} // server → projects, sorted
+			for _, path := range paths {
+				for _, key := range projects[path].DisabledMcpServers {
+					offIn[key] = append(offIn[key], strconv.Quote(path))
+				}
+			}
+			groups = append(groups, serverGroup{raw: servers, where: `"mcpServers"`, gate: func(key string) serverGate {
+				if in := offIn[key]; len(in) > 0 {
+					return serverGate{note: fmt.Sprintf("is disabled in Claude Code for project %s (disabledMcpServers), but imported active: mcpmux has no per-project servers", strings.Join(in, ", ")), lost: true}
+				}
+				return serverGate{}
+			}})
 		}
-		for _, path := range slices.Sorted(maps.Keys(projects)) {
+		for _, path := range paths {
 			p := projects[path]
 			if len(p.MCPServers) == 0 || string(p.MCPServers) == "null" || string(p.MCPServers) == "{}" {
 				continue
@@ -229,6 +309,15 @@ func (im *importer) detect(fc *fileCtx, root map[string]json.RawMessage) ([]serv
 				namePrefix: filepath.Base(filepath.FromSlash(path)) + "-",
 				raw:        p.MCPServers,
 				where:      fmt.Sprintf(`"projects" → %q → "mcpServers"`, path),
+				gate: func(key string) serverGate {
+					if slices.Contains(p.DisabledMcpServers, key) {
+						return serverGate{
+							off:  fmt.Sprintf("disabled in Claude Code for project %q", path),
+							note: fmt.Sprintf("is disabled in Claude Code for project %q (disabledMcpServers): written as a comment", path),
+						}
+					}
+					return serverGate{}
+				},
 			})
 		}
 		return groups, nil
@@ -296,7 +385,7 @@ func (im *importer) place(s *importedServer) string {
 		if prev == nil {
 			break
 		}
-		if !prev.disabled && !s.disabled && slices.Equal(prev.body, s.body) && prev.file != s.file {
+		if prev.disabled == "" && s.disabled == "" && slices.Equal(prev.body, s.body) && prev.file != s.file {
 			im.note(s.file, s.key, false, "is identical to server %q of %s, imported once as upstream %q", prev.key, prev.file, name)
 			return ""
 		}
@@ -317,6 +406,69 @@ func (im *importer) place(s *importedServer) string {
 		im.note(s.file, s.key, false, "is mounted as upstream %q (names must be [A-Za-z0-9-]+ and unique)", name)
 	}
 	return name
+}
+
+// mcpJSONGate says which servers of a Claude Code .mcp.json are on, from
+// what fc.claude records for the file's directory. Claude Code asks
+// before it starts a server of a project's .mcp.json, which comes with
+// the repository: enableAllProjectMcpServers or enabledMcpjsonServers is
+// a yes, disabledMcpjsonServers a no, and disabledMcpServers lists the
+// servers the user turned off there later. A file --scan found is on only
+// where the user said yes; a named one (the user asked for it) unless the
+// user said no or turned it off.
+func (im *importer) mcpJSONGate(fc *fileCtx) func(string) serverGate {
+	dir := fc.dir
+	if abs, err := filepath.Abs(dir); err == nil {
+		dir = abs
+	}
+	var (
+		p     claudeProject
+		known bool // fc.claude was read
+	)
+	if fc.claude != nil {
+		projects, err := parseClaudeProjects(fc.claude.Data)
+		if err != nil {
+			im.note(fc.name, "", fc.scanned, "%s is not read for Claude Code's approvals: %v", fc.claude.Name, err)
+		} else {
+			known = true
+			// Keys that name the same directory ("/a", "/a/") are merged.
+			for _, path := range slices.Sorted(maps.Keys(projects)) {
+				if proj := projects[path]; filepath.Clean(filepath.FromSlash(path)) == dir {
+					p.DisabledMcpServers = append(p.DisabledMcpServers, proj.DisabledMcpServers...)
+					p.EnabledMcpjsonServers = append(p.EnabledMcpjsonServers, proj.EnabledMcpjsonServers...)
+					p.DisabledMcpjsonServers = append(p.DisabledMcpjsonServers, proj.DisabledMcpjsonServers...)
+					p.EnableAllProjectMcpServers = p.EnableAllProjectMcpServers || proj.EnableAllProjectMcpServers
+				}
+			}
+		}
+	}
+	return func(key string) serverGate {
+		switch {
+		case slices.Contains(p.DisabledMcpjsonServers, key):
+			return serverGate{
+				off:  "rejected in Claude Code",
+				note: fmt.Sprintf("was rejected in Claude Code for %s (disabledMcpjsonServers in %s): written as a comment", dir, fc.claude.Name),
+			}
+		case slices.Contains(p.DisabledMcpServers, key):
+			return serverGate{
+				off:  "disabled in Claude Code",
+				note: fmt.Sprintf("is disabled in Claude Code for %s (disabledMcpServers in %s): written as a comment", dir, fc.claude.Name),
+			}
+		case !fc.scanned || p.EnableAllProjectMcpServers || slices.Contains(p.EnabledMcpjsonServers, key):
+			return serverGate{}
+		case !known:
+			return serverGate{
+				off:  "not approved in Claude Code",
+				note: fmt.Sprintf("was never approved in Claude Code: --scan found it in %s, and no ~/.claude.json was read to show an approval; written as a comment (uncomment it if you trust it)", dir),
+				lost: true,
+			}
+		}
+		return serverGate{
+			off:  "not approved in Claude Code",
+			note: fmt.Sprintf("was never approved in Claude Code for %s (%s has neither enableAllProjectMcpServers nor it in enabledMcpjsonServers): written as a comment (uncomment it if you trust it)", dir, fc.claude.Name),
+			lost: true,
+		}
+	}
 }
 
 // render writes the TOML.
@@ -350,8 +502,8 @@ func (im *importer) render() []byte {
 		}
 		b.WriteString("\n" + commentSafe(from) + "\n")
 		header := "[upstreams." + tomlKey(name) + "]"
-		if s.disabled {
-			b.WriteString("# " + header + " — disabled in the source file\n")
+		if s.disabled != "" {
+			b.WriteString("# " + header + " — " + commentSafe(s.disabled) + "\n")
 			for _, l := range s.body {
 				b.WriteString("# " + l + "\n")
 			}
@@ -374,7 +526,7 @@ func (im *importer) renderTokens(b *strings.Builder) map[string]string {
 	}
 	var all []string
 	for name, s := range im.byName {
-		if !s.disabled {
+		if s.disabled == "" {
 			all = append(all, name)
 		}
 	}
@@ -403,18 +555,21 @@ func (im *importer) renderTokens(b *strings.Builder) map[string]string {
 			}
 			groups[key] = profile
 		}
-		fmt.Fprintf(b, "\n[[auth.tokens]]  # from %s\ntoken_sha256 = %q\nprofiles = [%q]\n", commentSafe(t.file), t.sha256, profile)
+		value := fmt.Sprintf("token_sha256 = %q", t.sha256)
+		if t.envVar != "" {
+			value = "token = " + tomlQuote("${"+t.envVar+"}")
+		}
+		fmt.Fprintf(b, "\n[[auth.tokens]]  # from %s\n%s\nprofiles = [%q]\n", commentSafe(t.file), value, profile)
 	}
 	return profiles
 }
 
-// addToken records a TBXark token opening upstreams, merging a token
-// that is listed more than once.
-func (im *importer) addToken(file, token string, upstreams []string) {
-	sum := sha256.Sum256([]byte(token))
-	h := hex.EncodeToString(sum[:])
+// addToken records a TBXark token (its hash, or the variable it is read
+// from; see tbxToken) opening upstreams, merging a token that is listed
+// more than once.
+func (im *importer) addToken(file, sum, envVar string, upstreams []string) {
 	for i := range im.tokens {
-		if im.tokens[i].sha256 == h {
+		if im.tokens[i].sha256 == sum && im.tokens[i].envVar == envVar {
 			u := append(im.tokens[i].upstreams, upstreams...)
 			slices.Sort(u)
 			im.tokens[i].upstreams = slices.Compact(u)
@@ -423,7 +578,31 @@ func (im *importer) addToken(file, token string, upstreams []string) {
 	}
 	u := slices.Clone(upstreams)
 	slices.Sort(u)
-	im.tokens = append(im.tokens, importedToken{sha256: h, file: file, upstreams: slices.Compact(u)})
+	im.tokens = append(im.tokens, importedToken{sha256: sum, envVar: envVar, file: file, upstreams: slices.Compact(u)})
+}
+
+// tbxToken converts one TBXark auth token. TBXark runs os.ExpandEnv over
+// its whole config file before decoding it (-expand-env, on by default),
+// so $VAR and ${VAR} anywhere in a token were replaced by the variable's
+// value, an unset one by nothing; it then compares a request's bearer
+// token with each listed token whole (a comma is part of a token). A
+// token that is exactly one reference becomes mcpmux's token =
+// "${VAR}" (envVar); one without a $ is hashed (sum); any other is not
+// carried (why says why): hashing its text would make the placeholder a
+// working token and refuse the real one.
+func tbxToken(t string) (sum, envVar, why string) {
+	switch {
+	case t == "":
+		return "", "", "it is empty, and TBXark accepts no empty token"
+	case !strings.Contains(t, "$"):
+		h := sha256.Sum256([]byte(t))
+		return hex.EncodeToString(h[:]), "", ""
+	case strings.HasPrefix(t, "${") && strings.HasSuffix(t, "}") && isEnvName(t[2:len(t)-1]):
+		return "", t[2 : len(t)-1], ""
+	case strings.HasPrefix(t, "$") && isEnvName(t[1:]):
+		return "", t[1:], ""
+	}
+	return "", "", "it holds a $ that is not exactly one ${VAR} or $VAR, so what TBXark expanded it to is unknown; add it as [[auth.tokens]] yourself"
 }
 
 // commentSafe keeps s on one comment line.

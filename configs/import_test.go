@@ -1,9 +1,14 @@
 package configs
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
+	"path/filepath"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -384,4 +389,263 @@ func FuzzImportFiles(f *testing.F) {
 			t.Fatalf("output is not TOML: %v\n%s", err, res.TOML)
 		}
 	})
+}
+
+// TestImportTBXarkTokens: TBXark expands $VAR and ${VAR} in its whole
+// config (os.ExpandEnv) before it reads authTokens, so a token that is one
+// reference becomes mcpmux's token = "${VAR}", and one with any other $
+// is not carried: hashing its text would make the placeholder a working
+// token and refuse the real one.
+func TestImportTBXarkTokens(t *testing.T) {
+	sum := func(s string) string { h := sha256.Sum256([]byte(s)); return hex.EncodeToString(h[:]) }
+	tests := []struct {
+		name   string
+		tokens string // the JSON list in mcpProxy.options.authTokens
+		env    map[string]string
+		want   []string // each token's Token (when from ${VAR}) or SHA256
+		note   string
+		lost   bool
+	}{
+		{"braced reference", `["${AUTH_TOKEN}"]`, map[string]string{"AUTH_TOKEN": "real"}, []string{"real"},
+			`authTokens ${AUTH_TOKEN} is written as token = "${AUTH_TOKEN}": set AUTH_TOKEN in mcpmux's environment`, false},
+		{"bare reference", `["$AUTH_TOKEN"]`, map[string]string{"AUTH_TOKEN": "real"}, []string{"real"},
+			`authTokens $AUTH_TOKEN is written as token = "${AUTH_TOKEN}": set AUTH_TOKEN in mcpmux's environment`, false},
+		{"literal and reference", `["lit", "${T2}"]`, map[string]string{"T2": "two"}, []string{sum("lit"), "two"}, "", false},
+		// TBXark compares a token whole: a comma is part of it.
+		{"comma is not a separator", `["a,b"]`, nil, []string{sum("a,b")}, "", false},
+		{"reference in the middle", `["pre-${X}"]`, nil, nil,
+			`mcpProxy.options.authTokens[0] is not carried: it holds a $ that is not exactly one ${VAR} or $VAR, so what TBXark expanded it to is unknown; add it as [[auth.tokens]] yourself`, true},
+		{"default syntax", `["${X:-fallback}"]`, nil, nil, `mcpProxy.options.authTokens[0] is not carried`, true},
+		{"two references", `["$A$B"]`, nil, nil, `mcpProxy.options.authTokens[0] is not carried`, true},
+		{"empty", `[""]`, nil, nil, `mcpProxy.options.authTokens[0] is not carried: it is empty, and TBXark accepts no empty token`, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			res, err := importOne("config.json", `{"mcpProxy": {"addr": ":9090", "options": {"authTokens": `+tt.tokens+`}}, "mcpServers": {"a": {"command": "x"}}}`)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg, err := Parse("imported.toml", res.TOML, func(k string) (string, bool) { v, ok := tt.env[k]; return v, ok })
+			if err != nil {
+				t.Fatalf("does not load: %v\n%s", err, res.TOML)
+			}
+			var got []string
+			for _, tok := range cfg.Auth.Tokens {
+				if tok.Token != "" {
+					got = append(got, tok.Token)
+				} else {
+					got = append(got, tok.SHA256)
+				}
+			}
+			if !slices.Equal(got, tt.want) {
+				t.Errorf("tokens = %q, want %q\n%s", got, tt.want, res.TOML)
+			}
+			var raw []string
+			if err := json.Unmarshal([]byte(tt.tokens), &raw); err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range raw {
+				if strings.Contains(r, "$") && strings.Contains(string(res.TOML), sum(r)) {
+					t.Errorf("the placeholder text %q is hashed into a token:\n%s", r, res.TOML)
+				}
+			}
+			if len(tt.want) == 0 && cfg.Server.Listen != "127.0.0.1:9090" {
+				t.Errorf("no token carried, yet listen = %q: mcpmux must not listen openly", cfg.Server.Listen)
+			}
+			if tt.note == "" {
+				return
+			}
+			var found *ImportNote
+			var all []string
+			for i, n := range res.Notes {
+				all = append(all, n.String())
+				if strings.Contains(n.String(), tt.note) {
+					found = &res.Notes[i]
+				}
+			}
+			switch {
+			case found == nil:
+				t.Errorf("notes lack %q:\n%s", tt.note, strings.Join(all, "\n"))
+			case found.Lost != tt.lost:
+				t.Errorf("note %q: Lost = %v, want %v", tt.note, found.Lost, tt.lost)
+			}
+		})
+	}
+}
+
+// TestImportLiteralSecrets: a literal value that may be a secret is
+// carried (the source held it) but named in an informational note that
+// never shows the value.
+func TestImportLiteralSecrets(t *testing.T) {
+	res, err := importOne("claude_desktop_config.json", `{"mcpServers": {
+  "gh": {"command": "npx", "env": {"GITHUB_PERSONAL_ACCESS_TOKEN": "ghp_SECRET1", "FROM_ENV": "${OTHER}"}},
+  "api": {"url": "https://user:SECRET2@api.example.com/mcp?api_key=SECRET3&ref=${REF}", "headers": {"Authorization": "Bearer SECRET4", "X-Api-Key": "SECRET5", "X-Ref": "${REF}"}}
+}}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Parse("imported.toml", res.TOML, allSet); err != nil {
+		t.Fatalf("does not load: %v\n%s", err, res.TOML)
+	}
+	var all []string
+	for _, n := range res.Notes {
+		all = append(all, n.String())
+		if strings.Contains(n.Msg, "SECRET") {
+			t.Errorf("a note shows a secret value: %s", n)
+		}
+		if strings.Contains(n.Msg, "literal value") && n.Lost {
+			t.Errorf("note %q counts as a loss; the value is carried", n)
+		}
+	}
+	for _, want := range []string{
+		`import: claude_desktop_config.json: server "gh": env GITHUB_PERSONAL_ACCESS_TOKEN holds a literal value, copied into the config; consider ${GITHUB_PERSONAL_ACCESS_TOKEN}`,
+		`import: claude_desktop_config.json: server "api": header Authorization holds a literal value, copied into the config; consider "Bearer ${AUTHORIZATION}"`,
+		`import: claude_desktop_config.json: server "api": header X-Api-Key holds a literal value, copied into the config; consider "${X_API_KEY}"`,
+		`import: claude_desktop_config.json: server "api": url holds a user name or password (user:password@), copied into the config; consider ${VAR} in its place`,
+		`import: claude_desktop_config.json: server "api": url query parameter api_key holds a literal value, copied into the config; consider ${API_KEY}`,
+	} {
+		if !slices.Contains(all, want) {
+			t.Errorf("notes lack %q:\n%s", want, strings.Join(all, "\n"))
+		}
+	}
+	for _, n := range all {
+		for _, quiet := range []string{"FROM_ENV", "X-Ref", "parameter ref"} {
+			if strings.Contains(n, quiet) {
+				t.Errorf("a value that is a ${VAR} reference is noted as literal: %s", n)
+			}
+		}
+	}
+	if !strings.Contains(string(res.TOML), "ghp_SECRET1") {
+		t.Errorf("the literal env value is not carried:\n%s", res.TOML)
+	}
+}
+
+// TestImportClaudeApprovals: a Claude Code server the user disabled, or a
+// project .mcp.json server the user never approved, is not something
+// mcpmux starts: it is written as a comment.
+func TestImportClaudeApprovals(t *testing.T) {
+	dir := t.TempDir()
+	mcpJSON := filepath.Join(dir, ".mcp.json")
+	servers := `{"mcpServers": {"a": {"command": "a"}, "b": {"command": "b"}, "c": {"command": "c"}}}`
+	state := func(project string) *ClaudeState {
+		return &ClaudeState{Name: "/home/me/.claude.json", Data: []byte(`{"projects": {` + strconv.Quote(dir) + `: ` + project + `}}`)}
+	}
+	tests := []struct {
+		name    string
+		scanned bool // found by --scan rather than named
+		claude  *ClaudeState
+		active  []string
+		note    string
+		lost    bool
+	}{
+		{"named, no ~/.claude.json", false, nil, []string{"a", "b", "c"}, "", false},
+		{"named, rejected one", false, state(`{"disabledMcpjsonServers": ["b"]}`), []string{"a", "c"},
+			`server "b" was rejected in Claude Code for ` + dir + ` (disabledMcpjsonServers in /home/me/.claude.json): written as a comment`, false},
+		{"named, disabled one", false, state(`{"disabledMcpServers": ["c"]}`), []string{"a", "b"},
+			`server "c" is disabled in Claude Code for ` + dir + ` (disabledMcpServers in /home/me/.claude.json): written as a comment`, false},
+		{"scanned, no ~/.claude.json", true, nil, nil,
+			`server "a" was never approved in Claude Code: --scan found it in ` + dir + `, and no ~/.claude.json was read to show an approval; written as a comment (uncomment it if you trust it)`, true},
+		{"scanned, other project only", true, &ClaudeState{Name: "/home/me/.claude.json", Data: []byte(`{"projects": {"/elsewhere": {"enableAllProjectMcpServers": true}}}`)}, nil,
+			`server "a" was never approved in Claude Code for ` + dir + ` (/home/me/.claude.json has neither enableAllProjectMcpServers nor it in enabledMcpjsonServers): written as a comment (uncomment it if you trust it)`, true},
+		{"scanned, one approved", true, state(`{"enabledMcpjsonServers": ["a"]}`), []string{"a"}, "", false},
+		{"scanned, all approved but one rejected", true, state(`{"enableAllProjectMcpServers": true, "disabledMcpjsonServers": ["b"], "disabledMcpServers": ["c"]}`), []string{"a"}, "", false},
+		{"scanned, approved then disabled", true, state(`{"enabledMcpjsonServers": ["a", "b"], "disabledMcpServers": ["b"]}`), []string{"a"}, "", false},
+		{"scanned, unreadable ~/.claude.json", true, &ClaudeState{Name: "/home/me/.claude.json", Data: []byte(`{"projects": [`)}, nil,
+			`/home/me/.claude.json is not read for Claude Code's approvals: line 1:14: unexpected end of JSON input`, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			res, err := ImportFiles([]ImportFile{{Name: mcpJSON, Data: []byte(servers), Optional: tt.scanned, Claude: tt.claude}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg, err := Parse("imported.toml", res.TOML, nil)
+			if err != nil {
+				t.Fatalf("does not load: %v\n%s", err, res.TOML)
+			}
+			var active []string
+			for _, u := range cfg.Upstreams {
+				active = append(active, u.Name)
+			}
+			if !slices.Equal(active, tt.active) {
+				t.Errorf("active upstreams = %q, want %q\n%s", active, tt.active, res.TOML)
+			}
+			for _, name := range []string{"a", "b", "c"} {
+				if !slices.Contains(tt.active, name) && !strings.Contains(string(res.TOML), "# [upstreams."+name+"]") {
+					t.Errorf("inactive server %q is not written as a comment:\n%s", name, res.TOML)
+				}
+			}
+			if tt.note == "" {
+				return
+			}
+			var found *ImportNote
+			var all []string
+			for i, n := range res.Notes {
+				all = append(all, n.String())
+				if strings.Contains(n.String(), tt.note) {
+					found = &res.Notes[i]
+				}
+			}
+			switch {
+			case found == nil:
+				t.Errorf("notes lack %q:\n%s", tt.note, strings.Join(all, "\n"))
+			case found.Lost != tt.lost:
+				t.Errorf("note %q: Lost = %v, want %v", tt.note, found.Lost, tt.lost)
+			}
+		})
+	}
+	// A scanned .mcp.json is gated by where it was found, not by what its
+	// content looks like: one shaped like VS Code's is not let through.
+	res, err := ImportFiles([]ImportFile{{Name: mcpJSON, Data: []byte(`{"servers": {"v": {"command": "v"}}}`), Optional: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg, err := Parse("imported.toml", res.TOML, nil); err != nil || len(cfg.Upstreams) != 0 {
+		t.Errorf("a scanned .mcp.json in VS Code's shape is imported active (err %v):\n%s", err, res.TOML)
+	}
+}
+
+// TestImportClaudeJSONDisabled: ~/.claude.json's per-project
+// disabledMcpServers turns that project's own server off; a user-wide
+// server disabled in one project stays on (mcpmux has no projects), with a
+// note that counts as a loss.
+func TestImportClaudeJSONDisabled(t *testing.T) {
+	res, err := importOne(".claude.json", `{
+  "mcpServers": {"memory": {"command": "mem"}},
+  "projects": {
+    "/src/app": {"mcpServers": {"db": {"command": "db"}, "kv": {"command": "kv"}}, "disabledMcpServers": ["db", "memory"]},
+    "/src/other": {"disabledMcpServers": ["memory"]}
+  }
+}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := Parse("imported.toml", res.TOML, nil)
+	if err != nil {
+		t.Fatalf("does not load: %v\n%s", err, res.TOML)
+	}
+	var active []string
+	for _, u := range cfg.Upstreams {
+		active = append(active, u.Name)
+	}
+	if want := []string{"app-kv", "memory"}; !slices.Equal(active, want) {
+		t.Errorf("active upstreams = %q, want %q\n%s", active, want, res.TOML)
+	}
+	if !strings.Contains(string(res.TOML), "# [upstreams.app-db] — disabled in Claude Code for project \"/src/app\"\n") {
+		t.Errorf("the disabled project server is not a comment:\n%s", res.TOML)
+	}
+	notes := map[string]bool{}
+	var all []string
+	for _, n := range res.Notes {
+		notes[n.String()] = n.Lost
+		all = append(all, n.String())
+	}
+	for want, lost := range map[string]bool{
+		`import: .claude.json: server "db" is disabled in Claude Code for project "/src/app" (disabledMcpServers): written as a comment`:                                                     false,
+		`import: .claude.json: server "memory" is disabled in Claude Code for project "/src/app", "/src/other" (disabledMcpServers), but imported active: mcpmux has no per-project servers`: true,
+	} {
+		if got, ok := notes[want]; !ok || got != lost {
+			t.Errorf("notes lack %q (Lost %v):\n%s", want, lost, strings.Join(all, "\n"))
+		}
+	}
 }

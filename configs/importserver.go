@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"maps"
 	"net"
+	"net/url"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -131,7 +132,27 @@ func (im *importer) proxy(fc *fileCtx, named []string, own map[string][]string) 
 	if p.BaseURL != "" || p.Type != "" {
 		im.note(file, "", false, "TBXark served each server at its own path under mcpProxy.baseURL; mcpmux serves them all at one endpoint: /mcp (streamable HTTP), /sse and /ws")
 	}
+	// carry converts the tokens of list (where names it) that open
+	// upstreams, noting each one it cannot carry; it reports whether any
+	// was carried.
+	carry := func(server, where string, list, upstreams []string) bool {
+		carried := false
+		for i, t := range list {
+			sum, envVar, why := tbxToken(t)
+			if why != "" {
+				im.note(file, server, true, "%s[%d] is not carried: %s", where, i, why)
+				continue
+			}
+			if envVar != "" {
+				im.note(file, server, false, "authTokens %s is written as token = %s: set %s in mcpmux's environment", t, tomlQuote("${"+envVar+"}"), envVar)
+			}
+			im.addToken(file, sum, envVar, upstreams)
+			carried = true
+		}
+		return carried
+	}
 	global := p.options.AuthTokens
+	opened := map[string]bool{} // upstreams a carried token opens
 	if len(global) > 0 {
 		var open []string
 		for _, name := range named {
@@ -141,28 +162,31 @@ func (im *importer) proxy(fc *fileCtx, named []string, own map[string][]string) 
 		}
 		if len(open) == 0 {
 			im.note(file, "", true, "mcpProxy.options.authTokens are not carried: every server has its own authTokens, so they opened nothing")
-		} else {
-			for _, t := range global {
-				im.addToken(file, t, open)
+		} else if carry("", "mcpProxy.options.authTokens", global, open) {
+			for _, name := range open {
+				opened[name] = true
 			}
 		}
 	}
-	anyTokens := len(global) > 0
 	for _, name := range named {
-		if own[name] != nil {
-			anyTokens = true
-			for _, t := range own[name] {
-				im.addToken(file, t, []string{name})
-			}
+		if own[name] != nil && carry(im.byName[name].key, "options.authTokens", own[name], []string{name}) {
+			opened[name] = true
 		}
 	}
+	anyTokens := len(opened) > 0
 	if anyTokens {
-		im.note(file, "", false, "authTokens are written as [[auth.tokens]] token_sha256 (the tokens are not in the output); each is bound to a profile of the upstreams it opened")
-		for _, name := range named {
-			if own[name] == nil && len(global) == 0 {
-				s := im.byName[name]
-				im.note(file, s.key, true, "TBXark served it without a token; mcpmux checks a token on every HTTP request once [[auth.tokens]] exist, and no token's profile names upstream %q", name)
-			}
+		im.note(file, "", false, "authTokens are written as [[auth.tokens]] (a literal token as its token_sha256, so it is not in the output); each is bound to a profile of the upstreams it opened")
+	}
+	for _, name := range named {
+		s := im.byName[name]
+		switch hadTokens := own[name] != nil || len(global) > 0; {
+		case opened[name]:
+		case hadTokens && anyTokens:
+			im.note(file, s.key, true, "none of its authTokens is carried, so no token's profile names upstream %q", name)
+		case hadTokens:
+			im.note(file, s.key, true, "none of its authTokens is carried, so mcpmux serves it without a token")
+		case anyTokens:
+			im.note(file, s.key, true, "TBXark served it without a token; mcpmux checks a token on every HTTP request once [[auth.tokens]] exist, and no token's profile names upstream %q", name)
 		}
 	}
 	if p.Addr == "" {
@@ -216,8 +240,14 @@ func (im *importer) server(fc *fileCtx, g serverGroup, key string, raw json.RawM
 		im.note(fc.name, key, true, "options key %q is not carried (mcpmux has no equivalent)", k)
 	}
 	if s.Disabled || opts.Disabled {
-		out.disabled = true
+		out.disabled = "disabled in the source file"
 		im.note(fc.name, key, false, "is disabled in the source: written as a comment")
+	} else if g.gate != nil {
+		gate := g.gate(key)
+		if gate.note != "" {
+			im.note(fc.name, key, gate.lost, "%s", gate.note)
+		}
+		out.disabled = gate.off
 	}
 
 	c := &importConverter{fc: fc, im: im, server: key, noted: map[string]bool{}, childEnv: map[string]bool{}}
@@ -279,10 +309,19 @@ func (im *importer) server(fc *fileCtx, g serverGroup, key string, raw json.RawM
 			line("transport = %q", transport)
 		}
 		line("url = %s", c.str(rawURL, false))
+		c.urlLiterals(rawURL)
 		if len(s.Headers) > 0 {
 			h := make([]string, 0, len(s.Headers))
 			for _, k := range slices.Sorted(maps.Keys(s.Headers)) {
-				h = append(h, tomlKey(k)+" = "+c.str(s.Headers[k], false))
+				v := s.Headers[k]
+				h = append(h, tomlKey(k)+" = "+c.str(v, false))
+				if literal(v) {
+					suggest := "${" + varName(k) + "}"
+					if len(v) > 7 && strings.EqualFold(v[:7], "bearer ") {
+						suggest = "Bearer " + suggest
+					}
+					c.note(false, "header %s holds a literal value, copied into the config; consider %q", label(k), suggest)
+				}
 			}
 			line("headers = { %s }", strings.Join(h, ", "))
 		}
@@ -441,6 +480,71 @@ func (c *importConverter) placeholder(p string, child bool) string {
 	return literal
 }
 
+// literal reports whether a value the source gives is copied into the
+// config as it is: not empty, and without a ${…} reference. It may be a
+// secret, which the user may rather keep out of a file that gets shared.
+func literal(v string) bool {
+	return v != "" && !importPlaceholderRE.MatchString(v)
+}
+
+// urlLiterals notes the user:password@ and the query values of a url that
+// are copied into the config literally (see literal), never showing them.
+func (c *importConverter) urlLiterals(rawURL string) {
+	rest := rawURL
+	if _, after, ok := strings.Cut(rest, "://"); ok {
+		rest = after
+	}
+	authority, _, _ := strings.Cut(rest, "/")
+	authority, _, _ = strings.Cut(authority, "?")
+	authority, _, _ = strings.Cut(authority, "#")
+	if i := strings.LastIndexByte(authority, '@'); i >= 0 && literal(authority[:i]) {
+		c.note(false, "url holds a user name or password (user:password@), copied into the config; consider ${VAR} in its place")
+	}
+	_, query, _ := strings.Cut(rawURL, "?")
+	query, _, _ = strings.Cut(query, "#")
+	for _, kv := range strings.Split(query, "&") {
+		k, v, _ := strings.Cut(kv, "=")
+		if literal(v) {
+			if u, err := url.QueryUnescape(k); err == nil {
+				k = u
+			}
+			c.note(false, "url query parameter %s holds a literal value, copied into the config; consider ${%s}", label(k), varName(k))
+		}
+	}
+}
+
+// varName makes a name (a header's, a query parameter's) into the
+// environment variable a note suggests: upper case, every other
+// character _.
+func varName(s string) string {
+	var b strings.Builder
+	for _, r := range strings.ToUpper(s) {
+		if r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' {
+			b.WriteRune(r)
+		} else {
+			b.WriteByte('_')
+		}
+	}
+	if b.Len() == 0 || b.String()[0] >= '0' && b.String()[0] <= '9' {
+		return "VAR_" + b.String()
+	}
+	return b.String()
+}
+
+// label shows a key of the source in a note: as it is when it is plain,
+// quoted otherwise.
+func label(k string) string {
+	for _, r := range k {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("_-.", r)) {
+			return strconv.Quote(k)
+		}
+	}
+	if k == "" {
+		return `""`
+	}
+	return k
+}
+
 // inputVar is the environment variable a VS Code ${input:id} becomes:
 // INPUT_ and the id in upper case, with every other character as _.
 func inputVar(id string) string {
@@ -490,6 +594,13 @@ func (c *importConverter) env(env map[string]*string, envFile string) ([]string,
 			c.note(true, "env %s: its ${cmd: …} command substitution is not run by mcpmux: it reads ${%[1]s} from mcpmux's environment instead", k)
 		default:
 			out[k] = c.str(*v, false)
+			if literal(*v) {
+				suggest := "${VAR}"
+				if isEnvName(k) {
+					suggest = "${" + k + "}"
+				}
+				c.note(false, "env %s holds a literal value, copied into the config; consider %s", label(k), suggest)
+			}
 		}
 	}
 	lines := make([]string, 0, len(out))

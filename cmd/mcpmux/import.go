@@ -6,7 +6,9 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 
 	"github.com/mcpmux/mcpmux/configs"
@@ -48,12 +50,26 @@ func cmdImport(args []string, stdout, stderr io.Writer) error {
 	case len(paths) == 0:
 		return fset.usageErr(errors.New("want at least one FILE, or --scan"))
 	default:
+		var claude *configs.ClaudeState // a ~/.claude.json among the files
 		for _, p := range paths {
 			data, err := readImportFile(p)
 			if err != nil {
 				return &exitError{exitUsage, fmt.Errorf("import: %w", err)}
 			}
 			files = append(files, configs.ImportFile{Name: p, Data: data, ReadFile: readImportFile})
+			if filepath.Base(p) == ".claude.json" {
+				claude = &configs.ClaudeState{Name: p, Data: data}
+			}
+		}
+		if claude == nil && slices.ContainsFunc(paths, func(p string) bool { return filepath.Base(p) == ".mcp.json" }) {
+			var lost bool
+			claude, lost = userClaudeState(stderr)
+			if lost {
+				skipped++
+			}
+		}
+		for i := range files {
+			files[i].Claude = claude
 		}
 	}
 	res, err := configs.ImportFiles(files)
@@ -84,6 +100,7 @@ func scanImportFiles(stderr io.Writer) (files []configs.ImportFile, skipped int,
 		return nil, 0, &exitError{exitRuntime, fmt.Errorf("import --scan: %w", err)}
 	}
 	paths := configs.ImportScanPaths(home, cwd, runtime.GOOS, os.Getenv("APPDATA"))
+	var claude *configs.ClaudeState // ~/.claude.json, which says what the user approved
 	for _, p := range paths {
 		data, err := readImportFile(p)
 		if errors.Is(err, fs.ErrNotExist) {
@@ -98,11 +115,38 @@ func scanImportFiles(stderr io.Writer) (files []configs.ImportFile, skipped int,
 		}
 		fmt.Fprintf(stderr, "import: --scan found %s\n", p)
 		files = append(files, configs.ImportFile{Name: p, Data: data, ReadFile: readImportFile, Optional: true})
+		if p == filepath.Join(home, ".claude.json") {
+			claude = &configs.ClaudeState{Name: p, Data: data}
+		}
+	}
+	for i := range files {
+		files[i].Claude = claude
 	}
 	if len(files) == 0 {
 		return nil, skipped, &exitError{exitRuntime, fmt.Errorf("import --scan: no readable client config found; looked for:\n  %s", strings.Join(paths, "\n  "))}
 	}
 	return files, skipped, nil
+}
+
+// userClaudeState reads $HOME/.claude.json, where Claude Code records
+// which servers of a project's .mcp.json the user rejected or disabled. It
+// returns nil when there is none; one it cannot read is said on stderr
+// and reported as lost (what the user turned off there is unknown).
+func userClaudeState(stderr io.Writer) (state *configs.ClaudeState, lost bool) {
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return nil, false
+	}
+	path := filepath.Join(home, ".claude.json")
+	data, err := readImportFile(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil, false
+	case err != nil:
+		fmt.Fprintf(stderr, "import: %s is not read, so the .mcp.json servers Claude Code has disabled are not known: %v\n", path, err)
+		return nil, true
+	}
+	return &configs.ClaudeState{Name: path, Data: data}, false
 }
 
 // readImportFile reads a file of at most maxImportBytes.
