@@ -20,6 +20,7 @@ import (
 	"github.com/mcpmux/mcpmux/configs"
 	"github.com/mcpmux/mcpmux/filter"
 	"github.com/mcpmux/mcpmux/internal/glob"
+	"github.com/mcpmux/mcpmux/internal/redact"
 	"github.com/mcpmux/mcpmux/upstream"
 )
 
@@ -85,7 +86,11 @@ func New(cfg *configs.Config, opts Options) *Aggregator {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	a := &Aggregator{log: log, opts: opts, relay: newRelay(), scoped: newSessionConns()}
+	a := &Aggregator{opts: opts, relay: newRelay(), scoped: newSessionConns()}
+	// The aggregator logs upstreams' errors: mask every upstream's
+	// configured secrets in them (Redact). Upstreams log through log
+	// itself, with their own secrets masked.
+	a.log = slog.New(redact.NewHandlerFunc(log.Handler(), a.Redact))
 	set := &upstreamSet{cfg: cfg, namer: namerOf(cfg), byName: make(map[string]*upstream.Upstream)}
 	for _, uc := range cfg.Upstreams {
 		set.add(a.newUpstream(uc), newSource(uc))
@@ -189,6 +194,19 @@ func (a *Aggregator) Start(ctx context.Context) error {
 	err := g.Wait().ErrorOrNil()
 	a.rebuild()
 	return err
+}
+
+// Redact returns text with every configured secret value of every current
+// upstream masked (env values, header values, URL keys: see
+// upstream.Upstream.Redact) and its URLs redacted: what mcpmux prints or
+// logs about upstreams goes through it. It is safe for concurrent use.
+func (a *Aggregator) Redact(text string) string {
+	if set := a.set.Load(); set != nil {
+		for _, u := range set.ups {
+			text = u.MaskSecrets(text)
+		}
+	}
+	return redact.URLs(text)
 }
 
 // StartError returns the error of the named upstream's first connection

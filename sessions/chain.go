@@ -14,7 +14,6 @@ import (
 	"github.com/mcpmux/mcpmux/filter"
 	"github.com/mcpmux/mcpmux/internal/audit"
 	"github.com/mcpmux/mcpmux/internal/jsonrpc"
-	"github.com/mcpmux/mcpmux/internal/redact"
 	"github.com/mcpmux/mcpmux/upstream"
 )
 
@@ -212,7 +211,7 @@ func (s *Server) route(ctx context.Context, session string, b Binding, e *filter
 		rec := audit.Record{Time: start.UTC(), Session: session, Profile: b.Profile, Tool: e.Tool.Name, Upstream: e.Upstream,
 			Decision: audit.Allowed, Duration: float64(d.Microseconds()) / 1000}
 		if err != nil {
-			rec.Decision, rec.Reason = audit.Error, redact.URLs(err.Error())
+			rec.Decision, rec.Reason = audit.Error, s.agg.Redact(err.Error())
 		} else if toolError {
 			rec.Reason = audit.ReasonToolError
 		}

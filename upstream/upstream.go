@@ -197,9 +197,11 @@ func New(cfg *configs.Upstream, opts Options) *Upstream {
 	u := &Upstream{
 		cfg:         cfg,
 		opts:        opts,
-		log:         logger.With("upstream", cfg.Name),
 		catalogKick: make(chan struct{}, 1),
 	}
+	// Everything the upstream logs (its errors quote URLs, a child's output
+	// may repeat its env) goes out with its configured secrets masked.
+	u.log = slog.New(u.secrets().Handler(logger.Handler())).With("upstream", cfg.Name)
 	u.life, u.stop = context.WithCancel(context.Background())
 	u.procLife, u.procStop = context.WithCancel(context.Background())
 	return u

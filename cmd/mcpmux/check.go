@@ -13,7 +13,6 @@ import (
 	"github.com/mcpmux/mcpmux/aggregator"
 	"github.com/mcpmux/mcpmux/configs"
 	"github.com/mcpmux/mcpmux/filter"
-	"github.com/mcpmux/mcpmux/internal/redact"
 	"github.com/mcpmux/mcpmux/sessions"
 	"github.com/mcpmux/mcpmux/upstream"
 )
@@ -62,7 +61,7 @@ func cmdCheck(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	snap := agg.Snapshot()
 	var problems []string
 	problem := func(p string) {
-		if p = redact.URLs(p); !slices.Contains(problems, p) {
+		if p = agg.Redact(p); !slices.Contains(problems, p) {
 			problems = append(problems, p)
 		}
 	}
@@ -176,7 +175,7 @@ func cmdCheck(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if startErr != nil {
 		// Only required upstreams fail Start, and their errors are listed
 		// already; anything else is new.
-		se := redact.URLs(startErr.Error())
+		se := agg.Redact(startErr.Error())
 		if !slices.ContainsFunc(problems, func(p string) bool { return strings.Contains(se, p) }) {
 			problem(se)
 		}

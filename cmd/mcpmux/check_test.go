@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -179,5 +180,44 @@ connect_timeout = "2s"
 				t.Errorf("the upstream's JSON stderr line was not logged as fields:\n%s", logs)
 			}
 		})
+	}
+}
+
+// TestCheckMasksConfiguredSecrets runs `mcpmux check` against an HTTP
+// upstream whose URL path holds a key and that refuses us (its errors quote
+// the URL), and a child that echoes an env value on stderr and dies: no
+// byte of either secret reaches check's output or its logs, at debug level.
+func TestCheckMasksConfiguredSecrets(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	refuse := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "no entry for "+r.URL.Path, http.StatusForbidden)
+	})}
+	go refuse.Serve(ln)
+	t.Cleanup(func() { refuse.Close() })
+	const pathKey, envValue = "sk-ak-PATHSECRET123", "hunter2-env-secret"
+	path := writeConfig(t, fmt.Sprintf(`
+[upstreams.keyed]
+url = "http://%s/mcp/%s/sse"
+[upstreams.leaky]
+command = "sh"
+args = ["-c", "echo \"starting with token $$MYSECRET\" >&2; exit 3"]
+env = { MYSECRET = %q }
+`, ln.Addr(), pathKey, envValue))
+	var stdout, stderr bytes.Buffer
+	code := run([]string{"check", "--config", path, "--log-level", "debug"}, &stdout, &stderr)
+	out := stdout.String() + stderr.String()
+	if code != exitRuntime {
+		t.Errorf("exit %d, want %d:\n%s", code, exitRuntime, out)
+	}
+	for _, secret := range []string{"PATHSECRET", "hunter2"} {
+		if strings.Contains(out, secret) {
+			t.Errorf("check's output holds %q:\n%s", secret, out)
+		}
+	}
+	if !strings.Contains(out, "starting with token REDACTED") || !strings.Contains(out, `upstream "keyed"`) {
+		t.Errorf("the errors themselves are missing:\n%s", out)
 	}
 }

@@ -12,7 +12,6 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/mcpmux/mcpmux/filter"
-	"github.com/mcpmux/mcpmux/internal/redact"
 	"github.com/mcpmux/mcpmux/sessions"
 	"github.com/mcpmux/mcpmux/upstream"
 )
@@ -61,7 +60,7 @@ func cmdTools(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	snap := agg.Snapshot()
 	for _, st := range snap.Upstreams {
 		if st.State != upstream.StateUp {
-			fmt.Fprintf(stderr, "mcpmux: warning: upstream %q is %s; its tools are missing: %s\n", st.Name, st.State, redact.URLs(fmt.Sprint(agg.StartError(st.Name))))
+			fmt.Fprintf(stderr, "mcpmux: warning: upstream %q is %s; its tools are missing: %s\n", st.Name, st.State, agg.Redact(fmt.Sprint(agg.StartError(st.Name))))
 		}
 	}
 	v := filterView(snap, b.Filter)

@@ -135,6 +135,12 @@ type Handler struct {
 // NewHandler returns next wrapped.
 func NewHandler(next slog.Handler) *Handler { return &Handler{next: next, clean: URLs} }
 
+// NewHandlerFunc wraps next like NewHandler, with clean in place of URLs:
+// clean gets every message, string attribute and error text.
+func NewHandlerFunc(next slog.Handler, clean func(string) string) *Handler {
+	return &Handler{next: next, clean: clean}
+}
+
 var _ slog.Handler = (*Handler)(nil)
 
 func (h *Handler) Enabled(ctx context.Context, l slog.Level) bool { return h.next.Enabled(ctx, l) }
