@@ -89,8 +89,12 @@ func (u *Upstream) dial(ctx context.Context) (*conn, *Catalog, error) {
 	switch {
 	case u.cfg.Transport == configs.TransportHTTP:
 		return c, cat, err // dialHTTP tries discovery itself, before SSE
-	case u.cfg.Transport == configs.TransportStdio && (c == nil || c.ctx.Err() != nil):
-		return c, cat, err // the child died or hung: not a version disagreement
+	case u.cfg.Transport == configs.TransportStdio && (c == nil || c.ctx.Err() != nil || isConnectionLoss(err)):
+		// The child died or hung: not a version disagreement. Its
+		// connection's ctx ends only once the exit is noticed, which may
+		// come after the handshake saw stdout close, so a closed
+		// transport counts too; otherwise a dying child was started twice.
+		return c, cat, err
 	}
 	if c != nil {
 		if terr := c.teardown(); terr != nil {
