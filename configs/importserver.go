@@ -14,6 +14,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/mcpmux/mcpmux/internal/glob"
 )
 
 // jsonServer is one server entry: the union of the keys every supported
@@ -340,7 +342,7 @@ func (im *importer) server(fc *fileCtx, g serverGroup, key string, raw json.RawM
 	}
 	var deny []string
 	for _, t := range s.DisabledTools {
-		deny = append(deny, globQuote(t))
+		deny = append(deny, glob.Quote(t))
 	}
 	if len(s.DisabledTools) > 0 {
 		im.note(fc.name, key, false, "disabledTools %s are carried as deny (on the server's own tool names)", tomlList(s.DisabledTools))
@@ -349,7 +351,7 @@ func (im *importer) server(fc *fileCtx, g serverGroup, key string, raw json.RawM
 		switch strings.ToLower(tf.Mode) {
 		case "", "block":
 			for _, t := range tf.List {
-				deny = append(deny, globQuote(t))
+				deny = append(deny, glob.Quote(t))
 			}
 			im.note(fc.name, key, false, "toolFilter block %s is carried as deny (on the server's own tool names)", tomlList(tf.List))
 		case "allow":
@@ -378,18 +380,6 @@ func typeError(err error) error {
 		return fmt.Errorf("%s: want %s, got JSON %s", te.Field, te.Type, te.Value)
 	}
 	return err
-}
-
-// globQuote escapes a tool name so that a glob matches it exactly.
-func globQuote(name string) string {
-	var b strings.Builder
-	for _, r := range name {
-		if strings.ContainsRune(`*?[]\`, r) {
-			b.WriteByte('\\')
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
 }
 
 // importPlaceholderRE matches ${…} references: ${VAR}, ${VAR:-default},

@@ -13,6 +13,7 @@ import (
 
 	"github.com/mcpmux/mcpmux/configs"
 	"github.com/mcpmux/mcpmux/filter"
+	"github.com/mcpmux/mcpmux/internal/glob"
 )
 
 // Sentinel errors of profile resolution. Each maps to one HTTP status.
@@ -572,7 +573,7 @@ func (r *Resolver) narrowingRules(n Narrowing, profile []*filter.Rules) (*filter
 		rs.Toolsets, rs.Tools = nil, nil
 	}
 	for _, name := range n.ExcludeTools {
-		rs.Deny = append(rs.Deny, literalGlob(name))
+		rs.Deny = append(rs.Deny, glob.Quote(name))
 	}
 	narrow, err := filter.Compile(rs)
 	if err != nil {
@@ -594,22 +595,6 @@ func (r *Resolver) knownToolset(ts string, stages []*filter.Rules) bool {
 		}
 	}
 	return true
-}
-
-// literalGlob returns the glob that matches exactly name: its wildcard and
-// escape characters escaped.
-func literalGlob(name string) string {
-	if !strings.ContainsAny(name, `*?[]\`) {
-		return name
-	}
-	var b strings.Builder
-	for _, c := range name {
-		if strings.ContainsRune(`*?[]\`, c) {
-			b.WriteByte('\\')
-		}
-		b.WriteRune(c)
-	}
-	return b.String()
 }
 
 // RateFor returns the calls-per-minute limit of profile: the smallest

@@ -19,6 +19,7 @@ import (
 
 	"github.com/mcpmux/mcpmux/configs"
 	"github.com/mcpmux/mcpmux/filter"
+	"github.com/mcpmux/mcpmux/internal/glob"
 )
 
 // The selection a request makes by path and by GitHub's X-MCP-* headers
@@ -221,13 +222,13 @@ func TestSelectionFromHeaders(t *testing.T) {
 func TestLiteralGlob(t *testing.T) {
 	names := []string{"plain_name-1", "a*", "*", "a?c", "[ab]", `back\slash`, "a]b", "[!x]", "ab", "abc", "a", "b", "x"}
 	for _, name := range names {
-		rules, err := filter.Compile(configs.RuleSet{Deny: []string{literalGlob(name)}})
+		rules, err := filter.Compile(configs.RuleSet{Deny: []string{glob.Quote(name)}})
 		if err != nil {
-			t.Fatalf("literalGlob(%q) = %q: %v", name, literalGlob(name), err)
+			t.Fatalf("glob.Quote(%q) = %q: %v", name, glob.Quote(name), err)
 		}
 		for _, other := range names {
 			if hidden := !rules.Match(other, true, nil); hidden != (other == name) {
-				t.Errorf("excluding %q (as %q): %q hidden = %v", name, literalGlob(name), other, hidden)
+				t.Errorf("excluding %q (as %q): %q hidden = %v", name, glob.Quote(name), other, hidden)
 			}
 		}
 	}

@@ -282,3 +282,22 @@ func (g *Glob) Match(name string) bool {
 
 // String returns the pattern as given to Compile.
 func (g *Glob) String() string { return g.pattern }
+
+// Quote returns the pattern that matches exactly s: its wildcard, class and
+// escape characters (`*`, `?`, `[`, `]`, `\`) escaped with a backslash. It
+// is for names taken literally where a pattern is expected, such as a
+// request's X-MCP-Exclude-Tools or an imported tool filter.
+func Quote(s string) string {
+	const special = `*?[]\`
+	if !strings.ContainsAny(s, special) {
+		return s
+	}
+	var b strings.Builder
+	for _, r := range s {
+		if strings.ContainsRune(special, r) {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}

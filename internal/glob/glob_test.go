@@ -278,3 +278,22 @@ func FuzzGuarded(f *testing.F) {
 		}
 	})
 }
+
+// TestQuote checks that a quoted name, compiled plain or guarded, matches
+// that name and nothing else, whatever pattern characters it holds.
+func TestQuote(t *testing.T) {
+	names := []string{"plain_tool", "gh__*", "a?b", "[x]", `back\slash`, "*", `\*`, "ü*[?]"}
+	for _, name := range names {
+		for _, opts := range [][]Option{nil, {Guarded()}} {
+			g, err := Compile(Quote(name), opts...)
+			if err != nil {
+				t.Fatalf("Quote(%q) = %q does not compile: %v", name, Quote(name), err)
+			}
+			for _, other := range names {
+				if got := g.Match(other); got != (other == name) {
+					t.Errorf("Quote(%q) = %q matches %q: %v", name, Quote(name), other, got)
+				}
+			}
+		}
+	}
+}
