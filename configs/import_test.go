@@ -345,20 +345,7 @@ func TestImportNotes(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var found *ImportNote
-			var all []string
-			for i, n := range res.Notes {
-				all = append(all, n.String())
-				if n.String() == tt.want {
-					found = &res.Notes[i]
-				}
-			}
-			switch {
-			case found == nil:
-				t.Errorf("notes lack %q:\n%s", tt.want, strings.Join(all, "\n"))
-			case found.Lost != tt.lost:
-				t.Errorf("note %q: Lost = %v, want %v", tt.want, found.Lost, tt.lost)
-			}
+			checkNote(t, res.Notes, func(n string) bool { return n == tt.want }, tt.want, tt.lost)
 			if _, err := Parse("imported.toml", res.TOML, allSet); err != nil {
 				t.Errorf("output does not load: %v\n%s", err, res.TOML)
 			}
@@ -455,20 +442,7 @@ func TestImportTBXarkTokens(t *testing.T) {
 			if tt.note == "" {
 				return
 			}
-			var found *ImportNote
-			var all []string
-			for i, n := range res.Notes {
-				all = append(all, n.String())
-				if strings.Contains(n.String(), tt.note) {
-					found = &res.Notes[i]
-				}
-			}
-			switch {
-			case found == nil:
-				t.Errorf("notes lack %q:\n%s", tt.note, strings.Join(all, "\n"))
-			case found.Lost != tt.lost:
-				t.Errorf("note %q: Lost = %v, want %v", tt.note, found.Lost, tt.lost)
-			}
+			checkNote(t, res.Notes, func(n string) bool { return strings.Contains(n, tt.note) }, tt.note, tt.lost)
 		})
 	}
 }
@@ -578,20 +552,7 @@ func TestImportClaudeApprovals(t *testing.T) {
 			if tt.note == "" {
 				return
 			}
-			var found *ImportNote
-			var all []string
-			for i, n := range res.Notes {
-				all = append(all, n.String())
-				if strings.Contains(n.String(), tt.note) {
-					found = &res.Notes[i]
-				}
-			}
-			switch {
-			case found == nil:
-				t.Errorf("notes lack %q:\n%s", tt.note, strings.Join(all, "\n"))
-			case found.Lost != tt.lost:
-				t.Errorf("note %q: Lost = %v, want %v", tt.note, found.Lost, tt.lost)
-			}
+			checkNote(t, res.Notes, func(n string) bool { return strings.Contains(n, tt.note) }, tt.note, tt.lost)
 		})
 	}
 	// A scanned .mcp.json is gated by where it was found, not by what its
@@ -648,4 +609,21 @@ func TestImportClaudeJSONDisabled(t *testing.T) {
 			t.Errorf("notes lack %q (Lost %v):\n%s", want, lost, strings.Join(all, "\n"))
 		}
 	}
+}
+
+// checkNote fails t unless one of notes matches (given its text), and that
+// note's Lost is lost; want names it in the failure.
+func checkNote(t *testing.T, notes []ImportNote, match func(string) bool, want string, lost bool) {
+	t.Helper()
+	var all []string
+	for _, n := range notes {
+		all = append(all, n.String())
+		if match(n.String()) {
+			if n.Lost != lost {
+				t.Errorf("note %q: Lost = %v, want %v", want, n.Lost, lost)
+			}
+			return
+		}
+	}
+	t.Errorf("notes lack %q:\n%s", want, strings.Join(all, "\n"))
 }
