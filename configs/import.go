@@ -269,7 +269,7 @@ func (im *importer) detect(fc *fileCtx, root map[string]json.RawMessage) ([]serv
 	servers, hasServers := root["mcpServers"]
 	switch {
 	case root["mcpProxy"] != nil:
-		fc.kind = "TBXark mcp-proxy"
+		fc.kind = kindTBXark
 		p, err := parseTBXProxy(root["mcpProxy"])
 		if err != nil {
 			return nil, err

@@ -627,3 +627,41 @@ func checkNote(t *testing.T, notes []ImportNote, match func(string) bool, want s
 	}
 	t.Errorf("notes lack %q:\n%s", want, strings.Join(all, "\n"))
 }
+
+// TestImportTBXarkBareVariables checks that TBXark's $VAR, which it expands
+// from its own environment over the whole file, becomes mcpmux's ${VAR}
+// everywhere, a child's env included (TBXark has no mcp-remote rule: it
+// expands before any child starts), with a note, and that the output loads
+// and reads those variables.
+func TestImportTBXarkBareVariables(t *testing.T) {
+	src := `{"mcpProxy":{"addr":"127.0.0.1:9090"},"mcpServers":{"gh":{"command":"npx",
+		"args":["server-github","--token","$GH_TOKEN","--host=${GH_HOST}","--price","5$"],
+		"env":{"GITHUB_TOKEN":"$GH_TOKEN","HOST":"${GH_HOST}"}}}}`
+	res, err := ImportFiles([]ImportFile{{Name: "tbx.json", Data: []byte(src)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		`args = ["server-github", "--token", "${GH_TOKEN}", "--host=${GH_HOST}", "--price", "5$$"]`,
+		`env = { GITHUB_TOKEN = "${GH_TOKEN}", HOST = "${GH_HOST}" }`,
+	} {
+		if !strings.Contains(string(res.TOML), want) {
+			t.Errorf("output lacks %s:\n%s", want, res.TOML)
+		}
+	}
+	checkNote(t, res.Notes, func(n string) bool { return strings.Contains(n, "TBXark expands $VAR") }, "TBXark expands $VAR", false)
+	for _, n := range res.Notes {
+		if strings.Contains(n.String(), "literal value") {
+			t.Errorf("a $VAR reference is noted as a literal value: %s", n)
+		}
+	}
+	cfg, err := Parse("imported.toml", res.TOML, func(name string) (string, bool) {
+		return map[string]string{"GH_TOKEN": "tok-123", "GH_HOST": "ghe.example"}[name], name == "GH_TOKEN" || name == "GH_HOST"
+	})
+	if err != nil {
+		t.Fatalf("output does not load: %v\n%s", err, res.TOML)
+	}
+	if got := cfg.Upstreams[0].Args; !slices.Equal(got, []string{"server-github", "--token", "tok-123", "--host=ghe.example", "--price", "5$"}) {
+		t.Errorf("args = %q", got)
+	}
+}

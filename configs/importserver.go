@@ -382,6 +382,13 @@ func typeError(err error) error {
 	return err
 }
 
+// kindTBXark is how import names a TBXark mcp-proxy config.
+const kindTBXark = "TBXark mcp-proxy"
+
+// bareVarRE matches a $VAR reference without braces, as os.ExpandEnv reads
+// it.
+var bareVarRE = regexp.MustCompile(`\$([A-Za-z_][A-Za-z0-9_]*)`)
+
 // importPlaceholderRE matches ${…} references: ${VAR}, ${VAR:-default},
 // ${env:VAR} (Cursor, VS Code), ${input:id} (VS Code), ${cmd: …} (mcp-hub).
 var importPlaceholderRE = regexp.MustCompile(`\$\{[^}]*\}`)
@@ -416,7 +423,18 @@ func (c *importConverter) note(lost bool, format string, args ...any) {
 // references the source's client expanded. In the command line of a child
 // (child set), a ${VAR} whose VAR is in the server's own env is left for
 // the child to expand, as mcp-remote does with --header "…${VAR}".
+//
+// TBXark mcp-proxy runs os.ExpandEnv over its whole file when it loads it,
+// so there $VAR and ${VAR} are both its own environment's, everywhere,
+// env values of a child included: both become mcpmux's ${VAR}.
 func (c *importConverter) str(s string, child bool) string {
+	if c.fc.kind == kindTBXark {
+		child = false
+		if bareVarRE.MatchString(s) {
+			s = bareVarRE.ReplaceAllString(s, "$${${1}}")
+			c.note(false, "TBXark expands $VAR from its environment when it loads the file: carried as mcpmux's ${VAR}")
+		}
+	}
 	var b strings.Builder
 	last := 0
 	for _, m := range importPlaceholderRE.FindAllStringIndex(s, -1) {
@@ -471,10 +489,10 @@ func (c *importConverter) placeholder(p string, child bool) string {
 }
 
 // literal reports whether a value the source gives is copied into the
-// config as it is: not empty, and without a ${…} reference. It may be a
+// config as it is: not empty, and without a ${…} or $VAR reference. It may be a
 // secret, which the user may rather keep out of a file that gets shared.
 func literal(v string) bool {
-	return v != "" && !importPlaceholderRE.MatchString(v)
+	return v != "" && !importPlaceholderRE.MatchString(v) && !bareVarRE.MatchString(v)
 }
 
 // urlLiterals notes the user:password@ and the query values of a url that
