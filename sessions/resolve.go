@@ -41,6 +41,16 @@ const (
 	HeaderXExcludeTools = "X-MCP-Exclude-Tools"
 )
 
+// The X-MCP-* headers' canonical keys, as net/http stores them: looking a
+// header up by a key that is not canonical allocates its canonical form on
+// every request.
+const (
+	keyXToolsets     = "X-Mcp-Toolsets"
+	keyXReadOnly     = "X-Mcp-Readonly"
+	keyXTools        = "X-Mcp-Tools"
+	keyXExcludeTools = "X-Mcp-Exclude-Tools"
+)
+
 // Binding is what a request or session resolved to: a profile and the one
 // shared Filter of its effective rules. It is immutable.
 type Binding struct {
@@ -216,20 +226,20 @@ func aliasNarrowing(h http.Header) (Narrowing, error) {
 	var n Narrowing
 	var err error
 	for _, l := range []struct {
-		header string
-		into   *[]string
+		header, key string
+		into        *[]string
 	}{
-		{HeaderXToolsets, &n.Toolsets},
-		{HeaderXTools, &n.Tools},
-		{HeaderXExcludeTools, &n.ExcludeTools},
+		{HeaderXToolsets, keyXToolsets, &n.Toolsets},
+		{HeaderXTools, keyXTools, &n.Tools},
+		{HeaderXExcludeTools, keyXExcludeTools, &n.ExcludeTools},
 	} {
-		if v := strings.Join(h.Values(l.header), ","); v != "" {
+		if v := strings.Join(h.Values(l.key), ","); v != "" {
 			if *l.into, err = boundedList(v, l.header+" header"); err != nil {
 				return n, err
 			}
 		}
 	}
-	for _, v := range h.Values(HeaderXReadOnly) {
+	for _, v := range h.Values(keyXReadOnly) {
 		switch strings.ToLower(strings.TrimSpace(v)) {
 		case "", "false", "f", "no", "n", "0", "off":
 		default:

@@ -417,3 +417,18 @@ deny_upstreams = ["secretive"]
 		}
 	}
 }
+
+// TestHeaderKeysAreCanonical checks that the keys mcpmux looks request
+// headers up by are net/http's canonical forms of the headers' names.
+func TestHeaderKeysAreCanonical(t *testing.T) {
+	for name, key := range map[string]string{
+		HeaderXToolsets: keyXToolsets, HeaderXReadOnly: keyXReadOnly,
+		HeaderXTools: keyXTools, HeaderXExcludeTools: keyXExcludeTools,
+		HeaderProfile: HeaderProfile, HeaderToolsets: HeaderToolsets,
+		HeaderReadOnly: HeaderReadOnly, HeaderTools: HeaderTools,
+	} {
+		if c := http.CanonicalHeaderKey(name); c != key {
+			t.Errorf("%s is looked up as %q; its canonical key is %q", name, key, c)
+		}
+	}
+}
