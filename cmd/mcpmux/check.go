@@ -41,12 +41,10 @@ func cmdCheck(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := logs.check(fs); err != nil {
 		return err
 	}
-	src, cfg, err := openConfig(*configPath, configSource{})
+	_, cfg, log, err := logs.open(*configPath, configSource{}, stderr)
 	if err != nil {
 		return err
 	}
-	log := logs.logger(stderr, cfg.Server.LogFormat)
-	src.logLoaded(log)
 	fmt.Fprintf(stdout, "config %s: valid\n\n", cfg.Source)
 	res, err := sessions.NewResolver(cfg, filter.NewRegistry())
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 
+	"github.com/mcpmux/mcpmux/configs"
 	"github.com/mcpmux/mcpmux/internal/redact"
 )
 
@@ -45,6 +46,19 @@ func (l logFlags) logger(w io.Writer, configFormat string) *slog.Logger {
 		format = configFormat
 	}
 	return newLogger(w, lv, format)
+}
+
+// open finds and loads the config as openConfig does, then returns the
+// logger for it (its format may come from the config) with where the config
+// came from already logged: how every command that reads a config starts.
+func (l logFlags) open(flagPath string, src configSource, w io.Writer) (configSource, *configs.Config, *slog.Logger, error) {
+	src, cfg, err := openConfig(flagPath, src)
+	if err != nil {
+		return src, nil, nil, err
+	}
+	log := l.logger(w, cfg.Server.LogFormat)
+	src.logLoaded(log)
+	return src, cfg, log, nil
 }
 
 // newLogger returns a logger on w at level, as JSON lines when format is

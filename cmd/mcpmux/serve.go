@@ -40,12 +40,10 @@ func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer, impl
 		return fs.usageErr(errors.New("--profile needs --stdio (HTTP clients choose their profile per request)"))
 	}
 	start := time.Now()
-	src, cfg, err := openConfig(*configPath, configSource{listen: *listen, http: true})
+	src, cfg, log, err := logs.open(*configPath, configSource{listen: *listen, http: true}, stderr)
 	if err != nil {
 		return err
 	}
-	log := logs.logger(stderr, cfg.Server.LogFormat)
-	src.logLoaded(log)
 	// server.listen takes effect only on restart, so a reloaded config is
 	// checked for exposure against the address being served.
 	src.listen = cfg.Server.Listen

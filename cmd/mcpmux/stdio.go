@@ -31,12 +31,10 @@ func serveStdio(ctx context.Context, configPath, profile string, logs logFlags, 
 	signal.Ignore(syscall.SIGPIPE)
 
 	start := time.Now()
-	src, cfg, err := openConfig(configPath, configSource{})
+	src, cfg, log, err := logs.open(configPath, configSource{}, stderr)
 	if err != nil {
 		return err
 	}
-	log := logs.logger(stderr, cfg.Server.LogFormat)
-	src.logLoaded(log)
 	agg, srv, closeAll, err := wire(cfg, log)
 	defer closeAll()
 	if err != nil {

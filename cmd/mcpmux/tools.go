@@ -34,12 +34,10 @@ func cmdTools(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := logs.check(fs); err != nil {
 		return err
 	}
-	src, cfg, err := openConfig(*configPath, configSource{})
+	_, cfg, log, err := logs.open(*configPath, configSource{}, stderr)
 	if err != nil {
 		return err
 	}
-	log := logs.logger(stderr, cfg.Server.LogFormat)
-	src.logLoaded(log)
 	res, err := sessions.NewResolver(cfg, filter.NewRegistry())
 	if err != nil {
 		return configErr(err)
