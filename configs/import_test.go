@@ -533,14 +533,7 @@ func TestImportClaudeApprovals(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			cfg, err := Parse("imported.toml", res.TOML, nil)
-			if err != nil {
-				t.Fatalf("does not load: %v\n%s", err, res.TOML)
-			}
-			var active []string
-			for _, u := range cfg.Upstreams {
-				active = append(active, u.Name)
-			}
+			active := activeUpstreams(t, res.TOML)
 			if !slices.Equal(active, tt.active) {
 				t.Errorf("active upstreams = %q, want %q\n%s", active, tt.active, res.TOML)
 			}
@@ -581,14 +574,7 @@ func TestImportClaudeJSONDisabled(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := Parse("imported.toml", res.TOML, nil)
-	if err != nil {
-		t.Fatalf("does not load: %v\n%s", err, res.TOML)
-	}
-	var active []string
-	for _, u := range cfg.Upstreams {
-		active = append(active, u.Name)
-	}
+	active := activeUpstreams(t, res.TOML)
 	if want := []string{"app-kv", "memory"}; !slices.Equal(active, want) {
 		t.Errorf("active upstreams = %q, want %q\n%s", active, want, res.TOML)
 	}
@@ -664,4 +650,19 @@ func TestImportTBXarkBareVariables(t *testing.T) {
 	if got := cfg.Upstreams[0].Args; !slices.Equal(got, []string{"server-github", "--token", "tok-123", "--host=ghe.example", "--price", "5$"}) {
 		t.Errorf("args = %q", got)
 	}
+}
+
+// activeUpstreams loads imported TOML and returns the names of the
+// upstreams it mounts, in order; a server written as a comment is not one.
+func activeUpstreams(t *testing.T, toml []byte) []string {
+	t.Helper()
+	cfg, err := Parse("imported.toml", toml, nil)
+	if err != nil {
+		t.Fatalf("does not load: %v\n%s", err, toml)
+	}
+	var active []string
+	for _, u := range cfg.Upstreams {
+		active = append(active, u.Name)
+	}
+	return active
 }
