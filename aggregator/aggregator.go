@@ -130,6 +130,7 @@ func (a *Aggregator) newConn(uc *configs.Upstream, session string, log *slog.Log
 	l := &connLink{name: uc.Name, session: session}
 	uo.OnNotification = func(_ *upstream.Upstream, n mcp.JSONRPCNotification) { a.onNotification(l, n) }
 	h := clientHandler{a: a, l: l}
+	uo.OnRequest = h.onRequest
 	uo.ClientOptions = append(slices.Clip(uo.ClientOptions),
 		client.WithSamplingHandler(h), client.WithElicitationHandler(h), client.WithRootsHandler(h))
 	l.u = upstream.New(uc, uo)

@@ -361,9 +361,31 @@ var (
 )
 
 // ask relays one server→client request to the calling client and decodes
-// its answer into out. A refusal's text reaches the upstream (mcp-go
-// answers the request with it), so it says what to configure.
+// its answer into out (mcp-go's handler interfaces, for HTTP and SSE
+// connections).
 func (h clientHandler) ask(ctx context.Context, method string, params, out any) error {
+	res, err := h.relay(ctx, method, params)
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(res, out)
+}
+
+// onRequest is upstream.Options.OnRequest of the connection: the client's
+// answer goes back as its bytes.
+func (h clientHandler) onRequest(ctx context.Context, _ *upstream.Upstream, method string, params json.RawMessage) (json.RawMessage, error) {
+	if len(params) == 0 {
+		// No params member: none goes to the client either (a nil
+		// json.RawMessage in an interface would be sent as "params":null,
+		// which clients refuse).
+		return h.relay(ctx, method, nil)
+	}
+	return h.relay(ctx, method, params)
+}
+
+// relay asks the calling client. A refusal's text reaches the upstream, so
+// it says what to configure.
+func (h clientHandler) relay(ctx context.Context, method string, params any) (json.RawMessage, error) {
 	cl, err := h.a.relay.owner(ctx, h.l)
 	if err != nil {
 		// A warning when the config can fix it (a shared upstream);
@@ -374,16 +396,12 @@ func (h clientHandler) ask(ctx context.Context, method string, params, out any) 
 			level = slog.LevelInfo
 		}
 		h.a.log.Log(ctx, level, "server→client request refused", "upstream", h.l.name, "session", h.l.session, "method", method, "error", err)
-		return fmt.Errorf("%s from upstream %q: %w", method, h.l.name, err)
+		return nil, fmt.Errorf("%s from upstream %q: %w", method, h.l.name, err)
 	}
 	if err := checkCapability(cl, method); err != nil {
-		return fmt.Errorf("%s from upstream %q: %w", method, h.l.name, ErrClientLacksCapability)
+		return nil, fmt.Errorf("%s from upstream %q: %w", method, h.l.name, ErrClientLacksCapability)
 	}
-	res, err := cl.Request(ctx, method, params)
-	if err != nil {
-		return err
-	}
-	return json.Unmarshal(res, out)
+	return cl.Request(ctx, method, params)
 }
 
 // CreateMessage relays sampling/createMessage.

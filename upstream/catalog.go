@@ -3,9 +3,7 @@ package upstream
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 
 	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/client/transport"
@@ -54,25 +52,16 @@ func (c *conn) fetch(ctx context.Context, base *Catalog, kinds uint32, strict bo
 			next.Tools, err = c.fetchTools(ctx)
 			return err
 		}},
-		{listPrompts, mcp.MethodPromptsList, func() error {
-			r, err := c.client.ListPrompts(ctx, mcp.ListPromptsRequest{})
-			if err == nil {
-				next.Prompts = r.Prompts
-			}
+		{listPrompts, mcp.MethodPromptsList, func() (err error) {
+			next.Prompts, err = listAll[mcp.Prompt](ctx, c, mcp.MethodPromptsList, "prompts")
 			return err
 		}},
-		{listResources, mcp.MethodResourcesList, func() error {
-			r, err := c.client.ListResources(ctx, mcp.ListResourcesRequest{})
-			if err == nil {
-				next.Resources = r.Resources
-			}
+		{listResources, mcp.MethodResourcesList, func() (err error) {
+			next.Resources, err = listAll[mcp.Resource](ctx, c, mcp.MethodResourcesList, "resources")
 			return err
 		}},
-		{listTemplates, mcp.MethodResourcesTemplatesList, func() error {
-			r, err := c.client.ListResourceTemplates(ctx, mcp.ListResourceTemplatesRequest{})
-			if err == nil {
-				next.ResourceTemplates = r.ResourceTemplates
-			}
+		{listTemplates, mcp.MethodResourcesTemplatesList, func() (err error) {
+			next.ResourceTemplates, err = listAll[mcp.ResourceTemplate](ctx, c, mcp.MethodResourcesTemplatesList, "resourceTemplates")
 			return err
 		}},
 	}
@@ -87,7 +76,7 @@ func (c *conn) fetch(ctx context.Context, base *Catalog, kinds uint32, strict bo
 			return nil, fmt.Errorf("%s: %w (%w)", s.method, err, context.Cause(c.ctx))
 		case isConnectionLoss(err):
 			return nil, fmt.Errorf("%s: %w", s.method, err)
-		case errors.Is(err, mcp.ErrMethodNotFound):
+		case isMethodNotFound(err):
 			c.clearList(next, s.kind)
 		case strict:
 			return nil, fmt.Errorf("%s: %w", s.method, err)
@@ -111,34 +100,77 @@ func (c *conn) clearList(cat *Catalog, kind uint32) {
 	}
 }
 
-// fetchTools lists every page of tools. mcp-go decodes each page lossily
-// (mcp.Tool has no UnmarshalJSON: root oneOf/anyOf/$schema and unknown schema
-// keys are dropped), so the transport decorators below capture each page's
-// raw result and the exact inputSchema / outputSchema are put back, matched
-// by tool name. ListToolsByPage is still used because it also feeds the
-// client's cache of tool definitions (x-mcp-header mirroring on 2026-07-28)
-// and drops invalid definitions where the protocol requires it.
-func (c *conn) fetchTools(ctx context.Context) ([]mcp.Tool, error) {
-	var (
-		out  []mcp.Tool
-		req  mcp.ListToolsRequest
-		seen = map[mcp.Cursor]bool{"": true}
-	)
-	for {
-		pageCtx, sink := withRawCapture(ctx)
-		page, err := c.client.ListToolsByPage(pageCtx, req)
-		if err != nil {
-			return nil, err
+// listAll fetches every page of a list through rawRequest, decoding the
+// items under key.
+func listAll[T any](ctx context.Context, c *conn, method mcp.MCPMethod, key string) ([]T, error) {
+	var out []T
+	err := c.pages(ctx, method, func(result json.RawMessage) error {
+		var page map[string]json.RawMessage
+		if err := json.Unmarshal(result, &page); err != nil {
+			return err
 		}
-		raw, err := rawToolSchemas(sink.result)
+		var items []T
+		if raw, ok := page[key]; ok {
+			if err := json.Unmarshal(raw, &items); err != nil {
+				return err
+			}
+		}
+		out = append(out, items...)
+		return nil
+	})
+	return out, err
+}
+
+// pages requests method page by page, handing each result to f, until a
+// page has no nextCursor. A cursor seen before fails the fetch.
+func (c *conn) pages(ctx context.Context, method mcp.MCPMethod, f func(json.RawMessage) error) error {
+	seen := map[string]bool{"": true}
+	var params json.RawMessage
+	for {
+		result, err := c.rawRequest(ctx, string(method), params)
 		if err != nil {
-			return nil, fmt.Errorf("decoding tools/list result: %w", err)
+			return err
+		}
+		if err := f(result); err != nil {
+			return fmt.Errorf("decoding %s result: %w", method, err)
+		}
+		var page struct {
+			NextCursor string `json:"nextCursor"`
+		}
+		if err := json.Unmarshal(result, &page); err != nil {
+			return fmt.Errorf("decoding %s result: %w", method, err)
+		}
+		if page.NextCursor == "" {
+			return nil
+		}
+		if seen[page.NextCursor] {
+			return fmt.Errorf("%w: %q", client.ErrRepeatedListCursor, page.NextCursor)
+		}
+		seen[page.NextCursor] = true
+		params, _ = json.Marshal(map[string]string{"cursor": page.NextCursor})
+	}
+}
+
+// fetchTools lists every page of tools. mcp.Tool's decoder is lossy (it has
+// no UnmarshalJSON: root oneOf/anyOf/$schema and unknown schema keys are
+// dropped), so the exact inputSchema / outputSchema are put back from each
+// page's bytes, matched by tool name. Tools with invalid x-mcp-header
+// annotations are dropped, as the protocol requires.
+func (c *conn) fetchTools(ctx context.Context) ([]mcp.Tool, error) {
+	var out []mcp.Tool
+	err := c.pages(ctx, mcp.MethodToolsList, func(result json.RawMessage) error {
+		var page struct {
+			Tools []mcp.Tool `json:"tools"`
+		}
+		if err := json.Unmarshal(result, &page); err != nil {
+			return err
+		}
+		raw, err := rawToolSchemas(result)
+		if err != nil {
+			return err
 		}
 		for _, t := range page.Tools {
-			s, ok := raw[t.Name]
-			if !ok {
-				c.u.log.Warn("raw schema of tool not captured; using mcp-go's decoding", "tool", t.Name)
-			}
+			s := raw[t.Name]
 			if isJSONValue(s.Input) {
 				t.InputSchema = mcp.ToolInputSchema{}
 				t.RawInputSchema = s.Input
@@ -153,15 +185,9 @@ func (c *conn) fetchTools(ctx context.Context) ([]mcp.Tool, error) {
 			}
 			out = append(out, t)
 		}
-		if page.NextCursor == "" {
-			return out, nil
-		}
-		if seen[page.NextCursor] {
-			return nil, fmt.Errorf("%w: %q", client.ErrRepeatedListCursor, page.NextCursor)
-		}
-		seen[page.NextCursor] = true
-		req.Params.Cursor = page.NextCursor
-	}
+		return nil
+	})
+	return out, err
 }
 
 type rawSchemas struct {
@@ -192,91 +218,27 @@ func rawToolSchemas(result json.RawMessage) (map[string]rawSchemas, error) {
 
 func isJSONValue(m json.RawMessage) bool { return len(m) > 0 && string(m) != "null" }
 
-// rawCaptureKey keys the *rawCapture of a tools/list request in its ctx.
-type rawCaptureKey struct{}
-
-// rawCapture receives the raw result of the tools/list request whose ctx
-// carries it. It is written and read by the goroutine making that request
-// (SendRequest is synchronous), so it needs no lock.
-type rawCapture struct{ result json.RawMessage }
-
-func withRawCapture(ctx context.Context) (context.Context, *rawCapture) {
-	sink := &rawCapture{}
-	return context.WithValue(ctx, rawCaptureKey{}, sink), sink
-}
-
-// capture stores resp's raw result in the request ctx's sink, if any.
-func capture(ctx context.Context, req transport.JSONRPCRequest, resp *transport.JSONRPCResponse) {
-	if resp == nil || req.Method != string(mcp.MethodToolsList) {
-		return
-	}
-	if sink, ok := ctx.Value(rawCaptureKey{}).(*rawCapture); ok {
-		sink.result = resp.Result
-	}
-}
-
-// The decorators below override only SendRequest and embed the concrete
-// transport, so every other method — and with it every optional interface
-// mcp-go's client type-asserts (BidirectionalInterface, HTTPConnection,
-// SetConnectionLostHandler, RequiresLegacyProtocol, Stderr) — is promoted
-// unchanged; the guards after them check it at compile time. One type per
-// concrete transport keeps this exact, where a single wrapper over
-// transport.Interface would hide those interfaces. (client.GetEndpoint, which
-// asserts *transport.SSE, is the one helper that cannot see through them.)
-
-type stdioTransport struct{ *transport.Stdio }
-
-func (t *stdioTransport) SendRequest(ctx context.Context, req transport.JSONRPCRequest) (*transport.JSONRPCResponse, error) {
-	resp, err := t.Stdio.SendRequest(ctx, req)
-	if err == nil {
-		capture(ctx, req, resp)
-	}
-	return resp, err
-}
+// The decorators below keep mcp-go's concrete transports behind a type of
+// mcpmux's own, so that every optional interface mcp-go's client
+// type-asserts (BidirectionalInterface, HTTPConnection,
+// SetConnectionLostHandler, RequiresLegacyProtocol) is promoted unchanged;
+// the guards after them check it at compile time.
 
 type streamableTransport struct{ *transport.StreamableHTTP }
 
-func (t *streamableTransport) SendRequest(ctx context.Context, req transport.JSONRPCRequest) (*transport.JSONRPCResponse, error) {
-	resp, err := t.StreamableHTTP.SendRequest(ctx, req)
-	if err == nil {
-		capture(ctx, req, resp)
-	}
-	return resp, err
-}
-
 type sseTransport struct{ *transport.SSE }
-
-func (t *sseTransport) SendRequest(ctx context.Context, req transport.JSONRPCRequest) (*transport.JSONRPCResponse, error) {
-	resp, err := t.SSE.SendRequest(ctx, req)
-	if err == nil {
-		capture(ctx, req, resp)
-	}
-	return resp, err
-}
 
 // websocketTransport is not an HTTPConnection on purpose: mcp-go then sends
 // notifications/cancelled when a call's ctx ends.
 type websocketTransport struct{ *wsTransport }
 
-func (t *websocketTransport) SendRequest(ctx context.Context, req transport.JSONRPCRequest) (*transport.JSONRPCResponse, error) {
-	resp, err := t.wsTransport.SendRequest(ctx, req)
-	if err == nil {
-		capture(ctx, req, resp)
-	}
-	return resp, err
-}
-
 // Optional interfaces mcp-go's client looks for by type assertion.
 type (
 	connectionLostSetter interface{ SetConnectionLostHandler(func(error)) }
 	legacyRequirer       interface{ RequiresLegacyProtocol() bool }
-	stderrer             interface{ Stderr() io.Reader }
 )
 
 var (
-	_ transport.BidirectionalInterface = (*stdioTransport)(nil)
-	_ stderrer                         = (*stdioTransport)(nil)
-
 	_ transport.BidirectionalInterface = (*streamableTransport)(nil)
 	_ transport.HTTPConnection         = (*streamableTransport)(nil)
 	_ legacyRequirer                   = (*streamableTransport)(nil)

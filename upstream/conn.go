@@ -18,6 +18,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/mcpmux/mcpmux/configs"
+	"github.com/mcpmux/mcpmux/upstream/wire"
 )
 
 // errTornDown is the cause of a connection that was closed on purpose.
@@ -36,11 +37,15 @@ type conn struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 
-	client *client.Client // set once in open, before publication
-	proc   *process       // stdio only
-	httpc  *http.Client   // http/sse only
-	caps   mcp.ServerCapabilities
-	modern bool // protocol 2026-07-28 or later (stateless)
+	// peer carries the connection's messages (peer.go); client is mcp-go's
+	// client below it on HTTP and SSE, nil on stdio and websocket.
+	peer    peer
+	client  *client.Client
+	version string       // the protocol version negotiated
+	proc    *process     // stdio only
+	httpc   *http.Client // http/sse only
+	caps    mcp.ServerCapabilities
+	modern  bool // protocol 2026-07-28 or later (stateless)
 
 	raw  rawErrors  // raw error objects of Send's requests (rawerr.go)
 	side modernSide // 2026-07-28 requests to a legacy HTTP connection's endpoint (modern.go)
@@ -146,17 +151,7 @@ func (u *Upstream) dialStdio(ctx context.Context) (*conn, *Catalog, error) {
 		return c, nil, err
 	}
 	c.proc = p
-	stdout := &lineLimitReader{
-		r:   p.stdout,
-		max: u.maxMessage(),
-		onTooLarge: func(err error) {
-			u.log.Error("message from upstream too large; closing the connection", "err", err)
-			c.lost(err)
-		},
-		onEnd: func(err error) { c.lost(fmt.Errorf("stdout closed: %w", err)) },
-	}
-	t := &stdioTransport{transport.NewIO(&tapReader{r: stdout, observe: c.raw.observe}, p.stdin, nil)}
-	init, err := c.open(ctx, t)
+	init, err := c.openWire(ctx, wire.NewLines(p.stdout, p.stdin, p.stdin, u.maxMessage()))
 	if err != nil {
 		return c, nil, err
 	}
@@ -192,7 +187,7 @@ func (u *Upstream) dialHTTP(ctx context.Context) (*conn, *Catalog, error) {
 			u.negotiate.Store(true)
 			c2, init2, err2 := u.openStreamable(ctx, false)
 			if err2 == nil {
-				u.log.Info("upstream rejected the 2025-11-25 handshake; using protocol discovery", "protocol", c2.client.ProtocolVersion(), "err", err)
+				u.log.Info("upstream rejected the 2025-11-25 handshake; using protocol discovery", "protocol", c2.version, "err", err)
 				return c2.finish(ctx, init2)
 			}
 			u.negotiate.Store(false)
@@ -318,6 +313,7 @@ func (c *conn) open(ctx context.Context, t transport.Interface, extra ...client.
 	}
 	cl := client.NewClient(t, opts...)
 	c.client = cl
+	c.peer = clientPeer{c, cl}
 	cl.OnNotification(c.handleNotification)
 	cl.OnConnectionLost(func(err error) { c.lost(fmt.Errorf("stream lost: %w", err)) }) // SSE and websocket
 	if err := cl.Start(c.ctx); err != nil {
@@ -334,7 +330,11 @@ func (c *conn) open(ctx context.Context, t transport.Interface, extra ...client.
 		return nil, fmt.Errorf("initialize: %w", err)
 	}
 	c.caps = init.Capabilities
-	c.modern = mcp.IsModernProtocol(cl.ProtocolVersion())
+	c.version = cl.ProtocolVersion()
+	if c.version == "" {
+		c.version = init.ProtocolVersion
+	}
+	c.modern = mcp.IsModernProtocol(c.version)
 	return init, nil
 }
 
@@ -342,7 +342,7 @@ func (c *conn) open(ctx context.Context, t transport.Interface, extra ...client.
 func (c *conn) finish(ctx context.Context, init *mcp.InitializeResult) (*conn, *Catalog, error) {
 	disarm := context.AfterFunc(ctx, func() { c.lost(context.Cause(ctx)) })
 	defer disarm()
-	version := c.client.ProtocolVersion()
+	version := c.version
 	if version == "" {
 		version = init.ProtocolVersion
 	}
@@ -375,13 +375,13 @@ func (c *conn) askForAllLogs(ctx context.Context) {
 		return
 	}
 	params, _ := json.Marshal(mcp.SetLevelParams{Level: mcp.LoggingLevelDebug})
-	req := transport.JSONRPCRequest{JSONRPC: mcp.JSONRPC_VERSION, ID: mcp.NewRequestId("mcpmux-setlevel"), Method: string(mcp.MethodSetLogLevel), Params: json.RawMessage(params)}
-	resp, err := c.client.GetTransport().SendRequest(ctx, req)
+	_, err := c.rawRequest(ctx, string(mcp.MethodSetLogLevel), params)
+	var refused *RPCError
 	switch {
+	case errors.As(err, &refused):
+		c.u.log.Warn("upstream refused logging/setLevel debug; log messages may be missing", "err", refused.Message)
 	case err != nil:
 		c.u.log.Warn("logging/setLevel debug not sent; log messages may be missing", "err", err)
-	case resp.Error != nil:
-		c.u.log.Warn("upstream refused logging/setLevel debug; log messages may be missing", "err", resp.Error.Message)
 	}
 }
 
@@ -405,15 +405,18 @@ func (c *conn) teardown() error {
 	c.teardownOnce.Do(func() {
 		c.lost(errTornDown)
 		c.closeSide()
-		if c.client != nil {
+		if c.peer != nil {
 			// For stdio this closes the child's stdin, the first step of
 			// the shutdown; for HTTP it ends the session (DELETE).
-			if err := c.client.Close(); err != nil {
-				c.u.log.Debug("closing client", "err", err)
+			if err := c.peer.close(); err != nil {
+				c.u.log.Debug("closing the connection", "err", err)
 			}
 		}
 		if c.proc != nil {
 			c.teardownErr = c.proc.shutdown(c.u.opts.StdinCloseWait, c.u.opts.TermWait)
+		}
+		if c.peer != nil {
+			c.peer.wait() // the reader ends once the child's stdout has
 		}
 		if c.httpc != nil {
 			c.httpc.CloseIdleConnections()
@@ -485,14 +488,20 @@ func (c *conn) listenLoop(filter mcp.SubscriptionFilter) {
 	delay := minBackoff
 	for {
 		began := time.Now()
-		err := c.client.Listen(c.ctx, filter)
+		var err error
+		if c.client != nil {
+			err = c.client.Listen(c.ctx, filter)
+		} else {
+			params, _ := json.Marshal(mcp.SubscriptionsListenParams{Notifications: filter})
+			_, err = c.rawRequest(c.ctx, string(mcp.MethodSubscriptionsListen), params)
+		}
 		switch {
 		case c.ctx.Err() != nil:
 			return
 		case isConnectionLoss(err):
 			c.lost(fmt.Errorf("subscriptions/listen: %w", err))
 			return
-		case errors.Is(err, mcp.ErrMethodNotFound):
+		case isMethodNotFound(err):
 			c.u.log.Info("upstream does not support subscriptions/listen; list_changed may not arrive", "err", err)
 			return
 		}
@@ -519,12 +528,11 @@ func (c *conn) probeLoop() {
 		case <-t.C:
 		}
 		ctx, cancel := context.WithTimeout(c.ctx, c.u.connectTimeout())
-		var err error
+		method := mcp.MethodPing
 		if c.modern {
-			_, err = c.client.Discover(ctx, mcp.DiscoverRequest{}) // ping is a no-op on 2026-07-28
-		} else {
-			err = c.client.Ping(ctx)
+			method = mcp.MethodServerDiscover // ping is a no-op on 2026-07-28
 		}
+		_, err := c.rawRequest(ctx, string(method), nil)
 		cancel()
 		switch {
 		case err == nil || c.ctx.Err() != nil:
@@ -563,6 +571,7 @@ func isConnectionLoss(err error) bool {
 	}
 	var opErr *net.OpError
 	return errors.Is(err, transport.ErrTransportClosed) ||
+		errors.Is(err, wire.ErrClosed) ||
 		errors.Is(err, transport.ErrSessionTerminated) ||
 		errors.Is(err, io.ErrUnexpectedEOF) ||
 		errors.Is(err, syscall.ECONNRESET) ||

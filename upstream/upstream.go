@@ -8,6 +8,7 @@ package upstream
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -107,9 +108,20 @@ type Options struct {
 	// transport's reader goroutine, so it must not block. nil = ignored.
 	OnNotification func(u *Upstream, n mcp.JSONRPCNotification)
 
+	// OnRequest answers the upstream's requests to mcpmux (sampling,
+	// elicitation, roots; ping is answered without it) on stdio and
+	// websocket connections. It runs on a goroutine of its own with a ctx
+	// that ends when the upstream cancels the request or the connection
+	// ends. An error that is (or wraps) *RPCError is sent back as that
+	// JSON-RPC error; any other as an internal error with its text. nil
+	// answers with method not found. Setting it declares the sampling,
+	// elicitation and roots capabilities.
+	OnRequest func(ctx context.Context, u *Upstream, method string, params json.RawMessage) (json.RawMessage, error)
+
 	// ClientOptions are extra mcp-go client options (sampling, elicitation,
-	// roots handlers). They are applied before the protocol pin from the
-	// config.
+	// roots handlers) for streamable HTTP and legacy SSE connections, which
+	// still use mcp-go's client. They are applied before the protocol pin
+	// from the config.
 	ClientOptions []client.ClientOption
 
 	// ClientVersion is the clientInfo.version advertised; "" = "dev".

@@ -76,10 +76,22 @@ var (
 	// ErrClosed is returned, wrapped with the cause, by calls on a
 	// connection that is gone.
 	ErrClosed = errors.New("connection closed")
-	// ErrTooLarge is returned, wrapped, by a call whose answer exceeded
-	// the transport's size limit.
-	ErrTooLarge = errors.New("answer too large")
+	// ErrTooLarge is what a TooLargeError is (errors.Is).
+	ErrTooLarge = errors.New("result too large")
 )
+
+// TooLargeError fails a call whose answer exceeded the transport's size
+// limit.
+type TooLargeError struct {
+	Limit int64 // bytes
+}
+
+func (e *TooLargeError) Error() string {
+	return fmt.Sprintf("result too large: the upstream's answer exceeds max_message_bytes (%d bytes)", e.Limit)
+}
+
+// Is makes errors.Is(err, ErrTooLarge) hold.
+func (e *TooLargeError) Is(target error) bool { return target == ErrTooLarge }
 
 // Options are the hooks and names of a Conn, fixed at construction.
 type Options struct {
@@ -362,16 +374,18 @@ func (c *Conn) readLoop() {
 
 // oversize fails the call a message over the limit answers, if any.
 func (c *Conn) oversize(f Frame) {
+	tooLarge := &TooLargeError{Limit: c.opts.Limit}
+	dropped := fmt.Errorf("message exceeds max_message_bytes (%d bytes)", c.opts.Limit)
 	id, ok := stringID(f.ID)
 	if f.Method || !ok {
-		c.log.Error("dropping a message from upstream over max_message_bytes", "limit", c.opts.Limit, "id", string(f.ID), "has_method", f.Method)
+		c.log.Error("dropping a message from upstream", "err", dropped, "id", string(f.ID), "has_method", f.Method)
 		return
 	}
-	if !c.deliver(id, answer{err: fmt.Errorf("%w: the upstream's answer exceeds max_message_bytes (%d bytes)", ErrTooLarge, c.opts.Limit)}) {
-		c.log.Error("dropping a message from upstream over max_message_bytes; no call waits for its id", "limit", c.opts.Limit, "id", string(f.ID))
+	if !c.deliver(id, answer{err: tooLarge}) {
+		c.log.Error("dropping a message from upstream; no call waits for its id", "err", dropped, "id", string(f.ID))
 		return
 	}
-	c.log.Warn("an answer from upstream exceeds max_message_bytes; failing its call", "limit", c.opts.Limit, "id", id)
+	c.log.Warn("failing the call the upstream's answer is too large for; the connection stays up", "err", tooLarge, "id", id)
 }
 
 // deliver hands a to the call waiting under id and reports whether one
@@ -504,8 +518,15 @@ func (c *Conn) request(m *jsonrpc.Message) {
 			res, err = h(ctx, method, params)
 		}()
 		if err != nil {
-			var e *Error
-			if !errors.As(err, &e) {
+			var (
+				e  *Error
+				je *jsonrpc.Error
+			)
+			switch {
+			case errors.As(err, &e):
+			case errors.As(err, &je):
+				e = (*Error)(je)
+			default:
 				e = &Error{Code: CodeInternalError, Message: err.Error()}
 			}
 			c.respond(id, nil, e)
