@@ -228,10 +228,6 @@ type streamableTransport struct{ *transport.StreamableHTTP }
 
 type sseTransport struct{ *transport.SSE }
 
-// websocketTransport is not an HTTPConnection on purpose: mcp-go then sends
-// notifications/cancelled when a call's ctx ends.
-type websocketTransport struct{ *wsTransport }
-
 // Optional interfaces mcp-go's client looks for by type assertion.
 type (
 	connectionLostSetter interface{ SetConnectionLostHandler(func(error)) }
@@ -245,7 +241,4 @@ var (
 
 	_ transport.HTTPConnection = (*sseTransport)(nil)
 	_ connectionLostSetter     = (*sseTransport)(nil)
-
-	_ transport.BidirectionalInterface = (*websocketTransport)(nil)
-	_ connectionLostSetter             = (*websocketTransport)(nil)
 )

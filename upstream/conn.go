@@ -276,9 +276,10 @@ func (u *Upstream) dialSSE(ctx context.Context) (*conn, *Catalog, error) {
 }
 
 // dialWebsocket uses one websocket connection (subprotocol "mcp", one
-// message per text frame). Messages are read up to MaxMessageBytes, and
-// ProbeInterval paces websocket pings (the connection itself shows a server
-// that went away, so no MCP-level probe is needed).
+// message per text frame) through mcpmux's own engine. Messages are read
+// up to MaxMessageBytes, and ProbeInterval paces websocket pings (the
+// connection itself shows a server that went away, so no MCP-level probe
+// is needed).
 func (u *Upstream) dialWebsocket(ctx context.Context) (*conn, *Catalog, error) {
 	c := u.newConn(configs.TransportWebsocket)
 	t := newWSTransport(u.cfg.URL, wsOptions{
@@ -287,9 +288,12 @@ func (u *Upstream) dialWebsocket(ctx context.Context) (*conn, *Catalog, error) {
 		PingInterval: u.opts.ProbeInterval,
 		PingTimeout:  u.connectTimeout(),
 		Logger:       u.log,
-		Observe:      c.raw.observe,
 	})
-	init, err := c.open(ctx, &websocketTransport{t})
+	if err := t.Start(ctx); err != nil {
+		t.Close()
+		return c, nil, fmt.Errorf("start websocket transport: %w", err)
+	}
+	init, err := c.openWire(ctx, t)
 	if err != nil {
 		return c, nil, err
 	}
