@@ -6,7 +6,6 @@ import (
 	"fmt"
 
 	"github.com/mark3labs/mcp-go/client"
-	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 )
 
@@ -217,28 +216,3 @@ func rawToolSchemas(result json.RawMessage) (map[string]rawSchemas, error) {
 }
 
 func isJSONValue(m json.RawMessage) bool { return len(m) > 0 && string(m) != "null" }
-
-// The decorators below keep mcp-go's concrete transports behind a type of
-// mcpmux's own, so that every optional interface mcp-go's client
-// type-asserts (BidirectionalInterface, HTTPConnection,
-// SetConnectionLostHandler, RequiresLegacyProtocol) is promoted unchanged;
-// the guards after them check it at compile time.
-
-type streamableTransport struct{ *transport.StreamableHTTP }
-
-type sseTransport struct{ *transport.SSE }
-
-// Optional interfaces mcp-go's client looks for by type assertion.
-type (
-	connectionLostSetter interface{ SetConnectionLostHandler(func(error)) }
-	legacyRequirer       interface{ RequiresLegacyProtocol() bool }
-)
-
-var (
-	_ transport.BidirectionalInterface = (*streamableTransport)(nil)
-	_ transport.HTTPConnection         = (*streamableTransport)(nil)
-	_ legacyRequirer                   = (*streamableTransport)(nil)
-
-	_ transport.HTTPConnection = (*sseTransport)(nil)
-	_ connectionLostSetter     = (*sseTransport)(nil)
-)

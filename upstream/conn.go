@@ -28,8 +28,9 @@ var errTornDown = errors.New("connection closed")
 // before refetching, so that a burst of notifications costs one refetch.
 const refreshCoalesce = 50 * time.Millisecond
 
-// conn is one connection attempt's resources: the mcp-go client and, for
-// stdio, the child process. It lives until teardown; ctx ends (with a cause)
+// conn is one connection attempt's resources: what carries its messages
+// (mcpmux's engine, or mcp-go's client on HTTP and SSE) and, for stdio,
+// the child process. It lives until teardown; ctx ends (with a cause)
 // as soon as the connection is lost, which also aborts in-flight calls.
 type conn struct {
 	u      *Upstream
@@ -241,7 +242,7 @@ func (u *Upstream) openStreamable(ctx context.Context, listen bool) (*conn, *mcp
 	if err != nil {
 		return c, nil, err
 	}
-	init, err := c.open(ctx, &streamableTransport{t})
+	init, err := c.open(ctx, t)
 	if err != nil {
 		err = refusal.explain(err)
 	}
@@ -268,7 +269,7 @@ func (u *Upstream) dialSSE(ctx context.Context) (*conn, *Catalog, error) {
 	}
 	// HTTP+SSE is a legacy transport: skip the server/discover probe unless
 	// the config pins a version (applied after this option).
-	init, err := c.open(ctx, &sseTransport{t}, client.WithProtocolVersion(mcp.LATEST_LEGACY_PROTOCOL_VERSION))
+	init, err := c.open(ctx, t, client.WithProtocolVersion(mcp.LATEST_LEGACY_PROTOCOL_VERSION))
 	if err != nil {
 		return c, nil, err
 	}

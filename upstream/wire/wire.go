@@ -471,18 +471,19 @@ func (c *Conn) notification(m *jsonrpc.Message) {
 	}
 }
 
-// request answers a request from the upstream; ping at once, the rest on
-// a goroutine of their own so a handler waiting on a client never stalls
-// the reader.
+// request answers a request from the upstream, each on a goroutine of its
+// own: a handler waiting on a client, or a write waiting on a peer that is
+// itself waiting for mcpmux to read, never stalls the reader.
 func (c *Conn) request(m *jsonrpc.Message) {
 	id := m.ID
 	if m.Method == "ping" {
-		c.respond(id, json.RawMessage("{}"), nil)
+		c.wg.Go(func() { c.respond(id, json.RawMessage("{}"), nil) }) // the reader holds a count: no race with Wait
 		return
 	}
 	h := c.opts.OnRequest
 	if h == nil {
-		c.respond(id, nil, &Error{Code: CodeMethodNotFound, Message: "method not found: " + jsonrpc.Printable(m.Method)})
+		e := &Error{Code: CodeMethodNotFound, Message: "method not found: " + jsonrpc.Printable(m.Method)}
+		c.wg.Go(func() { c.respond(id, nil, e) })
 		return
 	}
 	key := string(id)
@@ -491,7 +492,8 @@ func (c *Conn) request(m *jsonrpc.Message) {
 	if _, dup := c.incoming[key]; dup {
 		c.mu.Unlock()
 		cancel()
-		c.respond(id, nil, &Error{Code: -32600, Message: "request id " + jsonrpc.Printable(key) + " is already in use"})
+		e := &Error{Code: -32600, Message: "request id " + jsonrpc.Printable(key) + " is already in use"}
+		c.wg.Go(func() { c.respond(id, nil, e) })
 		return
 	}
 	c.incoming[key] = cancel
@@ -555,7 +557,8 @@ func (c *Conn) respond(id, result json.RawMessage, e *Error) {
 
 // request encodes a request with params spliced in as bytes.
 func request(id, method string, params json.RawMessage) []byte {
-	b := make([]byte, 0, len(params)+len(method)+len(id)+48)
+	// Room for the JSON around them and a transport's newline.
+	b := make([]byte, 0, len(params)+len(method)+len(id)+64)
 	b = append(b, `{"jsonrpc":"2.0","id":`...)
 	b = appendString(b, id)
 	b = append(b, `,"method":`...)
@@ -568,7 +571,7 @@ func request(id, method string, params json.RawMessage) []byte {
 }
 
 func notification(method string, params json.RawMessage) []byte {
-	b := make([]byte, 0, len(params)+len(method)+40)
+	b := make([]byte, 0, len(params)+len(method)+64)
 	b = append(b, `{"jsonrpc":"2.0","method":`...)
 	b = appendString(b, method)
 	if len(params) > 0 {
