@@ -146,7 +146,9 @@ func (c *conn) initialize(ctx context.Context, version string) (*mcp.InitializeR
 
 // wireNotification hands a notification from the engine to
 // handleNotification in the form OnNotification takes.
-func (c *conn) wireNotification(method string, params json.RawMessage) {
+// Nothing is tied on stdio and websocket, where every frame shares one
+// stream.
+func (c *conn) wireNotification(_, method string, params json.RawMessage) {
 	n := mcp.JSONRPCNotification{JSONRPC: mcp.JSONRPC_VERSION}
 	n.Method = method
 	if len(params) > 0 {
@@ -159,7 +161,7 @@ func (c *conn) wireNotification(method string, params json.RawMessage) {
 }
 
 // wireRequest answers a server→client request through Options.OnRequest.
-func (c *conn) wireRequest(ctx context.Context, method string, params json.RawMessage) (json.RawMessage, error) {
+func (c *conn) wireRequest(ctx context.Context, _, method string, params json.RawMessage) (json.RawMessage, error) {
 	h := c.u.opts.OnRequest
 	if h == nil {
 		return nil, &RPCError{Code: mcp.METHOD_NOT_FOUND, Message: "mcpmux does not relay " + method}

@@ -104,16 +104,18 @@ type Options struct {
 	// Logger receives what the engine drops; nil discards.
 	Logger *slog.Logger
 	// OnNotification receives each notification from the upstream, in
-	// order, on the reader goroutine: it must not block. Params are
-	// bytes of the message (nil when absent). nil drops them.
-	OnNotification func(method string, params json.RawMessage)
+	// order, on the goroutine that read it: it must not block. Params are
+	// bytes of the message (nil when absent). tied is the id of the call
+	// whose own response stream carried it (see Dispatch), "" when it
+	// arrived untied. nil drops them.
+	OnNotification func(tied, method string, params json.RawMessage)
 	// OnRequest answers a request from the upstream (other than ping,
 	// which the Conn answers). It runs on its own goroutine with a ctx
 	// that ends when the upstream cancels the request or the connection
 	// ends. An error that is (or wraps) *Error goes back as that error;
-	// any other as an internal error with its text. nil answers every
-	// request with method not found.
-	OnRequest func(ctx context.Context, method string, params json.RawMessage) (json.RawMessage, error)
+	// any other as an internal error with its text. tied is as for
+	// OnNotification. nil answers every request with method not found.
+	OnRequest func(ctx context.Context, tied, method string, params json.RawMessage) (json.RawMessage, error)
 	// OnLost is called once, from the reader goroutine, when the
 	// connection ends other than through Close. nil = ignored.
 	OnLost func(error)
@@ -364,12 +366,22 @@ func (c *Conn) readLoop() {
 			cause = err
 			return
 		}
-		if f.Oversize {
-			c.oversize(f)
-			continue
-		}
-		c.dispatch(f.Data)
+		c.Dispatch(f, "")
 	}
+}
+
+// Dispatch handles one frame from the upstream. The reader calls it for
+// every frame of the Transport; a transport on which a call's own response
+// stream carries frames (streamable HTTP) hands those here too, with tied
+// set to the id of that call, so that whatever arrives on it (progress, a
+// log, a server→client request) is known to belong to that call. Frames
+// of one stream must be dispatched in order, from one goroutine.
+func (c *Conn) Dispatch(f Frame, tied string) {
+	if f.Oversize {
+		c.oversize(f)
+		return
+	}
+	c.dispatch(f.Data, tied)
 }
 
 // oversize fails the call a message over the limit answers, if any.
@@ -415,15 +427,15 @@ func stringID(raw json.RawMessage) (string, bool) {
 }
 
 // dispatch routes one message from the upstream.
-func (c *Conn) dispatch(data []byte) {
+func (c *Conn) dispatch(data []byte, tied string) {
 	m, err := jsonrpc.Parse(data)
 	switch {
 	case err != nil:
 		c.log.Warn("dropping a message from upstream that is not a JSON-RPC object", "err", err)
 	case m.Method != "" && m.HasID():
-		c.request(m)
+		c.request(m, tied)
 	case m.Method != "":
-		c.notification(m)
+		c.notification(m, tied)
 	case m.HasID():
 		c.response(m)
 	default:
@@ -452,7 +464,7 @@ func (c *Conn) response(m *jsonrpc.Message) {
 	}
 }
 
-func (c *Conn) notification(m *jsonrpc.Message) {
+func (c *Conn) notification(m *jsonrpc.Message, tied string) {
 	if m.Method == "notifications/cancelled" {
 		var p struct {
 			RequestID json.RawMessage `json:"requestId"`
@@ -467,14 +479,14 @@ func (c *Conn) notification(m *jsonrpc.Message) {
 		}
 	}
 	if h := c.opts.OnNotification; h != nil {
-		h(m.Method, m.Params)
+		h(tied, m.Method, m.Params)
 	}
 }
 
 // request answers a request from the upstream, each on a goroutine of its
 // own: a handler waiting on a client, or a write waiting on a peer that is
 // itself waiting for mcpmux to read, never stalls the reader.
-func (c *Conn) request(m *jsonrpc.Message) {
+func (c *Conn) request(m *jsonrpc.Message, tied string) {
 	id := m.ID
 	if m.Method == "ping" {
 		c.wg.Go(func() { c.respond(id, json.RawMessage("{}"), nil) }) // the reader holds a count: no race with Wait
@@ -517,7 +529,7 @@ func (c *Conn) request(m *jsonrpc.Message) {
 					err = errors.New("internal error")
 				}
 			}()
-			res, err = h(ctx, method, params)
+			res, err = h(ctx, tied, method, params)
 		}()
 		if err != nil {
 			var (

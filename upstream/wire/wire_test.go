@@ -215,7 +215,7 @@ func TestDroppedMessages(t *testing.T) {
 func TestServerRequests(t *testing.T) {
 	got := make(chan string, 4)
 	c, p := newPair(t, 1<<20, Options{
-		OnRequest: func(ctx context.Context, method string, params json.RawMessage) (json.RawMessage, error) {
+		OnRequest: func(ctx context.Context, _, method string, params json.RawMessage) (json.RawMessage, error) {
 			got <- method + " " + string(params)
 			if method == "roots/list" {
 				return nil, &Error{Code: -32042, Message: "refused", Data: json.RawMessage(`{"why":1}`)}
@@ -256,7 +256,7 @@ func TestNoRequestHook(t *testing.T) {
 func TestNotifications(t *testing.T) {
 	got := make(chan string, 4)
 	_, p := newPair(t, 1<<20, Options{
-		OnNotification: func(method string, params json.RawMessage) { got <- method + " " + string(params) },
+		OnNotification: func(_, method string, params json.RawMessage) { got <- method + " " + string(params) },
 	})
 	p.write(`{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"t","progress":1}}`)
 	p.write(`{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}`)
@@ -348,5 +348,37 @@ func TestReadMessage(t *testing.T) {
 	f, err = ReadMessage(strings.NewReader(`{"result":"`+strings.Repeat("z", 100000)+`","id":"b"}`), 100)
 	if err != nil || !f.Oversize || string(f.ID) != `"b"` || f.Data != nil {
 		t.Fatalf("large: %+v, %v", f.ID, err)
+	}
+}
+
+// TestDispatchTied: a frame a transport hands over from a call's own
+// response stream reaches the hooks with that call's id; the reader's own
+// frames arrive untied.
+func TestDispatchTied(t *testing.T) {
+	got := make(chan string, 4)
+	c, p := newPair(t, 1<<20, Options{
+		OnNotification: func(tied, method string, _ json.RawMessage) { got <- tied + " " + method },
+		OnRequest: func(_ context.Context, tied, method string, _ json.RawMessage) (json.RawMessage, error) {
+			got <- tied + " " + method
+			return json.RawMessage(`{}`), nil
+		},
+	})
+	c.Dispatch(Frame{Data: []byte(`{"jsonrpc":"2.0","method":"notifications/progress","params":{}}`)}, "mcpmux-3")
+	c.Dispatch(Frame{Data: []byte(`{"jsonrpc":"2.0","id":1,"method":"roots/list"}`)}, "mcpmux-4")
+	p.write(`{"jsonrpc":"2.0","method":"notifications/message","params":{}}`)
+	want := map[string]bool{"mcpmux-3 notifications/progress": true, "mcpmux-4 roots/list": true, " notifications/message": true}
+	for range want {
+		select {
+		case g := <-got:
+			if !want[g] {
+				t.Errorf("unexpected %q", g)
+			}
+			delete(want, g)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("missing %v", want)
+		}
+	}
+	if m := p.next(); string(m["id"]) != "1" {
+		t.Fatalf("answer to the tied request = %v", m)
 	}
 }
