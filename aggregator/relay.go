@@ -10,7 +10,6 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/mcpmux/mcpmux/configs"
@@ -354,23 +353,6 @@ type clientHandler struct {
 	l *connLink
 }
 
-var (
-	_ client.SamplingHandler    = clientHandler{}
-	_ client.ElicitationHandler = clientHandler{}
-	_ client.RootsHandler       = clientHandler{}
-)
-
-// ask relays one server→client request to the calling client and decodes
-// its answer into out (mcp-go's handler interfaces, for HTTP and SSE
-// connections).
-func (h clientHandler) ask(ctx context.Context, method string, params, out any) error {
-	res, err := h.relay(ctx, method, params)
-	if err != nil {
-		return err
-	}
-	return json.Unmarshal(res, out)
-}
-
 // onRequest is upstream.Options.OnRequest of the connection: the client's
 // answer goes back as its bytes.
 func (h clientHandler) onRequest(ctx context.Context, _ *upstream.Upstream, method string, params json.RawMessage) (json.RawMessage, error) {
@@ -402,37 +384,4 @@ func (h clientHandler) relay(ctx context.Context, method string, params any) (js
 		return nil, fmt.Errorf("%s from upstream %q: %w", method, h.l.name, ErrClientLacksCapability)
 	}
 	return cl.Request(ctx, method, params)
-}
-
-// CreateMessage relays sampling/createMessage.
-func (h clientHandler) CreateMessage(ctx context.Context, req mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
-	var res mcp.CreateMessageResult
-	if err := h.ask(ctx, string(mcp.MethodSamplingCreateMessage), req.CreateMessageParams, &res); err != nil {
-		return nil, err
-	}
-	content, err := mcp.ParseSamplingContent(res.Content)
-	if err != nil {
-		return nil, fmt.Errorf("sampling/createMessage from upstream %q: the client's result: %w", h.l.name, err)
-	}
-	res.Content = content
-	return &res, nil
-}
-
-// Elicit relays elicitation/create. It waits as long as the calling
-// client's request lives: no fixed cap on human-paced answers.
-func (h clientHandler) Elicit(ctx context.Context, req mcp.ElicitationRequest) (*mcp.ElicitationResult, error) {
-	var res mcp.ElicitationResult
-	if err := h.ask(ctx, string(mcp.MethodElicitationCreate), req.Params, &res); err != nil {
-		return nil, err
-	}
-	return &res, nil
-}
-
-// ListRoots relays roots/list: the upstream gets the calling client's roots.
-func (h clientHandler) ListRoots(ctx context.Context, req mcp.ListRootsRequest) (*mcp.ListRootsResult, error) {
-	var res mcp.ListRootsResult
-	if err := h.ask(ctx, string(mcp.MethodListRoots), req.Params, &res); err != nil {
-		return nil, err
-	}
-	return &res, nil
 }

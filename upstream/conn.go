@@ -310,8 +310,7 @@ func (c *conn) open(ctx context.Context, t transport.Interface, extra ...client.
 	defer disarm()
 
 	u := c.u
-	opts := make([]client.ClientOption, 0, len(u.opts.ClientOptions)+len(extra)+1)
-	opts = append(opts, u.opts.ClientOptions...)
+	opts := requestHook{c}.options()
 	opts = append(opts, extra...)
 	if v := u.pinnedVersion(); v != "" {
 		opts = append(opts, client.WithProtocolVersion(v))

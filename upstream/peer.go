@@ -164,7 +164,7 @@ func (c *conn) rawRequest(ctx context.Context, method string, params json.RawMes
 // server→client requests it relays.
 func (c *conn) clientCaps() *mcp.ClientCapabilities {
 	caps := &mcp.ClientCapabilities{}
-	if c.u.opts.OnRequest != nil || len(c.u.opts.ClientOptions) > 0 {
+	if c.u.opts.OnRequest != nil {
 		caps.Sampling = &mcp.SamplingCapability{}
 		caps.Roots = &struct {
 			ListChanged bool `json:"listChanged,omitempty"`
