@@ -68,6 +68,7 @@ func (e *Error) Error() string {
 
 // JSON-RPC error codes the engine answers with.
 const (
+	CodeInvalidRequest = -32600
 	CodeMethodNotFound = -32601
 	CodeInternalError  = -32603
 )
@@ -388,6 +389,15 @@ func (c *Conn) Dispatch(f Frame, tied string) {
 func (c *Conn) oversize(f Frame) {
 	tooLarge := &TooLargeError{Limit: c.opts.Limit}
 	dropped := fmt.Errorf("message exceeds max_message_bytes (%d bytes)", c.opts.Limit)
+	if f.Method && len(f.ID) > 0 && string(f.ID) != "null" {
+		// A request from the upstream: answer it, so that it does not wait
+		// for ever.
+		c.log.Error("refusing a request from upstream", "err", dropped, "id", string(f.ID))
+		e := &Error{Code: CodeInvalidRequest, Message: dropped.Error()}
+		id := f.ID
+		c.wg.Go(func() { c.respond(id, nil, e) }) // on the reader: no race with Wait
+		return
+	}
 	id, ok := stringID(f.ID)
 	if f.Method || !ok {
 		c.log.Error("dropping a message from upstream", "err", dropped, "id", string(f.ID), "has_method", f.Method)
@@ -504,7 +514,7 @@ func (c *Conn) request(m *jsonrpc.Message, tied string) {
 	if _, dup := c.incoming[key]; dup {
 		c.mu.Unlock()
 		cancel()
-		e := &Error{Code: -32600, Message: "request id " + jsonrpc.Printable(key) + " is already in use"}
+		e := &Error{Code: CodeInvalidRequest, Message: "request id " + jsonrpc.Printable(key) + " is already in use"}
 		c.wg.Go(func() { c.respond(id, nil, e) })
 		return
 	}

@@ -382,3 +382,20 @@ func TestDispatchTied(t *testing.T) {
 		t.Fatalf("answer to the tied request = %v", m)
 	}
 }
+
+// TestOversizeRequestAnswered: a request from the upstream over the limit
+// is answered with an error rather than left waiting.
+func TestOversizeRequestAnswered(t *testing.T) {
+	_, p := newPair(t, 256, Options{
+		OnRequest: func(context.Context, string, string, json.RawMessage) (json.RawMessage, error) {
+			t.Error("the hook saw an oversize request")
+			return nil, nil
+		},
+	})
+	p.write(`{"jsonrpc":"2.0","id":"big-1","method":"sampling/createMessage","params":{"x":"` + strings.Repeat("q", 4096) + `"}}`)
+	m := p.next()
+	var e Error
+	if string(m["id"]) != `"big-1"` || json.Unmarshal(m["error"], &e) != nil || e.Code != CodeInvalidRequest || !strings.Contains(e.Message, "256 bytes") {
+		t.Fatalf("answer = %v", m)
+	}
+}
