@@ -42,6 +42,8 @@ type Server struct {
 	resolver atomic.Pointer[Resolver]
 	log      *slog.Logger
 	version  string
+	// writeTimeout bounds each write to a client (Options.WriteTimeout).
+	writeTimeout time.Duration
 
 	mcp     *server.MCPServer
 	http    *server.StreamableHTTPServer
@@ -138,6 +140,10 @@ type session struct {
 	// life expires a /mcp session opened by initialize and holds its
 	// max_sessions slot (limits.go); nil for the others.
 	life *sessionLife
+	// held is what mcpmux holds for the client of a /mcp session, its
+	// calls in flight and their unread frames and answers (backlog.go);
+	// nil for stream sessions, which keep their own.
+	held *backlog
 }
 
 // Options configure a Server.
@@ -148,6 +154,9 @@ type Options struct {
 	// Audit receives the audit log's JSON lines ([audit]); nil = none.
 	// The caller opens and closes it.
 	Audit io.Writer
+	// WriteTimeout bounds each write to a client, on every door: a client
+	// that stops reading for longer ends its session. 0 = 30s.
+	WriteTimeout time.Duration
 }
 
 // New builds the server for cfg over agg. It registers itself for agg's
@@ -162,6 +171,10 @@ func New(cfg *configs.Config, agg *aggregator.Aggregator, opts Options) (*Server
 	}
 	if s.version == "" {
 		s.version = "dev"
+	}
+	s.writeTimeout = opts.WriteTimeout
+	if s.writeTimeout <= 0 {
+		s.writeTimeout = frameWriteTimeout
 	}
 	s.held = newHeldCalls(cfg.Server.ReplicaID)
 	s.ids.prefix = replicaPrefix(cfg)
@@ -417,6 +430,9 @@ func (s *Server) onRegister(ctx context.Context, cs server.ClientSession) {
 	s.mu.Lock()
 	_, stream := cs.(*streamSession)
 	sess := &session{binding: b, owner: ownerFrom(ctx), listed: v.Fingerprint(), listedPrompts: lp, listedResources: lr, stream: stream, client: cs}
+	if !stream {
+		sess.held = newBacklog(s.cfg.Server.MaxPendingBytes, maxCallsPerSession)
+	}
 	s.bound[cs.SessionID()] = sess
 	// A session its initialize opened on /mcp takes that request's
 	// max_sessions slot, and expires when idle (limits.go).
