@@ -68,7 +68,7 @@ func (s *Server) serveRouted(w http.ResponseWriter, r *http.Request, m *jsonrpc.
 		held = sess.held
 		overflow = func() { s.stalled(id, errSlowClient) }
 	}
-	out := &eventWriter{w: w, rc: http.NewResponseController(w), held: held, timeout: s.writeTimeout}
+	out := s.newEventWriter(w, held)
 	defer out.done()
 	c, refusal := s.callFor(ctx, m, b, e, id, held, overflow, func(c *call, logf func(string, ...any)) *caller {
 		if modern {
@@ -171,6 +171,12 @@ type eventWriter struct {
 	err     error // why
 	timed   bool  // a write deadline was set
 	timeout time.Duration
+}
+
+// newEventWriter returns the writer of one answer on w, counting it in held
+// (nil: not counted).
+func (s *Server) newEventWriter(w http.ResponseWriter, held *backlog) *eventWriter {
+	return &eventWriter{w: w, rc: http.NewResponseController(w), held: held, timeout: s.writeTimeout}
 }
 
 // deadline bounds the next write.
