@@ -3,6 +3,7 @@ package upstream
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 
@@ -466,7 +468,32 @@ func TestHandwrittenToolsList(t *testing.T) {
 	})) == 0 {
 		t.Error("dropping the invalid tool was not logged with its name")
 	}
-	if cat.Prompts != nil || cat.Resources != nil {
+	if cat.Resources != nil || cat.ResourceTemplates != nil {
 		t.Error("lists fetched that the server did not advertise")
+	}
+	// Every item is kept as the bytes the upstream listed, every page.
+	if got := string(cat.RawTools[0]); !strings.HasPrefix(handmadeTools, `{"tools":[`+got+`,`) {
+		t.Errorf("RawTools[0] is not the upstream's bytes: %s", got)
+	}
+	if len(cat.RawTools) != len(cat.Tools) || len(cat.RawPrompts) != 2 || len(cat.Prompts) != 2 {
+		t.Fatalf("raw slices out of step: %d tools, %d raw; %d prompts, %d raw", len(cat.Tools), len(cat.RawTools), len(cat.Prompts), len(cat.RawPrompts))
+	}
+	for i, want := range handmadePrompts {
+		if got := string(cat.RawPrompts[i]); got != want {
+			t.Errorf("RawPrompts[%d]:\n got  %s\n want %s", i, got, want)
+		}
+	}
+}
+
+// TestRepeatedListCursor checks that a listing whose next cursor repeats
+// fails the connection attempt instead of looping.
+func TestRepeatedListCursor(t *testing.T) {
+	u := New(stdioConfig(t, "loop", "handmadeloop"), fastOptions(&logSink{}))
+	t.Cleanup(func() { u.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	err := u.Start(ctx)
+	if !errors.Is(err, client.ErrRepeatedListCursor) {
+		t.Fatalf("Start = %v, want ErrRepeatedListCursor", err)
 	}
 }
