@@ -567,8 +567,9 @@ func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	m := &jsonrpc.Message{}
+	var body []byte
 	if r.Method == http.MethodPost {
-		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.Server.MaxBodyBytes))
+		body, err = io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.Server.MaxBodyBytes))
 		if err != nil {
 			var tooBig *http.MaxBytesError
 			if errors.As(err, &tooBig) {
@@ -673,6 +674,10 @@ func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request) {
 		if err := writeList(w, m.ID, view); err != nil {
 			s.log.Debug("tools/list: client went away", "error", err)
 		}
+		return
+	}
+	if modern && m.IsRequest() && isListing(m.Method) {
+		s.serveModernListing(w, r, m, b, view, body)
 		return
 	}
 	if sess != nil {
