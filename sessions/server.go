@@ -195,11 +195,16 @@ func New(cfg *configs.Config, agg *aggregator.Aggregator, opts Options) (*Server
 	// mcp-go runs with listChanged off so that replacing its tool registry
 	// does not broadcast to every session; mcpmux tells each session itself,
 	// and only when its view changed. The capability clients see is set here.
-	hooks.AddAfterInitialize(func(_ context.Context, _ any, _ *mcp.InitializeRequest, res *mcp.InitializeResult) {
+	// Both also carry the instructions of the upstreams the session's view
+	// shows (instructions.go); every door's initialize and discover are
+	// answered here, with the request's binding in ctx.
+	hooks.AddAfterInitialize(func(ctx context.Context, _ any, _ *mcp.InitializeRequest, res *mcp.InitializeResult) {
 		advertiseListChanged(&res.Capabilities)
+		res.Instructions = s.instructions(ctx)
 	})
-	hooks.AddAfterDiscover(func(_ context.Context, _ any, _ *mcp.DiscoverRequest, res *mcp.DiscoverResult) {
+	hooks.AddAfterDiscover(func(ctx context.Context, _ any, _ *mcp.DiscoverRequest, res *mcp.DiscoverResult) {
 		advertiseListChanged(&res.Capabilities)
+		res.Instructions = s.instructions(ctx)
 	})
 	hooks.AddOnRegisterSession(s.onRegister)
 	// Prompts, resources and templates are listed by upstream visibility
