@@ -219,10 +219,10 @@ func shown[T any](l *Listing, served []Served[T], all []T, allRaws []json.RawMes
 	}
 	out := make([]T, 0, len(served))
 	raws := make([]json.RawMessage, 0, len(served))
-	for _, s := range served {
+	for i, s := range served {
 		if l.Shows(s.Upstream) {
 			out = append(out, s.Item)
-			raws = append(raws, s.definition())
+			raws = append(raws, allRaws[i])
 		}
 	}
 	return out, raws

@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -443,6 +444,23 @@ func TestCatalogFidelity(t *testing.T) {
 				}
 				items := listAll(t, l.key, func(string) json.RawMessage { return a.Msg.Result })
 				checkListed(t, d.name, l.key, items, ups)
+			}
+
+			// A listing after a cursor (mcp-go pages by name after the
+			// base64 cursor) holds the same bytes as the whole listing.
+			cursor := base64.StdEncoding.EncodeToString([]byte("every__~"))
+			after := c.do(t, "tools/list", `{"cursor":"`+cursor+`"}`)
+			if after.Msg.Error != nil {
+				t.Fatalf("tools/list after a cursor: %s", after)
+			}
+			paged := listAll(t, "tools", func(string) json.RawMessage { return after.Msg.Result })
+			if len(paged) == 0 {
+				t.Errorf("tools/list after cursor %q listed nothing", cursor)
+			}
+			for _, raw := range paged {
+				if !slices.ContainsFunc(tools, func(r json.RawMessage) bool { return bytes.Equal(r, raw) }) {
+					t.Errorf("tools/list after a cursor sent a definition the whole listing does not hold: %s", raw)
+				}
 			}
 
 			// The two measured losses, as bytes.

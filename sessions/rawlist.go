@@ -1,6 +1,7 @@
 package sessions
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 
@@ -15,7 +16,9 @@ import (
 // decoration, and a listing after a cursor): mcp-go picks, filters and
 // decorates the items, and encodes each from its decoded form, which adds
 // and drops fields (SPEC §7). encodeListing swaps each item's encoding for
-// the bytes the view lists it with.
+// the bytes the view lists it with. On /mcp these listings are answered
+// here rather than by mcp-go's HTTP transport (serveModernListing,
+// serveListing); the stream doors call encodeListing themselves.
 
 // encodeListing encodes resp, mcp-go's answer to the listing request m
 // (tools/list, prompts/list, resources/list, resources/templates/list),
@@ -122,15 +125,21 @@ func isListing(method string) bool {
 }
 
 // serveModernListing answers a 2026-07-28 listing on /mcp: the transport
-// rules checked as for a routed request (validateModern), the listing made
-// and decorated by mcp-go, and the items written as their listed bytes
-// (encodeListing).
+// rules checked as for a routed request (validateModern), then the listing
+// made and decorated by mcp-go (serveListing).
 func (s *Server) serveModernListing(w http.ResponseWriter, r *http.Request, m *jsonrpc.Message, b Binding, view *filter.View, body []byte) {
 	if e := validateModern(r, m, view); e != nil {
 		writeAnswer(w, httpStatus(e.Code), jsonrpc.ErrorResponse(m.ID, e))
 		return
 	}
-	resp := s.mcp.HandleMessage(withBinding(r.Context(), b), body)
+	s.serveListing(withBinding(r.Context(), b), w, m, b, view, body)
+}
+
+// serveListing answers a listing on /mcp that mcp-go makes (ctx carries
+// the binding, and the session when there is one), with the items written
+// as their listed bytes (encodeListing).
+func (s *Server) serveListing(ctx context.Context, w http.ResponseWriter, m *jsonrpc.Message, b Binding, view *filter.View, body []byte) {
+	resp := s.mcp.HandleMessage(ctx, body)
 	out, err := encodeListing(resp, m, view, s.listingOf(view, b))
 	if err != nil {
 		s.log.Error("response not encodable", "method", m.Method, "error", err)

@@ -694,6 +694,10 @@ func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request) {
 			}
 			return
 		}
+		if m.IsRequest() && isListing(m.Method) && sess.client != nil { // one after a cursor
+			s.serveListing(s.mcp.WithContext(withBinding(r.Context(), b), sess.client), w, m, b, view, body)
+			return
+		}
 	}
 	// An initialize opens a session and a GET a stream: each takes a
 	// server.max_sessions slot first (limits.go).
