@@ -158,7 +158,13 @@ func decodeItems[T any](c *conn, kind string, items []json.RawMessage, decode fu
 	out := make([]T, 0, len(items))
 	raws := make([]json.RawMessage, 0, len(items))
 	for i, raw := range items {
-		v, err := decode(raw)
+		var v T
+		var err error
+		if len(raw) == 0 || raw[0] != '{' { // compacted: no leading space
+			err = errNotObject
+		} else {
+			v, err = decode(raw)
+		}
 		if err != nil {
 			var id struct {
 				Name string `json:"name"`
@@ -217,6 +223,10 @@ func decodeTool(raw json.RawMessage) (mcp.Tool, error) {
 	}
 	return t, nil
 }
+
+// errNotObject is the error of a listed item that is not a JSON object
+// (null decodes into a zero item without complaint).
+var errNotObject = errors.New("not a JSON object")
 
 // errHeaderAnnotations marks a tool refused for its x-mcp-header
 // annotations.

@@ -181,7 +181,9 @@ const handmadeTools = `{"tools":[` +
 	`{"name":"bad","inputSchema":{"type":"object","properties":{"o":{"type":"object","x-mcp-header":"Obj"}}}}]}`
 
 // handmadePrompts are the two pages of the handmade server's prompts/list:
-// fields mcp-go's types lack or would drop, and a false "required".
+// fields mcp-go's types lack or would drop, and a false "required". The
+// second page also lists null, a string and an array, which are no
+// definitions and must be left out.
 var handmadePrompts = []string{
 	`{"name":"first","arguments":[{"name":"a","required":false},{"name":"b","x-vendor":{"k":[1,2.50]}}],"x-top":"kept <&>"}`,
 	`{"name":"second","title":"Second","description":"Say \u00e9","_meta":{"up/k":1}}`,
@@ -216,7 +218,7 @@ func handmadeServe(r io.Reader, w io.Writer, loop bool) {
 			if msg.Params.Cursor == "" {
 				reply = `"result":{"prompts":[` + handmadePrompts[0] + `],"nextCursor":"two"}`
 			} else {
-				reply = `"result":{"prompts":[` + handmadePrompts[1] + `]}`
+				reply = `"result":{"prompts":[` + handmadePrompts[1] + `,null,"p",[]]}`
 			}
 		default:
 			reply = `"error":{"code":-32601,"message":"method not found"}`
