@@ -414,6 +414,31 @@ func TestCatalogFidelity(t *testing.T) {
 		t.Fatal("the recorder's tools are expected to carry no annotations")
 	}
 
+	t.Run("mcpmux tools --json", func(t *testing.T) {
+		code, stdout, stderr := runMux(t, time.Minute, t.TempDir(), nil, "tools", "--json", "--config", cfgPath)
+		if code != 0 {
+			t.Fatalf("exit %d: %s", code, stderr)
+		}
+		printed := listAll(t, "tools", func(string) json.RawMessage { return json.RawMessage(stdout) })
+		// server-everything adds tools after initialize, which a one-shot
+		// listing may not wait for: the demo server and the recorder only.
+		var some []json.RawMessage
+		for _, raw := range printed {
+			var c bytes.Buffer
+			json.Compact(&c, raw)
+			if n, _ := decodeItem(t, c.Bytes())["name"].(string); !strings.HasPrefix(n, "every__") {
+				some = append(some, c.Bytes())
+			}
+		}
+		var want []fidelityUpstream
+		for _, u := range ups {
+			if u.name != "every" {
+				want = append(want, u)
+			}
+		}
+		checkListed(t, "tools --json", "tools", some, want)
+	})
+
 	for _, d := range fidelityDoors(mux, cfgPath, "") {
 		t.Run(d.name, func(t *testing.T) {
 			c := d.open(t)
