@@ -208,11 +208,16 @@ func New(cfg *configs.Config, agg *aggregator.Aggregator, opts Options) (*Server
 	// mcp-go runs with listChanged off so that replacing its tool registry
 	// does not broadcast to every session; mcpmux tells each session itself,
 	// and only when its view changed. The capability clients see is set here.
-	hooks.AddAfterInitialize(func(_ context.Context, _ any, _ *mcp.InitializeRequest, res *mcp.InitializeResult) {
+	// Both also carry the instructions of the upstreams the session's view
+	// shows (instructions.go); every door's initialize and discover are
+	// answered here, with the request's binding in ctx.
+	hooks.AddAfterInitialize(func(ctx context.Context, _ any, _ *mcp.InitializeRequest, res *mcp.InitializeResult) {
 		advertiseListChanged(&res.Capabilities)
+		res.Instructions = s.instructions(ctx)
 	})
-	hooks.AddAfterDiscover(func(_ context.Context, _ any, _ *mcp.DiscoverRequest, res *mcp.DiscoverResult) {
+	hooks.AddAfterDiscover(func(ctx context.Context, _ any, _ *mcp.DiscoverRequest, res *mcp.DiscoverResult) {
 		advertiseListChanged(&res.Capabilities)
+		res.Instructions = s.instructions(ctx)
 	})
 	hooks.AddOnRegisterSession(s.onRegister)
 	// Prompts, resources and templates are listed by upstream visibility
@@ -583,8 +588,9 @@ func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	m := &jsonrpc.Message{}
+	var body []byte
 	if r.Method == http.MethodPost {
-		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.Server.MaxBodyBytes))
+		body, err = io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.Server.MaxBodyBytes))
 		if err != nil {
 			var tooBig *http.MaxBytesError
 			if errors.As(err, &tooBig) {
@@ -691,6 +697,10 @@ func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
+	if modern && m.IsRequest() && isListing(m.Method) {
+		s.serveModernListing(w, r, m, b, view, body)
+		return
+	}
 	if sess != nil {
 		if listed := s.listed(b, view, m); listed != nil { // prompts and resources alike (visibility.go)
 			s.metrics.count(m.Method, outcomeOK)
@@ -698,6 +708,10 @@ func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request) {
 			if err := writeResult(w, m.ID, listed); err != nil {
 				s.log.Debug("listing: client went away", "method", m.Method, "error", err)
 			}
+			return
+		}
+		if m.IsRequest() && isListing(m.Method) && sess.client != nil { // one after a cursor
+			s.serveListing(s.mcp.WithContext(withBinding(r.Context(), b), sess.client), w, m, b, view, body)
 			return
 		}
 	}

@@ -548,7 +548,13 @@ func (s *Server) handle(ctx context.Context, sess *streamSession, raw []byte, m 
 			sess.register()
 		}
 	}
-	out, err := json.Marshal(resp)
+	var out []byte
+	var err error
+	if isListing(m.Method) {
+		out, err = encodeListing(resp, m, view, s.listingOf(view, b))
+	} else {
+		out, err = json.Marshal(resp)
+	}
 	if err != nil {
 		s.log.Error("response not encodable", "session", sess.id, "method", m.Method, "error", err)
 		return errorFrame(m.ID, mcp.INTERNAL_ERROR, "response could not be encoded")

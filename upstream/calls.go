@@ -124,6 +124,54 @@ func (u *Upstream) Send(ctx context.Context, req Request) (json.RawMessage, erro
 	return resp.Result, nil
 }
 
+// rawRequest sends one request of mcpmux's own (a listing) on c, through
+// the transport Send uses, and returns the result bytes exactly as the
+// upstream sent them. A JSON-RPC error is returned as *RPCError; any other
+// error is the transport's, unwrapped, so that the caller can tell a lost
+// connection (isConnectionLoss). On a 2026-07-28 connection the request
+// carries the per-request _meta and the standard headers. When ctx ends
+// first, the upstream is told, as Send tells it.
+func (c *conn) rawRequest(ctx context.Context, method string, params json.RawMessage) (json.RawMessage, error) {
+	var header http.Header
+	if c.modern {
+		// The connection's own capabilities, as mcp-go's client declares
+		// them: an upstream may list by them.
+		caps := c.client.GetClientCapabilities()
+		var err error
+		if params, err = c.modernParams(c.client, Request{Method: method, Params: params, Caps: &caps}); err != nil {
+			return nil, err
+		}
+		header = standardHeaders(c.client, method, params, nil)
+	}
+	out := transport.JSONRPCRequest{
+		JSONRPC: mcp.JSONRPC_VERSION,
+		ID:      mcp.NewRequestId("mcpmux-" + strconv.FormatUint(requestSeq.Add(1), 10)),
+		Method:  method,
+		Header:  header,
+	}
+	if len(params) > 0 {
+		out.Params = params
+	}
+	id := out.ID.Value().(string)
+	c.raw.expect(id)
+	resp, err := c.client.GetTransport().SendRequest(ctx, out)
+	if err != nil {
+		c.raw.forget(id)
+		if ctx.Err() != nil && c.ctx.Err() == nil {
+			c.cancelUpstream(out)
+		}
+		return nil, err
+	}
+	if resp.Error != nil {
+		return nil, rpcError(resp.Error, c.raw.take(id))
+	}
+	c.raw.forget(id)
+	if len(resp.Result) == 0 {
+		return nil, errNoResult
+	}
+	return resp.Result, nil
+}
+
 // rpcError keeps an upstream's error as it was sent: from raw, the error
 // object's bytes when the connection's tap caught them, else from what the
 // transport decoded (whose data numbers went through float64).

@@ -1,14 +1,13 @@
 package upstream
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 
 	"github.com/mark3labs/mcp-go/client"
-	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 )
 
@@ -36,10 +35,12 @@ func (c *conn) advertised() uint32 {
 }
 
 // fetch returns a copy of base with the lists named by kinds fetched anew,
-// every page. A method-not-found answer counts as an empty list. With strict
-// (first connect) any other failure fails the fetch; otherwise (refetch on
-// list_changed) it is logged and that list keeps its previous value. A lost
-// connection always fails the fetch.
+// every page. Each list is requested with rawRequest and each item kept as
+// the bytes the upstream sent (Catalog's Raw slices); only what decisions
+// need is decoded from them. A method-not-found answer counts as an empty
+// list. With strict (first connect) any other failure fails the fetch;
+// otherwise (refetch on list_changed) it is logged and that list keeps its
+// previous value. A lost connection always fails the fetch.
 func (c *conn) fetch(ctx context.Context, base *Catalog, kinds uint32, strict bool) (*Catalog, error) {
 	next := &Catalog{}
 	if base != nil {
@@ -48,46 +49,36 @@ func (c *conn) fetch(ctx context.Context, base *Catalog, kinds uint32, strict bo
 	steps := []struct {
 		kind   uint32
 		method mcp.MCPMethod
-		run    func() error
+		key    string // the result member that holds the items
+		keep   func(items []json.RawMessage)
 	}{
-		{listTools, mcp.MethodToolsList, func() (err error) {
-			next.Tools, err = c.fetchTools(ctx)
-			return err
+		{listTools, mcp.MethodToolsList, "tools", func(items []json.RawMessage) {
+			next.Tools, next.RawTools = decodeItems(c, "tool", items, decodeTool)
 		}},
-		{listPrompts, mcp.MethodPromptsList, func() error {
-			r, err := c.client.ListPrompts(ctx, mcp.ListPromptsRequest{})
-			if err == nil {
-				next.Prompts = r.Prompts
-			}
-			return err
+		{listPrompts, mcp.MethodPromptsList, "prompts", func(items []json.RawMessage) {
+			next.Prompts, next.RawPrompts = decodeItems(c, "prompt", items, decodeAs[mcp.Prompt])
 		}},
-		{listResources, mcp.MethodResourcesList, func() error {
-			r, err := c.client.ListResources(ctx, mcp.ListResourcesRequest{})
-			if err == nil {
-				next.Resources = r.Resources
-			}
-			return err
+		{listResources, mcp.MethodResourcesList, "resources", func(items []json.RawMessage) {
+			next.Resources, next.RawResources = decodeItems(c, "resource", items, decodeAs[mcp.Resource])
 		}},
-		{listTemplates, mcp.MethodResourcesTemplatesList, func() error {
-			r, err := c.client.ListResourceTemplates(ctx, mcp.ListResourceTemplatesRequest{})
-			if err == nil {
-				next.ResourceTemplates = r.ResourceTemplates
-			}
-			return err
+		{listTemplates, mcp.MethodResourcesTemplatesList, "resourceTemplates", func(items []json.RawMessage) {
+			next.ResourceTemplates, next.RawTemplates = decodeItems(c, "resource template", items, decodeAs[mcp.ResourceTemplate])
 		}},
 	}
 	for _, s := range steps {
 		if kinds&s.kind == 0 {
 			continue
 		}
-		err := s.run()
+		items, err := c.listAll(ctx, string(s.method), s.key)
+		var rpcErr *RPCError
 		switch {
 		case err == nil:
+			s.keep(items)
 		case c.ctx.Err() != nil:
 			return nil, fmt.Errorf("%s: %w (%w)", s.method, err, context.Cause(c.ctx))
 		case isConnectionLoss(err):
 			return nil, fmt.Errorf("%s: %w", s.method, err)
-		case errors.Is(err, mcp.ErrMethodNotFound):
+		case errors.As(err, &rpcErr) && rpcErr.Code == mcp.METHOD_NOT_FOUND:
 			c.clearList(next, s.kind)
 		case strict:
 			return nil, fmt.Errorf("%s: %w", s.method, err)
@@ -101,189 +92,144 @@ func (c *conn) fetch(ctx context.Context, base *Catalog, kinds uint32, strict bo
 func (c *conn) clearList(cat *Catalog, kind uint32) {
 	switch kind {
 	case listTools:
-		cat.Tools = nil
+		cat.Tools, cat.RawTools = nil, nil
 	case listPrompts:
-		cat.Prompts = nil
+		cat.Prompts, cat.RawPrompts = nil, nil
 	case listResources:
-		cat.Resources = nil
+		cat.Resources, cat.RawResources = nil, nil
 	case listTemplates:
-		cat.ResourceTemplates = nil
+		cat.ResourceTemplates, cat.RawTemplates = nil, nil
 	}
 }
 
-// fetchTools lists every page of tools. mcp-go decodes each page lossily
-// (mcp.Tool has no UnmarshalJSON: root oneOf/anyOf/$schema and unknown schema
-// keys are dropped), so the transport decorators below capture each page's
-// raw result and the exact inputSchema / outputSchema are put back, matched
-// by tool name. ListToolsByPage is still used because it also feeds the
-// client's cache of tool definitions (x-mcp-header mirroring on 2026-07-28)
-// and drops invalid definitions where the protocol requires it.
-func (c *conn) fetchTools(ctx context.Context) ([]mcp.Tool, error) {
+// listAll requests every page of the listing method and returns the items
+// of the result member key, each compacted but otherwise the upstream's
+// bytes. A cursor the upstream already gave fails the listing
+// (client.ErrRepeatedListCursor), so a looping server cannot hold it.
+func (c *conn) listAll(ctx context.Context, method, key string) ([]json.RawMessage, error) {
 	var (
-		out  []mcp.Tool
-		req  mcp.ListToolsRequest
-		seen = map[mcp.Cursor]bool{"": true}
+		out    []json.RawMessage
+		params json.RawMessage
+		seen   = map[string]bool{"": true}
 	)
 	for {
-		pageCtx, sink := withRawCapture(ctx)
-		page, err := c.client.ListToolsByPage(pageCtx, req)
+		res, err := c.rawRequest(ctx, method, params)
 		if err != nil {
 			return nil, err
 		}
-		raw, err := rawToolSchemas(sink.result)
-		if err != nil {
-			return nil, fmt.Errorf("decoding tools/list result: %w", err)
+		var page map[string]json.RawMessage
+		if err := json.Unmarshal(res, &page); err != nil {
+			return nil, fmt.Errorf("decoding %s result: %w", method, err)
 		}
-		for _, t := range page.Tools {
-			s, ok := raw[t.Name]
-			if !ok {
-				c.u.log.Warn("raw schema of tool not captured; using mcp-go's decoding", "tool", t.Name)
+		var items []json.RawMessage
+		if raw := page[key]; len(raw) > 0 {
+			if err := json.Unmarshal(raw, &items); err != nil {
+				return nil, fmt.Errorf("decoding %s result: %q: %w", method, key, err)
 			}
-			if isJSONValue(s.Input) {
-				t.InputSchema = mcp.ToolInputSchema{}
-				t.RawInputSchema = s.Input
-			}
-			if isJSONValue(s.Output) {
-				t.OutputSchema = mcp.ToolOutputSchema{}
-				t.RawOutputSchema = s.Output
-			}
-			if err := mcp.ValidateParamHeaderAnnotations(&t); err != nil {
-				c.u.log.Warn("dropping tool with invalid x-mcp-header annotations", "tool", t.Name, "err", err)
-				continue
-			}
-			out = append(out, t)
 		}
-		if page.NextCursor == "" {
+		for _, it := range items {
+			var b bytes.Buffer
+			if err := json.Compact(&b, it); err != nil { // valid already: cannot fail
+				return nil, fmt.Errorf("decoding %s result: %w", method, err)
+			}
+			out = append(out, b.Bytes())
+		}
+		var cursor string
+		if raw := page["nextCursor"]; len(raw) > 0 && string(raw) != "null" {
+			if err := json.Unmarshal(raw, &cursor); err != nil {
+				return nil, fmt.Errorf("decoding %s result: nextCursor: %w", method, err)
+			}
+		}
+		if cursor == "" {
 			return out, nil
 		}
-		if seen[page.NextCursor] {
-			return nil, fmt.Errorf("%w: %q", client.ErrRepeatedListCursor, page.NextCursor)
+		if seen[cursor] {
+			return nil, fmt.Errorf("%s: %w: %q", method, client.ErrRepeatedListCursor, cursor)
 		}
-		seen[page.NextCursor] = true
-		req.Params.Cursor = page.NextCursor
+		seen[cursor] = true
+		params, _ = json.Marshal(map[string]string{"cursor": cursor})
 	}
 }
 
-type rawSchemas struct {
-	Input  json.RawMessage `json:"inputSchema"`
-	Output json.RawMessage `json:"outputSchema"`
+// decodeItems decodes each raw item with decode, for the decisions made on
+// it, and returns the items kept with their raw bytes, index for index.
+// An item decode refuses is left out and logged, naming what kind it is.
+func decodeItems[T any](c *conn, kind string, items []json.RawMessage, decode func(json.RawMessage) (T, error)) ([]T, []json.RawMessage) {
+	out := make([]T, 0, len(items))
+	raws := make([]json.RawMessage, 0, len(items))
+	for i, raw := range items {
+		var v T
+		var err error
+		if len(raw) == 0 || raw[0] != '{' { // compacted: no leading space
+			err = errNotObject
+		} else {
+			v, err = decode(raw)
+		}
+		if err != nil {
+			var id struct {
+				Name string `json:"name"`
+			}
+			json.Unmarshal(raw, &id) // best effort, for the log line
+			nameKey := "name"
+			if kind == "tool" {
+				nameKey = "tool"
+			}
+			msg := "leaving out a definition the upstream listed that cannot be used"
+			if errors.Is(err, errHeaderAnnotations) {
+				msg = "dropping tool with invalid x-mcp-header annotations"
+			}
+			c.u.log.Warn(msg, "kind", kind, nameKey, id.Name, "index", i, "err", err)
+			continue
+		}
+		out = append(out, v)
+		raws = append(raws, raw)
+	}
+	return out, raws
 }
 
-// rawToolSchemas maps tool name → wire schemas of one tools/list result.
-func rawToolSchemas(result json.RawMessage) (map[string]rawSchemas, error) {
-	if len(result) == 0 {
-		return nil, nil
-	}
-	var page struct {
-		Tools []struct {
-			Name string `json:"name"`
-			rawSchemas
-		} `json:"tools"`
-	}
-	if err := json.Unmarshal(result, &page); err != nil {
-		return nil, err
-	}
-	m := make(map[string]rawSchemas, len(page.Tools))
-	for _, t := range page.Tools {
-		m[t.Name] = t.rawSchemas
-	}
-	return m, nil
+func decodeAs[T any](raw json.RawMessage) (T, error) {
+	var v T
+	err := json.Unmarshal(raw, &v)
+	return v, err
 }
+
+// decodeTool decodes a tool definition. mcp.Tool's own decoding is lossy
+// (root oneOf/anyOf/$schema and unknown schema keys are dropped), so the
+// schemas are kept as the upstream's bytes in RawInputSchema and
+// RawOutputSchema, which is what schema decisions read. A tool failing
+// mcp.ValidateParamHeaderAnnotations is refused (PROTOCOL §7.11).
+func decodeTool(raw json.RawMessage) (mcp.Tool, error) {
+	t, err := decodeAs[mcp.Tool](raw)
+	if err != nil {
+		return t, err
+	}
+	var s struct {
+		Input  json.RawMessage `json:"inputSchema"`
+		Output json.RawMessage `json:"outputSchema"`
+	}
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return t, err
+	}
+	if isJSONValue(s.Input) {
+		t.InputSchema = mcp.ToolInputSchema{}
+		t.RawInputSchema = s.Input
+	}
+	if isJSONValue(s.Output) {
+		t.OutputSchema = mcp.ToolOutputSchema{}
+		t.RawOutputSchema = s.Output
+	}
+	if err := mcp.ValidateParamHeaderAnnotations(&t); err != nil {
+		return t, fmt.Errorf("tool %q: %w: %w", t.Name, errHeaderAnnotations, err)
+	}
+	return t, nil
+}
+
+// errNotObject is the error of a listed item that is not a JSON object
+// (null decodes into a zero item without complaint).
+var errNotObject = errors.New("not a JSON object")
+
+// errHeaderAnnotations marks a tool refused for its x-mcp-header
+// annotations.
+var errHeaderAnnotations = errors.New("invalid x-mcp-header annotations")
 
 func isJSONValue(m json.RawMessage) bool { return len(m) > 0 && string(m) != "null" }
-
-// rawCaptureKey keys the *rawCapture of a tools/list request in its ctx.
-type rawCaptureKey struct{}
-
-// rawCapture receives the raw result of the tools/list request whose ctx
-// carries it. It is written and read by the goroutine making that request
-// (SendRequest is synchronous), so it needs no lock.
-type rawCapture struct{ result json.RawMessage }
-
-func withRawCapture(ctx context.Context) (context.Context, *rawCapture) {
-	sink := &rawCapture{}
-	return context.WithValue(ctx, rawCaptureKey{}, sink), sink
-}
-
-// capture stores resp's raw result in the request ctx's sink, if any.
-func capture(ctx context.Context, req transport.JSONRPCRequest, resp *transport.JSONRPCResponse) {
-	if resp == nil || req.Method != string(mcp.MethodToolsList) {
-		return
-	}
-	if sink, ok := ctx.Value(rawCaptureKey{}).(*rawCapture); ok {
-		sink.result = resp.Result
-	}
-}
-
-// The decorators below override only SendRequest and embed the concrete
-// transport, so every other method — and with it every optional interface
-// mcp-go's client type-asserts (BidirectionalInterface, HTTPConnection,
-// SetConnectionLostHandler, RequiresLegacyProtocol, Stderr) — is promoted
-// unchanged; the guards after them check it at compile time. One type per
-// concrete transport keeps this exact, where a single wrapper over
-// transport.Interface would hide those interfaces. (client.GetEndpoint, which
-// asserts *transport.SSE, is the one helper that cannot see through them.)
-
-type stdioTransport struct{ *transport.Stdio }
-
-func (t *stdioTransport) SendRequest(ctx context.Context, req transport.JSONRPCRequest) (*transport.JSONRPCResponse, error) {
-	resp, err := t.Stdio.SendRequest(ctx, req)
-	if err == nil {
-		capture(ctx, req, resp)
-	}
-	return resp, err
-}
-
-type streamableTransport struct{ *transport.StreamableHTTP }
-
-func (t *streamableTransport) SendRequest(ctx context.Context, req transport.JSONRPCRequest) (*transport.JSONRPCResponse, error) {
-	resp, err := t.StreamableHTTP.SendRequest(ctx, req)
-	if err == nil {
-		capture(ctx, req, resp)
-	}
-	return resp, err
-}
-
-type sseTransport struct{ *transport.SSE }
-
-func (t *sseTransport) SendRequest(ctx context.Context, req transport.JSONRPCRequest) (*transport.JSONRPCResponse, error) {
-	resp, err := t.SSE.SendRequest(ctx, req)
-	if err == nil {
-		capture(ctx, req, resp)
-	}
-	return resp, err
-}
-
-// websocketTransport is not an HTTPConnection on purpose: mcp-go then sends
-// notifications/cancelled when a call's ctx ends.
-type websocketTransport struct{ *wsTransport }
-
-func (t *websocketTransport) SendRequest(ctx context.Context, req transport.JSONRPCRequest) (*transport.JSONRPCResponse, error) {
-	resp, err := t.wsTransport.SendRequest(ctx, req)
-	if err == nil {
-		capture(ctx, req, resp)
-	}
-	return resp, err
-}
-
-// Optional interfaces mcp-go's client looks for by type assertion.
-type (
-	connectionLostSetter interface{ SetConnectionLostHandler(func(error)) }
-	legacyRequirer       interface{ RequiresLegacyProtocol() bool }
-	stderrer             interface{ Stderr() io.Reader }
-)
-
-var (
-	_ transport.BidirectionalInterface = (*stdioTransport)(nil)
-	_ stderrer                         = (*stdioTransport)(nil)
-
-	_ transport.BidirectionalInterface = (*streamableTransport)(nil)
-	_ transport.HTTPConnection         = (*streamableTransport)(nil)
-	_ legacyRequirer                   = (*streamableTransport)(nil)
-
-	_ transport.HTTPConnection = (*sseTransport)(nil)
-	_ connectionLostSetter     = (*sseTransport)(nil)
-
-	_ transport.BidirectionalInterface = (*websocketTransport)(nil)
-	_ connectionLostSetter             = (*websocketTransport)(nil)
-)

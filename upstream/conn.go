@@ -155,7 +155,7 @@ func (u *Upstream) dialStdio(ctx context.Context) (*conn, *Catalog, error) {
 		},
 		onEnd: func(err error) { c.lost(fmt.Errorf("stdout closed: %w", err)) },
 	}
-	t := &stdioTransport{transport.NewIO(&tapReader{r: stdout, observe: c.raw.observe}, p.stdin, nil)}
+	t := transport.NewIO(&tapReader{r: stdout, observe: c.raw.observe}, p.stdin, nil)
 	init, err := c.open(ctx, t)
 	if err != nil {
 		return c, nil, err
@@ -246,7 +246,7 @@ func (u *Upstream) openStreamable(ctx context.Context, listen bool) (*conn, *mcp
 	if err != nil {
 		return c, nil, err
 	}
-	init, err := c.open(ctx, &streamableTransport{t})
+	init, err := c.open(ctx, t)
 	if err != nil {
 		err = refusal.explain(err)
 	}
@@ -273,7 +273,7 @@ func (u *Upstream) dialSSE(ctx context.Context) (*conn, *Catalog, error) {
 	}
 	// HTTP+SSE is a legacy transport: skip the server/discover probe unless
 	// the config pins a version (applied after this option).
-	init, err := c.open(ctx, &sseTransport{t}, client.WithProtocolVersion(mcp.LATEST_LEGACY_PROTOCOL_VERSION))
+	init, err := c.open(ctx, t, client.WithProtocolVersion(mcp.LATEST_LEGACY_PROTOCOL_VERSION))
 	if err != nil {
 		return c, nil, err
 	}
@@ -294,7 +294,7 @@ func (u *Upstream) dialWebsocket(ctx context.Context) (*conn, *Catalog, error) {
 		Logger:       u.log,
 		Observe:      c.raw.observe,
 	})
-	init, err := c.open(ctx, &websocketTransport{t})
+	init, err := c.open(ctx, t)
 	if err != nil {
 		return c, nil, err
 	}

@@ -72,7 +72,7 @@ func (c *conn) openModern(ctx context.Context) (*client.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	cl := client.NewClient(&streamableTransport{t}, client.WithProtocolVersion(mcp.ProtocolVersion20260728))
+	cl := client.NewClient(t, client.WithProtocolVersion(mcp.ProtocolVersion20260728))
 	cl.OnNotification(c.handleNotification)
 	if err := cl.Start(c.ctx); err != nil {
 		return nil, err

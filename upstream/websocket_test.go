@@ -31,7 +31,7 @@ func (f rootsFunc) ListRoots(ctx context.Context, req mcp.ListRootsRequest) (*mc
 func TestWebsocketIsNotAnHTTPConnection(t *testing.T) {
 	// mcp-go sends notifications/cancelled only to transports that are not
 	// HTTPConnections (client.go cancelRequest).
-	var tr transport.Interface = &websocketTransport{}
+	var tr transport.Interface = &wsTransport{}
 	if _, ok := tr.(transport.HTTPConnection); ok {
 		t.Fatal("the websocket transport implements transport.HTTPConnection: cancellations would not be sent")
 	}
