@@ -1,6 +1,9 @@
 package aggregator
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -10,7 +13,8 @@ import (
 
 // Prompt is one exposed prompt: namespaced like tools.
 type Prompt struct {
-	Prompt   mcp.Prompt // as exposed
+	Prompt   mcp.Prompt      // as exposed
+	Raw      json.RawMessage // the exposed definition's bytes; nil = encode Prompt
 	Upstream string
 	Original string
 }
@@ -19,7 +23,8 @@ type Prompt struct {
 // upstreams claim the same URI: then the later upstream's is rewritten
 // reversibly (see rewriteURI).
 type Resource struct {
-	Resource    mcp.Resource // as exposed
+	Resource    mcp.Resource    // as exposed
+	Raw         json.RawMessage // the exposed definition's bytes; nil = encode Resource
 	Upstream    string
 	OriginalURI string
 }
@@ -27,6 +32,7 @@ type Resource struct {
 // Template is one exposed resource template, rewritten like resources.
 type Template struct {
 	Template         mcp.ResourceTemplate // as exposed
+	Raw              json.RawMessage      // the exposed definition's bytes; nil = encode Template
 	Upstream         string
 	OriginalTemplate string
 }
@@ -87,12 +93,14 @@ func (s *Snapshot) buildResources(namer Namer, ns namespaces, sources []*source)
 			resourceUpstreams++
 			s.soleResourceUpstream = name
 		}
-		for _, p := range cat.Prompts {
+		for i, p := range cat.Prompts {
 			e := &Prompt{Prompt: p, Upstream: name, Original: p.Name}
 			e.Prompt.Name = namer.Expose(src.cfg.Prefix, p.Name)
-			if e.Prompt.Title == "" {
+			addTitle := e.Prompt.Title == ""
+			if addTitle {
 				e.Prompt.Title = p.Name
 			}
+			e.Raw = exposedRaw(rawAt(cat.RawPrompts, i), "name", e.Prompt.Name, p.Name, addTitle, nil)
 			if c, refused := src.shadowing(ns, "prompt", p.Name, e.Prompt.Name); refused {
 				s.Conflicts = append(s.Conflicts, c)
 				continue
@@ -103,17 +111,21 @@ func (s *Snapshot) buildResources(namer Namer, ns namespaces, sources []*source)
 			s.prompts[e.Prompt.Name] = e
 			s.Prompts = append(s.Prompts, e)
 		}
-		for _, r := range cat.Resources {
-			e := &Resource{Resource: r, Upstream: name, OriginalURI: r.URI}
+		for i, r := range cat.Resources {
+			e := &Resource{Resource: r, Upstream: name, OriginalURI: r.URI, Raw: rawAt(cat.RawResources, i)}
 			e.Resource.URI = claim(name, r.URI)
+			if e.Resource.URI != r.URI {
+				e.Raw = exposedRaw(e.Raw, "uri", e.Resource.URI, "", false, nil)
+			}
 			s.resources[e.Resource.URI] = e
 			s.Resources = append(s.Resources, e)
 		}
-		for _, t := range cat.ResourceTemplates {
+		for i, t := range cat.ResourceTemplates {
 			raw := templateString(t)
-			e := &Template{Template: t, Upstream: name, OriginalTemplate: raw}
+			e := &Template{Template: t, Upstream: name, OriginalTemplate: raw, Raw: rawAt(cat.RawTemplates, i)}
 			if exposed := claim(name, raw); exposed != raw {
 				e.Template.URITemplate = mustTemplate(exposed)
+				e.Raw = exposedRaw(e.Raw, "uriTemplate", exposed, "", false, nil)
 			}
 			s.templates[templateString(e.Template)] = e
 			s.Templates = append(s.Templates, e)
@@ -180,17 +192,18 @@ func unrewrite(upstream, uri string) string {
 }
 
 // listFingerprint summarizes the listed prompts, resources and templates
-// so a change can be detected between snapshots.
+// so a change can be detected between snapshots: digests of what is
+// listed, the exposed bytes included.
 func (s *Snapshot) listFingerprint() (prompts, resources string) {
-	var p, r strings.Builder
+	p, r := sha256.New(), sha256.New()
 	for _, e := range s.Prompts {
-		fmt.Fprintf(&p, "%s\x00%s\x00%s\x00%d\n", e.Prompt.Name, e.Upstream, e.Prompt.Description, len(e.Prompt.Arguments))
+		fmt.Fprintf(p, "%s\x00%s\x00%s\x00%d\x00%d:%s\n", e.Prompt.Name, e.Upstream, e.Prompt.Description, len(e.Prompt.Arguments), len(e.Raw), e.Raw)
 	}
 	for _, e := range s.Resources {
-		fmt.Fprintf(&r, "%s\x00%s\x00%s\x00%s\n", e.Resource.URI, e.Upstream, e.Resource.Name, e.Resource.Description)
+		fmt.Fprintf(r, "%s\x00%s\x00%s\x00%s\x00%d:%s\n", e.Resource.URI, e.Upstream, e.Resource.Name, e.Resource.Description, len(e.Raw), e.Raw)
 	}
 	for _, e := range s.Templates {
-		fmt.Fprintf(&r, "T%s\x00%s\x00%s\n", templateString(e.Template), e.Upstream, e.Template.Name)
+		fmt.Fprintf(r, "T%s\x00%s\x00%s\x00%d:%s\n", templateString(e.Template), e.Upstream, e.Template.Name, len(e.Raw), e.Raw)
 	}
-	return p.String(), r.String()
+	return hex.EncodeToString(p.Sum(nil)), hex.EncodeToString(r.Sum(nil))
 }

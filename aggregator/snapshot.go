@@ -1,6 +1,7 @@
 package aggregator
 
 import (
+	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
@@ -11,6 +12,7 @@ import (
 	"github.com/mcpmux/mcpmux/configs"
 	"github.com/mcpmux/mcpmux/filter"
 	"github.com/mcpmux/mcpmux/internal/glob"
+	"github.com/mcpmux/mcpmux/internal/jsonrpc"
 	"github.com/mcpmux/mcpmux/upstream"
 )
 
@@ -179,7 +181,7 @@ func build(version uint64, namer Namer, sources []*source) *Snapshot {
 		st := UpstreamStatus{Name: src.cfg.Name, Required: src.cfg.Required, State: src.state}
 		if src.catalog != nil {
 			for i := range src.catalog.Tools {
-				e := src.entry(namer, &src.catalog.Tools[i])
+				e := src.entry(namer, &src.catalog.Tools[i], rawAt(src.catalog.RawTools, i))
 				if !src.rules.Match(e.Original, e.ReadOnly, nil) {
 					st.Dropped++
 					continue
@@ -209,8 +211,10 @@ func build(version uint64, namer Namer, sources []*source) *Snapshot {
 	return s
 }
 
-// entry builds the exposed form of one upstream tool.
-func (src *source) entry(namer Namer, t *mcp.Tool) *filter.Entry {
+// entry builds the exposed form of one upstream tool; raw is the upstream's
+// definition (nil when the catalog holds none), from which the exposed
+// bytes are spliced (exposedRaw).
+func (src *source) entry(namer Namer, t *mcp.Tool, raw json.RawMessage) *filter.Entry {
 	cfg := src.cfg
 	e := &filter.Entry{Tool: *t, Upstream: cfg.Name, Original: t.Name}
 	e.Tool.Name = namer.Expose(cfg.Prefix, t.Name)
@@ -222,9 +226,12 @@ func (src *source) entry(namer Namer, t *mcp.Tool) *filter.Entry {
 		meta.AdditionalFields[MetaOriginal] = t.Name
 	}
 	e.Tool.Meta = meta
-	if e.Tool.Title == "" && e.Tool.Annotations.Title == "" {
+	addTitle := e.Tool.Title == "" && e.Tool.Annotations.Title == ""
+	if addTitle {
 		e.Tool.Title = t.Name
 	}
+	e.Raw = exposedRaw(raw, "name", e.Tool.Name, t.Name, addTitle,
+		[]jsonrpc.Member{{Key: MetaUpstream, Value: jsonString(cfg.Name)}, {Key: MetaOriginal, Value: jsonString(t.Name)}})
 	e.ReadOnly = t.Annotations.ReadOnlyHint != nil && *t.Annotations.ReadOnlyHint
 	if !e.ReadOnly {
 		e.ReadOnly = slices.ContainsFunc(src.readOnly, func(g *glob.Glob) bool { return g.Match(t.Name) })

@@ -16,15 +16,15 @@ import (
 func (s *Snapshot) buildCatalog(sources []*source) {
 	prompts := make([]filter.Served[mcp.Prompt], len(s.Prompts))
 	for i, p := range s.Prompts {
-		prompts[i] = filter.Served[mcp.Prompt]{Item: p.Prompt, Upstream: p.Upstream}
+		prompts[i] = filter.Served[mcp.Prompt]{Item: p.Prompt, Raw: p.Raw, Upstream: p.Upstream}
 	}
 	resources := make([]filter.Served[mcp.Resource], len(s.Resources))
 	for i, r := range s.Resources {
-		resources[i] = filter.Served[mcp.Resource]{Item: r.Resource, Upstream: r.Upstream}
+		resources[i] = filter.Served[mcp.Resource]{Item: r.Resource, Raw: r.Raw, Upstream: r.Upstream}
 	}
 	templates := make([]filter.Served[mcp.ResourceTemplate], len(s.Templates))
 	for i, t := range s.Templates {
-		templates[i] = filter.Served[mcp.ResourceTemplate]{Item: t.Template, Upstream: t.Upstream}
+		templates[i] = filter.Served[mcp.ResourceTemplate]{Item: t.Template, Raw: t.Raw, Upstream: t.Upstream}
 	}
 	var withTools []string
 	for _, src := range sources {

@@ -53,6 +53,7 @@ type (
 		AllowedOrigins       *[]string `toml:"allowed_origins"`
 		AllowUnauthenticated bool      `toml:"allow_unauthenticated"`
 		MaxBodyBytes         any       `toml:"max_body_bytes"`
+		MaxPendingBytes      any       `toml:"max_pending_bytes"`
 		ShutdownGrace        any       `toml:"shutdown_grace"`
 		MaxSessions          *int      `toml:"max_sessions"`
 		SessionIdleTimeout   any       `toml:"session_idle_timeout"`

@@ -260,6 +260,7 @@ func TestDefaults(t *testing.T) {
 		MaxNameLength:      64,
 		AllowedOrigins:     []string{"http://localhost:*", "http://127.0.0.1:*"},
 		MaxBodyBytes:       4 << 20,
+		MaxPendingBytes:    8 << 20,
 		ShutdownGrace:      10 * time.Second,
 		MaxSessions:        10000,
 		SessionIdleTimeout: 30 * time.Minute,

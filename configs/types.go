@@ -36,6 +36,7 @@ type Server struct {
 	AllowedOrigins       []string      // default ["http://localhost:*", "http://127.0.0.1:*"]
 	AllowUnauthenticated bool          // default false
 	MaxBodyBytes         int64         // default 4 MiB
+	MaxPendingBytes      int64         // default 8 MiB: per session, answers and frames its client has not read yet
 	ShutdownGrace        time.Duration // default 10s
 	MaxSessions          int           // default 10000: live sessions and streams across all doors
 	SessionIdleTimeout   time.Duration // default 30m: a session with no request for this long is closed

@@ -24,6 +24,7 @@ const (
 	defaultSeparator       = "__"
 	defaultMaxNameLength   = 64
 	defaultMaxBodyBytes    = 4 << 20
+	defaultMaxPending      = 8 << 20
 	defaultShutdownGrace   = 10 * time.Second
 	defaultMaxSessions     = 10000
 	defaultSessionIdle     = 30 * time.Minute
@@ -75,6 +76,7 @@ func (v *validator) server(r *rawServer) Server {
 		AllowedOrigins:       defaultAllowedOrigins(),
 		AllowUnauthenticated: r.AllowUnauthenticated,
 		MaxBodyBytes:         v.size(p.key("max_body_bytes"), r.MaxBodyBytes, defaultMaxBodyBytes),
+		MaxPendingBytes:      v.size(p.key("max_pending_bytes"), r.MaxPendingBytes, defaultMaxPending),
 		ShutdownGrace:        v.duration(p.key("shutdown_grace"), r.ShutdownGrace, defaultShutdownGrace),
 		MaxSessions:          defaultMaxSessions,
 		SessionIdleTimeout:   v.duration(p.key("session_idle_timeout"), r.SessionIdleTimeout, defaultSessionIdle),

@@ -95,6 +95,8 @@ type View struct {
 	// Tools is the listing, sorted by name. Callers must not modify it.
 	Tools  []mcp.Tool
 	byName map[string]*Entry
+	// raws[i] is the listed bytes of Tools[i] (Entry.Definition).
+	raws []json.RawMessage
 
 	fpOnce sync.Once
 	fp     string
@@ -286,6 +288,7 @@ func buildView(version uint64, entries []*Entry, f *Filter) *View {
 	own := f.ownTools() // mcpmux's own tools come first (dynamic.go)
 	for _, e := range own {
 		v.Tools = append(v.Tools, e.Tool)
+		v.raws = append(v.raws, e.Definition())
 		v.byName[e.Tool.Name] = e
 	}
 	for _, e := range entries {
@@ -294,6 +297,7 @@ func buildView(version uint64, entries []*Entry, f *Filter) *View {
 		}
 		if f.Allows(e) {
 			v.Tools = append(v.Tools, e.Tool)
+			v.raws = append(v.raws, e.Definition())
 			v.byName[e.Tool.Name] = e
 		}
 	}
@@ -306,11 +310,9 @@ func buildView(version uint64, entries []*Entry, f *Filter) *View {
 func (v *View) Fingerprint() string {
 	v.fpOnce.Do(func() {
 		h := sha256.New()
-		enc := json.NewEncoder(h)
-		for _, t := range v.Tools {
-			if err := enc.Encode(t); err != nil {
-				fmt.Fprintf(h, "unencodable %q: %v\n", t.Name, err)
-			}
+		for _, raw := range v.raws {
+			fmt.Fprintf(h, "%d:", len(raw))
+			h.Write(raw)
 		}
 		v.fp = hex.EncodeToString(h.Sum(nil))
 	})
@@ -318,16 +320,50 @@ func (v *View) Fingerprint() string {
 }
 
 // Encoded returns the view's tools/list result, {"tools":[…]}, encoded once
-// and shared. Callers must not modify it.
+// and shared: each tool's listed bytes (Entry.Definition), so that a
+// definition reaches the client as its upstream sent it. Callers must not
+// modify it.
 func (v *View) Encoded() []byte {
-	v.encOnce.Do(func() {
-		b, err := json.Marshal(mcp.ListToolsResult{Tools: v.Tools})
-		if err != nil {
-			// A tool that cannot be encoded cannot be listed by mcp-go
-			// either; answer an empty, valid listing rather than garbage.
-			b = []byte(`{"tools":[]}`)
-		}
-		v.enc = b
-	})
+	v.encOnce.Do(func() { v.enc = encodeList("tools", v.raws) })
 	return v.enc
+}
+
+// Definition returns the tool's definition as listed: Raw, or, for an
+// entry without bytes of its own, Tool encoded (an empty object if it
+// cannot be, which no client can call).
+func (e *Entry) Definition() json.RawMessage {
+	if e.Raw != nil {
+		return e.Raw
+	}
+	return encodeItem(e.Tool)
+}
+
+// encodeItem encodes a definition mcpmux holds only decoded; what cannot
+// be encoded cannot be listed by mcp-go either, so it becomes {}.
+func encodeItem(v any) json.RawMessage {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return json.RawMessage(`{}`)
+	}
+	return b
+}
+
+// encodeList returns {"<key>":[items…]}, the items' bytes joined as they
+// are.
+func encodeList(key string, items []json.RawMessage) []byte {
+	n := len(key) + 8
+	for _, it := range items {
+		n += len(it) + 1
+	}
+	b := make([]byte, 0, n)
+	b = append(b, `{"`...)
+	b = append(b, key...)
+	b = append(b, `":[`...)
+	for i, it := range items {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, it...)
+	}
+	return append(b, "]}"...)
 }

@@ -30,10 +30,14 @@ var ErrArgumentsNotAllowed = errors.New("arguments not allowed")
 // Entry is one tool of a catalog snapshot as the filter sees it. Entries are
 // built by the aggregator and never modified afterwards.
 type Entry struct {
-	Tool     mcp.Tool // as exposed: namespaced name, original name in _meta
-	Upstream string   // the upstream's config name
-	Original string   // the name the upstream gave the tool
-	ReadOnly bool     // readOnlyHint true, or named by read_only_tools
+	Tool mcp.Tool // as exposed: namespaced name, original name in _meta
+	// Raw is the exposed definition as listed: the upstream's bytes with
+	// only the name and mcpmux's _meta spliced in (SPEC §7). nil = none
+	// (mcpmux's own tools): the listing encodes Tool.
+	Raw      json.RawMessage
+	Upstream string // the upstream's config name
+	Original string // the name the upstream gave the tool
+	ReadOnly bool   // readOnlyHint true, or named by read_only_tools
 	// Toolsets holds every toolset selector that selects this tool: the
 	// upstream ("github"), its prefix when different ("gh"), and each
 	// "<upstream>/<set>" and "<prefix>/<set>" it belongs to. Sorted.

@@ -37,8 +37,19 @@ func (f *Filter) ShowsUpstream(name string, hasVisibleTool, servesTools bool) bo
 // Served is one prompt, resource or resource template of a catalog
 // snapshot, with the upstream (by config name) that serves it.
 type Served[T any] struct {
-	Item     T
+	Item T
+	// Raw is the item's definition as listed: the upstream's bytes with
+	// only what mcpmux changes spliced in (SPEC §7); nil = encode Item.
+	Raw      json.RawMessage
 	Upstream string
+}
+
+// definition returns the item's bytes as listed.
+func (s Served[T]) definition() json.RawMessage {
+	if s.Raw != nil {
+		return s.Raw
+	}
+	return encodeItem(s.Item)
 }
 
 // Catalog is the part of a catalog snapshot that is filtered by upstream:
@@ -58,8 +69,11 @@ type Catalog struct {
 	allPrompts   []mcp.Prompt
 	allResources []mcp.Resource
 	allTemplates []mcp.ResourceTemplate
+	allRaws      [3][]json.RawMessage // their listed bytes, by listing kind
 	// owners by exposed prompt name, resource URI and template string.
 	promptOwner, resourceOwner, templateOwner map[string]string
+	// defs holds the listed bytes by the same keys, by listing kind.
+	defs [3]map[string]json.RawMessage
 }
 
 // NewCatalog builds the Catalog of snapshot version from its exposed
@@ -80,22 +94,56 @@ func NewCatalog(version uint64, prompts []Served[mcp.Prompt], resources []Served
 	for _, u := range toolUpstreams {
 		c.servesTools[u] = true
 	}
+	for i := range c.defs {
+		c.defs[i] = make(map[string]json.RawMessage)
+	}
 	c.allPrompts = make([]mcp.Prompt, len(c.Prompts))
+	c.allRaws[encPrompts] = make([]json.RawMessage, len(c.Prompts))
 	for i, p := range c.Prompts {
 		c.promptOwner[p.Item.Name] = p.Upstream
-		c.allPrompts[i] = p.Item
+		c.allPrompts[i], c.allRaws[encPrompts][i] = p.Item, p.definition()
+		c.defs[encPrompts][p.Item.Name] = c.allRaws[encPrompts][i]
 	}
 	c.allResources = make([]mcp.Resource, len(c.Resources))
+	c.allRaws[encResources] = make([]json.RawMessage, len(c.Resources))
 	for i, r := range c.Resources {
 		c.resourceOwner[r.Item.URI] = r.Upstream
-		c.allResources[i] = r.Item
+		c.allResources[i], c.allRaws[encResources][i] = r.Item, r.definition()
+		c.defs[encResources][r.Item.URI] = c.allRaws[encResources][i]
 	}
 	c.allTemplates = make([]mcp.ResourceTemplate, len(c.Templates))
+	c.allRaws[encTemplates] = make([]json.RawMessage, len(c.Templates))
 	for i, t := range c.Templates {
 		c.templateOwner[TemplateString(t.Item)] = t.Upstream
-		c.allTemplates[i] = t.Item
+		c.allTemplates[i], c.allRaws[encTemplates][i] = t.Item, t.definition()
+		c.defs[encTemplates][TemplateString(t.Item)] = c.allRaws[encTemplates][i]
 	}
 	return c
+}
+
+// Definition returns the listed bytes of the item that the listing method
+// (prompts/list, resources/list, resources/templates/list) names by key:
+// its exposed name, URI or URI template. It returns nil when the catalog
+// holds no such item.
+func (c *Catalog) Definition(method, key string) json.RawMessage {
+	i, ok := listKind(method)
+	if !ok || c.defs[i] == nil {
+		return nil
+	}
+	return c.defs[i][key]
+}
+
+// listKind returns the listing kind of a listing method.
+func listKind(method string) (int, bool) {
+	switch mcp.MCPMethod(method) {
+	case mcp.MethodPromptsList:
+		return encPrompts, true
+	case mcp.MethodResourcesList:
+		return encResources, true
+	case mcp.MethodResourcesTemplatesList:
+		return encTemplates, true
+	}
+	return 0, false
 }
 
 // TemplateString returns a template's URI template as written, or "".
@@ -121,6 +169,10 @@ type Listing struct {
 	filter   *Filter
 	catalog  *Catalog
 	hasTools map[string]bool // upstreams with a tool in the view
+
+	// raws are the listed bytes of Prompts, Resources and Templates, by
+	// listing kind, index for index.
+	raws [3][]json.RawMessage
 
 	encOnce [3]sync.Once
 	enc     [3][]byte
@@ -148,29 +200,32 @@ func newListing(v *View, c *Catalog) *Listing {
 	for _, e := range v.byName {
 		l.hasTools[e.Upstream] = true
 	}
-	l.Prompts = shown(l, c.Prompts, c.allPrompts)
-	l.Resources = shown(l, c.Resources, c.allResources)
-	l.Templates = shown(l, c.Templates, c.allTemplates)
+	l.Prompts, l.raws[encPrompts] = shown(l, c.Prompts, c.allPrompts, c.allRaws[encPrompts])
+	l.Resources, l.raws[encResources] = shown(l, c.Resources, c.allResources, c.allRaws[encResources])
+	l.Templates, l.raws[encTemplates] = shown(l, c.Templates, c.allTemplates, c.allRaws[encTemplates])
 	return l
 }
 
-// shown returns the items of served whose upstream l shows: all, the
-// catalog's own slice, when it shows every one (views without upstream
-// rules share one copy), else a new slice, never nil.
-func shown[T any](l *Listing, served []Served[T], all []T) []T {
+// shown returns the items of served whose upstream l shows, and their
+// listed bytes: all and allRaws, the catalog's own slices, when it shows
+// every one (views without upstream rules share one copy), else new
+// slices, never nil.
+func shown[T any](l *Listing, served []Served[T], all []T, allRaws []json.RawMessage) ([]T, []json.RawMessage) {
 	if !slices.ContainsFunc(served, func(s Served[T]) bool { return !l.Shows(s.Upstream) }) {
 		if all == nil {
-			return []T{}
+			return []T{}, nil
 		}
-		return all
+		return all, allRaws
 	}
 	out := make([]T, 0, len(served))
-	for _, s := range served {
+	raws := make([]json.RawMessage, 0, len(served))
+	for i, s := range served {
 		if l.Shows(s.Upstream) {
 			out = append(out, s.Item)
+			raws = append(raws, allRaws[i])
 		}
 	}
-	return out
+	return out, raws
 }
 
 // Shows reports whether the view shows the named upstream's prompts,
@@ -178,6 +233,12 @@ func shown[T any](l *Listing, served []Served[T], all []T) []T {
 // including upstreams that list nothing.
 func (l *Listing) Shows(upstream string) bool {
 	return l.filter.ShowsUpstream(upstream, l.hasTools[upstream], l.catalog.servesTools[upstream])
+}
+
+// Definition is Catalog.Definition for the listing's catalog. The item need
+// not be one the listing shows: callers ask for items they already kept.
+func (l *Listing) Definition(method, key string) json.RawMessage {
+	return l.catalog.Definition(method, key)
 }
 
 // KeepPrompts returns the prompts of ps that the listing shows, for a
@@ -235,34 +296,24 @@ const (
 
 // Encoded returns the pre-encoded result of a prompts/list,
 // resources/list or resources/templates/list request that names no
-// cursor ({"prompts":[…]} and so on), encoded once and shared; nil for any
-// other method. Callers must not modify it.
+// cursor ({"prompts":[…]} and so on): each item's listed bytes, joined
+// once and shared; nil for any other method. Callers must not modify it.
 func (l *Listing) Encoded(method string) []byte {
 	var i int
-	var v any
+	var key string
 	switch mcp.MCPMethod(method) {
 	case mcp.MethodPromptsList:
-		i, v = encPrompts, mcp.ListPromptsResult{Prompts: l.Prompts}
+		i, key = encPrompts, "prompts"
 	case mcp.MethodResourcesList:
-		i, v = encResources, mcp.ListResourcesResult{Resources: l.Resources}
+		i, key = encResources, "resources"
 	case mcp.MethodResourcesTemplatesList:
-		i, v = encTemplates, mcp.ListResourceTemplatesResult{ResourceTemplates: l.Templates}
+		i, key = encTemplates, "resourceTemplates"
 	default:
 		return nil
 	}
-	l.encOnce[i].Do(func() {
-		b, err := json.Marshal(v)
-		if err != nil {
-			// What cannot be encoded cannot be listed by mcp-go either:
-			// answer an empty, valid listing rather than garbage.
-			b = emptyListings[i]
-		}
-		l.enc[i] = b
-	})
+	l.encOnce[i].Do(func() { l.enc[i] = encodeList(key, l.raws[i]) })
 	return l.enc[i]
 }
-
-var emptyListings = [3][]byte{[]byte(`{"prompts":[]}`), []byte(`{"resources":[]}`), []byte(`{"resourceTemplates":[]}`)}
 
 // Fingerprints returns digests of what the listing shows: prompts, and
 // resources with templates. Equal digests mean equal listings, so a

@@ -31,7 +31,7 @@ import (
 // with a requestState naming the held call, and its retry, carrying the
 // answer, resumes it (SPEC §7).
 type call struct {
-	frames chan []byte
+	frames *frameQueue
 	// wake starts a writer for frames when the call runs inline (see
 	// await); nil otherwise. It is set before the call runs.
 	wake   func()
@@ -44,11 +44,14 @@ type call struct {
 	// shutdownError (drain.go).
 	abort  context.CancelCauseFunc
 	heldID string // set while the call is held (heldCalls)
-	modern bool
-	method string
-	name   string         // the tool or prompt name, or URI, a retry must repeat
-	filter *filter.Filter // the retry must come through the same rules (compared by key: a narrowing may be rebuilt after eviction)
-	owner  string         // and from the same caller (session, or token or address)
+	// release gives back the call's slot in its session's backlog (nil:
+	// it took none); answer calls it.
+	release func()
+	modern  bool
+	method  string
+	name    string         // the tool or prompt name, or URI, a retry must repeat
+	filter  *filter.Filter // the retry must come through the same rules (compared by key: a narrowing may be rebuilt after eviction)
+	owner   string         // and from the same caller (session, or token or address)
 }
 
 // ask is an upstream's request for input during a held call.
@@ -63,28 +66,30 @@ type askReply struct {
 	err    error
 }
 
-// queue hands f to the call's writer without blocking.
+// queue hands f to the call's writer without blocking. It reports false
+// when the session's backlog had no room for it, which ends the session
+// (frameQueue), or when the call's writer is gone.
 func (c *call) queue(f []byte) bool {
-	select {
-	case c.frames <- f:
-		c.wakeWriter()
-		return true
-	default:
+	if !c.frames.put(f) {
 		return false
 	}
+	c.wakeWriter()
+	return true
 }
 
-// push hands f to the call's writer, waiting for room until ctx ends.
+// push is queue for a frame whose sender waits for an answer (a
+// server→client request): it fails when the frame could not be queued.
 func (c *call) push(ctx context.Context, f []byte) error {
-	select {
-	case c.frames <- f:
-		c.wakeWriter()
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-c.ctx.Done():
-		return c.ctx.Err()
+	if err := ctx.Err(); err != nil {
+		return err
 	}
+	if err := c.ctx.Err(); err != nil {
+		return err
+	}
+	if !c.queue(f) {
+		return errSlowClient
+	}
+	return nil
 }
 
 // bound returns ctx ended also when the call ends: an upstream's
@@ -128,13 +133,15 @@ func (c *call) askClient(ctx context.Context, method string, params any) (json.R
 	}
 }
 
-// newCall prepares a call of m; start runs it.
-func newCall(m *jsonrpc.Message, b Binding, modern bool, owner string) *call {
+// newCall prepares a call of m; start runs it. Its frames count in held,
+// and overflow is called when they take held past its limit (nil held: not
+// counted).
+func newCall(m *jsonrpc.Message, b Binding, modern bool, owner string, held *backlog, overflow func()) *call {
 	name := m.Name
 	if m.Method == string(mcp.MethodResourcesRead) {
 		name = m.URI
 	}
-	return &call{frames: make(chan []byte, callFrames), done: make(chan routedAnswer, 1), asks: make(chan *ask),
+	return &call{frames: newFrameQueue(held, overflow), done: make(chan routedAnswer, 1), asks: make(chan *ask),
 		modern: modern, method: m.Method, name: name, filter: b.Filter, owner: owner}
 }
 
@@ -198,12 +205,10 @@ func (c *call) runInline(write func([]byte)) routedAnswer {
 		wg.Go(func() {
 			for {
 				select {
-				case f := <-c.frames:
-					write(f)
+				case <-c.frames.signal():
+					c.frames.drain(write)
 				case <-stop:
-					for len(c.frames) > 0 {
-						write(<-c.frames)
-					}
+					c.frames.drain(write)
 					return
 				}
 			}
@@ -245,18 +250,14 @@ func (s *Server) awaitCall(ctx context.Context, c *call, m *jsonrpc.Message, wri
 		stop := context.AfterFunc(ctx, c.cancel)
 		defer stop()
 	}
-	drain := func() {
-		for len(c.frames) > 0 {
-			write(<-c.frames)
-		}
-	}
+	drain := func() { c.frames.drain(write) }
 	if c.run != nil {
 		return s.answer(ctx, c, m, c.runInline(write))
 	}
 	for {
 		select {
-		case f := <-c.frames:
-			write(f)
+		case <-c.frames.signal():
+			drain()
 		case a := <-c.asks:
 			drain()
 			state, err := s.held.hold(c, a)
@@ -288,6 +289,12 @@ func (s *Server) awaitCall(ctx context.Context, c *call, m *jsonrpc.Message, wri
 // shutdown refused or cancelled is answered shutdownError.
 func (s *Server) answer(ctx context.Context, c *call, m *jsonrpc.Message, a routedAnswer) ([]byte, int) {
 	c.cancel() // a cause given earlier stays
+	// Its frames were written before this; any that come later have no
+	// writer, and stop counting against the session.
+	c.frames.discard()
+	if c.release != nil {
+		c.release()
+	}
 	if a.err == nil {
 		s.metrics.count(m.Method, outcomeOK)
 		return jsonrpc.Response(m.ID, a.result), 0

@@ -10,11 +10,13 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 
 	"github.com/mcpmux/mcpmux/filter"
+	"github.com/mcpmux/mcpmux/internal/audit"
 	"github.com/mcpmux/mcpmux/internal/jsonrpc"
 )
 
@@ -60,8 +62,15 @@ func (s *Server) serveRouted(w http.ResponseWriter, r *http.Request, m *jsonrpc.
 	}
 	ctx, untrack := s.trackRouted(r.Context(), sess, m.ID)
 	defer untrack()
-	out := &eventWriter{w: w}
-	c, refusal := s.callFor(ctx, m, b, e, id, func(c *call, logf func(string, ...any)) *caller {
+	var held *backlog
+	overflow := func() {}
+	if sess != nil {
+		held = sess.held
+		overflow = func() { s.stalled(id, errSlowClient) }
+	}
+	out := s.newEventWriter(w, held)
+	defer out.done()
+	c, refusal := s.callFor(ctx, m, b, e, id, held, overflow, func(c *call, logf func(string, ...any)) *caller {
 		if modern {
 			return modernCaller(m, c.queue, logf)
 		}
@@ -80,14 +89,27 @@ func (s *Server) serveRouted(w http.ResponseWriter, r *http.Request, m *jsonrpc.
 		status = httpStatus(code)
 	}
 	out.final(status, answer)
+	if out.stalled && sess != nil {
+		s.stalled(id, fmt.Errorf("writing to the client: %w", out.err))
+	}
+}
+
+// stalled ends the /mcp session id, whose client stopped reading: its
+// next request gets 404, so it starts a new session.
+func (s *Server) stalled(id string, cause error) {
+	s.log.Warn("session ended", "session", id, "reason", cause.Error())
+	go s.expire(id) // not on the writer's goroutine: expiring waits for nothing of it, but stays off its path
 }
 
 // callFor starts the call m asks for, or, for a 2026-07-28 retry that
 // names a held call, resumes that one. newCaller makes the request's
-// aggregator.Client for a new call. Unless it refuses, the caller must
-// await the call (await or awaitQueued), which ends what callFor began.
+// aggregator.Client for a new call. held is the session's backlog (nil for
+// a stateless request): a new call takes one of its slots, or is refused
+// as busy, and its frames count in it; overflow ends the session when
+// they go past its limit. Unless it refuses, the caller must await the
+// call (await or awaitQueued), which ends what callFor began.
 func (s *Server) callFor(ctx context.Context, m *jsonrpc.Message, b Binding, e *filter.Entry, id string,
-	newCaller func(*call, func(string, ...any)) *caller) (*call, *jsonrpc.Error) {
+	held *backlog, overflow func(), newCaller func(*call, func(string, ...any)) *caller) (*call, *jsonrpc.Error) {
 	modern := isModern(m)
 	if modern {
 		if c, ok, refusal := s.resume(m, b, id); ok {
@@ -97,11 +119,18 @@ func (s *Server) callFor(ctx context.Context, m *jsonrpc.Message, b Binding, e *
 			return c, refusal
 		}
 	}
+	release, refusal := held.admit()
+	if refusal != nil {
+		s.metrics.count(m.Method, outcomeError)
+		s.auditLimit(id, b.Profile, m.Method, m.Name, audit.ReasonBusy)
+		return nil, refusal
+	}
 	// The request counts as waiting for its answer before the call can
 	// start, so that a shutdown in between cannot see it settled (await
 	// leaves it).
 	s.flights.enter()
-	c := newCall(m, b, modern, id)
+	c := newCall(m, b, modern, id, held, overflow)
+	c.release = release
 	logf := func(msg string, args ...any) { s.log.Debug(msg, append(args, "session", id, "method", m.Method)...) }
 	cl := newCaller(c, logf)
 	if !modern {
@@ -128,17 +157,45 @@ func statelessKey(r *http.Request, sel Selection, b Binding) string {
 }
 
 // eventWriter answers one HTTP request with a single JSON body, or, once
-// a frame has to go before the answer, with an event stream.
+// a frame has to go before the answer, with an event stream. Each write
+// must finish within the server's write timeout: a client that stops reading fails
+// it, which stalled reports. The answer counts in held while it is
+// written.
 type eventWriter struct {
-	w      http.ResponseWriter
-	stream bool
-	broken bool
+	w       http.ResponseWriter
+	rc      *http.ResponseController
+	held    *backlog // nil: not counted
+	stream  bool
+	broken  bool
+	stalled bool  // a write failed or timed out
+	err     error // why
+	timed   bool  // a write deadline was set
+	timeout time.Duration
+}
+
+// newEventWriter returns the writer of one answer on w, counting it in held
+// (nil: not counted).
+func (s *Server) newEventWriter(w http.ResponseWriter, held *backlog) *eventWriter {
+	return &eventWriter{w: w, rc: http.NewResponseController(w), held: held, timeout: s.writeTimeout}
+}
+
+// deadline bounds the next write.
+func (o *eventWriter) deadline() {
+	if o.rc.SetWriteDeadline(time.Now().Add(o.timeout)) == nil {
+		o.timed = true
+	}
+}
+
+// fail records a failed write.
+func (o *eventWriter) fail(err error) {
+	o.broken, o.stalled, o.err = true, true, err
 }
 
 func (o *eventWriter) event(frame []byte) {
 	if o.broken {
 		return
 	}
+	o.deadline()
 	if !o.stream {
 		o.stream = true
 		h := o.w.Header()
@@ -147,20 +204,35 @@ func (o *eventWriter) event(frame []byte) {
 		o.w.WriteHeader(http.StatusOK)
 	}
 	if _, err := fmt.Fprintf(o.w, "event: message\ndata: %s\n\n", frame); err != nil {
-		o.broken = true
+		o.fail(err)
 		return
 	}
-	if f, ok := o.w.(http.Flusher); ok {
-		f.Flush()
+	if err := o.rc.Flush(); err != nil {
+		o.fail(err)
 	}
 }
 
 func (o *eventWriter) final(status int, frame []byte) {
+	o.held.hold(len(frame))
+	defer o.held.written(len(frame))
 	if o.stream {
 		o.event(frame)
 		return
 	}
-	writeAnswer(o.w, status, frame)
+	o.deadline()
+	o.w.Header().Set("Content-Type", "application/json")
+	o.w.WriteHeader(status)
+	if _, err := o.w.Write(frame); err != nil {
+		o.fail(err)
+	}
+}
+
+// done lifts the write deadline, so that a keep-alive connection's next
+// request does not inherit it.
+func (o *eventWriter) done() {
+	if o.timed {
+		o.rc.SetWriteDeadline(time.Time{})
+	}
 }
 
 func writeAnswer(w http.ResponseWriter, status int, frame []byte) {

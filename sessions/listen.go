@@ -105,7 +105,8 @@ func (s *Server) serveListen(w http.ResponseWriter, r *http.Request, m *jsonrpc.
 		return
 	}
 	defer stop()
-	out := &eventWriter{w: w}
+	out := s.newEventWriter(w, nil)
+	defer out.done()
 	for {
 		select {
 		case f := <-frames:

@@ -42,6 +42,8 @@ type Server struct {
 	resolver atomic.Pointer[Resolver]
 	log      *slog.Logger
 	version  string
+	// writeTimeout bounds each write to a client (Options.WriteTimeout).
+	writeTimeout time.Duration
 
 	mcp     *server.MCPServer
 	http    *server.StreamableHTTPServer
@@ -138,6 +140,10 @@ type session struct {
 	// life expires a /mcp session opened by initialize and holds its
 	// max_sessions slot (limits.go); nil for the others.
 	life *sessionLife
+	// held is what mcpmux holds for the client of a /mcp session, its
+	// calls in flight and their unread frames and answers (backlog.go);
+	// nil for stream sessions, which keep their own.
+	held *backlog
 }
 
 // Options configure a Server.
@@ -148,6 +154,9 @@ type Options struct {
 	// Audit receives the audit log's JSON lines ([audit]); nil = none.
 	// The caller opens and closes it.
 	Audit io.Writer
+	// WriteTimeout bounds each write to a client, on every door: a client
+	// that stops reading for longer ends its session. 0 = 30s.
+	WriteTimeout time.Duration
 }
 
 // New builds the server for cfg over agg. It registers itself for agg's
@@ -162,6 +171,10 @@ func New(cfg *configs.Config, agg *aggregator.Aggregator, opts Options) (*Server
 	}
 	if s.version == "" {
 		s.version = "dev"
+	}
+	s.writeTimeout = opts.WriteTimeout
+	if s.writeTimeout <= 0 {
+		s.writeTimeout = frameWriteTimeout
 	}
 	s.held = newHeldCalls(cfg.Server.ReplicaID)
 	s.ids.prefix = replicaPrefix(cfg)
@@ -195,11 +208,16 @@ func New(cfg *configs.Config, agg *aggregator.Aggregator, opts Options) (*Server
 	// mcp-go runs with listChanged off so that replacing its tool registry
 	// does not broadcast to every session; mcpmux tells each session itself,
 	// and only when its view changed. The capability clients see is set here.
-	hooks.AddAfterInitialize(func(_ context.Context, _ any, _ *mcp.InitializeRequest, res *mcp.InitializeResult) {
+	// Both also carry the instructions of the upstreams the session's view
+	// shows (instructions.go); every door's initialize and discover are
+	// answered here, with the request's binding in ctx.
+	hooks.AddAfterInitialize(func(ctx context.Context, _ any, _ *mcp.InitializeRequest, res *mcp.InitializeResult) {
 		advertiseListChanged(&res.Capabilities)
+		res.Instructions = s.instructions(ctx)
 	})
-	hooks.AddAfterDiscover(func(_ context.Context, _ any, _ *mcp.DiscoverRequest, res *mcp.DiscoverResult) {
+	hooks.AddAfterDiscover(func(ctx context.Context, _ any, _ *mcp.DiscoverRequest, res *mcp.DiscoverResult) {
 		advertiseListChanged(&res.Capabilities)
+		res.Instructions = s.instructions(ctx)
 	})
 	hooks.AddOnRegisterSession(s.onRegister)
 	// Prompts, resources and templates are listed by upstream visibility
@@ -417,6 +435,9 @@ func (s *Server) onRegister(ctx context.Context, cs server.ClientSession) {
 	s.mu.Lock()
 	_, stream := cs.(*streamSession)
 	sess := &session{binding: b, owner: ownerFrom(ctx), listed: v.Fingerprint(), listedPrompts: lp, listedResources: lr, stream: stream, client: cs}
+	if !stream {
+		sess.held = newBacklog(s.cfg.Server.MaxPendingBytes, maxCallsPerSession)
+	}
 	s.bound[cs.SessionID()] = sess
 	// A session its initialize opened on /mcp takes that request's
 	// max_sessions slot, and expires when idle (limits.go).
@@ -567,8 +588,9 @@ func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	m := &jsonrpc.Message{}
+	var body []byte
 	if r.Method == http.MethodPost {
-		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.Server.MaxBodyBytes))
+		body, err = io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.Server.MaxBodyBytes))
 		if err != nil {
 			var tooBig *http.MaxBytesError
 			if errors.As(err, &tooBig) {
@@ -675,6 +697,10 @@ func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
+	if modern && m.IsRequest() && isListing(m.Method) {
+		s.serveModernListing(w, r, m, b, view, body)
+		return
+	}
 	if sess != nil {
 		if listed := s.listed(b, view, m); listed != nil { // prompts and resources alike (visibility.go)
 			s.metrics.count(m.Method, outcomeOK)
@@ -682,6 +708,10 @@ func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request) {
 			if err := writeResult(w, m.ID, listed); err != nil {
 				s.log.Debug("listing: client went away", "method", m.Method, "error", err)
 			}
+			return
+		}
+		if m.IsRequest() && isListing(m.Method) && sess.client != nil { // one after a cursor
+			s.serveListing(s.mcp.WithContext(withBinding(r.Context(), b), sess.client), w, m, b, view, body)
 			return
 		}
 	}

@@ -34,7 +34,7 @@ func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request) {
 		writeJSONError(w, http.StatusInternalServerError, nil, mcp.INTERNAL_ERROR, "streaming is not supported by this connection")
 		return
 	}
-	sw := &sseWriter{w: w, rc: http.NewResponseController(w)}
+	sw := &sseWriter{w: w, rc: http.NewResponseController(w), timeout: s.writeTimeout}
 	ss := s.newStreamSession(r.Context(), "sse", b, sw)
 	ss.token = tokenSum(sel)
 	h := w.Header()
@@ -146,12 +146,12 @@ func (s *Server) postMatchesSession(w http.ResponseWriter, r *http.Request, ss *
 }
 
 // sseWriter writes events to one SSE response. The session's writer and the
-// handler's keepalives share it; each write is bounded by
-// frameWriteTimeout.
+// handler's keepalives share it; each write is bounded by timeout.
 type sseWriter struct {
-	mu sync.Mutex
-	w  http.ResponseWriter
-	rc *http.ResponseController
+	mu      sync.Mutex
+	w       http.ResponseWriter
+	rc      *http.ResponseController
+	timeout time.Duration
 }
 
 func (sw *sseWriter) writeFrame(frame []byte) error { return sw.event("message", frame) }
@@ -180,7 +180,7 @@ func (sw *sseWriter) write(p []byte) error {
 	defer sw.mu.Unlock()
 	// Not every ResponseWriter supports deadlines (httptest's recorder does
 	// not); without one the write is unbounded, as for any handler.
-	sw.rc.SetWriteDeadline(time.Now().Add(frameWriteTimeout))
+	sw.rc.SetWriteDeadline(time.Now().Add(sw.timeout))
 	if _, err := sw.w.Write(p); err != nil {
 		return err
 	}

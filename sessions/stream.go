@@ -44,7 +44,8 @@ const (
 	// outBuffer is the number of responses and server→client requests
 	// queued for the writer before the workers wait for it.
 	outBuffer = 256
-	// frameWriteTimeout bounds one write to a client that stopped reading.
+	// frameWriteTimeout is the default of Options.WriteTimeout: it bounds
+	// one write to a client that stopped reading.
 	frameWriteTimeout = 30 * time.Second
 )
 
@@ -105,6 +106,7 @@ type streamSession struct {
 	cancel context.CancelFunc
 
 	out   chan []byte                  // responses and server→client requests
+	held  *backlog                     // the bytes in out and in its calls' frame queues (backlog.go)
 	notes chan mcp.JSONRPCNotification // mcp-go's NotificationChannel
 	queue chan *streamJob              // requests waiting for a worker
 	wg    sync.WaitGroup               // workers
@@ -152,6 +154,7 @@ func (s *Server) newStreamSession(parent context.Context, kind string, b Binding
 		binding:  b,
 		w:        w,
 		out:      make(chan []byte, outBuffer),
+		held:     newBacklog(s.cfg.Server.MaxPendingBytes, 0), // the worker pool bounds its calls
 		notes:    make(chan mcp.JSONRPCNotification, notificationBuffer),
 		queue:    make(chan *streamJob, streamQueue),
 		wrote:    make(chan struct{}),
@@ -382,12 +385,15 @@ func (ss *streamSession) cancelInflight(raw []byte) {
 // send queues a frame for the writer. It gives up when ctx or the session
 // ends.
 func (ss *streamSession) send(ctx context.Context, frame []byte) error {
+	ss.held.hold(len(frame)) // until the writer has written it
 	select {
 	case ss.out <- frame:
 		return nil
 	case <-ctx.Done():
+		ss.held.written(len(frame))
 		return ctx.Err()
 	case <-ss.ctx.Done():
+		ss.held.written(len(frame))
 		return ErrSessionClosed
 	}
 }
@@ -405,6 +411,7 @@ func (ss *streamSession) writeLoop() {
 	}()
 	for {
 		var frame []byte
+		counted := false // frame came from out, and counts in held until written
 		select {
 		case n := <-ss.notes:
 			frame = ss.encodeNote(n)
@@ -413,6 +420,7 @@ func (ss *streamSession) writeLoop() {
 			case n := <-ss.notes:
 				frame = ss.encodeNote(n)
 			case frame = <-ss.out:
+				counted = true
 			case <-ss.ctx.Done():
 				ss.flush()
 				return
@@ -421,7 +429,11 @@ func (ss *streamSession) writeLoop() {
 		if frame == nil {
 			continue
 		}
-		if err := ss.w.writeFrame(frame); err != nil {
+		err := ss.w.writeFrame(frame)
+		if counted {
+			ss.held.written(len(frame))
+		}
+		if err != nil {
 			ss.end(fmt.Errorf("writing to the client: %w", err))
 			return
 		}
@@ -536,7 +548,13 @@ func (s *Server) handle(ctx context.Context, sess *streamSession, raw []byte, m 
 			sess.register()
 		}
 	}
-	out, err := json.Marshal(resp)
+	var out []byte
+	var err error
+	if isListing(m.Method) {
+		out, err = encodeListing(resp, m, view, s.listingOf(view, b))
+	} else {
+		out, err = json.Marshal(resp)
+	}
 	if err != nil {
 		s.log.Error("response not encodable", "session", sess.id, "method", m.Method, "error", err)
 		return errorFrame(m.ID, mcp.INTERNAL_ERROR, "response could not be encoded")
@@ -553,7 +571,7 @@ func (s *Server) handleRouted(ctx context.Context, sess *streamSession, b Bindin
 	if refusal != nil {
 		return jsonrpc.ErrorResponse(m.ID, refusal)
 	}
-	c, refusal := s.callFor(ctx, m, b, e, sess.id, func(c *call, logf func(string, ...any)) *caller {
+	c, refusal := s.callFor(ctx, m, b, e, sess.id, sess.held, func() { sess.end(errSlowClient) }, func(c *call, logf func(string, ...any)) *caller {
 		if isModern(m) {
 			return modernCaller(m, c.queue, logf)
 		}

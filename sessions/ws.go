@@ -57,7 +57,7 @@ func (s *Server) serveWS(w http.ResponseWriter, r *http.Request) {
 	// coder/websocket's own limit would close it (1009).
 	c.SetReadLimit(-1)
 
-	ss := s.newStreamSession(r.Context(), "ws", b, &wsWriter{c: c})
+	ss := s.newStreamSession(r.Context(), "ws", b, &wsWriter{c: c, timeout: s.writeTimeout})
 	ss.token = tokenSum(sel)
 	if err := s.streams.add(ss); err != nil {
 		ss.close(err)
@@ -158,11 +158,14 @@ func (ss *streamSession) keepalive(c *websocket.Conn) {
 	}
 }
 
-// wsWriter writes one text frame per message.
-type wsWriter struct{ c *websocket.Conn }
+// wsWriter writes one text frame per message, each within timeout.
+type wsWriter struct {
+	c       *websocket.Conn
+	timeout time.Duration
+}
 
 func (w *wsWriter) writeFrame(frame []byte) error {
-	ctx, cancel := context.WithTimeout(context.Background(), frameWriteTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), w.timeout)
 	defer cancel()
 	return w.c.Write(ctx, websocket.MessageText, frame)
 }

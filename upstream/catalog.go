@@ -1,8 +1,10 @@
 package upstream
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	"github.com/mark3labs/mcp-go/client"
@@ -33,10 +35,12 @@ func (c *conn) advertised() uint32 {
 }
 
 // fetch returns a copy of base with the lists named by kinds fetched anew,
-// every page. A method-not-found answer counts as an empty list. With strict
-// (first connect) any other failure fails the fetch; otherwise (refetch on
-// list_changed) it is logged and that list keeps its previous value. A lost
-// connection always fails the fetch.
+// every page. Each list is requested with rawRequest and each item kept as
+// the bytes the upstream sent (Catalog's Raw slices); only what decisions
+// need is decoded from them. A method-not-found answer counts as an empty
+// list. With strict (first connect) any other failure fails the fetch;
+// otherwise (refetch on list_changed) it is logged and that list keeps its
+// previous value. A lost connection always fails the fetch.
 func (c *conn) fetch(ctx context.Context, base *Catalog, kinds uint32, strict bool) (*Catalog, error) {
 	next := &Catalog{}
 	if base != nil {
@@ -45,37 +49,36 @@ func (c *conn) fetch(ctx context.Context, base *Catalog, kinds uint32, strict bo
 	steps := []struct {
 		kind   uint32
 		method mcp.MCPMethod
-		run    func() error
+		key    string // the result member that holds the items
+		keep   func(items []json.RawMessage)
 	}{
-		{listTools, mcp.MethodToolsList, func() (err error) {
-			next.Tools, err = c.fetchTools(ctx)
-			return err
+		{listTools, mcp.MethodToolsList, "tools", func(items []json.RawMessage) {
+			next.Tools, next.RawTools = decodeItems(c, "tool", items, decodeTool)
 		}},
-		{listPrompts, mcp.MethodPromptsList, func() (err error) {
-			next.Prompts, err = listAll[mcp.Prompt](ctx, c, mcp.MethodPromptsList, "prompts")
-			return err
+		{listPrompts, mcp.MethodPromptsList, "prompts", func(items []json.RawMessage) {
+			next.Prompts, next.RawPrompts = decodeItems(c, "prompt", items, decodeAs[mcp.Prompt])
 		}},
-		{listResources, mcp.MethodResourcesList, func() (err error) {
-			next.Resources, err = listAll[mcp.Resource](ctx, c, mcp.MethodResourcesList, "resources")
-			return err
+		{listResources, mcp.MethodResourcesList, "resources", func(items []json.RawMessage) {
+			next.Resources, next.RawResources = decodeItems(c, "resource", items, decodeAs[mcp.Resource])
 		}},
-		{listTemplates, mcp.MethodResourcesTemplatesList, func() (err error) {
-			next.ResourceTemplates, err = listAll[mcp.ResourceTemplate](ctx, c, mcp.MethodResourcesTemplatesList, "resourceTemplates")
-			return err
+		{listTemplates, mcp.MethodResourcesTemplatesList, "resourceTemplates", func(items []json.RawMessage) {
+			next.ResourceTemplates, next.RawTemplates = decodeItems(c, "resource template", items, decodeAs[mcp.ResourceTemplate])
 		}},
 	}
 	for _, s := range steps {
 		if kinds&s.kind == 0 {
 			continue
 		}
-		err := s.run()
+		items, err := c.listAll(ctx, string(s.method), s.key)
+		var rpcErr *RPCError
 		switch {
 		case err == nil:
+			s.keep(items)
 		case c.ctx.Err() != nil:
 			return nil, fmt.Errorf("%s: %w (%w)", s.method, err, context.Cause(c.ctx))
 		case isConnectionLoss(err):
 			return nil, fmt.Errorf("%s: %w", s.method, err)
-		case isMethodNotFound(err):
+		case errors.As(err, &rpcErr) && rpcErr.Code == mcp.METHOD_NOT_FOUND:
 			c.clearList(next, s.kind)
 		case strict:
 			return nil, fmt.Errorf("%s: %w", s.method, err)
@@ -89,130 +92,144 @@ func (c *conn) fetch(ctx context.Context, base *Catalog, kinds uint32, strict bo
 func (c *conn) clearList(cat *Catalog, kind uint32) {
 	switch kind {
 	case listTools:
-		cat.Tools = nil
+		cat.Tools, cat.RawTools = nil, nil
 	case listPrompts:
-		cat.Prompts = nil
+		cat.Prompts, cat.RawPrompts = nil, nil
 	case listResources:
-		cat.Resources = nil
+		cat.Resources, cat.RawResources = nil, nil
 	case listTemplates:
-		cat.ResourceTemplates = nil
+		cat.ResourceTemplates, cat.RawTemplates = nil, nil
 	}
 }
 
-// listAll fetches every page of a list through rawRequest, decoding the
-// items under key.
-func listAll[T any](ctx context.Context, c *conn, method mcp.MCPMethod, key string) ([]T, error) {
-	var out []T
-	err := c.pages(ctx, method, func(result json.RawMessage) error {
-		var page map[string]json.RawMessage
-		if err := json.Unmarshal(result, &page); err != nil {
-			return err
-		}
-		var items []T
-		if raw, ok := page[key]; ok {
-			if err := json.Unmarshal(raw, &items); err != nil {
-				return err
-			}
-		}
-		out = append(out, items...)
-		return nil
-	})
-	return out, err
-}
-
-// pages requests method page by page, handing each result to f, until a
-// page has no nextCursor. A cursor seen before fails the fetch.
-func (c *conn) pages(ctx context.Context, method mcp.MCPMethod, f func(json.RawMessage) error) error {
-	seen := map[string]bool{"": true}
-	var params json.RawMessage
+// listAll requests every page of the listing method and returns the items
+// of the result member key, each compacted but otherwise the upstream's
+// bytes. A cursor the upstream already gave fails the listing
+// (client.ErrRepeatedListCursor), so a looping server cannot hold it.
+func (c *conn) listAll(ctx context.Context, method, key string) ([]json.RawMessage, error) {
+	var (
+		out    []json.RawMessage
+		params json.RawMessage
+		seen   = map[string]bool{"": true}
+	)
 	for {
-		result, err := c.rawRequest(ctx, string(method), params)
+		res, err := c.rawRequest(ctx, method, params)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		if err := f(result); err != nil {
-			return fmt.Errorf("decoding %s result: %w", method, err)
+		var page map[string]json.RawMessage
+		if err := json.Unmarshal(res, &page); err != nil {
+			return nil, fmt.Errorf("decoding %s result: %w", method, err)
 		}
-		var page struct {
-			NextCursor string `json:"nextCursor"`
+		var items []json.RawMessage
+		if raw := page[key]; len(raw) > 0 {
+			if err := json.Unmarshal(raw, &items); err != nil {
+				return nil, fmt.Errorf("decoding %s result: %q: %w", method, key, err)
+			}
 		}
-		if err := json.Unmarshal(result, &page); err != nil {
-			return fmt.Errorf("decoding %s result: %w", method, err)
+		for _, it := range items {
+			var b bytes.Buffer
+			if err := json.Compact(&b, it); err != nil { // valid already: cannot fail
+				return nil, fmt.Errorf("decoding %s result: %w", method, err)
+			}
+			out = append(out, b.Bytes())
 		}
-		if page.NextCursor == "" {
-			return nil
+		var cursor string
+		if raw := page["nextCursor"]; len(raw) > 0 && string(raw) != "null" {
+			if err := json.Unmarshal(raw, &cursor); err != nil {
+				return nil, fmt.Errorf("decoding %s result: nextCursor: %w", method, err)
+			}
 		}
-		if seen[page.NextCursor] {
-			return fmt.Errorf("%w: %q", client.ErrRepeatedListCursor, page.NextCursor)
+		if cursor == "" {
+			return out, nil
 		}
-		seen[page.NextCursor] = true
-		params, _ = json.Marshal(map[string]string{"cursor": page.NextCursor})
+		if seen[cursor] {
+			return nil, fmt.Errorf("%s: %w: %q", method, client.ErrRepeatedListCursor, cursor)
+		}
+		seen[cursor] = true
+		params, _ = json.Marshal(map[string]string{"cursor": cursor})
 	}
 }
 
-// fetchTools lists every page of tools. mcp.Tool's decoder is lossy (it has
-// no UnmarshalJSON: root oneOf/anyOf/$schema and unknown schema keys are
-// dropped), so the exact inputSchema / outputSchema are put back from each
-// page's bytes, matched by tool name. Tools with invalid x-mcp-header
-// annotations are dropped, as the protocol requires.
-func (c *conn) fetchTools(ctx context.Context) ([]mcp.Tool, error) {
-	var out []mcp.Tool
-	err := c.pages(ctx, mcp.MethodToolsList, func(result json.RawMessage) error {
-		var page struct {
-			Tools []mcp.Tool `json:"tools"`
+// decodeItems decodes each raw item with decode, for the decisions made on
+// it, and returns the items kept with their raw bytes, index for index.
+// An item decode refuses is left out and logged, naming what kind it is.
+func decodeItems[T any](c *conn, kind string, items []json.RawMessage, decode func(json.RawMessage) (T, error)) ([]T, []json.RawMessage) {
+	out := make([]T, 0, len(items))
+	raws := make([]json.RawMessage, 0, len(items))
+	for i, raw := range items {
+		var v T
+		var err error
+		if len(raw) == 0 || raw[0] != '{' { // compacted: no leading space
+			err = errNotObject
+		} else {
+			v, err = decode(raw)
 		}
-		if err := json.Unmarshal(result, &page); err != nil {
-			return err
-		}
-		raw, err := rawToolSchemas(result)
 		if err != nil {
-			return err
+			var id struct {
+				Name string `json:"name"`
+			}
+			json.Unmarshal(raw, &id) // best effort, for the log line
+			nameKey := "name"
+			if kind == "tool" {
+				nameKey = "tool"
+			}
+			msg := "leaving out a definition the upstream listed that cannot be used"
+			if errors.Is(err, errHeaderAnnotations) {
+				msg = "dropping tool with invalid x-mcp-header annotations"
+			}
+			c.u.log.Warn(msg, "kind", kind, nameKey, id.Name, "index", i, "err", err)
+			continue
 		}
-		for _, t := range page.Tools {
-			s := raw[t.Name]
-			if isJSONValue(s.Input) {
-				t.InputSchema = mcp.ToolInputSchema{}
-				t.RawInputSchema = s.Input
-			}
-			if isJSONValue(s.Output) {
-				t.OutputSchema = mcp.ToolOutputSchema{}
-				t.RawOutputSchema = s.Output
-			}
-			if err := mcp.ValidateParamHeaderAnnotations(&t); err != nil {
-				c.u.log.Warn("dropping tool with invalid x-mcp-header annotations", "tool", t.Name, "err", err)
-				continue
-			}
-			out = append(out, t)
-		}
-		return nil
-	})
-	return out, err
+		out = append(out, v)
+		raws = append(raws, raw)
+	}
+	return out, raws
 }
 
-type rawSchemas struct {
-	Input  json.RawMessage `json:"inputSchema"`
-	Output json.RawMessage `json:"outputSchema"`
+func decodeAs[T any](raw json.RawMessage) (T, error) {
+	var v T
+	err := json.Unmarshal(raw, &v)
+	return v, err
 }
 
-// rawToolSchemas maps tool name → wire schemas of one tools/list result.
-func rawToolSchemas(result json.RawMessage) (map[string]rawSchemas, error) {
-	if len(result) == 0 {
-		return nil, nil
+// decodeTool decodes a tool definition. mcp.Tool's own decoding is lossy
+// (root oneOf/anyOf/$schema and unknown schema keys are dropped), so the
+// schemas are kept as the upstream's bytes in RawInputSchema and
+// RawOutputSchema, which is what schema decisions read. A tool failing
+// mcp.ValidateParamHeaderAnnotations is refused (PROTOCOL §7.11).
+func decodeTool(raw json.RawMessage) (mcp.Tool, error) {
+	t, err := decodeAs[mcp.Tool](raw)
+	if err != nil {
+		return t, err
 	}
-	var page struct {
-		Tools []struct {
-			Name string `json:"name"`
-			rawSchemas
-		} `json:"tools"`
+	var s struct {
+		Input  json.RawMessage `json:"inputSchema"`
+		Output json.RawMessage `json:"outputSchema"`
 	}
-	if err := json.Unmarshal(result, &page); err != nil {
-		return nil, err
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return t, err
 	}
-	m := make(map[string]rawSchemas, len(page.Tools))
-	for _, t := range page.Tools {
-		m[t.Name] = t.rawSchemas
+	if isJSONValue(s.Input) {
+		t.InputSchema = mcp.ToolInputSchema{}
+		t.RawInputSchema = s.Input
 	}
-	return m, nil
+	if isJSONValue(s.Output) {
+		t.OutputSchema = mcp.ToolOutputSchema{}
+		t.RawOutputSchema = s.Output
+	}
+	if err := mcp.ValidateParamHeaderAnnotations(&t); err != nil {
+		return t, fmt.Errorf("tool %q: %w: %w", t.Name, errHeaderAnnotations, err)
+	}
+	return t, nil
 }
+
+// errNotObject is the error of a listed item that is not a JSON object
+// (null decodes into a zero item without complaint).
+var errNotObject = errors.New("not a JSON object")
+
+// errHeaderAnnotations marks a tool refused for its x-mcp-header
+// annotations.
+var errHeaderAnnotations = errors.New("invalid x-mcp-header annotations")
 
 func isJSONValue(m json.RawMessage) bool { return len(m) > 0 && string(m) != "null" }

@@ -29,6 +29,7 @@ import (
 //	stubborn  like linger, and ignore SIGTERM (needs SIGKILL)
 //	silent    read stdin, never answer
 //	handmade  answer from handwritten JSON (handmadeServe), no mcp-go involved
+//	handmadeloop  the same, with a tools/list whose next cursor never ends
 //	modernonly refuse initialize as a 2026-07-28-only server would
 //	scripted  a handwritten server that misbehaves on cue (scriptedServe)
 const envServerMode = "MCPMUX_UPSTREAM_TEST_SERVER"
@@ -55,7 +56,10 @@ func runTestServer(mode string) int {
 		io.Copy(io.Discard, os.Stdin)
 		return 0
 	case "handmade":
-		handmadeServe(os.Stdin, os.Stdout)
+		handmadeServe(os.Stdin, os.Stdout, false)
+		return 0
+	case "handmadeloop":
+		handmadeServe(os.Stdin, os.Stdout, true)
 		return 0
 	case "stubborn":
 		signal.Ignore(syscall.SIGTERM)
@@ -180,14 +184,27 @@ const handmadeTools = `{"tools":[` +
 	`"properties":{"a":{"type":"string","x-mcp-header":"A-Value"},"b":{"type":["integer","null"]}},"x-extra":[1,{"z":null}]}},` +
 	`{"name":"bad","inputSchema":{"type":"object","properties":{"o":{"type":"object","x-mcp-header":"Obj"}}}}]}`
 
-// handmadeServe is a minimal legacy stdio MCP server written by hand.
-func handmadeServe(r io.Reader, w io.Writer) {
+// handmadePrompts are the two pages of the handmade server's prompts/list:
+// fields mcp-go's types lack or would drop, and a false "required". The
+// second page also lists null, a string and an array, which are no
+// definitions and must be left out.
+var handmadePrompts = []string{
+	`{"name":"first","arguments":[{"name":"a","required":false},{"name":"b","x-vendor":{"k":[1,2.50]}}],"x-top":"kept <&>"}`,
+	`{"name":"second","title":"Second","description":"Say \u00e9","_meta":{"up/k":1}}`,
+}
+
+// handmadeServe is a minimal legacy stdio MCP server written by hand. With
+// loop, every tools/list page names the same next cursor.
+func handmadeServe(r io.Reader, w io.Writer, loop bool) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(nil, 1<<20)
 	for sc.Scan() {
 		var msg struct {
 			ID     json.RawMessage `json:"id"`
 			Method string          `json:"method"`
+			Params struct {
+				Cursor string `json:"cursor"`
+			} `json:"params"`
 		}
 		if json.Unmarshal(sc.Bytes(), &msg) != nil || msg.ID == nil {
 			continue // notifications
@@ -195,9 +212,18 @@ func handmadeServe(r io.Reader, w io.Writer) {
 		var reply string
 		switch msg.Method {
 		case "initialize":
-			reply = `"result":{"protocolVersion":"2025-11-25","capabilities":{"tools":{}},"serverInfo":{"name":"handmade","version":"0"}}`
+			reply = `"result":{"protocolVersion":"2025-11-25","capabilities":{"tools":{},"prompts":{}},"serverInfo":{"name":"handmade","version":"0"}}`
 		case "tools/list":
 			reply = `"result":` + handmadeTools
+			if loop {
+				reply = strings.TrimSuffix(reply, "}") + `,"nextCursor":"again"}`
+			}
+		case "prompts/list":
+			if msg.Params.Cursor == "" {
+				reply = `"result":{"prompts":[` + handmadePrompts[0] + `],"nextCursor":"two"}`
+			} else {
+				reply = `"result":{"prompts":[` + handmadePrompts[1] + `,null,"p",[]]}`
+			}
 		default:
 			reply = `"error":{"code":-32601,"message":"method not found"}`
 		}

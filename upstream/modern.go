@@ -3,6 +3,7 @@ package upstream
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -85,6 +86,20 @@ func (c *conn) openModern(ctx context.Context) (*client.Client, error) {
 	if !mcp.IsModernProtocol(cl.ProtocolVersion()) {
 		cl.Close()
 		return nil, fmt.Errorf("negotiated %s", cl.ProtocolVersion())
+	}
+	// mcp-go takes any answer to its server/discover probe as consent. A
+	// server may answer it and still list only older versions (the Go
+	// SDK's stateful server does); its 2026-07-28 requests then all fail
+	// with -32022, so the side is used only when discover lists the
+	// version it speaks.
+	disc, err := cl.Discover(ctx, mcp.DiscoverRequest{})
+	if err != nil {
+		cl.Close()
+		return nil, fmt.Errorf("server/discover: %w", err)
+	}
+	if !slices.Contains(disc.SupportedVersions, cl.ProtocolVersion()) {
+		cl.Close()
+		return nil, fmt.Errorf("server/discover lists %v, not %s", disc.SupportedVersions, cl.ProtocolVersion())
 	}
 	return cl, nil
 }

@@ -3,6 +3,7 @@ package upstream
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 
@@ -466,7 +468,79 @@ func TestHandwrittenToolsList(t *testing.T) {
 	})) == 0 {
 		t.Error("dropping the invalid tool was not logged with its name")
 	}
-	if cat.Prompts != nil || cat.Resources != nil {
+	if cat.Resources != nil || cat.ResourceTemplates != nil {
 		t.Error("lists fetched that the server did not advertise")
+	}
+	// Every item is kept as the bytes the upstream listed, every page.
+	if got := string(cat.RawTools[0]); !strings.HasPrefix(handmadeTools, `{"tools":[`+got+`,`) {
+		t.Errorf("RawTools[0] is not the upstream's bytes: %s", got)
+	}
+	if len(cat.RawTools) != len(cat.Tools) || len(cat.RawPrompts) != 2 || len(cat.Prompts) != 2 {
+		t.Fatalf("raw slices out of step: %d tools, %d raw; %d prompts, %d raw", len(cat.Tools), len(cat.RawTools), len(cat.Prompts), len(cat.RawPrompts))
+	}
+	for i, want := range handmadePrompts {
+		if got := string(cat.RawPrompts[i]); got != want {
+			t.Errorf("RawPrompts[%d]:\n got  %s\n want %s", i, got, want)
+		}
+	}
+}
+
+// TestRepeatedListCursor checks that a listing whose next cursor repeats
+// fails the connection attempt instead of looping.
+func TestRepeatedListCursor(t *testing.T) {
+	u := New(stdioConfig(t, "loop", "handmadeloop"), fastOptions(&logSink{}))
+	t.Cleanup(func() { u.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	err := u.Start(ctx)
+	if !errors.Is(err, client.ErrRepeatedListCursor) {
+		t.Fatalf("Start = %v, want ErrRepeatedListCursor", err)
+	}
+}
+
+// TestParamHeadersFromCatalog checks x-mcp-header mirroring on 2026-07-28
+// HTTP with the definition the catalog holds (the listing no longer goes
+// through mcp-go's client, whose tool cache Send never used): the call is
+// sent with Mcp-Param-Region, which the server checks against the body.
+func TestParamHeadersFromCatalog(t *testing.T) {
+	s := server.NewMCPServer("hdr", "1", server.WithToolCapabilities(false))
+	schema := json.RawMessage(`{"type":"object","properties":{"region":{"type":"string","x-mcp-header":"Region"}},"required":["region"]}`)
+	s.AddTool(mcp.NewToolWithRawSchema("where", "echoes the region", schema),
+		func(_ context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return mcp.NewToolResultText(req.GetString("region", "")), nil
+		})
+	var mu sync.Mutex
+	var got []string
+	h := server.NewStreamableHTTPServer(s)
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if v := r.Header.Get("Mcp-Param-Region"); v != "" {
+			mu.Lock()
+			got = append(got, v)
+			mu.Unlock()
+		}
+		h.ServeHTTP(w, r)
+	}))
+	t.Cleanup(ts.Close)
+	u := New(&configs.Upstream{Name: "hdr", Transport: configs.TransportHTTP, URL: ts.URL + "/mcp", Protocol: mcp.LATEST_PROTOCOL_VERSION,
+		ConnectTimeout: 10 * time.Second, CallTimeout: 10 * time.Second, MaxMessageBytes: 1 << 20}, fastOptions(&logSink{}))
+	startUpstream(t, u)
+	cat := u.Catalog()
+	if len(cat.Tools) != 1 || string(cat.RawTools[0]) == "" {
+		t.Fatalf("catalog = %+v", cat.Tools)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	res, err := u.Send(ctx, Request{Method: string(mcp.MethodToolsCall), Target: "where",
+		Params: json.RawMessage(`{"name":"where","arguments":{"region":"eu-west"}}`), Tool: &cat.Tools[0]})
+	if err != nil {
+		t.Fatalf("Send: %v", err)
+	}
+	if !strings.Contains(string(res), "eu-west") {
+		t.Errorf("result = %s", res)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Contains(got, "eu-west") {
+		t.Errorf("Mcp-Param-Region headers seen: %q, want eu-west", got)
 	}
 }

@@ -35,10 +35,16 @@ type Catalog struct {
 	Prompts           []mcp.Prompt
 	Resources         []mcp.Resource
 	ResourceTemplates []mcp.ResourceTemplate
-	ServerInfo        mcp.Implementation
-	Capabilities      mcp.ServerCapabilities
-	Instructions      string
-	ProtocolVersion   string
+	// RawTools[i] is the definition of Tools[i] exactly as the upstream
+	// listed it (compacted); RawPrompts, RawResources and RawTemplates
+	// likewise. Definitions are forwarded as these bytes (SPEC §7); the
+	// decoded items are for decisions. A catalog built by hand may leave
+	// them short or nil: its items are then encoded from their decoded form.
+	RawTools, RawPrompts, RawResources, RawTemplates []json.RawMessage
+	ServerInfo                                       mcp.Implementation
+	Capabilities                                     mcp.ServerCapabilities
+	Instructions                                     string
+	ProtocolVersion                                  string
 }
 
 // State is the connection state of an Upstream.

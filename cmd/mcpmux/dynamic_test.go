@@ -2,10 +2,14 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"encoding/json"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/mcpmux/mcpmux/internal/demo"
 )
 
 // TestCheckReportsDynamicProfiles runs `mcpmux check` and `mcpmux tools`
@@ -37,6 +41,65 @@ dynamic_toolsets = true
 		// the initial list costs more than the full one: see README.)
 		if n(1) != 3+3 || n(3) != 7 || n(2) <= 0 || n(4) <= 0 || n(2) == n(4) {
 			t.Fatalf("%s: %q", args[0], m[0])
+		}
+	}
+}
+
+// TestToolsJSONIsTheListing runs `mcpmux tools --json` over a real demo
+// server: each definition printed is the demo's own, as its tools/list
+// sends it, but for the exposed name and mcpmux's _meta keys.
+func TestToolsJSONIsTheListing(t *testing.T) {
+	path := writeConfig(t, demoUpstream(t, "demo", "demo-server", "--name", "demo"))
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"tools", "--json", "--config", path}, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d: %s%s", code, stdout.String(), stderr.String())
+	}
+	var printed struct{ Tools []map[string]json.RawMessage }
+	if err := json.Unmarshal(stdout.Bytes(), &printed); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, stdout.String())
+	}
+	direct := demo.NewServer("demo").HandleMessage(context.Background(), []byte(`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`))
+	b, err := json.Marshal(direct)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res struct {
+		Result struct{ Tools []map[string]json.RawMessage }
+	}
+	if err := json.Unmarshal(b, &res); err != nil || len(res.Result.Tools) == 0 {
+		t.Fatalf("demo tools/list: %v %s", err, b)
+	}
+	want := map[string]map[string]json.RawMessage{}
+	for _, tool := range res.Result.Tools {
+		var name string
+		json.Unmarshal(tool["name"], &name)
+		want[name] = tool
+	}
+	if len(printed.Tools) != len(want) {
+		t.Fatalf("%d tools printed, the demo lists %d", len(printed.Tools), len(want))
+	}
+	for _, got := range printed.Tools {
+		var meta map[string]string
+		json.Unmarshal(got["_meta"], &meta)
+		w, ok := want[meta["mcpmux/original"]]
+		if !ok {
+			t.Errorf("printed tool %s is not the demo's (_meta %s)", got["name"], got["_meta"])
+			continue
+		}
+		for k, v := range w {
+			if k == "name" {
+				continue
+			}
+			var c bytes.Buffer
+			json.Compact(&c, got[k])
+			if c.String() != string(v) {
+				t.Errorf("tool %s, %s:\n printed %s\n demo    %s", meta["mcpmux/original"], k, c.String(), v)
+			}
+		}
+		for k := range got {
+			if _, ok := w[k]; !ok && k != "_meta" && k != "title" {
+				t.Errorf("tool %s: %q printed, the demo sent none", meta["mcpmux/original"], k)
+			}
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -8,8 +9,6 @@ import (
 	"io"
 	"strings"
 	"text/tabwriter"
-
-	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/mcpmux/mcpmux/filter"
 	"github.com/mcpmux/mcpmux/sessions"
@@ -63,9 +62,15 @@ func cmdTools(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	v := filterView(snap, b.Filter)
 	if *asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(mcp.ListToolsResult{Tools: v.Tools})
+		// The listing as clients get it (each definition the upstream's
+		// bytes), only indented.
+		var out bytes.Buffer
+		if err := json.Indent(&out, v.Encoded(), "", "  "); err != nil {
+			return err
+		}
+		out.WriteByte('\n')
+		_, err := stdout.Write(out.Bytes())
+		return err
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "TOOL\tUPSTREAM\tREAD-ONLY\tDESCRIPTION")

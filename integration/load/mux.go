@@ -84,6 +84,7 @@ func muxConfig(upURL string) string {
 	return fmt.Sprintf(`# written by integration/load
 [upstreams.up]
 url = %q
+max_message_bytes = "300MiB" # the large-result series goes up to --big's sizes
 
 [profiles.ro]
 read_only = true

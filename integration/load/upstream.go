@@ -31,7 +31,7 @@ const (
 )
 
 // upstreamTools is how many tools the upstream has besides the fillers.
-const upstreamTools = 3
+const upstreamTools = 4
 
 // upstream is an mcp-go streamable HTTP MCP server on a loopback port,
 // in this process. Its HTTP handler counts every request, and every
@@ -81,6 +81,20 @@ func startUpstream(extra int) (*upstream, error) {
 				mcp.WithReadOnlyHintAnnotation(true),
 			),
 			Handler: notify,
+		},
+		{
+			Tool: mcp.NewTool(blobTool,
+				mcp.WithDescription("Returns a text result of exactly bytes bytes."),
+				mcp.WithNumber("bytes", mcp.Required(), mcp.Description("result size")),
+				mcp.WithReadOnlyHintAnnotation(true),
+			),
+			Handler: func(_ context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+				n := req.GetInt("bytes", 0)
+				if n < 0 || n > maxBlobBytes {
+					return mcp.NewToolResultError(fmt.Sprintf("bytes must be 0 to %d", maxBlobBytes)), nil
+				}
+				return mcp.NewToolResultText(blobText(n)), nil
+			},
 		},
 	}
 	for i := range extra {

@@ -1,0 +1,47 @@
+package aggregator
+
+import (
+	"encoding/json"
+
+	"github.com/mcpmux/mcpmux/internal/jsonrpc"
+)
+
+// This file makes the exposed bytes of a definition (SPEC §7): the
+// upstream's own bytes with only what mcpmux must change spliced in, the
+// exposed name (or rewritten URI), mcpmux's _meta keys, and the original
+// name as title where the upstream gave none (SPEC §4). Nothing is decoded
+// and re-encoded, so nothing is added or dropped on the way.
+
+// rawAt returns raws[i], or nil when the catalog holds no bytes for item i
+// (a catalog built by hand).
+func rawAt(raws []json.RawMessage, i int) json.RawMessage {
+	if i < len(raws) {
+		return raws[i]
+	}
+	return nil
+}
+
+// exposedRaw returns raw with member key set to exposed, title set to
+// original when addTitle and raw has none, and meta set in its _meta. It
+// returns nil when raw is nil or cannot be spliced (then the definition is
+// encoded from its decoded form, filter.Entry.Encoded).
+func exposedRaw(raw json.RawMessage, key, exposed, original string, addTitle bool, meta []jsonrpc.Member) json.RawMessage {
+	if raw == nil {
+		return nil
+	}
+	var add []jsonrpc.Member
+	if addTitle {
+		add = []jsonrpc.Member{{Key: "title", Value: jsonString(original)}}
+	}
+	out, err := jsonrpc.Splice(raw, []jsonrpc.Member{{Key: key, Value: jsonString(exposed)}}, add, meta)
+	if err != nil {
+		return nil
+	}
+	return out
+}
+
+// jsonString encodes s as a JSON string.
+func jsonString(s string) json.RawMessage {
+	b, _ := json.Marshal(s) // a string always encodes
+	return b
+}

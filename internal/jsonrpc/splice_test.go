@@ -1,0 +1,99 @@
+package jsonrpc
+
+import (
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+)
+
+func raw(s string) json.RawMessage { return json.RawMessage(s) }
+
+func TestSplice(t *testing.T) {
+	name := []Member{{"name", raw(`"up__echo"`)}}
+	title := []Member{{"title", raw(`"echo"`)}}
+	meta := []Member{{"mcpmux/upstream", raw(`"up"`)}, {"mcpmux/original", raw(`"echo"`)}}
+	cases := []struct {
+		name           string
+		in             string
+		set, add, meta []Member
+		want           string
+	}{
+		{"name and meta, the rest byte for byte", `{"name":"echo","description":"Say <it> & \u00e9","inputSchema":{"type":"object","oneOf":[{"required":["a"]}],"$schema":"x"},"x-unknown":[1,2.50,1e3]}`,
+			name, nil, meta,
+			`{"name":"up__echo","description":"Say <it> & \u00e9","inputSchema":{"type":"object","oneOf":[{"required":["a"]}],"$schema":"x"},"x-unknown":[1,2.50,1e3],"_meta":{"mcpmux/upstream":"up","mcpmux/original":"echo"}}`},
+		{"nothing added that was absent", `{"name":"p","arguments":[{"name":"a","required":false}]}`,
+			[]Member{{"name", raw(`"x__p"`)}}, nil, nil,
+			`{"name":"x__p","arguments":[{"name":"a","required":false}]}`},
+		{"upstream meta kept in place, ours replace same keys", `{"_meta":{"a":1,"mcpmux/upstream":"forged","b":{"c":[]}},"name":"echo"}`,
+			name, nil, meta,
+			`{"_meta":{"a":1,"b":{"c":[]},"mcpmux/upstream":"up","mcpmux/original":"echo"},"name":"up__echo"}`},
+		{"null meta counts as absent", `{"name":"echo","_meta":null}`, name, nil, meta,
+			`{"name":"up__echo","_meta":{"mcpmux/upstream":"up","mcpmux/original":"echo"}}`},
+		{"duplicate names: one written, first place", `{"name":"a","x":1,"name":"b"}`, name, nil, nil, `{"name":"up__echo","x":1}`},
+		{"a case-folded name is the same member", `{"Name":"evil","name":"echo"}`, name, nil, nil, `{"name":"up__echo"}`},
+		{"duplicate metas: the last is merged", `{"_meta":{"a":1},"name":"e","_meta":{"b":2}}`, name, nil, meta,
+			`{"_meta":{"b":2,"mcpmux/upstream":"up","mcpmux/original":"echo"},"name":"up__echo"}`},
+		{"add only when absent", `{"name":"echo"}`, name, title, nil, `{"name":"up__echo","title":"echo"}`},
+		{"add skipped when present", `{"title":"Echo","name":"echo"}`, name, title, nil, `{"title":"Echo","name":"up__echo"}`},
+		{"whitespace around members", "{ \"name\" : \"echo\" ,\n \"k\" : [ 1 ] }", name, nil, nil, `{"name":"up__echo","k" : [ 1 ]}`},
+		{"empty object", `{}`, name, nil, meta, `{"name":"up__echo","_meta":{"mcpmux/upstream":"up","mcpmux/original":"echo"}}`},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got, err := Splice(raw(c.in), c.set, c.add, c.meta)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(got) != c.want {
+				t.Errorf("Splice(%s)\n got %s\nwant %s", c.in, got, c.want)
+			}
+			if !json.Valid(got) {
+				t.Errorf("result is not valid JSON: %s", got)
+			}
+		})
+	}
+}
+
+func TestSpliceRefuses(t *testing.T) {
+	name := []Member{{"name", raw(`"n"`)}}
+	meta := []Member{{"k", raw(`1`)}}
+	for _, in := range []string{``, `[]`, `"x"`, `{"name":`, `{"_meta":"string"}`, `{"_meta":[1]}`, `{"_meta":3}`} {
+		if _, err := Splice(raw(in), name, nil, meta); !errors.Is(err, ErrNotObject) && !strings.Contains(fmtErr(err), "not a JSON object") {
+			t.Errorf("Splice(%q) = %v, want a not-an-object error", in, err)
+		}
+	}
+	// A _meta that is not an object is only refused when mcpmux writes one.
+	if got, err := Splice(raw(`{"_meta":"s","name":"a"}`), name, nil, nil); err != nil || string(got) != `{"_meta":"s","name":"n"}` {
+		t.Errorf("without meta: %s, %v", got, err)
+	}
+}
+
+func fmtErr(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+func TestSpliceHuge(t *testing.T) {
+	// A large definition (a 4 MB schema, 20,000 properties) and deep nesting
+	// pass through unchanged but for the name.
+	var b strings.Builder
+	b.WriteString(`{"name":"big","inputSchema":{"type":"object","properties":{`)
+	for i := range 20000 {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(`"p` + strings.Repeat("x", 180) + string(rune('a'+i%26)) + `":{"type":"string"}`)
+	}
+	b.WriteString(`}},"deep":` + strings.Repeat("[", 2000) + strings.Repeat("]", 2000) + `}`)
+	in := b.String()
+	got, err := Splice(raw(in), []Member{{"name", raw(`"up__big"`)}}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := strings.Replace(in, `"name":"big"`, `"name":"up__big"`, 1); string(got) != want {
+		t.Errorf("huge definition changed beyond its name (%d bytes in, %d out)", len(in), len(got))
+	}
+}

@@ -1,0 +1,162 @@
+package sessions
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/mcpmux/mcpmux/internal/jsonrpc"
+)
+
+// maxCallsPerSession bounds the routed calls one session has in flight on
+// /mcp, as the worker pool does on the stream doors (streamWorkers).
+const maxCallsPerSession = streamWorkers
+
+// errSlowClient ends a session whose client does not read what it is sent
+// fast enough: the frames and answers waiting for it went past
+// server.max_pending_bytes.
+var errSlowClient = errors.New("the client is not reading: its unread frames and answers went past server.max_pending_bytes")
+
+// backlog is what mcpmux holds for one session's client: the bytes of
+// frames and answers made for it and not yet written, and its routed calls
+// in flight. While the bytes are at server.max_pending_bytes or more, the
+// session's new calls are refused as busy; a frame that would take them
+// past it ends the session instead (frameQueue.put), since a frame may be
+// neither dropped nor held without bound. It is safe for concurrent use;
+// the zero value has no limit.
+type backlog struct {
+	max   int64 // server.max_pending_bytes; 0 = none
+	calls int32 // in flight at most; 0 = none
+	bytes atomic.Int64
+	n     atomic.Int32
+}
+
+func newBacklog(maxBytes int64, calls int) *backlog {
+	return &backlog{max: maxBytes, calls: int32(calls)}
+}
+
+// admit takes a call slot for a new routed call, or refuses it with the
+// busy error to answer it with. The returned func gives the slot back.
+func (b *backlog) admit() (done func(), refusal *jsonrpc.Error) {
+	if b == nil {
+		return func() {}, nil
+	}
+	if b.max > 0 {
+		if held := b.bytes.Load(); held >= b.max {
+			return nil, &jsonrpc.Error{Code: errBusyCode, Message: fmt.Sprintf(
+				"session busy: %d bytes of answers and notifications wait for the client to read them (server.max_pending_bytes is %d); read them before sending more requests",
+				held, b.max)}
+		}
+	}
+	if n := b.n.Add(1); b.calls > 0 && n > b.calls {
+		b.n.Add(-1)
+		return nil, &jsonrpc.Error{Code: errBusyCode, Message: fmt.Sprintf(
+			"session busy: %d calls in flight, the most one session may have; wait for an answer before sending more", b.calls)}
+	}
+	var once sync.Once
+	return func() { once.Do(func() { b.n.Add(-1) }) }, nil
+}
+
+// hold counts n more bytes waiting for the client and reports whether they
+// stay within the limit.
+func (b *backlog) hold(n int) bool {
+	if b == nil {
+		return true
+	}
+	return b.bytes.Add(int64(n)) <= b.max || b.max == 0
+}
+
+// written counts n bytes held as written (or given up).
+func (b *backlog) written(n int) {
+	if b != nil {
+		b.bytes.Add(-int64(n))
+	}
+}
+
+// held returns the bytes waiting for the client.
+func (b *backlog) held() int64 {
+	if b == nil {
+		return 0
+	}
+	return b.bytes.Load()
+}
+
+// frameQueue holds the frames one call produces (progress, log messages,
+// server→client requests) until its writer writes them. put never blocks,
+// so an upstream's reader is never held up by one client, and never drops:
+// each frame is counted in the session's backlog, and one that takes it
+// past the limit ends the session through overflow. It is safe for
+// concurrent use by producers and one writer.
+type frameQueue struct {
+	mu       sync.Mutex
+	frames   [][]byte
+	ready    chan struct{} // capacity 1: frames were put since the last take
+	held     *backlog      // nil: not counted
+	overflow func()        // called once when a put goes past the limit
+	over     bool
+}
+
+func newFrameQueue(held *backlog, overflow func()) *frameQueue {
+	return &frameQueue{ready: make(chan struct{}, 1), held: held, overflow: overflow}
+}
+
+// put queues f for the writer. It reports false when f took the session's
+// backlog past its limit; f is then not queued, and overflow has been
+// called (once per queue).
+func (q *frameQueue) put(f []byte) bool {
+	q.mu.Lock()
+	if q.over {
+		q.mu.Unlock()
+		return false
+	}
+	if !q.held.hold(len(f)) {
+		q.held.written(len(f))
+		q.over = true
+		q.mu.Unlock()
+		if q.overflow != nil {
+			q.overflow()
+		}
+		return false
+	}
+	q.frames = append(q.frames, f)
+	q.mu.Unlock()
+	select {
+	case q.ready <- struct{}{}:
+	default:
+	}
+	return true
+}
+
+// signal returns a channel that receives after frames were put.
+func (q *frameQueue) signal() <-chan struct{} { return q.ready }
+
+// drain writes every queued frame with write, in order, counting each one
+// written once write returns.
+func (q *frameQueue) drain(write func([]byte)) {
+	for {
+		q.mu.Lock()
+		fs := q.frames
+		q.frames = nil
+		q.mu.Unlock()
+		if len(fs) == 0 {
+			return
+		}
+		for _, f := range fs {
+			write(f)
+			q.held.written(len(f))
+		}
+	}
+}
+
+// discard gives up every queued frame (the call's writer is gone).
+func (q *frameQueue) discard() {
+	q.mu.Lock()
+	fs := q.frames
+	q.frames = nil
+	q.over = true // nothing more is queued for a writer that is gone
+	q.mu.Unlock()
+	for _, f := range fs {
+		q.held.written(len(f))
+	}
+}
