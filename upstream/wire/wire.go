@@ -13,6 +13,7 @@
 package wire
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -429,6 +430,9 @@ func stringID(raw json.RawMessage) (string, bool) {
 	if len(raw) < 2 || raw[0] != '"' {
 		return "", false
 	}
+	if bytes.IndexByte(raw, '\\') < 0 && raw[len(raw)-1] == '"' {
+		return string(raw[1 : len(raw)-1]), true
+	}
 	var s string
 	if err := json.Unmarshal(raw, &s); err != nil {
 		return "", false
@@ -603,7 +607,17 @@ func notification(method string, params json.RawMessage) []byte {
 	return append(b, '}')
 }
 
+// appendString appends s as a JSON string: as it is between quotes when
+// it holds only printable ASCII other than quote and backslash (every id
+// and method mcpmux sends), else through encoding/json.
 func appendString(b []byte, s string) []byte {
-	q, _ := json.Marshal(s) // a string always encodes
-	return append(b, q...)
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' {
+			q, _ := json.Marshal(s) // a string always encodes
+			return append(b, q...)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
 }
