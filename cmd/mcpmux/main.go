@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"reflect"
 	"strings"
 	"syscall"
 
@@ -136,14 +137,31 @@ func openConfig(flagPath string, src configSource) (configSource, *configs.Confi
 	return src, cfg, nil
 }
 
-// logLoaded logs where the config came from. It is separate from
-// openConfig because the logger's format depends on the config.
-func (s configSource) logLoaded(log *slog.Logger) {
+// logLoaded logs where the config came from, and configWarnings. It is
+// separate from openConfig because the logger's format depends on the
+// config.
+func (s configSource) logLoaded(log *slog.Logger, cfg *configs.Config) {
 	if s.path == "" {
 		log.Info("no config file found; using the embedded quickstart (run `mcpmux init` to write it out)")
 	} else {
 		log.Info("config loaded", "path", s.path)
 	}
+	for _, w := range configWarnings(cfg) {
+		log.Warn(w)
+	}
+}
+
+// configWarnings names what is valid in cfg but almost certainly not meant:
+// a config that sets nothing, or one that mounts no upstream. Both pass
+// validation, and both serve every client an empty tool list.
+func configWarnings(cfg *configs.Config) []string {
+	if len(cfg.Upstreams) > 0 {
+		return nil
+	}
+	if len(cfg.Profiles) == 0 && len(cfg.Auth.Tokens) == 0 && reflect.ValueOf(cfg.Filter).IsZero() {
+		return []string{fmt.Sprintf("config %s is empty: no upstream, no profile; every client gets an empty tool list (with no config file at all, mcpmux serves its embedded quickstart; `mcpmux init` writes it out)", cfg.Source)}
+	}
+	return []string{fmt.Sprintf("config %s mounts no upstream: every client gets an empty tool list; add an [upstreams.NAME] table with a command or a url", cfg.Source)}
 }
 
 // load reads and parses the config, applies the overrides and, when it is
