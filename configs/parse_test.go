@@ -622,7 +622,7 @@ func TestCallRules(t *testing.T) {
 tool = "shell__run"
 args = { command = ["git status", "git log *"] }
 `, []CallRule{{Tool: "shell__run", Args: map[string][]string{"command": {"git status", "git log *"}}}}},
-		{"the SPEC example", `[[profiles.ci.call_rules]]
+		{"the reference example", `[[profiles.ci.call_rules]]
 tool = "shell__run"
 args = { command = ["git status", "git log *"] }
 args_regex = { path = ['^docs/[a-z0-9_/-]+\.md$'] }

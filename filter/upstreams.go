@@ -11,7 +11,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 )
 
-// This file holds upstream-level visibility (SPEC §5): prompts, resources
+// This file holds upstream-level visibility: prompts, resources
 // and resource templates are filtered by the upstream that serves them.
 // Filter.ShowsUpstream is the one decision; a View's Listing applies it to
 // a snapshot's Catalog once and keeps the result.

@@ -20,7 +20,7 @@ import (
 	"github.com/mcpmux/mcpmux/upstream"
 )
 
-// Exit codes (SPEC §2).
+// Exit codes.
 const (
 	exitOK      = 0
 	exitRuntime = 1
@@ -58,7 +58,7 @@ func usageErr(format string, args ...any) error {
 func configErr(err error) error { return &exitError{exitUsage, err} }
 
 func main() {
-	// SPEC §8: upstreams' orphaned descendants are reparented to mcpmux
+	// Upstreams' orphaned descendants are reparented to mcpmux
 	// (Linux), and none outlives it.
 	endDescendants := upstream.BecomeSubreaper(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
 	code := run(os.Args[1:], os.Stdout, os.Stderr)
@@ -118,10 +118,10 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 type configSource struct {
 	path   string // the config file; "" = the embedded quickstart
 	listen string // replaces server.listen; "" keeps the config's
-	http   bool   // served over HTTP: the exposure rule (SPEC §10) applies
+	http   bool   // served over HTTP: the exposure rule applies
 }
 
-// openConfig finds the config for --config flagPath (SPEC §2) and loads it
+// openConfig finds the config for --config flagPath and loads it
 // with src's overrides. The returned source is src with the file filled
 // in, for reloading and for logLoaded. Errors are config errors (exit 2).
 func openConfig(flagPath string, src configSource) (configSource, *configs.Config, error) {
