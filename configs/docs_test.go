@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -141,4 +142,51 @@ func fencedBlocks(markdown, lang string) []string {
 		}
 	}
 	return out
+}
+
+// linkRE matches a markdown link's target; codeSpanRE an inline code span,
+// whose text is not a link.
+var (
+	linkRE     = regexp.MustCompile(`\]\(([^)\s]+)\)`)
+	codeSpanRE = regexp.MustCompile("`[^`\n]+`")
+)
+
+// TestDocsPointInside: the documentation a clone carries is complete in
+// itself. No page refers to the product contract outside the repository
+// (../shared/SPEC.md, "SPEC §5"), and every relative link names a file or
+// directory of the repository.
+func TestDocsPointInside(t *testing.T) {
+	files, _ := filepath.Glob("../docs/*.md")
+	files = append(files, "../README.md", "../CONTRIBUTING.md", "../CHANGELOG.md", "../configs/examples/deploy/README.md")
+	root, _ := filepath.Abs("..")
+	for _, file := range files {
+		data, err := os.ReadFile(file)
+		if os.IsNotExist(err) {
+			continue // CONTRIBUTING.md and CHANGELOG.md come in their own commits
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		text := string(data)
+		for _, bad := range []string{"SPEC §", "SPEC.md", "../shared", "SPEC)"} {
+			if strings.Contains(text, bad) {
+				t.Errorf("%s refers to %q, which a clone does not have", file, bad)
+			}
+		}
+		for _, m := range linkRE.FindAllStringSubmatch(codeSpanRE.ReplaceAllString(text, "``"), -1) {
+			target := m[1]
+			if strings.Contains(target, "://") || strings.HasPrefix(target, "#") || strings.HasPrefix(target, "mailto:") {
+				continue
+			}
+			target, _, _ = strings.Cut(target, "#")
+			abs, _ := filepath.Abs(filepath.Join(filepath.Dir(file), target))
+			if !strings.HasPrefix(abs, root+string(filepath.Separator)) && abs != root {
+				t.Errorf("%s links outside the repository: %s", file, m[1])
+				continue
+			}
+			if _, err := os.Stat(abs); err != nil {
+				t.Errorf("%s links to %s, which does not exist", file, m[1])
+			}
+		}
+	}
 }
