@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -22,54 +23,58 @@ var importMark = regexp.MustCompile(`^<!-- import: (\S+) -->$`)
 // upstream reaches what the snippet names. Every JSON block of the page
 // must be marked, so none goes untested.
 func TestClientSnippets(t *testing.T) {
-	data, err := os.ReadFile("../../docs/clients.md")
-	if err != nil {
-		t.Fatal(err)
-	}
+	pages, _ := filepath.Glob("../../docs/*.md")
 	t.Setenv("HOME", t.TempDir()) // .mcp.json reads ~/.claude.json
-	lines := strings.Split(string(data), "\n")
 	n := 0
-	for i := 0; i < len(lines); i++ {
-		if strings.TrimSpace(lines[i]) != "```json" {
-			continue
+	for _, page := range pages {
+		data, err := os.ReadFile(page)
+		if err != nil {
+			t.Fatal(err)
 		}
-		m := []string(nil)
-		if i > 0 {
-			m = importMark.FindStringSubmatch(strings.TrimSpace(lines[i-1]))
+		doc := "docs/" + filepath.Base(page)
+		lines := strings.Split(string(data), "\n")
+		for i := 0; i < len(lines); i++ {
+			if strings.TrimSpace(lines[i]) != "```json" {
+				continue
+			}
+			m := []string(nil)
+			if i > 0 {
+				m = importMark.FindStringSubmatch(strings.TrimSpace(lines[i-1]))
+			}
+			if m == nil {
+				t.Errorf("%s:%d: a JSON snippet without an <!-- import: FILE --> line before it", doc, i+1)
+				continue
+			}
+			var body strings.Builder
+			start := i + 1
+			for i++; i < len(lines) && strings.TrimSpace(lines[i]) != "```"; i++ {
+				body.WriteString(lines[i] + "\n")
+			}
+			n++
+			t.Run(fmt.Sprintf("%s:%d", filepath.Base(page), start), func(t *testing.T) {
+				checkClientSnippet(t, doc, m[1], start, body.String())
+			})
 		}
-		if m == nil {
-			t.Errorf("docs/clients.md:%d: a JSON snippet without an <!-- import: FILE --> line before it", i+1)
-			continue
-		}
-		var body strings.Builder
-		start := i + 1
-		for i++; i < len(lines) && strings.TrimSpace(lines[i]) != "```"; i++ {
-			body.WriteString(lines[i] + "\n")
-		}
-		n++
-		t.Run(filepath.Base(m[1])+"@"+strings.TrimSpace(string(rune('0'+n))), func(t *testing.T) {
-			checkClientSnippet(t, m[1], start, body.String())
-		})
 	}
-	if n < 6 {
-		t.Fatalf("found %d client snippets in docs/clients.md, want at least 6", n)
+	if n < 7 {
+		t.Fatalf("found %d client snippets in docs/, want at least 7", n)
 	}
 }
 
-func checkClientSnippet(t *testing.T, name string, line int, snippet string) {
-	var doc struct {
+func checkClientSnippet(t *testing.T, doc, name string, line int, snippet string) {
+	var parsed struct {
 		MCPServers map[string]map[string]any `json:"mcpServers"`
 		Servers    map[string]map[string]any `json:"servers"`
 	}
-	if err := json.Unmarshal([]byte(snippet), &doc); err != nil {
-		t.Fatalf("docs/clients.md:%d: not JSON: %v", line, err)
+	if err := json.Unmarshal([]byte(snippet), &parsed); err != nil {
+		t.Fatalf("%s:%d: not JSON: %v", doc, line, err)
 	}
-	servers := doc.MCPServers
+	servers := parsed.MCPServers
 	if servers == nil {
-		servers = doc.Servers
+		servers = parsed.Servers
 	}
 	if len(servers) == 0 {
-		t.Fatalf("docs/clients.md:%d: no server in the snippet", line)
+		t.Fatalf("%s:%d: no server in the snippet", doc, line)
 	}
 	path := filepath.Join(t.TempDir(), name)
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
@@ -80,19 +85,19 @@ func checkClientSnippet(t *testing.T, name string, line int, snippet string) {
 	}
 	var stdout, stderr bytes.Buffer
 	if err := cmdImport([]string{path}, &stdout, &stderr); err != nil {
-		t.Fatalf("docs/clients.md:%d: mcpmux import %s: %v\n%s", line, name, err, stderr.String())
+		t.Fatalf("%s:%d: mcpmux import %s: %v\n%s", doc, line, name, err, stderr.String())
 	}
 	cfg, err := configs.Parse("imported.toml", stdout.Bytes(), func(string) (string, bool) { return "placeholder", true })
 	if err != nil {
-		t.Fatalf("docs/clients.md:%d: the imported config does not load: %v\n%s\nstderr:\n%s", line, err, stdout.String(), stderr.String())
+		t.Fatalf("%s:%d: the imported config does not load: %v\n%s\nstderr:\n%s", doc, line, err, stdout.String(), stderr.String())
 	}
 	for key, s := range servers {
 		u := cfg.Upstream(key)
-		if u == nil && len(servers) == 1 && len(cfg.Upstreams) == 1 {
-			u = cfg.Upstreams[0] // renamed: "mcpmux" is a reserved prefix
+		if u == nil && key == configs.ReservedPrefix {
+			u = cfg.Upstream(key + "-2") // the prefix mcpmux is reserved: import renames it
 		}
 		if u == nil {
-			t.Errorf("docs/clients.md:%d: server %q is not an upstream of the imported config:\n%s", line, key, stdout.String())
+			t.Errorf("%s:%d: server %q is not an upstream of the imported config:\n%s", doc, line, key, stdout.String())
 			continue
 		}
 		want, _ := s["url"].(string)
@@ -100,10 +105,10 @@ func checkClientSnippet(t *testing.T, name string, line int, snippet string) {
 			want, _ = s["serverUrl"].(string)
 		}
 		if want != "" && u.URL != want {
-			t.Errorf("docs/clients.md:%d: server %q imported with url %q, want %q", line, key, u.URL, want)
+			t.Errorf("%s:%d: server %q imported with url %q, want %q", doc, line, key, u.URL, want)
 		}
 		if cmd, _ := s["command"].(string); cmd != "" && u.Command != cmd {
-			t.Errorf("docs/clients.md:%d: server %q imported with command %q, want %q", line, key, u.Command, cmd)
+			t.Errorf("%s:%d: server %q imported with command %q, want %q", doc, line, key, u.Command, cmd)
 		}
 	}
 }
