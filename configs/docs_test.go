@@ -190,3 +190,55 @@ func TestDocsPointInside(t *testing.T) {
 		}
 	}
 }
+
+// notYetCleaned are the directories whose comments still cite the product
+// contract outside the repository: they were being rewritten when the rest
+// was cleaned. Remove an entry once its package is clean.
+var notYetCleaned = []string{"sessions", "upstream", "aggregator"}
+
+// TestNoReferencesOutside fails when source, config or documentation in
+// the repository cites the product contract a clone does not have
+// ("SPEC §5", ../shared/SPEC.md), outside notYetCleaned.
+func TestNoReferencesOutside(t *testing.T) {
+	refRE := regexp.MustCompile(`SPEC §|SPEC\.md|\.\./shared/`)
+	root := ".."
+	err := filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, path)
+		if d.IsDir() {
+			switch d.Name() {
+			case ".git", "node_modules", "bin", "testdata":
+				return filepath.SkipDir
+			}
+			for _, dir := range notYetCleaned {
+				if rel == dir {
+					return filepath.SkipDir
+				}
+			}
+			return nil
+		}
+		switch filepath.Ext(path) {
+		case ".go", ".md", ".toml", ".yaml", ".yml", ".conf", ".tpl", ".mjs", ".sh":
+		default:
+			return nil
+		}
+		if rel == filepath.Join("configs", "docs_test.go") {
+			return nil // this test names what it looks for
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for i, line := range strings.Split(string(data), "\n") {
+			if refRE.MatchString(line) {
+				t.Errorf("%s:%d cites what a clone does not have: %s", rel, i+1, strings.TrimSpace(line))
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
