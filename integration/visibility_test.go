@@ -18,7 +18,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 )
 
-// The upstream-visibility tests (SPEC §5, §7): prompts, resources and
+// The upstream-visibility tests: prompts, resources and
 // resource templates are filtered by the upstream serving them, on every
 // door. Two recording upstreams, a (2025-11-25) and b (2026-07-28), each
 // serve tools, the prompts greet and broken, the resources notes and
