@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 
 	"github.com/mcpmux/mcpmux/configs"
@@ -843,4 +844,115 @@ func TestReloadBeforeInitialize(t *testing.T) {
 			t.Fatalf("close reason %q", said)
 		}
 	})
+}
+
+// stubClientSession is what mcp-go's streamable HTTP server registers for
+// a /mcp session, as far as onRegister sees it. The race it stands in for
+// (an initialize resolved before a reload, registered after it) cannot be
+// made to happen on demand with a real client.
+type stubClientSession struct {
+	id    string
+	notes chan mcp.JSONRPCNotification
+}
+
+func (c *stubClientSession) Initialize()       {}
+func (c *stubClientSession) Initialized() bool { return true }
+func (c *stubClientSession) NotificationChannel() chan<- mcp.JSONRPCNotification {
+	return c.notes
+}
+func (c *stubClientSession) SessionID() string { return c.id }
+
+// TestReloadRacingABind checks the sessions a reload cannot see: one whose
+// binding was resolved under the old config but that registers, or first
+// speaks, after the reload. Its grant is re-derived then, as the reload
+// did for every other session: never wider, or the session ends.
+func TestReloadRacingABind(t *testing.T) {
+	removed := strings.Replace(authBase, `token = "tok-ro"`, `token = "tok-new"`, 1)
+	widened := replace("read_only = true\n", "")(authBase)
+	tok := Selection{Token: "tok-ro", HasToken: true}
+	for _, tt := range []struct {
+		name, edit string
+		ends       bool
+	}{
+		{"token removed", removed, true},
+		{"profile widened", widened, false},
+	} {
+		t.Run("/mcp registers after the reload: "+tt.name, func(t *testing.T) {
+			up := newUpstreamServer(t, 6)
+			s := newBenchServer(t, up.http.URL, authBase)
+			stale, err := s.Resolver().Resolve(tok)
+			if err != nil {
+				t.Fatal(err)
+			}
+			reloadWith(t, s, up, tt.edit)
+			cs := &stubClientSession{id: "stub-session", notes: make(chan mcp.JSONRPCNotification, 8)}
+			if err := s.mcp.RegisterSession(withBinding(context.Background(), stale), cs); err != nil {
+				t.Fatal(err)
+			}
+			s.mu.Lock()
+			sess := s.bound[cs.id]
+			s.mu.Unlock()
+			if tt.ends {
+				if sess != nil {
+					t.Fatalf("a session whose token a reload removed was bound: %+v", sess.binding)
+				}
+				return
+			}
+			if sess == nil {
+				t.Fatal("the session was not bound")
+			}
+			if got := s.View(sess.binding).Len(); got != 3 {
+				t.Fatalf("the session registered after the widening sees %d tools, want readonly's 3", got)
+			}
+		})
+		t.Run("a stream connected before the reload speaks after it: "+tt.name, func(t *testing.T) {
+			up := newUpstreamServer(t, 6)
+			s := newBenchServer(t, up.http.URL, authBase)
+			stale, err := s.Resolver().Resolve(tok)
+			if err != nil {
+				t.Fatal(err)
+			}
+			reloadWith(t, s, up, tt.edit)
+			frames := make(chan []byte, 16)
+			ss := s.newStreamSession(context.Background(), "ws", stale, frameWriterFunc(func(b []byte) error {
+				frames <- b
+				return nil
+			}))
+			t.Cleanup(func() { ss.close(nil) })
+			if err := s.streams.add(ss); err != nil {
+				t.Fatal(err)
+			}
+			ss.receive([]byte(initializeBody))
+			if tt.ends {
+				select {
+				case <-ss.done():
+				case <-time.After(10 * time.Second):
+					t.Fatal("the session of a removed token is still open")
+				}
+				if cause := ss.endCause(); !errors.Is(cause, errConfigChanged) {
+					t.Fatalf("the session ended with %v, want the config change", cause)
+				}
+				return
+			}
+			ss.receive([]byte(`{"jsonrpc":"2.0","id":2,"method":"tools/list"}`))
+			for {
+				select {
+				case f := <-frames:
+					var m rpcMsg
+					if json.Unmarshal(f, &m) != nil || string(m.ID) != "2" {
+						continue
+					}
+					var res struct {
+						Tools []struct{ Name string } `json:"tools"`
+					}
+					if json.Unmarshal(m.Result, &res) != nil || len(res.Tools) != 3 {
+						t.Fatalf("tools/list after the widening: %s, want readonly's 3 tools", m.Result)
+					}
+					return
+				case <-time.After(10 * time.Second):
+					t.Fatal("no answer to tools/list")
+				}
+			}
+		})
+	}
 }
