@@ -49,9 +49,11 @@ type mcpPeer struct {
 	sid   string
 	next  int
 	notes chan sseEvent // the GET stream's events; an event with err at its end
-	// tokenGone: the reload removed the session's token, or made tokens
-	// required; a request then gets 401 before its session is looked up.
-	tokenGone bool
+	// refused is the status a request on the ended session may get
+	// instead of 404, before its session is looked up: 401 when the
+	// reload removed its token or made tokens required, 400 when its
+	// path names a toolset that is gone. 0: 404 only.
+	refused int
 }
 
 func (p *mcpPeer) post(t *testing.T, body string) *http.Response {
@@ -188,7 +190,7 @@ func (p *mcpPeer) ended(t *testing.T) string {
 	resp.Body.Close()
 	// 404 sends the client to initialize again; a token no longer
 	// configured gets 401 first, as on any request.
-	if resp.StatusCode != http.StatusNotFound && (resp.StatusCode != http.StatusUnauthorized || !p.tokenGone) {
+	if resp.StatusCode != http.StatusNotFound && (resp.StatusCode != p.refused || p.refused == 0) {
 		t.Fatalf("ping on an ended /mcp session: HTTP %d %s, want 404", resp.StatusCode, body)
 	}
 	for {
@@ -248,7 +250,13 @@ func openWSPeerRaw(t *testing.T, hs *httptest.Server, auth string) *streamPeer {
 		hdr.Set("Authorization", auth)
 	}
 	p := dialWSPeer(t, hs, "", hdr)
-	return &streamPeer{p: p, next: 100, end: func(t *testing.T) string {
+	return &streamPeer{p: p, next: 100, end: openWSPeerEnd(p)}
+}
+
+// openWSPeerEnd is the ended check of a websocket: the connection closes
+// with 1008, and the reason is returned.
+func openWSPeerEnd(p *wsPeer) func(t *testing.T) string {
+	return func(t *testing.T) string {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		for {
@@ -265,7 +273,7 @@ func openWSPeerRaw(t *testing.T, hs *httptest.Server, auth string) *streamPeer {
 			}
 			return ce.Reason
 		}
-	}}
+	}
 }
 
 // rawSSEPeer is a legacy SSE client that keeps the stream's comments.
@@ -306,8 +314,14 @@ func (p *rawSSEPeer) recv(t *testing.T) rpcMsg {
 
 func openSSEPeer(t *testing.T, hs *httptest.Server, auth string) reloadPeer {
 	t.Helper()
+	return openSSEPeerAt(t, hs, "/sse", auth)
+}
+
+// openSSEPeerAt is openSSEPeer with the stream opened at path.
+func openSSEPeerAt(t *testing.T, hs *httptest.Server, path, auth string) reloadPeer {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, hs.URL+"/sse", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, hs.URL+path, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -540,8 +554,8 @@ func runReloadTable(t *testing.T, base, tok string, cases []reloadCase, doors []
 					}
 					before := up.requests.Load()
 					if tc.ends != nil {
-						if mp, ok := p.(*mcpPeer); ok {
-							mp.tokenGone = tc.tokenGone
+						if mp, ok := p.(*mcpPeer); ok && tc.tokenGone {
+							mp.refused = http.StatusUnauthorized
 						}
 						said := p.ended(t)
 						for _, w := range tc.ends {
@@ -676,7 +690,7 @@ func TestReloadRequiringTokens(t *testing.T) {
 				return
 			}
 			if mp, ok := p.(*mcpPeer); ok {
-				mp.tokenGone = true
+				mp.refused = http.StatusUnauthorized
 			}
 			said := p.ended(t)
 			if d.name != "mcp" && !strings.Contains(said, "opened without one") {
@@ -952,6 +966,42 @@ func TestReloadRacingABind(t *testing.T) {
 				case <-time.After(10 * time.Second):
 					t.Fatal("no answer to tools/list")
 				}
+			}
+		})
+	}
+}
+
+// TestReloadRemovedToolset checks a session that narrowed itself to a
+// toolset the new config no longer has: its narrowing no longer resolves,
+// so the session ends, as a new request naming that toolset is refused.
+func TestReloadRemovedToolset(t *testing.T) {
+	const sets = "[upstreams.up.toolsets]\nfirst = [\"tool_000[0-2]\"]\n"
+	for _, d := range httpDoors {
+		t.Run(d.name, func(t *testing.T) {
+			up := newUpstreamServer(t, 6)
+			s := newBenchServer(t, up.http.URL, sets+openBase)
+			hs := httptest.NewServer(s.Handler())
+			t.Cleanup(hs.Close)
+			var p reloadPeer
+			switch d.name {
+			case "mcp":
+				mp := openMCPPeerAt(t, hs, "/mcp/x/up/first", "")
+				mp.refused = http.StatusBadRequest // the path no longer resolves
+				p = mp
+			case "ws":
+				ws := dialWSPeer(t, hs, "/x/up/first", nil)
+				initializeAs(t, ws, map[string]any{})
+				p = &streamPeer{p: ws, next: 100, end: openWSPeerEnd(ws)}
+			case "sse":
+				p = openSSEPeerAt(t, hs, "/sse/x/up/first", "")
+			}
+			if got := listedBy(t, p); !slices.Equal(got, names(0, 2)) {
+				t.Fatalf("before the reload: %q", got)
+			}
+			reloadWith(t, s, up, openBase)
+			said := p.ended(t)
+			if d.name != "mcp" && !strings.Contains(said, `unknown toolset "up/first"`) {
+				t.Fatalf("the door said %q, want the toolset named", said)
 			}
 		})
 	}
