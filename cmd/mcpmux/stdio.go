@@ -67,9 +67,13 @@ func serveStdio(ctx context.Context, configPath, profile string, logs logFlags, 
 	// ServeStdio returns at the end of stdin or, after a signal, once
 	// every request it read is answered.
 	err = srv.ServeStdio(ctx, profile, os.Stdin, out)
-	if ctx.Err() != nil {
+	switch {
+	case ctx.Err() != nil:
 		log.Info("signalled; stdio requests answered, shutting down")
-	} else {
+	case err != nil:
+		// A reload that removed the profile ended the session; run
+		// reports err.
+	default:
 		log.Info("stdio client gone; shutting down")
 	}
 	return err
