@@ -7,7 +7,19 @@ GO      ?= go
 NPM     ?= npm
 PEERS   := integration/node_modules/.package-lock.json
 
-.PHONY: test unit peers build vet fmt fuzz
+# The version stamped into builds: the nearest tag, commits since it and the
+# commit (v1.2.0-3-gabc1234), -dirty for uncommitted changes, or the bare
+# commit before the first tag. `go install` needs none of this: without
+# ldflags, `mcpmux version` reads Go's build info instead. The same flags are
+# used by .goreleaser.yaml and the Dockerfiles.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
+COMMIT  ?= $(shell git rev-parse HEAD 2>/dev/null)
+LDFLAGS := -s -w -X main.linkVersion=$(VERSION) -X main.linkCommit=$(COMMIT)
+BIN     ?= bin/mcpmux
+IMAGE   ?= ghcr.io/mcpmux/mcpmux
+PODMAN  ?= podman
+
+.PHONY: test unit peers build vet fmt fuzz man completions image image-node helm-test release-check
 
 test: peers vet
 	$(GO) test -race -count=1 -timeout 30m ./...
@@ -22,13 +34,41 @@ $(PEERS): integration/package.json integration/package-lock.json
 	cd integration && $(NPM) ci --no-audit --no-fund
 	@touch $@
 
+# build writes a static binary (no cgo) with the version stamped in.
 build:
-	$(GO) build -o bin/mcpmux ./cmd/mcpmux
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/mcpmux
+
+# man and completions are made from the CLI's own command table.
+man: build
+	$(BIN) man > bin/mcpmux.1
+
+completions: build
+	$(BIN) completion bash > bin/mcpmux.bash
+	$(BIN) completion zsh > bin/_mcpmux
+	$(BIN) completion fish > bin/mcpmux.fish
+
+# image builds the container image k8s.yaml and the Helm chart name;
+# image-node the variant with Node.js for npm-based stdio upstreams.
+image:
+	$(PODMAN) build --build-arg VERSION=$(VERSION) --build-arg COMMIT=$(COMMIT) -t $(IMAGE):$(VERSION) -f Dockerfile .
+
+image-node:
+	$(PODMAN) build --build-arg VERSION=$(VERSION) --build-arg COMMIT=$(COMMIT) -t $(IMAGE):$(VERSION)-node -f Dockerfile.node .
+
+# helm-test renders the chart and checks its objects (configs/helm_test.go).
+helm-test:
+	$(GO) test -count=1 -run 'TestHelm' ./configs/
+
+# release-check validates .goreleaser.yaml by building each of its targets
+# with its flags (cmd/mcpmux/release_test.go).
+release-check:
+	$(GO) test -count=1 -run 'TestRelease' ./cmd/mcpmux/
 
 vet:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
 	if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 	$(GO) vet ./...
+	cd deploy/helm/chartcheck && $(GO) vet ./...
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')

@@ -53,6 +53,7 @@ func FuzzParse(f *testing.F) {
 	}
 	f.Add(Quickstart())
 	f.Add([]byte("[upstreams.x]\ncommand = \"${A:-b}\"\ndeny = [\"[\"]\n[[auth.tokens]]\n"))
+	f.Add([]byte("[profiles.p]\nread_only = \"yes\"\n[[profiles.p.call_rules]]\nargs = [1]\n[upstreams.x]\ncommand = 7\nenv = []\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		cfg, err := Parse("fuzz.toml", data, env(exampleEnv))
 		if (cfg == nil) == (err == nil) {

@@ -381,6 +381,10 @@ func (im *importer) place(s *importedServer) string {
 	want := sanitizePrefix(s.name)
 	name := want
 	for i := 2; ; i++ {
+		if name == ReservedPrefix { // mcpmux's own tools: no upstream may take it
+			name = fmt.Sprintf("%s-%d", want, i)
+			continue
+		}
 		prev := im.byName[name]
 		if prev == nil {
 			break
@@ -394,6 +398,8 @@ func (im *importer) place(s *importedServer) string {
 	s.name = name
 	im.byName[name] = s
 	switch taken := im.byName[want]; {
+	case want == ReservedPrefix:
+		im.note(s.file, s.key, false, "is mounted as upstream %q: the prefix %q is reserved for mcpmux's own tools", name, want)
 	case name != want && taken.file != s.file:
 		im.note(s.file, s.key, false, "is mounted as upstream %q: %q is taken by server %q of %s", name, want, taken.key, taken.file)
 	case name != want && taken.origin != "":

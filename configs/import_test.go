@@ -225,6 +225,39 @@ func TestSanitizePrefix(t *testing.T) {
 	}
 }
 
+// TestImportReservedName: a client's server named "mcpmux" (a client
+// pointed at mcpmux itself, as docs/clients.md shows) is mounted under
+// another name, since the prefix mcpmux is reserved; the import once wrote a
+// config that did not load.
+func TestImportReservedName(t *testing.T) {
+	res, err := importOne("claude_desktop_config.json", `{"mcpServers": {
+  "mcpmux": {"command": "mcpmux", "args": ["serve", "--stdio"]},
+  "mcpmux-2": {"command": "other"}
+}}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := Parse("imported.toml", res.TOML, nil)
+	if err != nil {
+		t.Fatalf("the imported config does not load: %v\n%s", err, res.TOML)
+	}
+	// Servers are placed in sorted order, so "mcpmux" comes first and
+	// takes "mcpmux-2"; the server of that name moves on, as in any clash.
+	if u := cfg.Upstream("mcpmux-2"); u == nil || u.Command != "mcpmux" {
+		t.Errorf("server mcpmux not mounted as mcpmux-2:\n%s", res.TOML)
+	}
+	if u := cfg.Upstream("mcpmux-2-2"); u == nil || u.Command != "other" {
+		t.Errorf("server mcpmux-2 not mounted as mcpmux-2-2:\n%s", res.TOML)
+	}
+	found := false
+	for _, n := range res.Notes {
+		found = found || strings.Contains(n.String(), `is mounted as upstream "mcpmux-2": the prefix "mcpmux" is reserved`)
+	}
+	if !found || res.Lost() != 0 {
+		t.Errorf("want an informational note on the rename, no loss; notes %v, lost %d", res.Notes, res.Lost())
+	}
+}
+
 // TestImportChildReferences: mcp-remote's documented pattern passes a
 // header whose ${VAR} the child expands from its own env; mcpmux must hand
 // it over literally, while ${VAR} in env values stays mcpmux's.

@@ -143,25 +143,34 @@ func Load(path string) (*Config, error) {
 //
 // On failure Parse returns a nil Config and one error that lists every problem
 // found, each as a *Error `<source>:<line>: <key path>: <message>`, sorted by
-// line. A TOML syntax or type error stops decoding and is reported alone; so
-// do values that are not tables where the schema wants a table, all of them
-// together.
+// line. A TOML syntax error stops decoding and is reported alone. Everything
+// else is reported together in one run: values of the wrong type (each is
+// then left out, and the errors it would cause, such as a missing command, are
+// not reported), unknown keys and invalid values.
 func Parse(source string, data []byte, lookupEnv func(string) (string, bool)) (*Config, error) {
 	if lookupEnv == nil {
 		lookupEnv = func(string) (string, bool) { return "", false }
 	}
 	text := string(data)
-	var raw rawConfig
-	md, err := toml.Decode(text, &raw)
-	if err != nil {
+	var tree map[string]any
+	if _, err := toml.Decode(text, &tree); err != nil {
 		return nil, decodeError(source, text, err)
 	}
 	v := &validator{source: source, lines: scanLines(text), lookupEnv: lookupEnv, hostname: os.Hostname}
-	var tree map[string]any
-	if _, err := toml.Decode(text, &tree); err != nil {
-		return nil, decodeError(source, text, err) // unreachable: the text decoded above
+	v.types(reflect.TypeFor[rawConfig](), tree, nil, func() { tree = nil })
+	var raw rawConfig
+	var md toml.MetaData
+	var err error
+	if len(v.removed) == 0 {
+		md, err = toml.Decode(text, &raw)
+	} else {
+		// The values of the wrong type are gone from tree: decode what is
+		// left, so unknown keys and invalid values are reported in this run
+		// too. Positions come from the original text, by key path.
+		md, err = decodeTree(tree, &raw)
 	}
-	if v.tables(reflect.TypeFor[rawConfig](), tree, nil); len(v.errs) > 0 {
+	if err != nil { // unreachable: types leaves only what the schema takes
+		v.errs = append(v.errs, decodeError(source, text, err).(*Error))
 		return nil, v.err()
 	}
 	v.unknownKeys(md.Undecoded())
@@ -172,6 +181,16 @@ func Parse(source string, data []byte, lookupEnv func(string) (string, bool)) (*
 	return cfg, nil
 }
 
+// decodeTree decodes a document already decoded into tree, by encoding it
+// again.
+func decodeTree(tree map[string]any, raw *rawConfig) (toml.MetaData, error) {
+	var buf strings.Builder
+	if err := toml.NewEncoder(&buf).Encode(tree); err != nil {
+		return toml.MetaData{}, err
+	}
+	return toml.Decode(buf.String(), raw)
+}
+
 // validator collects errors while it builds a Config from a rawConfig.
 type validator struct {
 	source    string
@@ -179,10 +198,18 @@ type validator struct {
 	lookupEnv func(string) (string, bool)
 	hostname  func() (string, error) // for the default server.replica_id
 	errs      []*Error
+	// removed holds the keys whose values had the wrong type and were left
+	// out; errorf drops errors about them and the tables that hold them.
+	removed []keyPath
 }
 
 // errorf records an error about the key at p, on p's line.
 func (v *validator) errorf(p keyPath, format string, args ...any) {
+	for _, r := range v.removed {
+		if len(p) <= len(r) && slices.Equal(p, r[:len(p)]) {
+			return // a consequence of a value already reported as the wrong type
+		}
+	}
 	v.errs = append(v.errs, &Error{
 		Source: v.source,
 		Line:   v.lines.line(p),
@@ -235,43 +262,75 @@ func decodeError(source, text string, err error) error {
 	return &Error{Source: source, Msg: err.Error()}
 }
 
-// tables reports every value that the raw schema t decodes into a Go map but
-// that is not a TOML table. BurntSushi/toml leaves such a map empty without an
-// error, so `args = ["git status"]` (for `args = { command = ["git status"] }`)
-// would silently drop a call rule's argument, and `env = ["A=1"]` an
-// upstream's environment. Like the decoder's own type errors, these are
-// reported before anything else is checked.
-func (v *validator) tables(t reflect.Type, val any, p keyPath) {
+// types reports every value whose TOML type the raw schema t cannot take,
+// and calls drop to leave it out of the document. The decoder would stop at
+// the first such value, hiding every other error in the file; and it leaves a
+// Go map empty without an error when its value is not a table, so `args =
+// ["git status"]` (for `args = { command = ["git status"] }`) would silently
+// drop a call rule's argument, and `env = ["A=1"]` an upstream's environment.
+// Durations and sizes (type any) take any value here; they are checked later.
+func (v *validator) types(t reflect.Type, val any, p keyPath, drop func()) {
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
+	wrong := func(want string) {
+		v.errorf(p, "incompatible types: TOML value has type %s; want %s", tomlType(val), want)
+		v.removed = append(v.removed, p)
+		drop()
+	}
 	switch t.Kind() {
+	case reflect.Bool:
+		if _, ok := val.(bool); !ok {
+			wrong("a boolean")
+		}
+	case reflect.String:
+		if _, ok := val.(string); !ok {
+			wrong("a string")
+		}
+	case reflect.Int:
+		if _, ok := val.(int64); !ok {
+			wrong("an integer")
+		}
 	case reflect.Map:
 		m, ok := val.(map[string]any)
 		if !ok {
-			v.errorf(p, "incompatible types: TOML value has type %s; want a table", tomlType(val))
+			wrong("a table")
 			return
 		}
 		for _, k := range slices.Sorted(maps.Keys(m)) {
-			v.tables(t.Elem(), m[k], p.key(k))
+			v.types(t.Elem(), m[k], p.key(k), func() { delete(m, k) })
 		}
 	case reflect.Struct:
-		m, _ := val.(map[string]any) // a non-table here is the decoder's type error
+		m, ok := val.(map[string]any)
+		if !ok {
+			wrong("a table")
+			return
+		}
 		for _, k := range slices.Sorted(maps.Keys(m)) {
 			if f, ok := fieldByTag(t, k); ok {
-				v.tables(f.Type, m[k], p.key(k))
+				v.types(f.Type, m[k], p.key(k), func() { delete(m, k) })
 			}
 		}
 	case reflect.Slice:
+		var elems []any
 		switch xs := val.(type) {
 		case []map[string]any: // [[array.of.tables]]
-			for i, x := range xs {
-				v.tables(t.Elem(), x, p.at(i))
+			for _, x := range xs {
+				elems = append(elems, x)
 			}
 		case []any:
-			for i, x := range xs {
-				v.tables(t.Elem(), x, p.at(i))
-			}
+			elems = xs
+		default:
+			wrong("an array")
+			return
+		}
+		bad := false
+		for i, x := range elems {
+			v.types(t.Elem(), x, p.at(i), func() { bad = true })
+		}
+		if bad { // leave the whole array out: its other elements mean nothing alone
+			v.removed = append(v.removed, p)
+			drop()
 		}
 	}
 }

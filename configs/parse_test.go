@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -67,7 +68,7 @@ func TestParseErrors(t *testing.T) {
 		{"unknown key in inline table", "[upstreams.x]\ncommand = \"y\"\n[profiles]\np = { read_only = true, extend = \"q\" }\n", `unknown key "profiles.p.extend" (did you mean "extends"?)`, 4},
 		{"unknown rate key", "[profiles.p.rate]\ncalls = 3\n", `unknown key "profiles.p.rate.calls"`, 2},
 
-		// Decoding errors stop everything else.
+		// A syntax error stops everything else.
 		{"toml syntax error", "[server]\nlisten = \"a\n", "server.listen", 2},
 		{"toml type mismatch", "[upstreams.x]\ncommand = \"y\"\nargs = \"--flag\"\n", "upstreams.x.args: incompatible types", 3},
 		{"toml duplicate key", "[server]\nlisten = \"a:1\"\nlisten = \"b:1\"\n", "listen", 3},
@@ -118,12 +119,15 @@ func TestParseErrors(t *testing.T) {
 		{"unknown key near other_args", "[profiles.p]\n[[profiles.p.call_rules]]\ntool = \"t\"\nargs = { a = [\"b\"] }\nother_arg = true\n", `unknown key "profiles.p.call_rules[0].other_arg" (did you mean "other_args"?)`, 5},
 
 		// Values of the wrong type.
-		{"other_args not a boolean", "[profiles.p]\n[[profiles.p.call_rules]]\ntool = \"t\"\nargs = { a = [\"b\"] }\nother_args = \"yes\"\n", `profiles.p.call_rules.other_args: incompatible types: TOML value has type string; destination has type boolean`, 5},
-		{"args_regex value not an array", "[profiles.p]\n[[profiles.p.call_rules]]\ntool = \"t\"\nargs_regex = { path = '^a$' }\n", `profiles.p.call_rules.args_regex.path: incompatible types`, 4},
-		{"args_regex pattern not a string", "[profiles.p]\n[[profiles.p.call_rules]]\ntool = \"t\"\nargs_regex = { path = [1] }\n", `profiles.p.call_rules.args_regex.path: incompatible types: TOML value has type int64`, 4},
+		{"other_args not a boolean", "[profiles.p]\n[[profiles.p.call_rules]]\ntool = \"t\"\nargs = { a = [\"b\"] }\nother_args = \"yes\"\n", `profiles.p.call_rules[0].other_args: incompatible types: TOML value has type string; want a boolean`, 5},
+		{"args_regex value not an array", "[profiles.p]\n[[profiles.p.call_rules]]\ntool = \"t\"\nargs_regex = { path = '^a$' }\n", `profiles.p.call_rules[0].args_regex.path: incompatible types: TOML value has type string; want an array`, 4},
+		{"args_regex pattern not a string", "[profiles.p]\n[[profiles.p.call_rules]]\ntool = \"t\"\nargs_regex = { path = [1] }\n", `profiles.p.call_rules[0].args_regex.path[0]: incompatible types: TOML value has type integer; want a string`, 4},
 		{"args an array, not a table", "[profiles.p]\n[[profiles.p.call_rules]]\ntool = \"t\"\nargs = [\"git status\"]\nother_args = true\n", `profiles.p.call_rules[0].args: incompatible types: TOML value has type array; want a table`, 4},
 		{"args_regex a string, not a table", "[profiles.p]\ncall_rules = [\n  { tool = \"a\", args = { x = [\"y\"] } },\n  { tool = \"t\", args_regex = '^a$' },\n]\n", `profiles.p.call_rules[1].args_regex: incompatible types: TOML value has type string; want a table`, 4},
 		{"env an array, not a table", "[upstreams.x]\ncommand = \"y\"\nenv = [\"A=1\"]\n", `upstreams.x.env: incompatible types: TOML value has type array; want a table`, 3},
+		{"token not a string", "[profiles.p]\n[[auth.tokens]]\ntoken = 5\nprofiles = [\"p\"]\n", `auth.tokens[0].token: incompatible types: TOML value has type integer; want a string`, 3},
+		{"args an array of tables", "[upstreams.x]\ncommand = \"y\"\n[[upstreams.x.args]]\na = 1\n", `upstreams.x.args[0]: incompatible types: TOML value has type table; want a string`, 3},
+		{"max_sessions a string", "[server]\nmax_sessions = \"10\"\n", `server.max_sessions: incompatible types: TOML value has type string; want an integer`, 2},
 		{"toolsets a string, not a table", "[upstreams.x]\ncommand = \"y\"\ntoolsets = \"all\"\n", `upstreams.x.toolsets: incompatible types: TOML value has type string; want a table`, 3},
 
 		// Upstreams.
@@ -204,6 +208,42 @@ func TestParseErrors(t *testing.T) {
 			}
 			t.Errorf("no error on line %d containing %q; got:\n%v", tt.line, tt.want, err)
 		})
+	}
+}
+
+// TestParseTypeErrorsHideNothing is issue 18's file: a value of the wrong
+// type used to stop the decoder, so the typos below it were reported only
+// once it was fixed. Every error comes in one run, and leaving out the
+// mistyped value causes no error of its own (command is mistyped, and no
+// "needs command or url" follows).
+func TestParseTypeErrorsHideNothing(t *testing.T) {
+	text := `[profiles.readonly]
+read_only = "yes"
+
+[upstreams.notes]
+comand = "mcpmux"
+requierd = true
+
+[upstreams.demo]
+command = 7
+
+[upstream.x]
+command = "y"
+`
+	_, err := Parse("mcpmux.toml", []byte(text), nil)
+	if err == nil {
+		t.Fatal("Parse succeeded")
+	}
+	want := []string{
+		`mcpmux.toml:2: profiles.readonly.read_only: incompatible types: TOML value has type string; want a boolean`,
+		`mcpmux.toml:4: upstreams.notes: needs command (stdio) or url (http, sse, websocket)`,
+		`mcpmux.toml:5: unknown key "upstreams.notes.comand" (did you mean "command"?)`,
+		`mcpmux.toml:6: unknown key "upstreams.notes.requierd" (did you mean "required"?)`,
+		`mcpmux.toml:9: upstreams.demo.command: incompatible types: TOML value has type integer; want a string`,
+		`mcpmux.toml:11: unknown key "upstream" (did you mean "upstreams"?)`,
+	}
+	if got := strings.Split(err.Error(), "\n"); !slices.Equal(got, want) {
+		t.Errorf("errors:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
 
@@ -582,7 +622,7 @@ func TestCallRules(t *testing.T) {
 tool = "shell__run"
 args = { command = ["git status", "git log *"] }
 `, []CallRule{{Tool: "shell__run", Args: map[string][]string{"command": {"git status", "git log *"}}}}},
-		{"the SPEC example", `[[profiles.ci.call_rules]]
+		{"the reference example", `[[profiles.ci.call_rules]]
 tool = "shell__run"
 args = { command = ["git status", "git log *"] }
 args_regex = { path = ['^docs/[a-z0-9_/-]+\.md$'] }

@@ -6,7 +6,7 @@ import (
 )
 
 // TestReservedPrefix checks that no upstream can take the prefix of
-// mcpmux's own tools (SPEC §6), whether it is set or comes from the name.
+// mcpmux's own tools, whether it is set or comes from the name.
 func TestReservedPrefix(t *testing.T) {
 	tests := []struct {
 		name, text string

@@ -44,7 +44,7 @@ type Server struct {
 	LogFormat            string        // "text" (default) or "json"
 	// ReplicaID starts every session id this replica mints, followed by a
 	// dot, so that a load balancer can send a session's requests to the
-	// replica that minted it (SPEC §12). Default: DefaultReplicaID of the
+	// replica that minted it. Default: DefaultReplicaID of the
 	// hostname. It matches ^[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?$.
 	ReplicaID string
 }
@@ -116,7 +116,7 @@ type RuleSet struct {
 	DenyRegex  []string
 	Toolsets   []string // "<upstream>/<set>" or "<upstream>", by upstream name (Parse resolves a prefix written in the config to the name)
 	// Upstreams, when set, limits the view to these upstreams: their tools,
-	// prompts, resources and templates (SPEC §5). DenyUpstreams hides
+	// prompts, resources and templates. DenyUpstreams hides
 	// upstreams whatever else names them. Both hold upstream names; Parse
 	// resolves a prefix written in the config to the name.
 	Upstreams     []string
@@ -151,7 +151,7 @@ type Profile struct {
 	Rules   RuleSet
 	Rate    Rate
 	// DynamicToolsets starts each session with its toolsets off and
-	// mcpmux's three toolset tools (SPEC §6). It is the effective value:
+	// mcpmux's three toolset tools. It is the effective value:
 	// a profile that does not set dynamic_toolsets takes its parent's.
 	DynamicToolsets bool
 	Line            int

@@ -35,7 +35,7 @@ const (
 	defaultProfileName     = "default"
 )
 
-// ReservedPrefix is the prefix of mcpmux's own tools (SPEC §6): no upstream
+// ReservedPrefix is the prefix of mcpmux's own tools: no upstream
 // may have it, and an unprefixed upstream's tools may not start with it.
 const ReservedPrefix = "mcpmux"
 

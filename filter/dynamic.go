@@ -6,7 +6,7 @@ import (
 	"strings"
 )
 
-// This file holds the stage of a dynamic-toolsets session (SPEC §6): the
+// This file holds the stage of a dynamic-toolsets session: the
 // session starts with its toolsets off and enables them one by one. The
 // stage is one more Rules in the session's Filter, after the profile's
 // ceiling (global, profile chain, request narrowing), so that Allows stays

@@ -40,7 +40,7 @@ func (f *Filter) Allows(e *Entry) bool {
 }
 
 // CheckCall reports whether a call of the allowed tool e with the raw JSON
-// arguments passes every stage's call_rules (SPEC §5): in each stage with a
+// arguments passes every stage's call_rules: in each stage with a
 // rule for the tool, every argument the rule names is present and is a
 // string matching one of its patterns, and, unless the rule sets other_args,
 // no other argument is present. Absent arguments are the empty object. It

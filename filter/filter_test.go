@@ -142,7 +142,7 @@ func TestCanonicalKeysAndInterning(t *testing.T) {
 	}
 }
 
-// gitRule is the call rule of SPEC §3 without its path argument.
+// gitRule is the call rule of docs/configuration.md without its path argument.
 var gitRule = configs.CallRule{Tool: "shell__run", Args: map[string][]string{"command": {"git status", "git log *"}}}
 
 func TestCheckCall(t *testing.T) {
@@ -159,7 +159,7 @@ func TestCheckCall(t *testing.T) {
 		ok   bool
 		why  string // substring of the refusal
 	}{
-		// SPEC §5: `git log *` admits git log --oneline -5 and refuses
+		// `git log *` admits git log --oneline -5 and refuses
 		// git log; rm -rf /.
 		{"exact glob", gitRule, `{"command":"git status"}`, true, ""},
 		{"star glob", gitRule, `{"command":"git log --oneline -5"}`, true, ""},
@@ -169,7 +169,7 @@ func TestCheckCall(t *testing.T) {
 		{"semicolon", gitRule, `{"command":"git log; rm -rf /"}`, false, "matches none"},
 		{"semicolon after an option", gitRule, `{"command":"git log -5; rm -rf /"}`, false, "matches none"},
 		{"semicolon after an exact command", gitRule, `{"command":"git status; rm -rf /"}`, false, "matches none"},
-		// This was allowed before SPEC §5 guarded call-rule globs.
+		// This was allowed before call-rule globs were guarded.
 		{"prefix glob refuses a semicolon", prefixRule, `{"command":"git status; rm -rf /"}`, false, "matches none"},
 		{"prefix glob refuses a newline", prefixRule, `{"command":"git status\nrm -rf /"}`, false, "matches none"},
 		{"prefix glob admits options", prefixRule, `{"command":"git status --short -b"}`, true, ""},
@@ -194,7 +194,7 @@ func TestCheckCall(t *testing.T) {
 		{"metacharacter spelled as a JSON escape", gitRule, `{"command":"git log -1\u003b rm"}`, false, "matches none"},
 
 		// other_args.
-		// This was allowed before SPEC §5: an argument the rule does not
+		// This was allowed before other_args: an argument the rule does not
 		// name is refused unless other_args is true.
 		{"other argument refused by default", gitRule, `{"command":"git log --oneline","cwd":"/"}`, false, `argument "cwd" is not named`},
 		{"the smallest other argument is named", gitRule, `{"command":"git status","z":1,"b":2,"x":3}`, false, `argument "b" is not named`},
@@ -216,7 +216,7 @@ func TestCheckCall(t *testing.T) {
 		{"not an object", gitRule, `["command","git status"]`, false, "not a JSON object"},
 		{"a string, not an object", gitRule, `"git status"`, false, "not a JSON object"},
 
-		// The SPEC §3 rule: args and args_regex, each argument required.
+		// The reference rule: args and args_regex, each argument required.
 		{"spec rule", spec, `{"command":"git status","path":"docs/guide/intro.md"}`, true, ""},
 		{"spec rule without path", spec, `{"command":"git status"}`, false, `argument "path" is missing`},
 		{"spec rule without command", spec, `{"path":"docs/a.md"}`, false, `argument "command" is missing`},
@@ -431,7 +431,7 @@ func names(v *View) string {
 	return strings.Join(out, ",")
 }
 
-// FuzzCallRuleMetacharacters checks SPEC §5 through the decision function:
+// FuzzCallRuleMetacharacters checks guarded call-rule globs through the decision function:
 // a call whose argument holds a control character or a shell metacharacter
 // passes a call-rule glob only if the glob spells that character out.
 func FuzzCallRuleMetacharacters(f *testing.F) {
@@ -527,7 +527,7 @@ func FuzzAllows(f *testing.F) {
 }
 
 // BenchmarkCheckCall measures the call-rule part of a tools/call decision,
-// allowed and refused, for the SPEC §3 rule.
+// allowed and refused, for the reference rule.
 func BenchmarkCheckCall(b *testing.B) {
 	f := NewRegistry().Filter(MustCompile(configs.RuleSet{CallRules: []configs.CallRule{{Tool: "shell__run",
 		Args:      map[string][]string{"command": {"git status", "git log *"}},

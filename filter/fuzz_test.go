@@ -28,7 +28,7 @@ var fuzzPath = regexp.MustCompile(`^docs/[a-z0-9_/-]+\.md$`)
 
 // fuzzAllowed is the oracle: whether v is a value a profile author who
 // wrote fuzzRules meant to admit for tool's argument arg. It is written
-// from SPEC §5, not from the glob package's translation.
+// from the documented rule, not from the glob package's translation.
 func fuzzAllowed(tool, v string) bool {
 	guardedFree := func(s string) bool {
 		return !strings.ContainsFunc(s, func(r rune) bool {
@@ -113,7 +113,7 @@ var fuzzSeeds = []string{
 // (mcp-go's GetString), or into a struct whose fields match keys
 // case-insensitively (mcp-go's BindArguments). With other_args = false the
 // rule alone must hold; with other_args = true the arguments also pass
-// mcpmux's ambiguity check, as every tools/call does (SPEC §5).
+// mcpmux's ambiguity check, as every tools/call does.
 func FuzzCallRules(f *testing.F) {
 	for _, s := range fuzzSeeds {
 		f.Add([]byte(s))

@@ -32,7 +32,7 @@ var ErrArgumentsNotAllowed = errors.New("arguments not allowed")
 type Entry struct {
 	Tool mcp.Tool // as exposed: namespaced name, original name in _meta
 	// Raw is the exposed definition as listed: the upstream's bytes with
-	// only the name and mcpmux's _meta spliced in (SPEC §7). nil = none
+	// only the name and mcpmux's _meta spliced in. nil = none
 	// (mcpmux's own tools): the listing encodes Tool.
 	Raw      json.RawMessage
 	Upstream string // the upstream's config name

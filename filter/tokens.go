@@ -19,7 +19,7 @@ func tokensOf(n int) int { return (n + bytesPerToken - 1) / bytesPerToken }
 
 // EstimateTokens approximates the model tokens a tools/list result listing
 // tools costs: the size of its JSON over four. It is what `mcpmux check`
-// and the status page print (SPEC §9). An error names the tool that
+// and the status page print. An error names the tool that
 // cannot be encoded.
 func EstimateTokens(tools []mcp.Tool) (int, error) {
 	b, err := json.Marshal(mcp.ListToolsResult{Tools: tools})

@@ -11,7 +11,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 )
 
-// This file holds upstream-level visibility (SPEC §5): prompts, resources
+// This file holds upstream-level visibility: prompts, resources
 // and resource templates are filtered by the upstream that serves them.
 // Filter.ShowsUpstream is the one decision; a View's Listing applies it to
 // a snapshot's Catalog once and keeps the result.
@@ -39,7 +39,7 @@ func (f *Filter) ShowsUpstream(name string, hasVisibleTool, servesTools bool) bo
 type Served[T any] struct {
 	Item T
 	// Raw is the item's definition as listed: the upstream's bytes with
-	// only what mcpmux changes spliced in (SPEC §7); nil = encode Item.
+	// only what mcpmux changes spliced in; nil = encode Item.
 	Raw      json.RawMessage
 	Upstream string
 }

@@ -12,7 +12,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 )
 
-// The adversarial table (issue 9, SPEC §5, §7, §10): tools/call requests an
+// The adversarial table (issue 9): tools/call requests an
 // attacker would write to make a typed upstream run something its profile
 // does not allow, sent on every front door to both typed upstreams (HTTP
 // and stdio; typed_upstream_test.go). The oracle is what the upstream's
@@ -93,7 +93,7 @@ func advString(s string, escapeAll bool) string {
 	return b.String()
 }
 
-// advMetacharacters are the runes SPEC §5 says a glob wildcard never
+// advMetacharacters are the runes a call rule's glob wildcard never
 // matches, each in the shape an injection would use it. Tab is a control
 // character (Cc) like newline, so it is refused too, although a shell only
 // splits words on it.
@@ -245,7 +245,7 @@ func advTable() []advCase {
 		advAllowedCase("shell_run: git log, non-ASCII", "shell_run", `{"command":"git log --author=Jos\u00e9"}`, "git log --author=Jos\u00e9"),
 		// Decided: U+2028 and U+2029 (separators, Zl/Zp), zero-width and
 		// bidi characters (format, Cf) are neither control characters
-		// (Cc) nor shell metacharacters, so `*` matches them, as SPEC §5
+		// (Cc) nor shell metacharacters, so `*` matches them, as docs/configuration.md
 		// says; a POSIX shell reads them as ordinary word characters. A
 		// rule that must exclude them says so with args_regex. The
 		// upstream runs the value exactly as checked.
@@ -262,7 +262,7 @@ func advTable() []advCase {
 }
 
 // TestAdversarialCallRules runs advTable on every door against both typed
-// upstreams: every refusal answers as SPEC §7 says and leaves the upstream
+// upstreams: every refusal answers as docs/protocol.md says and leaves the upstream
 // with nothing executed; every allowed call runs exactly its value.
 func TestAdversarialCallRules(t *testing.T) {
 	env := startTyped(t)

@@ -410,7 +410,7 @@ func tail(s string, n int) string {
 // unprefixed, so mcpmux exposes exactly the names the scenarios call, with
 // one connection per client session: mcp-go's server sends sampling and
 // roots requests on its standalone GET stream, which ties them to no call,
-// so on a shared connection mcpmux refuses them (SPEC §7).
+// so on a shared connection mcpmux refuses them.
 func muxConformanceConfig(upstreamURL string) string {
 	return fmt.Sprintf("[upstreams.conf]\nurl = %s\nprefix = \"\"\nrequired = true\nscope = \"session\"\n", tomlString(upstreamURL))
 }

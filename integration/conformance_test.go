@@ -14,7 +14,7 @@ import (
 	"time"
 )
 
-// Parity bar (SPEC §7): the official MCP conformance suite (the pinned
+// Parity bar: the official MCP conformance suite (the pinned
 // @modelcontextprotocol/conformance, all suites, every spec version it knows)
 // run through mcpmux against an upstream passes every scenario that it passes
 // against that upstream directly.

@@ -98,7 +98,7 @@ func TestUpstreamCrash(t *testing.T) {
 	}
 
 	// Meanwhile a call of the crashed upstream's tool is told to retry:
-	// a temporary error, not "Tool not found" (SPEC §7). The backoff
+	// a temporary error, not "Tool not found". The backoff
 	// before the restart is about a second; a raw call takes milliseconds.
 	rs := openRawSession(t, m.URL(), nil)
 	if r := rs.post(t, "", nil, toolsCallBody(t, 2, "crash__echo", map[string]any{"text": "too early"})); r.Msg == nil || r.Msg.Error == nil ||

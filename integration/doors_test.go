@@ -18,7 +18,7 @@ import (
 	"time"
 )
 
-// End-to-end tests of the front doors other than /mcp (SPEC §2, §6): the
+// End-to-end tests of the front doors other than /mcp: the
 // official TypeScript SDK client over legacy SSE, websocket and stdio,
 // against the real mcpmux binary, must see exactly what it sees over
 // streamable HTTP, with the same gate.

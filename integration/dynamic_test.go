@@ -65,7 +65,7 @@ func toolsetsOf(t *testing.T, r CallResult) map[string]int {
 
 // TestDynamicToolsets drives dynamic sessions with the official TypeScript
 // SDK client over streamable HTTP against server-everything,
-// server-memory, server-filesystem and the demo server (SPEC §6): a
+// server-memory, server-filesystem and the demo server: a
 // session starts with mcpmux's three tools and the tools outside every
 // toolset; enabling a toolset tells that session list_changed and adds the
 // toolset's tools (never beyond a read-only ceiling); a concurrent session

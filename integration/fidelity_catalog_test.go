@@ -20,12 +20,12 @@ import (
 	"time"
 )
 
-// The fidelity tests of SPEC §7's catalog rules, with real upstreams:
+// The fidelity tests of the catalog rules, with real upstreams:
 // server-everything over stdio, mcpmux's demo server over stdio, and a
 // recorder over streamable HTTP (handwritten bytes, tools without
 // annotations or titles). Each upstream is also asked directly, in the same
 // test, and what a client lists through mcpmux must be those bytes apart
-// from the name and mcpmux's _meta (and the title SPEC §4 adds where the
+// from the name and mcpmux's _meta (and the title mcpmux adds where the
 // upstream gave none).
 
 // listings are the four listing methods and the result member of each.
@@ -241,7 +241,7 @@ func checkListed(t *testing.T, door, key string, listed []json.RawMessage, ups [
 				}
 				if !titled {
 					if got["title"] != id {
-						t.Errorf("%s: %s %q of %s: title = %v, want the original name (SPEC §4)", door, key, id, u.name, got["title"])
+						t.Errorf("%s: %s %q of %s: title = %v, want the original name", door, key, id, u.name, got["title"])
 					}
 					delete(got, "title")
 				}

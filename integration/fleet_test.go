@@ -22,7 +22,7 @@ import (
 
 // TestFleet runs two mcpmux replicas (replica_id mcpmux-a and mcpmux-b)
 // over the same upstream behind a real nginx with the shipped
-// configs/examples/deploy/nginx.conf (SPEC §12), and checks what clients
+// configs/examples/deploy/nginx.conf, and checks what clients
 // of the fleet see: a legacy session's every request reaches the replica
 // that minted it, stateless requests spread, a replica's death costs only
 // its own sessions one error, and a hot reload of one replica leaves the
@@ -283,7 +283,7 @@ func writeConfigMap(t *testing.T, dir string, gen int, text string) string {
 }
 
 // TestFleetHeldCallRetry checks the one piece of state a replica holds
-// outside a session (SPEC §12): a legacy upstream's call held open for a
+// outside a session: a legacy upstream's call held open for a
 // 2026-07-28 client's input_required retry. The retry of a call held by
 // mcpmux-a that reaches mcpmux-b is told which replica holds it; the same
 // retry reaching mcpmux-a completes the call.

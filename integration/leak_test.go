@@ -12,8 +12,8 @@ import (
 	"time"
 )
 
-// TestLeakOnSIGTERM checks that no child or grandchild survives mcpmux
-// (SPEC §8): every stdio upstream is a `sh -c` wrapper that backgrounds the
+// TestLeakOnSIGTERM checks that no child or grandchild survives mcpmux:
+// every stdio upstream is a `sh -c` wrapper that backgrounds the
 // real server, so the server is mcpmux's grandchild, and one wrapper also
 // leaves a grandchild that ignores SIGTERM and holds the upstream's stdout
 // open, so only SIGKILL to the process group ends it.
@@ -61,7 +61,7 @@ func TestLeakOnSIGTERM(t *testing.T) {
 						t.Errorf("marked process %d (%s) is not a descendant of mcpmux %d", p.PID, p.Comm, mux.PID())
 					}
 				}
-				// SPEC §8: each stdio child runs in its own process group.
+				// Each stdio child runs in its own process group.
 				for _, p := range desc {
 					if p.PPID == mux.PID() && p.PGID != p.PID {
 						t.Errorf("upstream child %d (%s) is in process group %d, want its own (%d)", p.PID, p.Comm, p.PGID, p.PID)

@@ -19,7 +19,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 )
 
-// The bounds of SPEC §10 against the real binary, asserted by structure,
+// The bounds of docs/operations.md#limits against the real binary, asserted by structure,
 // not by timing: sessions never exceed max_sessions, distinct narrowings
 // keep at most the cache's filters, an oversized header is refused, and
 // slow bodies and idle connections are closed. integration/memload

@@ -27,7 +27,7 @@ read_only = true
 }
 
 // TestListChanged checks that a catalog change notifies exactly the
-// sessions whose view changed (SPEC §6). Three sessions run at once in one
+// sessions whose view changed. Three sessions run at once in one
 // drive.mjs, lined up by barriers:
 //
 //	A: no profile (sees everything) — adds the tools

@@ -86,7 +86,7 @@ func expectMethod(t *testing.T, who string, ch <-chan string, method string, wan
 }
 
 // TestModernListen checks that a 2026-07-28 client that listens hears
-// tools/list_changed for its own view only (SPEC §7): a read-only listener
+// tools/list_changed for its own view only: a read-only listener
 // is not told of a new tool that is not read-only, and is told of one that
 // is; an unrestricted listener is told of both.
 func TestModernListen(t *testing.T) {

@@ -101,7 +101,7 @@ func (m metrics) mcpmuxLines() string {
 
 // TestMetrics checks the gauges of GET /metrics against what clients do:
 // profiles and requests with equal effective rules share one filter
-// instance (SPEC §5), sessions are counted, and the catalog size is the
+// instance, sessions are counted, and the catalog size is the
 // size of the unfiltered listing.
 func TestMetrics(t *testing.T) {
 	requireFilesystemServer(t)

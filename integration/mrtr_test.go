@@ -65,7 +65,7 @@ func (e *elicitAnswer) Elicit(_ context.Context, req mcp.ElicitationRequest) (*m
 }
 
 // TestMRTR checks multi-round-trip input in all four combinations of a
-// client and an upstream before and from 2026-07-28 (SPEC §7): a modern
+// client and an upstream before and from 2026-07-28: a modern
 // upstream's input_required reaches a modern client unchanged and its retry
 // reaches the upstream unchanged; for a legacy client mcpmux asks with a
 // real elicitation; a legacy upstream's mid-call elicitation reaches a

@@ -86,7 +86,7 @@ func listedTools(t *testing.T, s *rawSession) map[string]string {
 // rec__run: a text-format ERROR line naming the tool and both upstreams.
 var namespaceLogged = regexp.MustCompile(`level=ERROR .*tool=rec__run .*upstream=aaa .*unprefixed upstream \\"aaa\\" is in the namespace \\"rec__\\" of upstream \\"rec\\"`)
 
-// TestNamespaceShadowing checks SPEC §4: an unprefixed upstream listing a
+// TestNamespaceShadowing checks name shadowing: an unprefixed upstream listing a
 // tool named inside another upstream's namespace (here rec__run, which the
 // upstream with prefix rec exposes) is refused, with both upstreams named in
 // the log and by check, and calls reach the owner; the name stays refused

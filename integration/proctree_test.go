@@ -341,7 +341,7 @@ func TestProcTree(t *testing.T) {
 // setsidConfig mounts one required stdio upstream, "sid": a sh wrapper that
 // first starts a grandchild that leaves mcpmux's process group and session
 // with setsid and ignores SIGTERM and SIGHUP, then execs the demo server.
-// Only a kill aimed at that process itself ends it (SPEC §8).
+// Only a kill aimed at that process itself ends it.
 func setsidConfig(t *testing.T, marker string) string {
 	t.Helper()
 	for _, tool := range []string{"sh", "setsid", "sleep"} {
@@ -390,7 +390,7 @@ func assertEnded(t *testing.T, g proc) {
 	}
 }
 
-// TestSetsidGrandchild checks SPEC §8 with a grandchild that left the
+// TestSetsidGrandchild checks that with a grandchild that left the
 // process group and session (setsid) and ignores SIGTERM: mcpmux, a child
 // subreaper, ends and reaps it when it is stopped, over HTTP and over
 // stdio, and when the upstream's child crashes and is restarted.

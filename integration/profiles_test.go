@@ -18,7 +18,7 @@ import (
 	"unicode"
 )
 
-// End-to-end tests of the filter pipeline and profiles (SPEC §5, §6, §7):
+// End-to-end tests of the filter pipeline and profiles:
 // the real mcpmux binary mounting the real reference servers and the demo
 // server, driven by the official TypeScript SDK client and by raw HTTP.
 
@@ -373,7 +373,7 @@ func TestProfiles(t *testing.T) {
 		}
 		requireNoFile(t, args["path"].(string), "hidden and unknown calls")
 
-		// A long name is echoed cut to 128 characters (SPEC §7).
+		// A long name is echoed cut to 128 characters.
 		long := "fs__write_file" + strings.Repeat("x", 300)
 		steps = drive(t, Script{URL: url, Steps: []Op{opCallExpectError(long, args)}}).Steps(t)
 		wantToolNotFound(t, steps[0].Error, long[:128])
@@ -447,7 +447,7 @@ func TestProfiles(t *testing.T) {
 							t.Errorf("call %q: message %q, want %q", n, e.Message, want)
 						}
 					} else if !printable(e.Message) {
-						t.Errorf("call %q: the message %q echoes control or invisible characters; the name must be sanitized (SPEC §7)", n, e.Message)
+						t.Errorf("call %q: the message %q echoes control or invisible characters; the name must be sanitized", n, e.Message)
 					}
 				}
 				if got := steps[len(names)].Call(t); got.IsError || !strings.Contains(got.Text(), "existing ✓") {
@@ -665,7 +665,7 @@ func lookAlikes(base string) []string {
 // printable reports whether every character of s is printable (letters,
 // marks, numbers, punctuation, symbols and the ASCII space): no control
 // characters, no invisible format characters such as zero-width spaces.
-// SPEC §7 has the name in "Tool not found: <name>" sanitized; a message
+// mcpmux has the name in "Tool not found: <name>" sanitized; a message
 // must not echo what a reader cannot see.
 func printable(s string) bool {
 	return !strings.ContainsFunc(s, func(r rune) bool { return !unicode.IsPrint(r) })

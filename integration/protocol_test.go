@@ -159,7 +159,7 @@ required = true
 // protoEveryStdioPerSession is protoEveryStdio with one child per client
 // session: over stdio nothing ties server-everything's sampling,
 // elicitation and roots requests to a call, so on a shared child mcpmux
-// refuses them (SPEC §7).
+// refuses them.
 func protoEveryStdioPerSession() string {
 	return protoEveryStdio() + "scope = \"session\"\n"
 }

@@ -11,7 +11,7 @@ import (
 	"time"
 )
 
-// demoTools are the demo server's tools (SPEC §2), and demoReadOnly those
+// demoTools are the demo server's tools, and demoReadOnly those
 // of them with readOnlyHint true.
 var (
 	demoTools    = []string{"add_tool", "delete_note", "echo", "list_notes", "read_note", "slow_count", "write_note"}
@@ -131,7 +131,7 @@ func TestQuickstart(t *testing.T) {
 }
 
 // noteArgs builds write_note and read_note arguments from the tools' input
-// schemas (SPEC §2 names the tools, not their arguments): every required
+// schemas (the docs name the tools, not their arguments): every required
 // string property gets a distinct value; read_note's properties take the
 // values write_note got for the same names (the note's key). wantInRead are
 // the written values read_note must give back: those of the properties

@@ -18,7 +18,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 )
 
-// The recording tests (SPEC §5 call rules and ambiguous keys, §7, §10): two
+// The recording tests (call rules and ambiguous keys, the request path, the security bounds): two
 // recording upstreams — rec speaking 2025-11-25, mod speaking 2026-07-28 —
 // mounted over streamable HTTP with a query secret in their URLs, behind a
 // profile that hides secret_tool and allows run only with
@@ -304,7 +304,7 @@ type recRefusal struct {
 // TestRecordingAmbiguousNeverForwarded checks that a tools/call (or
 // prompts/get) whose params could be read two ways, or whose arguments
 // break the call rule, is refused with -32602 and that no upstream was
-// sent anything for it (SPEC §5).
+// sent anything for it.
 func TestRecordingAmbiguousNeverForwarded(t *testing.T) {
 	env := startRecording(t)
 	const rm = `"rm -rf /tmp/x-TOKEN"`
@@ -319,7 +319,7 @@ func TestRecordingAmbiguousNeverForwarded(t *testing.T) {
 		{name: "Command on the 2026-07-28 upstream", params: `{"name":"mod__run","arguments":{"command":"git status","Command":` + rm + `}}`},
 		{name: "name twice", params: `{"name":"rec__run","name":"rec__run","arguments":{"command":"git status","x":"TOKEN"}}`},
 		{name: "name twice, hidden then visible", params: `{"name":"rec__secret_tool","name":"rec__run","arguments":{"command":"git status","x":"TOKEN"}}`},
-		// SPEC §5: the same key twice is -32602 "whether or not a rule
+		// The same key twice is -32602 "whether or not a rule
 		// applies", also when the name decoded last is a hidden tool's.
 		{name: "name twice, visible then hidden", params: `{"name":"rec__run","name":"rec__secret_tool","arguments":{"command":"git status","x":"TOKEN"}}`},
 		{name: "name and Name", params: `{"name":"rec__run","Name":"rec__echo","arguments":{"command":"git status","x":"TOKEN"}}`},
@@ -336,7 +336,7 @@ func TestRecordingAmbiguousNeverForwarded(t *testing.T) {
 		{name: "call rule: newline", params: `{"name":"rec__run","arguments":{"command":"git status\nrm -rf /tmp/x-TOKEN"}}`, message: notAllowed},
 		{name: "call rule: command not a string", params: `{"name":"rec__run","arguments":{"command":["git status","TOKEN"]}}`, message: notAllowed},
 		{name: "call rule: command missing", params: `{"name":"rec__run","arguments":{"cmd":"TOKEN"}}`, message: notAllowed},
-		// SPEC §5: other_args = false is the default, so an argument the
+		// other_args = false is the default, so an argument the
 		// rule does not name is refused.
 		{name: "call rule: an argument the rule does not name", params: `{"name":"rec__run","arguments":{"command":"git status","extra":"TOKEN"}}`, message: notAllowed},
 	}
@@ -385,7 +385,7 @@ func runRefusals(t *testing.T, env *recEnv, cases []recRefusal) {
 	}
 }
 
-// recPrintable is how SPEC §7 wants a client's tool name echoed: every
+// recPrintable is how mcpmux wants a client's tool name echoed: every
 // rune that is not printable replaced, cut to 128 bytes.
 func recPrintable(s string) string {
 	var b strings.Builder
@@ -404,7 +404,7 @@ func recPrintable(s string) string {
 // TestRecordingHiddenNeverForwarded checks that a hidden tool, an unknown
 // one, and names that differ from a visible tool only in case, spacing or
 // invisible characters all get the same -32601 "Tool not found: <name>",
-// and that no upstream was sent anything for them (SPEC §7, §10).
+// and that no upstream was sent anything for them.
 func TestRecordingHiddenNeverForwarded(t *testing.T) {
 	env := startRecording(t)
 	names := []string{
@@ -429,7 +429,7 @@ func TestRecordingHiddenNeverForwarded(t *testing.T) {
 
 // TestRecordingErrorPassThrough checks that an upstream's JSON-RPC errors
 // reach the client as they were sent: code, message and data, with nothing
-// added (SPEC §7), from a 2025-11-25 and a 2026-07-28 upstream, for
+// added, from a 2025-11-25 and a 2026-07-28 upstream, for
 // tools/call, prompts/get and resources/read.
 func TestRecordingErrorPassThrough(t *testing.T) {
 	env := startRecording(t)
@@ -495,8 +495,8 @@ func recLeaks(text string, ups ...*recorder) []string {
 // TestRecordingOwnErrorsLeakNothing checks mcpmux's own errors — an
 // upstream that does not answer within call_timeout, one that is gone —
 // on every door: -32603, naming the upstream, and carrying no URL,
-// address, port, query or secret (SPEC §7, §10). The upstream's secret
-// must not be in mcpmux's logs either (SPEC §9, §10).
+// address, port, query or secret. The upstream's secret
+// must not be in mcpmux's logs either.
 func TestRecordingOwnErrorsLeakNothing(t *testing.T) {
 	env := startRecording(t)
 	doors := env.doors()

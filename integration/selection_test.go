@@ -12,7 +12,7 @@ import (
 	"testing"
 )
 
-// End-to-end tests of GitHub-compatible selection (SPEC §6): the path
+// End-to-end tests of GitHub-compatible selection: the path
 // forms (/mcp/readonly, /mcp/x/{toolsets}[/readonly], /mcp/p/{profile}…,
 // and the same under /sse and /ws) and GitHub's X-MCP-* headers, driven by
 // the official TypeScript SDK client over all three HTTP doors against the

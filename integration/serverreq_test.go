@@ -23,8 +23,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 )
 
-// These tests check where an upstream's server→client requests go (SPEC
-// §7, §8): never to a session that did not cause them. The upstream is
+// These tests check where an upstream's server→client requests go: never to a session that did not cause them. The upstream is
 // lateask, a stdio server whose sampling request can come after the call
 // that caused it finished, while another session's call is in flight.
 
@@ -345,7 +344,7 @@ func TestServerRequestNeverReachesAnotherSession(t *testing.T) {
 	}
 }
 
-// TestSessionScopedUpstream checks scope = "session" (SPEC §8): each
+// TestSessionScopedUpstream checks scope = "session": each
 // session that uses the upstream gets its own child, opened on first use
 // (once, however many calls race to open it), and its server→client
 // requests reach that session; a stateless request uses the shared child;

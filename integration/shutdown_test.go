@@ -22,9 +22,9 @@ import (
 	"github.com/coder/websocket"
 )
 
-// SPEC §8: on shutdown, calls in flight get a JSON-RPC error before
+// On shutdown, calls in flight get a JSON-RPC error before
 // connections close, and mcpmux exits within shutdown_grace plus the
-// children's kill steps; `serve --stdio` answers what it has read. SPEC §7:
+// children's kill steps; `serve --stdio` answers what it has read. And:
 // a call that arrives while its upstream restarts gets a temporary error,
 // never -32601.
 //

@@ -12,7 +12,7 @@ import (
 	"time"
 )
 
-// TestEarlyRequestWaitsForUpstreams checks SPEC §7: a request that arrives
+// TestEarlyRequestWaitsForUpstreams checks that a request that arrives
 // while the upstreams are still making their first connection waits for
 // them instead of seeing a partial catalog. The upstream takes a second to
 // start (a shell sleeps before it runs the demo server); the session is

@@ -18,7 +18,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 )
 
-// The upstream-visibility tests (SPEC §5, §7): prompts, resources and
+// The upstream-visibility tests: prompts, resources and
 // resource templates are filtered by the upstream serving them, on every
 // door. Two recording upstreams, a (2025-11-25) and b (2026-07-28), each
 // serve tools, the prompts greet and broken, the resources notes and
@@ -387,35 +387,64 @@ func visNotes(t *testing.T, c *recStream) []string {
 // TestVisibilityListChanged: when a reload changes which upstreams a
 // profile shows, its sessions are told prompts, resources and tools
 // list_changed, and sessions whose listings did not change are told
-// nothing.
+// nothing. A reload can only narrow a live session (docs/operations.md,
+// Reload): widening only-a to both upstreams leaves its live session as it
+// was, while a new session gets both; narrowing it back narrows that new
+// session.
 func TestVisibilityListChanged(t *testing.T) {
 	env := startVisibility(t)
 	ws := func(profile string) *recStream { return openWS(t, "ws://"+env.mux.Addr+"/ws?profile="+profile, true) }
-	sessions := map[string]*recStream{"only-a": ws("only-a"), "open": ws("open"), "none": ws("none")}
+	reload := func(onlyA string) {
+		t.Helper()
+		reloads := strings.Count(env.mux.Stderr(), "config reloaded")
+		if err := os.WriteFile(env.cfgPath, []byte(visConfigWith(env.a, env.b, onlyA)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := env.mux.Signal(syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(15 * time.Second)
+		for strings.Count(env.mux.Stderr(), "config reloaded") == reloads {
+			if time.Now().After(deadline) {
+				t.Fatalf("no reload logged\n--- stderr ---\n%s", env.mux.Stderr())
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	prompts := func(c *recStream) []string {
+		t.Helper()
+		return visListed(t, "prompts/list", c.do(t, "prompts/list", `{}`))
+	}
+	onlyA, both := []string{"a__broken", "a__greet"}, []string{"a__broken", "a__greet", "b__broken", "b__greet"}
+
+	early := ws("only-a")
+	if notes := visNotes(t, early); len(notes) > 0 {
+		t.Fatalf("only-a: notifications before any change: %q", notes)
+	}
+	reload(`"a", "b"`)
+	// The notifications were queued before the reload was logged.
+	if notes := visNotes(t, early); len(notes) > 0 {
+		t.Errorf("a live only-a session was told %q by a reload that widened its profile", notes)
+	}
+	if got := prompts(early); !slices.Equal(got, onlyA) {
+		t.Errorf("after the widening reload the live only-a session lists prompts %q, want %q", got, onlyA)
+	}
+
+	sessions := map[string]*recStream{"only-a": ws("only-a"), "open": ws("open"), "none": ws("none"), "early only-a": early}
 	for name, c := range sessions {
 		if notes := visNotes(t, c); len(notes) > 0 {
 			t.Fatalf("%s: notifications before any change: %q", name, notes)
 		}
 	}
-	reloads := strings.Count(env.mux.Stderr(), "config reloaded")
-	if err := os.WriteFile(env.cfgPath, []byte(visConfigWith(env.a, env.b, `"a", "b"`)), 0o600); err != nil {
-		t.Fatal(err)
+	if got := prompts(sessions["only-a"]); !slices.Equal(got, both) {
+		t.Fatalf("a new only-a session lists prompts %q, want %q", got, both)
 	}
-	if err := env.mux.Signal(syscall.SIGHUP); err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(15 * time.Second)
-	for strings.Count(env.mux.Stderr(), "config reloaded") == reloads {
-		if time.Now().After(deadline) {
-			t.Fatalf("no reload logged\n--- stderr ---\n%s", env.mux.Stderr())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	// The notifications were queued before the reload was logged.
+	reload(`"a"`)
 	want := map[string][]string{
-		"only-a": {"notifications/prompts/list_changed", "notifications/resources/list_changed", "notifications/tools/list_changed"},
-		"open":   nil,
-		"none":   nil,
+		"only-a":       {"notifications/prompts/list_changed", "notifications/resources/list_changed", "notifications/tools/list_changed"},
+		"open":         nil,
+		"none":         nil,
+		"early only-a": nil,
 	}
 	for name, c := range sessions {
 		got := visNotes(t, c)
@@ -424,8 +453,8 @@ func TestVisibilityListChanged(t *testing.T) {
 			t.Errorf("%s: notified %q, want %q", name, got, want[name])
 		}
 	}
-	if got := visListed(t, "prompts/list", sessions["only-a"].do(t, "prompts/list", `{}`)); !slices.Equal(got, []string{"a__broken", "a__greet", "b__broken", "b__greet"}) {
-		t.Errorf("after the reload only-a lists prompts %q", got)
+	if got := prompts(sessions["only-a"]); !slices.Equal(got, onlyA) {
+		t.Errorf("after the narrowing reload only-a lists prompts %q, want %q", got, onlyA)
 	}
 }
 

@@ -129,9 +129,10 @@ func (bu *bigUpstream) count(name string) int {
 	return bu.calls[name]
 }
 
-// bigAnswer is larger than what loopback socket buffers absorb, so a
+// bigAnswer is larger than what loopback socket buffers absorb (a send
+// buffer grows to 4 MiB; the client's receive buffer is kept small), so a
 // client that does not read leaves it in mcpmux.
-const bigAnswer = 24 << 20
+const bigAnswer = 12 << 20
 
 const bigConfig = "max_message_bytes = \"64MiB\"\n[server]\nmax_pending_bytes = \"1MiB\"\n"
 
@@ -199,7 +200,7 @@ func TestSlowReaderOnMCP(t *testing.T) {
 	}
 
 	rawPost(t, hs, id, callBody(2, "big", fmt.Sprintf(`{"bytes":%d}`, bigAnswer)))
-	waitFor(t, func() bool { return held() > 1<<20 }, "the unread answer is held")
+	waitLong(t, func() bool { return held() > 1<<20 }, "the unread answer is held")
 
 	code, body := postHTTP(t, hs, id, callBody(3, "quick", "{}"))
 	if code != http.StatusOK || !strings.Contains(body, `"code":-32000`) || !strings.Contains(body, "max_pending_bytes") {
@@ -212,7 +213,7 @@ func TestSlowReaderOnMCP(t *testing.T) {
 		t.Fatalf("the refusal was not audited as busy:\n%s", audit.String())
 	}
 
-	waitFor(t, func() bool { return held() == -1 }, "the stalled session is ended")
+	waitLong(t, func() bool { return held() == -1 }, "the stalled session is ended")
 	code, body = postHTTP(t, hs, id, callBody(4, "quick", "{}"))
 	if code != http.StatusNotFound {
 		t.Fatalf("the ended session's id: %d %s, want 404", code, body)
@@ -274,13 +275,25 @@ func TestSlowReaderOnWebsocket(t *testing.T) {
 		return ss != nil
 	}, "the session is listed")
 	p.send(t, callBody(2, "big", fmt.Sprintf(`{"bytes":%d}`, bigAnswer)))
-	waitFor(t, func() bool { return ss.held.held() > 1<<20 }, "the unread answer is held")
+	waitLong(t, func() bool { return ss.held.held() > 1<<20 }, "the unread answer is held")
 	for i := range 5 {
 		p.send(t, callBody(3+i, "quick", "{}"))
 	}
-	waitFor(t, func() bool { return ss.ctx.Err() != nil }, "the stalled session ends")
+	waitLong(t, func() bool { return ss.ctx.Err() != nil }, "the stalled session ends")
 	if n := bu.count("quick"); n != 0 {
 		t.Fatalf("calls sent while the session held %d unread bytes reached the upstream %d times", ss.held.held(), n)
+	}
+}
+
+// waitLong is waitFor for what takes a large answer through a loaded
+// machine under the race detector: it gives up after a minute.
+func waitLong(t *testing.T, cond func() bool, what string) {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); !cond(); {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting until %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 

@@ -154,9 +154,9 @@ func (s *Server) decide(session string, b Binding, view *filter.View, m *jsonrpc
 			reason, refusal = audit.ReasonNotFound, &jsonrpc.Error{Code: mcp.METHOD_NOT_FOUND, Message: "Tool not found: " + jsonrpc.Printable(m.Name)}
 		case view.Filter.CheckCall(e, m.Arguments) != nil:
 			reason, refusal = audit.ReasonArguments, &jsonrpc.Error{Code: mcp.INVALID_PARAMS, Message: "Arguments not allowed for " + e.Tool.Name}
-		case !s.limits.Allow(session, s.Resolver().RateFor(b.Profile)):
+		case !s.limits.Allow(session, b.Rate):
 			reason, refusal = audit.ReasonRate, &jsonrpc.Error{Code: rateLimited,
-				Message: fmt.Sprintf("Rate limit exceeded: profile %q allows %d tool calls per minute per session", b.Profile, s.Resolver().RateFor(b.Profile))}
+				Message: fmt.Sprintf("Rate limit exceeded: profile %q allows %d tool calls per minute per session", b.Profile, b.Rate)}
 		}
 	default:
 		if m.Ambiguous != nil {

@@ -118,6 +118,17 @@ func (set *streamSet) get(id string) *streamSession {
 	return set.byID[id]
 }
 
+// list returns the live stream sessions, in a new slice.
+func (set *streamSet) list() []*streamSession {
+	set.mu.Lock()
+	defer set.mu.Unlock()
+	out := make([]*streamSession, 0, len(set.byID))
+	for _, ss := range set.byID {
+		out = append(out, ss)
+	}
+	return out
+}
+
 // len returns the number of live stream sessions.
 func (set *streamSet) len() int {
 	set.mu.Lock()

@@ -25,6 +25,9 @@ type listener struct {
 	queue  func(frame []byte) bool
 	listed viewPrints // fingerprints of the view it last had
 	uris   map[string]bool
+	// close ends the stream: a reload whose config no longer grants what
+	// it was opened with calls it (reload.go).
+	close context.CancelFunc
 }
 
 // viewPrints are the fingerprints of what one view lists: its tools, its
@@ -98,8 +101,9 @@ func (s *Server) serveListen(w http.ResponseWriter, r *http.Request, m *jsonrpc.
 			return false
 		}
 	}
-	ctx := r.Context()
-	stop, e := s.listen(ctx, m, b, view, queue)
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	stop, e := s.listen(ctx, m, b, view, queue, cancel)
 	if e != nil {
 		writeAnswer(w, httpStatus(e.Code), jsonrpc.ErrorResponse(m.ID, e))
 		return
@@ -132,7 +136,9 @@ func (s *Server) listenStream(ctx context.Context, sess *streamSession, b Bindin
 			return false
 		}
 	}
-	stop, e := s.listen(ctx, m, b, view, queue)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop, e := s.listen(ctx, m, b, view, queue, cancel)
 	if e != nil {
 		return jsonrpc.ErrorResponse(m.ID, e)
 	}
@@ -143,8 +149,9 @@ func (s *Server) listenStream(ctx context.Context, sess *streamSession, b Bindin
 
 // listen opens a listen stream for m: it subscribes upstream to the
 // resources m lists, registers the listener, and queues the
-// acknowledgement. The returned func closes it all again.
-func (s *Server) listen(ctx context.Context, m *jsonrpc.Message, b Binding, view *filter.View, queue func([]byte) bool) (func(), *jsonrpc.Error) {
+// acknowledgement. The returned func closes it all again; end ends the
+// stream's request (ctx).
+func (s *Server) listen(ctx context.Context, m *jsonrpc.Message, b Binding, view *filter.View, queue func([]byte) bool, end context.CancelFunc) (func(), *jsonrpc.Error) {
 	var p struct {
 		Notifications mcp.SubscriptionFilter `json:"notifications"`
 	}
@@ -159,7 +166,7 @@ func (s *Server) listen(ctx context.Context, m *jsonrpc.Message, b Binding, view
 			return nil, &jsonrpc.Error{Code: mcp.INVALID_PARAMS, Message: fmt.Sprintf("subscriptions/listen: a subscribed URI may be at most %d bytes", maxSubscriptionURI)}
 		}
 	}
-	l := &listener{binding: b, want: p.Notifications, queue: queue, listed: s.printsOf(b, view), uris: make(map[string]bool)}
+	l := &listener{binding: b, want: p.Notifications, queue: queue, listed: s.printsOf(b, view), uris: make(map[string]bool), close: end}
 	var subscribed []string
 	release := func() {
 		for _, uri := range subscribed {

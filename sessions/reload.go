@@ -1,35 +1,71 @@
 package sessions
 
 import (
+	"errors"
+	"fmt"
+	"slices"
+
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/mcpmux/mcpmux/configs"
 )
 
-// Reload applies a new config's [filter], profiles and tokens. Every live
-// session stays connected: it is resolved again from what it originally
-// asked for, and told tools/list_changed if its view changed. A session
-// whose profile no longer exists keeps its old rules (and is logged).
-// Settings under [server] (listen address, origins, limits) take effect only
-// on restart.
+// This file holds what a config reload does to live sessions
+// (docs/operations.md, Reload): a reload can only narrow a live session or
+// end it. Each session's grant is re-derived from its own caller (the
+// token that opened it) and its own profile, never from a default that
+// changed since; a session whose token is gone or no longer allows its
+// profile, or whose profile is gone, ends on every door. Every registry of
+// live sessions is covered: the bound sessions (/mcp, and /ws, /sse and
+// stdio once initialized), stream sessions not initialized yet, and
+// 2026-07-28 listen streams. A /mcp session's GET stream closes with its
+// session.
+
+// errConfigChanged is why a reload ended a session; the error a session
+// ends with wraps it and says what changed.
+var errConfigChanged = errors.New("the config changed")
+
+// Reload applies a new config's [filter], profiles and tokens. Each live
+// session's grant is re-derived (Resolver.Regrant): it stays, never wider
+// than before, and is told list_changed if its view changed; or it ends
+// (see the comment at the top of this file). Settings under [server]
+// (listen address, origins, limits) take effect only on restart.
 func (s *Server) Reload(cfg *configs.Config) error {
 	res, err := NewResolver(cfg, s.registry)
 	if err != nil {
 		return err
 	}
+	s.reloading.Lock()
+	defer s.reloading.Unlock()
 	s.registry.Forget()
+	// Stored before s.mu is taken below: a session that registers after
+	// the loop sees the new resolver and re-derives its grant itself
+	// (onRegister).
 	s.resolver.Store(res)
 	snap := s.agg.Snapshot()
 
+	type ending struct {
+		id, profile string
+		stream      bool
+		cause       error
+	}
+	var ends []ending
 	s.mu.Lock()
 	var notify, prompts, resources []string
 	for id, sess := range s.bound {
-		b, err := res.ResolveLocal(sess.binding.Selection)
-		if err != nil {
-			s.log.Warn("session keeps its previous rules after reload", "session", id, "profile", sess.binding.Profile, "error", err)
+		if sess.revoked != nil {
 			continue
 		}
-		b = s.reenable(b, sess.binding.Filter) // a dynamic session keeps its toolsets (dynamic.go)
+		b, err := s.regrant(res, sess.binding)
+		if err != nil {
+			// Refused from now on (serveMCP, grantOf), ended below.
+			sess.revoked = fmt.Errorf("%w: %w", errConfigChanged, err)
+			for _, cancel := range sess.inflight {
+				cancel()
+			}
+			ends = append(ends, ending{id: id, profile: sess.binding.Profile, stream: sess.stream, cause: sess.revoked})
+			continue
+		}
 		sess.binding = b
 		v := s.registry.View(snap.Version, snap.Tools, s.effective(b))
 		if fp := v.Fingerprint(); fp != sess.listed {
@@ -47,9 +83,176 @@ func (s *Server) Reload(cfg *configs.Config) error {
 			resources = append(resources, id)
 		}
 	}
+	// Stream sessions that have not initialized are in no map above.
+	// grantLocked re-derives their grants; a session that connects while
+	// this runs does so itself on its first message.
+	type unboundEnd struct {
+		ss    *streamSession
+		cause error
+	}
+	var unbound []unboundEnd
+	for _, ss := range s.streams.list() {
+		if s.bound[ss.id] != nil {
+			continue
+		}
+		if _, err := s.grantLocked(ss); err != nil {
+			unbound = append(unbound, unboundEnd{ss, err})
+		}
+	}
 	s.mu.Unlock()
+	for _, e := range ends {
+		s.endSession(e.id, e.profile, e.stream, e.cause)
+	}
+	for _, e := range unbound {
+		e.ss.end(e.cause)
+	}
+	s.reloadListeners(res)
 	s.notify(notify, string(mcp.MethodNotificationToolsListChanged), nil)
 	s.notify(prompts, string(mcp.MethodNotificationPromptsListChanged), nil)
 	s.notify(resources, string(mcp.MethodNotificationResourcesListChanged), nil)
 	return nil
+}
+
+// grantOf returns the binding the stream session ss is served with now,
+// or, wrapping errConfigChanged, why a reload ended it. Once ss has
+// registered, that is the binding the server keeps for it (which a reload
+// or an enabled toolset may have replaced); before, the one it connected
+// with, re-derived first when a reload came since.
+func (s *Server) grantOf(ss *streamSession) (Binding, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.grantLocked(ss)
+}
+
+// grantLocked is grantOf with s.mu held.
+func (s *Server) grantLocked(ss *streamSession) (Binding, error) {
+	if sess := s.bound[ss.id]; sess != nil {
+		return sess.binding, sess.revoked
+	}
+	if ss.revoked != nil {
+		return Binding{}, ss.revoked
+	}
+	b := ss.binding
+	if ss.regranted != nil {
+		b = *ss.regranted
+	}
+	if res := s.Resolver(); b.granter != nil && b.granter != res {
+		nb, err := s.regrant(res, b)
+		if err != nil {
+			ss.revoked = fmt.Errorf("%w: %w", errConfigChanged, err)
+			return Binding{}, ss.revoked
+		}
+		ss.regranted, b = &nb, nb
+	}
+	return b, nil
+}
+
+// regrant re-derives b under res (Resolver.Regrant), with the toolsets a
+// dynamic session had on enabled again where they still exist.
+func (s *Server) regrant(res *Resolver, b Binding) (Binding, error) {
+	nb, err := res.Regrant(b)
+	if err != nil {
+		return Binding{}, err
+	}
+	return s.reenable(nb, b.Filter), nil
+}
+
+// endSession ends the session id, which a reload ended with cause: a
+// stream session closes its connection; a /mcp session is closed as a
+// DELETE would close it, so that its id answers 404 from now on and its
+// GET stream ends.
+func (s *Server) endSession(id, profile string, stream bool, cause error) {
+	if stream {
+		if ss := s.streams.get(id); ss != nil {
+			ss.end(cause) // logged by end
+		}
+		return
+	}
+	s.log.Warn("session ended", "session", id, "profile", profile, "reason", cause.Error())
+	s.expire(id)
+}
+
+// reloadListeners re-derives the grant of every open listen stream under
+// res, and closes those whose grant no longer holds.
+func (s *Server) reloadListeners(res *Resolver) {
+	s.listening.each(func(l *listener) {
+		b, err := s.regrant(res, l.binding)
+		if err != nil {
+			s.log.Info("listen stream closed", "profile", l.binding.Profile, "reason", fmt.Errorf("%w: %w", errConfigChanged, err).Error())
+			l.close()
+			return
+		}
+		l.binding = b
+	})
+}
+
+// Regrant re-derives the grant of a live session bound with old under r's
+// rules, for a reload: from old's own caller and profile, never
+// from a token's default or server.default_profile that changed since.
+// It fails, wrapping ErrUnauthorized, ErrForbidden or ErrUnknownProfile
+// (or ErrBadNarrowing, for a narrowing the new rules refuse), when the
+// session must end: its token is gone, or tokens are now required and it
+// was opened without one, or its profile is gone or no longer allowed to
+// its token. A Local binding (stdio) is checked for its profile only.
+//
+// Otherwise the binding returned is never wider than old. Its filter is
+// the conjunction of old's rule stages and the new ones, and equal stages
+// count once, so an edit that changed none of them (a comment) gives a
+// filter of the same key as before; a narrowed profile narrows it. Its
+// rate is the lower non-zero limit of the two. The filter has no dynamic
+// stage: Server.regrant enables again what old had on.
+func (r *Resolver) Regrant(old Binding) (Binding, error) {
+	var allowed []string
+	if !old.Local && r.AuthRequired() {
+		if !old.Authed {
+			return Binding{}, fmt.Errorf("%w: the session was opened without one", ErrUnauthorized)
+		}
+		te := r.tokenBySum(old.Caller)
+		if te == nil {
+			return Binding{}, fmt.Errorf("%w: the session's token was removed", ErrUnauthorized)
+		}
+		allowed = te.profiles
+	}
+	if old.Profile != "" {
+		if _, ok := r.profiles[old.Profile]; !ok {
+			return Binding{}, fmt.Errorf("%w %q: it was removed", ErrUnknownProfile, old.Profile)
+		}
+		if allowed != nil && !slices.Contains(allowed, old.Profile) {
+			return Binding{}, fmt.Errorf("%w: %q", ErrForbidden, old.Profile)
+		}
+	}
+	stages, err := r.stagesOf(old.Profile, old.Selection)
+	if err != nil {
+		return Binding{}, fmt.Errorf("profile %q: %w", old.Profile, err)
+	}
+	b := old
+	b.granter = r
+	b.Requested = r.registry.Key(stages...)
+	both := stages
+	if old.Filter != nil {
+		both = append(old.Filter.Ceiling(), stages...)
+	}
+	if r.registry.Key(both...) == b.Requested && !old.Selection.Narrowing {
+		b.Filter = r.registry.Filter(stages...) // nothing of the old rules is left out: the profile's own, interned filter
+	} else {
+		b.Filter = r.registry.Narrowed(both...)
+	}
+	b.Dynamic = false
+	if p := r.cfg.Profiles[old.Profile]; p != nil && p.DynamicToolsets {
+		b.Dynamic = !choosesTools(r, old.Selection)
+	}
+	b.Rate = lowerRate(old.Rate, r.RateFor(old.Profile))
+	return b, nil
+}
+
+// lowerRate is the stricter of two calls-per-minute limits, 0 meaning
+// none.
+func lowerRate(a, b int) int {
+	switch {
+	case a == 0:
+		return b
+	case b == 0:
+		return a
+	}
+	return min(a, b)
 }

@@ -66,9 +66,33 @@ type Binding struct {
 	// Dynamic records that the profile had dynamic_toolsets when the
 	// binding was resolved and the request chose no toolsets or tools
 	// itself (dynamic.go). It is kept with the binding, not looked up in
-	// the current config, so that a session that keeps its rules across a
-	// reload which removed its profile keeps its toolsets off too.
+	// the current config.
 	Dynamic bool
+
+	// Caller, Authed, Local, Rate and Requested complete the grant a
+	// session is bound with: what a reload re-derives it from
+	// (Resolver.Regrant) and what it can only narrow.
+
+	// Caller is the sha256 sum of the bearer token the resolver checked;
+	// Authed reports that it checked one. A binding resolved with no
+	// tokens configured has neither.
+	Caller [sha256.Size]byte
+	Authed bool
+	// Local reports a binding resolved with no token check at all, for
+	// whoever holds the config file (ResolveLocal: the stdio door).
+	Local bool
+	// Rate is the profile's calls-per-minute limit when the binding was
+	// granted, 0 for none. A reload only ever lowers it (Regrant).
+	Rate int
+	// Requested is the key of the filter the binding's own selection
+	// resolved to: Filter's ceiling key until a reload narrowed Filter to
+	// its intersection with the new rules. A later request on the session
+	// that names a profile or narrowing is compared with it.
+	Requested string
+	// granter is the resolver that granted or last re-derived the binding;
+	// a session registered with a binding of an older resolver than the
+	// current one is re-derived then (Server.onRegister).
+	granter *Resolver
 }
 
 // Selection is what one request asks for, before it is checked.
@@ -451,7 +475,12 @@ func (r *Resolver) AuthRequired() bool { return len(r.tokens) > 0 }
 // token finds the token entry matching tok, comparing against every
 // configured token in constant time.
 func (r *Resolver) token(tok string) *tokenEntry {
-	sum := sha256.Sum256([]byte(tok))
+	return r.tokenBySum(sha256.Sum256([]byte(tok)))
+}
+
+// tokenBySum finds the token entry whose token has sum, comparing against
+// every configured token in constant time.
+func (r *Resolver) tokenBySum(sum [sha256.Size]byte) *tokenEntry {
 	var found *tokenEntry
 	for i := range r.tokens {
 		if subtle.ConstantTimeCompare(sum[:], r.tokens[i].sum[:]) == 1 {
@@ -480,7 +509,7 @@ func (r *Resolver) ResolveLocal(sel Selection) (Binding, error) {
 // filter: a request on an existing session is compared with the session's
 // own binding before mcpmux keeps anything for the request (SPEC §10).
 func (r *Resolver) Probe(sel Selection) (profile, key string, err error) {
-	name, stages, err := r.stages(sel, true)
+	name, stages, _, err := r.stages(sel, true)
 	if err != nil {
 		return "", "", err
 	}
@@ -488,7 +517,7 @@ func (r *Resolver) Probe(sel Selection) (profile, key string, err error) {
 }
 
 func (r *Resolver) resolve(sel Selection, auth bool) (Binding, error) {
-	name, stages, err := r.stages(sel, auth)
+	name, stages, caller, err := r.stages(sel, auth)
 	if err != nil {
 		return Binding{}, err
 	}
@@ -507,21 +536,27 @@ func (r *Resolver) resolve(sel Selection, auth bool) (Binding, error) {
 	if p := r.cfg.Profiles[name]; p != nil && p.DynamicToolsets {
 		dynamic = !choosesTools(r, sel)
 	}
-	return Binding{Profile: name, Filter: f, Explicit: sel.Profile != "" || sel.Narrowing, Selection: kept, Dynamic: dynamic}, nil
+	b := Binding{Profile: name, Filter: f, Explicit: sel.Profile != "" || sel.Narrowing, Selection: kept, Dynamic: dynamic,
+		Local: !auth, Rate: r.RateFor(name), Requested: f.Key(), granter: r}
+	if caller != nil {
+		b.Caller, b.Authed = caller.sum, true
+	}
+	return b, nil
 }
 
 // stages checks sel (its token when auth is set, its profile, its
-// toolsets) and returns the profile it resolves to and the rule stages of
-// its effective filter, the request's narrowing last.
-func (r *Resolver) stages(sel Selection, auth bool) (string, []*filter.Rules, error) {
+// toolsets) and returns the profile it resolves to, the rule stages of its
+// effective filter, the request's narrowing last, and the token entry it
+// checked (nil when it checked none).
+func (r *Resolver) stages(sel Selection, auth bool) (string, []*filter.Rules, *tokenEntry, error) {
 	var allowed []string
+	var te *tokenEntry
 	if auth && r.AuthRequired() {
 		if !sel.HasToken || sel.Token == "" {
-			return "", nil, ErrUnauthorized
+			return "", nil, nil, ErrUnauthorized
 		}
-		te := r.token(sel.Token)
-		if te == nil {
-			return "", nil, ErrUnauthorized
+		if te = r.token(sel.Token); te == nil {
+			return "", nil, nil, ErrUnauthorized
 		}
 		allowed = te.profiles
 	}
@@ -535,12 +570,22 @@ func (r *Resolver) stages(sel Selection, auth bool) (string, []*filter.Rules, er
 	}
 	if name != "" {
 		if _, ok := r.profiles[name]; !ok {
-			return "", nil, fmt.Errorf("%w %q (known: %s)", ErrUnknownProfile, name, strings.Join(r.names, ", "))
+			return "", nil, nil, fmt.Errorf("%w %q (known: %s)", ErrUnknownProfile, name, strings.Join(r.names, ", "))
 		}
 		if allowed != nil && !slices.Contains(allowed, name) {
-			return "", nil, fmt.Errorf("%w: %q (allowed: %s)", ErrForbidden, name, strings.Join(allowed, ", "))
+			return "", nil, nil, fmt.Errorf("%w: %q (allowed: %s)", ErrForbidden, name, strings.Join(allowed, ", "))
 		}
 	}
+	stages, err := r.stagesOf(name, sel)
+	if err != nil {
+		return "", nil, nil, err
+	}
+	return name, stages, te, nil
+}
+
+// stagesOf returns the rule stages of profile name ("" = none) with sel's
+// narrowing, which it checks.
+func (r *Resolver) stagesOf(name string, sel Selection) ([]*filter.Rules, error) {
 	stages := append([]*filter.Rules{r.global}, r.profiles[name]...)
 	if sel.Narrowing {
 		for _, n := range sel.narrowings() {
@@ -549,12 +594,12 @@ func (r *Resolver) stages(sel Selection, auth bool) (string, []*filter.Rules, er
 			}
 			narrow, err := r.narrowingRules(n, stages)
 			if err != nil {
-				return "", nil, err
+				return nil, err
 			}
 			stages = append(stages, narrow)
 		}
 	}
-	return name, stages, nil
+	return stages, nil
 }
 
 // narrowingRules compiles one source's narrowing. Every toolset must be a

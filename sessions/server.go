@@ -61,6 +61,8 @@ type Server struct {
 	mu    sync.Mutex
 	bound map[string]*session // legacy session id → its binding
 
+	reloading sync.Mutex // one Reload at a time (reload.go)
+
 	dyn atomic.Pointer[dynamicSetup] // dynamic toolsets of the current resolver (dynamic.go)
 
 	streams   streamSet  // live websocket, SSE and stdio sessions (door.go)
@@ -144,6 +146,12 @@ type session struct {
 	// calls in flight and their unread frames and answers (backlog.go);
 	// nil for stream sessions, which keep their own.
 	held *backlog
+	// revoked is why a reload ended the session (reload.go): from then on
+	// it is refused, until it is gone. nil while its grant holds.
+	revoked error
+	// gone is closed when the session is unregistered, which ends its GET
+	// /mcp streams; made by the first of them.
+	gone chan struct{}
 }
 
 // Options configure a Server.
@@ -230,6 +238,9 @@ func New(cfg *configs.Config, agg *aggregator.Aggregator, opts Options) (*Server
 		delete(s.bound, cs.SessionID())
 		if sess != nil {
 			s.endLife(cs.SessionID(), sess)
+			if sess.gone != nil {
+				close(sess.gone)
+			}
 		}
 		var subs []string
 		if sess != nil {
@@ -434,7 +445,20 @@ func (s *Server) onRegister(ctx context.Context, cs server.ClientSession) {
 	lp, lr := s.listing(b).Fingerprints()
 	s.mu.Lock()
 	_, stream := cs.(*streamSession)
-	sess := &session{binding: b, owner: ownerFrom(ctx), listed: v.Fingerprint(), listedPrompts: lp, listedResources: lr, stream: stream, client: cs}
+	var revoked error
+	if res := s.Resolver(); b.granter != nil && b.granter != res {
+		// A reload came between the request that resolved b and now, and
+		// did not see this session: its grant is re-derived here, as the
+		// reload did for every session it saw (reload.go).
+		if nb, err := s.regrant(res, b); err != nil {
+			revoked = fmt.Errorf("%w: %w", errConfigChanged, err)
+		} else {
+			b = nb
+			v = s.View(b)
+			lp, lr = s.listing(b).Fingerprints()
+		}
+	}
+	sess := &session{binding: b, owner: ownerFrom(ctx), listed: v.Fingerprint(), listedPrompts: lp, listedResources: lr, stream: stream, client: cs, revoked: revoked}
 	if !stream {
 		sess.held = newBacklog(s.cfg.Server.MaxPendingBytes, maxCallsPerSession)
 	}
@@ -447,6 +471,9 @@ func (s *Server) onRegister(ctx context.Context, cs server.ClientSession) {
 	}
 	s.mu.Unlock()
 	s.log.Info("session started", "session", cs.SessionID(), "profile", b.Profile)
+	if revoked != nil && !stream { // a stream session ends itself (streamSession.register)
+		s.endSession(cs.SessionID(), b.Profile, false, revoked)
+	}
 }
 
 // Sessions returns the number of bound legacy sessions.
@@ -628,12 +655,20 @@ func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request) {
 	}
 	var sess *session
 	var b Binding
+	var gone chan struct{} // closed when the session of a GET stream ends
 	if id != "" && m.Method != string(mcp.MethodInitialize) && !modern {
 		var bound Binding // read under the lock: enabling a toolset (dynamic.go) or a reload replaces it
+		var revoked error
 		s.mu.Lock()
 		sess = s.bound[id]
 		if sess != nil {
-			bound = sess.binding
+			bound, revoked = sess.binding, sess.revoked
+			if r.Method == http.MethodGet && revoked == nil {
+				if sess.gone == nil {
+					sess.gone = make(chan struct{})
+				}
+				gone = sess.gone
+			}
 		}
 		s.mu.Unlock()
 		// A stream door's session, or a session opened with another token
@@ -645,7 +680,9 @@ func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request) {
 		}
 		// An id mcpmux never gave, or one whose session ended, costs
 		// nothing: no filter, limiter bucket or stream is made for it.
-		if sess == nil && !s.ids.known(id) {
+		// A session a reload ended answers the same, so that its client
+		// initializes again, under the new config (reload.go).
+		if sess == nil && !s.ids.known(id) || revoked != nil {
 			writeJSONError(w, http.StatusNotFound, m.ID, mcp.INVALID_REQUEST, "unknown session")
 			return
 		}
@@ -654,7 +691,18 @@ func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request) {
 				writeJSONError(w, statusOf(err), m.ID, mcp.INVALID_REQUEST, err.Error())
 				return
 			}
-			if (sel.Profile != "" || sel.Narrowing) && key != bound.Filter.CeilingKey() {
+			if sel.Profile == "" && profile != bound.Profile && sel.Narrowing {
+				// The token's default profile changed since the session
+				// bound: what the request narrows is read under the
+				// session's own profile, which it keeps (reload.go).
+				pinned := sel
+				pinned.Profile = bound.Profile
+				if _, key, err = s.Resolver().Probe(pinned); err != nil {
+					writeResolveError(w, err)
+					return
+				}
+			}
+			if (sel.Profile != "" || sel.Narrowing) && key != bound.Requested {
 				writeJSONError(w, http.StatusBadRequest, m.ID, mcp.INVALID_REQUEST,
 					fmt.Sprintf("session is bound to profile %q; start a new session to use another", bound.Profile))
 				return
@@ -734,6 +782,20 @@ func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request) {
 		}
 		defer s.releaseTicket(t)
 		r = r.WithContext(withTicket(r.Context(), t))
+	}
+	if gone != nil {
+		// mcp-go keeps a GET stream open until its request ends: it ends
+		// with its session, whoever ends that (a reload, an expiry).
+		ctx, cancel := context.WithCancel(r.Context())
+		defer cancel()
+		go func() {
+			select {
+			case <-gone:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		r = r.WithContext(ctx)
 	}
 	s.http.ServeHTTP(w, r.WithContext(withOwner(withBinding(r.Context(), b), s.ownerOf(sel))))
 }

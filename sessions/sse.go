@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -70,6 +71,11 @@ func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request) {
 	}
 	// The writer must be done with w before the handler returns.
 	ss.close(errClientGone)
+	if cause := ss.endCause(); errors.Is(cause, errConfigChanged) {
+		// SSE has no close frame: a comment, which clients ignore, says
+		// why the stream ends, for whoever reads it.
+		sw.comment("session ended: " + strings.ReplaceAll(cause.Error(), "\n", " "))
+	}
 	sw.rc.SetWriteDeadline(time.Time{}) // the connection may serve more requests
 }
 
@@ -119,7 +125,12 @@ func (s *Server) postMatchesSession(w http.ResponseWriter, r *http.Request, ss *
 	if !res.AuthRequired() && !explicit {
 		return true
 	}
-	bound := s.bindingOf(ss)
+	bound, revoked := s.grantOf(ss)
+	if revoked != nil {
+		ss.end(revoked)
+		writeJSONError(w, http.StatusNotFound, nil, mcp.INVALID_REQUEST, "unknown or ended session: open a new stream at /sse")
+		return false
+	}
 	// The endpoint's URL carries neither the stream's path nor its query:
 	// what the POST does not say is the stream's.
 	probe := sel.over(bound.Selection)
@@ -137,7 +148,7 @@ func (s *Server) postMatchesSession(w http.ResponseWriter, r *http.Request, ss *
 		writeJSONError(w, http.StatusForbidden, nil, mcp.INVALID_REQUEST, "this token did not open the session")
 		return false
 	}
-	if explicit && key != bound.Filter.CeilingKey() {
+	if explicit && key != bound.Requested {
 		writeJSONError(w, http.StatusBadRequest, nil, mcp.INVALID_REQUEST,
 			fmt.Sprintf("session is bound to profile %q; start a new session to use another", bound.Profile))
 		return false

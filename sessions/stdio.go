@@ -32,7 +32,9 @@ const stdinBuffer = 64 << 10
 // result; the calls still running then are cancelled upstream and
 // answered with a JSON-RPC error, as is every call read after ctx was
 // done. Then it returns nil. An error that is not EOF reading in is
-// returned. A reader blocked on in when ctx ends is left behind unless in
+// returned. When a config reload removes the session's profile, the
+// session ends at once (its calls are cancelled, unanswered) and
+// ServeStdio returns an error naming the profile. A reader blocked on in when ctx ends is left behind unless in
 // supports SetReadDeadline (a pipe on stdin usually does not); it ends
 // with the process.
 //
@@ -81,6 +83,10 @@ func (s *Server) ServeStdio(ctx context.Context, profile string, in io.Reader, o
 			case <-wctx.Done():
 			}
 		}
+	}
+	if cause := ss.endCause(); errors.Is(cause, errConfigChanged) {
+		// The client is told by the end of stdout; the user, by this.
+		return fmt.Errorf("stdio: session ended: %w", cause)
 	}
 	if readErr != nil && !errors.Is(readErr, io.EOF) {
 		return fmt.Errorf("stdio: reading stdin: %w", readErr)

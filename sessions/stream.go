@@ -90,15 +90,15 @@ type frameWriter interface {
 
 // streamSession is one client connected over a message stream. It is
 // mcp-go's ClientSession for that client, bound for its whole life to what
-// its connection asked for (a reload re-resolves that, as for /mcp
-// sessions; see bindingOf). Requests run on a bounded pool of workers; one
-// writer goroutine serializes everything sent back, responses and
-// notifications alike. It is safe for concurrent use.
+// its connection asked for (a reload re-derives that grant, as for /mcp
+// sessions, or ends the session; see grantOf). Requests run on a bounded
+// pool of workers; one writer goroutine serializes everything sent back,
+// responses and notifications alike. It is safe for concurrent use.
 type streamSession struct {
 	srv     *Server
 	id      string
 	kind    string  // "ws", "sse" or "stdio", for logs
-	binding Binding // as resolved at connect; see bindingOf
+	binding Binding // as resolved at connect; see grantOf
 	w       frameWriter
 	token   [32]byte // sha256 of the bearer token that opened it (SSE checks posts against it)
 
@@ -127,6 +127,12 @@ type streamSession struct {
 	workers    int                           // running workers
 	inflight   map[string]context.CancelFunc // client request id → cancel
 	pending    map[string]chan pendingReply  // server→client request id → reply
+
+	// regranted is the binding a reload re-derived for the session before
+	// it registered (nil: none did), and revoked why a reload ended it.
+	// Both are under Server.mu (reload.go).
+	regranted *Binding
+	revoked   error
 }
 
 // streamJob is one client request waiting for or running on a worker.
@@ -469,18 +475,25 @@ func (ss *streamSession) encodeNote(n mcp.JSONRPCNotification) []byte {
 
 // register binds the session in mcp-go (and so in the server's list_changed
 // fan-out and session count) once it has initialized. A session that has
-// ended is not registered.
+// ended is not registered; one a reload ended (before, or while it
+// registered: onRegister) ends now.
 func (ss *streamSession) register() {
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	if ss.registered || ss.ended {
-		return
+	b, revoked := ss.srv.grantOf(ss)
+	if revoked == nil {
+		ss.mu.Lock()
+		if !ss.registered && !ss.ended {
+			if err := ss.srv.mcp.RegisterSession(withBinding(ss.ctx, b), ss); err != nil {
+				ss.srv.log.Warn("session not registered", "session", ss.id, "error", err)
+			} else {
+				ss.registered = true
+			}
+		}
+		ss.mu.Unlock()
+		_, revoked = ss.srv.grantOf(ss)
 	}
-	if err := ss.srv.mcp.RegisterSession(withBinding(ss.ctx, ss.binding), ss); err != nil {
-		ss.srv.log.Warn("session not registered", "session", ss.id, "error", err)
-		return
+	if revoked != nil {
+		ss.end(revoked)
 	}
-	ss.registered = true
 }
 
 // --- the one message path ---
@@ -505,7 +518,11 @@ func (s *Server) dispatch(ctx context.Context, sess *streamSession, raw []byte) 
 // through the chain (chain.go), tools/list from the view's cached listing,
 // everything else through mcp-go with the session and its binding in ctx.
 func (s *Server) handle(ctx context.Context, sess *streamSession, raw []byte, m *jsonrpc.Message) []byte {
-	b := s.bindingOf(sess)
+	b, revoked := s.grantOf(sess)
+	if revoked != nil {
+		sess.end(revoked) // the session's connection closes, saying why
+		return nil
+	}
 	start := time.Now()
 	if m.IsRequest() {
 		defer func() { s.metrics.observeLatency(m.Method, time.Since(start)) }()
@@ -595,18 +612,6 @@ func (s *Server) handleRouted(ctx context.Context, sess *streamSession, b Bindin
 	// knows it is on its way (drain.go).
 	s.awaitQueued(ctx, c, m, func(f []byte) { sess.send(ctx, f) })
 	return nil
-}
-
-// bindingOf returns the binding sess is served with now: once registered,
-// the one the server keeps for it (which a reload may have replaced), else
-// the one its connection resolved to.
-func (s *Server) bindingOf(sess *streamSession) Binding {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if b := s.bound[sess.id]; b != nil {
-		return b.binding
-	}
-	return sess.binding
 }
 
 // oversizeAnswer is the answer to a message of ss over

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/coder/websocket"
 	"github.com/mark3labs/mcp-go/mcp"
@@ -128,6 +129,10 @@ func (s *Server) closeWSWhenDone(ss *streamSession, c *websocket.Conn) {
 		code, reason = websocket.StatusUnsupportedData, errUnsupportedFrame.Error()
 	case errors.Is(cause, errServerShutdown):
 		code, reason = websocket.StatusGoingAway, "server shutting down"
+	case errors.Is(cause, errConfigChanged):
+		// The grant this connection was opened with no longer holds: a
+		// new connection is checked against the new config.
+		code, reason = websocket.StatusPolicyViolation, closeReason("session ended: "+cause.Error())
 	case errors.Is(cause, errClientGone):
 	case cause != nil && !errors.Is(cause, context.Canceled):
 		code, reason = websocket.StatusInternalError, "session ended"
@@ -135,6 +140,23 @@ func (s *Server) closeWSWhenDone(ss *streamSession, c *websocket.Conn) {
 	if err := c.Close(code, reason); err != nil {
 		s.log.Debug("websocket close", "session", ss.id, "error", err)
 	}
+}
+
+// maxCloseReason is the longest reason a websocket close frame carries
+// (RFC 6455 §5.5: a control frame's payload is at most 125 bytes, two of
+// them the code).
+const maxCloseReason = 123
+
+// closeReason is text cut to maxCloseReason bytes, on a rune boundary.
+func closeReason(text string) string {
+	if len(text) <= maxCloseReason {
+		return text
+	}
+	cut := maxCloseReason - len("…")
+	for cut > 0 && !utf8.RuneStart(text[cut]) {
+		cut--
+	}
+	return text[:cut] + "…"
 }
 
 // keepalive pings the client every wsPingInterval and ends the session when

@@ -45,7 +45,11 @@ func cmdCheck(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "config %s: valid\n\n", cfg.Source)
+	fmt.Fprintf(stdout, "config %s: valid\n", cfg.Source)
+	for _, w := range configWarnings(cfg) {
+		fmt.Fprintln(stdout, "warning:", w)
+	}
+	fmt.Fprintln(stdout)
 	res, err := sessions.NewResolver(cfg, filter.NewRegistry())
 	if err != nil {
 		return configErr(err)

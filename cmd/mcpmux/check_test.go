@@ -221,3 +221,31 @@ env = { MYSECRET = %q }
 		t.Errorf("the errors themselves are missing:\n%s", out)
 	}
 }
+
+// TestCheckWarnsOnNothingToServe: an empty config, and one without
+// upstreams, are valid, but check says what a client would get (issue 18).
+func TestCheckWarnsOnNothingToServe(t *testing.T) {
+	for _, tt := range []struct {
+		name, config, want string
+	}{
+		{"empty", "# nothing yet\n", "is empty: no upstream, no profile"},
+		{"no upstreams", "[profiles.default]\n[profiles.readonly]\nread_only = true\n", "mounts no upstream"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			path := writeConfig(t, tt.config)
+			for _, args := range [][]string{{"check", "--no-connect"}, {"check"}} {
+				code, out := runCLI(t, append(args, "--config", path)...)
+				if code != exitOK {
+					t.Errorf("%v: exit %d, want 0 (a warning is not an error)\n%s", args, code, out)
+				}
+				if !strings.Contains(out, "warning: config "+path+" "+tt.want) {
+					t.Errorf("%v: no warning %q:\n%s", args, tt.want, out)
+				}
+			}
+		})
+	}
+	code, out := runCLI(t, "check", "--no-connect", "--config", writeConfig(t, "[upstreams.x]\ncommand = \"sh\"\n"))
+	if code != exitOK || strings.Contains(out, "warning") {
+		t.Errorf("a config with an upstream: exit %d, want 0 and no warning:\n%s", code, out)
+	}
+}

@@ -85,10 +85,32 @@ func commands() []command {
 			},
 		},
 		{
+			name:    "completion",
+			summary: "print a shell completion script: mcpmux completion bash|zsh|fish",
+			usage:   "mcpmux completion bash|zsh|fish",
+			about: "Writes a completion script for the shell to stdout. Load it with:\n" +
+				"  bash: source <(mcpmux completion bash)   (or save it in /etc/bash_completion.d/)\n" +
+				"  zsh:  mcpmux completion zsh > \"${fpath[1]}/_mcpmux\"   (or source <(mcpmux completion zsh))\n" +
+				"  fish: mcpmux completion fish > ~/.config/fish/completions/mcpmux.fish",
+			run: func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+				return cmdCompletion(args, stdout)
+			},
+		},
+		{
 			name:    "help",
 			summary: "show this help, or a command's: mcpmux help COMMAND",
 			usage:   "mcpmux help [COMMAND]\n       mcpmux COMMAND --help",
 			run:     cmdHelp,
+		},
+		{
+			name:    "man",
+			summary: "print the man page (roff) to stdout",
+			usage:   "mcpmux man",
+			about:   "Writes mcpmux(1), made from this help, to stdout: mcpmux man > mcpmux.1",
+			hidden:  true,
+			run: func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+				return cmdMan(args, stdout)
+			},
 		},
 		{
 			name:    "demo-server",
@@ -113,9 +135,15 @@ func lookupCommand(name string) (command, bool) {
 // topHelp is `mcpmux --help`.
 func topHelp(w io.Writer) {
 	fmt.Fprint(w, "mcpmux: one MCP endpoint for many MCP servers\n\nUsage: mcpmux [COMMAND] [FLAGS]\n\nCommands:\n")
+	width := 0
 	for _, c := range commands() {
 		if !c.hidden {
-			fmt.Fprintf(w, "  %-9s %s\n", c.name, c.summary)
+			width = max(width, len(c.name))
+		}
+	}
+	for _, c := range commands() {
+		if !c.hidden {
+			fmt.Fprintf(w, "  %-*s  %s\n", width, c.name, c.summary)
 		}
 	}
 	fmt.Fprint(w, `
@@ -240,8 +268,12 @@ func flagError(msg string) string {
 	return flagMention.ReplaceAllString(msg, "$1 --$2")
 }
 
-// help writes the command's help: usage, what it does, and its flags.
+// help writes the command's help: usage, what it does, and its flags. A
+// *helpCapture also gets the flag set, for completions and the man page.
 func (f *flags) help(w io.Writer) {
+	if h, ok := w.(*helpCapture); ok {
+		h.fs = f.FlagSet
+	}
 	fmt.Fprintf(w, "Usage: %s\n\n%s.\n", f.cmd.usage, capitalize(f.cmd.summary))
 	if f.cmd.about != "" {
 		fmt.Fprintf(w, "\n%s\n", f.cmd.about)

@@ -57,7 +57,7 @@ func (l logFlags) open(flagPath string, src configSource, w io.Writer) (configSo
 		return src, nil, nil, err
 	}
 	log := l.logger(w, cfg.Server.LogFormat)
-	src.logLoaded(log)
+	src.logLoaded(log, cfg)
 	return src, cfg, log, nil
 }
 

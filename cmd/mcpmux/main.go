@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"reflect"
 	"strings"
 	"syscall"
 
@@ -19,7 +20,7 @@ import (
 	"github.com/mcpmux/mcpmux/upstream"
 )
 
-// Exit codes (SPEC §2).
+// Exit codes.
 const (
 	exitOK      = 0
 	exitRuntime = 1
@@ -57,7 +58,7 @@ func usageErr(format string, args ...any) error {
 func configErr(err error) error { return &exitError{exitUsage, err} }
 
 func main() {
-	// SPEC §8: upstreams' orphaned descendants are reparented to mcpmux
+	// Upstreams' orphaned descendants are reparented to mcpmux
 	// (Linux), and none outlives it.
 	endDescendants := upstream.BecomeSubreaper(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
 	code := run(os.Args[1:], os.Stdout, os.Stderr)
@@ -117,10 +118,10 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 type configSource struct {
 	path   string // the config file; "" = the embedded quickstart
 	listen string // replaces server.listen; "" keeps the config's
-	http   bool   // served over HTTP: the exposure rule (SPEC §10) applies
+	http   bool   // served over HTTP: the exposure rule applies
 }
 
-// openConfig finds the config for --config flagPath (SPEC §2) and loads it
+// openConfig finds the config for --config flagPath and loads it
 // with src's overrides. The returned source is src with the file filled
 // in, for reloading and for logLoaded. Errors are config errors (exit 2).
 func openConfig(flagPath string, src configSource) (configSource, *configs.Config, error) {
@@ -136,14 +137,31 @@ func openConfig(flagPath string, src configSource) (configSource, *configs.Confi
 	return src, cfg, nil
 }
 
-// logLoaded logs where the config came from. It is separate from
-// openConfig because the logger's format depends on the config.
-func (s configSource) logLoaded(log *slog.Logger) {
+// logLoaded logs where the config came from, and configWarnings. It is
+// separate from openConfig because the logger's format depends on the
+// config.
+func (s configSource) logLoaded(log *slog.Logger, cfg *configs.Config) {
 	if s.path == "" {
 		log.Info("no config file found; using the embedded quickstart (run `mcpmux init` to write it out)")
 	} else {
 		log.Info("config loaded", "path", s.path)
 	}
+	for _, w := range configWarnings(cfg) {
+		log.Warn(w)
+	}
+}
+
+// configWarnings names what is valid in cfg but almost certainly not meant:
+// a config that sets nothing, or one that mounts no upstream. Both pass
+// validation, and both serve every client an empty tool list.
+func configWarnings(cfg *configs.Config) []string {
+	if len(cfg.Upstreams) > 0 {
+		return nil
+	}
+	if len(cfg.Profiles) == 0 && len(cfg.Auth.Tokens) == 0 && reflect.ValueOf(cfg.Filter).IsZero() {
+		return []string{fmt.Sprintf("config %s is empty: no upstream, no profile; every client gets an empty tool list (with no config file at all, mcpmux serves its embedded quickstart; `mcpmux init` writes it out)", cfg.Source)}
+	}
+	return []string{fmt.Sprintf("config %s mounts no upstream: every client gets an empty tool list; add an [upstreams.NAME] table with a command or a url", cfg.Source)}
 }
 
 // load reads and parses the config, applies the overrides and, when it is

@@ -118,7 +118,7 @@ func (r httpRun) Run(ctx context.Context) error {
 }
 
 // checkExposure refuses to serve a non-loopback address without
-// authentication unless the config says so explicitly (SPEC §10).
+// authentication unless the config says so explicitly.
 func checkExposure(cfg *configs.Config) error {
 	if len(cfg.Auth.Tokens) > 0 || cfg.Server.AllowUnauthenticated {
 		return nil

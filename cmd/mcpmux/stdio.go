@@ -19,7 +19,7 @@ import (
 // descriptor 1 is pointed at stderr, so a stray write to os.Stdout (or by a
 // library) lands in the logs instead of corrupting the protocol. When stdin
 // ends, or a signal comes, it answers every request it read (within
-// server.shutdown_grace, SPEC §8), closes the upstreams and returns nil.
+// server.shutdown_grace), closes the upstreams and returns nil.
 func serveStdio(ctx context.Context, configPath, profile string, logs logFlags, stderr io.Writer) error {
 	out, err := takeStdout()
 	if err != nil {
@@ -65,11 +65,15 @@ func serveStdio(ctx context.Context, configPath, profile string, logs logFlags, 
 	}()
 
 	// ServeStdio returns at the end of stdin or, after a signal, once
-	// every request it read is answered (SPEC §8).
+	// every request it read is answered.
 	err = srv.ServeStdio(ctx, profile, os.Stdin, out)
-	if ctx.Err() != nil {
+	switch {
+	case ctx.Err() != nil:
 		log.Info("signalled; stdio requests answered, shutting down")
-	} else {
+	case err != nil:
+		// A reload that removed the profile ended the session; run
+		// reports err.
+	default:
 		log.Info("stdio client gone; shutting down")
 	}
 	return err

@@ -9,9 +9,13 @@ import (
 	"strings"
 )
 
-// linkVersion may be set at link time (-ldflags "-X main.linkVersion=v1.2.3")
-// by a packager; it then wins over the build info's module version.
-var linkVersion string
+// linkVersion and linkCommit may be set at link time by `make build`, the
+// release build and the container images (-ldflags "-X
+// main.linkVersion=v1.2.3 -X main.linkCommit=<sha>"). linkVersion wins over
+// the build info's module version; linkCommit is used when the build info
+// records no commit (a build without VCS data: a container build context
+// without .git, or a git worktree, whose .git file Go does not read).
+var linkVersion, linkCommit string
 
 // buildInfo is what `mcpmux version` reports.
 type buildInfo struct {
@@ -105,17 +109,23 @@ func (b buildInfo) String() string {
 	return s.String()
 }
 
-// version is this binary's version, for serverInfo and clientInfo.
-func version() string {
+// currentBuildInfo is this binary's buildInfo, link-time values included.
+func currentBuildInfo() buildInfo {
 	bi, ok := debug.ReadBuildInfo()
-	return readBuildInfo(bi, ok, linkVersion).version
+	info := readBuildInfo(bi, ok, linkVersion)
+	if info.commit == "" && linkCommit != "" {
+		info.commit = linkCommit
+	}
+	return info
 }
+
+// version is this binary's version, for serverInfo and clientInfo.
+func version() string { return currentBuildInfo().version }
 
 func cmdVersion(args []string, stdout, stderr io.Writer) error {
 	if err := newFlags("version", stdout).parse(args); err != nil {
 		return err
 	}
-	bi, ok := debug.ReadBuildInfo()
-	fmt.Fprint(stdout, readBuildInfo(bi, ok, linkVersion))
+	fmt.Fprint(stdout, currentBuildInfo())
 	return nil
 }

@@ -1,5 +1,5 @@
 // Command lateask is a stdio MCP server for the tests of how mcpmux routes
-// server→client requests (SPEC §7, §8). Its sampling request can be made
+// server→client requests. Its sampling request can be made
 // to come after the call that caused it has finished, while another
 // client's call is in flight: the attack of issue 9, item 5.
 //

@@ -229,7 +229,7 @@ func procStatus(pid int, key string) (int64, bool) {
 }
 
 // printBig prints the medians over runs of the large-result series, each
-// figure next to the floor's and its bar (SPEC §11: added latency and CPU
+// figure next to the floor's and its bar (added latency and CPU
 // per MB at most 2× the floor's, peak RSS growth at most 2× the payload
 // per concurrent call).
 func printBig(out io.Writer, runs [][]bigResult) {

@@ -23,7 +23,7 @@ const floorEnv = "MCPMUX_LOAD_FLOOR"
 // upstream connection for most calls under load).
 const floorIdleConns = 64
 
-// newFloor returns the floor of SPEC §11: the cheapest possible extra HTTP
+// newFloor returns the floor the bars are measured against: the cheapest possible extra HTTP
 // hop in front of the upstream at target (scheme and host; the request's
 // path is kept). It forwards bodies byte for byte, in both directions,
 // flushes every write of a streamed (SSE) response at once, and reuses its

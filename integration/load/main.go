@@ -1,5 +1,5 @@
 // Command load measures mcpmux against a floor and a direct baseline, in
-// one run, on one machine, for the request-path bars of SPEC §11: the
+// one run, on one machine, for the request-path bars of README.md: the
 // latency mcpmux adds to an allowed tools/call, throughput at 16 concurrent
 // sessions and CPU per call, each next to the floor (a plain
 // httputil.ReverseProxy in front of the same upstream, the cheapest extra
@@ -57,11 +57,11 @@ type options struct {
 	bigSizes    []int
 }
 
-// SPEC §11 bars, and the names the calls go by.
+// the bars, and the names the calls go by.
 const (
 	barDenied    = 50 * time.Microsecond
 	barStdio     = 150 * time.Microsecond
-	barCPU       = 1.0 // mcpmux CPU per call ≤ barCPU × the floor's (SPEC §11)
+	barCPU       = 1.0 // mcpmux CPU per call ≤ barCPU × the floor's
 	exposedEcho  = "up__" + echoTool
 	exposedWrite = "up__" + writeTool
 	exposedNote  = "up__" + notifyTool

@@ -33,7 +33,7 @@ func printRun(out io.Writer, r int, res result, stdio bool) {
 		res.directSSE, res.floorSSE, res.muxSSE)
 }
 
-// printSummary prints the medians over runs and a verdict per SPEC bar.
+// printSummary prints the medians over runs and a verdict per bar.
 func printSummary(out io.Writer, o options, rs []result, tally *progressSeries, leaked int64, pings bool) {
 	med := func(f func(result) time.Duration) time.Duration {
 		v := make([]time.Duration, len(rs))
@@ -151,7 +151,7 @@ func printSummary(out io.Writer, o options, rs []result, tally *progressSeries, 
 	deniedOverPing := med(func(r result) time.Duration { return r.denied.p50 - r.ping.p50 })
 	deniedP50 := med(func(r result) time.Duration { return r.denied.p50 })
 
-	fmt.Fprintln(out, "\nSPEC §11 bars:")
+	fmt.Fprintln(out, "\nbars:")
 	tw = tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "  bar\tmcpmux\tfloor\tneeds\tverdict")
 	fmt.Fprintf(tw, "  added latency, tools/call c=1, p50 µs\t%s\t%s\tmcpmux ≤ floor\t%s\n",

@@ -1,5 +1,5 @@
 // Command memload measures what one unauthenticated client can make mcpmux
-// hold (SPEC §10, issue 9): it starts the real mcpmux binary on the default
+// hold (issue 9): it starts the real mcpmux binary on the default
 // loopback config (no token, no [server] table) with one upstream, records
 // its idle RSS (VmRSS of /proc/<pid>/status), then, one phase after the
 // other, the RSS after

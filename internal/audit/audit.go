@@ -1,6 +1,6 @@
 // Package audit writes mcpmux's audit log: one JSON line per tools/call
-// decision, and one per request refused by a rate, size or busy limit
-// (SPEC §9, §10). Every line is valid JSON: invalid UTF-8 in recorded
+// decision, and one per request refused by a rate, size or busy limit.
+// Every line is valid JSON: invalid UTF-8 in recorded
 // arguments is escaped, never written raw.
 package audit
 

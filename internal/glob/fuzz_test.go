@@ -7,8 +7,8 @@ import (
 )
 
 // FuzzGuardedCount is a stronger form of FuzzGuarded: under Guarded, a
-// wildcard never matches a control character or a shell metacharacter
-// (SPEC §5), so a value matches only if the pattern spells out each such
+// wildcard never matches a control character or a shell metacharacter,
+// so a value matches only if the pattern spells out each such
 // rune it holds, as many times as it holds it. Every atom of a pattern
 // matches one rune except `*`, so each occurrence of a guarded rune in the
 // value needs an atom of its own that names it: the pattern's text holds

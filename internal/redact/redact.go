@@ -1,5 +1,5 @@
 // Package redact removes secrets from text that leaves mcpmux: the query
-// values and userinfo of URLs in log lines and error messages (SPEC §10).
+// values and userinfo of URLs in log lines and error messages.
 // Upstream URLs carry API keys in queries often enough (`?api_key=…`) that
 // every URL is treated as secret-bearing. Secrets masks the exact values
 // one upstream's configuration holds (env and header values, URL keys),

@@ -1,0 +1,244 @@
+package configs
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// schemaKeys lists every key the decoder accepts, walking the raw schema's
+// toml tags: tables as dotted paths, map keys the user chooses as NAME, and
+// arrays of tables as []. A map of scalars or arrays (env, headers,
+// toolsets, args) is one key. The result is what docs/configuration.md must
+// name, each in backquotes, e.g. `upstreams.NAME.command`.
+func schemaKeys(t reflect.Type, prefix string) []string {
+	var keys []string
+	for _, f := range reflect.VisibleFields(t) {
+		tag := f.Tag.Get("toml")
+		if tag == "" || tag == "-" {
+			continue // an embedded struct: its fields are visible on their own
+		}
+		path := tag
+		if prefix != "" {
+			path = prefix + "." + tag
+		}
+		ft := f.Type
+		for ft.Kind() == reflect.Pointer {
+			ft = ft.Elem()
+		}
+		switch {
+		case ft.Kind() == reflect.Struct:
+			keys = append(keys, schemaKeys(ft, path)...)
+		case ft.Kind() == reflect.Slice && elem(ft).Kind() == reflect.Struct:
+			keys = append(keys, schemaKeys(elem(ft), path+"[]")...)
+		case ft.Kind() == reflect.Map && elem(ft.Elem()).Kind() == reflect.Struct:
+			keys = append(keys, schemaKeys(elem(ft.Elem()), path+".NAME")...)
+		default:
+			keys = append(keys, path)
+		}
+	}
+	return keys
+}
+
+// TestDocsNameEveryKey fails when a key the decoder accepts is missing
+// from docs/configuration.md, so the reference cannot fall behind the
+// schema.
+func TestDocsNameEveryKey(t *testing.T) {
+	data, err := os.ReadFile("../docs/configuration.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(data)
+	keys := schemaKeys(reflect.TypeFor[rawConfig](), "")
+	if len(keys) < 50 {
+		t.Fatalf("the schema walk found only %d keys: %v", len(keys), keys)
+	}
+	for _, k := range keys {
+		if !strings.Contains(doc, "`"+k+"`") {
+			t.Errorf("docs/configuration.md does not document `%s`", k)
+		}
+	}
+}
+
+// TestSchemaKeys pins the walk itself on a few keys of each shape.
+func TestSchemaKeys(t *testing.T) {
+	keys := schemaKeys(reflect.TypeFor[rawConfig](), "")
+	for _, want := range []string{
+		"server.listen",                         // a table's key
+		"auth.tokens[].token_sha256",            // an array of tables
+		"upstreams.NAME.env",                    // a map of strings, one key
+		"profiles.NAME.call_rules[].args_regex", // embedded rules, nested array
+		"profiles.NAME.rate.calls_per_minute",   // a table in a map
+		"profiles.NAME.dynamic_toolsets",        // the profile's own key
+		"filter.deny_upstreams",                 // the shared stage
+		"upstreams.NAME.toolsets",               // a map of arrays, one key
+		"filter.call_rules[].other_args",        // the shared stage's call rules
+		"upstreams.NAME.max_message_bytes",      // a size
+		"server.replica_id",                     // an expanded string
+		"profiles.NAME.extends",                 // outside the embedded rules
+		"audit.include_arguments",               // a plain table
+		"filter.call_rules[].tool",              // a string in an array of tables
+		"profiles.NAME.read_only",               // an embedded bool
+		"upstreams.NAME.read_only_tools",        // an upstream's list
+		"server.allow_unauthenticated",          // a non-pointer bool
+		"auth.tokens[].profiles",                // a list in an array of tables
+		"upstreams.NAME.headers",                // a map of strings
+		"profiles.NAME.call_rules[].args",       // a map of arrays in an array of tables
+	} {
+		found := false
+		for _, k := range keys {
+			found = found || k == want
+		}
+		if !found {
+			t.Errorf("schemaKeys lacks %s; got %v", want, keys)
+		}
+	}
+}
+
+// TestDocsTOMLExamples parses every ```toml block of the README and
+// docs/*.md as a whole config: what the docs show is valid as shown.
+// Variables are set to a placeholder, as a user would set them.
+func TestDocsTOMLExamples(t *testing.T) {
+	files, _ := filepath.Glob("../docs/*.md")
+	files = append(files, "../README.md")
+	n := 0
+	for _, file := range files {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, block := range fencedBlocks(string(data), "toml") {
+			n++
+			name := fmt.Sprintf("%s#%d", filepath.Base(file), i+1)
+			if _, err := Parse(name, []byte(block), func(string) (string, bool) { return "placeholder", true }); err != nil {
+				t.Errorf("%s does not parse:\n%v\n---\n%s", name, err, block)
+			}
+		}
+	}
+	if n == 0 {
+		t.Fatal("no ```toml block found in the docs")
+	}
+}
+
+// fencedBlocks returns the bodies of the ``` blocks of markdown whose info
+// string is lang.
+func fencedBlocks(markdown, lang string) []string {
+	var out []string
+	var cur *strings.Builder
+	for _, line := range strings.Split(markdown, "\n") {
+		trimmed := strings.TrimSpace(line)
+		switch {
+		case cur == nil && trimmed == "```"+lang:
+			cur = &strings.Builder{}
+		case cur != nil && trimmed == "```":
+			out = append(out, cur.String())
+			cur = nil
+		case cur != nil:
+			cur.WriteString(line + "\n")
+		}
+	}
+	return out
+}
+
+// linkRE matches a markdown link's target; codeSpanRE an inline code span,
+// whose text is not a link.
+var (
+	linkRE     = regexp.MustCompile(`\]\(([^)\s]+)\)`)
+	codeSpanRE = regexp.MustCompile("`[^`\n]+`")
+)
+
+// TestDocsPointInside: the documentation a clone carries is complete in
+// itself. No page refers to the product contract outside the repository
+// (../shared/SPEC.md, "SPEC §5"), and every relative link names a file or
+// directory of the repository.
+func TestDocsPointInside(t *testing.T) {
+	files, _ := filepath.Glob("../docs/*.md")
+	files = append(files, "../README.md", "../CONTRIBUTING.md", "../CHANGELOG.md", "../configs/examples/deploy/README.md")
+	root, _ := filepath.Abs("..")
+	for _, file := range files {
+		data, err := os.ReadFile(file)
+		if os.IsNotExist(err) {
+			continue // CONTRIBUTING.md and CHANGELOG.md come in their own commits
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		text := string(data)
+		for _, bad := range []string{"SPEC §", "SPEC.md", "../shared", "SPEC)"} {
+			if strings.Contains(text, bad) {
+				t.Errorf("%s refers to %q, which a clone does not have", file, bad)
+			}
+		}
+		for _, m := range linkRE.FindAllStringSubmatch(codeSpanRE.ReplaceAllString(text, "``"), -1) {
+			target := m[1]
+			if strings.Contains(target, "://") || strings.HasPrefix(target, "#") || strings.HasPrefix(target, "mailto:") {
+				continue
+			}
+			target, _, _ = strings.Cut(target, "#")
+			abs, _ := filepath.Abs(filepath.Join(filepath.Dir(file), target))
+			if !strings.HasPrefix(abs, root+string(filepath.Separator)) && abs != root {
+				t.Errorf("%s links outside the repository: %s", file, m[1])
+				continue
+			}
+			if _, err := os.Stat(abs); err != nil {
+				t.Errorf("%s links to %s, which does not exist", file, m[1])
+			}
+		}
+	}
+}
+
+// notYetCleaned are the directories whose comments still cite the product
+// contract outside the repository: they were being rewritten when the rest
+// was cleaned. Remove an entry once its package is clean.
+var notYetCleaned = []string{"sessions", "upstream", "aggregator"}
+
+// TestNoReferencesOutside fails when source, config or documentation in
+// the repository cites the product contract a clone does not have
+// ("SPEC §5", ../shared/SPEC.md), outside notYetCleaned.
+func TestNoReferencesOutside(t *testing.T) {
+	refRE := regexp.MustCompile(`SPEC §|SPEC\.md|\.\./shared/`)
+	root := ".."
+	err := filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, path)
+		if d.IsDir() {
+			switch d.Name() {
+			case ".git", "node_modules", "bin", "testdata":
+				return filepath.SkipDir
+			}
+			for _, dir := range notYetCleaned {
+				if rel == dir {
+					return filepath.SkipDir
+				}
+			}
+			return nil
+		}
+		switch filepath.Ext(path) {
+		case ".go", ".md", ".toml", ".yaml", ".yml", ".conf", ".tpl", ".mjs", ".sh":
+		default:
+			return nil
+		}
+		if rel == filepath.Join("configs", "docs_test.go") {
+			return nil // this test names what it looks for
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for i, line := range strings.Split(string(data), "\n") {
+			if refRE.MatchString(line) {
+				t.Errorf("%s:%d cites what a clone does not have: %s", rel, i+1, strings.TrimSpace(line))
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
