@@ -8,12 +8,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"sync"
 	"sync/atomic"
 
 	"github.com/hashicorp/go-multierror"
-	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 
@@ -130,8 +128,7 @@ func (a *Aggregator) newConn(uc *configs.Upstream, session string, log *slog.Log
 	l := &connLink{name: uc.Name, session: session}
 	uo.OnNotification = func(_ *upstream.Upstream, n mcp.JSONRPCNotification) { a.onNotification(l, n) }
 	h := clientHandler{a: a, l: l}
-	uo.ClientOptions = append(slices.Clip(uo.ClientOptions),
-		client.WithSamplingHandler(h), client.WithElicitationHandler(h), client.WithRootsHandler(h))
+	uo.OnRequest = h.onRequest
 	l.u = upstream.New(uc, uo)
 	return l.u
 }

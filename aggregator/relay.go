@@ -10,7 +10,6 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/mcpmux/mcpmux/configs"
@@ -354,16 +353,21 @@ type clientHandler struct {
 	l *connLink
 }
 
-var (
-	_ client.SamplingHandler    = clientHandler{}
-	_ client.ElicitationHandler = clientHandler{}
-	_ client.RootsHandler       = clientHandler{}
-)
+// onRequest is upstream.Options.OnRequest of the connection: the client's
+// answer goes back as its bytes.
+func (h clientHandler) onRequest(ctx context.Context, _ *upstream.Upstream, method string, params json.RawMessage) (json.RawMessage, error) {
+	if len(params) == 0 {
+		// No params member: none goes to the client either (a nil
+		// json.RawMessage in an interface would be sent as "params":null,
+		// which clients refuse).
+		return h.relay(ctx, method, nil)
+	}
+	return h.relay(ctx, method, params)
+}
 
-// ask relays one server→client request to the calling client and decodes
-// its answer into out. A refusal's text reaches the upstream (mcp-go
-// answers the request with it), so it says what to configure.
-func (h clientHandler) ask(ctx context.Context, method string, params, out any) error {
+// relay asks the calling client. A refusal's text reaches the upstream, so
+// it says what to configure.
+func (h clientHandler) relay(ctx context.Context, method string, params any) (json.RawMessage, error) {
 	cl, err := h.a.relay.owner(ctx, h.l)
 	if err != nil {
 		// A warning when the config can fix it (a shared upstream);
@@ -374,47 +378,10 @@ func (h clientHandler) ask(ctx context.Context, method string, params, out any) 
 			level = slog.LevelInfo
 		}
 		h.a.log.Log(ctx, level, "server→client request refused", "upstream", h.l.name, "session", h.l.session, "method", method, "error", err)
-		return fmt.Errorf("%s from upstream %q: %w", method, h.l.name, err)
+		return nil, fmt.Errorf("%s from upstream %q: %w", method, h.l.name, err)
 	}
 	if err := checkCapability(cl, method); err != nil {
-		return fmt.Errorf("%s from upstream %q: %w", method, h.l.name, ErrClientLacksCapability)
+		return nil, fmt.Errorf("%s from upstream %q: %w", method, h.l.name, ErrClientLacksCapability)
 	}
-	res, err := cl.Request(ctx, method, params)
-	if err != nil {
-		return err
-	}
-	return json.Unmarshal(res, out)
-}
-
-// CreateMessage relays sampling/createMessage.
-func (h clientHandler) CreateMessage(ctx context.Context, req mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
-	var res mcp.CreateMessageResult
-	if err := h.ask(ctx, string(mcp.MethodSamplingCreateMessage), req.CreateMessageParams, &res); err != nil {
-		return nil, err
-	}
-	content, err := mcp.ParseSamplingContent(res.Content)
-	if err != nil {
-		return nil, fmt.Errorf("sampling/createMessage from upstream %q: the client's result: %w", h.l.name, err)
-	}
-	res.Content = content
-	return &res, nil
-}
-
-// Elicit relays elicitation/create. It waits as long as the calling
-// client's request lives: no fixed cap on human-paced answers.
-func (h clientHandler) Elicit(ctx context.Context, req mcp.ElicitationRequest) (*mcp.ElicitationResult, error) {
-	var res mcp.ElicitationResult
-	if err := h.ask(ctx, string(mcp.MethodElicitationCreate), req.Params, &res); err != nil {
-		return nil, err
-	}
-	return &res, nil
-}
-
-// ListRoots relays roots/list: the upstream gets the calling client's roots.
-func (h clientHandler) ListRoots(ctx context.Context, req mcp.ListRootsRequest) (*mcp.ListRootsResult, error) {
-	var res mcp.ListRootsResult
-	if err := h.ask(ctx, string(mcp.MethodListRoots), req.Params, &res); err != nil {
-		return nil, err
-	}
-	return &res, nil
+	return cl.Request(ctx, method, params)
 }

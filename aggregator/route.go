@@ -58,7 +58,10 @@ type UpstreamError struct {
 	Temporary bool
 	// Timeout is the call_timeout that elapsed, or 0.
 	Timeout time.Duration
-	Err     error
+	// TooLarge is the max_message_bytes the upstream's answer exceeded,
+	// or 0.
+	TooLarge int64
+	Err      error
 }
 
 func (e *UpstreamError) Error() string { return e.Err.Error() }
@@ -67,6 +70,8 @@ func (e *UpstreamError) Unwrap() error { return e.Err }
 // Public returns the message a client is given.
 func (e *UpstreamError) Public() string {
 	switch {
+	case e.TooLarge > 0:
+		return fmt.Sprintf("upstream %s answered %s with a result too large: it exceeds max_message_bytes (%d bytes); ask for less, or raise max_message_bytes", e.Upstream, e.Method, e.TooLarge)
 	case e.Timeout > 0:
 		return fmt.Sprintf("upstream %s did not answer %s within its call_timeout (%s); retry, or raise call_timeout", e.Upstream, e.Method, e.Timeout)
 	case e.Temporary:
@@ -78,10 +83,15 @@ func (e *UpstreamError) Public() string {
 // upstreamErr classifies an error of upstream.Send. An upstream's own
 // JSON-RPC error and the caller's cancellation pass through unchanged.
 func upstreamErr(name, method string, timeout time.Duration, err error) error {
-	var rpc *upstream.RPCError
+	var (
+		rpc *upstream.RPCError
+		big *upstream.TooLargeError
+	)
 	switch {
 	case err == nil:
 		return nil
+	case errors.As(err, &big):
+		return &UpstreamError{Upstream: name, Method: method, TooLarge: big.Limit, Err: err}
 	case errors.As(err, &rpc), errors.Is(err, context.Canceled) && !errors.Is(err, upstream.ErrDown):
 		return err
 	case errors.Is(err, upstream.ErrTimeout):

@@ -6,14 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
-	"github.com/mark3labs/mcp-go/client"
-	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/mcpmux/mcpmux/upstream/wire"
 )
 
 // Request is one JSON-RPC request to forward to the upstream as it is: the
@@ -47,23 +45,19 @@ type Request struct {
 
 // RPCError is a JSON-RPC error the upstream answered with. It reaches the
 // client unchanged: code, message and data exactly as sent.
-type RPCError struct {
-	Code    int             `json:"code"`
-	Message string          `json:"message"`
-	Data    json.RawMessage `json:"data,omitempty"`
-}
+type RPCError = wire.Error
 
-func (e *RPCError) Error() string {
-	return fmt.Sprintf("upstream answered with JSON-RPC error %d: %s", e.Code, e.Message)
-}
+// ErrTooLarge is returned, wrapped and naming the upstream, the method and
+// max_message_bytes, by a call whose answer exceeded max_message_bytes. Only
+// that call fails; the connection stays up.
+var ErrTooLarge = wire.ErrTooLarge
+
+// TooLargeError is the error behind ErrTooLarge; it carries the limit.
+type TooLargeError = wire.TooLargeError
 
 // ErrTimeout is returned, wrapped, by a request the upstream did not answer
 // within call_timeout.
 var ErrTimeout = errors.New("timed out")
-
-// requestSeq numbers the requests Send makes. Its ids are strings, so they
-// never meet the numeric ids mcp-go's client mints on the same connection.
-var requestSeq atomic.Uint64
 
 // Send forwards req on the current connection and returns the upstream's
 // result bytes. An upstream JSON-RPC error is returned as *RPCError; every
@@ -77,203 +71,40 @@ func (u *Upstream) Send(ctx context.Context, req Request) (json.RawMessage, erro
 	if c == nil {
 		return nil, u.downErr(req.Method, req.Target)
 	}
-	cl, modern := c.client, c.modern
-	if req.Modern && !modern {
+	p, version := c.peer, c.version
+	if req.Modern && !c.modern {
 		if side := c.modernClient(ctx); side != nil {
-			cl, modern = side, true
+			p, version = clientPeer{c, side}, side.ProtocolVersion()
 		}
 	}
 	params := req.Params
 	var header http.Header
-	if modern {
+	if mcp.IsModernProtocol(version) {
 		var err error
-		if params, err = c.modernParams(cl, req); err != nil {
+		if params, err = c.modernParams(version, req.Caps, req.LogLevel, params); err != nil {
 			return nil, fmt.Errorf("upstream %q: %s %q: %w", u.cfg.Name, req.Method, req.Target, err)
 		}
-		header = standardHeaders(cl, req.Method, params, req.Tool)
-	}
-	out := transport.JSONRPCRequest{
-		JSONRPC: mcp.JSONRPC_VERSION,
-		ID:      mcp.NewRequestId("mcpmux-" + strconv.FormatUint(requestSeq.Add(1), 10)),
-		Method:  req.Method,
-		Header:  header,
-	}
-	if len(params) > 0 {
-		out.Params = params
+		header = standardHeaders(version, req.Method, params, req.Tool)
 	}
 	callCtx, done := c.callContext(ctx)
 	defer done()
-	id := out.ID.Value().(string)
-	c.raw.expect(id)
-	resp, err := cl.GetTransport().SendRequest(callCtx, out)
-	if err != nil {
-		c.raw.forget(id)
-		if callCtx.Err() != nil && c.ctx.Err() == nil && !modern {
-			c.cancelUpstream(out)
-		}
+	res, err := p.call(callCtx, req.Method, params, header)
+	var rpc *RPCError
+	switch {
+	case errors.As(err, &rpc):
+		return nil, rpc
+	case err != nil:
 		return nil, c.callErr(callCtx, req.Method, req.Target, err)
-	}
-	if resp.Error != nil {
-		return nil, rpcError(resp.Error, c.raw.take(id))
-	}
-	c.raw.forget(id)
-	if len(resp.Result) == 0 {
+	case len(res) == 0:
 		// mcp-go passes on any JSON body, a gateway's error page included.
 		return nil, fmt.Errorf("upstream %q: %s %q: %w", u.cfg.Name, req.Method, req.Target, errNoResult)
 	}
-	return resp.Result, nil
-}
-
-// rawRequest sends one request of mcpmux's own (a listing) on c, through
-// the transport Send uses, and returns the result bytes exactly as the
-// upstream sent them. A JSON-RPC error is returned as *RPCError; any other
-// error is the transport's, unwrapped, so that the caller can tell a lost
-// connection (isConnectionLoss). On a 2026-07-28 connection the request
-// carries the per-request _meta and the standard headers. When ctx ends
-// first, the upstream is told, as Send tells it.
-func (c *conn) rawRequest(ctx context.Context, method string, params json.RawMessage) (json.RawMessage, error) {
-	var header http.Header
-	if c.modern {
-		// The connection's own capabilities, as mcp-go's client declares
-		// them: an upstream may list by them.
-		caps := c.client.GetClientCapabilities()
-		var err error
-		if params, err = c.modernParams(c.client, Request{Method: method, Params: params, Caps: &caps}); err != nil {
-			return nil, err
-		}
-		header = standardHeaders(c.client, method, params, nil)
-	}
-	out := transport.JSONRPCRequest{
-		JSONRPC: mcp.JSONRPC_VERSION,
-		ID:      mcp.NewRequestId("mcpmux-" + strconv.FormatUint(requestSeq.Add(1), 10)),
-		Method:  method,
-		Header:  header,
-	}
-	if len(params) > 0 {
-		out.Params = params
-	}
-	id := out.ID.Value().(string)
-	c.raw.expect(id)
-	resp, err := c.client.GetTransport().SendRequest(ctx, out)
-	if err != nil {
-		c.raw.forget(id)
-		if ctx.Err() != nil && c.ctx.Err() == nil {
-			c.cancelUpstream(out)
-		}
-		return nil, err
-	}
-	if resp.Error != nil {
-		return nil, rpcError(resp.Error, c.raw.take(id))
-	}
-	c.raw.forget(id)
-	if len(resp.Result) == 0 {
-		return nil, errNoResult
-	}
-	return resp.Result, nil
-}
-
-// rpcError keeps an upstream's error as it was sent: from raw, the error
-// object's bytes when the connection's tap caught them, else from what the
-// transport decoded (whose data numbers went through float64).
-func rpcError(d *mcp.JSONRPCErrorDetails, raw json.RawMessage) *RPCError {
-	e := &RPCError{Code: d.Code, Message: d.Message}
-	var exact RPCError
-	if len(raw) > 0 && json.Unmarshal(raw, &exact) == nil && exact.Code == d.Code && exact.Message == d.Message {
-		e.Data = exact.Data
-		return e
-	}
-	if d.Data != nil {
-		if b, err := json.Marshal(d.Data); err == nil {
-			e.Data = b
-		}
-	}
-	return e
-}
-
-// modernParams adds the per-request protocol _meta that 2026-07-28 requires
-// (protocol version, client capabilities and identity, log level) to params.
-// Whatever the client sent under those keys was removed before (they belong
-// to its own hop).
-func (c *conn) modernParams(cl *client.Client, req Request) (json.RawMessage, error) {
-	fields := map[string]json.RawMessage{}
-	if len(req.Params) > 0 {
-		if err := json.Unmarshal(req.Params, &fields); err != nil {
-			return nil, fmt.Errorf("params are not a JSON object: %w", err)
-		}
-	}
-	meta := map[string]json.RawMessage{}
-	if raw, ok := fields["_meta"]; ok {
-		if err := json.Unmarshal(raw, &meta); err != nil {
-			return nil, fmt.Errorf("_meta is not a JSON object: %w", err)
-		}
-	}
-	caps := req.Caps
-	if caps == nil {
-		caps = &mcp.ClientCapabilities{}
-	}
-	set := func(k string, v any) {
-		b, err := json.Marshal(v)
-		if err == nil {
-			meta[k] = b
-		}
-	}
-	set(mcp.MetaKeyProtocolVersion, cl.ProtocolVersion())
-	set(mcp.MetaKeyClientCapabilities, caps)
-	set(mcp.MetaKeyClientInfo, mcp.Implementation{Name: "mcpmux", Version: c.u.opts.ClientVersion})
-	if req.LogLevel != "" {
-		set(mcp.MetaKeyLogLevel, req.LogLevel)
-	}
-	m, err := json.Marshal(meta)
-	if err != nil {
-		return nil, err
-	}
-	fields["_meta"] = m
-	return json.Marshal(fields)
-}
-
-// standardHeaders returns the Mcp-Method, Mcp-Name and Mcp-Param-* headers
-// of a 2026-07-28 request (transports other than HTTP ignore them).
-func standardHeaders(cl *client.Client, method string, params json.RawMessage, tool *mcp.Tool) http.Header {
-	std := mcp.StandardHeaders(cl.ProtocolVersion(), mcp.MCPMethod(method), params)
-	if len(std) == 0 {
-		return nil
-	}
-	h := make(http.Header, len(std))
-	for k, v := range std {
-		h.Set(k, v)
-	}
-	if tool != nil && method == string(mcp.MethodToolsCall) {
-		for k, v := range mcp.GenerateParamHeaders(tool, params) {
-			h.Set(k, v)
-		}
-	}
-	return h
+	return res, nil
 }
 
 // cancelNoticeTimeout bounds the notifications/cancelled sent for a request
 // whose caller went away.
 const cancelNoticeTimeout = 5 * time.Second
-
-// cancelUpstream tells the upstream to stop working on req. On 2026-07-28
-// HTTP, ending the request's stream already was the cancellation; on every
-// other transport (legacy HTTP included, where a disconnect is not a cancel)
-// the notification is the only way. It is best effort and off the caller's
-// path.
-func (c *conn) cancelUpstream(req transport.JSONRPCRequest) {
-	if c.modern && (c.kind == "http") {
-		return
-	}
-	n := mcp.JSONRPCNotification{JSONRPC: mcp.JSONRPC_VERSION}
-	n.Method = string(mcp.MethodNotificationCancelled)
-	n.Params.AdditionalFields = map[string]any{"requestId": req.ID, "reason": "the client cancelled the request"}
-	c.spawn("cancel notice", func() {
-		ctx, cancel := context.WithTimeout(c.ctx, cancelNoticeTimeout)
-		defer cancel()
-		if err := c.client.GetTransport().SendNotification(ctx, n); err != nil {
-			c.u.log.Debug("notifications/cancelled not sent", "err", err)
-		}
-	})
-}
 
 // errNoResult is returned for an answer that holds neither a result nor an
 // error.
@@ -309,6 +140,8 @@ func (c *conn) callContext(parent context.Context) (context.Context, func()) {
 func (c *conn) callErr(ctx context.Context, method, target string, err error) error {
 	name := c.u.cfg.Name
 	switch {
+	case errors.Is(err, ErrTooLarge):
+		return fmt.Errorf("upstream %q: %s %q: %w", name, method, target, err)
 	case c.ctx.Err() != nil:
 		return fmt.Errorf("upstream %q: %s %q: %w: %w", name, method, target, ErrDown, context.Cause(c.ctx))
 	case isConnectionLoss(err):

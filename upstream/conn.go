@@ -18,6 +18,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/mcpmux/mcpmux/configs"
+	"github.com/mcpmux/mcpmux/upstream/wire"
 )
 
 // errTornDown is the cause of a connection that was closed on purpose.
@@ -27,8 +28,9 @@ var errTornDown = errors.New("connection closed")
 // before refetching, so that a burst of notifications costs one refetch.
 const refreshCoalesce = 50 * time.Millisecond
 
-// conn is one connection attempt's resources: the mcp-go client and, for
-// stdio, the child process. It lives until teardown; ctx ends (with a cause)
+// conn is one connection attempt's resources: what carries its messages
+// (mcpmux's engine, or mcp-go's client on HTTP and SSE) and, for stdio,
+// the child process. It lives until teardown; ctx ends (with a cause)
 // as soon as the connection is lost, which also aborts in-flight calls.
 type conn struct {
 	u      *Upstream
@@ -36,11 +38,15 @@ type conn struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 
-	client *client.Client // set once in open, before publication
-	proc   *process       // stdio only
-	httpc  *http.Client   // http/sse only
-	caps   mcp.ServerCapabilities
-	modern bool // protocol 2026-07-28 or later (stateless)
+	// peer carries the connection's messages (peer.go); client is mcp-go's
+	// client below it on HTTP and SSE, nil on stdio and websocket.
+	peer    peer
+	client  *client.Client
+	version string       // the protocol version negotiated
+	proc    *process     // stdio only
+	httpc   *http.Client // http/sse only
+	caps    mcp.ServerCapabilities
+	modern  bool // protocol 2026-07-28 or later (stateless)
 
 	raw  rawErrors  // raw error objects of Send's requests (rawerr.go)
 	side modernSide // 2026-07-28 requests to a legacy HTTP connection's endpoint (modern.go)
@@ -146,17 +152,7 @@ func (u *Upstream) dialStdio(ctx context.Context) (*conn, *Catalog, error) {
 		return c, nil, err
 	}
 	c.proc = p
-	stdout := &lineLimitReader{
-		r:   p.stdout,
-		max: u.maxMessage(),
-		onTooLarge: func(err error) {
-			u.log.Error("message from upstream too large; closing the connection", "err", err)
-			c.lost(err)
-		},
-		onEnd: func(err error) { c.lost(fmt.Errorf("stdout closed: %w", err)) },
-	}
-	t := transport.NewIO(&tapReader{r: stdout, observe: c.raw.observe}, p.stdin, nil)
-	init, err := c.open(ctx, t)
+	init, err := c.openWire(ctx, wire.NewLines(p.stdout, p.stdin, p.stdin, u.maxMessage()))
 	if err != nil {
 		return c, nil, err
 	}
@@ -192,7 +188,7 @@ func (u *Upstream) dialHTTP(ctx context.Context) (*conn, *Catalog, error) {
 			u.negotiate.Store(true)
 			c2, init2, err2 := u.openStreamable(ctx, false)
 			if err2 == nil {
-				u.log.Info("upstream rejected the 2025-11-25 handshake; using protocol discovery", "protocol", c2.client.ProtocolVersion(), "err", err)
+				u.log.Info("upstream rejected the 2025-11-25 handshake; using protocol discovery", "protocol", c2.version, "err", err)
 				return c2.finish(ctx, init2)
 			}
 			u.negotiate.Store(false)
@@ -281,9 +277,10 @@ func (u *Upstream) dialSSE(ctx context.Context) (*conn, *Catalog, error) {
 }
 
 // dialWebsocket uses one websocket connection (subprotocol "mcp", one
-// message per text frame). Messages are read up to MaxMessageBytes, and
-// ProbeInterval paces websocket pings (the connection itself shows a server
-// that went away, so no MCP-level probe is needed).
+// message per text frame) through mcpmux's own engine. Messages are read
+// up to MaxMessageBytes, and ProbeInterval paces websocket pings (the
+// connection itself shows a server that went away, so no MCP-level probe
+// is needed).
 func (u *Upstream) dialWebsocket(ctx context.Context) (*conn, *Catalog, error) {
 	c := u.newConn(configs.TransportWebsocket)
 	t := newWSTransport(u.cfg.URL, wsOptions{
@@ -292,9 +289,12 @@ func (u *Upstream) dialWebsocket(ctx context.Context) (*conn, *Catalog, error) {
 		PingInterval: u.opts.ProbeInterval,
 		PingTimeout:  u.connectTimeout(),
 		Logger:       u.log,
-		Observe:      c.raw.observe,
 	})
-	init, err := c.open(ctx, t)
+	if err := t.Start(ctx); err != nil {
+		t.Close()
+		return c, nil, fmt.Errorf("start websocket transport: %w", err)
+	}
+	init, err := c.openWire(ctx, t)
 	if err != nil {
 		return c, nil, err
 	}
@@ -310,14 +310,14 @@ func (c *conn) open(ctx context.Context, t transport.Interface, extra ...client.
 	defer disarm()
 
 	u := c.u
-	opts := make([]client.ClientOption, 0, len(u.opts.ClientOptions)+len(extra)+1)
-	opts = append(opts, u.opts.ClientOptions...)
+	opts := requestHook{c}.options()
 	opts = append(opts, extra...)
 	if v := u.pinnedVersion(); v != "" {
 		opts = append(opts, client.WithProtocolVersion(v))
 	}
 	cl := client.NewClient(t, opts...)
 	c.client = cl
+	c.peer = clientPeer{c, cl}
 	cl.OnNotification(c.handleNotification)
 	cl.OnConnectionLost(func(err error) { c.lost(fmt.Errorf("stream lost: %w", err)) }) // SSE and websocket
 	if err := cl.Start(c.ctx); err != nil {
@@ -334,7 +334,11 @@ func (c *conn) open(ctx context.Context, t transport.Interface, extra ...client.
 		return nil, fmt.Errorf("initialize: %w", err)
 	}
 	c.caps = init.Capabilities
-	c.modern = mcp.IsModernProtocol(cl.ProtocolVersion())
+	c.version = cl.ProtocolVersion()
+	if c.version == "" {
+		c.version = init.ProtocolVersion
+	}
+	c.modern = mcp.IsModernProtocol(c.version)
 	return init, nil
 }
 
@@ -342,7 +346,7 @@ func (c *conn) open(ctx context.Context, t transport.Interface, extra ...client.
 func (c *conn) finish(ctx context.Context, init *mcp.InitializeResult) (*conn, *Catalog, error) {
 	disarm := context.AfterFunc(ctx, func() { c.lost(context.Cause(ctx)) })
 	defer disarm()
-	version := c.client.ProtocolVersion()
+	version := c.version
 	if version == "" {
 		version = init.ProtocolVersion
 	}
@@ -375,13 +379,13 @@ func (c *conn) askForAllLogs(ctx context.Context) {
 		return
 	}
 	params, _ := json.Marshal(mcp.SetLevelParams{Level: mcp.LoggingLevelDebug})
-	req := transport.JSONRPCRequest{JSONRPC: mcp.JSONRPC_VERSION, ID: mcp.NewRequestId("mcpmux-setlevel"), Method: string(mcp.MethodSetLogLevel), Params: json.RawMessage(params)}
-	resp, err := c.client.GetTransport().SendRequest(ctx, req)
+	_, err := c.rawRequest(ctx, string(mcp.MethodSetLogLevel), params)
+	var refused *RPCError
 	switch {
+	case errors.As(err, &refused):
+		c.u.log.Warn("upstream refused logging/setLevel debug; log messages may be missing", "err", refused.Message)
 	case err != nil:
 		c.u.log.Warn("logging/setLevel debug not sent; log messages may be missing", "err", err)
-	case resp.Error != nil:
-		c.u.log.Warn("upstream refused logging/setLevel debug; log messages may be missing", "err", resp.Error.Message)
 	}
 }
 
@@ -405,15 +409,18 @@ func (c *conn) teardown() error {
 	c.teardownOnce.Do(func() {
 		c.lost(errTornDown)
 		c.closeSide()
-		if c.client != nil {
+		if c.peer != nil {
 			// For stdio this closes the child's stdin, the first step of
 			// the shutdown; for HTTP it ends the session (DELETE).
-			if err := c.client.Close(); err != nil {
-				c.u.log.Debug("closing client", "err", err)
+			if err := c.peer.close(); err != nil {
+				c.u.log.Debug("closing the connection", "err", err)
 			}
 		}
 		if c.proc != nil {
 			c.teardownErr = c.proc.shutdown(c.u.opts.StdinCloseWait, c.u.opts.TermWait)
+		}
+		if c.peer != nil {
+			c.peer.wait() // the reader ends once the child's stdout has
 		}
 		if c.httpc != nil {
 			c.httpc.CloseIdleConnections()
@@ -485,14 +492,20 @@ func (c *conn) listenLoop(filter mcp.SubscriptionFilter) {
 	delay := minBackoff
 	for {
 		began := time.Now()
-		err := c.client.Listen(c.ctx, filter)
+		var err error
+		if c.client != nil {
+			err = c.client.Listen(c.ctx, filter)
+		} else {
+			params, _ := json.Marshal(mcp.SubscriptionsListenParams{Notifications: filter})
+			_, err = c.rawRequest(c.ctx, string(mcp.MethodSubscriptionsListen), params)
+		}
 		switch {
 		case c.ctx.Err() != nil:
 			return
 		case isConnectionLoss(err):
 			c.lost(fmt.Errorf("subscriptions/listen: %w", err))
 			return
-		case errors.Is(err, mcp.ErrMethodNotFound):
+		case isMethodNotFound(err):
 			c.u.log.Info("upstream does not support subscriptions/listen; list_changed may not arrive", "err", err)
 			return
 		}
@@ -519,12 +532,11 @@ func (c *conn) probeLoop() {
 		case <-t.C:
 		}
 		ctx, cancel := context.WithTimeout(c.ctx, c.u.connectTimeout())
-		var err error
+		method := mcp.MethodPing
 		if c.modern {
-			_, err = c.client.Discover(ctx, mcp.DiscoverRequest{}) // ping is a no-op on 2026-07-28
-		} else {
-			err = c.client.Ping(ctx)
+			method = mcp.MethodServerDiscover // ping is a no-op on 2026-07-28
 		}
+		_, err := c.rawRequest(ctx, string(method), nil)
 		cancel()
 		switch {
 		case err == nil || c.ctx.Err() != nil:
@@ -563,6 +575,7 @@ func isConnectionLoss(err error) bool {
 	}
 	var opErr *net.OpError
 	return errors.Is(err, transport.ErrTransportClosed) ||
+		errors.Is(err, wire.ErrClosed) ||
 		errors.Is(err, transport.ErrSessionTerminated) ||
 		errors.Is(err, io.ErrUnexpectedEOF) ||
 		errors.Is(err, syscall.ECONNRESET) ||

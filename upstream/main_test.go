@@ -31,6 +31,7 @@ import (
 //	handmade  answer from handwritten JSON (handmadeServe), no mcp-go involved
 //	handmadeloop  the same, with a tools/list whose next cursor never ends
 //	modernonly refuse initialize as a 2026-07-28-only server would
+//	scripted  a handwritten server that misbehaves on cue (scriptedServe)
 const envServerMode = "MCPMUX_UPSTREAM_TEST_SERVER"
 
 // envStderr, when set, makes the server write a few stderr lines first,
@@ -64,6 +65,9 @@ func runTestServer(mode string) int {
 		signal.Ignore(syscall.SIGTERM)
 	case "modernonly":
 		return serveModernOnly()
+	case "scripted":
+		scriptedServe(os.Stdin, os.Stdout)
+		return 0
 	}
 	err := server.NewStdioServer(newTestServer()).Listen(context.Background(), os.Stdin, os.Stdout)
 	if mode == "linger" || mode == "stubborn" {

@@ -1,11 +1,9 @@
 package upstream
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"maps"
 	"os"
@@ -37,7 +35,7 @@ type process struct {
 	log    *slog.Logger
 	cmd    *exec.Cmd
 	pgid   int
-	stdin  *os.File // our write end; also handed to the mcp-go transport
+	stdin  *os.File // our write end; the engine writes to it
 	stdout *os.File // our read end
 	stderr *os.File // our read end
 
@@ -220,7 +218,7 @@ func (p *process) shutdown(stdinWait, termWait time.Duration) error {
 	// the group could hold the pipe open forever, so close it regardless.
 	waitClosed(p.stderrDone, stderrDrainWait)
 	p.stderr.Close()
-	p.stdout.Close() // ends mcp-go's reader goroutine if it is still blocked
+	p.stdout.Close() // ends the engine's reader if it is still blocked
 	return err
 }
 
@@ -233,50 +231,4 @@ func waitClosed(ch <-chan struct{}, d time.Duration) bool {
 	case <-t.C:
 		return false
 	}
-}
-
-// lineLimitReader bounds the length of one newline-delimited message read
-// through it: mcp-go's stdio reader accumulates a line without limit. Once a
-// line exceeds max it reports onTooLarge and returns io.EOF from then on
-// (io.EOF rather than an error so that mcp-go does not log it again to the
-// global logger; onTooLarge logs it with the upstream's name). onEnd is
-// called once when the underlying reader fails or ends.
-type lineLimitReader struct {
-	r          io.Reader
-	max        int64
-	cur        int64 // bytes of the current line so far
-	tripped    bool
-	ended      bool
-	onTooLarge func(error)
-	onEnd      func(error)
-}
-
-func (l *lineLimitReader) Read(p []byte) (int, error) {
-	if l.tripped {
-		return 0, io.EOF
-	}
-	n, err := l.r.Read(p)
-	for b := p[:n]; len(b) > 0; {
-		i := bytes.IndexByte(b, '\n')
-		if i < 0 {
-			l.cur += int64(len(b))
-		} else {
-			l.cur += int64(i)
-		}
-		if l.cur > l.max {
-			l.tripped = true
-			l.onTooLarge(fmt.Errorf("message exceeds max_message_bytes (%d bytes)", l.max))
-			return 0, io.EOF
-		}
-		if i < 0 {
-			break
-		}
-		l.cur = 0
-		b = b[i+1:]
-	}
-	if err != nil && !l.ended {
-		l.ended = true
-		l.onEnd(err)
-	}
-	return n, err
 }

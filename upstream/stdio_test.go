@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -236,14 +237,17 @@ func TestStderrIsLoggedLineByLine(t *testing.T) {
 	waitFor(t, 5*time.Second, "line after the long one", stderrLine(func(s string) bool { return s == "after the long line" }))
 }
 
+// TestMessageTooLarge: an answer over max_message_bytes fails only its own
+// call, with an error saying it is too large and naming the upstream and
+// the limit, while another call in flight on the same connection
+// succeeds; the connection stays up (no restart).
 func TestMessageTooLarge(t *testing.T) {
 	cases := []struct {
-		name     string
-		cfg      func(t *testing.T) *configs.Upstream
-		connDies bool // stdio cannot resynchronise mid-line; HTTP fails just that response
+		name string
+		cfg  func(t *testing.T) *configs.Upstream
 	}{
-		{"stdio", func(t *testing.T) *configs.Upstream { return stdioConfig(t, "bulky", "serve") }, true},
-		{"streamable http", func(t *testing.T) *configs.Upstream { return httpConfig(t, "bulky") }, false},
+		{"stdio", func(t *testing.T) *configs.Upstream { return stdioConfig(t, "bulky", "serve") }},
+		{"streamable http", func(t *testing.T) *configs.Upstream { return httpConfig(t, "bulky") }},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -256,28 +260,48 @@ func TestMessageTooLarge(t *testing.T) {
 			u := New(cfg, opts)
 			startUpstream(t, u)
 			callText(t, u, "big", map[string]any{"n": 1000}) // well under the limit
+			before := u.Health()
+
+			// Another call in flight on the same connection meanwhile.
+			other := make(chan error, 1)
+			go func() {
+				var req mcp.CallToolRequest
+				req.Params.Name = "slow"
+				req.Params.Arguments = map[string]any{"ms": 300}
+				res, err := u.CallTool(context.Background(), req)
+				if err == nil && (len(res.Content) != 1 || res.Content[0].(mcp.TextContent).Text != "done") {
+					err = fmt.Errorf("result %+v", res)
+				}
+				other <- err
+			}()
 
 			var req mcp.CallToolRequest
 			req.Params.Name = "big"
 			req.Params.Arguments = map[string]any{"n": 64 << 10}
 			_, err := u.CallTool(context.Background(), req)
 			if err == nil || !strings.Contains(err.Error(), `upstream "bulky": tools/call "big"`) ||
-				!strings.Contains(err.Error(), "exceeds max_message_bytes") {
+				!strings.Contains(err.Error(), "exceeds max_message_bytes (16384 bytes)") {
 				t.Fatalf("oversized result: err = %v", err)
 			}
-			if errors.Is(err, ErrDown) != tc.connDies {
-				t.Errorf("errors.Is(err, ErrDown) = %v, want %v", !tc.connDies, tc.connDies)
+			if errors.Is(err, ErrDown) {
+				t.Errorf("oversized result reported as the upstream being down: %v", err)
+			}
+			if tc.name == "stdio" && !errors.Is(err, ErrTooLarge) {
+				t.Errorf("errors.Is(err, ErrTooLarge) = false: %v", err)
+			}
+			if err := <-other; err != nil {
+				t.Errorf("the other call on the connection failed: %v", err)
 			}
 			if len(logs.find(func(r map[string]string) bool {
 				return r["upstream"] == "bulky" && strings.Contains(r["err"], "exceeds max_message_bytes")
 			})) == 0 {
 				t.Error("no log naming the upstream and the size limit")
 			}
-			if tc.connDies {
-				waitFor(t, 5*time.Second, "OnCatalog observing the upstream down", rec.sawDown)
-				waitFor(t, 15*time.Second, "reconnect", func() bool { return u.State() == StateUp })
-			}
 			callText(t, u, "big", map[string]any{"n": 1000})
+			after := u.Health()
+			if after.Restarts != before.Restarts || after.Connects != before.Connects || u.State() != StateUp || rec.sawDown() {
+				t.Errorf("the connection did not stay up: before %+v, after %+v", before, after)
+			}
 		})
 	}
 }

@@ -18,7 +18,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/mcpmux/mcpmux/configs"
@@ -114,10 +113,17 @@ type Options struct {
 	// transport's reader goroutine, so it must not block. nil = ignored.
 	OnNotification func(u *Upstream, n mcp.JSONRPCNotification)
 
-	// ClientOptions are extra mcp-go client options (sampling, elicitation,
-	// roots handlers). They are applied before the protocol pin from the
-	// config.
-	ClientOptions []client.ClientOption
+	// OnRequest answers the upstream's requests to mcpmux (sampling,
+	// elicitation, roots; ping is answered without it), on every
+	// transport. It runs on a goroutine of its own; its ctx ends when the
+	// upstream cancels the request or the connection ends (on streamable
+	// HTTP it is derived from the ctx of the call whose stream carried the
+	// request). params are the request's params bytes (nil when absent).
+	// On stdio and websocket an error that is (or wraps) *RPCError is sent
+	// back as that JSON-RPC error, any other as an internal error with its
+	// text. nil answers with method not found. Setting it declares the
+	// sampling, elicitation and roots capabilities.
+	OnRequest func(ctx context.Context, u *Upstream, method string, params json.RawMessage) (json.RawMessage, error)
 
 	// ClientVersion is the clientInfo.version advertised; "" = "dev".
 	ClientVersion string

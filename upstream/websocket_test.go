@@ -14,26 +14,19 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mark3labs/mcp-go/client"
-	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/mcpmux/mcpmux/configs"
+	"github.com/mcpmux/mcpmux/upstream/wire"
 )
 
-// rootsFunc is a client.RootsHandler.
-type rootsFunc func(context.Context, mcp.ListRootsRequest) (*mcp.ListRootsResult, error)
-
-func (f rootsFunc) ListRoots(ctx context.Context, req mcp.ListRootsRequest) (*mcp.ListRootsResult, error) {
-	return f(ctx, req)
-}
-
-func TestWebsocketIsNotAnHTTPConnection(t *testing.T) {
-	// mcp-go sends notifications/cancelled only to transports that are not
-	// HTTPConnections (client.go cancelRequest).
-	var tr transport.Interface = &wsTransport{}
-	if _, ok := tr.(transport.HTTPConnection); ok {
-		t.Fatal("the websocket transport implements transport.HTTPConnection: cancellations would not be sent")
+// rootsHook is an Options.OnRequest answering roots/list with roots.
+func rootsHook(roots string) func(context.Context, *Upstream, string, json.RawMessage) (json.RawMessage, error) {
+	return func(_ context.Context, _ *Upstream, method string, _ json.RawMessage) (json.RawMessage, error) {
+		if method != string(mcp.MethodListRoots) {
+			return nil, &RPCError{Code: mcp.METHOD_NOT_FOUND, Message: method}
+		}
+		return json.RawMessage(roots), nil
 	}
 }
 
@@ -49,10 +42,7 @@ func TestWebsocketSession(t *testing.T) {
 			cfg.Protocol = protocol
 			opts := fastOptions(&logSink{})
 			const root = "file:///wsroot/é"
-			opts.ClientOptions = []client.ClientOption{client.WithRootsHandler(rootsFunc(
-				func(context.Context, mcp.ListRootsRequest) (*mcp.ListRootsResult, error) {
-					return &mcp.ListRootsResult{Roots: []mcp.Root{{URI: root, Name: "ws root"}}}, nil
-				}))}
+			opts.OnRequest = rootsHook(`{"roots":[{"uri":"` + root + `","name":"ws root"}]}`)
 			u := New(cfg, opts)
 			startUpstream(t, u)
 
@@ -200,7 +190,7 @@ func TestWebsocketConnectErrors(t *testing.T) {
 }
 
 // TestWebsocketConnectionFailures breaks a live connection in different
-// ways. Each time the call in flight must fail promptly with the reason,
+// ways (a message over max_message_bytes is not one: TestWebsocketTooLarge). Each time the call in flight must fail promptly with the reason,
 // the server must see the right close status, and the supervisor must
 // reconnect (a new handshake) and serve calls again.
 func TestWebsocketConnectionFailures(t *testing.T) {
@@ -220,23 +210,6 @@ func TestWebsocketConnectionFailures(t *testing.T) {
 			wantErr:   "binary frame",
 			wantClose: 1003,
 			wantLog:   "closing the websocket connection",
-		},
-		{
-			name: "message over max_message_bytes",
-			tune: func(cfg *configs.Upstream, _ *Options) {
-				cfg.MaxMessageBytes = 64 << 10
-			},
-			before: func(t *testing.T, u *Upstream) {
-				// Over the library's default 32 KiB, under the configured limit.
-				if got := callText(t, u, "big", map[string]any{"n": 50_000}); len(got) != 50_000 {
-					t.Fatalf("big 50000 returned %d bytes", len(got))
-				}
-			},
-			tool:      "big",
-			args:      map[string]any{"n": 100_000},
-			wantErr:   "message exceeds max_message_bytes (65536 bytes)",
-			wantClose: 1009,
-			wantLog:   "message from upstream too large",
 		},
 		{
 			name: "server stops answering pings",
@@ -388,10 +361,7 @@ func TestWebsocketCloseWaitsForGoroutines(t *testing.T) {
 	peer := newWSPeer(newWSTestServer())
 	opts := fastOptions(&logSink{})
 	opts.ProbeInterval = 50 * time.Millisecond
-	opts.ClientOptions = []client.ClientOption{client.WithRootsHandler(rootsFunc(
-		func(context.Context, mcp.ListRootsRequest) (*mcp.ListRootsResult, error) {
-			return &mcp.ListRootsResult{}, nil
-		}))}
+	opts.OnRequest = rootsHook(`{"roots":[]}`)
 	u := New(wsConfig("sock", peer.listen(t)), opts)
 	if err := u.Start(context.Background()); err != nil {
 		t.Fatal(err)
@@ -427,26 +397,76 @@ func TestWebsocketCloseWaitsForGoroutines(t *testing.T) {
 // would close it).
 func TestWebsocketStartCtxBoundsOnlyTheHandshake(t *testing.T) {
 	tr := newWSTransport(newWSPeer(newTestServer()).listen(t), wsOptions{ReadLimit: 1 << 20})
-	t.Cleanup(func() { tr.Close() })
 	ctx, cancel := context.WithCancel(context.Background())
 	if err := tr.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
+	w := wire.New(tr, wire.Options{Name: "sock"})
+	w.Start()
+	t.Cleanup(func() {
+		w.Close()
+		w.Wait()
+	})
 	cancel()
 	time.Sleep(50 * time.Millisecond)
 	reqCtx, reqCancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer reqCancel()
-	resp, err := tr.SendRequest(reqCtx, transport.JSONRPCRequest{JSONRPC: mcp.JSONRPC_VERSION, ID: mcp.NewRequestId(int64(1)), Method: string(mcp.MethodPing)})
-	if err != nil {
+	if _, err := w.Call(reqCtx, string(mcp.MethodPing), nil); err != nil {
 		t.Fatalf("ping after Start's ctx ended: %v", err)
 	}
-	if resp.Error != nil {
-		t.Fatalf("ping answered with error %+v", resp.Error)
-	}
-	if err := tr.Close(); err != nil {
+	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tr.SendRequest(reqCtx, transport.JSONRPCRequest{JSONRPC: mcp.JSONRPC_VERSION, ID: mcp.NewRequestId(int64(2)), Method: string(mcp.MethodPing)}); !errors.Is(err, transport.ErrTransportClosed) {
-		t.Errorf("SendRequest after Close = %v, want ErrTransportClosed", err)
+	if _, err := w.Call(reqCtx, string(mcp.MethodPing), nil); !errors.Is(err, wire.ErrClosed) {
+		t.Errorf("Call after Close = %v, want wire.ErrClosed", err)
+	}
+}
+
+// TestWebsocketTooLarge: an answer over max_message_bytes fails only its
+// own call, saying it is too large and naming the upstream and the limit,
+// while another call in flight on the same connection succeeds; the
+// connection stays up (no close, no new handshake).
+func TestWebsocketTooLarge(t *testing.T) {
+	peer := newWSPeer(newWSTestServer())
+	cfg := wsConfig("sock", peer.listen(t))
+	cfg.MaxMessageBytes = 64 << 10
+	logs := &logSink{}
+	opts := fastOptions(logs)
+	rec := &catalogRecorder{}
+	opts.OnCatalog = rec.onCatalog
+	u := New(cfg, opts)
+	startUpstream(t, u)
+	// Over the library's default 32 KiB, under the configured limit.
+	if got := callText(t, u, "big", map[string]any{"n": 50_000}); len(got) != 50_000 {
+		t.Fatalf("big 50000 returned %d bytes", len(got))
+	}
+	before := u.Health()
+
+	other := make(chan error, 1)
+	go func() {
+		var req mcp.CallToolRequest
+		req.Params.Name = "slow"
+		req.Params.Arguments = map[string]any{"ms": 300}
+		_, err := u.CallTool(context.Background(), req)
+		other <- err
+	}()
+	var req mcp.CallToolRequest
+	req.Params.Name = "big"
+	req.Params.Arguments = map[string]any{"n": 100_000}
+	_, err := u.CallTool(context.Background(), req)
+	if !errors.Is(err, ErrTooLarge) || errors.Is(err, ErrDown) || !strings.Contains(err.Error(), `upstream "sock": tools/call "big"`) ||
+		!strings.Contains(err.Error(), "exceeds max_message_bytes (65536 bytes)") {
+		t.Fatalf("oversized result: err = %v", err)
+	}
+	if err := <-other; err != nil {
+		t.Errorf("the other call on the connection failed: %v", err)
+	}
+	if got := callText(t, u, "echo", map[string]any{"after": "big"}); got != `{"after":"big"}` {
+		t.Errorf("echo after the big answer = %q", got)
+	}
+	headers, codes, _ := peer.snapshot()
+	after := u.Health()
+	if len(headers) != 1 || len(codes) != 0 || after.Restarts != before.Restarts || after.Connects != before.Connects || rec.sawDown() {
+		t.Errorf("the connection did not stay up: %d handshakes, close codes %v, health before %+v after %+v", len(headers), codes, before, after)
 	}
 }

@@ -1,0 +1,27 @@
+package aggregator
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/mcpmux/mcpmux/upstream"
+)
+
+// TestUpstreamErrTooLarge: a result over max_message_bytes is told as such,
+// naming the upstream and the limit, not as the upstream being down.
+func TestUpstreamErrTooLarge(t *testing.T) {
+	err := upstreamErr("files", "tools/call", 0, fmt.Errorf("upstream %q: tools/call %q: %w", "files", "read", &upstream.TooLargeError{Limit: 4096}))
+	var ue *UpstreamError
+	if !errors.As(err, &ue) {
+		t.Fatalf("err = %#v", err)
+	}
+	pub := ue.Public()
+	if !strings.Contains(pub, "too large") || !strings.Contains(pub, "files") || !strings.Contains(pub, "4096 bytes") || ue.Temporary {
+		t.Errorf("public text %q (temporary %v)", pub, ue.Temporary)
+	}
+	if !errors.Is(err, upstream.ErrTooLarge) {
+		t.Error("errors.Is(err, upstream.ErrTooLarge) = false")
+	}
+}

@@ -1,0 +1,241 @@
+package upstream
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"sync/atomic"
+
+	"github.com/mark3labs/mcp-go/client"
+	"github.com/mark3labs/mcp-go/client/transport"
+	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/mcpmux/mcpmux/upstream/wire"
+)
+
+// peer is the seam under a conn: how one JSON-RPC request, notification
+// and close travel. Stdio and websocket connections speak through
+// mcpmux's own engine (wirePeer); streamable HTTP and legacy SSE still
+// through mcp-go's client (clientPeer). Everything above it (Send, the
+// catalog fetch, probes, logging/setLevel) goes through conn.rawRequest
+// or conn.call, whichever peer is below.
+type peer interface {
+	// call sends a request with params as they are and returns the
+	// result's bytes; a JSON-RPC error answer is *RPCError. header is for
+	// HTTP transports (2026-07-28 standard headers); others ignore it.
+	// When ctx ends first, the upstream is told where the transport needs
+	// it (notifications/cancelled with mcpmux's own id).
+	call(ctx context.Context, method string, params json.RawMessage, header http.Header) (json.RawMessage, error)
+	notify(ctx context.Context, method string, params json.RawMessage) error
+	// close starts closing: pending calls fail. wait then waits for what
+	// the peer started (after a stdio child was shut down).
+	close() error
+	wait()
+}
+
+// wirePeer is a connection through mcpmux's own engine.
+type wirePeer struct{ w *wire.Conn }
+
+func (p wirePeer) call(ctx context.Context, method string, params json.RawMessage, _ http.Header) (json.RawMessage, error) {
+	return p.w.Call(ctx, method, params)
+}
+
+func (p wirePeer) notify(ctx context.Context, method string, params json.RawMessage) error {
+	return p.w.Notify(ctx, method, params)
+}
+
+func (p wirePeer) close() error { return p.w.Close() }
+func (p wirePeer) wait()        { p.w.Wait() }
+
+// clientPeer is a connection (or its 2026-07-28 side) through mcp-go's
+// client and transport.
+type clientPeer struct {
+	c  *conn
+	cl *client.Client
+}
+
+// requestSeq numbers the requests a clientPeer makes. Its ids are strings,
+// so they never meet the numeric ids mcp-go's client mints on the same
+// connection.
+var requestSeq atomic.Uint64
+
+func (p clientPeer) call(ctx context.Context, method string, params json.RawMessage, header http.Header) (json.RawMessage, error) {
+	out := transport.JSONRPCRequest{
+		JSONRPC: mcp.JSONRPC_VERSION,
+		ID:      mcp.NewRequestId("mcpmux-" + strconv.FormatUint(requestSeq.Add(1), 10)),
+		Method:  method,
+		Header:  header,
+	}
+	if len(params) > 0 {
+		out.Params = params
+	}
+	id := out.ID.Value().(string)
+	c := p.c
+	c.raw.expect(id)
+	resp, err := p.cl.GetTransport().SendRequest(ctx, out)
+	if err != nil {
+		c.raw.forget(id)
+		// On 2026-07-28 HTTP, ending the request's stream is the
+		// cancellation; a legacy HTTP session is only told by the notice.
+		if ctx.Err() != nil && c.ctx.Err() == nil && !mcp.IsModernProtocol(p.cl.ProtocolVersion()) {
+			p.cancelUpstream(out.ID)
+		}
+		return nil, err
+	}
+	if resp.Error != nil {
+		return nil, rpcError(resp.Error, c.raw.take(id))
+	}
+	c.raw.forget(id)
+	return resp.Result, nil
+}
+
+// cancelUpstream tells the upstream, best effort and off the caller's
+// path, to stop working on request id.
+func (p clientPeer) cancelUpstream(id mcp.RequestId) {
+	n := mcp.JSONRPCNotification{JSONRPC: mcp.JSONRPC_VERSION}
+	n.Method = string(mcp.MethodNotificationCancelled)
+	n.Params.AdditionalFields = map[string]any{"requestId": id, "reason": "the client cancelled the request"}
+	c := p.c
+	c.spawn("cancel notice", func() {
+		ctx, cancel := context.WithTimeout(c.ctx, cancelNoticeTimeout)
+		defer cancel()
+		if err := p.cl.GetTransport().SendNotification(ctx, n); err != nil {
+			c.u.log.Debug("notifications/cancelled not sent", "err", err)
+		}
+	})
+}
+
+func (p clientPeer) notify(ctx context.Context, method string, params json.RawMessage) error {
+	n := mcp.JSONRPCNotification{JSONRPC: mcp.JSONRPC_VERSION}
+	n.Method = method
+	if len(params) > 0 {
+		if err := json.Unmarshal(params, &n.Params); err != nil {
+			return err
+		}
+	}
+	return p.cl.GetTransport().SendNotification(ctx, n)
+}
+
+func (p clientPeer) close() error { return p.cl.Close() }
+func (p clientPeer) wait()        {}
+
+// rpcError keeps an upstream's error as it was sent: from raw, the error
+// object's bytes when the connection's tap caught them, else from what the
+// transport decoded (whose data numbers went through float64).
+func rpcError(d *mcp.JSONRPCErrorDetails, raw json.RawMessage) *RPCError {
+	e := &RPCError{Code: d.Code, Message: d.Message}
+	var exact RPCError
+	if len(raw) > 0 && json.Unmarshal(raw, &exact) == nil && exact.Code == d.Code && exact.Message == d.Message {
+		e.Data = exact.Data
+		return e
+	}
+	if d.Data != nil {
+		if b, err := json.Marshal(d.Data); err == nil {
+			e.Data = b
+		}
+	}
+	return e
+}
+
+// rawRequest is the one primitive mcpmux's own requests to the upstream
+// go through (the catalog fetch, probes, logging/setLevel, discovery):
+// on a 2026-07-28 connection it adds the protocol _meta with the
+// capabilities mcpmux declares for itself, then calls the peer.
+func (c *conn) rawRequest(ctx context.Context, method string, params json.RawMessage) (json.RawMessage, error) {
+	var header http.Header
+	if mcp.IsModernProtocol(c.version) {
+		var err error
+		if params, err = c.modernParams(c.version, c.clientCaps(), "", params); err != nil {
+			return nil, err
+		}
+		header = standardHeaders(c.version, method, params, nil)
+	}
+	res, err := c.peer.call(ctx, method, params, header)
+	if err == nil && len(res) == 0 {
+		return nil, errNoResult
+	}
+	return res, err
+}
+
+// clientCaps are the capabilities mcpmux declares to its upstreams: the
+// server→client requests it relays.
+func (c *conn) clientCaps() *mcp.ClientCapabilities {
+	caps := &mcp.ClientCapabilities{}
+	if c.u.opts.OnRequest != nil {
+		caps.Sampling = &mcp.SamplingCapability{}
+		caps.Roots = &struct {
+			ListChanged bool `json:"listChanged,omitempty"`
+		}{ListChanged: true}
+		caps.Elicitation = &mcp.ElicitationCapability{}
+	}
+	return caps
+}
+
+// modernParams adds the per-request protocol _meta that 2026-07-28 requires
+// (protocol version, client capabilities and identity, log level) to params.
+// Whatever the client sent under those keys was removed before (they belong
+// to its own hop).
+func (c *conn) modernParams(version string, caps *mcp.ClientCapabilities, level mcp.LoggingLevel, params json.RawMessage) (json.RawMessage, error) {
+	fields := map[string]json.RawMessage{}
+	if len(params) > 0 {
+		if err := json.Unmarshal(params, &fields); err != nil {
+			return nil, fmt.Errorf("params are not a JSON object: %w", err)
+		}
+	}
+	meta := map[string]json.RawMessage{}
+	if raw, ok := fields["_meta"]; ok {
+		if err := json.Unmarshal(raw, &meta); err != nil {
+			return nil, fmt.Errorf("_meta is not a JSON object: %w", err)
+		}
+	}
+	if caps == nil {
+		caps = &mcp.ClientCapabilities{}
+	}
+	set := func(k string, v any) {
+		b, err := json.Marshal(v)
+		if err == nil {
+			meta[k] = b
+		}
+	}
+	set(mcp.MetaKeyProtocolVersion, version)
+	set(mcp.MetaKeyClientCapabilities, caps)
+	set(mcp.MetaKeyClientInfo, mcp.Implementation{Name: "mcpmux", Version: c.u.opts.ClientVersion})
+	if level != "" {
+		set(mcp.MetaKeyLogLevel, level)
+	}
+	m, err := json.Marshal(meta)
+	if err != nil {
+		return nil, err
+	}
+	fields["_meta"] = m
+	return json.Marshal(fields)
+}
+
+// standardHeaders returns the Mcp-Method, Mcp-Name and Mcp-Param-* headers
+// of a 2026-07-28 request (transports other than HTTP ignore them).
+func standardHeaders(version, method string, params json.RawMessage, tool *mcp.Tool) http.Header {
+	std := mcp.StandardHeaders(version, mcp.MCPMethod(method), params)
+	if len(std) == 0 {
+		return nil
+	}
+	h := make(http.Header, len(std))
+	for k, v := range std {
+		h.Set(k, v)
+	}
+	if tool != nil && method == string(mcp.MethodToolsCall) {
+		for k, v := range mcp.GenerateParamHeaders(tool, params) {
+			h.Set(k, v)
+		}
+	}
+	return h
+}
+
+// isMethodNotFound reports whether err is the upstream's method-not-found
+// answer.
+func isMethodNotFound(err error) bool {
+	var e *RPCError
+	return (errors.As(err, &e) && e.Code == mcp.METHOD_NOT_FOUND) || errors.Is(err, mcp.ErrMethodNotFound)
+}

@@ -1,0 +1,133 @@
+package wire
+
+// idScanner finds the top-level "id" of a JSON-RPC message fed to it in
+// pieces, keeping only that value: what a message over the size limit
+// needs so that only its own call fails, without buffering the message.
+// It also notes whether the message has a top-level "method" (a request
+// or notification from the peer, never an answer to one of our calls).
+//
+// It is a tolerant state machine, not a validator: on input that is not
+// JSON it finds nothing, or an id that matches no call.
+type idScanner struct {
+	depth     int
+	inString  bool
+	escape    bool
+	expectKey bool   // the next top-level string is a key
+	inKey     bool   // reading a top-level key
+	key       []byte // the last top-level key (cut at maxKeyBytes+1)
+	wantColon bool   // a top-level key was read; ':' comes next
+	wantValue bool   // the top-level id's value starts at the next non-space byte
+	capturing bool   // inside the top-level id's value
+	id        []byte
+	found     bool
+	overflow  bool // the id outgrew maxIDBytes
+	hasMethod bool
+}
+
+// maxIDBytes bounds a captured id; a longer one cannot be an id mcpmux
+// minted.
+const maxIDBytes = 128
+
+// maxKeyBytes bounds a captured top-level key ("id", "method").
+const maxKeyBytes = 8
+
+// ID returns the top-level id's raw bytes, or nil when none was found (or
+// it was longer than any id mcpmux mints).
+func (s *idScanner) ID() []byte {
+	if !s.found || s.overflow {
+		return nil
+	}
+	return s.id
+}
+
+// Feed scans b, a continuation of what was fed before.
+func (s *idScanner) Feed(b []byte) {
+	for _, c := range b {
+		s.step(c)
+	}
+}
+
+func (s *idScanner) step(c byte) {
+	if s.inString {
+		if s.capturing {
+			s.keep(c)
+		} else if s.inKey && !s.escape && c != '"' && len(s.key) <= maxKeyBytes {
+			s.key = append(s.key, c)
+		}
+		switch {
+		case s.escape:
+			s.escape = false
+		case c == '\\':
+			s.escape = true
+			if s.inKey {
+				s.key = append(s.key, '\\') // no key of ours has an escape
+			}
+		case c == '"':
+			s.inString = false
+			if s.inKey {
+				s.inKey, s.wantColon = false, true
+			}
+			if s.capturing {
+				s.capturing, s.found = false, true
+			}
+		}
+		return
+	}
+	if s.capturing { // a number or a literal
+		switch c {
+		case ',', '}', ']', ' ', '\t', '\r', '\n':
+			s.capturing, s.found = false, true
+		default:
+			s.keep(c)
+			return
+		}
+	}
+	if s.wantValue {
+		switch c {
+		case ' ', '\t', '\r', '\n':
+			return
+		case '{', '[': // not an id: leave it to the structure below
+			s.wantValue = false
+		case '"':
+			s.wantValue, s.capturing, s.inString = false, true, true
+			s.keep(c)
+			return
+		default:
+			s.wantValue, s.capturing = false, true
+			s.keep(c)
+			return
+		}
+	}
+	switch c {
+	case '"':
+		s.inString = true
+		if s.depth == 1 && s.expectKey {
+			s.inKey, s.expectKey, s.key = true, false, s.key[:0]
+		}
+	case ':':
+		if s.depth == 1 && s.wantColon {
+			s.wantColon = false
+			switch string(s.key) {
+			case "id":
+				s.wantValue = !s.found
+			case "method":
+				s.hasMethod = true
+			}
+		}
+	case ',':
+		s.expectKey = s.depth == 1
+	case '{', '[':
+		s.depth++
+		s.expectKey = s.depth == 1 && c == '{'
+	case '}', ']':
+		s.depth--
+	}
+}
+
+func (s *idScanner) keep(c byte) {
+	if len(s.id) >= maxIDBytes {
+		s.overflow = true
+		return
+	}
+	s.id = append(s.id, c)
+}
