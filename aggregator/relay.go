@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
 
@@ -96,9 +97,17 @@ func (r *relay) inflightCount(u *upstream.Upstream) int {
 	return len(r.inflight[u])
 }
 
+// progressGrace is how long a call's progress token is still mapped back
+// after the call returned: an upstream may write progress just after its
+// result (mcp-go's server sends notifications from a queue of their own),
+// and the client would get it directly. The door delivers it after the
+// answer where it still can (a stream session), else lets it go.
+const progressGrace = 2 * time.Second
+
 // mintProgress replaces a client's progress token with one unique across
 // every upstream connection and records where its notifications go: to cl,
-// and only when they come from the connection u.
+// and only when they come from the connection u. The returned func
+// forgets the mapping progressGrace later.
 func (r *relay) mintProgress(u *upstream.Upstream, cl Client, original json.RawMessage) (json.RawMessage, func()) {
 	tok := fmt.Sprintf("mcpmux-%d", r.seq.Add(1))
 	r.mu.Lock()
@@ -106,9 +115,11 @@ func (r *relay) mintProgress(u *upstream.Upstream, cl Client, original json.RawM
 	r.mu.Unlock()
 	quoted, _ := json.Marshal(tok)
 	return quoted, func() {
-		r.mu.Lock()
-		delete(r.progress, tok)
-		r.mu.Unlock()
+		time.AfterFunc(progressGrace, func() {
+			r.mu.Lock()
+			delete(r.progress, tok)
+			r.mu.Unlock()
+		})
 	}
 }
 

@@ -95,6 +95,8 @@ type frameQueue struct {
 	held     *backlog      // nil: not counted
 	overflow func()        // called once when a put goes past the limit
 	over     bool
+	settled  bool              // handed off: frames go to late
+	late     func([]byte) bool // after handoff; nil = let go
 }
 
 func newFrameQueue(held *backlog, overflow func()) *frameQueue {
@@ -106,6 +108,10 @@ func newFrameQueue(held *backlog, overflow func()) *frameQueue {
 // called (once per queue).
 func (q *frameQueue) put(f []byte) bool {
 	q.mu.Lock()
+	if q.settled {
+		defer q.mu.Unlock()
+		return q.late != nil && q.late(f)
+	}
 	if q.over {
 		q.mu.Unlock()
 		return false
@@ -149,14 +155,20 @@ func (q *frameQueue) drain(write func([]byte)) {
 	}
 }
 
-// discard gives up every queued frame (the call's writer is gone).
-func (q *frameQueue) discard() {
+// handoff ends the queue's life as a queue: the frames it holds, and every
+// frame put from now on, go to late in order instead (nil: they are let
+// go). late must not block: it is called under the queue's lock, which
+// keeps that order, and put is called from an upstream's reader.
+func (q *frameQueue) handoff(late func([]byte) bool) {
 	q.mu.Lock()
-	fs := q.frames
-	q.frames = nil
-	q.over = true // nothing more is queued for a writer that is gone
-	q.mu.Unlock()
-	for _, f := range fs {
+	defer q.mu.Unlock()
+	for _, f := range q.frames {
 		q.held.written(len(f))
+		if late != nil {
+			late(f)
+		}
 	}
+	q.frames = nil
+	q.late = late
+	q.settled = true
 }

@@ -78,9 +78,31 @@ func TestFrameQueue(t *testing.T) {
 	if q.put([]byte("y")) || overflows != 1 {
 		t.Fatal("the queue took frames after it overflowed, or called overflow again")
 	}
-	q.discard()
+	q.handoff(nil)
 	if b.held() != 0 {
-		t.Fatalf("discard left %d bytes counted", b.held())
+		t.Fatalf("a handoff to nothing left %d bytes counted", b.held())
+	}
+}
+
+// TestFrameQueueHandoff: a settled call's frames, queued and later, go to
+// its late sink in order, uncounted once handed over.
+func TestFrameQueueHandoff(t *testing.T) {
+	b := newBacklog(100, 0)
+	q := newFrameQueue(b, nil)
+	q.put([]byte("a"))
+	q.put([]byte("b"))
+	var got []string
+	q.handoff(func(f []byte) bool { got = append(got, string(f)); return true })
+	if !q.put([]byte("c")) {
+		t.Fatal("a frame after the handoff was refused")
+	}
+	if strings.Join(got, "") != "abc" || b.held() != 0 {
+		t.Fatalf("late frames %q with %d bytes held, want abc and 0", strings.Join(got, ""), b.held())
+	}
+	q2 := newFrameQueue(b, nil)
+	q2.handoff(nil)
+	if q2.put([]byte("x")) || b.held() != 0 {
+		t.Fatal("a queue handed off to nothing took a frame")
 	}
 }
 

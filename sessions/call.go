@@ -12,6 +12,7 @@ import (
 	"runtime/debug"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
@@ -47,11 +48,14 @@ type call struct {
 	// release gives back the call's slot in its session's backlog (nil:
 	// it took none); answer calls it.
 	release func()
-	modern  bool
-	method  string
-	name    string         // the tool or prompt name, or URI, a retry must repeat
-	filter  *filter.Filter // the retry must come through the same rules (compared by key: a narrowing may be rebuilt after eviction)
-	owner   string         // and from the same caller (session, or token or address)
+	// final is set once the call has its last answer (not an
+	// input_required that holds it): frames after it are settled.
+	final  atomic.Bool
+	modern bool
+	method string
+	name   string         // the tool or prompt name, or URI, a retry must repeat
+	filter *filter.Filter // the retry must come through the same rules (compared by key: a narrowing may be rebuilt after eviction)
+	owner  string         // and from the same caller (session, or token or address)
 }
 
 // ask is an upstream's request for input during a held call.
@@ -90,6 +94,16 @@ func (c *call) push(ctx context.Context, f []byte) error {
 		return errSlowClient
 	}
 	return nil
+}
+
+// settle hands the frames a finished call still has, and those its
+// upstream sends later, to late, which reports whether it took each one;
+// nil lets them go. A call that is held for its client's input is not
+// finished: its frames wait for the retry's await.
+func (c *call) settle(late func([]byte) bool) {
+	if c.final.Load() {
+		c.frames.handoff(late)
+	}
 }
 
 // bound returns ctx ended also when the call ends: an upstream's
@@ -228,20 +242,27 @@ func (c *call) runInline(write func([]byte)) routedAnswer {
 // is due: the client cancelled) and whether it is an error whose code sets
 // the HTTP status. When ctx ends first, a 2026-07-28 call is cancelled.
 // Shutdown waits for awaits in progress (drain.go).
+//
+// A frame the upstream sends after the answer has nowhere to go on /mcp
+// (the request's stream ends with its answer): it is let go.
 func (s *Server) await(ctx context.Context, c *call, m *jsonrpc.Message, write func([]byte)) (answer []byte, errCode int) {
 	defer s.flights.leave() // entered by callFor
-
-	return s.awaitCall(ctx, c, m, write)
+	answer, errCode = s.awaitCall(ctx, c, m, write)
+	c.settle(nil)
+	return answer, errCode
 }
 
 // awaitQueued is await for a door whose answers go through write like its
 // frames (the stream doors): the answer is handed to write before shutdown
 // counts it given, so that the session, ended after that, still sends it.
-func (s *Server) awaitQueued(ctx context.Context, c *call, m *jsonrpc.Message, write func([]byte)) {
+// Frames the upstream sends after the answer (progress written just after
+// a result) go to late, after the answer, in the order they came.
+func (s *Server) awaitQueued(ctx context.Context, c *call, m *jsonrpc.Message, write func([]byte), late func([]byte) bool) {
 	defer s.flights.leave() // entered by callFor
 	if answer, _ := s.awaitCall(ctx, c, m, write); answer != nil {
 		write(answer)
 	}
+	c.settle(late)
 }
 
 // awaitCall is await without the shutdown bookkeeping.
@@ -288,10 +309,8 @@ func (s *Server) awaitCall(ctx context.Context, c *call, m *jsonrpc.Message, wri
 // answer encodes what the call returned as the answer to m. A call that
 // shutdown refused or cancelled is answered shutdownError.
 func (s *Server) answer(ctx context.Context, c *call, m *jsonrpc.Message, a routedAnswer) ([]byte, int) {
-	c.cancel() // a cause given earlier stays
-	// Its frames were written before this; any that come later have no
-	// writer, and stop counting against the session.
-	c.frames.discard()
+	c.cancel()          // a cause given earlier stays
+	c.final.Store(true) // its door settles its later frames (settle)
 	if c.release != nil {
 		c.release()
 	}

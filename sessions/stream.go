@@ -404,6 +404,24 @@ func (ss *streamSession) send(ctx context.Context, frame []byte) error {
 	}
 }
 
+// trySend queues a frame for the writer if there is room now; it reports
+// whether it did. It is for frames that must not wait: those an upstream's
+// reader delivers after their call was answered.
+func (ss *streamSession) trySend(frame []byte) bool {
+	if ss.ctx.Err() != nil {
+		return false
+	}
+	ss.held.hold(len(frame))
+	select {
+	case ss.out <- frame:
+		return true
+	default:
+		ss.held.written(len(frame))
+		ss.srv.log.Warn("notification after its call's answer dropped: the session's queue is full", "session", ss.id)
+		return false
+	}
+}
+
 // writeLoop is the session's only writer. Notifications already queued go
 // out before a response queued after them, so a call's progress precedes its
 // result. When the session ends, what is queued is flushed, then it stops.
@@ -610,7 +628,7 @@ func (s *Server) handleRouted(ctx context.Context, sess *streamSession, b Bindin
 	}
 	// The answer is queued here rather than by runJob, so that shutdown
 	// knows it is on its way (drain.go).
-	s.awaitQueued(ctx, c, m, func(f []byte) { sess.send(ctx, f) })
+	s.awaitQueued(ctx, c, m, func(f []byte) { sess.send(ctx, f) }, sess.trySend)
 	return nil
 }
 
