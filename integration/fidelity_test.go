@@ -1016,7 +1016,7 @@ func fidSamplingCall(k *fidKind, prompt string) (string, map[string]any) {
 
 // fidSample runs n concurrent sampling calls on s (of profile) and checks
 // each got s's answer to its own question. The calls start 50 ms apart and
-// the client answers call i after i×300 ms: the first call ends while the
+// the client answers call i after i×700 ms: the first call ends while the
 // others still wait for their answers.
 func fidSample(r *fidRun, s *fidSession, profile string, n int) error {
 	tool, _ := fidSamplingCall(r.kind, "")
@@ -1032,7 +1032,7 @@ func fidSample(r *fidRun, s *fidSession, profile string, n int) error {
 	for i := range n {
 		prompts[i] = fmt.Sprintf("question %d of %d from %s, %d", i, n, s.where, time.Now().UnixNano())
 		s.mu.Lock()
-		s.delays[prompts[i]] = time.Duration(i) * 300 * time.Millisecond
+		s.delays[prompts[i]] = time.Duration(i) * 700 * time.Millisecond
 		s.mu.Unlock()
 		_, args := fidSamplingCall(r.kind, prompts[i])
 		wg.Go(func() { texts[i], errs[i] = s.call(r.ctx, tool, args, "") })
