@@ -54,7 +54,7 @@ func (c *conn) modernClient(ctx context.Context) *client.Client {
 	cl, err := c.openModern(context.WithoutCancel(ctx))
 	if err != nil {
 		s.failed = time.Now()
-		c.u.log.Info("endpoint does not take 2026-07-28 requests; 2026-07-28 clients are served through its "+c.client.ProtocolVersion()+" session", "err", err)
+		c.u.log.Info("endpoint does not take 2026-07-28 requests; 2026-07-28 clients are served through its "+c.version+" session", "err", err)
 		return nil
 	}
 	s.client = cl
