@@ -147,7 +147,8 @@ func (p *httpPeer) onNotification(tied, method string, params json.RawMessage) {
 	c := p.c
 	cb := c.u.opts.OnCallNotification
 	var callCtx context.Context
-	if tied != "" && cb != nil && !strings.HasSuffix(method, "/list_changed") {
+	if tied != "" && cb != nil && !strings.HasSuffix(method, "/list_changed") &&
+		method != string(mcp.MethodNotificationSubscriptionsAcknowledged) { // handleNotification's own
 		p.mu.Lock()
 		callCtx = p.calls[tied]
 		p.mu.Unlock()
