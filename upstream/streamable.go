@@ -70,6 +70,9 @@ type httpPeer struct {
 	hc    *http.Client
 	limit int64
 	seq   atomic.Uint64
+	// version is the protocol of every request (the 2026-07-28 side);
+	// "" = the connection's (c.version).
+	version string
 
 	mu      sync.Mutex
 	session string                     // Mcp-Session-Id; "" = none
@@ -104,26 +107,11 @@ func (t httpTransport) Close() error { return nil }
 // handshake (handshake.go). A legacy session gets its GET stream.
 func (u *Upstream) openStreamable(ctx context.Context) (*conn, *mcp.InitializeResult, error) {
 	c := u.newConn(configs.TransportHTTP)
-	c.httpc = u.httpClient(c.raw.observe) // for the 2026-07-28 side (modern.go)
-	pool := c.httpc.Transport.(*limitTransport).base
-	p := &httpPeer{
-		c:     c,
-		hc:    &http.Client{Transport: pool}, // the same keep-alive pool
-		limit: u.maxMessage(),
-		calls: make(map[string]context.Context),
-		done:  make(chan struct{}),
-	}
+	c.httpc = u.httpClient(nil) // its pool carries every request of the connection
 	disarm := context.AfterFunc(ctx, func() { c.lost(context.Cause(ctx)) })
 	defer disarm()
-	p.w = wire.New(httpTransport{p}, wire.Options{
-		Name:           u.cfg.Name,
-		Limit:          p.limit,
-		Logger:         u.log,
-		OnNotification: p.onNotification,
-		OnRequest:      p.onRequest,
-	})
+	p := c.newHTTPPeer("")
 	c.peer = p
-	p.w.Start()
 
 	init, err := c.handshake(ctx)
 	if err != nil {
@@ -138,6 +126,38 @@ func (u *Upstream) openStreamable(ctx context.Context) (*conn, *mcp.InitializeRe
 		c.spawn("GET stream", p.listen)
 	}
 	return c, init, nil
+}
+
+// newHTTPPeer returns a started httpPeer of c's endpoint over c's pool.
+// version, when set, is the protocol version its requests are sent with
+// (the 2026-07-28 side); "" follows c.version.
+func (c *conn) newHTTPPeer(version string) *httpPeer {
+	p := &httpPeer{
+		c:       c,
+		hc:      &http.Client{Transport: c.httpc.Transport.(*limitTransport).base}, // one keep-alive pool
+		limit:   c.u.maxMessage(),
+		version: version,
+		calls:   make(map[string]context.Context),
+		done:    make(chan struct{}),
+	}
+	p.w = wire.New(httpTransport{p}, wire.Options{
+		Name:           c.u.cfg.Name,
+		Limit:          p.limit,
+		Logger:         c.u.log,
+		OnNotification: p.onNotification,
+		OnRequest:      p.onRequest,
+	})
+	p.w.Start()
+	return p
+}
+
+// protocol is the version p's requests are sent with ("" before the
+// handshake settled one).
+func (p *httpPeer) protocol() string {
+	if p.version != "" {
+		return p.version
+	}
+	return p.c.version
 }
 
 // onNotification hands a notification from the upstream on. One that
@@ -232,7 +252,7 @@ func (p *httpPeer) call(ctx context.Context, method string, params json.RawMessa
 	if err != nil && ctx.Err() != nil {
 		// Ending a 2026-07-28 request's stream is its cancellation; a
 		// session before that is told.
-		if !mcp.IsModernProtocol(p.c.version) && p.c.ctx.Err() == nil && method != string(mcp.MethodInitialize) {
+		if !mcp.IsModernProtocol(p.protocol()) && p.c.ctx.Err() == nil && method != string(mcp.MethodInitialize) {
 			p.cancelNotice(id)
 		}
 		return nil, ctx.Err()
@@ -434,7 +454,7 @@ func (p *httpPeer) send(ctx context.Context, verb string, body []byte, header ht
 	if session != "" {
 		h.Set(headerSessionID, session)
 	}
-	if v := p.c.version; v != "" && method != string(mcp.MethodInitialize) {
+	if v := p.protocol(); v != "" && method != string(mcp.MethodInitialize) {
 		h.Set(headerProtocolVersion, v)
 	}
 	resp, err := p.hc.Do(req)
