@@ -260,10 +260,17 @@ func (p *httpPeer) call(ctx context.Context, method string, params json.RawMessa
 	return res, err
 }
 
+// eventStream is an event stream being read: its reader, which may hold
+// bytes already read from body.
+type eventStream struct {
+	br   *bufio.Reader
+	body io.Closer
+}
+
 // exchange POSTs one request and reads the answer. rest, when not nil, is
 // the remainder of the answer's event stream, which the caller reads (and
 // closes).
-func (p *httpPeer) exchange(ctx context.Context, id, method string, params json.RawMessage, header http.Header) (json.RawMessage, io.ReadCloser, error) {
+func (p *httpPeer) exchange(ctx context.Context, id, method string, params json.RawMessage, header http.Header) (json.RawMessage, *eventStream, error) {
 	resp, err := p.send(ctx, http.MethodPost, requestBytes(id, method, params), header, method)
 	if err != nil {
 		return nil, nil, err
@@ -278,9 +285,10 @@ func (p *httpPeer) exchange(ctx context.Context, id, method string, params json.
 	mediaType, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
 	switch {
 	case resp.StatusCode == http.StatusOK && mediaType == "text/event-stream":
-		res, err, more := p.readAnswer(resp.Body, id)
+		rest := &eventStream{br: bufio.NewReaderSize(resp.Body, 32<<10), body: resp.Body}
+		res, err, more := p.readAnswer(rest.br, id)
 		if more {
-			return res, resp.Body, err
+			return res, rest, err
 		}
 		resp.Body.Close()
 		return res, nil, err
@@ -327,7 +335,7 @@ func (p *httpPeer) refusal(resp *http.Response, id, method string) error {
 }
 
 // readJSON reads a JSON body answering request id.
-func (p *httpPeer) readJSON(body io.Reader, id string) (json.RawMessage, io.ReadCloser, error) {
+func (p *httpPeer) readJSON(body io.Reader, id string) (json.RawMessage, *eventStream, error) {
 	data, err := io.ReadAll(io.LimitReader(body, p.limit+1))
 	if err != nil {
 		return nil, nil, fmt.Errorf("reading the answer: %w", err)
@@ -352,8 +360,7 @@ func (p *httpPeer) readJSON(body io.Reader, id string) (json.RawMessage, io.Read
 // readAnswer reads a call's event stream up to its answer; every other
 // message on it is handed to the engine tied to the call. more reports
 // that the stream may hold more (the caller reads the rest).
-func (p *httpPeer) readAnswer(body io.Reader, id string) (res json.RawMessage, err error, more bool) {
-	br := bufio.NewReaderSize(body, 32<<10)
+func (p *httpPeer) readAnswer(br *bufio.Reader, id string) (res json.RawMessage, err error, more bool) {
 	for {
 		f, err := wire.ReadEvent(br, p.limit)
 		if err != nil {
@@ -383,11 +390,10 @@ func (p *httpPeer) readAnswer(body io.Reader, id string) (res json.RawMessage, e
 // readStream hands every message of an event stream to the engine, tied
 // to the call id ("" for the GET stream), until the stream ends, then
 // closes it.
-func (p *httpPeer) readStream(body io.ReadCloser, tied string) error {
-	defer body.Close()
-	br := bufio.NewReaderSize(body, 32<<10)
+func (p *httpPeer) readStream(s *eventStream, tied string) error {
+	defer s.body.Close()
 	for {
-		f, err := wire.ReadEvent(br, p.limit)
+		f, err := wire.ReadEvent(s.br, p.limit)
 		if err != nil {
 			return err
 		}
@@ -518,7 +524,7 @@ func (p *httpPeer) listen() {
 				c.u.log.Debug("upstream offers no GET stream; list_changed may not arrive", "status", resp.Status)
 				return
 			}
-			err = p.readStream(resp.Body, "")
+			err = p.readStream(&eventStream{br: bufio.NewReaderSize(resp.Body, 32<<10), body: resp.Body}, "")
 		}
 		if c.ctx.Err() != nil {
 			return

@@ -104,8 +104,8 @@ type callKey struct{}
 
 // TestHTTPCallStreamTies: progress and a log message an upstream writes on
 // one call's own event stream are handed on with that call's ctx, while
-// another call is in flight on the same connection; nothing goes to the
-// untied hook.
+// another call is in flight on the same connection, progress written just
+// after the result included; nothing goes to the untied hook.
 func TestHTTPCallStreamTies(t *testing.T) {
 	// A handwritten server: mcp-go's writes a notification on whichever
 	// of a session's streams takes it first (PROTOCOL §7.1), stateless or
@@ -149,7 +149,7 @@ func TestHTTPCallStreamTies(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	want := []string{"A notifications/progress", "A notifications/message"}
+	want := []string{"A notifications/progress", "A notifications/message", "A notifications/progress"}
 	if !slices.Equal(tied, want) {
 		t.Errorf("notifications on the call's stream went to %q, want %q", tied, want)
 	}
@@ -200,6 +200,8 @@ func tiesServer(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, "data: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{\"progressToken\":%s,\"progress\":1}}\n\n", m.Params.Meta.ProgressToken)
 		io.WriteString(w, "event: message\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\",\"params\":{\"level\":\"info\",\"data\":\"from report\"}}\n\n")
 		io.WriteString(w, "data: "+answer(`{"content":[{"type":"text","text":"reported"}]}`)+"\n\n")
+		// Progress just after the result, in the same write.
+		fmt.Fprintf(w, "data: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{\"progressToken\":%s,\"progress\":2}}\n\n", m.Params.Meta.ProgressToken)
 	case m.Method == "tools/call":
 		time.Sleep(300 * time.Millisecond)
 		w.Header().Set("Content-Type", "application/json")
