@@ -127,6 +127,9 @@ func (a *Aggregator) newConn(uc *configs.Upstream, session string, log *slog.Log
 	uo.OnCatalog = onCatalog
 	l := &connLink{name: uc.Name, session: session}
 	uo.OnNotification = func(_ *upstream.Upstream, n mcp.JSONRPCNotification) { a.onNotification(l, n) }
+	uo.OnCallNotification = func(ctx context.Context, _ *upstream.Upstream, n mcp.JSONRPCNotification) {
+		a.onCallNotification(ctx, l, n)
+	}
 	h := clientHandler{a: a, l: l}
 	uo.OnRequest = h.onRequest
 	l.u = upstream.New(uc, uo)

@@ -299,6 +299,40 @@ func (r *relay) linkTable() map[string]string {
 	return out
 }
 
+// onCallNotification routes a notification that arrived on the response
+// stream of the call ctx carries (see withCall): a log message goes to
+// that call's client while the call is in flight on l, whatever else is
+// in flight; everything else as onNotification.
+// A log message of a call that has ended is no one else's: it is dropped
+// (at debug), never handed to whichever call is in flight.
+func (a *Aggregator) onCallNotification(ctx context.Context, l *connLink, n mcp.JSONRPCNotification) {
+	call := callFrom(ctx)
+	if n.Method != string(mcp.MethodNotificationMessage) || call == nil {
+		a.onNotification(l, n)
+		return
+	}
+	cl := a.relay.callClient(call, l)
+	if cl == nil {
+		a.log.Debug("log message from upstream not delivered: the call it came with has ended", "upstream", l.name)
+		return
+	}
+	level, _ := n.Params.AdditionalFields["level"].(string)
+	if want := cl.LogLevel(); want != "" && mcp.LoggingLevel(level).ShouldSendTo(want) {
+		cl.Notify(string(mcp.MethodNotificationMessage), n.Params.AdditionalFields)
+	}
+}
+
+// callClient returns the client of call when it is in flight on the
+// connection l; else nil.
+func (r *relay) callClient(call *inflightCall, l *connLink) Client {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.inflight[l.u][call]; ok {
+		return call.client
+	}
+	return nil
+}
+
 // onNotification routes one notification from the connection l to the
 // client it belongs to. It runs on the upstream's reader and must not
 // block: Client.Notify only queues.

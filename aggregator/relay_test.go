@@ -174,3 +174,29 @@ func TestNotificationsStayOnTheirConnection(t *testing.T) {
 		t.Errorf("a log message of the shared connection with no call in flight reached onLog %d times, want 1", broadcast)
 	}
 }
+
+// TestCallNotificationReachesItsCall: a log message that arrived on the
+// response stream of one call (streamable HTTP) reaches that call's client
+// even while another session's call is in flight on the same shared
+// connection, and no one else; once that call ended it is no call's.
+func TestCallNotificationReachesItsCall(t *testing.T) {
+	a := New(&configs.Config{}, Options{})
+	l := testLink("h", configs.TransportHTTP, "")
+	ca, cb := &testClient{name: "A", session: "A"}, &testClient{name: "B", session: "B"}
+	callA, endA := a.relay.begin(l.u, ca)
+	_, endB := a.relay.begin(l.u, cb)
+	defer endB()
+	logMsg := mcp.JSONRPCNotification{}
+	logMsg.Method = string(mcp.MethodNotificationMessage)
+	logMsg.Params.AdditionalFields = map[string]any{"level": "info", "data": "for A"}
+	ctx := withCall(context.Background(), callA)
+	a.onCallNotification(ctx, l, logMsg)
+	if len(ca.notes) != 1 || len(cb.notes) != 0 {
+		t.Fatalf("A got %v, B got %v; want the log at A only", ca.notes, cb.notes)
+	}
+	endA()
+	a.onCallNotification(ctx, l, logMsg)
+	if len(ca.notes) != 1 || len(cb.notes) != 0 {
+		t.Errorf("after A's call ended: A got %v, B got %v; want nothing more", ca.notes, cb.notes)
+	}
+}

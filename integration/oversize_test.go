@@ -2,19 +2,47 @@ package integration
 
 import (
 	"context"
+	"fmt"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
 )
 
-// TestOversizeResultBesideAnotherSession: on a shared stdio upstream, a
+// TestOversizeResultBesideAnotherSession: on a shared upstream, a
 // result over max_message_bytes fails only the call it answers, telling
 // its client the result is too large, while another session's call in
 // flight on the same connection succeeds and the connection stays up.
 func TestOversizeResultBesideAnotherSession(t *testing.T) {
-	cfg := demoUpstream(t, "st") + "max_message_bytes = 65536\n"
+	t.Run("stdio", func(t *testing.T) {
+		oversizeBesideAnotherSession(t, demoUpstream(t, "st")+"max_message_bytes = 65536\n")
+	})
+	// The same on a shared streamable HTTP upstream (an mcp-go server):
+	// before mcpmux spoke HTTP itself, the call failed with mcp-go's
+	// decoding error, not "too large".
+	t.Run("streamable HTTP", func(t *testing.T) {
+		srv := server.NewMCPServer("st", "1", server.WithToolCapabilities(false))
+		srv.AddTool(mcp.NewTool("echo", mcp.WithString("text")), func(_ context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return mcp.NewToolResultText(req.GetString("text", "")), nil
+		})
+		srv.AddTool(mcp.NewTool("slow_count", mcp.WithNumber("count"), mcp.WithNumber("interval_ms")), func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			select {
+			case <-time.After(time.Duration(req.GetFloat("count", 1)*req.GetFloat("interval_ms", 100)) * time.Millisecond):
+				return mcp.NewToolResultText("counted"), nil
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		})
+		up := httptest.NewServer(server.NewStreamableHTTPServer(srv))
+		t.Cleanup(up.Close)
+		oversizeBesideAnotherSession(t, fmt.Sprintf("[upstreams.st]\nurl = %q\nmax_message_bytes = 65536\n", up.URL+"/mcp"))
+	})
+}
+
+func oversizeBesideAnotherSession(t *testing.T, cfg string) {
 	m := startMux(t, cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()

@@ -1,17 +1,6 @@
 package upstream
 
-import (
-	"bytes"
-	"errors"
-	"fmt"
-	"io"
-	"mime"
-	"net/http"
-	"strings"
-	"sync"
-
-	"github.com/mark3labs/mcp-go/client/transport"
-)
+import "strings"
 
 // attempt is one way of connecting that was tried, and how it failed.
 type attempt struct {
@@ -73,69 +62,6 @@ func (e *attemptsError) Unwrap() []error {
 	return errs
 }
 
-// maxRefusalBody bounds the bytes of a refusal's body kept for an error.
+// maxRefusalBody bounds the bytes of a refusal's body kept for an error
+// (streamable.go).
 const maxRefusalBody = 200
-
-// refusalTap remembers the last HTTP error status an endpoint answered, and
-// the start of its body, for the error of an attempt that mcp-go reports
-// without them. Safe for concurrent use.
-type refusalTap struct {
-	next http.RoundTripper
-
-	mu     sync.Mutex
-	status string // "403 Forbidden"; "" = none seen
-	body   string
-}
-
-// tapRefusals puts a refusalTap in front of hc's transport.
-func tapRefusals(hc *http.Client) *refusalTap {
-	t := &refusalTap{next: hc.Transport}
-	hc.Transport = t
-	return t
-}
-
-func (t *refusalTap) RoundTrip(req *http.Request) (*http.Response, error) {
-	resp, err := t.next.RoundTrip(req)
-	if err != nil || resp.StatusCode < 400 {
-		return resp, err
-	}
-	var body string
-	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt != "text/html" {
-		buf := make([]byte, maxRefusalBody)
-		n, _ := io.ReadFull(resp.Body, buf)
-		resp.Body = struct {
-			io.Reader
-			io.Closer
-		}{io.MultiReader(bytes.NewReader(buf[:n]), resp.Body), resp.Body}
-		body = strings.Join(strings.Fields(string(buf[:n])), " ")
-	}
-	t.mu.Lock()
-	t.status, t.body = resp.Status, body
-	t.mu.Unlock()
-	return resp, nil
-}
-
-// CloseIdleConnections lets http.Client.CloseIdleConnections reach next.
-func (t *refusalTap) CloseIdleConnections() {
-	if c, ok := t.next.(interface{ CloseIdleConnections() }); ok {
-		c.CloseIdleConnections()
-	}
-}
-
-// explain adds the refusal seen to err when err is one of mcp-go's that
-// name no status (a 4xx to initialize, a 401).
-func (t *refusalTap) explain(err error) error {
-	if !errors.Is(err, transport.ErrLegacySSEServer) && !errors.Is(err, transport.ErrUnauthorized) {
-		return err
-	}
-	t.mu.Lock()
-	status, body := t.status, t.body
-	t.mu.Unlock()
-	switch {
-	case status == "":
-		return err
-	case body == "":
-		return fmt.Errorf("%w (the endpoint answered HTTP %s)", err, status)
-	}
-	return fmt.Errorf("%w (the endpoint answered HTTP %s: %q)", err, status, body)
-}

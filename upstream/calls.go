@@ -73,8 +73,8 @@ func (u *Upstream) Send(ctx context.Context, req Request) (json.RawMessage, erro
 	}
 	p, version := c.peer, c.version
 	if req.Modern && !c.modern {
-		if side := c.modernClient(ctx); side != nil {
-			p, version = clientPeer{c, side}, side.ProtocolVersion()
+		if side := c.modernPeer(ctx); side != nil {
+			p, version = side, side.version
 		}
 	}
 	params := req.Params

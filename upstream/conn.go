@@ -39,7 +39,7 @@ type conn struct {
 	cancel context.CancelCauseFunc
 
 	// peer carries the connection's messages (peer.go); client is mcp-go's
-	// client below it on HTTP and SSE, nil on stdio and websocket.
+	// client below it on SSE, nil on the other transports.
 	peer    peer
 	client  *client.Client
 	version string       // the protocol version negotiated
@@ -159,24 +159,14 @@ func (u *Upstream) dialStdio(ctx context.Context) (*conn, *Catalog, error) {
 	return c.finish(ctx, init)
 }
 
-// dialHTTP uses streamable HTTP. An endpoint that answers the initialize POST
-// with a 4xx (404, 405, 400, …) is taken to be a legacy HTTP+SSE server, as
-// the 2025-03-26 backwards-compatibility rules say, and is dialed again with
-// the SSE transport at the same URL.
-//
-// list_changed on legacy HTTP arrives only on the standalone GET stream,
-// which mcp-go opens with WithContinuousListening; that option also pins the
-// connection to a legacy protocol (the stream does not exist on 2026-07-28).
-// So the first dial lets the client negotiate freely; if it settles on a
-// legacy version and the server advertises any listChanged capability, the
-// connection is replaced by one with continuous listening, and the endpoint
-// is remembered as legacy so later reconnects dial that way directly. Modern
-// connections get list_changed through subscriptions/listen (listenLoop).
+// dialHTTP uses streamable HTTP through mcpmux's own code (streamable.go).
+// An endpoint that answers the initialize POST with a 4xx (404, 405, 400,
+// …) is taken to be a legacy HTTP+SSE server, as the 2025-03-26
+// backwards-compatibility rules say, and is dialed again with the SSE
+// transport at the same URL.
 func (u *Upstream) dialHTTP(ctx context.Context) (*conn, *Catalog, error) {
-	pinned := u.pinnedVersion()
-	listen := u.legacyHTTP.Load() || (pinned != "" && !mcp.IsModernProtocol(pinned))
-	c, init, err := u.openStreamable(ctx, listen)
-	if errors.Is(err, transport.ErrLegacySSEServer) {
+	c, init, err := u.openStreamable(ctx)
+	if errors.Is(err, errLegacyEndpoint) {
 		if terr := c.teardown(); terr != nil {
 			u.log.Warn("closing streamable HTTP attempt", "err", terr)
 		}
@@ -186,7 +176,7 @@ func (u *Upstream) dialHTTP(ctx context.Context) (*conn, *Catalog, error) {
 		tried := attempts{{"streamable HTTP", err}}
 		if u.cfg.Protocol == "" && !u.negotiate.Load() {
 			u.negotiate.Store(true)
-			c2, init2, err2 := u.openStreamable(ctx, false)
+			c2, init2, err2 := u.openStreamable(ctx)
 			if err2 == nil {
 				u.log.Info("upstream rejected the 2025-11-25 handshake; using protocol discovery", "protocol", c2.version, "err", err)
 				return c2.finish(ctx, init2)
@@ -211,42 +201,7 @@ func (u *Upstream) dialHTTP(ctx context.Context) (*conn, *Catalog, error) {
 	if err != nil {
 		return c, nil, err
 	}
-	if !listen && !c.modern && c.wantsListChanged() {
-		u.log.Info("legacy streamable HTTP server; reconnecting with the GET stream for list_changed", "protocol", init.ProtocolVersion)
-		u.legacyHTTP.Store(true)
-		if terr := c.teardown(); terr != nil {
-			u.log.Warn("closing first streamable HTTP connection", "err", terr)
-		}
-		c, init, err = u.openStreamable(ctx, true)
-		if err != nil {
-			return c, nil, err
-		}
-	}
 	return c.finish(ctx, init)
-}
-
-func (u *Upstream) openStreamable(ctx context.Context, listen bool) (*conn, *mcp.InitializeResult, error) {
-	c := u.newConn(configs.TransportHTTP)
-	c.httpc = u.httpClient(c.raw.observe)
-	// mcp-go reports a refused initialize POST without its status or body.
-	refusal := tapRefusals(c.httpc)
-	opts := []transport.StreamableHTTPCOption{
-		transport.WithHTTPHeaders(u.cfg.Headers),
-		transport.WithHTTPBasicClient(c.httpc),
-		transport.WithHTTPLogger(libraryLogger(u.log)),
-	}
-	if listen {
-		opts = append(opts, transport.WithContinuousListening())
-	}
-	t, err := transport.NewStreamableHTTP(u.cfg.URL, opts...)
-	if err != nil {
-		return c, nil, err
-	}
-	init, err := c.open(ctx, t)
-	if err != nil {
-		err = refusal.explain(err)
-	}
-	return c, init, err
 }
 
 func (u *Upstream) dialSSE(ctx context.Context) (*conn, *Catalog, error) {

@@ -2,13 +2,12 @@ package upstream
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"sync"
 	"time"
 
-	"github.com/mark3labs/mcp-go/client"
-	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/mcpmux/mcpmux/configs"
@@ -27,7 +26,7 @@ import (
 // none. It is opened on first use and kept with its connection.
 type modernSide struct {
 	mu     sync.Mutex
-	client *client.Client
+	peer   *httpPeer
 	failed time.Time // last failed attempt; retried after modernRetry
 }
 
@@ -35,83 +34,80 @@ type modernSide struct {
 // endpoint is remembered.
 const modernRetry = time.Minute
 
-// modernClient returns the 2026-07-28 client of c's endpoint, opening it
-// on first use, or nil when c is not an HTTP connection on an older
-// protocol or the endpoint does not speak 2026-07-28.
-func (c *conn) modernClient(ctx context.Context) *client.Client {
+// modernPeer returns the 2026-07-28 side of c's endpoint, opening it on
+// first use, or nil when c is not an HTTP connection on an older protocol
+// or the endpoint does not speak 2026-07-28.
+func (c *conn) modernPeer(ctx context.Context) *httpPeer {
 	if c.modern || c.kind != configs.TransportHTTP || c.u.cfg.Protocol != "" {
 		return nil
 	}
 	s := &c.side
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.client != nil {
-		return s.client
+	if s.peer != nil {
+		return s.peer
 	}
 	if !s.failed.IsZero() && time.Since(s.failed) < modernRetry {
 		return nil
 	}
-	cl, err := c.openModern(context.WithoutCancel(ctx))
+	p, err := c.openModern(context.WithoutCancel(ctx))
 	if err != nil {
 		s.failed = time.Now()
-		c.u.log.Info("endpoint does not take 2026-07-28 requests; 2026-07-28 clients are served through its "+c.client.ProtocolVersion()+" session", "err", err)
+		c.u.log.Info("endpoint does not take 2026-07-28 requests; 2026-07-28 clients are served through its "+c.version+" session", "err", err)
 		return nil
 	}
-	s.client = cl
-	return cl
+	s.peer = p
+	return p
 }
 
-func (c *conn) openModern(ctx context.Context) (*client.Client, error) {
+// openModern opens the side and asks server/discover whether the endpoint
+// speaks 2026-07-28. A server may answer it and still list only older
+// versions (the Go SDK's stateful server does); its 2026-07-28 requests
+// then all fail with -32022, so the side is used only when discover lists
+// the version.
+func (c *conn) openModern(ctx context.Context) (*httpPeer, error) {
+	if c.ctx.Err() != nil {
+		return nil, context.Cause(c.ctx)
+	}
 	ctx, cancel := context.WithTimeout(ctx, c.u.connectTimeout())
 	defer cancel()
-	t, err := transport.NewStreamableHTTP(c.u.cfg.URL,
-		transport.WithHTTPHeaders(c.u.cfg.Headers),
-		transport.WithHTTPBasicClient(c.httpc),
-		transport.WithHTTPLogger(c.u.log),
-	)
+	version := mcp.ProtocolVersion20260728
+	p := c.newHTTPPeer(version)
+	fail := func(err error) (*httpPeer, error) {
+		p.close()
+		p.wait()
+		return nil, err
+	}
+	params, err := c.modernParams(version, c.clientCaps(), "", nil)
 	if err != nil {
-		return nil, err
+		return fail(err)
 	}
-	cl := client.NewClient(t, client.WithProtocolVersion(mcp.ProtocolVersion20260728))
-	cl.OnNotification(c.handleNotification)
-	if err := cl.Start(c.ctx); err != nil {
-		return nil, err
-	}
-	var req mcp.InitializeRequest
-	req.Params.ClientInfo = mcp.Implementation{Name: "mcpmux", Version: c.u.opts.ClientVersion}
-	if _, err := cl.Initialize(ctx, req); err != nil {
-		cl.Close()
-		return nil, err
-	}
-	if !mcp.IsModernProtocol(cl.ProtocolVersion()) {
-		cl.Close()
-		return nil, fmt.Errorf("negotiated %s", cl.ProtocolVersion())
-	}
-	// mcp-go takes any answer to its server/discover probe as consent. A
-	// server may answer it and still list only older versions (the Go
-	// SDK's stateful server does); its 2026-07-28 requests then all fail
-	// with -32022, so the side is used only when discover lists the
-	// version it speaks.
-	disc, err := cl.Discover(ctx, mcp.DiscoverRequest{})
+	method := string(mcp.MethodServerDiscover)
+	raw, err := p.call(ctx, method, params, standardHeaders(version, method, params, nil))
 	if err != nil {
-		cl.Close()
-		return nil, fmt.Errorf("server/discover: %w", err)
+		return fail(fmt.Errorf("server/discover: %w", err))
 	}
-	if !slices.Contains(disc.SupportedVersions, cl.ProtocolVersion()) {
-		cl.Close()
-		return nil, fmt.Errorf("server/discover lists %v, not %s", disc.SupportedVersions, cl.ProtocolVersion())
+	var disc mcp.DiscoverResult
+	if err := json.Unmarshal(raw, &disc); err != nil {
+		return fail(fmt.Errorf("server/discover result: %w", err))
 	}
-	return cl, nil
+	if !slices.Contains(disc.SupportedVersions, version) {
+		return fail(fmt.Errorf("server/discover lists %v, not %s", disc.SupportedVersions, version))
+	}
+	return p, nil
 }
 
-// closeSide closes the modern side, if it was opened.
+// closeSide closes the modern side, if it was opened, and waits for what
+// it started.
 func (c *conn) closeSide() {
 	c.side.mu.Lock()
-	defer c.side.mu.Unlock()
-	if c.side.client != nil {
-		if err := c.side.client.Close(); err != nil {
+	p := c.side.peer
+	c.side.peer = nil
+	c.side.mu.Unlock()
+	if p != nil {
+		if err := p.close(); err != nil {
 			c.u.log.Debug("closing the 2026-07-28 side", "err", err)
 		}
-		c.side.client = nil
+		p.wait()
 	}
 }

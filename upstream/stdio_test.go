@@ -286,7 +286,7 @@ func TestMessageTooLarge(t *testing.T) {
 			if errors.Is(err, ErrDown) {
 				t.Errorf("oversized result reported as the upstream being down: %v", err)
 			}
-			if tc.name == "stdio" && !errors.Is(err, ErrTooLarge) {
+			if tc.name != "sse" && !errors.Is(err, ErrTooLarge) {
 				t.Errorf("errors.Is(err, ErrTooLarge) = false: %v", err)
 			}
 			if err := <-other; err != nil {

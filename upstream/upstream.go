@@ -113,6 +113,13 @@ type Options struct {
 	// transport's reader goroutine, so it must not block. nil = ignored.
 	OnNotification func(u *Upstream, n mcp.JSONRPCNotification)
 
+	// OnCallNotification, when set, receives instead of OnNotification
+	// each notification (other than list_changed) that arrived on the
+	// response stream of a call in flight (streamable HTTP): ctx is the
+	// ctx that call was sent with, so it says whose call the notification
+	// belongs to. Same rules as OnNotification; nil = OnNotification.
+	OnCallNotification func(ctx context.Context, u *Upstream, n mcp.JSONRPCNotification)
+
 	// OnRequest answers the upstream's requests to mcpmux (sampling,
 	// elicitation, roots; ping is answered without it), on every
 	// transport. It runs on a goroutine of its own; its ctx ends when the
@@ -163,10 +170,6 @@ type Upstream struct {
 	started bool
 	closed  bool
 
-	// legacyHTTP remembers that this streamable HTTP endpoint negotiated a
-	// protocol before 2026-07-28, so later dials open the GET stream
-	// (continuous listening) directly instead of renegotiating.
-	legacyHTTP atomic.Bool
 	// negotiate is set once the upstream rejected a 2025-11-25 handshake:
 	// later handshakes use 2026-07-28 discovery (see dial).
 	negotiate atomic.Bool

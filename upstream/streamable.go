@@ -1,0 +1,600 @@
+package upstream
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/mcpmux/mcpmux/configs"
+	"github.com/mcpmux/mcpmux/internal/jsonrpc"
+	"github.com/mcpmux/mcpmux/upstream/wire"
+)
+
+// Streamable HTTP through mcpmux's own code: each request is one POST of
+// its bytes, answered inline by a JSON body or by an event stream that
+// belongs to that request. Whatever else such a stream carries (progress,
+// log messages, sampling, elicitation, roots requests) is handed to the
+// engine tied to the request, so it reaches exactly the call that caused
+// it. The stream is read to its end after the answer, so that the
+// keep-alive connection goes back to the pool. Messages outside any call
+// arrive on the GET stream of a session (before 2026-07-28) or on the
+// subscriptions/listen request (2026-07-28, see listenLoop).
+
+// HTTP header names of the streamable HTTP transport.
+const (
+	headerSessionID       = "Mcp-Session-Id"
+	headerProtocolVersion = "MCP-Protocol-Version"
+)
+
+// drainAfterAnswer bounds how long a call's event stream is read after its
+// answer arrived (for progress written just after the result); a server
+// that keeps the stream open longer loses that TCP connection.
+const drainAfterAnswer = 30 * time.Second
+
+// streamEndGrace is how long a call waits, after its answer, for the end
+// of its event stream before returning.
+const streamEndGrace = 20 * time.Millisecond
+
+// closeSessionTimeout bounds the DELETE that ends a session.
+const closeSessionTimeout = 2 * time.Second
+
+// errSessionEnded is the cause of a connection whose session the upstream
+// ended (it answered 404 to a request carrying the session id).
+var errSessionEnded = errors.New("the upstream ended the session (HTTP 404 to its Mcp-Session-Id)")
+
+// errLegacyEndpoint is the error of an initialize POST answered with a
+// 4xx: the endpoint is taken to be a legacy HTTP+SSE server.
+var errLegacyEndpoint = errors.New("server returned 4xx for initialize POST, likely a legacy SSE server")
+
+// errUnauthorized is the error of a request answered with 401.
+var errUnauthorized = errors.New("unauthorized (401)")
+
+// httpPeer is one streamable HTTP connection: an optional session, the
+// engine that answers the upstream's requests, and the calls in flight.
+type httpPeer struct {
+	c     *conn
+	w     *wire.Conn
+	hc    *http.Client
+	limit int64
+	seq   atomic.Uint64
+	// version is the protocol of every request (the 2026-07-28 side);
+	// "" = the connection's (c.version).
+	version string
+
+	mu      sync.Mutex
+	session string                     // Mcp-Session-Id; "" = none
+	calls   map[string]context.Context // ctx of each call in flight, by id
+
+	done      chan struct{} // closed by close: the engine's reader ends
+	closeOnce sync.Once
+	wg        sync.WaitGroup // streams read after their answer
+}
+
+// httpTransport is the engine's side of an httpPeer: the engine writes its
+// answers to the upstream's requests (and its cancel notices) through it,
+// each one POST. Frames are not read from it: each stream's reader hands
+// them to the engine (Dispatch), so ReadFrame only waits for the end.
+type httpTransport struct{ p *httpPeer }
+
+func (t httpTransport) ReadFrame() (wire.Frame, error) {
+	<-t.p.done
+	return wire.Frame{}, wire.ErrClosed
+}
+
+func (t httpTransport) WriteFrame(ctx context.Context, msg []byte) error {
+	if err := t.p.post(ctx, msg); err != nil {
+		t.p.c.u.log.Warn("message to upstream not delivered", "err", err)
+	}
+	return nil // one failed POST does not end the connection
+}
+
+func (t httpTransport) Close() error { return nil }
+
+// openStreamable dials a streamable HTTP connection and performs the
+// handshake (handshake.go). A legacy session gets its GET stream.
+func (u *Upstream) openStreamable(ctx context.Context) (*conn, *mcp.InitializeResult, error) {
+	c := u.newConn(configs.TransportHTTP)
+	c.httpc = u.httpClient(nil) // its pool carries every request of the connection
+	disarm := context.AfterFunc(ctx, func() { c.lost(context.Cause(ctx)) })
+	defer disarm()
+	p := c.newHTTPPeer("")
+	c.peer = p
+
+	init, err := c.handshake(ctx)
+	if err != nil {
+		if cause := context.Cause(c.ctx); cause != nil && !errors.Is(err, cause) {
+			err = fmt.Errorf("%w (%w)", err, cause)
+		}
+		return c, nil, fmt.Errorf("initialize: %w", err)
+	}
+	c.caps = init.Capabilities
+	c.modern = mcp.IsModernProtocol(c.version)
+	if !c.modern {
+		c.spawn("GET stream", p.listen)
+	}
+	return c, init, nil
+}
+
+// newHTTPPeer returns a started httpPeer of c's endpoint over c's pool.
+// version, when set, is the protocol version its requests are sent with
+// (the 2026-07-28 side); "" follows c.version.
+func (c *conn) newHTTPPeer(version string) *httpPeer {
+	p := &httpPeer{
+		c:       c,
+		hc:      &http.Client{Transport: c.httpc.Transport.(*limitTransport).base}, // one keep-alive pool
+		limit:   c.u.maxMessage(),
+		version: version,
+		calls:   make(map[string]context.Context),
+		done:    make(chan struct{}),
+	}
+	p.w = wire.New(httpTransport{p}, wire.Options{
+		Name:           c.u.cfg.Name,
+		Limit:          p.limit,
+		Logger:         c.u.log,
+		OnNotification: p.onNotification,
+		OnRequest:      p.onRequest,
+	})
+	p.w.Start()
+	return p
+}
+
+// protocol is the version p's requests are sent with ("" before the
+// handshake settled one).
+func (p *httpPeer) protocol() string {
+	if p.version != "" {
+		return p.version
+	}
+	return p.c.version
+}
+
+// onNotification hands a notification from the upstream on. One that
+// arrived on the stream of a call in flight goes to OnCallNotification
+// with that call's ctx, when it is set.
+func (p *httpPeer) onNotification(tied, method string, params json.RawMessage) {
+	c := p.c
+	cb := c.u.opts.OnCallNotification
+	var callCtx context.Context
+	if tied != "" && cb != nil && !strings.HasSuffix(method, "/list_changed") &&
+		method != string(mcp.MethodNotificationSubscriptionsAcknowledged) { // handleNotification's own
+		p.mu.Lock()
+		callCtx = p.calls[tied]
+		p.mu.Unlock()
+	}
+	if callCtx == nil {
+		c.wireNotification(tied, method, params)
+		return
+	}
+	n := mcp.JSONRPCNotification{JSONRPC: mcp.JSONRPC_VERSION}
+	n.Method = method
+	if len(params) > 0 {
+		if err := json.Unmarshal(params, &n.Params); err != nil {
+			c.u.log.Warn("dropping a notification from upstream with malformed params", "method", method, "err", err)
+			return
+		}
+	}
+	c.u.guard("OnCallNotification", func() { cb(callCtx, c.u, n) })
+}
+
+// onRequest answers a request from the upstream. One that arrived on a
+// call's own stream runs with that call's ctx (its values say whose call
+// it is), ending also when the engine ends it.
+func (p *httpPeer) onRequest(ctx context.Context, tied, method string, params json.RawMessage) (json.RawMessage, error) {
+	if tied != "" {
+		p.mu.Lock()
+		callCtx := p.calls[tied]
+		p.mu.Unlock()
+		if callCtx != nil {
+			merged, cancel := context.WithCancel(callCtx)
+			defer cancel()
+			stop := context.AfterFunc(ctx, cancel)
+			defer stop()
+			ctx = merged
+		}
+	}
+	return p.c.wireRequest(ctx, tied, method, params)
+}
+
+// call implements peer: it POSTs the request and reads its answer.
+func (p *httpPeer) call(ctx context.Context, method string, params json.RawMessage, header http.Header) (json.RawMessage, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	id := "mcpmux-" + strconv.FormatUint(p.seq.Add(1), 10)
+	p.mu.Lock()
+	p.calls[id] = ctx
+	p.mu.Unlock()
+	defer func() {
+		p.mu.Lock()
+		delete(p.calls, id)
+		p.mu.Unlock()
+	}()
+
+	// The request's own ctx outlives the call's: after the answer the
+	// stream is still read to its end.
+	reqCtx, cancelReq := context.WithCancel(p.c.ctx)
+	stop := context.AfterFunc(ctx, cancelReq)
+	res, rest, err := p.exchange(reqCtx, id, method, params, header)
+	stop()
+	if rest != nil {
+		drained := make(chan struct{})
+		p.wg.Go(func() {
+			defer close(drained)
+			defer cancelReq()
+			t := time.AfterFunc(drainAfterAnswer, cancelReq)
+			defer t.Stop()
+			p.readStream(rest, id)
+		})
+		// A server closes the stream right after the answer: waiting a
+		// moment for that end puts the connection back in the pool before
+		// the caller's next request, which would otherwise open another.
+		t := time.NewTimer(streamEndGrace)
+		select {
+		case <-drained:
+		case <-t.C:
+		}
+		t.Stop()
+	} else {
+		cancelReq()
+	}
+	if err != nil && ctx.Err() != nil {
+		// Ending a 2026-07-28 request's stream is its cancellation; a
+		// session before that is told.
+		if !mcp.IsModernProtocol(p.protocol()) && p.c.ctx.Err() == nil && method != string(mcp.MethodInitialize) {
+			p.cancelNotice(id)
+		}
+		return nil, ctx.Err()
+	}
+	return res, err
+}
+
+// eventStream is an event stream being read: its reader, which may hold
+// bytes already read from body.
+type eventStream struct {
+	br   *bufio.Reader
+	body io.Closer
+}
+
+// exchange POSTs one request and reads the answer. rest, when not nil, is
+// the remainder of the answer's event stream, which the caller reads (and
+// closes).
+func (p *httpPeer) exchange(ctx context.Context, id, method string, params json.RawMessage, header http.Header) (json.RawMessage, *eventStream, error) {
+	resp, err := p.send(ctx, http.MethodPost, requestBytes(id, method, params), header, method)
+	if err != nil {
+		return nil, nil, err
+	}
+	if method == string(mcp.MethodInitialize) && resp.StatusCode/100 == 2 {
+		if s := resp.Header.Get(headerSessionID); s != "" {
+			p.mu.Lock()
+			p.session = s
+			p.mu.Unlock()
+		}
+	}
+	mediaType, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	switch {
+	case resp.StatusCode == http.StatusOK && mediaType == "text/event-stream":
+		rest := &eventStream{br: bufio.NewReaderSize(resp.Body, 32<<10), body: resp.Body}
+		res, err, more := p.readAnswer(rest.br, id)
+		if more {
+			return res, rest, err
+		}
+		resp.Body.Close()
+		return res, nil, err
+	case resp.StatusCode/100 == 2 && resp.StatusCode != http.StatusAccepted:
+		defer resp.Body.Close()
+		return p.readJSON(resp.Body, id)
+	case resp.StatusCode == http.StatusAccepted:
+		resp.Body.Close()
+		return nil, nil, errors.New("the upstream answered the request with 202 Accepted and no result")
+	}
+	defer resp.Body.Close()
+	return nil, nil, p.refusal(resp, id, method)
+}
+
+// refusal is the error of a request answered with an HTTP error status:
+// the JSON-RPC error the body holds, if any, else the status and the start
+// of the body.
+func (p *httpPeer) refusal(resp *http.Response, id, method string) error {
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, min(p.limit, 1<<20)))
+	var base error
+	switch {
+	case resp.StatusCode == http.StatusUnauthorized:
+		base = errUnauthorized
+	case method == string(mcp.MethodInitialize) && resp.StatusCode/100 == 4:
+		base = errLegacyEndpoint
+	default:
+		// A JSON-RPC error in the body is the answer, as sent.
+		if m, err := jsonrpc.Parse(body); err == nil && m.Method == "" && id != "" && idIs(m.ID, id) {
+			var rpc *RPCError
+			if _, err := answerOf(m); errors.As(err, &rpc) {
+				return rpc
+			}
+		}
+		base = errors.New("the upstream refused the request")
+	}
+	var text string
+	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt != "text/html" {
+		text = strings.Join(strings.Fields(string(body[:min(len(body), maxRefusalBody)])), " ")
+	}
+	if text == "" {
+		return fmt.Errorf("%w (the endpoint answered HTTP %s)", base, resp.Status)
+	}
+	return fmt.Errorf("%w (the endpoint answered HTTP %s: %q)", base, resp.Status, text)
+}
+
+// readJSON reads a JSON body answering request id.
+func (p *httpPeer) readJSON(body io.Reader, id string) (json.RawMessage, *eventStream, error) {
+	data, err := io.ReadAll(io.LimitReader(body, p.limit+1))
+	if err != nil {
+		return nil, nil, fmt.Errorf("reading the answer: %w", err)
+	}
+	if int64(len(data)) > p.limit {
+		tooLarge := &wire.TooLargeError{Limit: p.limit}
+		p.c.u.log.Warn("failing the call the upstream's answer is too large for; the connection stays up", "err", tooLarge)
+		return nil, nil, tooLarge
+	}
+	m, err := jsonrpc.Parse(data)
+	if err != nil {
+		return nil, nil, fmt.Errorf("the upstream's answer is not a JSON-RPC message: %w", err)
+	}
+	if m.Method != "" || !idIs(m.ID, id) {
+		p.w.Dispatch(wire.Frame{Data: data}, id)
+		return nil, nil, errors.New("the upstream's JSON answer is not the answer to the request")
+	}
+	res, err := answerOf(m)
+	return res, nil, err
+}
+
+// readAnswer reads a call's event stream up to its answer; every other
+// message on it is handed to the engine tied to the call. more reports
+// that the stream may hold more (the caller reads the rest).
+func (p *httpPeer) readAnswer(br *bufio.Reader, id string) (res json.RawMessage, err error, more bool) {
+	for {
+		f, err := wire.ReadEvent(br, p.limit)
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				err = errors.New("the upstream's event stream ended without an answer")
+			}
+			return nil, fmt.Errorf("reading the answer: %w", err), false
+		}
+		if f.Oversize {
+			if !f.Method && idIs(f.ID, id) {
+				tooLarge := &wire.TooLargeError{Limit: p.limit}
+				p.c.u.log.Warn("failing the call the upstream's answer is too large for; the connection stays up", "err", tooLarge)
+				return nil, tooLarge, true
+			}
+			p.w.Dispatch(f, id)
+			continue
+		}
+		m, perr := jsonrpc.Parse(f.Data)
+		if perr == nil && m.Method == "" && idIs(m.ID, id) {
+			res, err := answerOf(m)
+			return res, err, true
+		}
+		p.w.Dispatch(f, id)
+	}
+}
+
+// readStream hands every message of an event stream to the engine, tied
+// to the call id ("" for the GET stream), until the stream ends, then
+// closes it.
+func (p *httpPeer) readStream(s *eventStream, tied string) error {
+	defer s.body.Close()
+	for {
+		f, err := wire.ReadEvent(s.br, p.limit)
+		if err != nil {
+			return err
+		}
+		if f.Oversize && !f.Method && tied != "" && idIs(f.ID, tied) {
+			continue // a second answer to an answered call
+		}
+		p.w.Dispatch(f, tied)
+	}
+}
+
+// answerOf is the result of an answer, or its JSON-RPC error as sent.
+func answerOf(m *jsonrpc.Message) (json.RawMessage, error) {
+	switch {
+	case len(m.Error) > 0 && string(m.Error) != "null":
+		e := &RPCError{}
+		if err := json.Unmarshal(m.Error, e); err != nil {
+			return nil, fmt.Errorf("the upstream's error answer is malformed: %w", err)
+		}
+		return nil, e
+	case len(m.Result) > 0:
+		return m.Result, nil
+	}
+	return nil, errNoResult
+}
+
+// idIs reports whether raw is the JSON string id.
+func idIs(raw json.RawMessage, id string) bool {
+	if len(raw) == len(id)+2 && raw[0] == '"' {
+		return string(raw[1:len(raw)-1]) == id
+	}
+	var s string
+	return json.Unmarshal(raw, &s) == nil && s == id
+}
+
+// send makes one HTTP request to the endpoint with the connection's
+// headers. A 404 to a request carrying the session id ends the
+// connection: the upstream ended the session.
+func (p *httpPeer) send(ctx context.Context, verb string, body []byte, header http.Header, method string) (*http.Response, error) {
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, verb, p.c.u.cfg.URL, rd)
+	if err != nil {
+		return nil, err
+	}
+	h := req.Header
+	for k, v := range p.c.u.cfg.Headers {
+		h.Set(k, v)
+	}
+	for k, vs := range header {
+		h[k] = vs
+	}
+	switch verb {
+	case http.MethodPost:
+		h.Set("Content-Type", "application/json")
+		h.Set("Accept", "application/json, text/event-stream")
+	case http.MethodGet:
+		h.Set("Accept", "text/event-stream")
+	}
+	p.mu.Lock()
+	session := p.session
+	p.mu.Unlock()
+	if session != "" {
+		h.Set(headerSessionID, session)
+	}
+	if v := p.protocol(); v != "" && method != string(mcp.MethodInitialize) {
+		h.Set(headerProtocolVersion, v)
+	}
+	resp, err := p.hc.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode == http.StatusNotFound && session != "" && verb != http.MethodGet {
+		resp.Body.Close()
+		p.c.lost(errSessionEnded)
+		return nil, fmt.Errorf("%w: %w", wire.ErrClosed, errSessionEnded)
+	}
+	return resp, nil
+}
+
+// post sends a notification or an answer to one of the upstream's
+// requests; the upstream acknowledges it with 202 (or any 2xx).
+func (p *httpPeer) post(ctx context.Context, msg []byte) error {
+	resp, err := p.send(ctx, http.MethodPost, msg, nil, "")
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		return p.refusal(resp, "", "")
+	}
+	io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	return nil
+}
+
+func (p *httpPeer) notify(ctx context.Context, method string, params json.RawMessage) error {
+	return p.post(ctx, notificationBytes(method, params))
+}
+
+// cancelNotice tells the upstream, off the caller's path, to stop working
+// on request id.
+func (p *httpPeer) cancelNotice(id string) {
+	params, _ := json.Marshal(map[string]string{"requestId": id, "reason": "the client cancelled the request"})
+	c := p.c
+	c.spawn("cancel notice", func() {
+		ctx, cancel := context.WithTimeout(c.ctx, cancelNoticeTimeout)
+		defer cancel()
+		if err := p.notify(ctx, string(mcp.MethodNotificationCancelled), params); err != nil {
+			c.u.log.Debug("notifications/cancelled not sent", "err", err)
+		}
+	})
+}
+
+// listen keeps the GET stream of a session open: list_changed and the
+// upstream's requests outside any call arrive on it. An endpoint that
+// offers none (405, or any other refusal) is left alone.
+func (p *httpPeer) listen() {
+	c := p.c
+	delay := minBackoff
+	for c.ctx.Err() == nil {
+		began := time.Now()
+		resp, err := p.send(c.ctx, http.MethodGet, nil, nil, "")
+		if err == nil {
+			mediaType, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+			if resp.StatusCode != http.StatusOK || mediaType != "text/event-stream" {
+				resp.Body.Close()
+				c.u.log.Debug("upstream offers no GET stream; list_changed may not arrive", "status", resp.Status)
+				return
+			}
+			err = p.readStream(&eventStream{br: bufio.NewReaderSize(resp.Body, 32<<10), body: resp.Body}, "")
+		}
+		if c.ctx.Err() != nil {
+			return
+		}
+		c.u.log.Debug("GET stream ended; reopening", "err", err, "retry_in", delay)
+		if time.Since(began) >= stableAfter {
+			delay = minBackoff
+		}
+		if !sleepCtx(c.ctx, jitter(delay)) {
+			return
+		}
+		delay = min(2*delay, maxBackoff)
+		c.markDirty(c.advertised())
+	}
+}
+
+// close ends the session (DELETE) and the engine.
+func (p *httpPeer) close() error {
+	var err error
+	p.closeOnce.Do(func() {
+		p.mu.Lock()
+		session := p.session
+		p.mu.Unlock()
+		if session != "" {
+			ctx, cancel := context.WithTimeout(context.Background(), closeSessionTimeout)
+			resp, derr := p.send(ctx, http.MethodDelete, nil, nil, "")
+			if derr == nil {
+				resp.Body.Close()
+			} else {
+				err = fmt.Errorf("ending the session: %w", derr)
+			}
+			cancel()
+		}
+		close(p.done)
+		p.w.Close()
+	})
+	return err
+}
+
+func (p *httpPeer) wait() {
+	p.w.Wait()
+	p.wg.Wait()
+}
+
+// requestBytes encodes a request with params spliced in as bytes.
+func requestBytes(id, method string, params json.RawMessage) []byte {
+	b := make([]byte, 0, len(params)+len(method)+len(id)+64)
+	b = append(b, `{"jsonrpc":"2.0","id":`...)
+	b = strconv.AppendQuote(b, id)
+	b = append(b, `,"method":`...)
+	b = appendJSONString(b, method)
+	if len(params) > 0 {
+		b = append(b, `,"params":`...)
+		b = append(b, params...)
+	}
+	return append(b, '}')
+}
+
+func notificationBytes(method string, params json.RawMessage) []byte {
+	b := make([]byte, 0, len(params)+len(method)+64)
+	b = append(b, `{"jsonrpc":"2.0","method":`...)
+	b = appendJSONString(b, method)
+	if len(params) > 0 {
+		b = append(b, `,"params":`...)
+		b = append(b, params...)
+	}
+	return append(b, '}')
+}
+
+func appendJSONString(b []byte, s string) []byte {
+	q, _ := json.Marshal(s) // a string always encodes
+	return append(b, q...)
+}

@@ -1,0 +1,213 @@
+package upstream
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
+
+	"github.com/mcpmux/mcpmux/configs"
+)
+
+// TestHTTPKeepAliveAfterNotification: once an mcp-go streamable HTTP
+// server has sent a notification it answers that session's calls as event
+// streams; mcpmux reads each to its end, so its calls keep using the
+// connections of its pool and open no new TCP connection (mcp-go's client
+// stopped at the answer and lost the connection whenever the stream's end
+// was not already read).
+func TestHTTPKeepAliveAfterNotification(t *testing.T) {
+	var accepted atomic.Int64
+	mcpHandler := server.NewStreamableHTTPServer(newTestServer())
+	// The event stream of an answer ends a moment after the answer (as
+	// when a server flushes its last notifications): a client that stops
+	// reading at the answer loses the connection.
+	ts := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mcpHandler.ServeHTTP(w, r)
+		if r.Method == http.MethodPost && w.Header().Get("Content-Type") == "text/event-stream" {
+			time.Sleep(2 * time.Millisecond)
+		}
+	}))
+	ts.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			accepted.Add(1)
+		}
+	}
+	ts.Start()
+	t.Cleanup(ts.Close)
+	cfg := &configs.Upstream{
+		Name:            "keepalive",
+		Transport:       configs.TransportHTTP,
+		URL:             ts.URL + "/mcp",
+		ConnectTimeout:  10 * time.Second,
+		CallTimeout:     30 * time.Second,
+		MaxMessageBytes: 16 << 20,
+	}
+	opts := fastOptions(&logSink{})
+	opts.ProbeInterval = -1
+	u := New(cfg, opts)
+	startUpstream(t, u)
+
+	if got := callText(t, u, "notify", nil); got != "sent" {
+		t.Fatalf("notify = %q", got)
+	}
+	for range 5 { // warm-up
+		callText(t, u, "echo", map[string]any{"x": 1})
+	}
+	before := accepted.Load()
+	const calls = 200
+	for i := range calls {
+		if got := callText(t, u, "echo", map[string]any{"i": i}); got == "" {
+			t.Fatal("empty echo")
+		}
+	}
+	if n := accepted.Load() - before; n != 0 {
+		t.Errorf("%d calls in a row opened %d new TCP connections to the upstream, want 0", calls, n)
+	}
+
+	// Concurrent calls: after a round at the same concurrency, the pool
+	// holds a connection for each.
+	const workers, each = 4, 50
+	round := func() {
+		var wg sync.WaitGroup
+		for range workers {
+			wg.Go(func() {
+				for i := range each {
+					callText(t, u, "echo", map[string]any{"i": i})
+				}
+			})
+		}
+		wg.Wait()
+	}
+	round()
+	before = accepted.Load()
+	round()
+	// A connection may still be on its way back to the pool when the next
+	// call starts; in steady state that is rare, not one per call.
+	if n := accepted.Load() - before; n > workers {
+		t.Errorf("%d concurrent calls opened %d new TCP connections to the upstream", workers*each, n)
+	}
+}
+
+type callKey struct{}
+
+// TestHTTPCallStreamTies: progress and a log message an upstream writes on
+// one call's own event stream are handed on with that call's ctx, while
+// another call is in flight on the same connection, progress written just
+// after the result included; nothing goes to the untied hook.
+func TestHTTPCallStreamTies(t *testing.T) {
+	// A handwritten server: mcp-go's writes a notification on whichever
+	// of a session's streams takes it first (PROTOCOL §7.1), stateless or
+	// not, which no client can untangle.
+	ts := httptest.NewServer(http.HandlerFunc(tiesServer))
+	t.Cleanup(ts.Close)
+	cfg := &configs.Upstream{Name: "ties", Transport: configs.TransportHTTP, URL: ts.URL + "/mcp",
+		ConnectTimeout: 10 * time.Second, CallTimeout: 30 * time.Second, MaxMessageBytes: 16 << 20}
+
+	var mu sync.Mutex
+	var tied, untied []string
+	opts := fastOptions(&logSink{})
+	opts.ProbeInterval = -1
+	opts.OnCallNotification = func(ctx context.Context, _ *Upstream, n mcp.JSONRPCNotification) {
+		who, _ := ctx.Value(callKey{}).(string)
+		mu.Lock()
+		tied = append(tied, who+" "+n.Method)
+		mu.Unlock()
+	}
+	opts.OnNotification = func(_ *Upstream, n mcp.JSONRPCNotification) {
+		mu.Lock()
+		untied = append(untied, n.Method)
+		mu.Unlock()
+	}
+	u := New(cfg, opts)
+	startUpstream(t, u)
+
+	waiting := make(chan error, 1)
+	go func() {
+		_, err := u.Send(context.WithValue(context.Background(), callKey{}, "B"), Request{Method: "tools/call", Target: "wait", Params: json.RawMessage(`{"name":"wait"}`)})
+		waiting <- err
+	}()
+	time.Sleep(50 * time.Millisecond) // B's call is in flight
+	res, err := u.Send(context.WithValue(context.Background(), callKey{}, "A"), Request{Method: "tools/call", Target: "report",
+		Params: json.RawMessage(`{"name":"report","_meta":{"progressToken":"tok-a"}}`)})
+	if err != nil || !strings.Contains(string(res), "reported") {
+		t.Fatalf("report: %s, %v", res, err)
+	}
+	if err := <-waiting; err != nil {
+		t.Fatalf("wait: %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	want := []string{"A notifications/progress", "A notifications/message", "A notifications/progress"}
+	if !slices.Equal(tied, want) {
+		t.Errorf("notifications on the call's stream went to %q, want %q", tied, want)
+	}
+	if len(untied) != 0 {
+		t.Errorf("untied notifications: %q", untied)
+	}
+}
+
+// tiesServer is a minimal streamable HTTP server: tools/call "report"
+// answers with an event stream carrying progress and a log message before
+// the result; "wait" answers JSON after 300ms.
+func tiesServer(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		w.WriteHeader(http.StatusMethodNotAllowed)
+		return
+	}
+	var m struct {
+		ID     json.RawMessage `json:"id"`
+		Method string          `json:"method"`
+		Params struct {
+			Name string `json:"name"`
+			Meta struct {
+				ProgressToken json.RawMessage `json:"progressToken"`
+			} `json:"_meta"`
+		} `json:"params"`
+	}
+	if err := json.NewDecoder(r.Body).Decode(&m); err != nil {
+		w.WriteHeader(http.StatusBadRequest)
+		return
+	}
+	if len(m.ID) == 0 {
+		w.WriteHeader(http.StatusAccepted)
+		return
+	}
+	answer := func(result string) string {
+		return `{"jsonrpc":"2.0","id":` + string(m.ID) + `,"result":` + result + `}`
+	}
+	switch {
+	case m.Method == "initialize":
+		w.Header().Set("Mcp-Session-Id", "s1")
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, answer(`{"protocolVersion":"2025-11-25","capabilities":{"tools":{},"logging":{}},"serverInfo":{"name":"ties","version":"1"}}`))
+	case m.Method == "tools/list":
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, answer(`{"tools":[{"name":"report","inputSchema":{"type":"object"}},{"name":"wait","inputSchema":{"type":"object"}}]}`))
+	case m.Method == "tools/call" && m.Params.Name == "report":
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprintf(w, "data: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{\"progressToken\":%s,\"progress\":1}}\n\n", m.Params.Meta.ProgressToken)
+		io.WriteString(w, "event: message\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\",\"params\":{\"level\":\"info\",\"data\":\"from report\"}}\n\n")
+		io.WriteString(w, "data: "+answer(`{"content":[{"type":"text","text":"reported"}]}`)+"\n\n")
+		// Progress just after the result, in the same write.
+		fmt.Fprintf(w, "data: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{\"progressToken\":%s,\"progress\":2}}\n\n", m.Params.Meta.ProgressToken)
+	case m.Method == "tools/call":
+		time.Sleep(300 * time.Millisecond)
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, answer(`{"content":[{"type":"text","text":"waited"}]}`))
+	default:
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, answer(`{}`))
+	}
+}
