@@ -249,27 +249,29 @@ func (u *Upstream) openStreamable(ctx context.Context, listen bool) (*conn, *mcp
 	return c, init, err
 }
 
+// dialSSE uses legacy HTTP+SSE (2024-11-05) through mcpmux's own engine
+// (sse.go): the connect timeout bounds the GET and the endpoint event.
 func (u *Upstream) dialSSE(ctx context.Context) (*conn, *Catalog, error) {
 	c := u.newConn(configs.TransportSSE)
-	c.httpc = u.httpClient(c.raw.observe)
-	timeout := u.connectTimeout()
-	if d, ok := ctx.Deadline(); ok {
-		timeout = time.Until(d)
-	}
-	t, err := transport.NewSSE(u.cfg.URL,
-		transport.WithHeaders(u.cfg.Headers),
-		transport.WithHTTPClient(c.httpc),
-		transport.WithSSELogger(libraryLogger(u.log)),
-		// Start's ctx is the connection's lifetime (it carries the GET
-		// stream), so bound the wait for the endpoint event separately.
-		transport.WithEndpointTimeout(timeout),
-	)
+	c.httpc = sseHTTPClient()
+	t, err := newSSETransport(u.cfg.URL, sseOptions{
+		Header: u.cfg.Headers,
+		Client: c.httpc,
+		Limit:  u.maxMessage(),
+		Logger: u.log,
+		Redact: u.Redact,
+	})
 	if err != nil {
 		return c, nil, err
 	}
-	// HTTP+SSE is a legacy transport: skip the server/discover probe unless
-	// the config pins a version (applied after this option).
-	init, err := c.open(ctx, t, client.WithProtocolVersion(mcp.LATEST_LEGACY_PROTOCOL_VERSION))
+	start, cancel := context.WithTimeout(ctx, u.connectTimeout())
+	err = t.Start(start)
+	cancel()
+	if err != nil {
+		t.Close()
+		return c, nil, fmt.Errorf("start sse transport: %w", err)
+	}
+	init, err := c.openWire(ctx, t)
 	if err != nil {
 		return c, nil, err
 	}
