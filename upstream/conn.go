@@ -29,7 +29,7 @@ var errTornDown = errors.New("connection closed")
 const refreshCoalesce = 50 * time.Millisecond
 
 // conn is one connection attempt's resources: what carries its messages
-// (mcpmux's engine, or mcp-go's client on HTTP and SSE) and, for stdio,
+// (mcpmux's engine, or mcp-go's client on streamable HTTP) and, for stdio,
 // the child process. It lives until teardown; ctx ends (with a cause)
 // as soon as the connection is lost, which also aborts in-flight calls.
 type conn struct {
@@ -39,7 +39,7 @@ type conn struct {
 	cancel context.CancelCauseFunc
 
 	// peer carries the connection's messages (peer.go); client is mcp-go's
-	// client below it on HTTP and SSE, nil on stdio and websocket.
+	// client below it on streamable HTTP, nil on stdio, SSE and websocket.
 	peer    peer
 	client  *client.Client
 	version string       // the protocol version negotiated
@@ -321,7 +321,6 @@ func (c *conn) open(ctx context.Context, t transport.Interface, extra ...client.
 	c.client = cl
 	c.peer = clientPeer{c, cl}
 	cl.OnNotification(c.handleNotification)
-	cl.OnConnectionLost(func(err error) { c.lost(fmt.Errorf("stream lost: %w", err)) }) // SSE and websocket
 	if err := cl.Start(c.ctx); err != nil {
 		return nil, fmt.Errorf("start %s transport: %w", c.kind, err)
 	}

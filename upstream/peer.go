@@ -17,11 +17,11 @@ import (
 )
 
 // peer is the seam under a conn: how one JSON-RPC request, notification
-// and close travel. Stdio and websocket connections speak through
-// mcpmux's own engine (wirePeer); streamable HTTP and legacy SSE still
-// through mcp-go's client (clientPeer). Everything above it (Send, the
-// catalog fetch, probes, logging/setLevel) goes through conn.rawRequest
-// or conn.call, whichever peer is below.
+// and close travel. Stdio, websocket and legacy SSE connections speak
+// through mcpmux's own engine (wirePeer); streamable HTTP still through
+// mcp-go's client (clientPeer). Everything above it (Send, the catalog
+// fetch, probes, logging/setLevel) goes through conn.rawRequest or
+// conn.call, whichever peer is below.
 type peer interface {
 	// call sends a request with params as they are and returns the
 	// result's bytes; a JSON-RPC error answer is *RPCError. header is for
