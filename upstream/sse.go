@@ -115,9 +115,9 @@ func (t *sseTransport) Start(ctx context.Context) error {
 		return fmt.Errorf("SSE stream: the server answered the GET with %s%s", resp.Status, t.excerpt(resp.Body))
 	}
 	if mt := mediaType(resp.Header.Get("Content-Type")); mt != "text/event-stream" {
-		return fmt.Errorf("SSE stream: the server answered the GET with content type %q, not text/event-stream", mt)
+		return fmt.Errorf("SSE stream: the server answered the GET with content type %q, not text/event-stream", printable(mt, 100))
 	}
-	t.events = &sseReader{r: bufio.NewReaderSize(resp.Body, 64<<10), limit: t.limit}
+	t.events = &sseReader{r: bufio.NewReaderSize(resp.Body, 64<<10)}
 	for {
 		ev, err := t.events.next(sseEndpointLimit)
 		if err != nil {
@@ -277,11 +277,8 @@ func printable(s string, n int) string {
 }
 
 // sseReader reads the events of a text/event-stream, each event's data
-// bounded by a limit.
-type sseReader struct {
-	r     *bufio.Reader
-	limit int64
-}
+// bounded by the limit next is given.
+type sseReader struct{ r *bufio.Reader }
 
 // sseEvent is one event. An event whose data is over the limit keeps
 // none of it: oversize is set and scan holds its id.

@@ -347,3 +347,44 @@ func TestSSEReader(t *testing.T) {
 		t.Errorf("after the last event: %+v, %v; want io.EOF", ev, err)
 	}
 }
+
+// TestSSEStreamRefused: a GET that is not answered with an event stream
+// fails the connection attempt with the status and a short, masked
+// excerpt of the body, or the content type, and never the URL's query.
+func TestSSEStreamRefused(t *testing.T) {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/401", func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "bad token tok-SECRET-1234 for key="+r.URL.Query().Get("key")+"\x00"+strings.Repeat("y", 1000), http.StatusUnauthorized)
+	})
+	mux.HandleFunc("/html", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html")
+		fmt.Fprint(w, "<html>")
+	})
+	ts := httptest.NewServer(mux)
+	t.Cleanup(ts.Close)
+	for _, tc := range []struct{ path, want string }{
+		{"/401?key=querysecret", "401 Unauthorized: bad token [redacted"},
+		{"/html?key=querysecret", `content type "text/html", not text/event-stream`},
+	} {
+		tr, err := newSSETransport(ts.URL+tc.path, sseOptions{
+			Header: map[string]string{"Authorization": "Bearer tok-SECRET-1234"},
+			Client: sseHTTPClient(),
+			Limit:  1 << 20,
+			Redact: func(s string) string { return strings.ReplaceAll(s, "tok-SECRET-1234", "[redacted]") },
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err = tr.Start(ctx)
+		cancel()
+		tr.Close()
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: err = %v, want %q", tc.path, err, tc.want)
+			continue
+		}
+		if msg := err.Error(); strings.Contains(msg, "tok-SECRET") || len(msg) > 400 || strings.ContainsRune(msg, 0) {
+			t.Errorf("%s: the error is not short, printable and masked: %q", tc.path, msg)
+		}
+	}
+}
