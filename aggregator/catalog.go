@@ -96,11 +96,7 @@ func (s *Snapshot) buildResources(namer Namer, ns namespaces, sources []*source)
 		for i, p := range cat.Prompts {
 			e := &Prompt{Prompt: p, Upstream: name, Original: p.Name}
 			e.Prompt.Name = namer.Expose(src.cfg.Prefix, p.Name)
-			addTitle := e.Prompt.Title == ""
-			if addTitle {
-				e.Prompt.Title = p.Name
-			}
-			e.Raw = exposedRaw(rawAt(cat.RawPrompts, i), "name", e.Prompt.Name, p.Name, addTitle, nil)
+			e.Raw = exposedRaw(rawAt(cat.RawPrompts, i), "name", e.Prompt.Name, nil)
 			if c, refused := src.shadowing(ns, "prompt", p.Name, e.Prompt.Name); refused {
 				s.Conflicts = append(s.Conflicts, c)
 				continue
@@ -115,7 +111,7 @@ func (s *Snapshot) buildResources(namer Namer, ns namespaces, sources []*source)
 			e := &Resource{Resource: r, Upstream: name, OriginalURI: r.URI, Raw: rawAt(cat.RawResources, i)}
 			e.Resource.URI = claim(name, r.URI)
 			if e.Resource.URI != r.URI {
-				e.Raw = exposedRaw(e.Raw, "uri", e.Resource.URI, "", false, nil)
+				e.Raw = exposedRaw(e.Raw, "uri", e.Resource.URI, nil)
 			}
 			s.resources[e.Resource.URI] = e
 			s.Resources = append(s.Resources, e)
@@ -125,7 +121,7 @@ func (s *Snapshot) buildResources(namer Namer, ns namespaces, sources []*source)
 			e := &Template{Template: t, Upstream: name, OriginalTemplate: raw, Raw: rawAt(cat.RawTemplates, i)}
 			if exposed := claim(name, raw); exposed != raw {
 				e.Template.URITemplate = mustTemplate(exposed)
-				e.Raw = exposedRaw(e.Raw, "uriTemplate", exposed, "", false, nil)
+				e.Raw = exposedRaw(e.Raw, "uriTemplate", exposed, nil)
 			}
 			s.templates[templateString(e.Template)] = e
 			s.Templates = append(s.Templates, e)

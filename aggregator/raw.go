@@ -21,19 +21,16 @@ func rawAt(raws []json.RawMessage, i int) json.RawMessage {
 	return nil
 }
 
-// exposedRaw returns raw with member key set to exposed, title set to
-// original when addTitle and raw has none, and meta set in its _meta. It
+// exposedRaw returns raw with member key set to exposed and meta set in
+// its _meta; nothing else is added (no title: the original name is in
+// _meta). It
 // returns nil when raw is nil or cannot be spliced (then the definition is
 // encoded from its decoded form, filter.Entry.Encoded).
-func exposedRaw(raw json.RawMessage, key, exposed, original string, addTitle bool, meta []jsonrpc.Member) json.RawMessage {
+func exposedRaw(raw json.RawMessage, key, exposed string, meta []jsonrpc.Member) json.RawMessage {
 	if raw == nil {
 		return nil
 	}
-	var add []jsonrpc.Member
-	if addTitle {
-		add = []jsonrpc.Member{{Key: "title", Value: jsonString(original)}}
-	}
-	out, err := jsonrpc.Splice(raw, []jsonrpc.Member{{Key: key, Value: jsonString(exposed)}}, add, meta)
+	out, err := jsonrpc.Splice(raw, []jsonrpc.Member{{Key: key, Value: jsonString(exposed)}}, nil, meta)
 	if err != nil {
 		return nil
 	}

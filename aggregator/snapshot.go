@@ -226,11 +226,7 @@ func (src *source) entry(namer Namer, t *mcp.Tool, raw json.RawMessage) *filter.
 		meta.AdditionalFields[MetaOriginal] = t.Name
 	}
 	e.Tool.Meta = meta
-	addTitle := e.Tool.Title == "" && e.Tool.Annotations.Title == ""
-	if addTitle {
-		e.Tool.Title = t.Name
-	}
-	e.Raw = exposedRaw(raw, "name", e.Tool.Name, t.Name, addTitle,
+	e.Raw = exposedRaw(raw, "name", e.Tool.Name,
 		[]jsonrpc.Member{{Key: MetaUpstream, Value: jsonString(cfg.Name)}, {Key: MetaOriginal, Value: jsonString(t.Name)}})
 	e.ReadOnly = t.Annotations.ReadOnlyHint != nil && *t.Annotations.ReadOnlyHint
 	if !e.ReadOnly {

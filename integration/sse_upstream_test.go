@@ -5,34 +5,12 @@ package integration
 import (
 	"context"
 	"fmt"
-	"net"
-	"os"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
 )
-
-// startEverythingSSE starts the reference server-everything in its legacy
-// HTTP+SSE mode (protocol 2024-11-05: GET /sse, POST /message) on a free
-// port and returns its SSE URL (http://127.0.0.1:PORT/sse) once the port
-// accepts connections. Like the streamable HTTP mode it takes its port from
-// PORT only.
-func startEverythingSSE(t *testing.T) string {
-	t.Helper()
-	requireNode(t)
-	addr := startLoopbackServer(t, "server-everything (sse)",
-		func(addr string) *exec.Cmd {
-			_, port, _ := net.SplitHostPort(addr)
-			cmd := exec.Command(harness.node, everythingEntry(), "sse")
-			cmd.Env = append(envWithout(os.Environ(), "PORT", markerEnv), "PORT="+port)
-			return cmd
-		},
-		func(addr string, exited <-chan struct{}) error { return waitAccepting(addr, exited, 20*time.Second) })
-	return "http://" + addr + "/sse"
-}
 
 // protoEverySSEPerSession mounts server-everything over legacy HTTP+SSE
 // (at url) as "everysse", one connection per client session: on the one

@@ -35,7 +35,7 @@ func (s *Server) instructions(ctx context.Context) string {
 		if out.Len() > 0 {
 			out.WriteString("\n\n")
 		}
-		out.WriteString("## " + heading + "\n\n" + strings.TrimSpace(cat.Instructions))
+		out.WriteString("## " + heading + "\n\n" + cat.Instructions) // the upstream's text as it is
 	}
 	return out.String()
 }
