@@ -196,7 +196,8 @@ func protoPrefixed(prefix string, names []string) []string {
 
 // protoTargets returns the targets the relay cases run against:
 // server-everything itself over streamable HTTP and over stdio, mcpmux
-// mounting it over stdio, and mcpmux mounting that same HTTP server. Each
+// mounting it over stdio, mcpmux mounting that same HTTP server, and
+// mcpmux mounting it over legacy HTTP+SSE. Each
 // mcpmux mounts one upstream, so resource URIs and prompt names are the
 // upstream's own.
 func protoTargets(t *testing.T) []protoTarget {
@@ -204,13 +205,16 @@ func protoTargets(t *testing.T) []protoTarget {
 	url := startEverythingHTTP(t)
 	stdio := startMux(t, protoConfig(protoEveryStdioPerSession()))
 	http := startMux(t, protoConfig(protoEveryHTTP(url)))
+	sse := startMux(t, protoConfig(protoEverySSEPerSession(startEverythingSSE(t))))
 	waitForTools(t, stdio.URL(), nil, protoPrefixed("every__", protoConditionalTools), 30*time.Second)
 	waitForTools(t, http.URL(), nil, protoPrefixed("everyhttp__", protoConditionalTools), 30*time.Second)
+	waitForTools(t, sse.URL(), nil, protoPrefixed("everysse__", protoConditionalTools), 30*time.Second)
 	return []protoTarget{
 		{name: "direct-http", url: url},
 		{name: "direct-stdio", command: []string{harness.node, everythingEntry(), "stdio"}},
 		{name: "mcpmux-stdio", url: stdio.URL(), prefix: "every__", mux: stdio, stdioUpstream: true},
 		{name: "mcpmux-http", url: http.URL(), prefix: "everyhttp__", mux: http},
+		{name: "mcpmux-sse", url: sse.URL(), prefix: "everysse__", mux: sse},
 	}
 }
 

@@ -119,8 +119,7 @@ func (u *Upstream) downErr(method, target string) error {
 
 // callContext derives a call's ctx from parent: it also ends at CallTimeout
 // and as soon as the connection is lost, so that no call waits on a dead
-// connection (stdio notices EOF by itself, SSE would wait up to its own 60s
-// response timeout).
+// connection.
 func (c *conn) callContext(parent context.Context) (context.Context, func()) {
 	ctx, cancel := context.WithCancelCause(parent)
 	stop := context.AfterFunc(c.ctx, func() { cancel(context.Cause(c.ctx)) })

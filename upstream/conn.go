@@ -29,7 +29,7 @@ var errTornDown = errors.New("connection closed")
 const refreshCoalesce = 50 * time.Millisecond
 
 // conn is one connection attempt's resources: what carries its messages
-// (mcpmux's engine, or mcp-go's client on HTTP and SSE) and, for stdio,
+// (mcpmux's engine, or mcp-go's client on streamable HTTP) and, for stdio,
 // the child process. It lives until teardown; ctx ends (with a cause)
 // as soon as the connection is lost, which also aborts in-flight calls.
 type conn struct {
@@ -39,7 +39,8 @@ type conn struct {
 	cancel context.CancelCauseFunc
 
 	// peer carries the connection's messages (peer.go); client is mcp-go's
-	// client below it on SSE, nil on the other transports.
+	// client below it where a transport still goes through mcp-go (none
+	// now: see peer.go), nil otherwise.
 	peer    peer
 	client  *client.Client
 	version string       // the protocol version negotiated
@@ -204,27 +205,29 @@ func (u *Upstream) dialHTTP(ctx context.Context) (*conn, *Catalog, error) {
 	return c.finish(ctx, init)
 }
 
+// dialSSE uses legacy HTTP+SSE (2024-11-05) through mcpmux's own engine
+// (sse.go): the connect timeout bounds the GET and the endpoint event.
 func (u *Upstream) dialSSE(ctx context.Context) (*conn, *Catalog, error) {
 	c := u.newConn(configs.TransportSSE)
-	c.httpc = u.httpClient(c.raw.observe)
-	timeout := u.connectTimeout()
-	if d, ok := ctx.Deadline(); ok {
-		timeout = time.Until(d)
-	}
-	t, err := transport.NewSSE(u.cfg.URL,
-		transport.WithHeaders(u.cfg.Headers),
-		transport.WithHTTPClient(c.httpc),
-		transport.WithSSELogger(libraryLogger(u.log)),
-		// Start's ctx is the connection's lifetime (it carries the GET
-		// stream), so bound the wait for the endpoint event separately.
-		transport.WithEndpointTimeout(timeout),
-	)
+	c.httpc = sseHTTPClient()
+	t, err := newSSETransport(u.cfg.URL, sseOptions{
+		Header: u.cfg.Headers,
+		Client: c.httpc,
+		Limit:  u.maxMessage(),
+		Logger: u.log,
+		Redact: u.Redact,
+	})
 	if err != nil {
 		return c, nil, err
 	}
-	// HTTP+SSE is a legacy transport: skip the server/discover probe unless
-	// the config pins a version (applied after this option).
-	init, err := c.open(ctx, t, client.WithProtocolVersion(mcp.LATEST_LEGACY_PROTOCOL_VERSION))
+	start, cancel := context.WithTimeout(ctx, u.connectTimeout())
+	err = t.Start(start)
+	cancel()
+	if err != nil {
+		t.Close()
+		return c, nil, fmt.Errorf("start sse transport: %w", err)
+	}
+	init, err := c.openWire(ctx, t)
 	if err != nil {
 		return c, nil, err
 	}
@@ -274,7 +277,6 @@ func (c *conn) open(ctx context.Context, t transport.Interface, extra ...client.
 	c.client = cl
 	c.peer = clientPeer{c, cl}
 	cl.OnNotification(c.handleNotification)
-	cl.OnConnectionLost(func(err error) { c.lost(fmt.Errorf("stream lost: %w", err)) }) // SSE and websocket
 	if err := cl.Start(c.ctx); err != nil {
 		return nil, fmt.Errorf("start %s transport: %w", c.kind, err)
 	}

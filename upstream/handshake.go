@@ -10,6 +10,7 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 
+	"github.com/mcpmux/mcpmux/configs"
 	"github.com/mcpmux/mcpmux/upstream/wire"
 )
 
@@ -56,6 +57,11 @@ func (c *conn) openWire(ctx context.Context, t wire.Transport) (*mcp.InitializeR
 
 func (c *conn) handshake(ctx context.Context) (*mcp.InitializeResult, error) {
 	pinned := c.u.pinnedVersion()
+	if pinned == "" && c.kind == configs.TransportSSE {
+		// HTTP+SSE is a legacy transport: no server/discover probe unless
+		// the config pins a 2026-07-28 version.
+		pinned = mcp.LATEST_LEGACY_PROTOCOL_VERSION
+	}
 	if pinned == "" || mcp.IsModernProtocol(pinned) {
 		init, err := c.discover(ctx, pinned)
 		if err == nil {

@@ -17,12 +17,12 @@ import (
 )
 
 // peer is the seam under a conn: how one JSON-RPC request, notification
-// and close travel. Stdio and websocket connections speak through
-// mcpmux's own engine (wirePeer), streamable HTTP through httpPeer
-// (streamable.go); legacy SSE and the 2026-07-28 side of a legacy HTTP
-// connection (modern.go) still through mcp-go's client (clientPeer). Everything above it (Send, the
-// catalog fetch, probes, logging/setLevel) goes through conn.rawRequest
-// or conn.call, whichever peer is below.
+// and close travel. Stdio, websocket and legacy SSE connections speak
+// through mcpmux's own engine (wirePeer); streamable HTTP, and the
+// 2026-07-28 side of a legacy HTTP connection (modern.go), through
+// httpPeer (streamable.go). Everything above it (Send, the catalog fetch,
+// probes, logging/setLevel) goes through conn.rawRequest or conn.call,
+// whichever peer is below.
 type peer interface {
 	// call sends a request with params as they are and returns the
 	// result's bytes; a JSON-RPC error answer is *RPCError. header is for

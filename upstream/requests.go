@@ -10,8 +10,8 @@ import (
 )
 
 // requestHook puts Options.OnRequest behind mcp-go's handler interfaces,
-// for the connections that still use mcp-go's client (streamable HTTP and
-// SSE): the hook sees the same method and params bytes as on stdio and
+// for the connections that still use mcp-go's client (streamable HTTP):
+// the hook sees the same method and params bytes as on stdio and
 // websocket, and its result is decoded into the type mcp-go answers with.
 type requestHook struct{ c *conn }
 

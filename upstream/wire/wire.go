@@ -49,7 +49,8 @@ type Transport interface {
 	// ReadFrame returns the next message. An error ends the connection;
 	// an oversize message is a Frame, not an error.
 	ReadFrame() (Frame, error)
-	// WriteFrame writes one message. An error ends the connection.
+	// WriteFrame writes one message. An error ends the connection, unless
+	// it is (or wraps) *RefusedError.
 	WriteFrame(ctx context.Context, msg []byte) error
 	Close() error
 }
@@ -81,6 +82,14 @@ var (
 	// ErrTooLarge is what a TooLargeError is (errors.Is).
 	ErrTooLarge = errors.New("result too large")
 )
+
+// RefusedError is a WriteFrame error after which the connection stays
+// up: the peer received the message and refused that message alone (an
+// HTTP endpoint's 4xx to one POST). Only the write that returned it fails.
+type RefusedError struct{ Err error }
+
+func (e *RefusedError) Error() string { return e.Err.Error() }
+func (e *RefusedError) Unwrap() error { return e.Err }
 
 // TooLargeError fails a call whose answer exceeded the transport's size
 // limit.
@@ -289,6 +298,10 @@ func (c *Conn) write(ctx context.Context, msg []byte) error {
 	default:
 	}
 	if err := c.t.WriteFrame(c.life, msg); err != nil {
+		var refused *RefusedError
+		if errors.As(err, &refused) {
+			return err
+		}
 		c.end(fmt.Errorf("write: %w", err), true)
 		return c.closedErr()
 	}
