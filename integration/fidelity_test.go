@@ -70,40 +70,35 @@ type fidKnown struct {
 	kind, door, cell string
 	issue            int
 	symptom          string // a substring of the cell's error today
+	// racy marks a failure that depends on which of concurrent calls
+	// ends first: now and then the cell passes anyway, which is logged
+	// (FIXED? in the summary) rather than failing the test.
+	racy bool
 }
 
 // fidKnownFailures are the cells that fail on today's code. Remove a line
 // when its cell passes (the test says so).
 //
-// Catalog bytes, instructions, and oversize results on stdio, websocket
-// and legacy SSE upstreams pass since mcpmux lists the upstreams' bytes
-// and speaks to those upstreams itself; so do sampling and elicitation
-// from a legacy SSE upstream. What still fails (mcp-go's client still
-// carries streamable HTTP upstreams):
-//   - logs: over a shared streamable HTTP connection, with two sessions'
-//     calls in flight, (nearly) every log is dropped.
+// mcpmux now speaks to every upstream transport itself and lists the
+// upstreams' bytes: the catalog, instructions, oversize and SSE cells pass,
+// and so do logs wherever the upstream writes them on the call's own
+// stream. What still fails:
 //   - session-sampling-x3: a scope = "session" upstream that does not tie
-//     the request to a call's stream (stdio, legacy SSE, websocket,
-//     mcp-go's HTTP sampling): the session's sampling requests die with
-//     the call that ends first.
-//   - oversize: over streamable HTTP the connection stays but the error
-//     does not say the result is too large.
+//     the request to a call's stream (stdio, websocket, legacy SSE, and
+//     mcp-go's HTTP sampling, which it sends outside the call's stream):
+//     the session's sampling requests die with the call that ends first.
+//   - logs from mcp-go's HTTP server (below).
 var fidKnownFailures = []fidKnown{
-	{"everything-stdio", "*", "session-sampling-x3", 16, "context canceled"},
+	{"everything-stdio", "*", "session-sampling-x3", 16, "context canceled", true},
+	{"everything-sse", "*", "session-sampling-x3", 16, "context canceled", true},
+	{"everything-ws", "*", "session-sampling-x3", 16, "context canceled", true},
+	{"mcpgo-stdio", "*", "session-sampling-x3", 16, "sampling request failed: context canceled", true},
+	{"mcpgo-http", "*", "session-sampling-x3", 16, "context canceled", true},
 
-	{"everything-http", "*", "oversize", 16, "see mcpmux's log, which does not say the result is too large"},
-
-	{"everything-sse", "*", "session-sampling-x3", 16, "context canceled"},
-
-	{"everything-ws", "*", "session-sampling-x3", 16, "context canceled"},
-
-	{"gosdk-http", "*", "logs", 16, "want exactly its own calls'"},
-
-	{"mcpgo-http", "*", "logs", 16, "want exactly its own calls'"},
-	{"mcpgo-http", "*", "session-sampling-x3", 16, "request was cancelled"},
-	{"mcpgo-http", "*", "oversize", 16, "see mcpmux's log, which does not say the result is too large"},
-
-	{"mcpgo-stdio", "*", "session-sampling-x3", 16, "sampling request failed: context canceled"},
+	// mcp-go's streamable HTTP server writes a call's log message on
+	// whichever of the session's streams it picks, not on the call's own:
+	// nothing ties it to its call, so mcpmux may not deliver it.
+	{"mcpgo-http", "*", "logs", 16, "want exactly its own calls'", false},
 }
 
 type fidFamily int
@@ -562,6 +557,9 @@ func fidJudge(t *testing.T, kind, door, cell string, err error) string {
 	switch {
 	case err == nil && known == nil:
 		return "ok"
+	case err == nil && known.racy:
+		t.Logf("cell %s/%s/%s passed this time; its known failure is racy (issue %d): if it keeps passing, remove its line", kind, door, cell, known.issue)
+		return "FIXED?"
 	case err == nil && known.door == "*":
 		t.Errorf("cell %s/%s/%s passes now: in the known-failures table, replace the line for %s/*/%s by one line per door that still fails (issue %d)",
 			kind, door, cell, kind, cell, known.issue)
@@ -586,7 +584,7 @@ func fidSummary(kinds []*fidKind, res *fidResults) string {
 	res.mu.Lock()
 	defer res.mu.Unlock()
 	var b strings.Builder
-	b.WriteString("fidelity matrix (ok, known = in fidKnownFailures, known* = known with another symptom, FAIL, FIXED = listed but passes, n/a):\n")
+	b.WriteString("fidelity matrix (ok, known = in fidKnownFailures, known* = known with another symptom, FAIL, FIXED = listed but passes, FIXED? = a racy known failure passed this time, n/a):\n")
 	sides := append([]string{"direct"}, fidDoors...)
 	for _, k := range kinds {
 		fmt.Fprintf(&b, "%-24s", k.name)
