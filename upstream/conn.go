@@ -13,7 +13,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/mcpmux/mcpmux/configs"
@@ -28,7 +27,7 @@ var errTornDown = errors.New("connection closed")
 const refreshCoalesce = 50 * time.Millisecond
 
 // conn is one connection attempt's resources: what carries its messages
-// (mcpmux's engine, or mcp-go's client on streamable HTTP) and, for stdio,
+// (mcpmux's engine, or httpPeer on streamable HTTP) and, for stdio,
 // the child process. It lives until teardown; ctx ends (with a cause)
 // as soon as the connection is lost, which also aborts in-flight calls.
 type conn struct {
@@ -473,17 +472,17 @@ func (c *conn) listenFilter() mcp.SubscriptionFilter {
 	return f
 }
 
-// isConnectionLoss reports whether err from an mcp-go call means the
+// isConnectionLoss reports whether err from a peer's call means the
 // connection itself is gone (rather than the request failing, timing out or
-// being answered with a JSON-RPC error).
+// being answered with a JSON-RPC error): the engine's wire.ErrClosed (which
+// httpPeer also wraps around a session the upstream ended), a stream cut
+// short, or a network error.
 func isConnectionLoss(err error) bool {
 	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return false
 	}
 	var opErr *net.OpError
-	return errors.Is(err, transport.ErrTransportClosed) ||
-		errors.Is(err, wire.ErrClosed) ||
-		errors.Is(err, transport.ErrSessionTerminated) ||
+	return errors.Is(err, wire.ErrClosed) ||
 		errors.Is(err, io.ErrUnexpectedEOF) ||
 		errors.Is(err, syscall.ECONNRESET) ||
 		errors.Is(err, syscall.ECONNREFUSED) ||
