@@ -96,7 +96,7 @@ func (u *Upstream) Send(ctx context.Context, req Request) (json.RawMessage, erro
 	case err != nil:
 		return nil, c.callErr(callCtx, req.Method, req.Target, err)
 	case len(res) == 0:
-		// mcp-go passes on any JSON body, a gateway's error page included.
+		// The peer gave neither a result nor an error.
 		return nil, fmt.Errorf("upstream %q: %s %q: %w", u.cfg.Name, req.Method, req.Target, errNoResult)
 	}
 	return res, nil

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/mcp"
 )
 
@@ -105,7 +104,7 @@ func (c *conn) clearList(cat *Catalog, kind uint32) {
 // listAll requests every page of the listing method and returns the items
 // of the result member key, each compacted but otherwise the upstream's
 // bytes. A cursor the upstream already gave fails the listing
-// (client.ErrRepeatedListCursor), so a looping server cannot hold it.
+// (errRepeatedListCursor), so a looping server cannot hold it.
 func (c *conn) listAll(ctx context.Context, method, key string) ([]json.RawMessage, error) {
 	var (
 		out    []json.RawMessage
@@ -144,7 +143,7 @@ func (c *conn) listAll(ctx context.Context, method, key string) ([]json.RawMessa
 			return out, nil
 		}
 		if seen[cursor] {
-			return nil, fmt.Errorf("%s: %w: %q", method, client.ErrRepeatedListCursor, cursor)
+			return nil, fmt.Errorf("%s: %w: %q", method, errRepeatedListCursor, cursor)
 		}
 		seen[cursor] = true
 		params, _ = json.Marshal(map[string]string{"cursor": cursor})
@@ -223,6 +222,10 @@ func decodeTool(raw json.RawMessage) (mcp.Tool, error) {
 	}
 	return t, nil
 }
+
+// errRepeatedListCursor fails a listing whose next cursor is one the
+// upstream already gave: paging would never end.
+var errRepeatedListCursor = errors.New("list cursor did not advance")
 
 // errNotObject is the error of a listed item that is not a JSON object
 // (null decodes into a zero item without complaint).

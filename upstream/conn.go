@@ -13,8 +13,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/mark3labs/mcp-go/client"
-	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/mcpmux/mcpmux/configs"
@@ -29,7 +27,7 @@ var errTornDown = errors.New("connection closed")
 const refreshCoalesce = 50 * time.Millisecond
 
 // conn is one connection attempt's resources: what carries its messages
-// (mcpmux's engine, or mcp-go's client on streamable HTTP) and, for stdio,
+// (mcpmux's engine, or httpPeer on streamable HTTP) and, for stdio,
 // the child process. It lives until teardown; ctx ends (with a cause)
 // as soon as the connection is lost, which also aborts in-flight calls.
 type conn struct {
@@ -38,18 +36,14 @@ type conn struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 
-	// peer carries the connection's messages (peer.go); client is mcp-go's
-	// client below it where a transport still goes through mcp-go (none
-	// now: see peer.go), nil otherwise.
+	// peer carries the connection's messages (peer.go).
 	peer    peer
-	client  *client.Client
 	version string       // the protocol version negotiated
 	proc    *process     // stdio only
 	httpc   *http.Client // http/sse only
 	caps    mcp.ServerCapabilities
 	modern  bool // protocol 2026-07-28 or later (stateless)
 
-	raw  rawErrors  // raw error objects of Send's requests (rawerr.go)
 	side modernSide // 2026-07-28 requests to a legacy HTTP connection's endpoint (modern.go)
 
 	last  atomic.Pointer[Catalog] // the newest catalog this connection built
@@ -259,46 +253,6 @@ func (u *Upstream) dialWebsocket(ctx context.Context) (*conn, *Catalog, error) {
 	return c.finish(ctx, init)
 }
 
-// open creates the client over t, starts it with the connection's lifetime
-// ctx, and initializes it within ctx.
-func (c *conn) open(ctx context.Context, t transport.Interface, extra ...client.ClientOption) (*mcp.InitializeResult, error) {
-	// While connecting, ending ctx (timeout, Close, Start's ctx) ends the
-	// connection too: transports such as SSE wait on their Start ctx.
-	disarm := context.AfterFunc(ctx, func() { c.lost(context.Cause(ctx)) })
-	defer disarm()
-
-	u := c.u
-	opts := requestHook{c}.options()
-	opts = append(opts, extra...)
-	if v := u.pinnedVersion(); v != "" {
-		opts = append(opts, client.WithProtocolVersion(v))
-	}
-	cl := client.NewClient(t, opts...)
-	c.client = cl
-	c.peer = clientPeer{c, cl}
-	cl.OnNotification(c.handleNotification)
-	if err := cl.Start(c.ctx); err != nil {
-		return nil, fmt.Errorf("start %s transport: %w", c.kind, err)
-	}
-
-	var req mcp.InitializeRequest
-	req.Params.ClientInfo = mcp.Implementation{Name: "mcpmux", Version: u.opts.ClientVersion}
-	init, err := cl.Initialize(ctx, req)
-	if err != nil {
-		if cause := context.Cause(c.ctx); cause != nil && !errors.Is(err, cause) {
-			err = fmt.Errorf("%w (%w)", err, cause) // e.g. the child exited
-		}
-		return nil, fmt.Errorf("initialize: %w", err)
-	}
-	c.caps = init.Capabilities
-	c.version = cl.ProtocolVersion()
-	if c.version == "" {
-		c.version = init.ProtocolVersion
-	}
-	c.modern = mcp.IsModernProtocol(c.version)
-	return init, nil
-}
-
 // finish fetches the catalog. The connection must still be alive afterwards.
 func (c *conn) finish(ctx context.Context, init *mcp.InitializeResult) (*conn, *Catalog, error) {
 	disarm := context.AfterFunc(ctx, func() { c.lost(context.Cause(ctx)) })
@@ -449,13 +403,8 @@ func (c *conn) listenLoop(filter mcp.SubscriptionFilter) {
 	delay := minBackoff
 	for {
 		began := time.Now()
-		var err error
-		if c.client != nil {
-			err = c.client.Listen(c.ctx, filter)
-		} else {
-			params, _ := json.Marshal(mcp.SubscriptionsListenParams{Notifications: filter})
-			_, err = c.rawRequest(c.ctx, string(mcp.MethodSubscriptionsListen), params)
-		}
+		params, _ := json.Marshal(mcp.SubscriptionsListenParams{Notifications: filter})
+		_, err := c.rawRequest(c.ctx, string(mcp.MethodSubscriptionsListen), params)
 		switch {
 		case c.ctx.Err() != nil:
 			return
@@ -523,17 +472,17 @@ func (c *conn) listenFilter() mcp.SubscriptionFilter {
 	return f
 }
 
-// isConnectionLoss reports whether err from an mcp-go call means the
+// isConnectionLoss reports whether err from a peer's call means the
 // connection itself is gone (rather than the request failing, timing out or
-// being answered with a JSON-RPC error).
+// being answered with a JSON-RPC error): the engine's wire.ErrClosed (which
+// httpPeer also wraps around a session the upstream ended), a stream cut
+// short, or a network error.
 func isConnectionLoss(err error) bool {
 	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return false
 	}
 	var opErr *net.OpError
-	return errors.Is(err, transport.ErrTransportClosed) ||
-		errors.Is(err, wire.ErrClosed) ||
-		errors.Is(err, transport.ErrSessionTerminated) ||
+	return errors.Is(err, wire.ErrClosed) ||
 		errors.Is(err, io.ErrUnexpectedEOF) ||
 		errors.Is(err, syscall.ECONNRESET) ||
 		errors.Is(err, syscall.ECONNREFUSED) ||

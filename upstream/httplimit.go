@@ -11,24 +11,19 @@ import (
 // its "event:", "id:" and "data:" framing.
 const sseFieldSlack = 64 << 10
 
-// httpClient returns the HTTP client of one connection. mcp-go reads response
-// bodies without limit (json.Decoder, io.ReadAll, SSE ReadString), so every
-// body is wrapped to stop at cfg.MaxMessageBytes: a JSON body in total, an
-// event stream per event. There is no client timeout, which would cut the
+// httpClient returns the HTTP client of one connection. Every response body
+// is wrapped to stop at cfg.MaxMessageBytes: a JSON body in total, an event
+// stream per event. There is no client timeout, which would cut the
 // long-lived streams; calls are bounded by their ctx instead.
-//
-// observe, when non-nil, is shown every JSON-RPC message the bodies carry
-// (see rawErrors).
-func (u *Upstream) httpClient(observe func([]byte)) *http.Client {
+func (u *Upstream) httpClient() *http.Client {
 	base := http.DefaultTransport.(*http.Transport).Clone()
 	// Every client session's calls share this one upstream connection
 	// pool; the default of 2 idle connections per host made concurrent
 	// calls open (and close) a TCP connection each.
 	base.MaxIdleConnsPerHost = maxIdlePerUpstream
 	return &http.Client{Transport: &limitTransport{
-		base:    base,
-		max:     u.maxMessage(),
-		observe: observe,
+		base: base,
+		max:  u.maxMessage(),
 		onTooLarge: func(err error) {
 			u.log.Error("message from upstream too large", "err", err)
 		},
@@ -43,7 +38,6 @@ type limitTransport struct {
 	base       *http.Transport
 	max        int64
 	onTooLarge func(error)
-	observe    func([]byte) // nil = no tap
 }
 
 func (t *limitTransport) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -57,9 +51,6 @@ func (t *limitTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		resp.Body = &eventLimitBody{rc: resp.Body, max: t.max + sseFieldSlack, lineEmpty: true, onTooLarge: t.onTooLarge}
 	} else {
 		resp.Body = &totalLimitBody{rc: resp.Body, max: t.max, onTooLarge: t.onTooLarge}
-	}
-	if t.observe != nil {
-		resp.Body = &tapBody{tapReader: tapReader{r: resp.Body, whole: !stream, observe: t.observe}, c: resp.Body}
 	}
 	return resp, nil
 }

@@ -6,11 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strconv"
-	"sync/atomic"
 
-	"github.com/mark3labs/mcp-go/client"
-	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/mcpmux/mcpmux/upstream/wire"
@@ -50,96 +46,6 @@ func (p wirePeer) notify(ctx context.Context, method string, params json.RawMess
 
 func (p wirePeer) close() error { return p.w.Close() }
 func (p wirePeer) wait()        { p.w.Wait() }
-
-// clientPeer is a connection (or its 2026-07-28 side) through mcp-go's
-// client and transport.
-type clientPeer struct {
-	c  *conn
-	cl *client.Client
-}
-
-// requestSeq numbers the requests a clientPeer makes. Its ids are strings,
-// so they never meet the numeric ids mcp-go's client mints on the same
-// connection.
-var requestSeq atomic.Uint64
-
-func (p clientPeer) call(ctx context.Context, method string, params json.RawMessage, header http.Header) (json.RawMessage, error) {
-	out := transport.JSONRPCRequest{
-		JSONRPC: mcp.JSONRPC_VERSION,
-		ID:      mcp.NewRequestId("mcpmux-" + strconv.FormatUint(requestSeq.Add(1), 10)),
-		Method:  method,
-		Header:  header,
-	}
-	if len(params) > 0 {
-		out.Params = params
-	}
-	id := out.ID.Value().(string)
-	c := p.c
-	c.raw.expect(id)
-	resp, err := p.cl.GetTransport().SendRequest(ctx, out)
-	if err != nil {
-		c.raw.forget(id)
-		// On 2026-07-28 HTTP, ending the request's stream is the
-		// cancellation; a legacy HTTP session is only told by the notice.
-		if ctx.Err() != nil && c.ctx.Err() == nil && !mcp.IsModernProtocol(p.cl.ProtocolVersion()) {
-			p.cancelUpstream(out.ID)
-		}
-		return nil, err
-	}
-	if resp.Error != nil {
-		return nil, rpcError(resp.Error, c.raw.take(id))
-	}
-	c.raw.forget(id)
-	return resp.Result, nil
-}
-
-// cancelUpstream tells the upstream, best effort and off the caller's
-// path, to stop working on request id.
-func (p clientPeer) cancelUpstream(id mcp.RequestId) {
-	n := mcp.JSONRPCNotification{JSONRPC: mcp.JSONRPC_VERSION}
-	n.Method = string(mcp.MethodNotificationCancelled)
-	n.Params.AdditionalFields = map[string]any{"requestId": id, "reason": "the client cancelled the request"}
-	c := p.c
-	c.spawn("cancel notice", func() {
-		ctx, cancel := context.WithTimeout(c.ctx, cancelNoticeTimeout)
-		defer cancel()
-		if err := p.cl.GetTransport().SendNotification(ctx, n); err != nil {
-			c.u.log.Debug("notifications/cancelled not sent", "err", err)
-		}
-	})
-}
-
-func (p clientPeer) notify(ctx context.Context, method string, params json.RawMessage) error {
-	n := mcp.JSONRPCNotification{JSONRPC: mcp.JSONRPC_VERSION}
-	n.Method = method
-	if len(params) > 0 {
-		if err := json.Unmarshal(params, &n.Params); err != nil {
-			return err
-		}
-	}
-	return p.cl.GetTransport().SendNotification(ctx, n)
-}
-
-func (p clientPeer) close() error { return p.cl.Close() }
-func (p clientPeer) wait()        {}
-
-// rpcError keeps an upstream's error as it was sent: from raw, the error
-// object's bytes when the connection's tap caught them, else from what the
-// transport decoded (whose data numbers went through float64).
-func rpcError(d *mcp.JSONRPCErrorDetails, raw json.RawMessage) *RPCError {
-	e := &RPCError{Code: d.Code, Message: d.Message}
-	var exact RPCError
-	if len(raw) > 0 && json.Unmarshal(raw, &exact) == nil && exact.Code == d.Code && exact.Message == d.Message {
-		e.Data = exact.Data
-		return e
-	}
-	if d.Data != nil {
-		if b, err := json.Marshal(d.Data); err == nil {
-			e.Data = b
-		}
-	}
-	return e
-}
 
 // rawRequest is the one primitive mcpmux's own requests to the upstream
 // go through (the catalog fetch, probes, logging/setLevel, discovery):

@@ -30,7 +30,7 @@ const (
 )
 
 // process is a stdio child we spawned, leader of its own process group. We
-// own both ends of its pipes, so mcp-go never spawns or kills anything.
+// own both ends of its pipes: nothing else spawns or kills it.
 type process struct {
 	log    *slog.Logger
 	cmd    *exec.Cmd

@@ -222,37 +222,3 @@ func TestAttemptsErr(t *testing.T) {
 		})
 	}
 }
-
-// TestLibraryChatterAtDebug: mcp-go's routine messages (from the
-// transports that still use it) reach the log at Debug, not Info or Error,
-// and its other errors keep their level.
-func TestLibraryChatterAtDebug(t *testing.T) {
-	t.Run("levels", func(t *testing.T) {
-		cases := []struct {
-			level slog.Level
-			msg   string
-			attrs []any
-			want  string
-		}{
-			{slog.LevelInfo, "listening to server forever", nil, "DEBUG"},
-			{slog.LevelError, "server does not support listening", nil, "DEBUG"},
-			{slog.LevelError, "error handling request", []any{"method", "roots/list", "err", "refused"}, "DEBUG"},
-			{slog.LevelError, "error handling request", []any{"method", "sampling/createMessage"}, "ERROR"},
-			{slog.LevelError, "SSE stream error", nil, "ERROR"},
-			{slog.LevelWarn, "something", nil, "WARN"},
-		}
-		for _, tc := range cases {
-			logs := &logSink{}
-			libraryLogger(slog.New(logs)).Log(context.Background(), tc.level, tc.msg, tc.attrs...)
-			got := logs.find(func(map[string]string) bool { return true })
-			if len(got) != 1 || got[0]["level"] != tc.want {
-				t.Errorf("%s %q %v: logged %v, want one record at %s", tc.level, tc.msg, tc.attrs, got, tc.want)
-			}
-		}
-		var b bytes.Buffer
-		libraryLogger(slog.New(slog.NewTextHandler(&b, nil))).Info("listening to server forever")
-		if b.Len() != 0 {
-			t.Errorf("a demoted record reached an Info handler: %s", b.String())
-		}
-	})
-}

@@ -107,7 +107,7 @@ func (t httpTransport) Close() error { return nil }
 // handshake (handshake.go). A legacy session gets its GET stream.
 func (u *Upstream) openStreamable(ctx context.Context) (*conn, *mcp.InitializeResult, error) {
 	c := u.newConn(configs.TransportHTTP)
-	c.httpc = u.httpClient(nil) // its pool carries every request of the connection
+	c.httpc = u.httpClient() // its pool carries every request of the connection
 	disarm := context.AfterFunc(ctx, func() { c.lost(context.Cause(ctx)) })
 	defer disarm()
 	p := c.newHTTPPeer("")

@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 
@@ -493,8 +492,8 @@ func TestRepeatedListCursor(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	err := u.Start(ctx)
-	if !errors.Is(err, client.ErrRepeatedListCursor) {
-		t.Fatalf("Start = %v, want ErrRepeatedListCursor", err)
+	if !errors.Is(err, errRepeatedListCursor) {
+		t.Fatalf("Start = %v, want errRepeatedListCursor", err)
 	}
 }
 
