@@ -13,7 +13,6 @@ import (
 
 	"github.com/hashicorp/go-multierror"
 	"github.com/mark3labs/mcp-go/mcp"
-	"github.com/mark3labs/mcp-go/server"
 
 	"github.com/mcpmux/mcpmux/configs"
 	"github.com/mcpmux/mcpmux/filter"
@@ -298,30 +297,3 @@ func (a *Aggregator) SetServerInfo(info mcp.Implementation) { a.opts.ServerInfo 
 // upstream sent them), so that they reach only sessions that may see that
 // upstream. Call it before Start.
 func (a *Aggregator) OnLog(fn func(upstream string, params map[string]any)) { a.onLog = fn }
-
-// PromptHandler returns a handler for mcp-go's prompt registry, which
-// serves prompts/list only: prompts/get is routed by the front door through
-// GetPrompt and never reaches it.
-func (a *Aggregator) PromptHandler() server.PromptHandlerFunc {
-	return func(context.Context, mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
-		return nil, errNotRouted
-	}
-}
-
-// ResourceHandler is PromptHandler's twin for resources and templates.
-func (a *Aggregator) ResourceHandler() server.ResourceHandlerFunc {
-	return func(context.Context, mcp.ReadResourceRequest) ([]mcp.ResourceContents, error) {
-		return nil, errNotRouted
-	}
-}
-
-// ToolHandler is PromptHandler's twin for tools.
-func (a *Aggregator) ToolHandler() server.ToolHandlerFunc {
-	return func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		return nil, errNotRouted
-	}
-}
-
-// errNotRouted fails closed a request that reached mcp-go's registry
-// instead of the front door's routing: a bug, never an upstream call.
-var errNotRouted = errors.New("request not routed by mcpmux")

@@ -59,7 +59,7 @@ func (s Served[T]) definition() json.RawMessage {
 type Catalog struct {
 	Version uint64 // the snapshot's version
 	// Prompts, Resources and Templates are sorted by name, the order
-	// mcp-go lists them in. Callers must not modify them.
+	// they are listed and paged in. Callers must not modify them.
 	Prompts   []Served[mcp.Prompt]
 	Resources []Served[mcp.Resource]
 	Templates []Served[mcp.ResourceTemplate]
@@ -70,8 +70,6 @@ type Catalog struct {
 	allResources []mcp.Resource
 	allTemplates []mcp.ResourceTemplate
 	allRaws      [3][]json.RawMessage // their listed bytes, by listing kind
-	// owners by exposed prompt name, resource URI and template string.
-	promptOwner, resourceOwner, templateOwner map[string]string
 	// defs holds the listed bytes by the same keys, by listing kind.
 	defs [3]map[string]json.RawMessage
 }
@@ -83,10 +81,7 @@ type Catalog struct {
 func NewCatalog(version uint64, prompts []Served[mcp.Prompt], resources []Served[mcp.Resource],
 	templates []Served[mcp.ResourceTemplate], toolUpstreams []string) *Catalog {
 	c := &Catalog{Version: version, Prompts: prompts, Resources: resources, Templates: templates,
-		servesTools:   make(map[string]bool, len(toolUpstreams)),
-		promptOwner:   make(map[string]string, len(prompts)),
-		resourceOwner: make(map[string]string, len(resources)),
-		templateOwner: make(map[string]string, len(templates)),
+		servesTools: make(map[string]bool, len(toolUpstreams)),
 	}
 	slices.SortStableFunc(c.Prompts, func(a, b Served[mcp.Prompt]) int { return cmp.Compare(a.Item.Name, b.Item.Name) })
 	slices.SortStableFunc(c.Resources, func(a, b Served[mcp.Resource]) int { return cmp.Compare(a.Item.Name, b.Item.Name) })
@@ -100,21 +95,18 @@ func NewCatalog(version uint64, prompts []Served[mcp.Prompt], resources []Served
 	c.allPrompts = make([]mcp.Prompt, len(c.Prompts))
 	c.allRaws[encPrompts] = make([]json.RawMessage, len(c.Prompts))
 	for i, p := range c.Prompts {
-		c.promptOwner[p.Item.Name] = p.Upstream
 		c.allPrompts[i], c.allRaws[encPrompts][i] = p.Item, p.definition()
 		c.defs[encPrompts][p.Item.Name] = c.allRaws[encPrompts][i]
 	}
 	c.allResources = make([]mcp.Resource, len(c.Resources))
 	c.allRaws[encResources] = make([]json.RawMessage, len(c.Resources))
 	for i, r := range c.Resources {
-		c.resourceOwner[r.Item.URI] = r.Upstream
 		c.allResources[i], c.allRaws[encResources][i] = r.Item, r.definition()
 		c.defs[encResources][r.Item.URI] = c.allRaws[encResources][i]
 	}
 	c.allTemplates = make([]mcp.ResourceTemplate, len(c.Templates))
 	c.allRaws[encTemplates] = make([]json.RawMessage, len(c.Templates))
 	for i, t := range c.Templates {
-		c.templateOwner[TemplateString(t.Item)] = t.Upstream
 		c.allTemplates[i], c.allRaws[encTemplates][i] = t.Item, t.definition()
 		c.defs[encTemplates][TemplateString(t.Item)] = c.allRaws[encTemplates][i]
 	}
@@ -239,52 +231,6 @@ func (l *Listing) Shows(upstream string) bool {
 // not be one the listing shows: callers ask for items they already kept.
 func (l *Listing) Definition(method, key string) json.RawMessage {
 	return l.catalog.Definition(method, key)
-}
-
-// KeepPrompts returns the prompts of ps that the listing shows, for a
-// listing mcp-go built itself (a page after a cursor). When ps is the whole
-// catalog, it returns l.Prompts.
-func (l *Listing) KeepPrompts(ps []mcp.Prompt) []mcp.Prompt {
-	if len(ps) == len(l.catalog.Prompts) {
-		return l.Prompts
-	}
-	return keep(ps, func(p mcp.Prompt) bool { return l.showsOwner(l.catalog.promptOwner, p.Name) })
-}
-
-// KeepResources is KeepPrompts for resources.
-func (l *Listing) KeepResources(rs []mcp.Resource) []mcp.Resource {
-	if len(rs) == len(l.catalog.Resources) {
-		return l.Resources
-	}
-	return keep(rs, func(r mcp.Resource) bool { return l.showsOwner(l.catalog.resourceOwner, r.URI) })
-}
-
-// KeepTemplates is KeepPrompts for resource templates.
-func (l *Listing) KeepTemplates(ts []mcp.ResourceTemplate) []mcp.ResourceTemplate {
-	if len(ts) == len(l.catalog.Templates) {
-		return l.Templates
-	}
-	return keep(ts, func(t mcp.ResourceTemplate) bool {
-		return l.showsOwner(l.catalog.templateOwner, TemplateString(t))
-	})
-}
-
-// showsOwner reports whether the item keyed key in owners belongs to an
-// upstream the listing shows. An item the catalog does not hold is not
-// shown.
-func (l *Listing) showsOwner(owners map[string]string, key string) bool {
-	up, ok := owners[key]
-	return ok && l.Shows(up)
-}
-
-func keep[T any](in []T, show func(T) bool) []T {
-	out := make([]T, 0, len(in))
-	for _, x := range in {
-		if show(x) {
-			out = append(out, x)
-		}
-	}
-	return out
 }
 
 // Listing kinds, the index of each pre-encoded result.

@@ -177,27 +177,6 @@ func TestListingEncodedAndKeep(t *testing.T) {
 		t.Error("Encoded must be nil for a method it does not list")
 	}
 
-	// A page mcp-go built (after a cursor) keeps only shown items; items
-	// the catalog does not hold are not shown either.
-	page := []mcp.Prompt{{Name: "b__greet"}, {Name: "c__greet"}}
-	if got := l.KeepPrompts(page); len(got) != 1 || got[0].Name != "b__greet" {
-		t.Errorf("KeepPrompts = %v", got)
-	}
-	rpage := []mcp.Resource{{URI: "file:///a/notes"}, {URI: "file:///b/notes"}}
-	if got := l.KeepResources(rpage); len(got) != 1 || got[0].URI != "file:///b/notes" {
-		t.Errorf("KeepResources = %v", got)
-	}
-	tpage := []mcp.ResourceTemplate{mcp.NewResourceTemplate("file:///a/{path}", "a files")}
-	if got := l.KeepTemplates(tpage); len(got) != 0 {
-		t.Errorf("KeepTemplates = %v", got)
-	}
-	all := make([]mcp.Prompt, len(cat.Prompts))
-	for i, p := range cat.Prompts {
-		all[i] = p.Item
-	}
-	if got := l.KeepPrompts(all); len(got) != 1 || got[0].Name != "b__greet" {
-		t.Errorf("KeepPrompts of the whole catalog = %v", got)
-	}
 	var decoded mcp.ListPromptsResult
 	if err := json.Unmarshal(l.Encoded("prompts/list"), &decoded); err != nil || len(decoded.Prompts) != 1 {
 		t.Errorf("encoded listing does not decode: %v", err)

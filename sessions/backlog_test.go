@@ -185,7 +185,7 @@ func postHTTP(t *testing.T, hs *httptest.Server, session, body string) (int, str
 	req.Header.Set("Accept", "application/json, text/event-stream")
 	req.Header.Set("Mcp-Protocol-Version", "2025-11-25")
 	if session != "" {
-		req.Header.Set(server.HeaderKeySessionID, session)
+		req.Header.Set(mcp.HeaderSessionID, session)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {

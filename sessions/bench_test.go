@@ -116,7 +116,7 @@ func newRequest(query, session, body string) *http.Request {
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json, text/event-stream")
 	if session != "" {
-		req.Header.Set(server.HeaderKeySessionID, session)
+		req.Header.Set(mcp.HeaderSessionID, session)
 		req.Header.Set("Mcp-Protocol-Version", "2025-11-25")
 	}
 	return req
@@ -128,7 +128,7 @@ const initializeBody = `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{
 func openSession(tb testing.TB, h http.Handler, query string) string {
 	tb.Helper()
 	rec := post(h, query, "", initializeBody)
-	id := rec.Header().Get(server.HeaderKeySessionID)
+	id := rec.Header().Get(mcp.HeaderSessionID)
 	if rec.Code != http.StatusOK || id == "" {
 		tb.Fatalf("initialize%s: %d %s", query, rec.Code, rec.Body.String())
 	}

@@ -356,8 +356,8 @@ func (s *Server) setLevel(id string, level mcp.LoggingLevel) {
 	defer s.mu.Unlock()
 	if sess := s.bound[id]; sess != nil {
 		sess.logLevel = level
-		if cs, ok := sess.client.(interface{ SetLogLevel(mcp.LoggingLevel) }); ok {
-			cs.SetLogLevel(level)
+		if sess.ss != nil {
+			sess.ss.logLevel.Store(level)
 		}
 	}
 }

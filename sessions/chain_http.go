@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
-	"github.com/mark3labs/mcp-go/server"
 
 	"github.com/mcpmux/mcpmux/filter"
 	"github.com/mcpmux/mcpmux/internal/audit"
@@ -253,11 +252,10 @@ func httpStatus(code int) int {
 	return http.StatusOK
 }
 
-// validateModern applies the transport rules 2026-07-28 sets for a POST:
-// the protocol version in the header and in _meta, present and equal and
-// supported; client capabilities in _meta; Mcp-Method, Mcp-Name and the
-// tool's Mcp-Param-* headers equal to the body.
-func validateModern(r *http.Request, m *jsonrpc.Message, view *filter.View) *jsonrpc.Error {
+// validateTransport applies the transport rules 2026-07-28 sets for
+// every POST of that era: the protocol version in the header and in _meta,
+// present, equal and supported, and no Last-Event-ID.
+func validateTransport(r *http.Request, m *jsonrpc.Message) *jsonrpc.Error {
 	h := r.Header
 	header := h.Get(mcp.HeaderProtocolVersion)
 	meta := m.MetaString(mcp.MetaKeyProtocolVersion)
@@ -267,6 +265,8 @@ func validateModern(r *http.Request, m *jsonrpc.Message, view *filter.View) *jso
 			": streams are not resumable, re-issue the request with a new ID"}
 	case header == "":
 		return &jsonrpc.Error{Code: mcp.HEADER_MISMATCH, Message: mcp.HeaderProtocolVersion + " header is required for requests carrying " + mcp.MetaKeyProtocolVersion}
+	case meta == "":
+		return &jsonrpc.Error{Code: mcp.INVALID_PARAMS, Message: "missing or invalid _meta field " + mcp.MetaKeyProtocolVersion}
 	case header != meta:
 		return &jsonrpc.Error{Code: mcp.HEADER_MISMATCH, Message: mcp.HeaderProtocolVersion + " header " + header + " does not match request " + mcp.MetaKeyProtocolVersion + " " + meta}
 	case !mcp.IsValidProtocolVersion(meta):
@@ -274,6 +274,18 @@ func validateModern(r *http.Request, m *jsonrpc.Message, view *filter.View) *jso
 		data, _ := json.Marshal(e.Data)
 		return &jsonrpc.Error{Code: e.Code, Message: e.Message, Data: data}
 	}
+	return nil
+}
+
+// validateModern applies the rules 2026-07-28 sets for a POSTed request:
+// validateTransport's; client capabilities in _meta; Mcp-Method, Mcp-Name
+// and the tool's Mcp-Param-* headers equal to the body.
+func validateModern(r *http.Request, m *jsonrpc.Message, view *filter.View) *jsonrpc.Error {
+	if e := validateTransport(r, m); e != nil {
+		return e
+	}
+	h := r.Header
+	meta := m.MetaString(mcp.MetaKeyProtocolVersion)
 	var caps mcp.ClientCapabilities
 	if raw, ok := m.Meta[mcp.MetaKeyClientCapabilities]; !ok || json.Unmarshal(raw, &caps) != nil {
 		return &jsonrpc.Error{Code: mcp.INVALID_PARAMS, Message: "missing or invalid _meta field " + mcp.MetaKeyClientCapabilities}
@@ -313,9 +325,7 @@ func protocolError(err error) *jsonrpc.Error {
 // serveMCP hands to deliver.
 func (s *Server) sessionCaller(sess *session, call *call, logf func(string, ...any)) *caller {
 	c := &caller{queue: call.queue, log: logf}
-	if ci, ok := sess.client.(server.SessionWithClientInfo); ok {
-		c.caps = ci.GetClientCapabilities()
-	}
+	c.caps = sess.caps
 	c.level = func() mcp.LoggingLevel {
 		s.mu.Lock()
 		defer s.mu.Unlock()

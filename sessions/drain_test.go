@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mark3labs/mcp-go/server"
+	"github.com/mark3labs/mcp-go/mcp"
 )
 
 // waitCall is a tools/call of the slow upstream's tool that runs until it
@@ -55,7 +55,7 @@ func TestShutdownAnswersCallsInFlight(t *testing.T) {
 	t.Cleanup(hs.Close)
 
 	// A call on a /mcp session.
-	sid := post(h, "", "", initializeBody).Header().Get(server.HeaderKeySessionID)
+	sid := post(h, "", "", initializeBody).Header().Get(mcp.HeaderSessionID)
 	if sid == "" {
 		t.Fatal("initialize on /mcp gave no session id")
 	}

@@ -1,7 +1,6 @@
 package sessions
 
 import (
-	"context"
 	"encoding/json"
 	"io"
 	"time"
@@ -30,32 +29,6 @@ func errorFrame(id json.RawMessage, code int, msg string) []byte {
 // rateLimited is the JSON-RPC error code of a call refused by a rate limit:
 // an implementation-defined server error.
 const rateLimited = -32029
-
-type bindingKey struct{}
-
-// ownerKey carries the sum of the bearer token of the request that opens a
-// legacy /mcp session, so that onRegister can bind the session to it.
-type ownerKey struct{}
-
-func withOwner(ctx context.Context, sum [32]byte) context.Context {
-	return context.WithValue(ctx, ownerKey{}, sum)
-}
-
-func ownerFrom(ctx context.Context) [32]byte {
-	sum, _ := ctx.Value(ownerKey{}).([32]byte)
-	return sum
-}
-
-// withBinding returns ctx carrying b.
-func withBinding(ctx context.Context, b Binding) context.Context {
-	return context.WithValue(ctx, bindingKey{}, b)
-}
-
-// bindingFrom returns the binding in ctx.
-func bindingFrom(ctx context.Context) (Binding, bool) {
-	b, ok := ctx.Value(bindingKey{}).(Binding)
-	return b, ok && b.Filter != nil
-}
 
 // writeList writes a tools/list answer from the view's pre-encoded listing,
 // in pieces, so that nothing the size of the listing is allocated per

@@ -1,20 +1,16 @@
 package sessions
 
-import (
-	"context"
-	"strings"
-)
+import "strings"
 
 // instructions returns what mcpmux's initialize and server/discover
 // results carry as instructions for the request's session (SPEC §7): the
 // instructions of every upstream its view shows (the decision that lists
 // that upstream's prompts and resources, filter.Filter.ShowsUpstream),
 // each under a heading with its prefix (its name when it has none), in
-// config order; "" when none of them has any. With no binding in ctx it is
-// "" (fail closed).
-func (s *Server) instructions(ctx context.Context) string {
-	b, ok := bindingFrom(ctx)
-	if !ok {
+// config order; "" when none of them has any. Without a filter it is ""
+// (fail closed).
+func (s *Server) instructions(b Binding) string {
+	if b.Filter == nil {
 		return ""
 	}
 	listing := s.listing(b)

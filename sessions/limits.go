@@ -1,26 +1,21 @@
 package sessions
 
 import (
-	"context"
-	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
-	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/mark3labs/mcp-go/server"
 
 	"github.com/mcpmux/mcpmux/internal/audit"
 )
 
 // This file holds the bounds that keep one client from growing mcpmux
 // (SPEC §10): the max_sessions count every door shares, the expiry of idle
-// and never-initialized /mcp sessions, the session ids mcp-go checks, and
-// the read deadline of request bodies.
+// and never-initialized /mcp sessions, and the read deadline of request
+// bodies.
 
 // sessionSlots counts the live sessions and streams of every door against
 // server.max_sessions: /mcp sessions, GET /mcp streams, 2026-07-28 listen
@@ -74,40 +69,6 @@ func (s *Server) refuseSession(w http.ResponseWriter, id json.RawMessage, method
 
 // --- /mcp sessions ---
 
-// slotTicket travels in the context of a /mcp request that may make mcp-go
-// open a session (initialize, GET): it holds the request's max_sessions
-// slot and the session id mcp-go minted for it, if any. onRegister claims
-// it for a session opened by initialize; otherwise the request gives it
-// back when it ends (releaseTicket).
-type slotTicket struct {
-	keep    bool   // an initialize: the session it opens keeps the slot
-	id      string // minted by sessionIDs for this request
-	claimed bool   // the session was registered and holds the slot
-}
-
-type ticketKey struct{}
-
-func withTicket(ctx context.Context, t *slotTicket) context.Context {
-	return context.WithValue(ctx, ticketKey{}, t)
-}
-
-func ticketFrom(ctx context.Context) *slotTicket {
-	t, _ := ctx.Value(ticketKey{}).(*slotTicket)
-	return t
-}
-
-// releaseTicket ends the request t was taken for: unless a session claimed
-// them, the slot is given back and the id it minted forgotten.
-func (s *Server) releaseTicket(t *slotTicket) {
-	if t.claimed {
-		return
-	}
-	if t.id != "" {
-		s.ids.forget(t.id)
-	}
-	s.slots.give()
-}
-
 // sessionLife is what expires an idle /mcp session opened by initialize:
 // one timer, which fires at the earliest moment the session could be idle
 // for too long and then checks.
@@ -143,15 +104,14 @@ func (s *Server) startLife(id string, sess *session) {
 	l.timer = time.AfterFunc(s.initTTL(), func() { s.checkIdle(id, l) })
 }
 
-// endLife stops the expiry of the session id, which ended, forgets its id
-// and gives its slot back; s.mu must be held.
+// endLife stops the expiry of the session id, which ended, and gives its
+// slot back; s.mu must be held.
 func (s *Server) endLife(id string, sess *session) {
 	if sess.life == nil {
 		return
 	}
 	sess.life.timer.Stop()
 	sess.life = nil
-	s.ids.forget(id)
 	s.slots.give()
 }
 
@@ -198,96 +158,8 @@ func (s *Server) checkIdle(id string, l *sessionLife) {
 	s.mu.Unlock()
 }
 
-// expire closes the /mcp session id as a DELETE from its client would:
-// mcp-go drops its state and unregisters it, which frees mcpmux's.
-func (s *Server) expire(id string) {
-	req, err := http.NewRequestWithContext(context.Background(), http.MethodDelete, "/mcp", nil)
-	if err != nil {
-		return
-	}
-	req.Header.Set(server.HeaderKeySessionID, id)
-	s.http.ServeHTTP(discardWriter{h: make(http.Header)}, req)
-}
-
-// discardWriter is the ResponseWriter of the DELETE expire sends itself.
-type discardWriter struct{ h http.Header }
-
-func (d discardWriter) Header() http.Header         { return d.h }
-func (d discardWriter) Write(p []byte) (int, error) { return len(p), nil }
-func (d discardWriter) WriteHeader(int)             {}
-
-// sessionIDs mints and checks the ids of /mcp sessions for mcp-go. It
-// knows an id from the initialize that minted it until the session ends;
-// an id it does not know is answered 404 by mcp-go, as a terminated one
-// would be. Unlike mcp-go's InsecureStatefulSessionIdManager, it keeps no
-// record of ended sessions, so opening and closing sessions forever costs
-// nothing. It is safe for concurrent use.
-type sessionIDs struct {
-	prefix string // replicaPrefix: starts every id (SPEC §12)
-	mu     sync.Mutex
-	live   map[string]struct{}
-}
-
-var _ server.SessionIdManagerResolver = (*sessionIDs)(nil)
-
-// ResolveSessionIdManager returns the manager for one request: ids minted
-// for it are recorded in its ticket, so that the request can forget them
-// when no session took them.
-func (ids *sessionIDs) ResolveSessionIdManager(r *http.Request) server.SessionIdManager {
-	var t *slotTicket
-	if r != nil {
-		t = ticketFrom(r.Context())
-	}
-	return requestIDs{ids: ids, t: t}
-}
-
-func (ids *sessionIDs) forget(id string) {
-	ids.mu.Lock()
-	delete(ids.live, id)
-	ids.mu.Unlock()
-}
-
-func (ids *sessionIDs) known(id string) bool {
-	ids.mu.Lock()
-	defer ids.mu.Unlock()
-	_, ok := ids.live[id]
-	return ok
-}
-
-// requestIDs is sessionIDs seen from one request.
-type requestIDs struct {
-	ids *sessionIDs
-	t   *slotTicket // nil outside a request that may open a session
-}
-
-// sessionIDPrefix starts every /mcp session id, as in mcp-go.
-const sessionIDPrefix = "mcp-session-"
-
-func (m requestIDs) Generate() string {
-	id := m.ids.prefix + sessionIDPrefix + rand.Text()
-	m.ids.mu.Lock()
-	if m.ids.live == nil {
-		m.ids.live = make(map[string]struct{})
-	}
-	m.ids.live[id] = struct{}{}
-	m.ids.mu.Unlock()
-	if m.t != nil {
-		m.t.id = id
-	}
-	return id
-}
-
-func (m requestIDs) Validate(id string) (bool, error) {
-	if !m.ids.known(id) {
-		return false, fmt.Errorf("unknown session %q", id)
-	}
-	return false, nil
-}
-
-func (m requestIDs) Terminate(id string) (bool, error) {
-	m.ids.forget(id)
-	return false, nil
-}
+// expire ends the /mcp session id, as a DELETE from its client would.
+func (s *Server) expire(id string) { s.unbind(id) }
 
 // --- request bodies ---
 

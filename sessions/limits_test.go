@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mark3labs/mcp-go/server"
+	"github.com/mark3labs/mcp-go/mcp"
 )
 
 // TestNarrowingBounds: a narrowing over MaxNarrowNames names, or with a
@@ -125,7 +125,7 @@ func TestStreamSessionsExpire(t *testing.T) {
 	waitFor(t, func() bool {
 		ready.mu.Lock()
 		defer ready.mu.Unlock()
-		return ready.Initialized() && len(ready.inflight) == 0
+		return ready.initialized.Load() && len(ready.inflight) == 0
 	}, "the session to be initialized, with its initialize done")
 	ago(ready, 5*time.Minute)
 	s.streams.checkIdle(ready)
@@ -226,7 +226,7 @@ func getStream(t *testing.T, hs *httptest.Server, session string) (int, string, 
 	}
 	req.Header.Set("Accept", "text/event-stream")
 	if session != "" {
-		req.Header.Set(server.HeaderKeySessionID, session)
+		req.Header.Set(mcp.HeaderSessionID, session)
 		req.Header.Set("Mcp-Protocol-Version", "2025-11-25")
 	}
 	resp, err := hs.Client().Do(req)
@@ -261,7 +261,7 @@ func TestMCPSessionsCountAgainstMaxSessions(t *testing.T) {
 	}
 	rec := post(h, "", "", initializeBody)
 	if rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), "server.max_sessions (3)") ||
-		!strings.Contains(rec.Body.String(), `"id":1`) || rec.Header().Get(server.HeaderKeySessionID) != "" {
+		!strings.Contains(rec.Body.String(), `"id":1`) || rec.Header().Get(mcp.HeaderSessionID) != "" {
 		t.Fatalf("4th initialize: %d %s %v; want 503 answering id 1, naming server.max_sessions, no session", rec.Code, rec.Body, rec.Header())
 	}
 	if code, body, _ := getStream(t, hs, ids[2]); code != http.StatusServiceUnavailable || !strings.Contains(body, "max_sessions") {
@@ -270,7 +270,7 @@ func TestMCPSessionsCountAgainstMaxSessions(t *testing.T) {
 	if _, resp, err := dialWS(hs, "", nil, []string{"mcp"}); err == nil || resp == nil || resp.StatusCode != http.StatusServiceUnavailable {
 		t.Fatalf("websocket over the limit: %v %v", resp, err)
 	}
-	if n := len(s.ids.live); n != 3 {
+	if n := s.Sessions(); n != 3 {
 		t.Fatalf("%d session ids known with 3 sessions open", n)
 	}
 
@@ -278,22 +278,22 @@ func TestMCPSessionsCountAgainstMaxSessions(t *testing.T) {
 	del.Method = http.MethodDelete
 	w := httptest.NewRecorder()
 	h.ServeHTTP(w, del)
-	if w.Code != http.StatusOK || s.slots.live() != 2 || len(s.ids.live) != 2 {
-		t.Fatalf("DELETE: %d; %d slots, %d ids left; want 200, 2, 2", w.Code, s.slots.live(), len(s.ids.live))
+	if w.Code != http.StatusOK || s.slots.live() != 2 || s.Sessions() != 2 {
+		t.Fatalf("DELETE: %d; %d slots, %d ids left; want 200, 2, 2", w.Code, s.slots.live(), s.Sessions())
 	}
 	// mcp-go opens a session even for an initialize it answers with an
 	// error; that session holds a slot like any other, and ends like any.
 	bad := post(h, "", "", `{"jsonrpc":"2.0","id":5,"method":"initialize","params":7}`)
-	if s.slots.live() != s.Sessions() || len(s.ids.live) != s.Sessions() {
-		t.Fatalf("a failed initialize (%d %s) left %d slots, %d ids, %d sessions; want them equal", bad.Code, bad.Body, s.slots.live(), len(s.ids.live), s.Sessions())
+	if s.slots.live() != s.Sessions() || s.Sessions() != s.Sessions() {
+		t.Fatalf("a failed initialize (%d %s) left %d slots, %d ids, %d sessions; want them equal", bad.Code, bad.Body, s.slots.live(), s.Sessions(), s.Sessions())
 	}
-	if id := bad.Header().Get(server.HeaderKeySessionID); id != "" {
+	if id := bad.Header().Get(mcp.HeaderSessionID); id != "" {
 		del := newRequest("", id, "")
 		del.Method = http.MethodDelete
 		h.ServeHTTP(httptest.NewRecorder(), del)
 	}
-	if s.slots.live() != 2 || len(s.ids.live) != 2 || s.Sessions() != 2 {
-		t.Fatalf("%d slots, %d ids, %d sessions; want 2 each", s.slots.live(), len(s.ids.live), s.Sessions())
+	if s.slots.live() != 2 || s.Sessions() != 2 || s.Sessions() != 2 {
+		t.Fatalf("%d slots, %d ids, %d sessions; want 2 each", s.slots.live(), s.Sessions(), s.Sessions())
 	}
 	// A standalone stream holds a slot while open.
 	code, _, stop := getStream(t, hs, ids[1])
@@ -329,7 +329,7 @@ func TestMCPSessionsExpire(t *testing.T) {
 	}
 
 	rec := post(h, "", "", initializeBody) // and nothing after it
-	fresh := rec.Header().Get(server.HeaderKeySessionID)
+	fresh := rec.Header().Get(mcp.HeaderSessionID)
 	l := life(fresh)
 	if l == nil {
 		t.Fatal("an initialized /mcp session has no expiry")
@@ -368,8 +368,8 @@ func TestMCPSessionsExpire(t *testing.T) {
 	if !gone(ready) {
 		t.Fatal("an initialized session outlived session_idle_timeout")
 	}
-	if s.slots.live() != 0 || len(s.ids.live) != 0 || s.Sessions() != 0 {
-		t.Fatalf("expired sessions left %d slots, %d ids, %d sessions", s.slots.live(), len(s.ids.live), s.Sessions())
+	if s.slots.live() != 0 || s.Sessions() != 0 || s.Sessions() != 0 {
+		t.Fatalf("expired sessions left %d slots, %d ids, %d sessions", s.slots.live(), s.Sessions(), s.Sessions())
 	}
 }
 
@@ -416,8 +416,8 @@ func TestUnknownSessionIDsCostNothing(t *testing.T) {
 	if n := s.Registry().Instances(); n != filters {
 		t.Fatalf("unknown session ids made %d filters (had %d)", n, filters)
 	}
-	if s.Sessions() != 0 || s.slots.live() != 0 || len(s.ids.live) != 0 {
-		t.Fatalf("unknown session ids left %d sessions, %d slots, %d ids", s.Sessions(), s.slots.live(), len(s.ids.live))
+	if s.Sessions() != 0 || s.slots.live() != 0 || s.Sessions() != 0 {
+		t.Fatalf("unknown session ids left %d sessions, %d slots, %d ids", s.Sessions(), s.slots.live(), s.Sessions())
 	}
 	if n := up.requests.Load() - before; n != 0 {
 		t.Fatalf("unknown session ids reached the upstream %d times", n)
@@ -469,7 +469,7 @@ func TestSessionsCannotSkipTheirSlot(t *testing.T) {
 	} {
 		for range 3 {
 			rec := post(h, "", "", body)
-			if rec.Code != http.StatusBadRequest || !strings.Contains(rec.Body.String(), `"code":-32600`) || rec.Header().Get(server.HeaderKeySessionID) != "" {
+			if rec.Code != http.StatusBadRequest || !strings.Contains(rec.Body.String(), `"code":-32600`) || rec.Header().Get(mcp.HeaderSessionID) != "" {
 				t.Fatalf("%s: %d %s %v; want 400 -32600 and no session", body, rec.Code, rec.Body, rec.Header())
 			}
 		}

@@ -14,9 +14,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/coder/websocket"
 	"github.com/mark3labs/mcp-go/mcp"
-	"github.com/mark3labs/mcp-go/server"
+
+	"github.com/coder/websocket"
 
 	"github.com/mcpmux/mcpmux/configs"
 )
@@ -65,7 +65,7 @@ func (p *mcpPeer) post(t *testing.T, body string) *http.Response {
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json, text/event-stream")
 	if p.sid != "" {
-		req.Header.Set(server.HeaderKeySessionID, p.sid)
+		req.Header.Set(mcp.HeaderSessionID, p.sid)
 		req.Header.Set("Mcp-Protocol-Version", "2025-11-25")
 	}
 	if p.auth != "" {
@@ -92,7 +92,7 @@ func openMCPPeerAt(t *testing.T, hs *httptest.Server, path, auth string) *mcpPee
 	p := &mcpPeer{hs: hs, path: path, auth: auth, next: 100, notes: make(chan sseEvent, 64)}
 	resp := p.post(t, initializeBody)
 	resp.Body.Close()
-	if p.sid = resp.Header.Get(server.HeaderKeySessionID); resp.StatusCode != http.StatusOK || p.sid == "" {
+	if p.sid = resp.Header.Get(mcp.HeaderSessionID); resp.StatusCode != http.StatusOK || p.sid == "" {
 		t.Fatalf("initialize: %d", resp.StatusCode)
 	}
 	p.post(t, `{"jsonrpc":"2.0","method":"notifications/initialized"}`).Body.Close()
@@ -102,7 +102,7 @@ func openMCPPeerAt(t *testing.T, hs *httptest.Server, path, auth string) *mcpPee
 		t.Fatal(err)
 	}
 	req.Header.Set("Accept", "text/event-stream")
-	req.Header.Set(server.HeaderKeySessionID, p.sid)
+	req.Header.Set(mcp.HeaderSessionID, p.sid)
 	req.Header.Set("Mcp-Protocol-Version", "2025-11-25")
 	if auth != "" {
 		req.Header.Set("Authorization", auth)
@@ -860,24 +860,8 @@ func TestReloadBeforeInitialize(t *testing.T) {
 	})
 }
 
-// stubClientSession is what mcp-go's streamable HTTP server registers for
-// a /mcp session, as far as onRegister sees it. The race it stands in for
-// (an initialize resolved before a reload, registered after it) cannot be
-// made to happen on demand with a real client.
-type stubClientSession struct {
-	id    string
-	notes chan mcp.JSONRPCNotification
-}
-
-func (c *stubClientSession) Initialize()       {}
-func (c *stubClientSession) Initialized() bool { return true }
-func (c *stubClientSession) NotificationChannel() chan<- mcp.JSONRPCNotification {
-	return c.notes
-}
-func (c *stubClientSession) SessionID() string { return c.id }
-
 // TestReloadRacingABind checks the sessions a reload cannot see: one whose
-// binding was resolved under the old config but that registers, or first
+// binding was resolved under the old config but that binds, or first
 // speaks, after the reload. Its grant is re-derived then, as the reload
 // did for every other session: never wider, or the session ends.
 func TestReloadRacingABind(t *testing.T) {
@@ -899,12 +883,10 @@ func TestReloadRacingABind(t *testing.T) {
 				t.Fatal(err)
 			}
 			reloadWith(t, s, up, tt.edit)
-			cs := &stubClientSession{id: "stub-session", notes: make(chan mcp.JSONRPCNotification, 8)}
-			if err := s.mcp.RegisterSession(withBinding(context.Background(), stale), cs); err != nil {
-				t.Fatal(err)
-			}
+			s.slots.take() // as serveInitialize does
+			s.bind("stub-session", stale, [32]byte{}, &handshake{}, nil)
 			s.mu.Lock()
-			sess := s.bound[cs.id]
+			sess := s.bound["stub-session"]
 			s.mu.Unlock()
 			if tt.ends {
 				if sess != nil {

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mark3labs/mcp-go/server"
+	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/mcpmux/mcpmux/configs"
 	"github.com/mcpmux/mcpmux/filter"
@@ -276,7 +276,7 @@ func listVia(t *testing.T, h http.Handler, target string, hdr map[string]string)
 	t.Helper()
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, selReq(target, "", initializeBody, hdr))
-	sid := rec.Header().Get(server.HeaderKeySessionID)
+	sid := rec.Header().Get(mcp.HeaderSessionID)
 	if rec.Code != http.StatusOK || sid == "" {
 		return rec.Code, nil, rec.Body.String(), ""
 	}

@@ -5,8 +5,8 @@
 package sessions
 
 import (
-	"bytes"
 	"context"
+	"crypto/rand"
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
@@ -21,7 +21,6 @@ import (
 	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
-	"github.com/mark3labs/mcp-go/server"
 
 	"github.com/mcpmux/mcpmux/aggregator"
 	"github.com/mcpmux/mcpmux/configs"
@@ -45,21 +44,18 @@ type Server struct {
 	// writeTimeout bounds each write to a client (Options.WriteTimeout).
 	writeTimeout time.Duration
 
-	mcp     *server.MCPServer
-	http    *server.StreamableHTTPServer
 	origins []*glob.Glob
 	metrics *metrics
 	audit   *audit.Log // nil = no audit log
 	limits  ratelimit.Limiters
 	slots   sessionSlots // server.max_sessions, every door (limits.go)
-	ids     sessionIDs   // /mcp session ids, for mcp-go (limits.go)
 
 	started   atomic.Bool   // the first connection attempt of every upstream is over
 	startedCh chan struct{} // closed by MarkStarted
 	startOnce sync.Once
 
 	mu    sync.Mutex
-	bound map[string]*session // legacy session id → its binding
+	bound map[string]*session // every initialized session, of every door, by id
 
 	reloading sync.Mutex // one Reload at a time (reload.go)
 
@@ -111,7 +107,9 @@ func (s *Server) maxConnectTimeout() time.Duration {
 	return d
 }
 
-// session is one registered legacy (initialize-based) session.
+// session is one initialized legacy (initialize-based) session, of any
+// door: the one registry list_changed, logs, resource updates and reloads
+// go through.
 type session struct {
 	binding Binding
 	// owner is the sum of the bearer token that opened the session (zero
@@ -125,9 +123,14 @@ type session struct {
 	// asked for no log messages.
 	logLevel mcp.LoggingLevel
 	subs     map[string]bool // resource URIs this session subscribed to
-	// client is mcp-go's session (nil for stream sessions, which answer
-	// server→client requests themselves).
-	client server.ClientSession
+	// caps are the capabilities the client declared at initialize.
+	caps mcp.ClientCapabilities
+	// ss is the stream session of a /ws, /sse or stdio session; nil for a
+	// /mcp session.
+	ss *streamSession
+	// get is the open GET stream of a /mcp session, where what belongs to
+	// no call of it goes; nil when none is open.
+	get *standalone
 	// pending are this session's server→client requests sent on /mcp.
 	pending pendingSet
 	// inflight cancels this session's routed requests on /mcp, by the id
@@ -149,9 +152,6 @@ type session struct {
 	// revoked is why a reload ended the session (reload.go): from then on
 	// it is refused, until it is gone. nil while its grant holds.
 	revoked error
-	// gone is closed when the session is unregistered, which ends its GET
-	// /mcp streams; made by the first of them.
-	gone chan struct{}
 }
 
 // Options configure a Server.
@@ -185,7 +185,6 @@ func New(cfg *configs.Config, agg *aggregator.Aggregator, opts Options) (*Server
 		s.writeTimeout = frameWriteTimeout
 	}
 	s.held = newHeldCalls(cfg.Server.ReplicaID)
-	s.ids.prefix = replicaPrefix(cfg)
 	s.slots.max = int64(cfg.Server.MaxSessions)
 	res, err := NewResolver(cfg, s.registry)
 	if err != nil {
@@ -206,90 +205,13 @@ func New(cfg *configs.Config, agg *aggregator.Aggregator, opts Options) (*Server
 	}
 
 	s.metrics = newMetrics(s)
-	hooks := &server.Hooks{}
-	hooks.AddOnSuccess(func(_ context.Context, _ any, method mcp.MCPMethod, _ any, _ any) {
-		s.metrics.count(string(method), outcomeOK)
-	})
-	hooks.AddOnError(func(_ context.Context, _ any, method mcp.MCPMethod, _ any, _ error) {
-		s.metrics.count(string(method), outcomeError)
-	})
-	// mcp-go runs with listChanged off so that replacing its tool registry
-	// does not broadcast to every session; mcpmux tells each session itself,
-	// and only when its view changed. The capability clients see is set here.
-	// Both also carry the instructions of the upstreams the session's view
-	// shows (instructions.go); every door's initialize and discover are
-	// answered here, with the request's binding in ctx.
-	hooks.AddAfterInitialize(func(ctx context.Context, _ any, _ *mcp.InitializeRequest, res *mcp.InitializeResult) {
-		advertiseListChanged(&res.Capabilities)
-		res.Instructions = s.instructions(ctx)
-	})
-	hooks.AddAfterDiscover(func(ctx context.Context, _ any, _ *mcp.DiscoverRequest, res *mcp.DiscoverResult) {
-		advertiseListChanged(&res.Capabilities)
-		res.Instructions = s.instructions(ctx)
-	})
-	hooks.AddOnRegisterSession(s.onRegister)
-	// Prompts, resources and templates are listed by upstream visibility
-	// (visibility.go) wherever mcp-go answers the listing.
-	hooks.AddAfterListResources(s.afterListResources)
-	hooks.AddAfterListResourceTemplates(s.afterListTemplates)
-	hooks.AddOnUnregisterSession(func(ctx context.Context, cs server.ClientSession) {
-		s.mu.Lock()
-		sess := s.bound[cs.SessionID()]
-		delete(s.bound, cs.SessionID())
-		if sess != nil {
-			s.endLife(cs.SessionID(), sess)
-			if sess.gone != nil {
-				close(sess.gone)
-			}
-		}
-		var subs []string
-		if sess != nil {
-			for uri := range sess.subs {
-				subs = append(subs, uri)
-			}
-		}
-		s.mu.Unlock()
-		s.limits.Forget(cs.SessionID())
-		s.agg.EndSession(cs.SessionID()) // closes its scope = "session" connections
-		if sess != nil {
-			for _, uri := range subs {
-				if err := s.agg.Unsubscribe(context.WithoutCancel(ctx), cs.SessionID(), uri); err != nil {
-					s.log.Debug("resource subscription not released", "session", cs.SessionID(), "error", err)
-				}
-			}
-		}
-	})
-	s.mcp = server.NewMCPServer("mcpmux", s.version,
-		server.WithToolCapabilities(false),
-		server.WithPromptCapabilities(false),
-		server.WithResourceCapabilities(true, false),
-		server.WithCompletions(),
-		server.WithLogging(),
-		server.WithToolFilter(s.toolFilter),
-		server.WithPromptFilter(s.promptFilter),
-		server.WithHooks(hooks),
-		server.WithRecovery(),
-	)
-	s.http = server.NewStreamableHTTPServer(s.mcp,
-		// Stateful: an unknown session id is 404. mcpmux mints and checks
-		// the ids and expires idle sessions itself (limits.go): mcp-go's
-		// sweeper sees neither the calls mcpmux routes nor the
-		// initialize that never finished, and its stateful id manager
-		// remembers every ended session forever.
-		server.WithSessionIdManagerResolver(&s.ids),
-		server.WithStreamableHTTPLogger(s.log),
-	)
-	agg.SetServerInfo(mcp.Implementation{Name: "mcpmux", Version: s.version})
+	agg.SetServerInfo(s.implementation())
 	agg.OnResourceUpdated(s.resourceUpdated)
 	agg.OnLog(s.upstreamLog)
 	agg.OnChange(s.onSnapshot)
 	s.onSnapshot(nil, agg.Snapshot())
 	return s, nil
 }
-
-// MCPServer returns the underlying mcp-go server, for front doors that drive
-// it directly.
-func (s *Server) MCPServer() *server.MCPServer { return s.mcp }
 
 // Registry returns the filter registry shared by every session.
 func (s *Server) Registry() *filter.Registry { return s.registry }
@@ -303,37 +225,8 @@ func (s *Server) View(b Binding) *filter.View {
 	return s.registry.View(snap.Version, snap.Tools, s.effective(b))
 }
 
-// onSnapshot replaces mcp-go's tool registry with the new snapshot and tells
-// each session whose view changed.
+// onSnapshot tells each session whose view changed.
 func (s *Server) onSnapshot(prev, next *aggregator.Snapshot) {
-	promptsChanged := prev == nil || prev.PromptsKey != next.PromptsKey
-	resourcesChanged := prev == nil || prev.ResourcesKey != next.ResourcesKey
-	if promptsChanged {
-		prompts := make([]server.ServerPrompt, len(next.Prompts))
-		for i, p := range next.Prompts {
-			prompts[i] = server.ServerPrompt{Prompt: p.Prompt, Handler: s.agg.PromptHandler()}
-		}
-		s.mcp.SetPrompts(prompts...)
-	}
-	if resourcesChanged {
-		read := s.agg.ResourceHandler()
-		resources := make([]server.ServerResource, len(next.Resources))
-		for i, r := range next.Resources {
-			resources[i] = server.ServerResource{Resource: r.Resource, Handler: read}
-		}
-		s.mcp.SetResources(resources...)
-		templates := make([]server.ServerResourceTemplate, len(next.Templates))
-		for i, t := range next.Templates {
-			templates[i] = server.ServerResourceTemplate{Template: t.Template, Handler: server.ResourceTemplateHandlerFunc(read)}
-		}
-		s.mcp.SetResourceTemplates(templates...)
-	}
-	tools := make([]server.ServerTool, len(next.Tools))
-	handler := s.agg.ToolHandler()
-	for i, e := range next.Tools {
-		tools[i] = server.ServerTool{Tool: e.Tool, Handler: handler}
-	}
-	s.mcp.SetTools(tools...)
 	s.metrics.setUpstreams(s.agg.Upstreams())
 
 	prints := func(b Binding) viewPrints {
@@ -367,28 +260,47 @@ func (s *Server) onSnapshot(prev, next *aggregator.Snapshot) {
 	s.notifyListeners(prints, "")
 }
 
-// notify sends one notification to each listed session.
+// notify sends one notification to each listed session, where what
+// belongs to none of its calls goes: a stream session's connection, a /mcp
+// session's GET stream. It never waits: a session whose queue is full, or
+// a /mcp session with no GET stream open, misses it, which is logged.
 func (s *Server) notify(ids []string, method string, params map[string]any) {
+	if len(ids) == 0 {
+		return
+	}
+	var p any
+	if params != nil {
+		p = params
+	}
+	frame, err := jsonrpc.Notification(method, p)
+	if err != nil {
+		s.log.Error("notification not encodable", "method", method, "error", err)
+		return
+	}
 	for _, id := range ids {
-		err := s.mcp.SendNotificationToSpecificClient(id, method, params)
-		if err != nil && !errors.Is(err, server.ErrSessionNotFound) {
-			s.log.Warn("notification not delivered", "session", id, "method", method, "error", err)
+		s.mu.Lock()
+		sess := s.bound[id]
+		s.mu.Unlock()
+		if sess == nil {
+			continue
+		}
+		if !s.push(sess, frame) {
+			s.log.Debug("notification not delivered", "session", id, "method", method,
+				"reason", "no GET stream is open, or the session's queue is full")
 		}
 	}
 }
 
-// advertiseListChanged sets the listChanged capabilities mcp-go runs
-// without (see New).
-func advertiseListChanged(c *mcp.ServerCapabilities) {
-	if c.Tools != nil {
-		c.Tools.ListChanged = true
+// push hands frame to the writer of sess for what belongs to none of its
+// calls, without waiting, and reports whether it was taken.
+func (s *Server) push(sess *session, frame []byte) bool {
+	if sess.ss != nil {
+		return sess.ss.trySend(frame)
 	}
-	if c.Prompts != nil {
-		c.Prompts.ListChanged = true
-	}
-	if c.Resources != nil {
-		c.Resources.ListChanged = true
-	}
+	s.mu.Lock()
+	g := sess.get
+	s.mu.Unlock()
+	return g != nil && g.offer(frame)
 }
 
 // upstreamLog sends a log message no call of up caused to the sessions
@@ -434,22 +346,18 @@ func (s *Server) resourceUpdated(from, uri string) {
 	}
 }
 
-// onRegister binds a new legacy session to the binding its initialize
-// request resolved to.
-func (s *Server) onRegister(ctx context.Context, cs server.ClientSession) {
-	b, ok := bindingFrom(ctx)
-	if !ok {
-		return
-	}
+// bind registers the session id, which has just initialized with hs under
+// b: ss is its stream session, or nil for a /mcp session, which holds the
+// max_sessions slot its initialize took from now on, and expires when
+// idle (limits.go). owner is the sum of the token that opened it. When a
+// reload came since b was resolved, the grant is re-derived here, as the
+// reload did for every session it saw (reload.go); one the reload ends is
+// bound ended, and revoked says why.
+func (s *Server) bind(id string, b Binding, owner [32]byte, hs *handshake, ss *streamSession) (revoked error) {
 	v := s.View(b)
 	lp, lr := s.listing(b).Fingerprints()
 	s.mu.Lock()
-	_, stream := cs.(*streamSession)
-	var revoked error
 	if res := s.Resolver(); b.granter != nil && b.granter != res {
-		// A reload came between the request that resolved b and now, and
-		// did not see this session: its grant is re-derived here, as the
-		// reload did for every session it saw (reload.go).
 		if nb, err := s.regrant(res, b); err != nil {
 			revoked = fmt.Errorf("%w: %w", errConfigChanged, err)
 		} else {
@@ -458,21 +366,52 @@ func (s *Server) onRegister(ctx context.Context, cs server.ClientSession) {
 			lp, lr = s.listing(b).Fingerprints()
 		}
 	}
-	sess := &session{binding: b, owner: ownerFrom(ctx), listed: v.Fingerprint(), listedPrompts: lp, listedResources: lr, stream: stream, client: cs, revoked: revoked}
-	if !stream {
+	sess := &session{binding: b, owner: owner, listed: v.Fingerprint(), listedPrompts: lp, listedResources: lr,
+		stream: ss != nil, ss: ss, caps: hs.caps, revoked: revoked}
+	if ss == nil {
 		sess.held = newBacklog(s.cfg.Server.MaxPendingBytes, maxCallsPerSession)
+		s.startLife(id, sess)
 	}
-	s.bound[cs.SessionID()] = sess
-	// A session its initialize opened on /mcp takes that request's
-	// max_sessions slot, and expires when idle (limits.go).
-	if t := ticketFrom(ctx); t != nil && t.keep && !t.claimed && !stream {
-		t.claimed = true
-		s.startLife(cs.SessionID(), sess)
+	s.bound[id] = sess
+	s.mu.Unlock()
+	s.log.Info("session started", "session", id, "profile", b.Profile)
+	if revoked != nil && ss == nil { // a stream session ends itself (streamSession.register)
+		s.endSession(id, b.Profile, false, revoked)
+	}
+	return revoked
+}
+
+// unbind forgets the session id, which ended: its calls on /mcp are
+// cancelled, its GET stream closes, its slot, limiter bucket and scope =
+// "session" connections are released, and its resource subscriptions
+// given up.
+func (s *Server) unbind(id string) {
+	s.mu.Lock()
+	sess := s.bound[id]
+	if sess == nil {
+		s.mu.Unlock()
+		return
+	}
+	delete(s.bound, id)
+	s.endLife(id, sess)
+	if sess.get != nil {
+		sess.get.close()
+		sess.get = nil
+	}
+	for _, cancel := range sess.inflight {
+		cancel()
+	}
+	subs := make([]string, 0, len(sess.subs))
+	for uri := range sess.subs {
+		subs = append(subs, uri)
 	}
 	s.mu.Unlock()
-	s.log.Info("session started", "session", cs.SessionID(), "profile", b.Profile)
-	if revoked != nil && !stream { // a stream session ends itself (streamSession.register)
-		s.endSession(cs.SessionID(), b.Profile, false, revoked)
+	s.limits.Forget(id)
+	s.agg.EndSession(id) // closes its scope = "session" connections
+	for _, uri := range subs {
+		if err := s.agg.Unsubscribe(context.Background(), id, uri); err != nil {
+			s.log.Debug("resource subscription not released", "session", id, "error", err)
+		}
 	}
 }
 
@@ -481,26 +420,6 @@ func (s *Server) Sessions() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.bound)
-}
-
-// toolFilter is mcp-go's tool filter: it keeps the tools the request's view
-// shows. With no binding it keeps nothing (fail closed).
-func (s *Server) toolFilter(ctx context.Context, tools []mcp.Tool) []mcp.Tool {
-	b, ok := bindingFrom(ctx)
-	if !ok {
-		return nil
-	}
-	v := s.View(b)
-	if len(tools) == len(v.Tools) || v.Filter.Dynamic() { // a dynamic view lists mcpmux's own tools too (dynamic.go)
-		return v.Tools
-	}
-	out := make([]mcp.Tool, 0, len(tools))
-	for _, t := range tools {
-		if v.Lookup(t.Name) != nil {
-			out = append(out, t)
-		}
-	}
-	return out
 }
 
 // Handler returns the HTTP handler: /mcp (streamable HTTP), /ws
@@ -595,13 +514,23 @@ func (s *Server) originAllowed(o string) bool {
 	return false
 }
 
-// serveMCP resolves the request's binding, parses a POSTed message once,
-// and answers it: routed requests through the chain (chain.go), tools/list
-// from the view's cached listing, responses to mcpmux's own server→client
-// requests to the call waiting for them, and everything else (the
-// handshake, other listings, ping, the GET stream, DELETE) through mcp-go's
-// streamable HTTP server.
+// serveMCP is the /mcp door (streamable HTTP): it resolves the request's
+// binding, parses a POSTed message once, finds its session, and answers:
+// routed requests through the chain (chain.go), the rest through the one
+// handler (handler.go); an initialize opens a session, a GET opens its
+// stream of what belongs to none of its calls (standalone), a DELETE ends
+// it. Responses to mcpmux's own server→client requests go to the call
+// waiting for them.
 func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request) {
+	switch r.Method {
+	case http.MethodPost, http.MethodGet, http.MethodDelete:
+	case http.MethodHead:
+		w.WriteHeader(http.StatusOK)
+		return
+	default:
+		http.NotFound(w, r)
+		return
+	}
 	s.waitStarted(r.Context())
 	sel, err := SelectionFromRequest(r)
 	var profile, key string
@@ -614,14 +543,21 @@ func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request) {
 		writeResolveError(w, err)
 		return
 	}
+	header := r.Header.Get(mcp.HeaderProtocolVersion)
+	if r.Method != http.MethodPost && mcp.IsModernProtocol(header) {
+		w.Header().Set("Allow", http.MethodPost)
+		writeHTTPError(w, http.StatusMethodNotAllowed, r.Method+" is not supported in protocol version "+mcp.ProtocolVersion20260728+
+			": server-to-client messages use subscriptions/listen")
+		return
+	}
+	id := r.Header.Get(mcp.HeaderSessionID)
 	m := &jsonrpc.Message{}
-	var body []byte
 	if r.Method == http.MethodPost {
-		body, err = io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.Server.MaxBodyBytes))
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.Server.MaxBodyBytes))
 		if err != nil {
 			var tooBig *http.MaxBytesError
 			if errors.As(err, &tooBig) {
-				s.auditLimit(r.Header.Get(server.HeaderKeySessionID), profile, "", "", audit.ReasonSize)
+				s.auditLimit(id, profile, "", "", audit.ReasonSize)
 				writeJSONError(w, http.StatusRequestEntityTooLarge, nil, mcp.INVALID_REQUEST,
 					fmt.Sprintf("request body exceeds server.max_body_bytes (%d bytes)", s.cfg.Server.MaxBodyBytes))
 				return
@@ -629,87 +565,114 @@ func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request) {
 			writeJSONError(w, http.StatusBadRequest, nil, mcp.PARSE_ERROR, "reading request body: "+err.Error())
 			return
 		}
-		r.Body = io.NopCloser(bytes.NewReader(body))
-		// A message that does not parse goes to mcp-go, which answers it
-		// with the right JSON-RPC error.
-		if pm, err := jsonrpc.Parse(body); err == nil {
-			m = pm
+		if m, err = jsonrpc.Parse(body); err != nil {
+			s.metrics.count("", outcomeError)
+			writeJSONError(w, http.StatusBadRequest, nil, mcp.PARSE_ERROR, "request body is not valid json")
+			return
 		}
 	}
 	if m.Ambiguous != nil && !isRouted(m, true) {
-		// mcp-go, which would answer it, reads keys case-insensitively:
-		// it would act on a message mcpmux did not see (routed requests
-		// are refused by decide, with -32602).
+		// Decoders that read keys case-insensitively, or keep another
+		// of two equal keys, would act on a message mcpmux did not see
+		// (routed requests are refused by decide, with -32602).
 		s.metrics.count(m.Method, outcomeDenied)
 		writeJSONError(w, http.StatusBadRequest, m.ID, mcp.INVALID_REQUEST, "Invalid request: "+m.Ambiguous.Error())
 		return
 	}
-	modern := isModern(m)
-	id := r.Header.Get(server.HeaderKeySessionID)
-	if r.Method == http.MethodGet && id == "" {
-		// A stream nobody's session owns: nothing would ever be sent on
-		// it, and it would hold a max_sessions slot for as long as the
-		// client keeps it open.
-		writeJSONError(w, http.StatusBadRequest, nil, mcp.INVALID_REQUEST, "GET /mcp needs the Mcp-Session-Id of an initialized session")
+	modern := isModern(m) || r.Method == http.MethodPost && mcp.IsModernProtocol(header)
+	initialize := !modern && m.Method == string(mcp.MethodInitialize)
+	if modern && m.Method == "" && m.HasID() {
+		writeJSONError(w, http.StatusBadRequest, m.ID, mcp.INVALID_REQUEST, "client-to-server responses are not supported in protocol version "+
+			mcp.ProtocolVersion20260728+": server-initiated requests were replaced by multi round-trip requests")
+		return
+	}
+	if modern {
+		if e := validateTransport(r, m); e != nil {
+			writeAnswer(w, httpStatus(e.Code), jsonrpc.ErrorResponse(m.ID, e))
+			return
+		}
+	} else if !initialize && header != "" && !mcp.IsValidProtocolVersion(header) {
+		writeHTTPError(w, http.StatusBadRequest, "Unsupported protocol version: "+header)
+		return
+	}
+	if id == "" && r.Method != http.MethodPost {
+		// A stream or an end of nobody's session: nothing would ever be
+		// sent on it, and it would hold a max_sessions slot for as long
+		// as the client keeps it open.
+		writeJSONError(w, http.StatusBadRequest, nil, mcp.INVALID_REQUEST, r.Method+" /mcp needs the Mcp-Session-Id of an initialized session")
 		return
 	}
 	var sess *session
 	var b Binding
-	var gone chan struct{} // closed when the session of a GET stream ends
-	if id != "" && m.Method != string(mcp.MethodInitialize) && !modern {
+	if id != "" && !initialize && !modern {
 		var bound Binding // read under the lock: enabling a toolset (dynamic.go) or a reload replaces it
 		var revoked error
 		s.mu.Lock()
 		sess = s.bound[id]
 		if sess != nil {
 			bound, revoked = sess.binding, sess.revoked
-			if r.Method == http.MethodGet && revoked == nil {
-				if sess.gone == nil {
-					sess.gone = make(chan struct{})
-				}
-				gone = sess.gone
-			}
 		}
 		s.mu.Unlock()
 		// A stream door's session, or a session opened with another token
 		// (DELETE and GET included), is answered as an unknown one: its id
-		// is no capability of this caller's.
-		if owner := s.ownerOf(sel); sess != nil && (sess.stream || subtle.ConstantTimeCompare(owner[:], sess.owner[:]) != 1) {
+		// is no capability of this caller's. An id mcpmux never gave, or
+		// one whose session ended, costs nothing: no filter, limiter
+		// bucket or stream is made for it. A session a reload ended
+		// answers the same, so that its client initializes again, under
+		// the new config (reload.go).
+		if owner := s.ownerOf(sel); sess == nil || revoked != nil || sess.stream || subtle.ConstantTimeCompare(owner[:], sess.owner[:]) != 1 {
 			writeJSONError(w, http.StatusNotFound, m.ID, mcp.INVALID_REQUEST, "unknown session")
 			return
 		}
-		// An id mcpmux never gave, or one whose session ended, costs
-		// nothing: no filter, limiter bucket or stream is made for it.
-		// A session a reload ended answers the same, so that its client
-		// initializes again, under the new config (reload.go).
-		if sess == nil && !s.ids.known(id) || revoked != nil {
-			writeJSONError(w, http.StatusNotFound, m.ID, mcp.INVALID_REQUEST, "unknown session")
+		if err := s.Resolver().Authorize(sel, bound.Profile); err != nil {
+			writeJSONError(w, statusOf(err), m.ID, mcp.INVALID_REQUEST, err.Error())
 			return
 		}
-		if sess != nil {
-			if err := s.Resolver().Authorize(sel, bound.Profile); err != nil {
-				writeJSONError(w, statusOf(err), m.ID, mcp.INVALID_REQUEST, err.Error())
+		if sel.Profile == "" && profile != bound.Profile && sel.Narrowing {
+			// The token's default profile changed since the session
+			// bound: what the request narrows is read under the
+			// session's own profile, which it keeps (reload.go).
+			pinned := sel
+			pinned.Profile = bound.Profile
+			if _, key, err = s.Resolver().Probe(pinned); err != nil {
+				writeResolveError(w, err)
 				return
 			}
-			if sel.Profile == "" && profile != bound.Profile && sel.Narrowing {
-				// The token's default profile changed since the session
-				// bound: what the request narrows is read under the
-				// session's own profile, which it keeps (reload.go).
-				pinned := sel
-				pinned.Profile = bound.Profile
-				if _, key, err = s.Resolver().Probe(pinned); err != nil {
-					writeResolveError(w, err)
-					return
-				}
-			}
-			if (sel.Profile != "" || sel.Narrowing) && key != bound.Requested {
-				writeJSONError(w, http.StatusBadRequest, m.ID, mcp.INVALID_REQUEST,
-					fmt.Sprintf("session is bound to profile %q; start a new session to use another", bound.Profile))
-				return
-			}
-			b = bound
-			defer s.touch(sess)() // it is not idle while this runs (limits.go)
 		}
+		if (sel.Profile != "" || sel.Narrowing) && key != bound.Requested {
+			writeJSONError(w, http.StatusBadRequest, m.ID, mcp.INVALID_REQUEST,
+				fmt.Sprintf("session is bound to profile %q; start a new session to use another", bound.Profile))
+			return
+		}
+		b = bound
+		defer s.touch(sess)() // it is not idle while this runs (limits.go)
+	}
+	switch r.Method {
+	case http.MethodDelete:
+		s.log.Info("session ended", "session", id, "profile", b.Profile, "reason", "closed by its client")
+		s.unbind(id)
+		w.WriteHeader(http.StatusOK)
+		return
+	case http.MethodGet:
+		s.serveGET(w, r, id, sess)
+		return
+	}
+	if sess == nil && !initialize && !modern {
+		// A legacy message outside any session.
+		writeHTTPError(w, http.StatusNotFound, "Invalid session ID")
+		return
+	}
+	if m.Method == "" && m.HasID() || !m.HasID() && m.JSONRPC == jsonrpc.Version {
+		// A response to one of mcpmux's server→client requests, or a
+		// notification: accepted, and answered with nothing.
+		switch {
+		case sess != nil && m.IsResponse():
+			sess.pending.deliver(m)
+		case sess != nil && m.Method == string(mcp.MethodNotificationCancelled):
+			s.cancelRouted(sess, m)
+		}
+		w.WriteHeader(http.StatusAccepted)
+		return
 	}
 	if b.Filter == nil {
 		if b, err = s.Resolver().Resolve(sel); err != nil {
@@ -717,25 +680,26 @@ func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	if sess != nil && m.IsResponse() && sess.pending.deliver(m) {
-		w.WriteHeader(http.StatusAccepted)
-		return
-	}
-	if sess != nil && m.Method == string(mcp.MethodNotificationCancelled) {
-		s.cancelRouted(sess, m) // and mcp-go is told below, for its own requests
-	}
 	start := time.Now()
 	defer func() { s.metrics.observeLatency(m.Method, time.Since(start)) }()
 	view := s.View(b)
-	if modern && m.IsRequest() && m.Method == string(mcp.MethodSubscriptionsListen) {
+	if modern && m.IsRequest() && !isRouted(m, false) && m.Method != string(mcp.MethodSubscriptionsListen) {
+		if e := validateModern(r, m, view); e != nil {
+			writeAnswer(w, httpStatus(e.Code), jsonrpc.ErrorResponse(m.ID, e))
+			return
+		}
+	}
+	switch {
+	case modern && m.IsRequest() && m.Method == string(mcp.MethodSubscriptionsListen):
 		s.serveListen(w, r, m, b, view)
 		return
-	}
-	if (sess != nil || modern) && isRouted(m, sess != nil) {
+	case isRouted(m, sess != nil):
 		s.serveRouted(w, r, m, sel, b, view, id, sess)
 		return
-	}
-	if sess != nil && m.Method == string(mcp.MethodToolsList) && m.IsRequest() && m.Cursor == nil {
+	case initialize:
+		s.serveInitialize(w, m, sel, b, view)
+		return
+	case m.IsRequest() && m.Cursor == nil && !modern && m.Method == string(mcp.MethodToolsList):
 		// Served from the view's pre-encoded listing: no upstream, no
 		// per-request encoding of the catalog.
 		s.metrics.count(m.Method, outcomeOK)
@@ -745,59 +709,52 @@ func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
-	if modern && m.IsRequest() && isListing(m.Method) {
-		s.serveModernListing(w, r, m, b, view, body)
+	if listed := s.listed(b, view, m); listed != nil { // prompts and resources alike (visibility.go)
+		s.metrics.count(m.Method, outcomeOK)
+		w.Header().Set("Content-Type", "application/json")
+		if err := writeResult(w, m.ID, listed); err != nil {
+			s.log.Debug("listing: client went away", "method", m.Method, "error", err)
+		}
 		return
 	}
-	if sess != nil {
-		if listed := s.listed(b, view, m); listed != nil { // prompts and resources alike (visibility.go)
-			s.metrics.count(m.Method, outcomeOK)
-			w.Header().Set("Content-Type", "application/json")
-			if err := writeResult(w, m.ID, listed); err != nil {
-				s.log.Debug("listing: client went away", "method", m.Method, "error", err)
-			}
-			return
-		}
-		if m.IsRequest() && isListing(m.Method) && sess.client != nil { // one after a cursor
-			s.serveListing(s.mcp.WithContext(withBinding(r.Context(), b), sess.client), w, m, b, view, body)
-			return
-		}
+	resp, _, code := s.respond(b, view, m, nil)
+	status := http.StatusOK
+	if modern && code != 0 {
+		status = httpStatus(code)
 	}
-	// An initialize opens a session and a GET a stream: each takes a
-	// server.max_sessions slot first (limits.go).
-	var t *slotTicket
-	switch {
-	case r.Method == http.MethodPost && id == "" && !modern:
-		// Whatever mcpmux's parse says, a session-less legacy POST is
-		// what mcp-go opens sessions for: it takes a slot, kept only if
-		// a session registers (an initialize).
-		t = &slotTicket{keep: true}
-	case r.Method == http.MethodGet:
-		t = &slotTicket{}
+	writeAnswer(w, status, resp)
+}
+
+// serveInitialize opens a /mcp session: it takes a server.max_sessions
+// slot, answers the handshake, and binds the session under a new id,
+// which the answer carries in its Mcp-Session-Id header.
+func (s *Server) serveInitialize(w http.ResponseWriter, m *jsonrpc.Message, sel Selection, b Binding, view *filter.View) {
+	if !s.slots.take() {
+		s.refuseSession(w, m.ID, m.Method, b.Profile)
+		return
 	}
-	if t != nil {
-		if !s.slots.take() {
-			s.refuseSession(w, m.ID, m.Method, b.Profile)
-			return
-		}
-		defer s.releaseTicket(t)
-		r = r.WithContext(withTicket(r.Context(), t))
+	resp, hs, _ := s.respond(b, view, m, nil)
+	if hs == nil { // refused: no session
+		s.slots.give()
+		writeAnswer(w, http.StatusOK, resp)
+		return
 	}
-	if gone != nil {
-		// mcp-go keeps a GET stream open until its request ends: it ends
-		// with its session, whoever ends that (a reload, an expiry).
-		ctx, cancel := context.WithCancel(r.Context())
-		defer cancel()
-		go func() {
-			select {
-			case <-gone:
-				cancel()
-			case <-ctx.Done():
-			}
-		}()
-		r = r.WithContext(ctx)
-	}
-	s.http.ServeHTTP(w, r.WithContext(withOwner(withBinding(r.Context(), b), s.ownerOf(sel))))
+	id := replicaPrefix(s.cfg) + sessionIDPrefix + rand.Text()
+	s.bind(id, b, s.ownerOf(sel), hs, nil)
+	w.Header().Set(mcp.HeaderSessionID, id)
+	writeAnswer(w, http.StatusOK, resp)
+}
+
+// sessionIDPrefix follows the replica's prefix in every /mcp session id.
+const sessionIDPrefix = "mcp-session-"
+
+// writeHTTPError answers with a plain-text error, for what is wrong with
+// the HTTP request itself rather than with a message in it.
+func writeHTTPError(w http.ResponseWriter, status int, msg string) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	io.WriteString(w, msg+"\n")
 }
 
 // ownerOf is what a session remembers of the token that opened it: the
@@ -852,15 +809,16 @@ func (s *Server) trackRouted(ctx context.Context, sess *session, id json.RawMess
 // are answered at once with a JSON-RPC error; calls in flight get until ctx
 // is done to finish with their results, and the rest are then cancelled
 // and answered with that error. Then every stream session is ended once its
-// answers are written (within answerWait), and mcp-go's sessions are
-// closed, which stops background work. A ctx that is never done waits for
+// answers are written (within answerWait), and the /mcp sessions are
+// closed, which ends their GET streams. A ctx that is never done waits for
 // every call. Calling it again is harmless.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.drainCalls(ctx)
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), answerWait)
 	defer cancel()
 	s.closeStreams(cctx)
-	return s.http.Shutdown(cctx)
+	s.closeSessions()
+	return nil
 }
 
 // Serve serves HTTP on ln until ctx is done, then shuts down: it stops

@@ -206,8 +206,8 @@ func (p *statusPage) status() *statusData {
 	s.mu.Lock()
 	for _, sess := range s.bound {
 		door := "mcp"
-		if ss, ok := sess.client.(*streamSession); ok {
-			door = ss.kind
+		if sess.ss != nil {
+			door = sess.ss.kind
 		}
 		st.Sessions[door]++
 		byProfile[sess.binding.Profile]++

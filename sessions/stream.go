@@ -37,10 +37,6 @@ const (
 	// streamQueue bounds the requests waiting for a worker; beyond it a
 	// request is answered with errBusyCode at once.
 	streamQueue = 64
-	// notificationBuffer is the size of the NotificationChannel, as in
-	// mcp-go's own sessions: a full channel drops the notification and
-	// reports it through the OnError hook.
-	notificationBuffer = 100
 	// outBuffer is the number of responses and server→client requests
 	// queued for the writer before the workers wait for it.
 	outBuffer = 256
@@ -58,9 +54,6 @@ var (
 	// ErrSessionClosed is returned by a server→client request whose session
 	// ended before the client answered.
 	ErrSessionClosed = errors.New("client session closed")
-	// ErrClientCapability is returned by a server→client request the client
-	// did not declare support for at initialize.
-	ErrClientCapability = errors.New("client did not declare this capability")
 
 	// Causes a session can end with; transports map them to close codes.
 	errServerShutdown   = errors.New("server shutting down")
@@ -105,25 +98,22 @@ type streamSession struct {
 	ctx    context.Context // done once the session ends
 	cancel context.CancelFunc
 
-	out   chan []byte                  // responses and server→client requests
-	held  *backlog                     // the bytes in out and in its calls' frame queues (backlog.go)
-	notes chan mcp.JSONRPCNotification // mcp-go's NotificationChannel
-	queue chan *streamJob              // requests waiting for a worker
-	wg    sync.WaitGroup               // workers
-	wrote chan struct{}                // closed when the writer has stopped
+	out   chan []byte     // everything the session sends, in order
+	held  *backlog        // the bytes in out and in its calls' frame queues (backlog.go)
+	queue chan *streamJob // requests waiting for a worker
+	wg    sync.WaitGroup  // workers
+	wrote chan struct{}   // closed when the writer has stopped
 
 	initialized atomic.Bool
 	logLevel    atomic.Value // mcp.LoggingLevel
-	clientInfo  atomic.Pointer[mcp.Implementation]
 	clientCaps  atomic.Pointer[mcp.ClientCapabilities]
-	protocol    atomic.Pointer[string]
 	nextID      atomic.Int64 // ids of server→client requests
 	seen        atomic.Int64 // unix nanoseconds of the client's last message (streamSet's idle check)
 
 	mu         sync.Mutex
 	ended      bool
 	cause      error
-	registered bool                          // with mcp-go, after initialize
+	registered bool                          // bound (Server.bind), after initialize
 	workers    int                           // running workers
 	inflight   map[string]context.CancelFunc // client request id → cancel
 	pending    map[string]chan pendingReply  // server→client request id → reply
@@ -161,7 +151,6 @@ func (s *Server) newStreamSession(parent context.Context, kind string, b Binding
 		w:        w,
 		out:      make(chan []byte, outBuffer),
 		held:     newBacklog(s.cfg.Server.MaxPendingBytes, 0), // the worker pool bounds its calls
-		notes:    make(chan mcp.JSONRPCNotification, notificationBuffer),
 		queue:    make(chan *streamJob, streamQueue),
 		wrote:    make(chan struct{}),
 		inflight: make(map[string]context.CancelFunc),
@@ -178,8 +167,8 @@ func (s *Server) newStreamSession(parent context.Context, kind string, b Binding
 func (ss *streamSession) done() <-chan struct{} { return ss.ctx.Done() }
 
 // end stops the session: no new requests, in-flight handlers and pending
-// server→client requests are cancelled, and it is unregistered from mcp-go
-// and from the server's stream set. Frames already queued are still written.
+// server→client requests are cancelled, and it is unbound and removed from
+// the server's stream set. Frames already queued are still written.
 // It does not wait; the first cause wins. It is idempotent.
 func (ss *streamSession) end(cause error) {
 	ss.mu.Lock()
@@ -193,7 +182,7 @@ func (ss *streamSession) end(cause error) {
 	ss.mu.Unlock()
 	ss.cancel()
 	if registered {
-		ss.srv.mcp.UnregisterSession(context.WithoutCancel(ss.ctx), ss.id)
+		ss.srv.unbind(ss.id)
 	}
 	ss.srv.streams.remove(ss)
 	ss.srv.limits.Forget(ss.id) // it may have called tools without registering
@@ -260,11 +249,11 @@ func (ss *streamSession) receive(raw []byte) bool {
 		return false
 	}
 	ss.seen.Store(time.Now().UnixNano())
-	// A message that does not parse still goes to mcp-go, which answers
-	// it with the right JSON-RPC error (the same rule as /mcp).
 	m, err := jsonrpc.Parse(raw)
 	if err != nil {
-		m = &jsonrpc.Message{}
+		resp, _, _ := ss.srv.respond(Binding{}, nil, nil, err)
+		ss.send(ss.ctx, resp)
+		return true
 	}
 	switch {
 	case m.IsResponse():
@@ -367,8 +356,7 @@ func (ss *streamSession) safeHandle(job *streamJob) (resp []byte) {
 }
 
 // cancelInflight cancels the request a notifications/cancelled names, even
-// while it is still queued. mcp-go is told as well (handle passes the
-// notification on), which cancels its own handler context.
+// while it is still queued.
 func (ss *streamSession) cancelInflight(raw []byte) {
 	var n struct {
 		Params struct {
@@ -406,7 +394,8 @@ func (ss *streamSession) send(ctx context.Context, frame []byte) error {
 
 // trySend queues a frame for the writer if there is room now; it reports
 // whether it did. It is for frames that must not wait: those an upstream's
-// reader delivers after their call was answered.
+// reader delivers after their call was answered, and those that belong to
+// no call (Server.notify).
 func (ss *streamSession) trySend(frame []byte) bool {
 	if ss.ctx.Err() != nil {
 		return false
@@ -417,14 +406,14 @@ func (ss *streamSession) trySend(frame []byte) bool {
 		return true
 	default:
 		ss.held.written(len(frame))
-		ss.srv.log.Warn("notification after its call's answer dropped: the session's queue is full", "session", ss.id)
+		ss.srv.log.Warn("frame to the client dropped: the session's queue is full", "session", ss.id)
 		return false
 	}
 }
 
-// writeLoop is the session's only writer. Notifications already queued go
-// out before a response queued after them, so a call's progress precedes its
-// result. When the session ends, what is queued is flushed, then it stops.
+// writeLoop is the session's only writer, in the order frames were
+// queued, so a call's progress precedes its result. When the session ends,
+// what is queued is flushed, then it stops.
 func (ss *streamSession) writeLoop() {
 	defer close(ss.wrote)
 	defer func() {
@@ -435,28 +424,14 @@ func (ss *streamSession) writeLoop() {
 	}()
 	for {
 		var frame []byte
-		counted := false // frame came from out, and counts in held until written
 		select {
-		case n := <-ss.notes:
-			frame = ss.encodeNote(n)
-		default:
-			select {
-			case n := <-ss.notes:
-				frame = ss.encodeNote(n)
-			case frame = <-ss.out:
-				counted = true
-			case <-ss.ctx.Done():
-				ss.flush()
-				return
-			}
-		}
-		if frame == nil {
-			continue
+		case frame = <-ss.out:
+		case <-ss.ctx.Done():
+			ss.flush()
+			return
 		}
 		err := ss.w.writeFrame(frame)
-		if counted {
-			ss.held.written(len(frame))
-		}
+		ss.held.written(len(frame))
 		if err != nil {
 			ss.end(fmt.Errorf("writing to the client: %w", err))
 			return
@@ -468,50 +443,48 @@ func (ss *streamSession) writeLoop() {
 // for more.
 func (ss *streamSession) flush() {
 	for {
-		var frame []byte
 		select {
-		case n := <-ss.notes:
-			frame = ss.encodeNote(n)
-		case frame = <-ss.out:
+		case frame := <-ss.out:
+			ss.held.written(len(frame))
+			if ss.w.writeFrame(frame) != nil {
+				return
+			}
 		default:
 			return
 		}
-		if frame != nil && ss.w.writeFrame(frame) != nil {
-			return
-		}
 	}
 }
 
-func (ss *streamSession) encodeNote(n mcp.JSONRPCNotification) []byte {
-	b, err := json.Marshal(n)
-	if err != nil {
-		ss.srv.log.Warn("notification not encodable; dropped", "session", ss.id, "method", n.Method, "error", err)
-		return nil
-	}
-	return b
-}
-
-// register binds the session in mcp-go (and so in the server's list_changed
-// fan-out and session count) once it has initialized. A session that has
-// ended is not registered; one a reload ended (before, or while it
-// registered: onRegister) ends now.
-func (ss *streamSession) register() {
+// register binds the session (Server.bind: list_changed fan-out, logs,
+// the session count) once it has initialized with hs. A session that has
+// ended is not bound; one a reload ended (before, or while it bound) ends
+// now.
+func (ss *streamSession) register(hs *handshake) {
+	ss.clientCaps.Store(&hs.caps)
+	ss.initialized.Store(true)
 	b, revoked := ss.srv.grantOf(ss)
 	if revoked == nil {
 		ss.mu.Lock()
 		if !ss.registered && !ss.ended {
-			if err := ss.srv.mcp.RegisterSession(withBinding(ss.ctx, b), ss); err != nil {
-				ss.srv.log.Warn("session not registered", "session", ss.id, "error", err)
-			} else {
-				ss.registered = true
-			}
+			ss.registered = true
+			revoked = ss.srv.bind(ss.id, b, ss.token, hs, ss)
 		}
 		ss.mu.Unlock()
-		_, revoked = ss.srv.grantOf(ss)
+		if revoked == nil {
+			_, revoked = ss.srv.grantOf(ss)
+		}
 	}
 	if revoked != nil {
 		ss.end(revoked)
 	}
+}
+
+// clientCapabilities returns what the client declared at initialize.
+func (ss *streamSession) clientCapabilities() mcp.ClientCapabilities {
+	if p := ss.clientCaps.Load(); p != nil {
+		return *p
+	}
+	return mcp.ClientCapabilities{}
 }
 
 // --- the one message path ---
@@ -521,9 +494,10 @@ func (ss *streamSession) register() {
 // for notifications, for responses to server→client requests, and for
 // routed calls, which queue their answers themselves (handleRouted).
 func (s *Server) dispatch(ctx context.Context, sess *streamSession, raw []byte) []byte {
-	m, err := jsonrpc.Parse(raw) // see receive
+	m, err := jsonrpc.Parse(raw)
 	if err != nil {
-		m = &jsonrpc.Message{}
+		resp, _, _ := s.respond(Binding{}, nil, nil, err)
+		return resp
 	}
 	if m.IsResponse() {
 		sess.deliver(m)
@@ -534,7 +508,7 @@ func (s *Server) dispatch(ctx context.Context, sess *streamSession, raw []byte) 
 
 // handle is dispatch for a message already parsed into m: routed requests
 // through the chain (chain.go), tools/list from the view's cached listing,
-// everything else through mcp-go with the session and its binding in ctx.
+// everything else through the one handler (handler.go).
 func (s *Server) handle(ctx context.Context, sess *streamSession, raw []byte, m *jsonrpc.Message) []byte {
 	b, revoked := s.grantOf(sess)
 	if revoked != nil {
@@ -546,7 +520,7 @@ func (s *Server) handle(ctx context.Context, sess *streamSession, raw []byte, m 
 		defer func() { s.metrics.observeLatency(m.Method, time.Since(start)) }()
 	}
 	if m.Ambiguous != nil && !isRouted(m, true) {
-		// As on /mcp: mcp-go would read it case-insensitively.
+		// As on /mcp: decoders would disagree on what it says.
 		s.metrics.count(m.Method, outcomeDenied)
 		if m.ID == nil && strings.HasPrefix(m.Method, "notifications/") {
 			return nil // a notification gets no answer; a request whose id is misspelled does, with id null
@@ -574,27 +548,11 @@ func (s *Server) handle(ctx context.Context, sess *streamSession, raw []byte, m 
 		writeResult(&buf, m.ID, listed) // a bytes.Buffer does not fail
 		return bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
 	}
-	resp := s.mcp.HandleMessage(s.mcp.WithContext(withBinding(ctx, b), sess), raw)
-	if resp == nil {
-		return nil
+	resp, hs, _ := s.respond(b, view, m, nil)
+	if hs != nil {
+		sess.register(hs)
 	}
-	if m.Method == string(mcp.MethodInitialize) {
-		if _, failed := resp.(mcp.JSONRPCError); !failed {
-			sess.register()
-		}
-	}
-	var out []byte
-	var err error
-	if isListing(m.Method) {
-		out, err = encodeListing(resp, m, view, s.listingOf(view, b))
-	} else {
-		out, err = json.Marshal(resp)
-	}
-	if err != nil {
-		s.log.Error("response not encodable", "session", sess.id, "method", m.Method, "error", err)
-		return errorFrame(m.ID, mcp.INTERNAL_ERROR, "response could not be encoded")
-	}
-	return out
+	return resp
 }
 
 // handleRouted runs the chain for a routed request of a stream session.
@@ -610,7 +568,7 @@ func (s *Server) handleRouted(ctx context.Context, sess *streamSession, b Bindin
 		if isModern(m) {
 			return modernCaller(m, c.queue, logf)
 		}
-		return &caller{caps: sess.GetClientCapabilities(), queue: c.queue, log: logf,
+		return &caller{caps: sess.clientCapabilities(), queue: c.queue, log: logf,
 			level: func() mcp.LoggingLevel {
 				if l, ok := sess.logLevel.Load().(mcp.LoggingLevel); ok {
 					return l

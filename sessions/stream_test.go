@@ -322,59 +322,46 @@ type frameWriterFunc func([]byte) error
 
 func (f frameWriterFunc) writeFrame(b []byte) error { return f(b) }
 
-// TestServerToClientRequests drives sampling, elicitation and roots through
-// mcp-go's own entry points (MCPServer.RequestSampling etc.) on a stream
-// session: the request goes out with a session-unique id and the client's
-// matching answer comes back.
+// TestServerToClientRequests drives sampling, elicitation and roots on a
+// stream session: the request goes out with a session-unique id and the
+// client's matching answer, or error, comes back to the asker.
 func TestServerToClientRequests(t *testing.T) {
 	s, _, hs := newDoorServer(t, "")
 	p := dialWSPeer(t, hs, "?profile=readonly", nil)
 	initializeAs(t, p, map[string]any{"sampling": map[string]any{}, "elicitation": map[string]any{}, "roots": map[string]any{}})
 	ss := onlyStream(t, s)
-	ctx := s.mcp.WithContext(context.Background(), ss)
+	ctx := context.Background()
 
 	type outcome struct {
-		res any
+		res json.RawMessage
 		err error
 	}
 	tests := []struct {
 		name   string
-		method string
-		call   func(context.Context) (any, error)
+		method mcp.MCPMethod
+		params any
 		answer string // result JSON, or error object when it starts with "E"
 		check  func(t *testing.T, o outcome)
 	}{
-		{"sampling", "sampling/createMessage", func(ctx context.Context) (any, error) {
-			return s.mcp.RequestSampling(ctx, mcp.CreateMessageRequest{CreateMessageParams: mcp.CreateMessageParams{
-				Messages: []mcp.SamplingMessage{{Role: mcp.RoleUser, Content: mcp.NewTextContent("hi")}}, MaxTokens: 5}})
-		}, `{"role":"assistant","content":{"type":"text","text":"hello"},"model":"m"}`, func(t *testing.T, o outcome) {
-			r, ok := o.res.(*mcp.CreateMessageResult)
-			if o.err != nil || !ok || r.Model != "m" {
-				t.Fatalf("sampling = %+v, %v", o.res, o.err)
-			}
-			if tc, ok := r.Content.(mcp.TextContent); !ok || tc.Text != "hello" {
-				t.Fatalf("sampling content = %#v", r.Content)
-			}
-		}},
-		{"elicitation", "elicitation/create", func(ctx context.Context) (any, error) {
-			return s.mcp.RequestElicitation(ctx, mcp.ElicitationRequest{Params: mcp.ElicitationParams{Message: "name?", RequestedSchema: map[string]any{"type": "object"}}})
-		}, `{"action":"accept","content":{"name":"x"}}`, func(t *testing.T, o outcome) {
-			r, ok := o.res.(*mcp.ElicitationResult)
-			if o.err != nil || !ok || r.Action != mcp.ElicitationResponseActionAccept {
-				t.Fatalf("elicitation = %+v, %v", o.res, o.err)
+		{"sampling", mcp.MethodSamplingCreateMessage, mcp.CreateMessageParams{
+			Messages: []mcp.SamplingMessage{{Role: mcp.RoleUser, Content: mcp.NewTextContent("hi")}}, MaxTokens: 5},
+			`{"role":"assistant","content":{"type":"text","text":"hello"},"model":"m"}`, func(t *testing.T, o outcome) {
+				if o.err != nil || !strings.Contains(string(o.res), `"model":"m"`) || !strings.Contains(string(o.res), `"hello"`) {
+					t.Fatalf("sampling = %s, %v", o.res, o.err)
+				}
+			}},
+		{"elicitation", mcp.MethodElicitationCreate, mcp.ElicitationParams{Message: "name?", RequestedSchema: map[string]any{"type": "object"}},
+			`{"action":"accept","content":{"name":"x"}}`, func(t *testing.T, o outcome) {
+				if o.err != nil || !strings.Contains(string(o.res), `"action":"accept"`) {
+					t.Fatalf("elicitation = %s, %v", o.res, o.err)
+				}
+			}},
+		{"roots", mcp.MethodListRoots, nil, `{"roots":[{"uri":"file:///w","name":"w"}]}`, func(t *testing.T, o outcome) {
+			if o.err != nil || !strings.Contains(string(o.res), `"file:///w"`) {
+				t.Fatalf("roots = %s, %v", o.res, o.err)
 			}
 		}},
-		{"roots", "roots/list", func(ctx context.Context) (any, error) {
-			return s.mcp.RequestRoots(ctx, mcp.ListRootsRequest{})
-		}, `{"roots":[{"uri":"file:///w","name":"w"}]}`, func(t *testing.T, o outcome) {
-			r, ok := o.res.(*mcp.ListRootsResult)
-			if o.err != nil || !ok || len(r.Roots) != 1 || r.Roots[0].URI != "file:///w" {
-				t.Fatalf("roots = %+v, %v", o.res, o.err)
-			}
-		}},
-		{"client error", "roots/list", func(ctx context.Context) (any, error) {
-			return s.mcp.RequestRoots(ctx, mcp.ListRootsRequest{})
-		}, `E{"code":-32603,"message":"no roots here"}`, func(t *testing.T, o outcome) {
+		{"client error", mcp.MethodListRoots, nil, `E{"code":-32603,"message":"no roots here"}`, func(t *testing.T, o outcome) {
 			var ce *ClientError
 			if !errors.As(o.err, &ce) || ce.Code != -32603 || ce.Message != "no roots here" || ce.Method != "roots/list" {
 				t.Fatalf("error = %v, want the client's -32603", o.err)
@@ -386,11 +373,11 @@ func TestServerToClientRequests(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			done := make(chan outcome, 1)
 			go func() {
-				res, err := tt.call(ctx)
+				res, err := ss.request(ctx, tt.method, tt.params)
 				done <- outcome{res, err}
 			}()
 			m := p.recv(t)
-			if m.Method != tt.method || len(m.ID) == 0 {
+			if m.Method != string(tt.method) || len(m.ID) == 0 {
 				t.Fatalf("client got %+v, want a %s request", m, tt.method)
 			}
 			if seenIDs[string(m.ID)] {
@@ -415,7 +402,7 @@ func TestServerToClientRequests(t *testing.T) {
 		cctx, cancel := context.WithCancel(ctx)
 		done := make(chan error, 1)
 		go func() {
-			_, err := s.mcp.RequestRoots(cctx, mcp.ListRootsRequest{})
+			_, err := ss.request(cctx, mcp.MethodListRoots, nil)
 			done <- err
 		}()
 		m := p.recv(t)
@@ -426,21 +413,6 @@ func TestServerToClientRequests(t *testing.T) {
 		n := p.recv(t)
 		if n.Method != "notifications/cancelled" || !strings.Contains(string(n.Params), `"requestId":`+string(m.ID)) {
 			t.Fatalf("client got %+v, want notifications/cancelled for %s", n, m.ID)
-		}
-	})
-
-	t.Run("capability not declared", func(t *testing.T) {
-		p2 := dialWSPeer(t, hs, "", nil)
-		initializeAs(t, p2, map[string]any{})
-		var other *streamSession
-		for _, c := range allStreams(s) {
-			if c != ss {
-				other = c
-			}
-		}
-		_, err := s.mcp.RequestSampling(s.mcp.WithContext(context.Background(), other), mcp.CreateMessageRequest{})
-		if !errors.Is(err, ErrClientCapability) {
-			t.Fatalf("err = %v, want ErrClientCapability", err)
 		}
 	})
 }

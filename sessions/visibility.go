@@ -99,48 +99,10 @@ func (s *Server) shownURI(b Binding, uri string) bool {
 	return ok && s.listing(b).Shows(up)
 }
 
-// promptFilter is mcp-go's prompt filter (prompts/list on the paths mcp-go
-// answers): it keeps the prompts the request's view shows. With no binding
-// it keeps nothing (fail closed).
-func (s *Server) promptFilter(ctx context.Context, prompts []mcp.Prompt) []mcp.Prompt {
-	b, ok := bindingFrom(ctx)
-	if !ok {
-		return nil
-	}
-	return s.listing(b).KeepPrompts(prompts)
-}
-
-// afterListResources narrows the resources/list result mcp-go built to
-// those the request's view shows. With no binding it keeps nothing.
-func (s *Server) afterListResources(ctx context.Context, _ any, _ *mcp.ListResourcesRequest, res *mcp.ListResourcesResult) {
-	if res == nil {
-		return
-	}
-	b, ok := bindingFrom(ctx)
-	if !ok {
-		res.Resources = []mcp.Resource{}
-		return
-	}
-	res.Resources = s.listing(b).KeepResources(res.Resources)
-}
-
-// afterListTemplates is afterListResources for resources/templates/list.
-func (s *Server) afterListTemplates(ctx context.Context, _ any, _ *mcp.ListResourceTemplatesRequest, res *mcp.ListResourceTemplatesResult) {
-	if res == nil {
-		return
-	}
-	b, ok := bindingFrom(ctx)
-	if !ok {
-		res.ResourceTemplates = []mcp.ResourceTemplate{}
-		return
-	}
-	res.ResourceTemplates = s.listing(b).KeepTemplates(res.ResourceTemplates)
-}
-
 // listed returns the pre-encoded result of m when it is a prompts/list,
 // resources/list or resources/templates/list request without a cursor
 // from a client before 2026-07-28, else nil: the doors answer it from the
-// view's Listing without mcp-go, as they answer tools/list.
+// view's Listing as they answer tools/list, in pieces, without copying it.
 func (s *Server) listed(b Binding, view *filter.View, m *jsonrpc.Message) []byte {
 	switch mcp.MCPMethod(m.Method) {
 	case mcp.MethodPromptsList, mcp.MethodResourcesList, mcp.MethodResourcesTemplatesList:

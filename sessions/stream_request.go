@@ -1,0 +1,116 @@
+package sessions
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+
+	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/mcpmux/mcpmux/internal/jsonrpc"
+)
+
+// A stream session's server→client requests (sampling, elicitation,
+// roots), sent over its own connection, and the client's answers to them.
+
+// request sends a server→client request with a session-unique id and waits
+// for the client's answer, ctx, or the end of the session. When ctx ends
+// first, the client is told with notifications/cancelled.
+func (ss *streamSession) request(ctx context.Context, method mcp.MCPMethod, params any) (json.RawMessage, error) {
+	return ss.requestVia(ctx, method, params, ss.send)
+}
+
+// requestVia is request with the frame handed to send: a routed call's
+// writer, so that the request follows the call's earlier frames.
+func (ss *streamSession) requestVia(ctx context.Context, method mcp.MCPMethod, params any, send func(context.Context, []byte) error) (json.RawMessage, error) {
+	id := ss.nextID.Add(1)
+	key := strconv.FormatInt(id, 10)
+	reply := make(chan pendingReply, 1)
+	ss.mu.Lock()
+	if ss.ended {
+		ss.mu.Unlock()
+		return nil, fmt.Errorf("session %s: %s: %w", ss.id, method, ErrSessionClosed)
+	}
+	ss.pending[key] = reply
+	ss.mu.Unlock()
+	defer func() {
+		ss.mu.Lock()
+		delete(ss.pending, key)
+		ss.mu.Unlock()
+	}()
+
+	frame, err := json.Marshal(struct {
+		JSONRPC string `json:"jsonrpc"`
+		ID      int64  `json:"id"`
+		Method  string `json:"method"`
+		Params  any    `json:"params,omitempty"`
+	}{mcp.JSONRPC_VERSION, id, string(method), params})
+	if err != nil {
+		return nil, fmt.Errorf("session %s: encoding %s: %w", ss.id, method, err)
+	}
+	if err := send(ctx, frame); err != nil {
+		return nil, fmt.Errorf("session %s: %s: %w", ss.id, method, err)
+	}
+	select {
+	case r := <-reply:
+		if ce, ok := r.err.(*ClientError); ok {
+			ce.Method = string(method)
+		}
+		return r.result, r.err
+	case <-ctx.Done():
+		ss.notifyCancelled(id, ctx)
+		return nil, ctx.Err()
+	case <-ss.ctx.Done():
+		return nil, fmt.Errorf("session %s: %s: %w", ss.id, method, ErrSessionClosed)
+	}
+}
+
+// notifyCancelled tells the client that the server→client request id is no
+// longer wanted. It never blocks: a full queue drops the notice.
+func (ss *streamSession) notifyCancelled(id int64, ctx context.Context) {
+	reason := "cancelled"
+	if err := context.Cause(ctx); err != nil {
+		reason = err.Error()
+	}
+	frame, err := json.Marshal(mcp.JSONRPCNotification{
+		JSONRPC: mcp.JSONRPC_VERSION,
+		Notification: mcp.Notification{
+			Method: string(mcp.MethodNotificationCancelled),
+			Params: mcp.NotificationParams{AdditionalFields: map[string]any{"requestId": id, "reason": reason}},
+		},
+	})
+	if err != nil {
+		return
+	}
+	select {
+	case ss.out <- frame:
+	default:
+	}
+}
+
+// deliver hands a client's response to the server→client request waiting
+// for it. A response nobody waits for (late, or never asked) is dropped.
+func (ss *streamSession) deliver(env *jsonrpc.Message) {
+	ss.mu.Lock()
+	reply, ok := ss.pending[string(env.ID)]
+	ss.mu.Unlock()
+	if !ok {
+		ss.srv.log.Debug("response to no pending request dropped", "session", ss.id)
+		return
+	}
+	var r pendingReply
+	if len(env.Error) > 0 {
+		ce := &ClientError{}
+		if err := json.Unmarshal(env.Error, ce); err != nil {
+			ce.Code, ce.Message = mcp.PARSE_ERROR, "unreadable error object"
+		}
+		r.err = ce
+	} else {
+		r.result = env.Result
+	}
+	select {
+	case reply <- r:
+	default: // a duplicate answer
+	}
+}
