@@ -1,7 +1,6 @@
 package aggregator
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -14,6 +13,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/mcpmux/mcpmux/configs"
+	"github.com/mcpmux/mcpmux/internal/jsonrpc"
 	"github.com/mcpmux/mcpmux/upstream"
 )
 
@@ -265,23 +265,24 @@ func (r *relay) addSubscriber(key string, delta int) int {
 // learnLinks records the URIs of resource links in a tools/call result,
 // so that reading them is routed back to the upstream that returned them.
 func (r *relay) learnLinks(upstream string, res json.RawMessage) {
-	if !bytes.Contains(res, []byte(`"resource_link"`)) {
-		return
-	}
-	var result struct {
-		Content []struct {
-			Type string `json:"type"`
-			URI  string `json:"uri"`
-		} `json:"content"`
-	}
-	if json.Unmarshal(res, &result) != nil {
+	// The content items' own members only: a large text or blob is
+	// crossed, not decoded.
+	var uris []string
+	jsonrpc.Elements(jsonrpc.Lookup(res, "content"), func(item []byte) {
+		f := jsonrpc.Fields(item, "type", "uri")
+		var uri string
+		if string(f[0]) == `"resource_link"` && json.Unmarshal(f[1], &uri) == nil && uri != "" {
+			uris = append(uris, uri)
+		}
+	})
+	if len(uris) == 0 {
 		return
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for _, c := range result.Content {
-		if c.Type == "resource_link" && c.URI != "" && len(r.links) < maxLinks {
-			r.links[c.URI] = upstream
+	for _, uri := range uris {
+		if len(r.links) < maxLinks {
+			r.links[uri] = upstream
 		}
 	}
 }

@@ -269,13 +269,7 @@ func (a *Aggregator) route(ctx context.Context, cl Client, up, method, target st
 
 // needsInput reports whether res is an input_required result.
 func needsInput(res json.RawMessage) bool {
-	if !bytes.Contains(res, []byte(`"input_required"`)) {
-		return false
-	}
-	var r struct {
-		ResultType string `json:"resultType"`
-	}
-	return json.Unmarshal(res, &r) == nil && r.ResultType == string(mcp.ResultTypeInputRequired)
+	return string(jsonrpc.Lookup(res, "resultType")) == `"`+string(mcp.ResultTypeInputRequired)+`"`
 }
 
 // answerInput fulfils an input_required result for a client from before
@@ -364,8 +358,8 @@ func (a *Aggregator) hopMeta(u *upstream.Upstream, cl Client, meta map[string]js
 // must not let one principal's data be served to another). Other bytes
 // are kept.
 func (a *Aggregator) finishResult(res json.RawMessage, modern, cacheable bool) json.RawMessage {
-	if !modern && !bytes.Contains(res, []byte("io.modelcontextprotocol/")) && !bytes.Contains(res, []byte(`"resultType"`)) {
-		return res
+	if f := jsonrpc.Fields(res, "resultType", "_meta"); !modern && f[0] == nil && !bytes.Contains(f[1], []byte("io.modelcontextprotocol/")) {
+		return res // nothing of another era's and no reserved _meta: as sent
 	}
 	fields := map[string]json.RawMessage{}
 	if json.Unmarshal(res, &fields) != nil {

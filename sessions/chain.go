@@ -1,7 +1,6 @@
 package sessions
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -248,15 +247,10 @@ func (s *Server) route(ctx context.Context, session string, b Binding, e *filter
 
 var emptyResult = json.RawMessage(`{}`)
 
-// isErrorResult reports whether a tools/call result says isError.
+// isErrorResult reports whether a tools/call result says isError, read
+// from the result's own members without looking into its content.
 func isErrorResult(res json.RawMessage) bool {
-	if !bytes.Contains(res, []byte(`"isError"`)) {
-		return false
-	}
-	var r struct {
-		IsError bool `json:"isError"`
-	}
-	return json.Unmarshal(res, &r) == nil && r.IsError
+	return string(jsonrpc.Lookup(res, "isError")) == "true"
 }
 
 // errorFor is the JSON-RPC error a client gets for err from route: an

@@ -294,7 +294,7 @@ func (p *httpPeer) exchange(ctx context.Context, id, method string, params json.
 		return res, nil, err
 	case resp.StatusCode/100 == 2 && resp.StatusCode != http.StatusAccepted:
 		defer resp.Body.Close()
-		return p.readJSON(resp.Body, id)
+		return p.readJSON(resp.Body, resp.ContentLength, id)
 	case resp.StatusCode == http.StatusAccepted:
 		resp.Body.Close()
 		return nil, nil, errors.New("the upstream answered the request with 202 Accepted and no result")
@@ -316,7 +316,7 @@ func (p *httpPeer) refusal(resp *http.Response, id, method string) error {
 		base = errLegacyEndpoint
 	default:
 		// A JSON-RPC error in the body is the answer, as sent.
-		if m, err := jsonrpc.Parse(body); err == nil && m.Method == "" && id != "" && idIs(m.ID, id) {
+		if m, err := jsonrpc.ParseUpstream(body); err == nil && m.Method == "" && id != "" && idIs(m.ID, id) {
 			var rpc *RPCError
 			if _, err := answerOf(m); errors.As(err, &rpc) {
 				return rpc
@@ -334,9 +334,10 @@ func (p *httpPeer) refusal(resp *http.Response, id, method string) error {
 	return fmt.Errorf("%w (the endpoint answered HTTP %s: %q)", base, resp.Status, text)
 }
 
-// readJSON reads a JSON body answering request id.
-func (p *httpPeer) readJSON(body io.Reader, id string) (json.RawMessage, *eventStream, error) {
-	data, err := io.ReadAll(io.LimitReader(body, p.limit+1))
+// readJSON reads a JSON body of size bytes (-1: unknown) answering
+// request id.
+func (p *httpPeer) readJSON(body io.Reader, size int64, id string) (json.RawMessage, *eventStream, error) {
+	data, err := readAll(body, size, p.limit+1)
 	if err != nil {
 		return nil, nil, fmt.Errorf("reading the answer: %w", err)
 	}
@@ -345,7 +346,7 @@ func (p *httpPeer) readJSON(body io.Reader, id string) (json.RawMessage, *eventS
 		p.c.u.log.Warn("failing the call the upstream's answer is too large for; the connection stays up", "err", tooLarge)
 		return nil, nil, tooLarge
 	}
-	m, err := jsonrpc.Parse(data)
+	m, err := jsonrpc.ParseUpstream(data)
 	if err != nil {
 		return nil, nil, fmt.Errorf("the upstream's answer is not a JSON-RPC message: %w", err)
 	}
@@ -378,7 +379,7 @@ func (p *httpPeer) readAnswer(br *bufio.Reader, id string) (res json.RawMessage,
 			p.w.Dispatch(f, id)
 			continue
 		}
-		m, perr := jsonrpc.Parse(f.Data)
+		m, perr := jsonrpc.ParseUpstream(f.Data)
 		if perr == nil && m.Method == "" && idIs(m.ID, id) {
 			res, err := answerOf(m)
 			return res, err, true
@@ -597,4 +598,61 @@ func notificationBytes(method string, params json.RawMessage) []byte {
 func appendJSONString(b []byte, s string) []byte {
 	q, _ := json.Marshal(s) // a string always encodes
 	return append(b, q...)
+}
+
+// chunkPool holds the buffers readAll reads bodies of unknown length into.
+var chunkPool = sync.Pool{New: func() any { return new([64 << 10]byte) }}
+
+// readAll reads r to its end, at most max bytes, into one slice: of size
+// bytes when the length is known (size ≥ 0), else read in pooled chunks
+// and joined once, so that a large body is copied once rather than at
+// every doubling of a growing buffer.
+func readAll(r io.Reader, size, max int64) ([]byte, error) {
+	r = io.LimitReader(r, max)
+	if size >= 0 && size < max {
+		buf := make([]byte, size, size+1)
+		n, err := io.ReadFull(r, buf)
+		if err == io.ErrUnexpectedEOF || err == io.EOF {
+			return buf[:n], nil
+		}
+		if err != nil {
+			return buf[:n], err
+		}
+		var one [1]byte // a body longer than it said: read on
+		if m, _ := r.Read(one[:]); m == 0 {
+			return buf, nil
+		}
+		rest, err := readAll(r, -1, max-size-1)
+		return append(append(buf, one[0]), rest...), err
+	}
+	var chunks []*[64 << 10]byte
+	defer func() {
+		for _, c := range chunks {
+			chunkPool.Put(c)
+		}
+	}()
+	total, last := 0, 0
+	var err error
+	for {
+		c := chunkPool.Get().(*[64 << 10]byte)
+		chunks = append(chunks, c)
+		n := 0
+		n, err = io.ReadFull(r, c[:])
+		total, last = total+n, n
+		if err != nil {
+			break
+		}
+	}
+	if err == io.EOF || err == io.ErrUnexpectedEOF {
+		err = nil
+	}
+	out := make([]byte, 0, total)
+	for i, c := range chunks {
+		n := len(c)
+		if i == len(chunks)-1 {
+			n = last
+		}
+		out = append(out, c[:n]...)
+	}
+	return out, err
 }

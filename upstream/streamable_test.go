@@ -1,6 +1,7 @@
 package upstream
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -209,5 +210,29 @@ func tiesServer(w http.ResponseWriter, r *http.Request) {
 	default:
 		w.Header().Set("Content-Type", "application/json")
 		io.WriteString(w, answer(`{}`))
+	}
+}
+
+// TestReadAll: readAll returns exactly the body, known length or not,
+// shorter or longer than announced, and stops at max.
+func TestReadAll(t *testing.T) {
+	body := bytes.Repeat([]byte("0123456789"), 20000) // 200,000 bytes: several chunks
+	for _, tt := range []struct {
+		name      string
+		size, max int64
+		want      int
+	}{
+		{"unknown length", -1, 1 << 20, len(body)},
+		{"known length", int64(len(body)), 1 << 20, len(body)},
+		{"announced shorter", 1000, 1 << 20, len(body)},
+		{"announced longer", int64(len(body)) + 50, 1 << 20, len(body)},
+		{"past max, unknown", -1, 70000, 70000},
+		{"past max, known", int64(len(body)), 70000, 70000},
+		{"empty", 0, 1 << 20, len(body)},
+	} {
+		got, err := readAll(bytes.NewReader(body), tt.size, tt.max)
+		if err != nil || len(got) != tt.want || !bytes.Equal(got, body[:tt.want]) {
+			t.Errorf("%s: %d bytes, %v; want the body's first %d", tt.name, len(got), err, tt.want)
+		}
 	}
 }

@@ -1,6 +1,7 @@
 package jsonrpc
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -68,16 +69,19 @@ func (s *scanner) ws(i int) int {
 // holds an escape.
 func (s *scanner) str(i int) (int, bool) {
 	esc := false
-	for i++; i < len(s.b); i++ {
-		switch s.b[i] {
-		case '\\':
-			esc = true
-			i++
-		case '"':
-			return i + 1, esc
+	for i++; i < len(s.b); {
+		q := bytes.IndexByte(s.b[i:], '"')
+		if q < 0 {
+			break
 		}
+		bs := bytes.IndexByte(s.b[i:i+q], '\\')
+		if bs < 0 {
+			return i + q + 1, esc
+		}
+		esc = true
+		i += bs + 2 // past the escaped byte
 	}
-	return i, esc
+	return len(s.b), esc
 }
 
 // key decodes the string at [start, end).

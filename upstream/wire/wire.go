@@ -455,7 +455,7 @@ func stringID(raw json.RawMessage) (string, bool) {
 
 // dispatch routes one message from the upstream.
 func (c *Conn) dispatch(data []byte, tied string) {
-	m, err := jsonrpc.Parse(data)
+	m, err := jsonrpc.ParseUpstream(data)
 	switch {
 	case err != nil:
 		c.log.Warn("dropping a message from upstream that is not a JSON-RPC object", "err", err)
