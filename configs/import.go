@@ -130,7 +130,7 @@ func (r *ImportResult) Lost() int {
 // a note (see ImportNote); a TOML comment alone is never the only record.
 // Errors name the file, and the server or the line:column at fault.
 func ImportFiles(files []ImportFile) (*ImportResult, error) {
-	im := &importer{byName: map[string]*importedServer{}}
+	im := &importer{byName: map[string]*importedServer{}, wholeEnvNoted: map[string]bool{}}
 	for _, f := range files {
 		if err := im.file(f); err != nil {
 			return nil, err
@@ -146,6 +146,9 @@ type importer struct {
 	listen  string
 	sources []string // "FILE (kind)", for the header comment
 	notes   []ImportNote
+	// wholeEnvNoted holds the files whose client passes its whole
+	// environment and that were said so of already.
+	wholeEnvNoted map[string]bool
 }
 
 // importedServer is one rendered [upstreams.NAME] table.
