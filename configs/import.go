@@ -32,6 +32,17 @@ type ImportFile struct {
 	// repository it is in) is imported active only as far as Claude
 	// approves its servers for its directory.
 	Optional bool
+	// Workspace marks a file that comes with a workspace (a repository
+	// someone else may have written) rather than from the user: a
+	// project's .vscode/mcp.json or .cursor/mcp.json (see WorkspaceFile).
+	// A .mcp.json is one by its name. When --scan found it (Optional),
+	// its servers are written as comments unless TrustWorkspace is set
+	// or, for a .mcp.json, Claude Code records the user's approval.
+	Workspace bool
+	// TrustWorkspace (import --trust-workspace) imports the servers of a
+	// workspace file --scan found active, except those its client records
+	// the user rejected or disabled.
+	TrustWorkspace bool
 	// Claude, for a .mcp.json, is what Claude Code records about the
 	// file's directory: the user's approvals and rejections of its
 	// servers, and the servers the user disabled there. Nil means none is
@@ -205,6 +216,7 @@ type fileCtx struct {
 	readFile  func(string) ([]byte, error)
 	tbx       *tbxProxy // TBXark's mcpProxy, or nil
 	scanned   bool      // found by --scan (ImportFile.Optional)
+	trusted   bool      // ImportFile.TrustWorkspace
 	claude    *ClaudeState
 }
 
@@ -214,7 +226,7 @@ func (im *importer) file(f ImportFile) error {
 	if err := json.Unmarshal(clean, &root); err != nil {
 		return fmt.Errorf("import %s: %w", f.Name, jsonError(clean, err))
 	}
-	fc := &fileCtx{name: f.Name, dir: filepath.Dir(f.Name), readFile: f.ReadFile, scanned: f.Optional, claude: f.Claude}
+	fc := &fileCtx{name: f.Name, dir: filepath.Dir(f.Name), readFile: f.ReadFile, scanned: f.Optional, trusted: f.TrustWorkspace, claude: f.Claude}
 	if filepath.Base(fc.dir) == ".vscode" {
 		if abs, err := filepath.Abs(filepath.Dir(fc.dir)); err == nil {
 			fc.workspace = abs
@@ -237,6 +249,14 @@ func (im *importer) file(f ImportFile) error {
 		for i := range groups {
 			groups[i].gate = gate
 		}
+	} else if f.Workspace && f.Optional {
+		gate := im.workspaceGate(fc)
+		for i := range groups {
+			groups[i].gate = gate
+		}
+	}
+	if fc.scanned && fc.trusted && (f.Workspace || filepath.Base(f.Name) == ".mcp.json") {
+		im.note(f.Name, "", false, "comes with a workspace; --trust-workspace: its servers are imported active unless their client records that you rejected or disabled them")
 	}
 	tokens := map[string][]string{} // upstream name → its own TBXark tokens
 	var named []string              // upstream names of this file, for TBXark's global tokens
@@ -463,7 +483,7 @@ func (im *importer) mcpJSONGate(fc *fileCtx) func(string) serverGate {
 				off:  "disabled in Claude Code",
 				note: fmt.Sprintf("is disabled in Claude Code for %s (disabledMcpServers in %s): written as a comment", dir, fc.claude.Name),
 			}
-		case !fc.scanned || p.EnableAllProjectMcpServers || slices.Contains(p.EnabledMcpjsonServers, key):
+		case !fc.scanned || fc.trusted || p.EnableAllProjectMcpServers || slices.Contains(p.EnabledMcpjsonServers, key):
 			return serverGate{}
 		case !known:
 			return serverGate{
@@ -478,6 +498,50 @@ func (im *importer) mcpJSONGate(fc *fileCtx) func(string) serverGate {
 			lost: true,
 		}
 	}
+}
+
+// workspaceGate keeps off every server of a workspace's .vscode/mcp.json
+// or .cursor/mcp.json that --scan found, unless fc.trusted. VS Code and
+// Cursor ask before they start a workspace's server, and keep the answer
+// in their own state stores (VS Code's is a database per profile;
+// Cursor's format is not documented), which mcpmux does not read: so no
+// server of such a file counts as approved.
+func (im *importer) workspaceGate(fc *fileCtx) func(string) serverGate {
+	dir := filepath.Dir(fc.dir) // the folder that holds .vscode or .cursor
+	if abs, err := filepath.Abs(dir); err == nil {
+		dir = abs
+	}
+	client, _, _ := strings.Cut(fc.kind, " (")
+	return func(string) serverGate {
+		if fc.trusted {
+			return serverGate{}
+		}
+		return serverGate{
+			off: "from a workspace, not trusted",
+			note: fmt.Sprintf("comes with the workspace %s, whose servers %s starts only once you trust them, and mcpmux cannot read that answer: written as a comment (uncomment it if you trust it, or import with --trust-workspace)",
+				dir, client),
+			lost: true,
+		}
+	}
+}
+
+// WorkspaceFile reports whether path, a client config, comes with a
+// workspace rather than from the user whose home directory is home: a
+// .mcp.json anywhere, and a .vscode/mcp.json or a .cursor/mcp.json other
+// than the user's own ~/.cursor/mcp.json.
+func WorkspaceFile(path, home string) bool {
+	dir := filepath.Dir(path)
+	switch base := filepath.Base(path); {
+	case base == ".mcp.json":
+		return true
+	case base != "mcp.json":
+		return false
+	case filepath.Base(dir) == ".vscode":
+		return true
+	case filepath.Base(dir) == ".cursor":
+		return home == "" || filepath.Clean(filepath.Dir(dir)) != filepath.Clean(home)
+	}
+	return false
 }
 
 // render writes the TOML.

@@ -22,6 +22,7 @@ func cmdImport(args []string, stdout, stderr io.Writer) error {
 	fset := newFlags("import", stdout)
 	scan := fset.Bool("scan", false, "import every client config found where its client keeps it (instead of FILE...)")
 	strict := fset.Bool("strict", false, "if anything cannot be carried over, print no config and exit 1")
+	trust := fset.Bool("trust-workspace", false, "with --scan, import the servers of the working directory's .mcp.json, .vscode/mcp.json and .cursor/mcp.json active (default: as comments, unless their client records your approval)")
 	// Flags may follow the files: parse again after each positional one.
 	var paths []string
 	rest := args
@@ -44,19 +45,23 @@ func cmdImport(args []string, stdout, stderr io.Writer) error {
 		return fset.usageErr(errors.New("--scan finds the files itself: give it no FILE"))
 	case *scan:
 		var err error
-		if files, skipped, err = scanImportFiles(stderr); err != nil {
+		if files, skipped, err = scanImportFiles(stderr, *trust); err != nil {
 			return err
 		}
 	case len(paths) == 0:
 		return fset.usageErr(errors.New("want at least one FILE, or --scan"))
 	default:
 		var claude *configs.ClaudeState // a ~/.claude.json among the files
+		home, _ := os.UserHomeDir()
 		for _, p := range paths {
 			data, err := readImportFile(p)
 			if err != nil {
 				return &exitError{exitUsage, fmt.Errorf("import: %w", err)}
 			}
-			files = append(files, configs.ImportFile{Name: p, Data: data, ReadFile: readImportFile})
+			// A named workspace file is the user's choice: its servers
+			// are imported active unless its client records a refusal.
+			files = append(files, configs.ImportFile{Name: p, Data: data, ReadFile: readImportFile,
+				Workspace: configs.WorkspaceFile(p, home), TrustWorkspace: *trust})
 			if filepath.Base(p) == ".claude.json" {
 				claude = &configs.ClaudeState{Name: p, Data: data}
 			}
@@ -89,8 +94,10 @@ func cmdImport(args []string, stdout, stderr io.Writer) error {
 // scanImportFiles reads the client configs that exist where their clients
 // keep them, saying on stderr which it uses, and which it skips because
 // they cannot be read (counted in skipped). Finding none is an error
-// (exit 1): there is nothing to import on this machine.
-func scanImportFiles(stderr io.Writer) (files []configs.ImportFile, skipped int, err error) {
+// (exit 1): there is nothing to import on this machine. The servers of a
+// workspace's files are imported active only where their client records
+// an approval, or trust (--trust-workspace) is set.
+func scanImportFiles(stderr io.Writer, trust bool) (files []configs.ImportFile, skipped int, err error) {
 	home, err := os.UserHomeDir()
 	if err != nil {
 		return nil, 0, &exitError{exitRuntime, fmt.Errorf("import --scan: %w", err)}
@@ -114,7 +121,8 @@ func scanImportFiles(stderr io.Writer) (files []configs.ImportFile, skipped int,
 			continue
 		}
 		fmt.Fprintf(stderr, "import: --scan found %s\n", p)
-		files = append(files, configs.ImportFile{Name: p, Data: data, ReadFile: readImportFile, Optional: true})
+		files = append(files, configs.ImportFile{Name: p, Data: data, ReadFile: readImportFile, Optional: true,
+			Workspace: configs.WorkspaceFile(p, home), TrustWorkspace: trust})
 		if p == filepath.Join(home, ".claude.json") {
 			claude = &configs.ClaudeState{Name: p, Data: data}
 		}
