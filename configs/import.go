@@ -49,6 +49,19 @@ type ImportFile struct {
 	// known: a scanned .mcp.json then has nothing approved, and a named
 	// one nothing disabled.
 	Claude *ClaudeState
+	// ClaudeSettings, for a .mcp.json, is Claude Code's user settings
+	// file, ~/.claude/settings.json, whose enableAllProjectMcpServers,
+	// enabledMcpjsonServers and disabledMcpjsonServers answer for every
+	// project. A project's own .claude/settings*.json comes with the
+	// repository, like the .mcp.json, and is never read. Nil: none known.
+	ClaudeSettings *ClaudeState
+}
+
+// claudeSettings is what import reads of a Claude Code settings file.
+type claudeSettings struct {
+	EnabledMcpjsonServers      []string `json:"enabledMcpjsonServers"`
+	DisabledMcpjsonServers     []string `json:"disabledMcpjsonServers"`
+	EnableAllProjectMcpServers bool     `json:"enableAllProjectMcpServers"`
 }
 
 // ClaudeState is Claude Code's per-user state file, ~/.claude.json.
@@ -218,6 +231,7 @@ type fileCtx struct {
 	scanned   bool      // found by --scan (ImportFile.Optional)
 	trusted   bool      // ImportFile.TrustWorkspace
 	claude    *ClaudeState
+	settings  *ClaudeState // ImportFile.ClaudeSettings
 }
 
 func (im *importer) file(f ImportFile) error {
@@ -226,7 +240,7 @@ func (im *importer) file(f ImportFile) error {
 	if err := json.Unmarshal(clean, &root); err != nil {
 		return fmt.Errorf("import %s: %w", f.Name, jsonError(clean, err))
 	}
-	fc := &fileCtx{name: f.Name, dir: filepath.Dir(f.Name), readFile: f.ReadFile, scanned: f.Optional, trusted: f.TrustWorkspace, claude: f.Claude}
+	fc := &fileCtx{name: f.Name, dir: filepath.Dir(f.Name), readFile: f.ReadFile, scanned: f.Optional, trusted: f.TrustWorkspace, claude: f.Claude, settings: f.ClaudeSettings}
 	if filepath.Base(fc.dir) == ".vscode" {
 		if abs, err := filepath.Abs(filepath.Dir(fc.dir)); err == nil {
 			fc.workspace = abs
@@ -438,7 +452,8 @@ func (im *importer) place(s *importedServer) string {
 }
 
 // mcpJSONGate says which servers of a Claude Code .mcp.json are on, from
-// what fc.claude records for the file's directory. Claude Code asks
+// what fc.claude records for the file's directory and fc.settings for
+// every project. Claude Code asks
 // before it starts a server of a project's .mcp.json, which comes with
 // the repository: enableAllProjectMcpServers or enabledMcpjsonServers is
 // a yes, disabledMcpjsonServers a no, and disabledMcpServers lists the
@@ -471,6 +486,23 @@ func (im *importer) mcpJSONGate(fc *fileCtx) func(string) serverGate {
 			}
 		}
 	}
+	var (
+		us        claudeSettings // the user's answers for every project
+		usKnown   bool           // fc.settings was read
+		whereRead []string       // the files read, for notes
+	)
+	if known {
+		whereRead = append(whereRead, fc.claude.Name)
+	}
+	if fc.settings != nil {
+		clean := stripJSONC(fc.settings.Data)
+		if err := json.Unmarshal(clean, &us); err != nil {
+			im.note(fc.name, "", fc.scanned, "%s is not read for Claude Code's approvals: %v", fc.settings.Name, jsonError(clean, typeError(err)))
+		} else {
+			usKnown = true
+			whereRead = append(whereRead, fc.settings.Name)
+		}
+	}
 	return func(key string) serverGate {
 		switch {
 		case slices.Contains(p.DisabledMcpjsonServers, key):
@@ -478,23 +510,33 @@ func (im *importer) mcpJSONGate(fc *fileCtx) func(string) serverGate {
 				off:  "rejected in Claude Code",
 				note: fmt.Sprintf("was rejected in Claude Code for %s (disabledMcpjsonServers in %s): written as a comment", dir, fc.claude.Name),
 			}
+		case slices.Contains(us.DisabledMcpjsonServers, key):
+			return serverGate{
+				off:  "rejected in Claude Code",
+				note: fmt.Sprintf("was rejected in Claude Code for every project (disabledMcpjsonServers in %s): written as a comment", fc.settings.Name),
+			}
 		case slices.Contains(p.DisabledMcpServers, key):
 			return serverGate{
 				off:  "disabled in Claude Code",
 				note: fmt.Sprintf("is disabled in Claude Code for %s (disabledMcpServers in %s): written as a comment", dir, fc.claude.Name),
 			}
-		case !fc.scanned || fc.trusted || p.EnableAllProjectMcpServers || slices.Contains(p.EnabledMcpjsonServers, key):
+		case !fc.scanned || fc.trusted || p.EnableAllProjectMcpServers || slices.Contains(p.EnabledMcpjsonServers, key),
+			us.EnableAllProjectMcpServers || slices.Contains(us.EnabledMcpjsonServers, key):
 			return serverGate{}
-		case !known:
+		case !known && !usKnown:
 			return serverGate{
 				off:  "not approved in Claude Code",
 				note: fmt.Sprintf("was never approved in Claude Code: --scan found it in %s, and no ~/.claude.json was read to show an approval; written as a comment (uncomment it if you trust it)", dir),
 				lost: true,
 			}
 		}
+		has := "has"
+		if len(whereRead) > 1 {
+			has = "have"
+		}
 		return serverGate{
 			off:  "not approved in Claude Code",
-			note: fmt.Sprintf("was never approved in Claude Code for %s (%s has neither enableAllProjectMcpServers nor it in enabledMcpjsonServers): written as a comment (uncomment it if you trust it)", dir, fc.claude.Name),
+			note: fmt.Sprintf("was never approved in Claude Code for %s (%s %s neither enableAllProjectMcpServers nor it in enabledMcpjsonServers): written as a comment (uncomment it if you trust it)", dir, strings.Join(whereRead, " and "), has),
 			lost: true,
 		}
 	}

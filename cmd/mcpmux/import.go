@@ -73,8 +73,17 @@ func cmdImport(args []string, stdout, stderr io.Writer) error {
 				skipped++
 			}
 		}
+		var settings *configs.ClaudeState
+		if slices.ContainsFunc(paths, func(p string) bool { return filepath.Base(p) == ".mcp.json" }) {
+			var lost bool
+			settings, lost = userClaudeSettings(stderr)
+			if lost {
+				skipped++
+			}
+		}
 		for i := range files {
 			files[i].Claude = claude
+			files[i].ClaudeSettings = settings
 		}
 	}
 	res, err := configs.ImportFiles(files)
@@ -127,8 +136,13 @@ func scanImportFiles(stderr io.Writer, trust bool) (files []configs.ImportFile, 
 			claude = &configs.ClaudeState{Name: p, Data: data}
 		}
 	}
+	settings, lost := userClaudeSettings(stderr)
+	if lost {
+		skipped++
+	}
 	for i := range files {
 		files[i].Claude = claude
+		files[i].ClaudeSettings = settings
 	}
 	if len(files) == 0 {
 		return nil, skipped, &exitError{exitRuntime, fmt.Errorf("import --scan: no readable client config found; looked for:\n  %s", strings.Join(paths, "\n  "))}
@@ -152,6 +166,27 @@ func userClaudeState(stderr io.Writer) (state *configs.ClaudeState, lost bool) {
 		return nil, false
 	case err != nil:
 		fmt.Fprintf(stderr, "import: %s is not read, so the .mcp.json servers Claude Code has disabled are not known: %v\n", path, err)
+		return nil, true
+	}
+	return &configs.ClaudeState{Name: path, Data: data}, false
+}
+
+// userClaudeSettings reads $HOME/.claude/settings.json, Claude Code's user
+// settings, where the user may approve or reject the servers of every
+// project's .mcp.json. It returns nil when there is none; one it cannot
+// read is said on stderr and reported as lost.
+func userClaudeSettings(stderr io.Writer) (state *configs.ClaudeState, lost bool) {
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return nil, false
+	}
+	path := filepath.Join(home, ".claude", "settings.json")
+	data, err := readImportFile(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil, false
+	case err != nil:
+		fmt.Fprintf(stderr, "import: %s is not read, so the .mcp.json servers Claude Code's settings approve or reject are not known: %v\n", path, err)
 		return nil, true
 	}
 	return &configs.ClaudeState{Name: path, Data: data}, false

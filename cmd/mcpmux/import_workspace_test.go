@@ -39,7 +39,8 @@ func copyTree(t *testing.T, from, to string) {
 // .cursor/mcp.json and a .mcp.json whose servers each touch a file when
 // started. import --scan writes them as comments, with a note, and check
 // on the result starts none of them; only the user's own ~/.cursor/mcp.json
-// server is active. --trust-workspace imports them active, except a
+// server is active. The repository's .claude/settings.json, which approves
+// everything, is not Claude Code's record of the user's answer. --trust-workspace imports them active, except a
 // .mcp.json server the user rejected in Claude Code; check then does start
 // them, which shows that the first check would have seen them.
 func TestImportScanWorkspaces(t *testing.T) {
@@ -134,6 +135,35 @@ func TestImportScanWorkspaces(t *testing.T) {
 	if got := check(toml); !slices.Equal(got, want) {
 		t.Errorf("check on the trusted import started %q, want %q", got, want)
 	}
+
+	// Claude Code's user settings answer for every project; the
+	// repository's own .claude/settings.json (which approves everything)
+	// is never read.
+	if err := os.MkdirAll(filepath.Join(home, ".claude"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(home, ".claude", "settings.json"), []byte(`{
+		// JSONC, as Claude Code writes it
+		"enabledMcpjsonServers": ["claude-tool"],
+	}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	claude(`{}`)
+	_, toml, transcript = runImport(t, "--scan")
+	if got := active(toml); !slices.Equal(got, []string{"claude-tool", "mine"}) {
+		t.Errorf("approved in ~/.claude/settings.json: active upstreams = %q\n%s", got, transcript)
+	}
+	if err := os.WriteFile(filepath.Join(home, ".claude", "settings.json"), []byte(`{"enableAllProjectMcpServers": true, "disabledMcpjsonServers": ["claude-rejected"]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, toml, transcript = runImport(t, "--scan")
+	if got := active(toml); !slices.Equal(got, []string{"claude-tool", "mine"}) {
+		t.Errorf("all approved but one rejected in ~/.claude/settings.json: active upstreams = %q\n%s", got, transcript)
+	}
+	if want := `server "claude-rejected" was rejected in Claude Code for every project (disabledMcpjsonServers in ` + filepath.Join(home, ".claude", "settings.json"); !strings.Contains(transcript, want) {
+		t.Errorf("output lacks %q\n%s", want, transcript)
+	}
+	os.Remove(filepath.Join(home, ".claude", "settings.json"))
 
 	// Named on the command line, a workspace file is the user's choice.
 	_, toml, transcript = runImport(t, filepath.Join(cwd, ".vscode", "mcp.json"), filepath.Join(cwd, ".cursor", "mcp.json"))
