@@ -14,6 +14,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/mcpmux/mcpmux/internal/termsafe"
 )
 
 // ImportFile is one client config file given to ImportFiles.
@@ -720,9 +722,10 @@ func tbxToken(t string) (sum, envVar, why string) {
 	return "", "", "it holds a $ that is not exactly one ${VAR} or $VAR, so what TBXark expanded it to is unknown; add it as [[auth.tokens]] yourself"
 }
 
-// commentSafe keeps s on one comment line.
+// commentSafe keeps s on one comment line, with no control character a
+// terminal showing the config would act on (termsafe.Escape).
 func commentSafe(s string) string {
-	return strings.NewReplacer("\n", `\n`, "\r", `\r`).Replace(s)
+	return strings.ReplaceAll(termsafe.Escape(s), "\n", `\n`)
 }
 
 // importTransport maps an entry's "type" to an explicit transport, checking
@@ -819,7 +822,7 @@ func tomlQuote(s string) string {
 		case '\r':
 			b.WriteString(`\r`)
 		default:
-			if r < 0x20 || r == 0x7f {
+			if r < 0x20 || r == 0x7f || r >= 0x80 && r <= 0x9f { // C0, DEL and C1 controls
 				fmt.Fprintf(&b, `\u%04X`, r)
 			} else {
 				b.WriteRune(r)

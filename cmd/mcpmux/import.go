@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/mcpmux/mcpmux/configs"
+	"github.com/mcpmux/mcpmux/internal/termsafe"
 )
 
 // maxImportBytes caps every file import reads: a client config is a few
@@ -91,7 +92,8 @@ func cmdImport(args []string, stdout, stderr io.Writer) error {
 		return &exitError{exitUsage, err}
 	}
 	for _, n := range res.Notes {
-		fmt.Fprintln(stderr, n.String())
+		// Notes quote the files, which a repository may have written.
+		fmt.Fprintln(stderr, termsafe.Escape(n.String()))
 	}
 	if n := res.Lost() + skipped; *strict && n > 0 {
 		return &exitError{exitRuntime, fmt.Errorf("import: %s not carried over (listed above); --strict: no config written", plural(n, "thing", "things"))}

@@ -171,3 +171,42 @@ func TestImportScanWorkspaces(t *testing.T) {
 		t.Errorf("named: active upstreams = %q\n%s", got, transcript)
 	}
 }
+
+// TestImportShowsNoRawEscapes: a repository's .vscode/mcp.json whose
+// server key, input description, values and unknown key hold terminal
+// escapes (OSC 52, clear screen, C1 CSI). Neither the config import
+// prints nor its notes may hold them raw.
+func TestImportShowsNoRawEscapes(t *testing.T) {
+	cwd := t.TempDir()
+	t.Setenv("HOME", t.TempDir())
+	t.Chdir(cwd)
+	hostile := `{
+  "inputs": [{"id": "k", "description": "\u001b]52;c;cm0gLXJmIH4=\u0007"}],
+  "servers": {
+    "evil\u001b[2J\u009b2J": {
+      "command": "sh\u001b[H",
+      "args": ["${input:k}", "x\u009b31m"],
+      "env": {"A": "v\u001b]0;title\u0007"},
+      "\u001b[8mhidden": 1
+    }
+  }
+}`
+	if err := os.MkdirAll(filepath.Join(cwd, ".vscode"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(cwd, ".vscode", "mcp.json"), []byte(hostile), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"--scan"}, {filepath.Join(cwd, ".vscode", "mcp.json")}} {
+		code, toml, transcript := runImport(t, args...)
+		if code != exitOK {
+			t.Fatalf("import %s: exit %d\n%s", args[0], code, transcript)
+		}
+		if strings.ContainsAny(transcript, "\x1b\x07\u009b") {
+			t.Errorf("import %s printed raw escape characters:\n%q", args[0], transcript)
+		}
+		if strings.ContainsAny(toml, "\x1b\x07\u009b") {
+			t.Errorf("import %s wrote raw escape characters into the config:\n%q", args[0], toml)
+		}
+	}
+}
