@@ -14,6 +14,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/mcpmux/mcpmux/internal/termsafe"
 )
 
 // ImportFile is one client config file given to ImportFiles.
@@ -32,12 +34,36 @@ type ImportFile struct {
 	// repository it is in) is imported active only as far as Claude
 	// approves its servers for its directory.
 	Optional bool
+	// Workspace marks a file that comes with a workspace (a repository
+	// someone else may have written) rather than from the user: a
+	// project's .vscode/mcp.json or .cursor/mcp.json (see WorkspaceFile).
+	// A .mcp.json is one by its name. When --scan found it (Optional),
+	// its servers are written as comments unless TrustWorkspace is set
+	// or, for a .mcp.json, Claude Code records the user's approval.
+	Workspace bool
+	// TrustWorkspace (import --trust-workspace) imports the servers of a
+	// workspace file --scan found active, except those its client records
+	// the user rejected or disabled.
+	TrustWorkspace bool
 	// Claude, for a .mcp.json, is what Claude Code records about the
 	// file's directory: the user's approvals and rejections of its
 	// servers, and the servers the user disabled there. Nil means none is
 	// known: a scanned .mcp.json then has nothing approved, and a named
 	// one nothing disabled.
 	Claude *ClaudeState
+	// ClaudeSettings, for a .mcp.json, is Claude Code's user settings
+	// file, ~/.claude/settings.json, whose enableAllProjectMcpServers,
+	// enabledMcpjsonServers and disabledMcpjsonServers answer for every
+	// project. A project's own .claude/settings*.json comes with the
+	// repository, like the .mcp.json, and is never read. Nil: none known.
+	ClaudeSettings *ClaudeState
+}
+
+// claudeSettings is what import reads of a Claude Code settings file.
+type claudeSettings struct {
+	EnabledMcpjsonServers      []string `json:"enabledMcpjsonServers"`
+	DisabledMcpjsonServers     []string `json:"disabledMcpjsonServers"`
+	EnableAllProjectMcpServers bool     `json:"enableAllProjectMcpServers"`
 }
 
 // ClaudeState is Claude Code's per-user state file, ~/.claude.json.
@@ -130,7 +156,7 @@ func (r *ImportResult) Lost() int {
 // a note (see ImportNote); a TOML comment alone is never the only record.
 // Errors name the file, and the server or the line:column at fault.
 func ImportFiles(files []ImportFile) (*ImportResult, error) {
-	im := &importer{byName: map[string]*importedServer{}}
+	im := &importer{byName: map[string]*importedServer{}, wholeEnvNoted: map[string]bool{}}
 	for _, f := range files {
 		if err := im.file(f); err != nil {
 			return nil, err
@@ -146,6 +172,9 @@ type importer struct {
 	listen  string
 	sources []string // "FILE (kind)", for the header comment
 	notes   []ImportNote
+	// wholeEnvNoted holds the files whose client passes its whole
+	// environment and that were said so of already.
+	wholeEnvNoted map[string]bool
 }
 
 // importedServer is one rendered [upstreams.NAME] table.
@@ -202,7 +231,9 @@ type fileCtx struct {
 	readFile  func(string) ([]byte, error)
 	tbx       *tbxProxy // TBXark's mcpProxy, or nil
 	scanned   bool      // found by --scan (ImportFile.Optional)
+	trusted   bool      // ImportFile.TrustWorkspace
 	claude    *ClaudeState
+	settings  *ClaudeState // ImportFile.ClaudeSettings
 }
 
 func (im *importer) file(f ImportFile) error {
@@ -211,7 +242,7 @@ func (im *importer) file(f ImportFile) error {
 	if err := json.Unmarshal(clean, &root); err != nil {
 		return fmt.Errorf("import %s: %w", f.Name, jsonError(clean, err))
 	}
-	fc := &fileCtx{name: f.Name, dir: filepath.Dir(f.Name), readFile: f.ReadFile, scanned: f.Optional, claude: f.Claude}
+	fc := &fileCtx{name: f.Name, dir: filepath.Dir(f.Name), readFile: f.ReadFile, scanned: f.Optional, trusted: f.TrustWorkspace, claude: f.Claude, settings: f.ClaudeSettings}
 	if filepath.Base(fc.dir) == ".vscode" {
 		if abs, err := filepath.Abs(filepath.Dir(fc.dir)); err == nil {
 			fc.workspace = abs
@@ -234,6 +265,14 @@ func (im *importer) file(f ImportFile) error {
 		for i := range groups {
 			groups[i].gate = gate
 		}
+	} else if f.Workspace && f.Optional {
+		gate := im.workspaceGate(fc)
+		for i := range groups {
+			groups[i].gate = gate
+		}
+	}
+	if fc.scanned && fc.trusted && (f.Workspace || filepath.Base(f.Name) == ".mcp.json") {
+		im.note(f.Name, "", false, "comes with a workspace; --trust-workspace: its servers are imported active unless their client records that you rejected or disabled them")
 	}
 	tokens := map[string][]string{} // upstream name → its own TBXark tokens
 	var named []string              // upstream names of this file, for TBXark's global tokens
@@ -415,7 +454,8 @@ func (im *importer) place(s *importedServer) string {
 }
 
 // mcpJSONGate says which servers of a Claude Code .mcp.json are on, from
-// what fc.claude records for the file's directory. Claude Code asks
+// what fc.claude records for the file's directory and fc.settings for
+// every project. Claude Code asks
 // before it starts a server of a project's .mcp.json, which comes with
 // the repository: enableAllProjectMcpServers or enabledMcpjsonServers is
 // a yes, disabledMcpjsonServers a no, and disabledMcpServers lists the
@@ -448,6 +488,23 @@ func (im *importer) mcpJSONGate(fc *fileCtx) func(string) serverGate {
 			}
 		}
 	}
+	var (
+		us        claudeSettings // the user's answers for every project
+		usKnown   bool           // fc.settings was read
+		whereRead []string       // the files read, for notes
+	)
+	if known {
+		whereRead = append(whereRead, fc.claude.Name)
+	}
+	if fc.settings != nil {
+		clean := stripJSONC(fc.settings.Data)
+		if err := json.Unmarshal(clean, &us); err != nil {
+			im.note(fc.name, "", fc.scanned, "%s is not read for Claude Code's approvals: %v", fc.settings.Name, jsonError(clean, typeError(err)))
+		} else {
+			usKnown = true
+			whereRead = append(whereRead, fc.settings.Name)
+		}
+	}
 	return func(key string) serverGate {
 		switch {
 		case slices.Contains(p.DisabledMcpjsonServers, key):
@@ -455,26 +512,80 @@ func (im *importer) mcpJSONGate(fc *fileCtx) func(string) serverGate {
 				off:  "rejected in Claude Code",
 				note: fmt.Sprintf("was rejected in Claude Code for %s (disabledMcpjsonServers in %s): written as a comment", dir, fc.claude.Name),
 			}
+		case slices.Contains(us.DisabledMcpjsonServers, key):
+			return serverGate{
+				off:  "rejected in Claude Code",
+				note: fmt.Sprintf("was rejected in Claude Code for every project (disabledMcpjsonServers in %s): written as a comment", fc.settings.Name),
+			}
 		case slices.Contains(p.DisabledMcpServers, key):
 			return serverGate{
 				off:  "disabled in Claude Code",
 				note: fmt.Sprintf("is disabled in Claude Code for %s (disabledMcpServers in %s): written as a comment", dir, fc.claude.Name),
 			}
-		case !fc.scanned || p.EnableAllProjectMcpServers || slices.Contains(p.EnabledMcpjsonServers, key):
+		case !fc.scanned || fc.trusted || p.EnableAllProjectMcpServers || slices.Contains(p.EnabledMcpjsonServers, key),
+			us.EnableAllProjectMcpServers || slices.Contains(us.EnabledMcpjsonServers, key):
 			return serverGate{}
-		case !known:
+		case !known && !usKnown:
 			return serverGate{
 				off:  "not approved in Claude Code",
 				note: fmt.Sprintf("was never approved in Claude Code: --scan found it in %s, and no ~/.claude.json was read to show an approval; written as a comment (uncomment it if you trust it)", dir),
 				lost: true,
 			}
 		}
+		has := "has"
+		if len(whereRead) > 1 {
+			has = "have"
+		}
 		return serverGate{
 			off:  "not approved in Claude Code",
-			note: fmt.Sprintf("was never approved in Claude Code for %s (%s has neither enableAllProjectMcpServers nor it in enabledMcpjsonServers): written as a comment (uncomment it if you trust it)", dir, fc.claude.Name),
+			note: fmt.Sprintf("was never approved in Claude Code for %s (%s %s neither enableAllProjectMcpServers nor it in enabledMcpjsonServers): written as a comment (uncomment it if you trust it)", dir, strings.Join(whereRead, " and "), has),
 			lost: true,
 		}
 	}
+}
+
+// workspaceGate keeps off every server of a workspace's .vscode/mcp.json
+// or .cursor/mcp.json that --scan found, unless fc.trusted. VS Code and
+// Cursor ask before they start a workspace's server, and keep the answer
+// in their own state stores (VS Code's is a database per profile;
+// Cursor's format is not documented), which mcpmux does not read: so no
+// server of such a file counts as approved.
+func (im *importer) workspaceGate(fc *fileCtx) func(string) serverGate {
+	dir := filepath.Dir(fc.dir) // the folder that holds .vscode or .cursor
+	if abs, err := filepath.Abs(dir); err == nil {
+		dir = abs
+	}
+	client, _, _ := strings.Cut(fc.kind, " (")
+	return func(string) serverGate {
+		if fc.trusted {
+			return serverGate{}
+		}
+		return serverGate{
+			off: "from a workspace, not trusted",
+			note: fmt.Sprintf("comes with the workspace %s, whose servers %s starts only once you trust them, and mcpmux cannot read that answer: written as a comment (uncomment it if you trust it, or import with --trust-workspace)",
+				dir, client),
+			lost: true,
+		}
+	}
+}
+
+// WorkspaceFile reports whether path, a client config, comes with a
+// workspace rather than from the user whose home directory is home: a
+// .mcp.json anywhere, and a .vscode/mcp.json or a .cursor/mcp.json other
+// than the user's own ~/.cursor/mcp.json.
+func WorkspaceFile(path, home string) bool {
+	dir := filepath.Dir(path)
+	switch base := filepath.Base(path); {
+	case base == ".mcp.json":
+		return true
+	case base != "mcp.json":
+		return false
+	case filepath.Base(dir) == ".vscode":
+		return true
+	case filepath.Base(dir) == ".cursor":
+		return home == "" || filepath.Clean(filepath.Dir(dir)) != filepath.Clean(home)
+	}
+	return false
 }
 
 // render writes the TOML.
@@ -611,9 +722,10 @@ func tbxToken(t string) (sum, envVar, why string) {
 	return "", "", "it holds a $ that is not exactly one ${VAR} or $VAR, so what TBXark expanded it to is unknown; add it as [[auth.tokens]] yourself"
 }
 
-// commentSafe keeps s on one comment line.
+// commentSafe keeps s on one comment line, with no control character a
+// terminal showing the config would act on (termsafe.Escape).
 func commentSafe(s string) string {
-	return strings.NewReplacer("\n", `\n`, "\r", `\r`).Replace(s)
+	return strings.ReplaceAll(termsafe.Escape(s), "\n", `\n`)
 }
 
 // importTransport maps an entry's "type" to an explicit transport, checking
@@ -710,7 +822,7 @@ func tomlQuote(s string) string {
 		case '\r':
 			b.WriteString(`\r`)
 		default:
-			if r < 0x20 || r == 0x7f {
+			if r < 0x20 || r == 0x7f || r >= 0x80 && r <= 0x9f { // C0, DEL and C1 controls
 				fmt.Fprintf(&b, `\u%04X`, r)
 			} else {
 				b.WriteRune(r)

@@ -699,3 +699,26 @@ func activeUpstreams(t *testing.T, toml []byte) []string {
 	}
 	return active
 }
+
+func TestWorkspaceFile(t *testing.T) {
+	home := filepath.FromSlash("/home/me")
+	tests := []struct {
+		path string
+		want bool
+	}{
+		{"/src/repo/.mcp.json", true},
+		{"/home/me/.mcp.json", true},
+		{"/src/repo/.vscode/mcp.json", true},
+		{"/src/repo/.cursor/mcp.json", true},
+		{"/home/me/.cursor/mcp.json", false}, // the user's own, for every project
+		{"/home/me/.config/Code/User/mcp.json", false},
+		{"/home/me/.claude.json", false},
+		{"/src/repo/mcp.json", false},
+		{"/src/repo/.vscode/settings.json", false},
+	}
+	for _, tt := range tests {
+		if got := WorkspaceFile(filepath.FromSlash(tt.path), home); got != tt.want {
+			t.Errorf("WorkspaceFile(%s) = %v, want %v", tt.path, got, tt.want)
+		}
+	}
+}

@@ -296,6 +296,15 @@ func (im *importer) server(fc *fileCtx, g serverGroup, key string, raw json.RawM
 		if len(env) > 0 {
 			line("env = { %s }", strings.Join(env, ", "))
 		}
+		if client := wholeEnvClient(fc.kind); client != "" {
+			line("# %s starts it with its whole environment; mcpmux passes only HOME, LOGNAME, PATH, SHELL, TERM, USER,", client)
+			line("# env and inherit_env: add to inherit_env what it reads from yours (an API key, a proxy).")
+			line("inherit_env = %s", tomlList(importInheritEnv))
+			if !im.wholeEnvNoted[fc.name] {
+				im.wholeEnvNoted[fc.name] = true
+				im.note(fc.name, "", false, "%s starts a server with its whole environment; mcpmux passes a child only HOME, LOGNAME, PATH, SHELL, TERM, USER, its env and its inherit_env, written as %s: add any other variable a server reads from your environment", client, tomlList(importInheritEnv))
+			}
+		}
 		if s.Cwd != "" {
 			line("dir = %s", c.str(s.Cwd, true))
 		}
@@ -368,6 +377,32 @@ func (im *importer) server(fc *fileCtx, g serverGroup, key string, raw json.RawM
 		return out, opts.AuthTokens, nil
 	}
 	return out, nil, nil
+}
+
+// importInheritEnv is the inherit_env import writes for a child whose
+// client passed it the whole environment: what programs commonly read
+// from it and that holds no secret (locale, time zone, temporary and XDG
+// directories). Anything else, such as an API key the server reads from
+// the user's shell, the user must name.
+var importInheritEnv = []string{"LANG", "LC_*", "TZ", "TMPDIR", "XDG_*"}
+
+// wholeEnvClient names the client of a file of kind when it starts its
+// stdio servers with its whole environment (plus their env), and returns
+// "" for Claude Desktop, which passes what the official SDK's stdio client
+// passes: HOME, LOGNAME, PATH, SHELL, TERM, USER and the server's env, as
+// mcpmux does. Claude Code, Cursor, VS Code, Windsurf and mcp-hub spawn
+// with their own environment merged with the entry's env, and TBXark's
+// mcp-proxy with os.Environ() and the entry's env; a file whose client is
+// not known is taken to be one of those.
+func wholeEnvClient(kind string) string {
+	switch kind {
+	case "Claude Desktop":
+		return ""
+	case "mcpServers (Claude Desktop, Cursor, …)":
+		return "Its client, unless it is Claude Desktop,"
+	}
+	name, _, _ := strings.Cut(kind, " (")
+	return name
 }
 
 // typeError rewords a JSON type error to name the key at fault.

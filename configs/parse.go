@@ -79,6 +79,7 @@ type (
 		Args            []string            `toml:"args"`
 		Env             map[string]string   `toml:"env"`
 		Dir             *string             `toml:"dir"`
+		InheritEnv      []string            `toml:"inherit_env"`
 		URL             *string             `toml:"url"`
 		Headers         map[string]string   `toml:"headers"`
 		Prefix          *string             `toml:"prefix"`

@@ -148,6 +148,14 @@ func TestParseErrors(t *testing.T) {
 		{"url without host", "[upstreams.x]\nurl = \"http:///mcp\"\n", `url has no host`, 2},
 		{"headers on stdio", "[upstreams.x]\ncommand = \"y\"\nheaders = { A = \"b\" }\n", `upstreams.x.headers: headers apply only to url upstreams`, 3},
 		{"args on url", "[upstreams.x]\nurl = \"http://h\"\nargs = [\"a\"]\n", `upstreams.x.args: args applies only to command`, 3},
+		{"inherit_env on url", "[upstreams.x]\nurl = \"http://h\"\ninherit_env = [\"A\"]\n", `upstreams.x.inherit_env: inherit_env applies only to command`, 3},
+		{"inherit_env everything", "[upstreams.x]\ncommand = \"y\"\ninherit_env = [\"LANG\",\n  \"*\"]\n", `upstreams.x.inherit_env[1]: "*" would pass mcpmux's whole environment`, 4},
+		{"inherit_env inner star", "[upstreams.x]\ncommand = \"y\"\ninherit_env = [\"A*B\"]\n", `upstreams.x.inherit_env[0]: "A*B": only a trailing * is a wildcard`, 3},
+		{"inherit_env two stars", "[upstreams.x]\ncommand = \"y\"\ninherit_env = [\"A**\"]\n", `"A**": only a trailing * is a wildcard`, 3},
+		{"inherit_env class", "[upstreams.x]\ncommand = \"y\"\ninherit_env = [\"A[BC]\"]\n", `"A[BC]": only a trailing * is a wildcard`, 3},
+		{"inherit_env with =", "[upstreams.x]\ncommand = \"y\"\ninherit_env = [\"A=1\"]\n", `upstreams.x.inherit_env[0]: "A=1" is not an environment variable name`, 3},
+		{"inherit_env empty", "[upstreams.x]\ncommand = \"y\"\ninherit_env = [\"\"]\n", `upstreams.x.inherit_env[0]: empty variable name`, 3},
+		{"inherit_env not a list", "[upstreams.x]\ncommand = \"y\"\ninherit_env = \"AWS_*\"\n", `upstreams.x.inherit_env: incompatible types`, 3},
 		{"bad header name", "[upstreams.x]\nurl = \"http://h\"\nheaders = { \"Bad Header\" = \"b\" }\n", `invalid header name "Bad Header"`, 3},
 		{"header value with newline", "[upstreams.x]\nurl = \"http://h\"\nheaders = { A = \"b\\r\\nEvil: 1\" }\n", `upstreams.x.headers.A: value contains a forbidden character`, 3},
 		{"bad toolset name", "[upstreams.x]\ncommand = \"y\"\ntoolsets = { \"a/b\" = [\"c\"] }\n", `toolset name "a/b"`, 3},
@@ -379,6 +387,7 @@ command = "srv"
 args = ["--x", "y"]
 dir = "/tmp"
 env = { A = "1" }
+inherit_env = ["LANG", "AWS_*"]
 
 [filter]
 toolsets = ["zeta/read", "alpha"]
@@ -423,13 +432,13 @@ deny = ["x"]
 	}
 	alpha := cfg.Upstream("alpha")
 	if alpha.Transport != TransportStdio || alpha.Dir != "/tmp" || !reflect.DeepEqual(alpha.Args, []string{"--x", "y"}) ||
-		!reflect.DeepEqual(alpha.Env, map[string]string{"A": "1"}) {
+		!reflect.DeepEqual(alpha.Env, map[string]string{"A": "1"}) || !reflect.DeepEqual(alpha.InheritEnv, []string{"LANG", "AWS_*"}) {
 		t.Errorf("alpha = %+v", alpha)
 	}
 	if want := (RuleSet{Toolsets: []string{"zeta/read", "alpha"}, ReadOnly: true}); !reflect.DeepEqual(cfg.Filter, want) {
 		t.Errorf("Filter = %+v, want %+v", cfg.Filter, want)
 	}
-	wantP := &Profile{Name: "p", Extends: "q", Line: 41,
+	wantP := &Profile{Name: "p", Extends: "q", Line: 42,
 		Rules: RuleSet{Tools: []string{"t"}, CallRules: []CallRule{{Tool: "shell__run",
 			Args: map[string][]string{"command": {"git status*"}, "cwd": {"/src/*"}}}}},
 		Rate: Rate{CallsPerMinute: 5}}

@@ -86,6 +86,10 @@ type Upstream struct {
 	Args    []string
 	Env     map[string]string // ${ENV}-expanded
 	Dir     string            // working directory; "" = mcpmux's own
+	// InheritEnv names the variables of mcpmux's environment the child
+	// gets besides the few every child gets (HOME, LOGNAME, PATH, SHELL,
+	// TERM, USER): exact names, or prefixes ending in * ("AWS_*").
+	InheritEnv []string
 
 	// http, sse, websocket
 	URL     string

@@ -268,7 +268,7 @@ func (v *validator) upstream(name string, r *rawUpstream, sep string) *Upstream 
 // endpoint expands and checks how to reach the upstream, and infers its
 // transport: command → stdio, http(s) url → http, ws(s) url → websocket.
 func (v *validator) endpoint(p keyPath, r *rawUpstream, u *Upstream) {
-	stdioOnly := map[string]bool{"args": r.Args != nil, "env": r.Env != nil, "dir": r.Dir != nil}
+	stdioOnly := map[string]bool{"args": r.Args != nil, "env": r.Env != nil, "dir": r.Dir != nil, "inherit_env": r.InheritEnv != nil}
 	switch {
 	case r.Command != nil && r.URL != nil:
 		v.errorf(p, "set either command (stdio) or url (http, sse, websocket), not both")
@@ -292,6 +292,7 @@ func (v *validator) endpoint(p keyPath, r *rawUpstream, u *Upstream) {
 		if r.Dir != nil {
 			u.Dir, _ = v.expand(p.key("dir"), *r.Dir)
 		}
+		u.InheritEnv = v.inheritEnv(p.key("inherit_env"), r.InheritEnv)
 		if r.Headers != nil {
 			v.errorf(p.key("headers"), "headers apply only to url upstreams; pass credentials to a command through env")
 		}
@@ -378,6 +379,27 @@ func (v *validator) stringMap(p keyPath, m map[string]string, check func(string)
 		out[k] = val
 	}
 	return out
+}
+
+// inheritEnv checks inherit_env: each entry is a variable name, or a
+// prefix of one followed by a single trailing * ("AWS_*"). A lone * is
+// refused: it would hand the child mcpmux's whole environment, its tokens
+// and every other upstream's keys among it.
+func (v *validator) inheritEnv(p keyPath, patterns []string) []string {
+	for i, pat := range patterns {
+		name, _ := strings.CutSuffix(pat, "*")
+		switch {
+		case pat == "*":
+			v.errorf(p.at(i), `"*" would pass mcpmux's whole environment, its tokens and every upstream's secrets included; name the variables, or a prefix such as "AWS_*"`)
+		case pat == "":
+			v.errorf(p.at(i), "empty variable name")
+		case strings.ContainsAny(name, "*?["):
+			v.errorf(p.at(i), "%q: only a trailing * is a wildcard (write a name, or PREFIX_*)", pat)
+		case strings.ContainsFunc(name, func(r rune) bool { return r == '=' || r <= ' ' || r == 0x7f }):
+			v.errorf(p.at(i), "%q is not an environment variable name", pat)
+		}
+	}
+	return slices.Clone(patterns)
 }
 
 func checkEnvName(k string) error {

@@ -22,6 +22,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -30,10 +33,12 @@ import (
 )
 
 // markerEnv is set to a random value in the environment of every mcpmux the
-// tests start. Children inherit the environment (and the tests also put it in
-// each upstream's env table), so after mcpmux exits, any process on the
-// machine whose environ still carries the value is a leak, however it was
-// reparented or whatever process group it moved to.
+// tests start. Its children get it through the inherit_env startMuxWith adds
+// to every stdio upstream (inheritMarker; some tests put it in an upstream's
+// env table instead), and their descendants inherit it. So after mcpmux
+// exits, any process on the machine whose environ still carries the value
+// is a leak, however it was reparented or whatever process group it moved
+// to.
 const markerEnv = "MCPMUX_TEST_MARKER"
 
 // harness is what TestMain learns once for all tests. It is written before
@@ -294,7 +299,7 @@ func startMuxWith(t *testing.T, opts muxOptions) *Mux {
 	var cfgArgs []string
 	if opts.Config != "" {
 		path := filepath.Join(opts.Dir, "mcpmux.toml")
-		if err := os.WriteFile(path, []byte(opts.Config), 0o600); err != nil {
+		if err := os.WriteFile(path, []byte(inheritMarker(opts.Config)), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		cfgArgs = []string{"--config", path}
@@ -320,6 +325,43 @@ func startMuxWith(t *testing.T, opts muxOptions) *Mux {
 		m.kill()
 		t.Fatalf("mcpmux %s: %v\n--- mcpmux stderr ---\n%s", strings.Join(args, " "), err, m.Stderr())
 	}
+}
+
+// upstreamHeader matches the header of one [upstreams.NAME] table.
+var upstreamHeader = regexp.MustCompile(`^\[upstreams\.[^.\]]+\]\s*(#.*)?$`)
+
+// inheritMarker adds inherit_env = [markerEnv] to every stdio upstream
+// table of configTOML that sets no inherit_env of its own. mcpmux passes a
+// child only the variables named there (and a few fixed ones), and the
+// leak checks find children by markerEnv in their environment.
+func inheritMarker(configTOML string) string {
+	lines := strings.Split(configTOML, "\n")
+	var out []string
+	table := false  // inside an [upstreams.NAME] table
+	commandAt := -1 // index in out of its command line
+	hasInherit := false
+	flush := func() {
+		if table && commandAt >= 0 && !hasInherit {
+			out = slices.Insert(out, commandAt+1, "inherit_env = ["+strconv.Quote(markerEnv)+"]")
+		}
+		table, commandAt, hasInherit = false, -1, false
+	}
+	for _, l := range lines {
+		trimmed := strings.TrimSpace(l)
+		if strings.HasPrefix(trimmed, "[") {
+			flush()
+			table = upstreamHeader.MatchString(trimmed)
+		}
+		if table && strings.HasPrefix(trimmed, "command") && strings.HasPrefix(strings.TrimSpace(strings.TrimPrefix(trimmed, "command")), "=") {
+			commandAt = len(out)
+		}
+		if table && strings.HasPrefix(trimmed, "inherit_env") {
+			hasInherit = true
+		}
+		out = append(out, l)
+	}
+	flush()
+	return strings.Join(out, "\n")
 }
 
 // launchMux starts the process and registers its cleanup.

@@ -203,7 +203,7 @@ func (u *Upstream) dialHTTP(ctx context.Context) (*conn, *Catalog, error) {
 // (sse.go): the connect timeout bounds the GET and the endpoint event.
 func (u *Upstream) dialSSE(ctx context.Context) (*conn, *Catalog, error) {
 	c := u.newConn(configs.TransportSSE)
-	c.httpc = sseHTTPClient()
+	c.httpc = sseHTTPClient(u.cfg.Headers)
 	t, err := newSSETransport(u.cfg.URL, sseOptions{
 		Header: u.cfg.Headers,
 		Client: c.httpc,

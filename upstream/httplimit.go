@@ -21,13 +21,16 @@ func (u *Upstream) httpClient() *http.Client {
 	// pool; the default of 2 idle connections per host made concurrent
 	// calls open (and close) a TCP connection each.
 	base.MaxIdleConnsPerHost = maxIdlePerUpstream
-	return &http.Client{Transport: &limitTransport{
-		base: base,
-		max:  u.maxMessage(),
-		onTooLarge: func(err error) {
-			u.log.Error("message from upstream too large", "err", err)
+	return &http.Client{
+		Transport: &limitTransport{
+			base: base,
+			max:  u.maxMessage(),
+			onTooLarge: func(err error) {
+				u.log.Error("message from upstream too large", "err", err)
+			},
 		},
-	}}
+		CheckRedirect: keepToOrigin(headerNames(u.cfg.Headers)),
+	}
 }
 
 // maxIdlePerUpstream bounds the idle connections kept to one upstream host.

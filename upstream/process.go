@@ -5,10 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"os"
 	"os/exec"
-	"slices"
+	"runtime"
 	"sync"
 	"syscall"
 	"time"
@@ -68,10 +67,9 @@ func startProcess(life context.Context, cfg *configs.Upstream, log *slog.Logger,
 	}
 	cmd := exec.CommandContext(life, cfg.Command, cfg.Args...)
 	cmd.Dir = cfg.Dir
-	cmd.Env = os.Environ()
-	for _, k := range slices.Sorted(maps.Keys(cfg.Env)) {
-		cmd.Env = append(cmd.Env, k+"="+cfg.Env[k]) // later entries win over os.Environ
-	}
+	// Only what childEnv lets through: mcpmux's environment holds its
+	// tokens and every other upstream's secrets.
+	cmd.Env = childEnv(os.Environ(), runtime.GOOS, cfg)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 
 	p := &process{log: log, cmd: cmd, exited: make(chan struct{}), stderrDone: make(chan struct{})}

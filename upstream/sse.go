@@ -73,14 +73,15 @@ func newSSETransport(raw string, opts sseOptions) (*sseTransport, error) {
 	return t, nil
 }
 
-// sseHTTPClient is the HTTP client of one SSE connection: its own
+// sseHTTPClient is the HTTP client of one SSE connection, whose configured
+// headers are sent only to the URL's origin (keepToOrigin): its own
 // keep-alive pool for the POSTs, and no client timeout, which would cut
 // the event stream. The GET is bounded by the connect timeout until the
 // endpoint event arrives (Start), each event by the message limit.
-func sseHTTPClient() *http.Client {
+func sseHTTPClient(headers map[string]string) *http.Client {
 	base := http.DefaultTransport.(*http.Transport).Clone()
 	base.MaxIdleConnsPerHost = maxIdlePerUpstream
-	return &http.Client{Transport: base}
+	return &http.Client{Transport: base, CheckRedirect: keepToOrigin(headerNames(headers))}
 }
 
 // sseEndpointLimit bounds the endpoint event's data.

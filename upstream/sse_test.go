@@ -368,7 +368,7 @@ func TestSSEStreamRefused(t *testing.T) {
 	} {
 		tr, err := newSSETransport(ts.URL+tc.path, sseOptions{
 			Header: map[string]string{"Authorization": "Bearer tok-SECRET-1234"},
-			Client: sseHTTPClient(),
+			Client: sseHTTPClient(nil),
 			Limit:  1 << 20,
 			Redact: func(s string) string { return strings.ReplaceAll(s, "tok-SECRET-1234", "[redacted]") },
 		})

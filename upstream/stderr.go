@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/mcpmux/mcpmux/internal/redact"
+	"github.com/mcpmux/mcpmux/internal/termsafe"
 )
 
 const (
@@ -34,7 +35,8 @@ const (
 type StderrError struct {
 	Err error
 	// Stderr holds at most the last ten lines, oldest first, each cut to
-	// 512 bytes. Never empty.
+	// 512 bytes and with its control characters escaped
+	// (termsafe.Escape). Never empty.
 	Stderr []string
 }
 
@@ -73,6 +75,9 @@ func (t *stderrTail) add(line string) {
 	if len(line) > maxTailLine {
 		line = line[:maxTailLine] + "…"
 	}
+	// The lines end up in errors that check and serve print on a
+	// terminal: a child's escape sequences are shown, not run.
+	line = termsafe.Escape(line)
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if len(t.lines) < stderrTailLines {

@@ -143,7 +143,8 @@ func (t *wsTransport) Start(ctx context.Context) error {
 }
 
 // httpClient returns the handshake's HTTP client: a transport of its own
-// whose dialer remembers the TCP connection, so that a close can be forced.
+// whose dialer remembers the TCP connection, so that a close can be forced,
+// and which sends the configured headers only to the URL's origin.
 func (t *wsTransport) httpClient() *http.Client {
 	base := http.DefaultTransport.(*http.Transport).Clone()
 	dial := base.DialContext
@@ -156,7 +157,7 @@ func (t *wsTransport) httpClient() *http.Client {
 		}
 		return c, err
 	}
-	return &http.Client{Transport: base}
+	return &http.Client{Transport: base, CheckRedirect: keepToOrigin(headerNames(t.opts.Header))}
 }
 
 // closeRaw closes the TCP connections under the websocket, unblocking any

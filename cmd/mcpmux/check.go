@@ -13,6 +13,7 @@ import (
 	"github.com/mcpmux/mcpmux/aggregator"
 	"github.com/mcpmux/mcpmux/configs"
 	"github.com/mcpmux/mcpmux/filter"
+	"github.com/mcpmux/mcpmux/internal/termsafe"
 	"github.com/mcpmux/mcpmux/sessions"
 	"github.com/mcpmux/mcpmux/upstream"
 )
@@ -62,8 +63,10 @@ func cmdCheck(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	defer agg.Close()
 	snap := agg.Snapshot()
 	var problems []string
+	// Problems and notes hold what upstreams sent (errors, stderr lines,
+	// tool names): shown escaped, never run by the terminal.
 	problem := func(p string) {
-		if p = agg.Redact(p); !slices.Contains(problems, p) {
+		if p = termsafe.Escape(agg.Redact(p)); !slices.Contains(problems, p) {
 			problems = append(problems, p)
 		}
 	}
@@ -110,7 +113,7 @@ func cmdCheck(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	var notes []string
 	for _, r := range snap.Rewrites {
-		if n := r.String(); !slices.Contains(notes, n) {
+		if n := termsafe.Escape(r.String()); !slices.Contains(notes, n) {
 			notes = append(notes, n)
 		}
 	}
@@ -177,7 +180,7 @@ func cmdCheck(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if startErr != nil {
 		// Only required upstreams fail Start, and their errors are listed
 		// already; anything else is new.
-		se := agg.Redact(startErr.Error())
+		se := termsafe.Escape(agg.Redact(startErr.Error()))
 		if !slices.ContainsFunc(problems, func(p string) bool { return strings.Contains(se, p) }) {
 			problem(se)
 		}

@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/mcpmux/mcpmux/configs"
+	"github.com/mcpmux/mcpmux/internal/termsafe"
 )
 
 // maxImportBytes caps every file import reads: a client config is a few
@@ -22,6 +23,7 @@ func cmdImport(args []string, stdout, stderr io.Writer) error {
 	fset := newFlags("import", stdout)
 	scan := fset.Bool("scan", false, "import every client config found where its client keeps it (instead of FILE...)")
 	strict := fset.Bool("strict", false, "if anything cannot be carried over, print no config and exit 1")
+	trust := fset.Bool("trust-workspace", false, "with --scan, import the servers of the working directory's .mcp.json, .vscode/mcp.json and .cursor/mcp.json active (default: as comments, unless their client records your approval)")
 	// Flags may follow the files: parse again after each positional one.
 	var paths []string
 	rest := args
@@ -44,19 +46,23 @@ func cmdImport(args []string, stdout, stderr io.Writer) error {
 		return fset.usageErr(errors.New("--scan finds the files itself: give it no FILE"))
 	case *scan:
 		var err error
-		if files, skipped, err = scanImportFiles(stderr); err != nil {
+		if files, skipped, err = scanImportFiles(stderr, *trust); err != nil {
 			return err
 		}
 	case len(paths) == 0:
 		return fset.usageErr(errors.New("want at least one FILE, or --scan"))
 	default:
 		var claude *configs.ClaudeState // a ~/.claude.json among the files
+		home, _ := os.UserHomeDir()
 		for _, p := range paths {
 			data, err := readImportFile(p)
 			if err != nil {
 				return &exitError{exitUsage, fmt.Errorf("import: %w", err)}
 			}
-			files = append(files, configs.ImportFile{Name: p, Data: data, ReadFile: readImportFile})
+			// A named workspace file is the user's choice: its servers
+			// are imported active unless its client records a refusal.
+			files = append(files, configs.ImportFile{Name: p, Data: data, ReadFile: readImportFile,
+				Workspace: configs.WorkspaceFile(p, home), TrustWorkspace: *trust})
 			if filepath.Base(p) == ".claude.json" {
 				claude = &configs.ClaudeState{Name: p, Data: data}
 			}
@@ -68,8 +74,17 @@ func cmdImport(args []string, stdout, stderr io.Writer) error {
 				skipped++
 			}
 		}
+		var settings *configs.ClaudeState
+		if slices.ContainsFunc(paths, func(p string) bool { return filepath.Base(p) == ".mcp.json" }) {
+			var lost bool
+			settings, lost = userClaudeSettings(stderr)
+			if lost {
+				skipped++
+			}
+		}
 		for i := range files {
 			files[i].Claude = claude
+			files[i].ClaudeSettings = settings
 		}
 	}
 	res, err := configs.ImportFiles(files)
@@ -77,7 +92,8 @@ func cmdImport(args []string, stdout, stderr io.Writer) error {
 		return &exitError{exitUsage, err}
 	}
 	for _, n := range res.Notes {
-		fmt.Fprintln(stderr, n.String())
+		// Notes quote the files, which a repository may have written.
+		fmt.Fprintln(stderr, termsafe.Escape(n.String()))
 	}
 	if n := res.Lost() + skipped; *strict && n > 0 {
 		return &exitError{exitRuntime, fmt.Errorf("import: %s not carried over (listed above); --strict: no config written", plural(n, "thing", "things"))}
@@ -89,8 +105,10 @@ func cmdImport(args []string, stdout, stderr io.Writer) error {
 // scanImportFiles reads the client configs that exist where their clients
 // keep them, saying on stderr which it uses, and which it skips because
 // they cannot be read (counted in skipped). Finding none is an error
-// (exit 1): there is nothing to import on this machine.
-func scanImportFiles(stderr io.Writer) (files []configs.ImportFile, skipped int, err error) {
+// (exit 1): there is nothing to import on this machine. The servers of a
+// workspace's files are imported active only where their client records
+// an approval, or trust (--trust-workspace) is set.
+func scanImportFiles(stderr io.Writer, trust bool) (files []configs.ImportFile, skipped int, err error) {
 	home, err := os.UserHomeDir()
 	if err != nil {
 		return nil, 0, &exitError{exitRuntime, fmt.Errorf("import --scan: %w", err)}
@@ -114,13 +132,19 @@ func scanImportFiles(stderr io.Writer) (files []configs.ImportFile, skipped int,
 			continue
 		}
 		fmt.Fprintf(stderr, "import: --scan found %s\n", p)
-		files = append(files, configs.ImportFile{Name: p, Data: data, ReadFile: readImportFile, Optional: true})
+		files = append(files, configs.ImportFile{Name: p, Data: data, ReadFile: readImportFile, Optional: true,
+			Workspace: configs.WorkspaceFile(p, home), TrustWorkspace: trust})
 		if p == filepath.Join(home, ".claude.json") {
 			claude = &configs.ClaudeState{Name: p, Data: data}
 		}
 	}
+	settings, lost := userClaudeSettings(stderr)
+	if lost {
+		skipped++
+	}
 	for i := range files {
 		files[i].Claude = claude
+		files[i].ClaudeSettings = settings
 	}
 	if len(files) == 0 {
 		return nil, skipped, &exitError{exitRuntime, fmt.Errorf("import --scan: no readable client config found; looked for:\n  %s", strings.Join(paths, "\n  "))}
@@ -144,6 +168,27 @@ func userClaudeState(stderr io.Writer) (state *configs.ClaudeState, lost bool) {
 		return nil, false
 	case err != nil:
 		fmt.Fprintf(stderr, "import: %s is not read, so the .mcp.json servers Claude Code has disabled are not known: %v\n", path, err)
+		return nil, true
+	}
+	return &configs.ClaudeState{Name: path, Data: data}, false
+}
+
+// userClaudeSettings reads $HOME/.claude/settings.json, Claude Code's user
+// settings, where the user may approve or reject the servers of every
+// project's .mcp.json. It returns nil when there is none; one it cannot
+// read is said on stderr and reported as lost.
+func userClaudeSettings(stderr io.Writer) (state *configs.ClaudeState, lost bool) {
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return nil, false
+	}
+	path := filepath.Join(home, ".claude", "settings.json")
+	data, err := readImportFile(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil, false
+	case err != nil:
+		fmt.Fprintf(stderr, "import: %s is not read, so the .mcp.json servers Claude Code's settings approve or reject are not known: %v\n", path, err)
 		return nil, true
 	}
 	return &configs.ClaudeState{Name: path, Data: data}, false

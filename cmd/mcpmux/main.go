@@ -17,6 +17,7 @@ import (
 
 	"github.com/mcpmux/mcpmux/configs"
 	"github.com/mcpmux/mcpmux/internal/demo"
+	"github.com/mcpmux/mcpmux/internal/termsafe"
 	"github.com/mcpmux/mcpmux/upstream"
 )
 
@@ -77,7 +78,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if errors.Is(err, flag.ErrHelp) {
 		return exitOK
 	}
-	fmt.Fprintln(stderr, "mcpmux:", err)
+	// The error may quote an upstream or a child (serve's failed start):
+	// its escape sequences are shown, not run by the terminal.
+	fmt.Fprintln(stderr, "mcpmux:", termsafe.Escape(err.Error()))
 	if he := (*hintError)(nil); errors.As(err, &he) {
 		fmt.Fprintln(stderr, he.hint)
 	}

@@ -11,6 +11,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/mcpmux/mcpmux/filter"
+	"github.com/mcpmux/mcpmux/internal/termsafe"
 	"github.com/mcpmux/mcpmux/sessions"
 	"github.com/mcpmux/mcpmux/upstream"
 )
@@ -57,7 +58,7 @@ func cmdTools(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	snap := agg.Snapshot()
 	for _, st := range snap.Upstreams {
 		if st.State != upstream.StateUp {
-			fmt.Fprintf(stderr, "mcpmux: warning: upstream %q is %s; its tools are missing: %s\n", st.Name, st.State, agg.Redact(fmt.Sprint(agg.StartError(st.Name))))
+			fmt.Fprintf(stderr, "mcpmux: warning: upstream %q is %s; its tools are missing: %s\n", st.Name, st.State, termsafe.Escape(agg.Redact(fmt.Sprint(agg.StartError(st.Name)))))
 		}
 	}
 	v := filterView(snap, b.Filter)
@@ -76,7 +77,7 @@ func cmdTools(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fmt.Fprintln(tw, "TOOL\tUPSTREAM\tREAD-ONLY\tDESCRIPTION")
 	for _, t := range v.Tools {
 		e := v.Lookup(t.Name)
-		fmt.Fprintf(tw, "%s\t%s\t%v\t%s\n", t.Name, e.Upstream, e.ReadOnly, summary(t.Description, maxDescription))
+		fmt.Fprintf(tw, "%s\t%s\t%v\t%s\n", termsafe.Escape(t.Name), e.Upstream, e.ReadOnly, termsafe.Escape(summary(t.Description, maxDescription)))
 	}
 	tw.Flush()
 	if !sel.Narrowing {
