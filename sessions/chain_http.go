@@ -356,8 +356,8 @@ func (s *Server) sessionCaller(sess *session, call *call, logf func(string, ...a
 	return c
 }
 
-// pendingSet is the server→client requests of one session waiting for the
-// client's answer. Its zero value is ready; it is safe for concurrent use.
+// pendingSet is the server→client requests of one session, of any door,
+// waiting for the client's answer. Its zero value is ready; it is safe for concurrent use.
 type pendingSet struct {
 	mu   sync.Mutex
 	next uint64
@@ -400,7 +400,7 @@ func (p *pendingSet) deliver(m *jsonrpc.Message) bool {
 	if len(m.Error) > 0 {
 		ce := &ClientError{}
 		if err := json.Unmarshal(m.Error, ce); err != nil {
-			ce.Code, ce.Message = mcp.INTERNAL_ERROR, "malformed error from the client"
+			ce.Code, ce.Message = mcp.INTERNAL_ERROR, "the client answered with an unreadable error object"
 		}
 		r.err = ce
 	} else {

@@ -107,7 +107,6 @@ type streamSession struct {
 	initialized atomic.Bool
 	logLevel    atomic.Value // mcp.LoggingLevel
 	clientCaps  atomic.Pointer[mcp.ClientCapabilities]
-	nextID      atomic.Int64 // ids of server→client requests
 	seen        atomic.Int64 // unix nanoseconds of the client's last message (streamSet's idle check)
 
 	mu         sync.Mutex
@@ -116,7 +115,7 @@ type streamSession struct {
 	registered bool                          // bound (Server.bind), after initialize
 	workers    int                           // running workers
 	inflight   map[string]context.CancelFunc // client request id → cancel
-	pending    map[string]chan pendingReply  // server→client request id → reply
+	pending    pendingSet                    // server→client requests waiting for the client
 
 	// regranted is the binding a reload re-derived for the session before
 	// it registered (nil: none did), and revoked why a reload ended it.
@@ -154,7 +153,6 @@ func (s *Server) newStreamSession(parent context.Context, kind string, b Binding
 		queue:    make(chan *streamJob, streamQueue),
 		wrote:    make(chan struct{}),
 		inflight: make(map[string]context.CancelFunc),
-		pending:  make(map[string]chan pendingReply),
 	}
 	ss.ctx, ss.cancel = context.WithCancel(parent)
 	context.AfterFunc(ss.ctx, func() { ss.end(context.Cause(parent)) })
