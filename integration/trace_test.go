@@ -188,9 +188,15 @@ func upstreamTrace(t *testing.T, r recRequest) string {
 	return header
 }
 
-func TestTraceJoinsClientMuxUpstream(t *testing.T) {
-	sink := startOTLPSink(t)
-	rec := startRecorder(t, "rec", false)
+// startTracedMux starts mcpmux over the recorders rec (legacy) and mod
+// (2026-07-28), exporting traces to sink with protocol ("http/protobuf" or
+// "grpc").
+func startTracedMux(t *testing.T, sink *otlpSink, protocol string, rec, mod *recorder) *Mux {
+	t.Helper()
+	endpoint := sink.HTTP
+	if protocol == "grpc" {
+		endpoint = sink.GRPC
+	}
 	mux := startMuxWith(t, muxOptions{
 		Config: fmt.Sprintf(`[server]
 shutdown_grace = "5s"
@@ -198,21 +204,35 @@ shutdown_grace = "5s"
 [upstreams.rec]
 url = %s
 required = true
-`, tomlString(rec.URL)),
+
+[upstreams.mod]
+url = %s
+protocol = "2026-07-28"
+required = true
+`, tomlString(rec.URL), tomlString(mod.URL)),
 		Env: []string{
-			"OTEL_EXPORTER_OTLP_ENDPOINT=http://" + sink.HTTP,
+			"OTEL_EXPORTER_OTLP_ENDPOINT=http://" + endpoint,
+			"OTEL_EXPORTER_OTLP_PROTOCOL=" + protocol,
 			"OTEL_SERVICE_NAME=mcpmux-trace-test",
 			"OTEL_BSP_SCHEDULE_DELAY=100",
 		},
 	})
-	if !strings.Contains(mux.Stderr(), "exporting traces") {
-		t.Errorf("mcpmux did not log that it exports traces:\n%s", mux.Stderr())
+	if !strings.Contains(mux.Stderr(), "exporting traces") || !strings.Contains(mux.Stderr(), protocol) {
+		t.Errorf("mcpmux did not log that it exports traces with %s:\n%s", protocol, mux.Stderr())
 	}
+	return mux
+}
+
+func TestTraceJoinsClientMuxUpstream(t *testing.T) {
+	sink := startOTLPSink(t)
+	rec := startRecorder(t, "rec", false)
+	mod := startRecorder(t, "mod", true)
+	mux := startTracedMux(t, sink, "http/protobuf", rec, mod)
 
 	// checkJoined checks that the span under the client's clientSpan in
 	// trace traceID reached the receiver as mcpmux's, and that the
 	// upstream's parent is that span.
-	checkJoined := func(t *testing.T, r recRequest, traceID, clientSpan string) {
+	checkJoined := func(t *testing.T, r recRequest, traceID, clientSpan, up string) {
 		t.Helper()
 		upTrace, upParent := traceparentOf(t, upstreamTrace(t, r))
 		if upTrace != traceID {
@@ -228,12 +248,13 @@ required = true
 		if sp.SpanID != upParent {
 			t.Errorf("mcpmux's span is %s, but the upstream's parent is %s", sp.SpanID, upParent)
 		}
-		if sp.Service != "mcpmux-trace-test" || sp.Kind != "Server" || sp.Name != "tools/call rec__echo" {
-			t.Errorf("span: service %q kind %q name %q; want mcpmux-trace-test, Server, tools/call rec__echo", sp.Service, sp.Kind, sp.Name)
+		tool := up + "__echo"
+		if sp.Service != "mcpmux-trace-test" || sp.Kind != "Server" || sp.Name != "tools/call "+tool {
+			t.Errorf("span: service %q kind %q name %q; want mcpmux-trace-test, Server, tools/call %s", sp.Service, sp.Kind, sp.Name, tool)
 		}
 		for k, want := range map[string]any{
-			"mcp.method.name": "tools/call", "gen_ai.tool.name": "rec__echo",
-			"mcpmux.upstream": "rec", "mcpmux.outcome": "ok",
+			"mcp.method.name": "tools/call", "gen_ai.tool.name": tool,
+			"mcpmux.upstream": up, "mcpmux.outcome": "ok",
 		} {
 			if got := sp.Attributes[k]; got != want {
 				t.Errorf("span attribute %s = %v, want %v (all: %v)", k, got, want, sp.Attributes)
@@ -254,7 +275,23 @@ required = true
 		if len(calls) != 1 {
 			t.Fatalf("the upstream got %d routed requests, want 1", len(calls))
 		}
-		checkJoined(t, calls[0], traceID, clientSpan)
+		checkJoined(t, calls[0], traceID, clientSpan, "rec")
+	})
+
+	t.Run("2026-07-28 upstream", func(t *testing.T) {
+		const traceID, clientSpan = "5bf92f3577b34da6a3ce929d0e0e4736", "10f067aa0ba902b7"
+		s := openRawSession(t, "http://"+mux.Addr+"/mcp", nil)
+		mark := mod.mark()
+		r := s.post(t, "", map[string]*string{"traceparent": ptr("00-" + traceID + "-" + clientSpan + "-01")},
+			toolsCallBody(t, 2, "mod__echo", map[string]any{}))
+		if r.Msg == nil || r.Msg.Error != nil || r.Msg.Result == nil {
+			t.Fatalf("tools/call: %s", r)
+		}
+		calls := mod.since(mark)
+		if len(calls) != 1 {
+			t.Fatalf("the upstream got %d routed requests, want 1", len(calls))
+		}
+		checkJoined(t, calls[0], traceID, clientSpan, "mod")
 	})
 
 	t.Run("_meta traceparent on the websocket door", func(t *testing.T) {
@@ -271,7 +308,7 @@ required = true
 		if len(calls) != 1 {
 			t.Fatalf("the upstream got %d routed requests, want 1", len(calls))
 		}
-		checkJoined(t, calls[0], traceID, clientSpan)
+		checkJoined(t, calls[0], traceID, clientSpan, "rec")
 		if got := calls[0].Header.Get("Tracestate"); got != "vendor=x" {
 			t.Errorf("the upstream got tracestate %q, want the client's vendor=x", got)
 		}
@@ -293,4 +330,24 @@ required = true
 			t.Errorf("a tool the view does not show named the span's tool: %v", sp.Attributes)
 		}
 	})
+}
+
+// TestTraceOverGRPC: with OTEL_EXPORTER_OTLP_PROTOCOL=grpc mcpmux exports
+// to the receiver's gRPC listener.
+func TestTraceOverGRPC(t *testing.T) {
+	sink := startOTLPSink(t)
+	rec := startRecorder(t, "rec", false)
+	mod := startRecorder(t, "mod", true)
+	mux := startTracedMux(t, sink, "grpc", rec, mod)
+	const traceID, clientSpan = "6bf92f3577b34da6a3ce929d0e0e4736", "20f067aa0ba902b7"
+	s := openRawSession(t, "http://"+mux.Addr+"/mcp", nil)
+	r := s.post(t, "", map[string]*string{"traceparent": ptr("00-" + traceID + "-" + clientSpan + "-01")},
+		toolsCallBody(t, 2, "rec__echo", map[string]any{}))
+	if r.Msg == nil || r.Msg.Error != nil || r.Msg.Result == nil {
+		t.Fatalf("tools/call: %s", r)
+	}
+	sp := sink.waitSpan(t, 20*time.Second, "in trace "+traceID, func(sp sinkSpan) bool { return sp.TraceID == traceID })
+	if sp.ParentID != clientSpan || sp.Name != "tools/call rec__echo" {
+		t.Errorf("span over gRPC: parent %s name %q, want %s, tools/call rec__echo", sp.ParentID, sp.Name, clientSpan)
+	}
 }
