@@ -50,7 +50,8 @@ func (s *Server) serveRouted(w http.ResponseWriter, r *http.Request, m *jsonrpc.
 		// limiter without bound). It is keyed by who is asking instead.
 		id = statelessKey(r, sel, b)
 	}
-	e, refusal := s.decide(id, b, view, m)
+	ctx, e, refusal := s.decideTraced(r.Context(), r.Header, id, b, view, m)
+	defer s.endSpan(ctx)
 	if refusal != nil {
 		status := http.StatusOK
 		if modern {
@@ -59,7 +60,7 @@ func (s *Server) serveRouted(w http.ResponseWriter, r *http.Request, m *jsonrpc.
 		writeAnswer(w, status, jsonrpc.ErrorResponse(m.ID, refusal))
 		return
 	}
-	ctx, untrack := s.trackRouted(r.Context(), sess, m.ID)
+	ctx, untrack := s.trackRouted(ctx, sess, m.ID)
 	defer untrack()
 	var held *backlog
 	overflow := func() {}

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/mcpmux/mcpmux/aggregator"
 	"github.com/mcpmux/mcpmux/configs"
@@ -43,6 +44,7 @@ type Server struct {
 	version  string
 	// writeTimeout bounds each write to a client (Options.WriteTimeout).
 	writeTimeout time.Duration
+	tracer       trace.Tracer // nil = no spans (Options.Tracer)
 
 	origins []*glob.Glob
 	metrics *metrics
@@ -165,6 +167,8 @@ type Options struct {
 	// WriteTimeout bounds each write to a client, on every door: a client
 	// that stops reading for longer ends its session. 0 = 30s.
 	WriteTimeout time.Duration
+	// Tracer makes the span of each routed request (trace.go); nil = none.
+	Tracer trace.Tracer
 }
 
 // New builds the server for cfg over agg. It registers itself for agg's
@@ -181,6 +185,7 @@ func New(cfg *configs.Config, agg *aggregator.Aggregator, opts Options) (*Server
 		s.version = "dev"
 	}
 	s.writeTimeout = opts.WriteTimeout
+	s.tracer = opts.Tracer
 	if s.writeTimeout <= 0 {
 		s.writeTimeout = frameWriteTimeout
 	}

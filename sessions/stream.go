@@ -558,7 +558,8 @@ func (s *Server) handle(ctx context.Context, sess *streamSession, raw []byte, m 
 // answer go through the session's one writer, in that order; it returns
 // only a refusal, having queued any other answer itself.
 func (s *Server) handleRouted(ctx context.Context, sess *streamSession, b Binding, view *filter.View, m *jsonrpc.Message) []byte {
-	e, refusal := s.decide(sess.id, b, view, m)
+	ctx, e, refusal := s.decideTraced(ctx, nil, sess.id, b, view, m)
+	defer s.endSpan(ctx)
 	if refusal != nil {
 		return jsonrpc.ErrorResponse(m.ID, refusal)
 	}

@@ -15,6 +15,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/mcpmux/mcpmux/internal/tracing"
 	"github.com/mcpmux/mcpmux/upstream/wire"
 )
 
@@ -202,6 +203,7 @@ func (t *sseTransport) WriteFrame(ctx context.Context, msg []byte) error {
 		req.Header.Set(k, v)
 	}
 	req.Header.Set("Content-Type", "application/json")
+	tracing.Inject(ctx, req.Header) // the request's, whose values ctx carries (wire.Conn.write)
 	resp, err := t.hc.Do(req)
 	if err != nil {
 		return fmt.Errorf("POST to the SSE message endpoint: %w", bareURLError(err))

@@ -20,6 +20,7 @@ import (
 
 	"github.com/mcpmux/mcpmux/configs"
 	"github.com/mcpmux/mcpmux/internal/jsonrpc"
+	"github.com/mcpmux/mcpmux/internal/tracing"
 	"github.com/mcpmux/mcpmux/upstream/wire"
 )
 
@@ -211,6 +212,13 @@ func (p *httpPeer) onRequest(ctx context.Context, tied, method string, params js
 func (p *httpPeer) call(ctx context.Context, method string, params json.RawMessage, header http.Header) (json.RawMessage, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
+	}
+	if tracing.Active(ctx) {
+		header = header.Clone()
+		if header == nil {
+			header = http.Header{}
+		}
+		tracing.Inject(ctx, header)
 	}
 	id := "mcpmux-" + strconv.FormatUint(p.seq.Add(1), 10)
 	p.mu.Lock()
