@@ -703,11 +703,13 @@ func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request) {
 		return
 	case initialize:
 		s.serveInitialize(w, m, sel, b, view)
+		s.traceAnswer(r.Context(), r.Header, b, m, start, 0)
 		return
 	case m.IsRequest() && m.Cursor == nil && !modern && m.Method == string(mcp.MethodToolsList):
 		// Served from the view's pre-encoded listing: no upstream, no
 		// per-request encoding of the catalog.
 		s.metrics.count(m.Method, outcomeOK)
+		defer s.traceAnswer(r.Context(), r.Header, b, m, start, 0)
 		w.Header().Set("Content-Type", "application/json")
 		if err := writeList(w, m.ID, view); err != nil {
 			s.log.Debug("tools/list: client went away", "error", err)
@@ -716,6 +718,7 @@ func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request) {
 	}
 	if listed := s.listed(b, view, m); listed != nil { // prompts and resources alike (visibility.go)
 		s.metrics.count(m.Method, outcomeOK)
+		defer s.traceAnswer(r.Context(), r.Header, b, m, start, 0)
 		w.Header().Set("Content-Type", "application/json")
 		if err := writeResult(w, m.ID, listed); err != nil {
 			s.log.Debug("listing: client went away", "method", m.Method, "error", err)
@@ -723,6 +726,7 @@ func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	resp, _, code := s.respond(b, view, m, nil)
+	s.traceAnswer(r.Context(), r.Header, b, m, start, code)
 	status := http.StatusOK
 	if modern && code != 0 {
 		status = httpStatus(code)

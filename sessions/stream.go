@@ -1,7 +1,6 @@
 package sessions
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/json"
@@ -505,8 +504,8 @@ func (s *Server) dispatch(ctx context.Context, sess *streamSession, raw []byte) 
 }
 
 // handle is dispatch for a message already parsed into m: routed requests
-// through the chain (chain.go), tools/list from the view's cached listing,
-// everything else through the one handler (handler.go).
+// through the chain (chain.go), everything else through the one handler
+// (handler.go).
 func (s *Server) handle(ctx context.Context, sess *streamSession, raw []byte, m *jsonrpc.Message) []byte {
 	b, revoked := s.grantOf(sess)
 	if revoked != nil {
@@ -532,21 +531,8 @@ func (s *Server) handle(ctx context.Context, sess *streamSession, raw []byte, m 
 	if m.IsRequest() && m.Method == string(mcp.MethodSubscriptionsListen) && isModern(m) {
 		return s.listenStream(ctx, sess, b, view, m)
 	}
-	if m.Method == string(mcp.MethodToolsList) && m.IsRequest() && m.Cursor == nil && !isModern(m) {
-		// The view's pre-encoded listing, as on /mcp.
-		s.metrics.count(m.Method, outcomeOK)
-		var buf bytes.Buffer
-		buf.Grow(len(view.Encoded()) + len(m.ID) + 48)
-		writeList(&buf, m.ID, view) // a bytes.Buffer does not fail
-		return bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
-	}
-	if listed := s.listed(b, view, m); listed != nil { // prompts and resources alike (visibility.go)
-		s.metrics.count(m.Method, outcomeOK)
-		var buf bytes.Buffer
-		writeResult(&buf, m.ID, listed) // a bytes.Buffer does not fail
-		return bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
-	}
-	resp, hs, _ := s.respond(b, view, m, nil)
+	resp, hs, code := s.respond(b, view, m, nil)
+	s.traceAnswer(ctx, nil, b, m, start, code)
 	if hs != nil {
 		sess.register(hs)
 	}

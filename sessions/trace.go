@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"net/http"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -153,4 +154,38 @@ func (s *Server) endSpan(ctx context.Context) {
 		rs.span.SetStatus(codes.Error, "")
 	}
 	rs.span.End()
+}
+
+// traceAnswer records the span of a request the one handler answered
+// (handler.go: the handshake, ping, listings) or refused before any
+// decision: from start until now, with the JSON-RPC error code it was
+// answered with (0: a result). header is as for decideTraced. It does
+// nothing without a tracer, or for a message that is not a request.
+func (s *Server) traceAnswer(ctx context.Context, header http.Header, b Binding, m *jsonrpc.Message, start time.Time, code int) {
+	if s.tracer == nil || !m.IsRequest() {
+		return
+	}
+	parent, ok := tracing.FromMeta(ctx, m.Meta)
+	if !ok && header != nil {
+		parent = tracing.FromHeader(ctx, header)
+	}
+	attrs := make([]attribute.KeyValue, 0, 5)
+	attrs = append(attrs, attrMethod.String(m.Method))
+	if b.Profile != "" {
+		attrs = append(attrs, attrProfile.String(b.Profile))
+	}
+	if b.Authed {
+		attrs = append(attrs, attrSubject.String("token-"+hex.EncodeToString(b.Caller[:4])))
+	}
+	outcome := outcomeOK
+	if code != 0 {
+		outcome = outcomeError
+		attrs = append(attrs, attrErrorCode.Int(code))
+	}
+	attrs = append(attrs, attrOutcome.String(outcome))
+	_, span := s.tracer.Start(parent, m.Method, trace.WithSpanKind(trace.SpanKindServer), trace.WithTimestamp(start), trace.WithAttributes(attrs...))
+	if code != 0 {
+		span.SetStatus(codes.Error, "")
+	}
+	span.End()
 }

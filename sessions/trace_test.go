@@ -158,15 +158,35 @@ profiles = ["readonly"]
 		send(initializeBody)
 		send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
 		send(`{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"up__tool_0002","arguments":{"query":"x"},"_meta":{"traceparent":"` + metaParent + `"}}}`)
+		callSpans := func() []sdktrace.ReadOnlySpan {
+			var out []sdktrace.ReadOnlySpan
+			for _, sp := range rec2.Ended() {
+				if strings.HasPrefix(sp.Name(), "tools/call") {
+					out = append(out, sp)
+				}
+			}
+			return out
+		}
 		deadline := time.Now().Add(10 * time.Second)
-		for len(rec2.Ended()) == 0 && time.Now().Before(deadline) {
+		for len(callSpans()) == 0 && time.Now().Before(deadline) {
 			time.Sleep(10 * time.Millisecond)
 		}
 		inW.Close()
 		if err := <-done; err != nil {
 			t.Fatalf("ServeStdio: %v", err)
 		}
-		sp := onlySpan(t, rec2)
+		// initialize has its span too (the one handler's, traceAnswer).
+		var init int
+		for _, sp := range rec2.Ended() {
+			if sp.Name() == "initialize" && attrsOf(sp)[attrOutcome] == "ok" {
+				init++
+			}
+		}
+		calls := callSpans()
+		if len(calls) != 1 || init != 1 {
+			t.Fatalf("%d tools/call and %d initialize spans, want 1 each", len(calls), init)
+		}
+		sp := calls[0]
 		if sp.Name() != "tools/call up__tool_0002" || sp.Parent().SpanID().String() != metaSpan || attrsOf(sp)[attrOutcome] != "ok" {
 			t.Errorf("stdio span %q parent %v attributes %v", sp.Name(), sp.Parent(), attrsOf(sp))
 		}
