@@ -169,8 +169,12 @@ func (s *Server) traceAnswer(ctx context.Context, header http.Header, b Binding,
 	if !ok && header != nil {
 		parent = tracing.FromHeader(ctx, header)
 	}
+	method := m.Method
+	if !knownMethods[method] { // metrics.go's bounded set
+		method = "unknown" // a name the client chose: never a span name
+	}
 	attrs := make([]attribute.KeyValue, 0, 5)
-	attrs = append(attrs, attrMethod.String(m.Method))
+	attrs = append(attrs, attrMethod.String(method))
 	if b.Profile != "" {
 		attrs = append(attrs, attrProfile.String(b.Profile))
 	}
@@ -183,9 +187,10 @@ func (s *Server) traceAnswer(ctx context.Context, header http.Header, b Binding,
 		attrs = append(attrs, attrErrorCode.Int(code))
 	}
 	attrs = append(attrs, attrOutcome.String(outcome))
-	_, span := s.tracer.Start(parent, m.Method, trace.WithSpanKind(trace.SpanKindServer), trace.WithTimestamp(start), trace.WithAttributes(attrs...))
+	_, span := s.tracer.Start(parent, method, trace.WithSpanKind(trace.SpanKindServer), trace.WithTimestamp(start), trace.WithAttributes(attrs...))
 	if code != 0 {
 		span.SetStatus(codes.Error, "")
 	}
 	span.End()
 }
+
