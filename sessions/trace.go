@@ -193,4 +193,3 @@ func (s *Server) traceAnswer(ctx context.Context, header http.Header, b Binding,
 	}
 	span.End()
 }
-
