@@ -85,6 +85,11 @@ func sseHTTPClient(headers map[string]string) *http.Client {
 	return &http.Client{Transport: base, CheckRedirect: keepToOrigin(headerNames(headers))}
 }
 
+// errNoEventStream is the error of an SSE GET answered with anything but
+// 200 and text/event-stream: whatever the URL serves, it is not a legacy
+// SSE endpoint.
+var errNoEventStream = errors.New("SSE stream")
+
 // sseEndpointLimit bounds the endpoint event's data.
 const sseEndpointLimit = 8 << 10
 
@@ -114,10 +119,10 @@ func (t *sseTransport) Start(ctx context.Context) error {
 	}
 	t.body = resp.Body
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("SSE stream: the server answered the GET with %s%s", resp.Status, t.excerpt(resp.Body))
+		return fmt.Errorf("%w: the server answered the GET with %s%s", errNoEventStream, resp.Status, t.excerpt(resp.Body))
 	}
 	if mt := mediaType(resp.Header.Get("Content-Type")); mt != "text/event-stream" {
-		return fmt.Errorf("SSE stream: the server answered the GET with content type %q, not text/event-stream", printable(mt, 100))
+		return fmt.Errorf("%w: the server answered the GET with content type %q, not text/event-stream", errNoEventStream, printable(mt, 100))
 	}
 	t.events = &sseReader{r: bufio.NewReaderSize(resp.Body, 64<<10)}
 	for {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -195,6 +196,75 @@ func TestRefusedStreamableHTTPKeepsEachAttemptsError(t *testing.T) {
 	if strings.Count(msg, `upstream "remote"`) != 1 {
 		t.Errorf("error %q names the upstream more than once", msg)
 	}
+}
+
+// TestWrongURLIsNotCalledLegacy is issue 18, item 6: a URL that answers
+// 404 to the initialize POST and to the legacy SSE GET is a wrong URL, not
+// "likely a legacy SSE server"; the error says what each answered and
+// names the upstream and the URL (without its query).
+func TestWrongURLIsNotCalledLegacy(t *testing.T) {
+	ts := httptest.NewServer(http.NotFoundHandler())
+	defer ts.Close()
+	cfg := &configs.Upstream{Name: "wrong", Transport: configs.TransportHTTP, URL: ts.URL + "/nope/mcp?key=q",
+		ConnectTimeout: 5 * time.Second, CallTimeout: 5 * time.Second, MaxMessageBytes: 1 << 20}
+	msg := startErr(t, New(cfg, fastOptions(&logSink{}))).Error()
+	for _, want := range []string{
+		`upstream "wrong": connect: streamable HTTP: `,
+		`HTTP 404 Not Found`,
+		`; legacy SSE fallback: start sse transport: SSE stream: the server answered the GET with 404 Not Found`,
+		ts.URL + "/nope/mcp serves neither streamable HTTP nor legacy SSE: check the url of [upstreams.wrong]",
+	} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("error %q lacks %q", msg, want)
+		}
+	}
+	for _, bad := range []string{"likely", "legacy SSE server", "key=q"} {
+		if strings.Contains(msg, bad) {
+			t.Errorf("error %q says %q", msg, bad)
+		}
+	}
+}
+
+// TestRefusedPortErrorHasNoRepeats is issue 18, item 6: the error of a
+// loopback port that refuses connections reads once, with no prefix
+// doubled ("failed to send request: failed to send request:").
+func TestRefusedPortErrorHasNoRepeats(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now: connections are refused
+	for _, transport := range []string{configs.TransportHTTP, configs.TransportSSE, configs.TransportWebsocket} {
+		t.Run(transport, func(t *testing.T) {
+			scheme := "http://"
+			if transport == configs.TransportWebsocket {
+				scheme = "ws://"
+			}
+			cfg := &configs.Upstream{Name: "refused", Transport: transport, URL: scheme + addr + "/mcp",
+				ConnectTimeout: 5 * time.Second, CallTimeout: 5 * time.Second, MaxMessageBytes: 1 << 20}
+			msg := startErr(t, New(cfg, fastOptions(&logSink{}))).Error()
+			if !strings.Contains(msg, "connection refused") || !strings.HasPrefix(msg, `upstream "refused": `) {
+				t.Errorf("error %q does not name the upstream and say the connection was refused", msg)
+			}
+			t.Log(msg)
+			if rep := repeatedPart(msg); rep != "" {
+				t.Errorf("error %q repeats %q", msg, rep)
+			}
+		})
+	}
+}
+
+// repeatedPart returns a ": "-separated part of msg that appears twice in
+// a row ("a: a: b"), or "".
+func repeatedPart(msg string) string {
+	parts := strings.Split(msg, ": ")
+	for i := 1; i < len(parts); i++ {
+		if parts[i] == parts[i-1] {
+			return parts[i]
+		}
+	}
+	return ""
 }
 
 // TestAttemptsErr pins how the errors of several attempts are joined.
