@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
@@ -143,7 +144,7 @@ func (u *Upstream) dialTransport(ctx context.Context) (*conn, *Catalog, error) {
 
 func (u *Upstream) dialStdio(ctx context.Context) (*conn, *Catalog, error) {
 	c := u.newConn(configs.TransportStdio)
-	p, err := startProcess(u.procLife, u.cfg, u.log, u.secrets(), c.spawn, c.lost)
+	p, err := startProcess(u.procLife, u.cfg, slog.New(u.stderrs.child(u.log.Handler())), u.secrets(), c.spawn, c.lost)
 	if err != nil {
 		return c, nil, err
 	}

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -290,5 +291,62 @@ func TestAttemptsErr(t *testing.T) {
 				t.Errorf("errors.Is(%q, first error) = false", err)
 			}
 		})
+	}
+}
+
+// TestRepeatedStartFailureLogsItsStderrOnce is issue 18, item 6: a child
+// that dies at start with a multi-line stack (a missing node script) has
+// its stderr logged in full once; each retry that writes the same lines
+// logs them at debug, and its warning is one line. A retry that fails
+// differently is logged in full again.
+func TestRepeatedStartFailureLogsItsStderrOnce(t *testing.T) {
+	counter := filepath.Join(t.TempDir(), "attempts")
+	// From the fourth attempt on, the child writes one line more, first.
+	script := `n=$(cat ` + counter + ` 2>/dev/null || echo 0); n=$((n+1)); echo $n > ` + counter + `
+[ "$n" -ge 4 ] && echo "warning: a different start" >&2
+echo "Error: Cannot find module '/srv/missing.js'" >&2
+echo "    at Module._resolveFilename (node:internal/modules/cjs/loader:1207:15)" >&2
+echo "Node.js v20.20.2" >&2
+exit 1`
+	logs := &logSink{}
+	opts := fastOptions(logs)
+	opts.MinBackoff = 5 * time.Millisecond
+	u := New(shConfig("missing", script), opts)
+	if err := startErr(t, u); !strings.Contains(err.Error(), "stderr| Error: Cannot find module") {
+		t.Fatalf("the first attempt's error lacks its stderr: %v", err)
+	}
+	warnings := func() []map[string]string {
+		return logs.find(func(r map[string]string) bool { return r["msg"] == "connect failed" })
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for len(warnings()) < 4 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d retries in 30s, want 4", len(warnings()))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	u.Close()
+
+	lines := func(level string) int {
+		return len(logs.find(func(r map[string]string) bool {
+			return r["msg"] == "stderr" && r["level"] == level && r["stderr"] == "Error: Cannot find module '/srv/missing.js'"
+		}))
+	}
+	// Attempts 1 and 4 at info; 2, 3, 5 and any later one at debug.
+	if info, debug := lines("INFO"), lines("DEBUG"); info != 2 || debug < 3 {
+		t.Errorf("the stack's first line was logged %d times at info and %d at debug; want 2 (attempts 1 and 4) and at least 3", info, debug)
+	}
+	w := warnings()
+	for i, full := range []bool{false, false, true, false} { // attempts 2 to 5
+		hasStack := strings.Contains(w[i]["err"], "stderr|")
+		if hasStack != full || (!full && w[i]["stderr"] == "") {
+			t.Errorf("warning of attempt %d: err %q, stderr %q; want the lines in full: %v", i+2, w[i]["err"], w[i]["stderr"], full)
+		}
+		if !strings.HasPrefix(w[i]["err"], `upstream "missing": connect: `) {
+			t.Errorf("warning of attempt %d does not name the upstream: %q", i+2, w[i]["err"])
+		}
+	}
+	if h := u.Health(); len(h.Stderr) == 0 {
+		t.Errorf("Health lost the stderr lines: %+v", h)
 	}
 }
