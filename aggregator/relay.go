@@ -131,6 +131,11 @@ type connLink struct {
 	name    string
 	u       *upstream.Upstream
 	session string // "" for the shared connection
+
+	// unaskedNoted is set once a request the upstream sent on its own
+	// (no call in flight) was refused and logged at info: later ones are
+	// logged at debug (clientHandler.relay).
+	unaskedNoted atomic.Bool
 }
 
 // owner returns the client a server→client request that arrived on the
@@ -170,6 +175,18 @@ func (r *relay) owner(ctx context.Context, l *connLink) (Client, error) {
 		return first.client, nil
 	}
 	return nil, fmt.Errorf("%w: %s", ErrAmbiguousCaller, untiedReason(l.u))
+}
+
+// unasked reports whether the connection l has no call in flight and ctx
+// ties the request to none: the upstream sent it on its own (a roots/list
+// right after initialize, say), not while serving a client.
+func (r *relay) unasked(ctx context.Context, l *connLink) bool {
+	if callFrom(ctx) != nil {
+		return false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.inflight[l.u]) == 0
 }
 
 // untiedReason explains, to the upstream that sent it and in mcpmux's log,
@@ -416,11 +433,21 @@ func (h clientHandler) onRequest(ctx context.Context, _ *upstream.Upstream, meth
 func (h clientHandler) relay(ctx context.Context, method string, params any) (json.RawMessage, error) {
 	cl, err := h.a.relay.owner(ctx, h.l)
 	if err != nil {
-		// A warning when the config can fix it (a shared upstream);
-		// otherwise what a scope = "session" upstream's shared connection
-		// or an idle session's connection is asked is only information.
+		// A warning when the config can fix it (a shared upstream asked
+		// while serving a client); otherwise what a scope = "session"
+		// upstream's shared connection or an idle session's connection is
+		// asked is only information. A shared connection asked with no
+		// call in flight (servers ask for roots right after initialize,
+		// before any client exists) is noted once at info, then at debug:
+		// nobody waits for that answer, and it would warn on every start.
 		level := slog.LevelWarn
-		if h.l.session != "" || h.l.u.Config().Scope == configs.ScopeSession {
+		switch {
+		case h.l.session == "" && h.a.relay.unasked(ctx, h.l):
+			level = slog.LevelDebug
+			if h.l.unaskedNoted.CompareAndSwap(false, true) {
+				level = slog.LevelInfo
+			}
+		case h.l.session != "" || h.l.u.Config().Scope == configs.ScopeSession:
 			level = slog.LevelInfo
 		}
 		h.a.log.Log(ctx, level, "server→client request refused", "upstream", h.l.name, "session", h.l.session, "method", method, "error", err)

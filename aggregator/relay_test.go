@@ -4,7 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/mark3labs/mcp-go/mcp"
@@ -198,5 +201,60 @@ func TestCallNotificationReachesItsCall(t *testing.T) {
 	a.onCallNotification(ctx, l, logMsg)
 	if len(ca.notes) != 1 || len(cb.notes) != 0 {
 		t.Errorf("after A's call ended: A got %v, B got %v; want nothing more", ca.notes, cb.notes)
+	}
+}
+
+// levelRecorder is a slog.Handler that records each record's level and
+// message.
+type levelRecorder struct {
+	mu   sync.Mutex
+	recs []string
+}
+
+func (h *levelRecorder) Enabled(context.Context, slog.Level) bool { return true }
+func (h *levelRecorder) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.recs = append(h.recs, r.Level.String()+" "+r.Message)
+	return nil
+}
+func (h *levelRecorder) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *levelRecorder) WithGroup(string) slog.Handler      { return h }
+
+func (h *levelRecorder) take() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := h.recs
+	h.recs = nil
+	return out
+}
+
+// TestUnaskedRequestIsNotAWarning is issue 18, item 6: server-filesystem
+// and server-everything send roots/list right after initialize, before any
+// client exists. On a shared connection it is still refused (nothing can
+// answer it), but logged once at info and then at debug, not as a warning
+// on every start; asked while a client's call is in flight, it stays a
+// warning, since that client's use of roots is what fails.
+func TestUnaskedRequestIsNotAWarning(t *testing.T) {
+	rec := &levelRecorder{}
+	a := &Aggregator{relay: newRelay(), log: slog.New(rec)}
+	h := clientHandler{a: a, l: testLink("fs", configs.TransportStdio, "")}
+	want := []string{"INFO server→client request refused", "DEBUG server→client request refused", "DEBUG server→client request refused"}
+	for range want {
+		if _, err := h.relay(context.Background(), "roots/list", nil); !errors.Is(err, ErrAmbiguousCaller) {
+			t.Fatalf("err = %v, want ErrAmbiguousCaller", err)
+		}
+	}
+	if got := rec.take(); !slices.Equal(got, want) {
+		t.Errorf("with no call in flight, logged %q, want %q", got, want)
+	}
+
+	_, end := a.relay.begin(h.l.u, &testClient{name: "other", session: "B"})
+	defer end()
+	if _, err := h.relay(context.Background(), "roots/list", nil); !errors.Is(err, ErrAmbiguousCaller) {
+		t.Fatalf("err = %v, want ErrAmbiguousCaller", err)
+	}
+	if got := rec.take(); !slices.Equal(got, []string{"WARN server→client request refused"}) {
+		t.Errorf("with another session's call in flight, logged %q, want one warning", got)
 	}
 }
