@@ -103,10 +103,9 @@ type streamSession struct {
 	wg    sync.WaitGroup  // workers
 	wrote chan struct{}   // closed when the writer has stopped
 
-	initialized atomic.Bool
-	logLevel    atomic.Value // mcp.LoggingLevel
-	clientCaps  atomic.Pointer[mcp.ClientCapabilities]
-	seen        atomic.Int64 // unix nanoseconds of the client's last message (streamSet's idle check)
+	logLevel   atomic.Value // mcp.LoggingLevel
+	clientCaps atomic.Pointer[mcp.ClientCapabilities]
+	life       atomic.Pointer[sessionLife] // its expiry once added to the stream set; nil for stdio
 
 	mu         sync.Mutex
 	ended      bool
@@ -130,6 +129,7 @@ type streamJob struct {
 	key    string // the request id as sent
 	raw    []byte
 	msg    *jsonrpc.Message
+	done   func() // records its end in the session's life
 }
 
 type pendingReply struct {
@@ -245,7 +245,10 @@ func (ss *streamSession) receive(raw []byte) bool {
 	if ss.ctx.Err() != nil {
 		return false
 	}
-	ss.seen.Store(time.Now().UnixNano())
+	l := ss.life.Load()
+	if l != nil {
+		l.saw()
+	}
 	m, err := jsonrpc.Parse(raw)
 	if err != nil {
 		resp, _, _ := ss.srv.respond(Binding{}, nil, nil, err)
@@ -291,6 +294,10 @@ func (ss *streamSession) enqueue(raw []byte, m *jsonrpc.Message) {
 		return
 	}
 	ss.inflight[job.key] = cancel
+	job.done = func() {}
+	if l := ss.life.Load(); l != nil {
+		job.done = l.enter() // not idle while it is queued or runs
+	}
 	if ss.workers < streamWorkers {
 		ss.workers++
 		ss.wg.Add(1)
@@ -329,6 +336,7 @@ func (ss *streamSession) runJob(job *streamJob) {
 		delete(ss.inflight, job.key)
 		ss.mu.Unlock()
 		job.cancel()
+		job.done()
 	}()
 	if job.ctx.Err() != nil {
 		return
@@ -458,7 +466,9 @@ func (ss *streamSession) flush() {
 // now.
 func (ss *streamSession) register(hs *handshake) {
 	ss.clientCaps.Store(&hs.caps)
-	ss.initialized.Store(true)
+	if l := ss.life.Load(); l != nil {
+		l.ready.Store(true)
+	}
 	b, revoked := ss.srv.grantOf(ss)
 	if revoked == nil {
 		ss.mu.Lock()
