@@ -53,7 +53,7 @@ func TestOwnerSharedUntied(t *testing.T) {
 			victim := &testClient{name: "victim", session: "B"}
 			_, end := r.begin(l.u, victim)
 			defer end()
-			cl, err := r.owner(context.Background(), l)
+			cl, _, err := r.owner(context.Background(), l)
 			if cl != nil {
 				t.Fatalf("the request went to %v, want it refused", cl.(*testClient).name)
 			}
@@ -78,7 +78,7 @@ func TestOwnerSharedOfSessionScope(t *testing.T) {
 	l := &connLink{name: "late", u: upstream.New(uc, upstream.Options{})}
 	_, end := r.begin(l.u, &testClient{name: "stateless"})
 	defer end()
-	cl, err := r.owner(context.Background(), l)
+	cl, _, err := r.owner(context.Background(), l)
 	if cl != nil || !errors.Is(err, ErrAmbiguousCaller) {
 		t.Fatalf("owner = %v, %v; want a refusal", cl, err)
 	}
@@ -99,14 +99,14 @@ func TestOwnerTied(t *testing.T) {
 	_, endB := r.begin(l.u, b)
 	defer endB()
 	ctx := withCall(context.Background(), callA)
-	if cl, err := r.owner(ctx, l); err != nil || cl != a {
+	if cl, wide, err := r.owner(ctx, l); err != nil || cl != a || wide {
 		t.Fatalf("owner = %v, %v; want A", cl, err)
 	}
-	if cl, err := r.owner(ctx, other); err == nil {
+	if cl, _, err := r.owner(ctx, other); err == nil {
 		t.Errorf("a call tied on another connection reached %v", cl.(*testClient).name)
 	}
 	endA()
-	if cl, err := r.owner(ctx, l); err == nil {
+	if cl, _, err := r.owner(ctx, l); err == nil {
 		t.Errorf("a request tied to an ended call reached %v", cl.(*testClient).name)
 	}
 }
@@ -117,18 +117,18 @@ func TestOwnerTied(t *testing.T) {
 func TestOwnerSessionConnection(t *testing.T) {
 	r := newRelay()
 	l := testLink("s", configs.TransportStdio, "A")
-	if cl, err := r.owner(context.Background(), l); err == nil {
+	if cl, _, err := r.owner(context.Background(), l); err == nil {
 		t.Fatalf("with no call in flight the request reached %v", cl.(*testClient).name)
 	}
 	first, second := &testClient{name: "first", session: "A"}, &testClient{name: "second", session: "A"}
 	_, end1 := r.begin(l.u, first)
 	_, end2 := r.begin(l.u, second)
 	defer end2()
-	if cl, err := r.owner(context.Background(), l); err != nil || cl != first {
-		t.Fatalf("owner = %v, %v; want the oldest call", cl, err)
+	if cl, wide, err := r.owner(context.Background(), l); err != nil || cl != first || !wide {
+		t.Fatalf("owner = %v, %v, %v; want the oldest call, for the session as a whole", cl, wide, err)
 	}
 	end1()
-	if cl, err := r.owner(context.Background(), l); err != nil || cl != second {
+	if cl, _, err := r.owner(context.Background(), l); err != nil || cl != second {
 		t.Fatalf("owner = %v, %v; want the call left", cl, err)
 	}
 }

@@ -406,6 +406,7 @@ func (s *Server) unbind(id string) {
 	for _, cancel := range sess.inflight {
 		cancel()
 	}
+	sess.pending.fail() // its server→client requests get no answer now
 	subs := make([]string, 0, len(sess.subs))
 	for uri := range sess.subs {
 		subs = append(subs, uri)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 
+	"github.com/mcpmux/mcpmux/aggregator"
 	"github.com/mcpmux/mcpmux/filter"
 	"github.com/mcpmux/mcpmux/internal/audit"
 	"github.com/mcpmux/mcpmux/internal/jsonrpc"
@@ -571,6 +572,12 @@ func (s *Server) handleRouted(ctx context.Context, sess *streamSession, b Bindin
 				return ""
 			},
 			ask: func(ctx context.Context, method string, params any) (json.RawMessage, error) {
+				if aggregator.SessionWide(ctx) {
+					// The session's as a whole: sent by the session's
+					// writer and awaited while the session lasts, not
+					// only while this call does.
+					return sess.requestVia(ctx, mcp.MCPMethod(method), params, sess.send)
+				}
 				ctx, done := c.bound(ctx)
 				defer done()
 				return sess.requestVia(ctx, mcp.MCPMethod(method), params, c.push)
