@@ -1,0 +1,236 @@
+// Command hostile is a stdio MCP server that attacks the gateway it is
+// mounted in, for the tests of issue 17 (a hostile upstream is bounded, and
+// speaks only for itself). It speaks raw JSON-RPC lines, so every byte it
+// sends is the test's choice.
+//
+// Flags shape its catalog:
+//
+//	-tools N      lists N generated tools (t0 … tN-1) besides its own
+//	-page N       N generated tools per tools/list page (0 = all in one)
+//	-endless      every tools/list page has a new nextCursor, forever
+//	-repeat       the second page's nextCursor is the first's again
+//	-desc N       pads each generated tool's description to N bytes
+//	-churn        every tools/list answer differs (a tool vN, N the
+//	              number of tools/list requests so far)
+//	-resource URI lists one resource, URI, and can subscribe to it
+//	-starts PATH  appends one line to PATH at each start, so a test can
+//	              count how often the gateway started it
+//
+// Its own tools:
+//
+//	echo {text}            answers text
+//	flood {count}          sends count tools/list_changed notifications
+//	                       (0 = until stop), as fast as stdout takes them
+//	chatter {count}        sends count notifications/message
+//	spoof {uri}            sends notifications/resources/updated for uri
+//	grow {count}           lists count generated tools from now on, and
+//	                       says so with one tools/list_changed
+//	stop                   ends a flood
+//	stats                  answers "lists=<tools/list requests>"
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+)
+
+type request struct {
+	ID     json.RawMessage `json:"id"`
+	Method string          `json:"method"`
+	Params json.RawMessage `json:"params"`
+}
+
+type server struct {
+	tools           atomic.Int64 // generated tools listed
+	page, desc      int
+	endless, repeat bool
+	churn           bool
+	resource        string
+
+	mu  sync.Mutex // serializes writes
+	out *bufio.Writer
+
+	lists    atomic.Int64
+	flooding atomic.Bool
+}
+
+func main() {
+	s := &server{out: bufio.NewWriterSize(os.Stdout, 1<<16)}
+	tools := flag.Int("tools", 0, "generated tools")
+	flag.IntVar(&s.page, "page", 0, "generated tools per page (0 = one page)")
+	flag.IntVar(&s.desc, "desc", 0, "description bytes per generated tool")
+	flag.BoolVar(&s.endless, "endless", false, "a new cursor on every page, forever")
+	flag.BoolVar(&s.repeat, "repeat", false, "the second page repeats the first cursor")
+	flag.BoolVar(&s.churn, "churn", false, "every tools/list answer differs")
+	flag.StringVar(&s.resource, "resource", "", "one resource URI to list")
+	starts := flag.String("starts", "", "file to append a line to at each start")
+	flag.Parse()
+	s.tools.Store(int64(*tools))
+	if *starts != "" {
+		f, err := os.OpenFile(*starts, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
+		if err == nil {
+			fmt.Fprintf(f, "%d\n", os.Getpid())
+			f.Close()
+		}
+	}
+	in := bufio.NewScanner(os.Stdin)
+	in.Buffer(make([]byte, 1<<20), 16<<20)
+	for in.Scan() {
+		var r request
+		if json.Unmarshal(in.Bytes(), &r) != nil || len(r.ID) == 0 {
+			continue // a notification, or garbage: nothing to answer
+		}
+		s.handle(r)
+	}
+}
+
+// send writes one message as a line.
+func (s *server) send(msg any) {
+	b, err := json.Marshal(msg)
+	if err != nil {
+		panic(err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.out.Write(b)
+	s.out.WriteByte('\n')
+	s.out.Flush()
+}
+
+func (s *server) result(id json.RawMessage, res any) {
+	s.send(map[string]any{"jsonrpc": "2.0", "id": id, "result": res})
+}
+
+func (s *server) notify(method string, params any) {
+	s.send(map[string]any{"jsonrpc": "2.0", "method": method, "params": params})
+}
+
+func text(t string) map[string]any {
+	return map[string]any{"content": []any{map[string]any{"type": "text", "text": t}}}
+}
+
+func tool(name string) map[string]any {
+	return map[string]any{"name": name, "inputSchema": map[string]any{"type": "object"}}
+}
+
+func (s *server) handle(r request) {
+	switch r.Method {
+	case "initialize":
+		caps := map[string]any{"tools": map[string]any{"listChanged": true}}
+		if s.resource != "" {
+			caps["resources"] = map[string]any{"subscribe": true}
+		}
+		s.result(r.ID, map[string]any{
+			"protocolVersion": "2025-11-25",
+			"capabilities":    caps,
+			"serverInfo":      map[string]any{"name": "hostile", "version": "1.0.0"},
+		})
+	case "ping", "logging/setLevel", "resources/subscribe", "resources/unsubscribe":
+		s.result(r.ID, map[string]any{})
+	case "tools/list":
+		s.lists.Add(1)
+		s.result(r.ID, s.listPage(r.Params))
+	case "resources/list":
+		var rs []any
+		if s.resource != "" {
+			rs = append(rs, map[string]any{"uri": s.resource, "name": "owned"})
+		}
+		s.result(r.ID, map[string]any{"resources": rs})
+	case "resources/templates/list":
+		s.result(r.ID, map[string]any{"resourceTemplates": []any{}})
+	case "resources/read":
+		s.result(r.ID, map[string]any{"contents": []any{map[string]any{"uri": s.resource, "text": "owned"}}})
+	case "tools/call":
+		go s.call(r)
+	default:
+		s.send(map[string]any{"jsonrpc": "2.0", "id": r.ID, "error": map[string]any{"code": -32601, "message": "no " + r.Method}})
+	}
+}
+
+// listPage answers one tools/list request.
+func (s *server) listPage(params json.RawMessage) map[string]any {
+	var p struct {
+		Cursor string `json:"cursor"`
+	}
+	json.Unmarshal(params, &p)
+	start := 0
+	fmt.Sscanf(p.Cursor, "c%d", &start)
+	var items []any
+	if start == 0 {
+		for _, n := range []string{"echo", "flood", "chatter", "spoof", "grow", "stop", "stats"} {
+			items = append(items, tool(n))
+		}
+		if s.churn {
+			items = append(items, tool(fmt.Sprintf("v%d", s.lists.Load())))
+		}
+	}
+	total := int(s.tools.Load())
+	end := total
+	if s.page > 0 {
+		end = min(start+s.page, total)
+	}
+	pad := strings.Repeat("x", s.desc)
+	for i := start; i < end; i++ {
+		t := tool(fmt.Sprintf("t%d", i))
+		t["description"] = pad
+		items = append(items, t)
+	}
+	res := map[string]any{"tools": items}
+	switch {
+	case s.endless:
+		res["nextCursor"] = fmt.Sprintf("c%d", max(start, end)+1) // never ends, never repeats
+	case s.repeat:
+		res["nextCursor"] = "c1"
+	case end < total:
+		res["nextCursor"] = fmt.Sprintf("c%d", end)
+	}
+	return res
+}
+
+func (s *server) call(r request) {
+	var p struct {
+		Name      string `json:"name"`
+		Arguments struct {
+			Text  string `json:"text"`
+			Count int    `json:"count"`
+			URI   string `json:"uri"`
+		} `json:"arguments"`
+	}
+	json.Unmarshal(r.Params, &p)
+	a := p.Arguments
+	switch p.Name {
+	case "echo":
+		s.result(r.ID, text(a.Text))
+	case "flood":
+		s.flooding.Store(true)
+		s.result(r.ID, text("flooding"))
+		for i := 0; (a.Count == 0 || i < a.Count) && s.flooding.Load(); i++ {
+			s.notify("notifications/tools/list_changed", map[string]any{})
+		}
+	case "chatter":
+		for i := range a.Count {
+			s.notify("notifications/message", map[string]any{"level": "info", "logger": "hostile", "data": fmt.Sprintf("chatter %d", i)})
+		}
+		s.result(r.ID, text(fmt.Sprintf("sent %d", a.Count)))
+	case "spoof":
+		s.notify("notifications/resources/updated", map[string]any{"uri": a.URI})
+		s.result(r.ID, text("spoofed "+a.URI))
+	case "grow":
+		s.tools.Store(int64(a.Count))
+		s.result(r.ID, text(fmt.Sprintf("grown to %d", a.Count)))
+		s.notify("notifications/tools/list_changed", map[string]any{})
+	case "stop":
+		s.flooding.Store(false)
+		s.result(r.ID, text("stopped"))
+	case "stats":
+		s.result(r.ID, text(fmt.Sprintf("lists=%d", s.lists.Load())))
+	default:
+		s.send(map[string]any{"jsonrpc": "2.0", "id": r.ID, "error": map[string]any{"code": -32602, "message": "no tool " + p.Name}})
+	}
+}
