@@ -213,9 +213,9 @@ func expectDelim(dec *json.Decoder, d json.Delim) error {
 // then slows only the flooding upstream's own answers, and costs mcpmux a
 // bounded share of a core.
 const (
-	notifyRate         = 100
-	notifyBurst        = 1000
-	notifyIntakeRate   = 1000
+	notifyRate         = 500
+	notifyBurst        = 5000
+	notifyIntakeRate   = 2000
 	notifyDropLogEvery = 10 * time.Second
 )
 
