@@ -21,10 +21,11 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 )
 
-// The hostile upstream of issue 17 (findings 5 and 6): ./hostile, a stdio
-// server that lists huge catalogs, pages without end, floods list_changed
-// and log messages, and sends resources/updated for another upstream's
-// URI. Each test runs it as a real child of the real mcpmux binary.
+// The hostile upstream of issue 17 (findings 5 and 6): ./hostile, a server
+// that lists huge catalogs, pages without end, floods list_changed and log
+// messages, and sends resources/updated for another upstream's URI. Each
+// test runs it as a real stdio child of the real mcpmux binary, or serving
+// streamable HTTP on a loopback port.
 
 var hostileBuild struct {
 	once sync.Once
@@ -57,6 +58,43 @@ func hostileUpstream(t testing.TB, name string, args []string, extra string) str
 		quoted[i] = tomlString(a)
 	}
 	return fmt.Sprintf("[upstreams.%s]\ncommand = %s\nargs = [%s]\n%s\n", name, tomlString(hostileBinary(t)), strings.Join(quoted, ", "), extra)
+}
+
+// hostileHTTP serves ./hostile with args over streamable HTTP on a
+// loopback port and returns the config table of upstream name for it.
+func hostileHTTP(t *testing.T, name string, args []string, extra string) string {
+	t.Helper()
+	bin := hostileBinary(t)
+	addr := startLoopbackServer(t, "hostile "+name, func(addr string) *exec.Cmd {
+		return exec.Command(bin, append([]string{"-http", addr}, args...)...)
+	}, func(addr string, exited <-chan struct{}) error {
+		for deadline := time.Now().Add(10 * time.Second); ; {
+			resp, err := http.Post("http://"+addr+"/mcp", "application/json", strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"ping"}`))
+			if err == nil {
+				resp.Body.Close()
+				return nil
+			}
+			select {
+			case <-exited:
+				return fmt.Errorf("exited: %w", err)
+			default:
+			}
+			if time.Now().After(deadline) {
+				return err
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	})
+	return fmt.Sprintf("[upstreams.%s]\nurl = %s\n%s\n", name, tomlString("http://"+addr+"/mcp"), extra)
+}
+
+// hostileOn returns the config table of upstream name: ./hostile with
+// args as a stdio child, or over streamable HTTP.
+func hostileOn(t *testing.T, transport, name string, args []string, extra string) string {
+	if transport == "http" {
+		return hostileHTTP(t, name, args, extra)
+	}
+	return hostileUpstream(t, name, args, extra)
 }
 
 // hostileClient opens an mcp-go session on mux's /mcp that keeps a GET
@@ -194,6 +232,7 @@ func TestHostileCatalogBounds(t *testing.T) {
 		args  []string
 		extra string
 		grow  int    // after the upstream is up, grow its catalog to this many tools
+		http  bool   // serve it over streamable HTTP (one process: no restarts to count)
 		want  string // in the upstream's last_error
 	}{
 		{name: "100k tools in one 12MB page", args: []string{"-tools", "100000", "-desc", "60"},
@@ -208,14 +247,22 @@ func TestHostileCatalogBounds(t *testing.T) {
 			want: "list cursor did not advance"},
 		{name: "past the bound after list_changed", grow: 2000, extra: "max_catalog_items = 1000",
 			want: "max_catalog_items = 1000"},
+		{name: "100k tools in one page over HTTP", http: true, args: []string{"-tools", "100000", "-desc", "60"},
+			want: "max_catalog_items = 10000"},
+		{name: "endless cursors over HTTP", http: true, args: []string{"-endless", "-tools", "100000000", "-page", "500"},
+			extra: "max_catalog_items = 3000", want: "max_catalog_items = 3000"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			starts := filepath.Join(t.TempDir(), "starts")
 			args := append([]string{"-starts", starts}, tc.args...)
 			began := time.Now() // before the first start
+			entry := hostileUpstream(t, "hostile", args, tc.extra)
+			if tc.http {
+				entry = hostileHTTP(t, "hostile", tc.args, tc.extra)
+			}
 			mux := startMux(t, `[server]
 shutdown_grace = "5s"
-`+hostileUpstream(t, "hostile", args, tc.extra))
+`+entry)
 			resetPeak(t, mux.PID())
 			before := procBytes(t, mux.PID(), "VmRSS")
 			if tc.grow > 0 {
@@ -231,6 +278,9 @@ shutdown_grace = "5s"
 			}
 			if row.State == "up" && tc.grow == 0 {
 				t.Errorf("state = up with a catalog past its bound")
+			}
+			if tc.http {
+				return
 			}
 			// Backoff: count the starts over a few seconds more.
 			time.Sleep(4 * time.Second)
@@ -294,9 +344,15 @@ shutdown_grace = "5s"
 // TestHostileNotificationBudget: log messages past an upstream's budget
 // are dropped, with a log line naming the upstream, not silently.
 func TestHostileNotificationBudget(t *testing.T) {
+	for _, transport := range []string{"stdio", "http"} {
+		t.Run(transport, func(t *testing.T) { testHostileNotificationBudget(t, transport) })
+	}
+}
+
+func testHostileNotificationBudget(t *testing.T, transport string) {
 	mux := startMux(t, `[server]
 shutdown_grace = "5s"
-`+hostileUpstream(t, "chatty", nil, "required = true"))
+`+hostileOn(t, transport, "chatty", nil, "required = true"))
 	hc := openHostileClient(t, mux)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -305,7 +361,7 @@ shutdown_grace = "5s"
 	if err := hc.c.SetLevel(ctx, lvl); err != nil {
 		t.Fatalf("logging/setLevel: %v", err)
 	}
-	const sent = 5000
+	const sent = 12000 // past the budget's burst of 5000 and 500/s
 	hc.call(t, "chatty__chatter", map[string]any{"count": sent})
 	hc.call(t, "chatty__echo", map[string]any{"text": "barrier"})
 	time.Sleep(500 * time.Millisecond)
@@ -324,11 +380,17 @@ shutdown_grace = "5s"
 // a URI another upstream serves is dropped and logged naming it; the
 // owner's own reaches the subscriber.
 func TestHostileSpoofedResourceUpdated(t *testing.T) {
+	for _, transport := range []string{"stdio", "http"} {
+		t.Run(transport, func(t *testing.T) { testHostileSpoofedResourceUpdated(t, transport) })
+	}
+}
+
+func testHostileSpoofedResourceUpdated(t *testing.T, transport string) {
 	const uri = "file:///owned/data.txt"
 	mux := startMux(t, `[server]
 shutdown_grace = "5s"
-`+hostileUpstream(t, "owner", []string{"-resource", uri}, "required = true")+
-		hostileUpstream(t, "spoofer", nil, "required = true"))
+`+hostileOn(t, transport, "owner", []string{"-resource", uri}, "required = true")+
+		hostileOn(t, transport, "spoofer", nil, "required = true"))
 	hc := openHostileClient(t, mux)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

@@ -15,12 +15,17 @@
 //	-resource URI lists one resource, URI, and can subscribe to it
 //	-starts PATH  appends one line to PATH at each start, so a test can
 //	              count how often the gateway started it
+//	-http ADDR    serves streamable HTTP on ADDR (POST /mcp) instead of
+//	              stdio: each request is answered on an event stream of
+//	              its own, which carries the notifications its call sends
+//	              before its result
 //
 // Its own tools:
 //
 //	echo {text}            answers text
 //	flood {count}          sends count tools/list_changed notifications
-//	                       (0 = until stop), as fast as stdout takes them
+//	                       (0 = until stop; stdio only), as fast as they
+//	                       are taken
 //	chatter {count}        sends count notifications/message
 //	spoof {uri}            sends notifications/resources/updated for uri
 //	grow {count}           lists count generated tools from now on, and
@@ -34,6 +39,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"net/http"
 	"os"
 	"strings"
 	"sync"
@@ -53,7 +59,7 @@ type server struct {
 	churn           bool
 	resource        string
 
-	mu  sync.Mutex // serializes writes
+	mu  sync.Mutex // serializes writes to out
 	out *bufio.Writer
 
 	lists    atomic.Int64
@@ -70,6 +76,7 @@ func main() {
 	flag.BoolVar(&s.churn, "churn", false, "every tools/list answer differs")
 	flag.StringVar(&s.resource, "resource", "", "one resource URI to list")
 	starts := flag.String("starts", "", "file to append a line to at each start")
+	addr := flag.String("http", "", "serve streamable HTTP on this address instead of stdio")
 	flag.Parse()
 	s.tools.Store(int64(*tools))
 	if *starts != "" {
@@ -79,6 +86,10 @@ func main() {
 			f.Close()
 		}
 	}
+	if *addr != "" {
+		fmt.Fprintln(os.Stderr, http.ListenAndServe(*addr, http.HandlerFunc(s.serveHTTP)))
+		os.Exit(1)
+	}
 	in := bufio.NewScanner(os.Stdin)
 	in.Buffer(make([]byte, 1<<20), 16<<20)
 	for in.Scan() {
@@ -86,12 +97,15 @@ func main() {
 		if json.Unmarshal(in.Bytes(), &r) != nil || len(r.ID) == 0 {
 			continue // a notification, or garbage: nothing to answer
 		}
-		s.handle(r)
+		s.handle(r, s.send, true)
 	}
 }
 
-// send writes one message as a line.
-func (s *server) send(msg any) {
+// sink writes one message to the peer; it reports whether it could.
+type sink func(msg any) bool
+
+// send writes one message to stdout as a line.
+func (s *server) send(msg any) bool {
 	b, err := json.Marshal(msg)
 	if err != nil {
 		panic(err)
@@ -100,15 +114,49 @@ func (s *server) send(msg any) {
 	defer s.mu.Unlock()
 	s.out.Write(b)
 	s.out.WriteByte('\n')
-	s.out.Flush()
+	return s.out.Flush() == nil
 }
 
-func (s *server) result(id json.RawMessage, res any) {
-	s.send(map[string]any{"jsonrpc": "2.0", "id": id, "result": res})
+// serveHTTP answers one POST: a request on an event stream of its own,
+// anything else with 202.
+func (s *server) serveHTTP(w http.ResponseWriter, req *http.Request) {
+	if req.Method != http.MethodPost {
+		http.Error(w, "POST only", http.StatusMethodNotAllowed)
+		return
+	}
+	var r request
+	if err := json.NewDecoder(req.Body).Decode(&r); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	if len(r.ID) == 0 {
+		w.WriteHeader(http.StatusAccepted)
+		return
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.WriteHeader(http.StatusOK)
+	f, _ := w.(http.Flusher)
+	s.handle(r, func(msg any) bool {
+		b, err := json.Marshal(msg)
+		if err != nil {
+			panic(err)
+		}
+		if _, err := fmt.Fprintf(w, "event: message\ndata: %s\n\n", b); err != nil {
+			return false
+		}
+		if f != nil {
+			f.Flush()
+		}
+		return true
+	}, false)
 }
 
-func (s *server) notify(method string, params any) {
-	s.send(map[string]any{"jsonrpc": "2.0", "method": method, "params": params})
+func result(w sink, id json.RawMessage, res any) bool {
+	return w(map[string]any{"jsonrpc": "2.0", "id": id, "result": res})
+}
+
+func notify(w sink, method string, params any) bool {
+	return w(map[string]any{"jsonrpc": "2.0", "method": method, "params": params})
 }
 
 func text(t string) map[string]any {
@@ -119,37 +167,43 @@ func tool(name string) map[string]any {
 	return map[string]any{"name": name, "inputSchema": map[string]any{"type": "object"}}
 }
 
-func (s *server) handle(r request) {
+// handle answers r on w; a tools/call runs on a goroutine of its own when
+// async (stdio), so that stop can end a flood.
+func (s *server) handle(r request, w sink, async bool) {
 	switch r.Method {
 	case "initialize":
 		caps := map[string]any{"tools": map[string]any{"listChanged": true}}
 		if s.resource != "" {
 			caps["resources"] = map[string]any{"subscribe": true}
 		}
-		s.result(r.ID, map[string]any{
+		result(w, r.ID, map[string]any{
 			"protocolVersion": "2025-11-25",
 			"capabilities":    caps,
 			"serverInfo":      map[string]any{"name": "hostile", "version": "1.0.0"},
 		})
 	case "ping", "logging/setLevel", "resources/subscribe", "resources/unsubscribe":
-		s.result(r.ID, map[string]any{})
+		result(w, r.ID, map[string]any{})
 	case "tools/list":
 		s.lists.Add(1)
-		s.result(r.ID, s.listPage(r.Params))
+		result(w, r.ID, s.listPage(r.Params))
 	case "resources/list":
 		var rs []any
 		if s.resource != "" {
 			rs = append(rs, map[string]any{"uri": s.resource, "name": "owned"})
 		}
-		s.result(r.ID, map[string]any{"resources": rs})
+		result(w, r.ID, map[string]any{"resources": rs})
 	case "resources/templates/list":
-		s.result(r.ID, map[string]any{"resourceTemplates": []any{}})
+		result(w, r.ID, map[string]any{"resourceTemplates": []any{}})
 	case "resources/read":
-		s.result(r.ID, map[string]any{"contents": []any{map[string]any{"uri": s.resource, "text": "owned"}}})
+		result(w, r.ID, map[string]any{"contents": []any{map[string]any{"uri": s.resource, "text": "owned"}}})
 	case "tools/call":
-		go s.call(r)
+		if async {
+			go s.call(r, w)
+		} else {
+			s.call(r, w)
+		}
 	default:
-		s.send(map[string]any{"jsonrpc": "2.0", "id": r.ID, "error": map[string]any{"code": -32601, "message": "no " + r.Method}})
+		w(map[string]any{"jsonrpc": "2.0", "id": r.ID, "error": map[string]any{"code": -32601, "message": "no " + r.Method}})
 	}
 }
 
@@ -193,7 +247,7 @@ func (s *server) listPage(params json.RawMessage) map[string]any {
 	return res
 }
 
-func (s *server) call(r request) {
+func (s *server) call(r request, w sink) {
 	var p struct {
 		Name      string `json:"name"`
 		Arguments struct {
@@ -206,31 +260,33 @@ func (s *server) call(r request) {
 	a := p.Arguments
 	switch p.Name {
 	case "echo":
-		s.result(r.ID, text(a.Text))
+		result(w, r.ID, text(a.Text))
 	case "flood":
 		s.flooding.Store(true)
-		s.result(r.ID, text("flooding"))
+		result(w, r.ID, text("flooding"))
 		for i := 0; (a.Count == 0 || i < a.Count) && s.flooding.Load(); i++ {
-			s.notify("notifications/tools/list_changed", map[string]any{})
+			if !notify(w, "notifications/tools/list_changed", map[string]any{}) {
+				return
+			}
 		}
 	case "chatter":
 		for i := range a.Count {
-			s.notify("notifications/message", map[string]any{"level": "info", "logger": "hostile", "data": fmt.Sprintf("chatter %d", i)})
+			notify(w, "notifications/message", map[string]any{"level": "info", "logger": "hostile", "data": fmt.Sprintf("chatter %d", i)})
 		}
-		s.result(r.ID, text(fmt.Sprintf("sent %d", a.Count)))
+		result(w, r.ID, text(fmt.Sprintf("sent %d", a.Count)))
 	case "spoof":
-		s.notify("notifications/resources/updated", map[string]any{"uri": a.URI})
-		s.result(r.ID, text("spoofed "+a.URI))
+		notify(w, "notifications/resources/updated", map[string]any{"uri": a.URI})
+		result(w, r.ID, text("spoofed "+a.URI))
 	case "grow":
 		s.tools.Store(int64(a.Count))
-		s.result(r.ID, text(fmt.Sprintf("grown to %d", a.Count)))
-		s.notify("notifications/tools/list_changed", map[string]any{})
+		result(w, r.ID, text(fmt.Sprintf("grown to %d", a.Count)))
+		notify(w, "notifications/tools/list_changed", map[string]any{})
 	case "stop":
 		s.flooding.Store(false)
-		s.result(r.ID, text("stopped"))
+		result(w, r.ID, text("stopped"))
 	case "stats":
-		s.result(r.ID, text(fmt.Sprintf("lists=%d", s.lists.Load())))
+		result(w, r.ID, text(fmt.Sprintf("lists=%d", s.lists.Load())))
 	default:
-		s.send(map[string]any{"jsonrpc": "2.0", "id": r.ID, "error": map[string]any{"code": -32602, "message": "no tool " + p.Name}})
+		w(map[string]any{"jsonrpc": "2.0", "id": r.ID, "error": map[string]any{"code": -32602, "message": "no tool " + p.Name}})
 	}
 }
