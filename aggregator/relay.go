@@ -1,6 +1,7 @@
 package aggregator
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -308,6 +309,9 @@ func (r *relay) addSubscriber(key string, delta int) int {
 // learnLinks records the URIs of resource links in a tools/call result,
 // so that reading them is routed back to the upstream that returned them.
 func (r *relay) learnLinks(upstream string, res json.RawMessage) {
+	if !bytes.Contains(res, []byte(`"resource_link"`)) { // one pass over a large result
+		return
+	}
 	// The content items' own members only: a large text or blob is
 	// crossed, not decoded.
 	var uris []string
