@@ -89,3 +89,30 @@ func BenchmarkLargeResult(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkSmallCallSSE measures a small tools/call through mcpmux's
+// handler from an upstream that answers as an event stream, as an mcp-go
+// server does for good once it has sent its session a notification:
+// mcpmux's own CPU per call on that path (-cpuprofile).
+func BenchmarkSmallCallSSE(b *testing.B) {
+	for _, sse := range []bool{false, true} {
+		name := "json"
+		if sse {
+			name = "sse"
+		}
+		b.Run(name, func(b *testing.B) {
+			up := rawUpstream(b, 2, sse)
+			s := newBenchServer(b, up.URL, "")
+			h := s.Handler()
+			sid := openSession(b, h, "")
+			body := `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"up__big","arguments":{}}}`
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N {
+				if w := postSink(h, "", sid, body); !bytes.Contains(w.head, []byte(`"result"`)) {
+					b.Fatalf("call not answered: %.200s", w.head)
+				}
+			}
+		})
+	}
+}

@@ -284,6 +284,24 @@ type eventStream struct {
 	body io.Closer
 }
 
+// readerPool holds the readers of event streams: every call answered as a
+// stream would otherwise allocate one.
+var readerPool = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 32<<10) }}
+
+func newEventStream(body io.ReadCloser) *eventStream {
+	br := readerPool.Get().(*bufio.Reader)
+	br.Reset(body)
+	return &eventStream{br: br, body: body}
+}
+
+// close closes the stream's body and gives its reader back.
+func (s *eventStream) close() {
+	s.body.Close()
+	s.br.Reset(nil)
+	readerPool.Put(s.br)
+	s.br = nil
+}
+
 // exchange POSTs one request and reads the answer. rest, when not nil, is
 // the remainder of the answer's event stream, which the caller reads (and
 // closes).
@@ -302,12 +320,12 @@ func (p *httpPeer) exchange(ctx context.Context, id, method string, params json.
 	mediaType, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
 	switch {
 	case resp.StatusCode == http.StatusOK && mediaType == "text/event-stream":
-		rest := &eventStream{br: bufio.NewReaderSize(resp.Body, 32<<10), body: resp.Body}
+		rest := newEventStream(resp.Body)
 		res, err, more := p.readAnswer(rest.br, id)
 		if more {
 			return res, rest, err
 		}
-		resp.Body.Close()
+		rest.close()
 		return res, nil, err
 	case resp.StatusCode/100 == 2 && resp.StatusCode != http.StatusAccepted:
 		defer resp.Body.Close()
@@ -426,7 +444,7 @@ func (p *httpPeer) readAnswer(br *bufio.Reader, id string) (res json.RawMessage,
 // to the call id ("" for the GET stream), until the stream ends, then
 // closes it.
 func (p *httpPeer) readStream(s *eventStream, tied string) error {
-	defer s.body.Close()
+	defer s.close()
 	for {
 		f, err := wire.ReadEvent(s.br, p.limit)
 		if err != nil {
@@ -559,7 +577,7 @@ func (p *httpPeer) listen() {
 				c.u.log.Debug("upstream offers no GET stream; list_changed may not arrive", "status", resp.Status)
 				return
 			}
-			err = p.readStream(&eventStream{br: bufio.NewReaderSize(resp.Body, 32<<10), body: resp.Body}, "")
+			err = p.readStream(newEventStream(resp.Body), "")
 		}
 		if c.ctx.Err() != nil {
 			return
