@@ -68,6 +68,7 @@ type (
 		Token    *string  `toml:"token"`
 		SHA256   *string  `toml:"token_sha256"`
 		Profiles []string `toml:"profiles"`
+		Admin    bool     `toml:"admin"`
 	}
 	rawAudit struct {
 		Path             string `toml:"path"`

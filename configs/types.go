@@ -60,7 +60,10 @@ type Token struct {
 	Token    string
 	SHA256   string
 	Profiles []string // the first is the token's default
-	Line     int      // line of the [[auth.tokens]] entry, for messages
+	// Admin lets the token see all of the gateway on /, /status.json,
+	// /metrics and /readyz; other tokens see what their profiles see.
+	Admin bool
+	Line  int // line of the [[auth.tokens]] entry, for messages
 }
 
 // Audit is the [audit] table.

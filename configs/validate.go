@@ -655,7 +655,7 @@ func (v *validator) auth(raw []rawToken, profiles map[string]*Profile) Auth {
 	seen := map[string]keyPath{} // sha256 hex → first token with it
 	for i, r := range raw {
 		p := keyPath{"auth", "tokens"}.at(i)
-		t := Token{Line: v.lines.line(p), Profiles: slices.Clone(r.Profiles)}
+		t := Token{Line: v.lines.line(p), Profiles: slices.Clone(r.Profiles), Admin: r.Admin}
 		hash := ""
 		switch {
 		case r.Token != nil && r.SHA256 != nil:

@@ -418,6 +418,7 @@ type Resolver struct {
 type tokenEntry struct {
 	sum      [sha256.Size]byte
 	profiles []string
+	admin    bool // sees all of the gateway's operational views
 }
 
 // NewResolver compiles cfg's [filter] and profiles. cfg must be valid.
@@ -439,7 +440,7 @@ func NewResolver(cfg *configs.Config, registry *filter.Registry) (*Resolver, err
 	}
 	slices.Sort(r.names)
 	for _, t := range cfg.Auth.Tokens {
-		te := tokenEntry{profiles: t.Profiles}
+		te := tokenEntry{profiles: t.Profiles, admin: t.Admin}
 		if t.Token != "" {
 			te.sum = sha256.Sum256([]byte(t.Token))
 		} else {
@@ -647,7 +648,13 @@ func (r *Resolver) stages(sel Selection, auth bool) (string, []*filter.Rules, *t
 	}
 	if name != "" {
 		if _, ok := r.profiles[name]; !ok {
-			return "", nil, nil, fmt.Errorf("%w %q (known: %s)", ErrUnknownProfile, name, strings.Join(r.names, ", "))
+			// Only the profiles this caller may use are named: the rest
+			// of the config is no business of a narrower token's.
+			usable := r.names
+			if allowed != nil {
+				usable = allowed
+			}
+			return "", nil, nil, fmt.Errorf("%w %q (known: %s)", ErrUnknownProfile, name, strings.Join(usable, ", "))
 		}
 		if allowed != nil && !slices.Contains(allowed, name) {
 			return "", nil, nil, fmt.Errorf("%w: %q (allowed: %s)", ErrForbidden, name, strings.Join(allowed, ", "))

@@ -51,7 +51,7 @@ profiles = ["first", "readonly"]
 		{"header selects an allowed profile", "", map[string]string{"Authorization": "Bearer tok-ci", "Mcp-Profile": "readonly"}, 200, "up__tool_0000,up__tool_0002,up__tool_0004", ""},
 		{"header beats query", "?profile=first", map[string]string{"Authorization": "Bearer tok-ci", "Mcp-Profile": "readonly"}, 200, "up__tool_0000,up__tool_0002,up__tool_0004", ""},
 		{"profile outside the token is 403", "?profile=first", map[string]string{"Authorization": "Bearer tok-ro"}, 403, "", `"first"`},
-		{"unknown profile is 404 with names", "?profile=nope", map[string]string{"Authorization": "Bearer tok-ci"}, 404, "", "known: first, narrow, readonly"},
+		{"unknown profile is 404 naming only the token's profiles", "?profile=nope", map[string]string{"Authorization": "Bearer tok-ci"}, 404, "", "known: first, readonly"},
 		{"narrowing never widens", "?tools=up__tool_0003", map[string]string{"Authorization": "Bearer tok-ci"}, 200, "", ""},
 		{"toolsets and tools add up inside the profile", "?toolsets=up&tools=up__tool_0003", map[string]string{"Authorization": "Bearer tok-ci"}, 200, "up__tool_0000,up__tool_0001", ""},
 		{"tools narrowing", "?tools=up__tool_0001,up__tool_0005", map[string]string{"Authorization": "Bearer tok-ci"}, 200, "up__tool_0001", ""},

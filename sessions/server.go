@@ -448,8 +448,8 @@ func (s *Server) Handler() http.Handler {
 		io.WriteString(w, "ok\n")
 	})
 	mux.HandleFunc("GET /readyz", s.serveReady)
-	mux.Handle("GET /metrics", s.needToken(s.metrics.handler()))
-	s.handleStatus(mux) // GET / and GET /status.json (status.go)
+	mux.Handle("GET /metrics", s.withViewer(s.serveMetrics)) // views.go
+	s.handleStatus(mux)                                      // GET / and GET /status.json (status.go)
 	return recoverPanics(s.log, s.guard(mux))
 }
 
@@ -470,27 +470,11 @@ func (s *Server) guard(next http.Handler) http.Handler {
 	})
 }
 
-// needToken lets a request through only with a configured bearer token,
-// when tokens are configured: /metrics names upstreams, profiles and
-// traffic, which is for the gateway's operators, not for anyone who can
-// reach the port.
-func (s *Server) needToken(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		res := s.Resolver()
-		if res.AuthRequired() {
-			sel, _ := SelectionFromRequest(r)
-			if !sel.HasToken || res.token(sel.Token) == nil {
-				w.Header().Set("WWW-Authenticate", `Bearer realm="mcpmux"`)
-				http.Error(w, "a bearer token is required", http.StatusUnauthorized)
-				return
-			}
-		}
-		next.ServeHTTP(w, r)
-	})
-}
-
-// serveReady answers 200 when every required upstream is up.
-func (s *Server) serveReady(w http.ResponseWriter, _ *http.Request) {
+// serveReady answers 200 when every required upstream is up. It names the
+// required upstreams that are down only to a viewer that sees all
+// (views.go): a probe needs no token, and without one learns only ready
+// or not.
+func (s *Server) serveReady(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	if !s.started.Load() {
 		w.WriteHeader(http.StatusServiceUnavailable)
@@ -505,6 +489,10 @@ func (s *Server) serveReady(w http.ResponseWriter, _ *http.Request) {
 	}
 	if len(down) > 0 {
 		w.WriteHeader(http.StatusServiceUnavailable)
+		if v, ok := s.viewerOf(r); !ok || !v.all {
+			io.WriteString(w, "not ready: a required upstream is down\n")
+			return
+		}
 		fmt.Fprintf(w, "required upstreams down: %s\n", strings.Join(down, ", "))
 		return
 	}

@@ -51,8 +51,8 @@ const idleShown = time.Minute
 // its config (env and header values, URL keys) and redacts URLs.
 func (s *Server) handleStatus(mux *http.ServeMux) {
 	p := &statusPage{srv: s, start: time.Now()}
-	mux.Handle("GET /{$}", s.needToken(http.HandlerFunc(p.serveHTML)))
-	mux.Handle("GET /status.json", s.needToken(http.HandlerFunc(p.serveJSON)))
+	mux.Handle("GET /{$}", s.withViewer(p.serveHTML))
+	mux.Handle("GET /status.json", s.withViewer(p.serveJSON))
 }
 
 // statusPage renders the status of one Server. Rendering reads the
@@ -181,8 +181,8 @@ type filterRow struct {
 	Sessions int      `json:"sessions"` // live sessions bound to it
 }
 
-func (p *statusPage) serveHTML(w http.ResponseWriter, r *http.Request) {
-	st := p.status()
+func (p *statusPage) serveHTML(w http.ResponseWriter, r *http.Request, v viewer) {
+	st := p.status(v)
 	var b bytes.Buffer
 	if err := statusTemplate.Execute(&b, st); err != nil {
 		p.srv.log.Error("status page not rendered", "error", err)
@@ -195,8 +195,8 @@ func (p *statusPage) serveHTML(w http.ResponseWriter, r *http.Request) {
 	w.Write(b.Bytes())
 }
 
-func (p *statusPage) serveJSON(w http.ResponseWriter, r *http.Request) {
-	b, err := json.MarshalIndent(p.status(), "", "  ")
+func (p *statusPage) serveJSON(w http.ResponseWriter, r *http.Request, v viewer) {
+	b, err := json.MarshalIndent(p.status(v), "", "  ")
 	if err != nil {
 		http.Error(w, "status: "+err.Error(), http.StatusInternalServerError)
 		return
@@ -216,8 +216,8 @@ func statusHeaders(h http.Header) {
 	h.Set("Referrer-Policy", "no-referrer")
 }
 
-// status gathers what the page shows, now.
-func (p *statusPage) status() *statusData {
+// status gathers what the page shows v, now (views.go).
+func (p *statusPage) status(v viewer) *statusData {
 	s := p.srv
 	now := time.Now()
 	snap := s.agg.Snapshot()
@@ -248,6 +248,9 @@ func (p *statusPage) status() *statusData {
 	var longest time.Duration // the longest idle /mcp session's idle time
 	s.mu.Lock()
 	for _, sess := range s.bound {
+		if !v.seesProfile(sess.binding.Profile) {
+			continue // another caller's
+		}
 		door := "mcp"
 		if sess.ss != nil {
 			door = sess.ss.kind
@@ -277,6 +280,7 @@ func (p *statusPage) status() *statusData {
 		st.Filters[i].Sessions = byFilter[f]
 		st.OtherFilterSessions -= byFilter[f]
 	}
+	st.restrict(v)
 	return st
 }
 
