@@ -254,15 +254,16 @@ func isErrorResult(res json.RawMessage) bool {
 }
 
 // errorFor is the JSON-RPC error a client gets for err from route: an
-// upstream's own error unchanged, mcpmux's own errors without transport
-// internals. It returns nil when the client cancelled (no answer is due).
+// upstream's own error unchanged but for configured secrets, which are
+// masked whoever's they are (an upstream may quote another's key or a
+// gateway token), and mcpmux's own errors without transport internals. It returns nil when the client cancelled (no answer is due).
 func (s *Server) errorFor(m *jsonrpc.Message, err error, modern bool) *jsonrpc.Error {
 	var rpc *upstream.RPCError
 	var own *jsonrpc.Error
 	var ue *aggregator.UpstreamError
 	switch {
 	case errors.As(err, &rpc):
-		return &jsonrpc.Error{Code: rpc.Code, Message: rpc.Message, Data: rpc.Data}
+		return &jsonrpc.Error{Code: rpc.Code, Message: s.agg.MaskSecrets(rpc.Message), Data: s.maskData(rpc.Data)}
 	case errors.As(err, &own):
 		return own
 	case errors.As(err, &ue):
@@ -285,6 +286,23 @@ func (s *Server) errorFor(m *jsonrpc.Message, err error, modern bool) *jsonrpc.E
 	}
 	s.log.Error("request failed", "method", m.Method, "error", err)
 	return &jsonrpc.Error{Code: mcp.INTERNAL_ERROR, Message: m.Method + " failed; see mcpmux's log"}
+}
+
+// maskData returns an upstream error's data with every configured secret
+// masked; data that holds one but would not stay valid JSON masked is
+// dropped.
+func (s *Server) maskData(data json.RawMessage) json.RawMessage {
+	if len(data) == 0 {
+		return data
+	}
+	masked := s.agg.MaskSecrets(string(data))
+	switch {
+	case masked == string(data):
+		return data
+	case json.Valid([]byte(masked)):
+		return json.RawMessage(masked)
+	}
+	return nil
 }
 
 // subscribe records a session's resources/subscribe or unsubscribe and

@@ -192,7 +192,10 @@ func New(cfg *configs.Config, agg *aggregator.Aggregator, opts Options) (*Server
 	}
 	s.resolver.Store(res)
 	if opts.Audit != nil {
-		s.audit = audit.New(opts.Audit, cfg.Audit.IncludeArguments, func(err error) {
+		// Every line is masked whole: a reason quoting an upstream's
+		// error, or arguments quoting a key, hold no configured secret.
+		w := maskedLines{w: opts.Audit, mask: agg.MaskSecrets}
+		s.audit = audit.New(w, cfg.Audit.IncludeArguments, func(err error) {
 			s.log.Error("audit log write failed", "error", err)
 		})
 	}
@@ -911,4 +914,18 @@ func recoverPanics(log *slog.Logger, next http.Handler) http.Handler {
 		}()
 		next.ServeHTTP(w, r)
 	})
+}
+
+// maskedLines writes each line (audit.Log writes one per Write) with every
+// configured secret masked.
+type maskedLines struct {
+	w    io.Writer
+	mask func(string) string
+}
+
+func (m maskedLines) Write(p []byte) (int, error) {
+	if _, err := io.WriteString(m.w, m.mask(string(p))); err != nil {
+		return 0, err
+	}
+	return len(p), nil
 }
