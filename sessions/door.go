@@ -49,8 +49,8 @@ func (set *streamSet) add(ss *streamSession) error {
 	if ended {
 		return ErrSessionClosed
 	}
-	if !ss.srv.slots.take() {
-		return ss.srv.tooManySessions()
+	if err := ss.srv.takeSlot(ss.binding.Who); err != nil {
+		return err
 	}
 	if set.byID == nil {
 		set.byID = make(map[string]*streamSession)
@@ -74,7 +74,7 @@ func (set *streamSet) remove(ss *streamSession) {
 			t.Stop()
 			delete(set.idle, ss)
 		}
-		ss.srv.slots.give()
+		ss.srv.giveSlot(ss.binding.Who)
 	}
 }
 
@@ -189,9 +189,10 @@ func (s *Server) openDoor(w http.ResponseWriter, r *http.Request) (Binding, Sele
 		writeResolveError(w, err)
 		return Binding{}, Selection{}, false
 	}
+	b.Who = callerOf(r, b)
 	// Refused before the upgrade; streamSet.add takes the slot itself.
-	if s.slots.full() {
-		s.refuseSession(w, nil, "", b.Profile)
+	if err := s.slotsFull(b.Who); err != nil {
+		s.refuseSession(w, nil, "", b.Profile, err)
 		return Binding{}, Selection{}, false
 	}
 	s.streams.watchShutdown(r)

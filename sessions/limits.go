@@ -18,32 +18,55 @@ import (
 // bodies.
 
 // sessionSlots counts the live sessions and streams of every door against
-// server.max_sessions: /mcp sessions, GET /mcp streams, 2026-07-28 listen
-// streams, and /ws, /sse and stdio sessions. Its zero value has no limit;
-// it is safe for concurrent use.
+// server.max_sessions, and each caller's against its share,
+// server.max_sessions_per_caller: /mcp sessions, GET /mcp streams,
+// 2026-07-28 listen streams, and /ws, /sse and stdio sessions. Its zero
+// value has no limit; it is safe for concurrent use.
 type sessionSlots struct {
-	max int64 // 0 = no limit
-	n   atomic.Int64
+	max     int64 // 0 = no limit
+	n       atomic.Int64
+	callers shares // per caller (callerOf)
 }
 
-// take claims a slot; it reports false when all are taken.
-func (sl *sessionSlots) take() bool {
+// takeSlot claims a slot for who (callerOf; "" = nobody's share); it fails
+// when all are taken (tooManySessions) or who holds its share (overShare).
+func (s *Server) takeSlot(who string) error {
+	sl := &s.slots
+	if sl.max > 0 && sl.n.Load() >= sl.max {
+		return s.tooManySessions() // named first when both are reached
+	}
+	if !sl.callers.take(who) {
+		return s.overShare()
+	}
 	for {
 		n := sl.n.Load()
 		if sl.max > 0 && n >= sl.max {
-			return false
+			sl.callers.give(who)
+			return s.tooManySessions()
 		}
 		if sl.n.CompareAndSwap(n, n+1) {
-			return true
+			return nil
 		}
 	}
 }
 
-// give returns a slot take claimed.
-func (sl *sessionSlots) give() { sl.n.Add(-1) }
+// giveSlot returns a slot takeSlot claimed for who.
+func (s *Server) giveSlot(who string) {
+	s.slots.n.Add(-1)
+	s.slots.callers.give(who)
+}
 
-// full reports whether take would fail now.
-func (sl *sessionSlots) full() bool { return sl.max > 0 && sl.n.Load() >= sl.max }
+// slotsFull returns why takeSlot(who) would fail now, or nil.
+func (s *Server) slotsFull(who string) error {
+	sl := &s.slots
+	switch {
+	case sl.max > 0 && sl.n.Load() >= sl.max:
+		return s.tooManySessions()
+	case sl.callers.full(who):
+		return s.overShare()
+	}
+	return nil
+}
 
 // live returns the number of slots taken.
 func (sl *sessionSlots) live() int { return int(sl.n.Load()) }
@@ -58,13 +81,13 @@ func (s *Server) tooManySessions() error {
 }
 
 // refuseSession answers a request that would open a session or stream over
-// server.max_sessions: 503 with a JSON-RPC error naming the limit, audited
-// as busy.
-func (s *Server) refuseSession(w http.ResponseWriter, id json.RawMessage, method, profile string) {
+// server.max_sessions or its caller's share: 503 with a JSON-RPC error
+// naming the limit (why, from takeSlot or slotsFull), audited as busy.
+func (s *Server) refuseSession(w http.ResponseWriter, id json.RawMessage, method, profile string, why error) {
 	s.metrics.count(method, outcomeError)
 	s.auditLimit("", profile, method, "", audit.ReasonBusy)
 	w.Header().Set("Retry-After", "1")
-	writeJSONError(w, http.StatusServiceUnavailable, id, errBusyCode, s.tooManySessions().Error())
+	writeJSONError(w, http.StatusServiceUnavailable, id, errBusyCode, why.Error())
 }
 
 // --- /mcp sessions ---
@@ -75,6 +98,7 @@ func (s *Server) refuseSession(w http.ResponseWriter, id json.RawMessage, method
 type sessionLife struct {
 	seen  atomic.Int64 // unix nanoseconds of its last request's start or end
 	ready atomic.Bool  // it sent something after its initialize
+	who   string       // the caller whose share its slot counts in (callerOf)
 	busy  atomic.Int32 // its requests in flight, a GET stream included
 	timer *time.Timer  // under Server.mu
 }
@@ -98,7 +122,7 @@ func (s *Server) ttlOf(l *sessionLife) time.Duration {
 
 // startLife starts the expiry of the session id; s.mu must be held.
 func (s *Server) startLife(id string, sess *session) {
-	l := &sessionLife{}
+	l := &sessionLife{who: sess.who}
 	l.seen.Store(time.Now().UnixNano())
 	sess.life = l
 	l.timer = time.AfterFunc(s.initTTL(), func() { s.checkIdle(id, l) })
@@ -111,8 +135,8 @@ func (s *Server) endLife(id string, sess *session) {
 		return
 	}
 	sess.life.timer.Stop()
+	s.giveSlot(sess.life.who)
 	sess.life = nil
-	s.slots.give()
 }
 
 // touch records a request of sess (any message after initialize makes it
