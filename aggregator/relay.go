@@ -131,6 +131,11 @@ type connLink struct {
 	name    string
 	u       *upstream.Upstream
 	session string // "" for the shared connection
+
+	// unaskedNoted is set once a request the upstream sent on its own
+	// (no call in flight) was refused and logged at info: later ones are
+	// logged at debug (clientHandler.relay).
+	unaskedNoted atomic.Bool
 }
 
 // owner returns the client a server→client request that arrived on the
@@ -145,19 +150,21 @@ type connLink struct {
 // delivering it to "the one call in flight" would hand one client's
 // request, and the upstream the answer, to a session that did not cause
 // it.
-func (r *relay) owner(ctx context.Context, l *connLink) (Client, error) {
+func (r *relay) owner(ctx context.Context, l *connLink) (cl Client, sessionWide bool, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	calls := r.inflight[l.u]
 	if c := callFrom(ctx); c != nil {
 		if _, ok := calls[c]; ok {
-			return c.client, nil
+			return c.client, false, nil
 		}
-		return nil, fmt.Errorf("the call it was sent with has ended: %w", ErrAmbiguousCaller)
+		return nil, false, fmt.Errorf("the call it was sent with has ended: %w", ErrAmbiguousCaller)
 	}
 	if l.session != "" {
-		// The oldest call of the session: a request waits for its answer
-		// only as long as the call it is delivered through lasts.
+		// The request is the session's, not any one call's: it is sent
+		// through the oldest call in flight, and its answer is awaited for
+		// as long as the session lasts (SessionWide), not only as long as
+		// that call does.
 		var first *inflightCall
 		for c := range calls {
 			if first == nil || c.seq < first.seq {
@@ -165,11 +172,38 @@ func (r *relay) owner(ctx context.Context, l *connLink) (Client, error) {
 			}
 		}
 		if first == nil {
-			return nil, fmt.Errorf("no call of the client session this connection serves is in flight, and mcpmux relays such requests only during a call: %w", ErrAmbiguousCaller)
+			return nil, false, fmt.Errorf("no call of the client session this connection serves is in flight, and mcpmux relays such requests only during a call: %w", ErrAmbiguousCaller)
 		}
-		return first.client, nil
+		return first.client, true, nil
 	}
-	return nil, fmt.Errorf("%w: %s", ErrAmbiguousCaller, untiedReason(l.u))
+	return nil, false, fmt.Errorf("%w: %s", ErrAmbiguousCaller, untiedReason(l.u))
+}
+
+// sessionWideKey marks the ctx of a server→client request that belongs to
+// a client session rather than to one of its calls (relay.owner).
+type sessionWideKey struct{}
+
+// SessionWide reports whether the server→client request whose ctx this is
+// belongs to the client's session as a whole: one that a scope = "session"
+// upstream sent outside any call's stream. Its answer is awaited for as
+// long as the session lasts, and it may reach the client by another of the
+// session's streams than the call it was handed to; a request tied to a
+// call ends with that call.
+func SessionWide(ctx context.Context) bool {
+	v, _ := ctx.Value(sessionWideKey{}).(bool)
+	return v
+}
+
+// unasked reports whether the connection l has no call in flight and ctx
+// ties the request to none: the upstream sent it on its own (a roots/list
+// right after initialize, say), not while serving a client.
+func (r *relay) unasked(ctx context.Context, l *connLink) bool {
+	if callFrom(ctx) != nil {
+		return false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.inflight[l.u]) == 0
 }
 
 // untiedReason explains, to the upstream that sent it and in mcpmux's log,
@@ -414,13 +448,26 @@ func (h clientHandler) onRequest(ctx context.Context, _ *upstream.Upstream, meth
 // relay asks the calling client. A refusal's text reaches the upstream, so
 // it says what to configure.
 func (h clientHandler) relay(ctx context.Context, method string, params any) (json.RawMessage, error) {
-	cl, err := h.a.relay.owner(ctx, h.l)
+	cl, sessionWide, err := h.a.relay.owner(ctx, h.l)
+	if sessionWide {
+		ctx = context.WithValue(ctx, sessionWideKey{}, true)
+	}
 	if err != nil {
-		// A warning when the config can fix it (a shared upstream);
-		// otherwise what a scope = "session" upstream's shared connection
-		// or an idle session's connection is asked is only information.
+		// A warning when the config can fix it (a shared upstream asked
+		// while serving a client); otherwise what a scope = "session"
+		// upstream's shared connection or an idle session's connection is
+		// asked is only information. A shared connection asked with no
+		// call in flight (servers ask for roots right after initialize,
+		// before any client exists) is noted once at info, then at debug:
+		// nobody waits for that answer, and it would warn on every start.
 		level := slog.LevelWarn
-		if h.l.session != "" || h.l.u.Config().Scope == configs.ScopeSession {
+		switch {
+		case h.l.session == "" && h.a.relay.unasked(ctx, h.l):
+			level = slog.LevelDebug
+			if h.l.unaskedNoted.CompareAndSwap(false, true) {
+				level = slog.LevelInfo
+			}
+		case h.l.session != "" || h.l.u.Config().Scope == configs.ScopeSession:
 			level = slog.LevelInfo
 		}
 		h.a.log.Log(ctx, level, "server→client request refused", "upstream", h.l.name, "session", h.l.session, "method", method, "error", err)

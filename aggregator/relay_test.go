@@ -4,7 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/mark3labs/mcp-go/mcp"
@@ -52,7 +55,7 @@ func TestOwnerSharedUntied(t *testing.T) {
 			victim := &testClient{name: "victim", session: "B"}
 			_, end := r.begin(l.u, victim)
 			defer end()
-			cl, err := r.owner(context.Background(), l)
+			cl, _, err := r.owner(context.Background(), l)
 			if cl != nil {
 				t.Fatalf("the request went to %v, want it refused", cl.(*testClient).name)
 			}
@@ -77,7 +80,7 @@ func TestOwnerSharedOfSessionScope(t *testing.T) {
 	l := &connLink{name: "late", u: upstream.New(uc, upstream.Options{})}
 	_, end := r.begin(l.u, &testClient{name: "stateless"})
 	defer end()
-	cl, err := r.owner(context.Background(), l)
+	cl, _, err := r.owner(context.Background(), l)
 	if cl != nil || !errors.Is(err, ErrAmbiguousCaller) {
 		t.Fatalf("owner = %v, %v; want a refusal", cl, err)
 	}
@@ -98,14 +101,14 @@ func TestOwnerTied(t *testing.T) {
 	_, endB := r.begin(l.u, b)
 	defer endB()
 	ctx := withCall(context.Background(), callA)
-	if cl, err := r.owner(ctx, l); err != nil || cl != a {
+	if cl, wide, err := r.owner(ctx, l); err != nil || cl != a || wide {
 		t.Fatalf("owner = %v, %v; want A", cl, err)
 	}
-	if cl, err := r.owner(ctx, other); err == nil {
+	if cl, _, err := r.owner(ctx, other); err == nil {
 		t.Errorf("a call tied on another connection reached %v", cl.(*testClient).name)
 	}
 	endA()
-	if cl, err := r.owner(ctx, l); err == nil {
+	if cl, _, err := r.owner(ctx, l); err == nil {
 		t.Errorf("a request tied to an ended call reached %v", cl.(*testClient).name)
 	}
 }
@@ -116,18 +119,18 @@ func TestOwnerTied(t *testing.T) {
 func TestOwnerSessionConnection(t *testing.T) {
 	r := newRelay()
 	l := testLink("s", configs.TransportStdio, "A")
-	if cl, err := r.owner(context.Background(), l); err == nil {
+	if cl, _, err := r.owner(context.Background(), l); err == nil {
 		t.Fatalf("with no call in flight the request reached %v", cl.(*testClient).name)
 	}
 	first, second := &testClient{name: "first", session: "A"}, &testClient{name: "second", session: "A"}
 	_, end1 := r.begin(l.u, first)
 	_, end2 := r.begin(l.u, second)
 	defer end2()
-	if cl, err := r.owner(context.Background(), l); err != nil || cl != first {
-		t.Fatalf("owner = %v, %v; want the oldest call", cl, err)
+	if cl, wide, err := r.owner(context.Background(), l); err != nil || cl != first || !wide {
+		t.Fatalf("owner = %v, %v, %v; want the oldest call, for the session as a whole", cl, wide, err)
 	}
 	end1()
-	if cl, err := r.owner(context.Background(), l); err != nil || cl != second {
+	if cl, _, err := r.owner(context.Background(), l); err != nil || cl != second {
 		t.Fatalf("owner = %v, %v; want the call left", cl, err)
 	}
 }
@@ -200,5 +203,60 @@ func TestCallNotificationReachesItsCall(t *testing.T) {
 	a.onCallNotification(ctx, l, logMsg)
 	if len(ca.notes) != 1 || len(cb.notes) != 0 {
 		t.Errorf("after A's call ended: A got %v, B got %v; want nothing more", ca.notes, cb.notes)
+	}
+}
+
+// levelRecorder is a slog.Handler that records each record's level and
+// message.
+type levelRecorder struct {
+	mu   sync.Mutex
+	recs []string
+}
+
+func (h *levelRecorder) Enabled(context.Context, slog.Level) bool { return true }
+func (h *levelRecorder) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.recs = append(h.recs, r.Level.String()+" "+r.Message)
+	return nil
+}
+func (h *levelRecorder) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *levelRecorder) WithGroup(string) slog.Handler      { return h }
+
+func (h *levelRecorder) take() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := h.recs
+	h.recs = nil
+	return out
+}
+
+// TestUnaskedRequestIsNotAWarning is issue 18, item 6: server-filesystem
+// and server-everything send roots/list right after initialize, before any
+// client exists. On a shared connection it is still refused (nothing can
+// answer it), but logged once at info and then at debug, not as a warning
+// on every start; asked while a client's call is in flight, it stays a
+// warning, since that client's use of roots is what fails.
+func TestUnaskedRequestIsNotAWarning(t *testing.T) {
+	rec := &levelRecorder{}
+	a := &Aggregator{relay: newRelay(), log: slog.New(rec)}
+	h := clientHandler{a: a, l: testLink("fs", configs.TransportStdio, "")}
+	want := []string{"INFO server→client request refused", "DEBUG server→client request refused", "DEBUG server→client request refused"}
+	for range want {
+		if _, err := h.relay(context.Background(), "roots/list", nil); !errors.Is(err, ErrAmbiguousCaller) {
+			t.Fatalf("err = %v, want ErrAmbiguousCaller", err)
+		}
+	}
+	if got := rec.take(); !slices.Equal(got, want) {
+		t.Errorf("with no call in flight, logged %q, want %q", got, want)
+	}
+
+	_, end := a.relay.begin(h.l.u, &testClient{name: "other", session: "B"})
+	defer end()
+	if _, err := h.relay(context.Background(), "roots/list", nil); !errors.Is(err, ErrAmbiguousCaller) {
+		t.Fatalf("err = %v, want ErrAmbiguousCaller", err)
+	}
+	if got := rec.take(); !slices.Equal(got, []string{"WARN server→client request refused"}) {
+		t.Errorf("with another session's call in flight, logged %q, want one warning", got)
 	}
 }

@@ -82,19 +82,10 @@ type fidKnown struct {
 // mcpmux now speaks to every upstream transport itself and lists the
 // upstreams' bytes: the catalog, instructions, oversize and SSE cells pass,
 // and so do logs wherever the upstream writes them on the call's own
-// stream. What still fails:
-//   - session-sampling-x3: a scope = "session" upstream that does not tie
-//     the request to a call's stream (stdio, websocket, legacy SSE, and
-//     mcp-go's HTTP sampling, which it sends outside the call's stream):
-//     the session's sampling requests die with the call that ends first.
-//   - logs from mcp-go's HTTP server (below).
+// stream, and sampling a scope = "session" upstream sends outside any
+// call's stream (it is the session's, awaited while the session lasts).
+// What still fails: logs from mcp-go's HTTP server (below).
 var fidKnownFailures = []fidKnown{
-	{"everything-stdio", "*", "session-sampling-x3", 16, "context canceled", true},
-	{"everything-sse", "*", "session-sampling-x3", 16, "context canceled", true},
-	{"everything-ws", "*", "session-sampling-x3", 16, "context canceled", true},
-	{"mcpgo-stdio", "*", "session-sampling-x3", 16, "sampling request failed: context canceled", true},
-	{"mcpgo-http", "*", "session-sampling-x3", 16, "context canceled", true},
-
 	// mcp-go's streamable HTTP server writes a call's log message on
 	// whichever of the session's streams it picks, not on the call's own:
 	// nothing ties it to its call, so mcpmux may not deliver it.

@@ -62,7 +62,7 @@ func TestReload(t *testing.T) {
 			time.Sleep(20 * time.Millisecond)
 		}
 		time.Sleep(200 * time.Millisecond) // let the client finish its first list
-		if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+		if err := os.WriteFile(path, []byte(inheritMarker(text)), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		if hup {
@@ -131,7 +131,7 @@ func TestReload(t *testing.T) {
 			t.Fatalf("old config not serving after a rejected reload: %+v", steps)
 		}
 		// Put a valid file back so the cleanup's shutdown is ordinary.
-		if err := os.WriteFile(path, []byte(base), 0o600); err != nil {
+		if err := os.WriteFile(path, []byte(inheritMarker(base)), 0o600); err != nil {
 			t.Fatal(err)
 		}
 	})

@@ -311,6 +311,7 @@ func (s *Server) awaitCall(ctx context.Context, c *call, m *jsonrpc.Message, wri
 				continue
 			}
 			s.metrics.count(m.Method, outcomeOK)
+			s.spanOutcome(ctx, outcomeInput, nil)
 			return jsonrpc.Response(m.ID, b), 0
 		case a := <-c.done:
 			drain()
@@ -327,6 +328,7 @@ func (s *Server) answer(ctx context.Context, c *call, m *jsonrpc.Message, a rout
 	if c.release != nil {
 		c.release()
 	}
+	s.spanOutcome(ctx, outcomeFor(a.err), a.err)
 	if a.err == nil {
 		s.metrics.count(m.Method, outcomeOK)
 		return jsonrpc.Response(m.ID, a.result), 0

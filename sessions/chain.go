@@ -283,9 +283,11 @@ func (s *Server) errorFor(m *jsonrpc.Message, err error, modern bool) *jsonrpc.E
 		if modern {
 			code = mcp.INVALID_PARAMS
 		}
-		return &jsonrpc.Error{Code: code, Message: "Resource not found: " + jsonrpc.Printable(m.URI)}
+		_, uri := refOf(m)
+		return &jsonrpc.Error{Code: code, Message: "Resource not found: " + jsonrpc.Printable(uri)}
 	case errors.Is(err, aggregator.ErrPromptNotFound):
-		return &jsonrpc.Error{Code: mcp.INVALID_PARAMS, Message: "Prompt not found: " + jsonrpc.Printable(m.Name)}
+		name, _ := refOf(m)
+		return &jsonrpc.Error{Code: mcp.INVALID_PARAMS, Message: "Prompt not found: " + jsonrpc.Printable(name)}
 	case errors.Is(err, context.Canceled):
 		return nil
 	}
@@ -312,6 +314,22 @@ func (s *Server) maskData(data json.RawMessage) json.RawMessage {
 		return json.RawMessage(masked)
 	}
 	return nil
+}
+
+// refOf is the prompt name and resource URI m names: its params' own,
+// or for completion/complete those of its ref.
+func refOf(m *jsonrpc.Message) (name, uri string) {
+	if m.Method != string(mcp.MethodCompletionComplete) {
+		return m.Name, m.URI
+	}
+	var p struct {
+		Ref struct {
+			Name string `json:"name"`
+			URI  string `json:"uri"`
+		} `json:"ref"`
+	}
+	json.Unmarshal(m.Params, &p)
+	return p.Ref.Name, p.Ref.URI
 }
 
 // subscribe records a session's resources/subscribe or unsubscribe and

@@ -14,6 +14,7 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 
+	"github.com/mcpmux/mcpmux/aggregator"
 	"github.com/mcpmux/mcpmux/filter"
 	"github.com/mcpmux/mcpmux/internal/audit"
 	"github.com/mcpmux/mcpmux/internal/jsonrpc"
@@ -50,7 +51,8 @@ func (s *Server) serveRouted(w http.ResponseWriter, r *http.Request, m *jsonrpc.
 		// limiter without bound). It is keyed by who is asking instead.
 		id = statelessKey(r, sel, b)
 	}
-	e, refusal := s.decide(id, b, view, m)
+	ctx, e, refusal := s.decideTraced(r.Context(), r.Header, id, b, view, m)
+	defer s.endSpan(ctx)
 	if refusal != nil {
 		status := http.StatusOK
 		if modern {
@@ -59,7 +61,7 @@ func (s *Server) serveRouted(w http.ResponseWriter, r *http.Request, m *jsonrpc.
 		writeAnswer(w, status, jsonrpc.ErrorResponse(m.ID, refusal))
 		return
 	}
-	ctx, untrack := s.trackRouted(r.Context(), sess, m.ID)
+	ctx, untrack := s.trackRouted(ctx, sess, m.ID)
 	defer untrack()
 	var held *backlog
 	overflow := func() {}
@@ -333,15 +335,24 @@ func (s *Server) sessionCaller(sess *session, call *call, logf func(string, ...a
 		return sess.logLevel
 	}
 	c.ask = func(ctx context.Context, method string, params any) (json.RawMessage, error) {
-		ctx, done := call.bound(ctx)
-		defer done()
+		// A request of the call's own ends with the call. One of the
+		// session's as a whole (aggregator.SessionWide) is awaited while
+		// the session lasts: the client answers it by POST whichever of
+		// the session's streams carried it, and one that comes after
+		// this call ended goes on the session's GET stream.
+		wide := aggregator.SessionWide(ctx)
+		if !wide {
+			var done func()
+			ctx, done = call.bound(ctx)
+			defer done()
+		}
 		id, reply := sess.pending.open()
 		defer sess.pending.close(id)
 		frame, err := jsonrpc.Request(jsonrpc.StringID(id), method, params)
 		if err != nil {
 			return nil, err
 		}
-		if err := call.push(ctx, frame); err != nil {
+		if err := call.push(ctx, frame); err != nil && (!wide || !s.push(sess, frame)) {
 			return nil, err
 		}
 		select {
@@ -357,12 +368,13 @@ func (s *Server) sessionCaller(sess *session, call *call, logf func(string, ...a
 	return c
 }
 
-// pendingSet is the server→client requests of one session waiting for the
-// client's answer. Its zero value is ready; it is safe for concurrent use.
+// pendingSet is the server→client requests of one session, of any door,
+// waiting for the client's answer. Its zero value is ready; it is safe for concurrent use.
 type pendingSet struct {
-	mu   sync.Mutex
-	next uint64
-	wait map[string]chan pendingReply
+	mu     sync.Mutex
+	next   uint64
+	wait   map[string]chan pendingReply
+	closed bool // the session ended (fail)
 }
 
 func (p *pendingSet) open() (string, <-chan pendingReply) {
@@ -374,8 +386,27 @@ func (p *pendingSet) open() (string, <-chan pendingReply) {
 	p.next++
 	id := fmt.Sprintf("mcpmux-%d", p.next)
 	ch := make(chan pendingReply, 1)
+	if p.closed {
+		ch <- pendingReply{err: ErrSessionClosed}
+		return id, ch
+	}
 	p.wait[id] = ch
 	return id, ch
+}
+
+// fail answers every request still waiting with ErrSessionClosed, and
+// those opened later at once: the session ended.
+func (p *pendingSet) fail() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.closed = true
+	for id, ch := range p.wait {
+		select {
+		case ch <- pendingReply{err: ErrSessionClosed}:
+		default:
+		}
+		delete(p.wait, id)
+	}
 }
 
 func (p *pendingSet) close(id string) {
@@ -401,7 +432,7 @@ func (p *pendingSet) deliver(m *jsonrpc.Message) bool {
 	if len(m.Error) > 0 {
 		ce := &ClientError{}
 		if err := json.Unmarshal(m.Error, ce); err != nil {
-			ce.Code, ce.Message = mcp.INTERNAL_ERROR, "malformed error from the client"
+			ce.Code, ce.Message = mcp.INTERNAL_ERROR, "the client answered with an unreadable error object"
 		}
 		r.err = ce
 	} else {

@@ -23,12 +23,12 @@ import (
 // finds its SSE session here, and the HTTP server's shutdown ends them all.
 // Each holds a server.max_sessions slot, and each but stdio's ends once it
 // has been idle for server.session_idle_timeout (read_timeout before it
-// initialized). Its zero value is ready to use; it is safe for concurrent
-// use. Lock order: streamSet.mu before streamSession.mu.
+// initialized), by the same sessionLife as a /mcp session's. Its zero
+// value is ready to use; it is safe for concurrent use. Lock order:
+// streamSet.mu before streamSession.mu.
 type streamSet struct {
 	mu      sync.Mutex
 	byID    map[string]*streamSession
-	idle    map[*streamSession]*time.Timer
 	closing bool
 	hooked  map[*http.Server]bool
 }
@@ -54,12 +54,10 @@ func (set *streamSet) add(ss *streamSession) error {
 	}
 	if set.byID == nil {
 		set.byID = make(map[string]*streamSession)
-		set.idle = make(map[*streamSession]*time.Timer)
 	}
 	set.byID[ss.id] = ss
-	ss.seen.Store(time.Now().UnixNano())
 	if ss.kind != "stdio" { // the one client that launched mcpmux
-		set.idle[ss] = time.AfterFunc(ss.srv.initTTL(), func() { set.checkIdle(ss) })
+		ss.life.Store(ss.srv.newLife(func(time.Duration) { ss.end(errSessionIdle) }))
 	}
 	return nil
 }
@@ -70,9 +68,8 @@ func (set *streamSet) remove(ss *streamSession) {
 	defer set.mu.Unlock()
 	if set.byID[ss.id] == ss {
 		delete(set.byID, ss.id)
-		if t := set.idle[ss]; t != nil {
-			t.Stop()
-			delete(set.idle, ss)
+		if l := ss.life.Load(); l != nil {
+			l.stop()
 		}
 		ss.srv.giveSlot(ss.binding.Who)
 	}
@@ -80,36 +77,6 @@ func (set *streamSet) remove(ss *streamSession) {
 
 // errSessionIdle ends a stream session that was idle too long.
 var errSessionIdle = errors.New("session idle for longer than server.session_idle_timeout")
-
-// checkIdle ends ss when no message came from its client for its idle TTL
-// (read_timeout until it initialized) and none of its requests is in
-// flight; otherwise it sets the timer for the next check.
-func (set *streamSet) checkIdle(ss *streamSession) {
-	ttl := ss.srv.cfg.Server.SessionIdleTimeout
-	if !ss.initialized.Load() {
-		ttl = ss.srv.initTTL()
-	}
-	if ttl <= 0 {
-		return
-	}
-	ss.mu.Lock()
-	busy := len(ss.inflight) > 0
-	ss.mu.Unlock()
-	idle := time.Since(time.Unix(0, ss.seen.Load()))
-	if !busy && idle >= ttl {
-		ss.end(errSessionIdle)
-		return
-	}
-	next := ttl - idle
-	if busy {
-		next = ttl
-	}
-	set.mu.Lock()
-	if t := set.idle[ss]; t != nil {
-		t.Reset(max(next, time.Second))
-	}
-	set.mu.Unlock()
-}
 
 // get returns the live session with id, or nil.
 func (set *streamSet) get(id string) *streamSession {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -92,19 +93,26 @@ func (s *Server) refuseSession(w http.ResponseWriter, id json.RawMessage, method
 
 // --- /mcp sessions ---
 
-// sessionLife is what expires an idle /mcp session opened by initialize:
-// one timer, which fires at the earliest moment the session could be idle
-// for too long and then checks.
+// sessionLife is what expires an idle session, of any door but stdio's
+// (whose one client launched mcpmux): one timer, which fires at the
+// earliest moment the session could be idle for too long and then checks.
+// A session is idle while none of its requests or streams is in flight;
+// until it has initialized, its TTL is read_timeout rather than
+// server.session_idle_timeout.
 type sessionLife struct {
-	seen  atomic.Int64 // unix nanoseconds of its last request's start or end
-	ready atomic.Bool  // it sent something after its initialize
-	who   string       // the caller whose share its slot counts in (callerOf)
+	seen  atomic.Int64 // unix nanoseconds of its last message, or of a request's start or end
+	ready atomic.Bool  // it initialized (on /mcp: it sent something after its initialize)
 	busy  atomic.Int32 // its requests in flight, a GET stream included
-	timer *time.Timer  // under Server.mu
+	// expire ends the session; it is given how long the session was idle.
+	expire func(idle time.Duration)
+
+	mu      sync.Mutex
+	timer   *time.Timer
+	stopped bool
 }
 
-// initTTL is how long a session may stay without a message after its
-// initialize (no notifications/initialized, no request): read_timeout.
+// initTTL is how long a session may stay without a message before it
+// initialized (or, on /mcp, after its initialize): read_timeout.
 func (s *Server) initTTL() time.Duration {
 	if d := s.cfg.Server.ReadTimeout; d > 0 {
 		return d
@@ -120,27 +128,61 @@ func (s *Server) ttlOf(l *sessionLife) time.Duration {
 	return s.cfg.Server.SessionIdleTimeout
 }
 
-// startLife starts the expiry of the session id; s.mu must be held.
-func (s *Server) startLife(id string, sess *session) {
-	l := &sessionLife{who: sess.who}
+// newLife starts the expiry of a session, which expire ends.
+func (s *Server) newLife(expire func(idle time.Duration)) *sessionLife {
+	l := &sessionLife{expire: expire}
 	l.seen.Store(time.Now().UnixNano())
-	sess.life = l
-	l.timer = time.AfterFunc(s.initTTL(), func() { s.checkIdle(id, l) })
+	l.mu.Lock()
+	l.timer = time.AfterFunc(s.initTTL(), func() { s.checkIdle(l) })
+	l.mu.Unlock()
+	return l
 }
 
-// endLife stops the expiry of the session id, which ended, and gives its
-// slot back; s.mu must be held.
+// stop ends the expiry of a session that ended.
+func (l *sessionLife) stop() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.stopped = true
+	if l.timer != nil {
+		l.timer.Stop()
+	}
+}
+
+// saw records a message from the session's client.
+func (l *sessionLife) saw() { l.seen.Store(time.Now().UnixNano()) }
+
+// enter records a request of the session that is now in flight; the
+// returned func records its end.
+func (l *sessionLife) enter() func() {
+	l.saw()
+	l.busy.Add(1)
+	return func() {
+		l.saw()
+		l.busy.Add(-1)
+	}
+}
+
+// startLife starts the expiry of the /mcp session id; s.mu must be held.
+func (s *Server) startLife(id string, sess *session) {
+	sess.life = s.newLife(func(idle time.Duration) {
+		s.log.Info("session expired", "session", id, "idle", idle.Round(time.Second))
+		s.expire(id)
+	})
+}
+
+// endLife stops the expiry of the /mcp session id, which ended, and gives
+// its slot back; s.mu must be held.
 func (s *Server) endLife(id string, sess *session) {
 	if sess.life == nil {
 		return
 	}
-	sess.life.timer.Stop()
-	s.giveSlot(sess.life.who)
+	sess.life.stop()
+	s.giveSlot(sess.who)
 	sess.life = nil
 }
 
-// touch records a request of sess (any message after initialize makes it
-// initialized); the returned func records its end.
+// touch records a request of the /mcp session sess (any message after
+// initialize makes it initialized); the returned func records its end.
 func (s *Server) touch(sess *session) func() {
 	s.mu.Lock()
 	l := sess.life
@@ -148,18 +190,13 @@ func (s *Server) touch(sess *session) func() {
 	if l == nil {
 		return func() {}
 	}
-	l.seen.Store(time.Now().UnixNano())
 	l.ready.Store(true)
-	l.busy.Add(1)
-	return func() {
-		l.seen.Store(time.Now().UnixNano())
-		l.busy.Add(-1)
-	}
+	return l.enter()
 }
 
-// checkIdle expires the session id when it has been idle for its TTL with
+// checkIdle expires l's session when it has been idle for its TTL with
 // nothing in flight; otherwise it sets the timer for the next check.
-func (s *Server) checkIdle(id string, l *sessionLife) {
+func (s *Server) checkIdle(l *sessionLife) {
 	ttl := s.ttlOf(l)
 	if ttl <= 0 {
 		return // no session_idle_timeout: it lives until closed
@@ -167,19 +204,18 @@ func (s *Server) checkIdle(id string, l *sessionLife) {
 	idle := time.Since(time.Unix(0, l.seen.Load()))
 	busy := l.busy.Load() > 0
 	if !busy && idle >= ttl {
-		s.log.Info("session expired", "session", id, "idle", idle.Round(time.Second), "initialized", l.ready.Load())
-		s.expire(id)
+		l.expire(idle)
 		return
 	}
 	next := ttl - idle
 	if busy {
 		next = ttl
 	}
-	s.mu.Lock()
-	if sess := s.bound[id]; sess != nil && sess.life == l {
+	l.mu.Lock()
+	if !l.stopped {
 		l.timer.Reset(max(next, time.Second))
 	}
-	s.mu.Unlock()
+	l.mu.Unlock()
 }
 
 // expire ends the /mcp session id, as a DELETE from its client would.

@@ -106,16 +106,16 @@ func TestStreamSessionsExpire(t *testing.T) {
 		}
 		return p, ss
 	}
-	ago := func(ss *streamSession, d time.Duration) { ss.seen.Store(time.Now().Add(-d).UnixNano()) }
+	ago := func(ss *streamSession, d time.Duration) { ss.life.Load().seen.Store(time.Now().Add(-d).UnixNano()) }
 
 	_, fresh := open()
 	ago(fresh, 20*time.Second)
-	s.streams.checkIdle(fresh)
+	s.checkIdle(fresh.life.Load())
 	if fresh.ctx.Err() != nil {
 		t.Fatal("a stream idle for less than read_timeout was ended")
 	}
 	ago(fresh, 31*time.Second)
-	s.streams.checkIdle(fresh)
+	s.checkIdle(fresh.life.Load())
 	if !errors.Is(fresh.endCause(), errSessionIdle) {
 		t.Fatalf("a stream that never initialized, idle past read_timeout: cause %v, want errSessionIdle", fresh.endCause())
 	}
@@ -125,15 +125,15 @@ func TestStreamSessionsExpire(t *testing.T) {
 	waitFor(t, func() bool {
 		ready.mu.Lock()
 		defer ready.mu.Unlock()
-		return ready.initialized.Load() && len(ready.inflight) == 0
+		return ready.life.Load().ready.Load() && ready.life.Load().busy.Load() == 0
 	}, "the session to be initialized, with its initialize done")
 	ago(ready, 5*time.Minute)
-	s.streams.checkIdle(ready)
+	s.checkIdle(ready.life.Load())
 	if ready.ctx.Err() != nil {
 		t.Fatal("an initialized stream idle for less than session_idle_timeout was ended")
 	}
 	ago(ready, 11*time.Minute)
-	s.streams.checkIdle(ready)
+	s.checkIdle(ready.life.Load())
 	if !errors.Is(ready.endCause(), errSessionIdle) {
 		t.Fatalf("an initialized stream idle past session_idle_timeout: cause %v", ready.endCause())
 	}
@@ -335,12 +335,12 @@ func TestMCPSessionsExpire(t *testing.T) {
 		t.Fatal("an initialized /mcp session has no expiry")
 	}
 	ago(l, 20*time.Second)
-	s.checkIdle(fresh, l)
+	s.checkIdle(l)
 	if life(fresh) == nil {
 		t.Fatal("a session idle for less than read_timeout expired")
 	}
 	ago(l, 31*time.Second)
-	s.checkIdle(fresh, l)
+	s.checkIdle(l)
 	if !gone(fresh) {
 		t.Fatal("a session that never sent anything after initialize outlived read_timeout")
 	}
@@ -349,7 +349,7 @@ func TestMCPSessionsExpire(t *testing.T) {
 	post(h, "", ready, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
 	l = life(ready)
 	ago(l, 5*time.Minute)
-	s.checkIdle(ready, l)
+	s.checkIdle(l)
 	if life(ready) == nil {
 		t.Fatal("an initialized session idle for less than session_idle_timeout expired")
 	}
@@ -358,18 +358,18 @@ func TestMCPSessionsExpire(t *testing.T) {
 	s.mu.Unlock()
 	done := s.touch(sess) // a request in flight, such as a GET stream
 	ago(l, time.Hour)
-	s.checkIdle(ready, l)
+	s.checkIdle(l)
 	if life(ready) == nil {
 		t.Fatal("a session with a request in flight expired")
 	}
 	done()
 	ago(l, 11*time.Minute)
-	s.checkIdle(ready, l)
+	s.checkIdle(l)
 	if !gone(ready) {
 		t.Fatal("an initialized session outlived session_idle_timeout")
 	}
-	if s.slots.live() != 0 || s.Sessions() != 0 || s.Sessions() != 0 {
-		t.Fatalf("expired sessions left %d slots, %d ids, %d sessions", s.slots.live(), s.Sessions(), s.Sessions())
+	if s.slots.live() != 0 || s.Sessions() != 0 {
+		t.Fatalf("expired sessions left %d slots, %d sessions", s.slots.live(), s.Sessions())
 	}
 }
 

@@ -521,11 +521,79 @@ func (r *Resolver) Probe(sel Selection) (profile, key string, err error) {
 	return name, r.registry.Key(stages...), nil
 }
 
-func (r *Resolver) resolve(sel Selection, auth bool) (Binding, error) {
-	name, stages, caller, err := r.stages(sel, auth)
+// Checked is one request's selection as one resolver checked it: its
+// token, once, then its profile and narrowing. A door checks each request
+// once (Check) and takes every later decision of the request from it, so
+// that a reload in the middle of a request cannot mix two configs.
+type Checked struct {
+	r       *Resolver
+	sel     Selection
+	auth    bool
+	profile string
+	stages  []*filter.Rules
+	caller  *tokenEntry // nil when no token was checked
+}
+
+// Check checks sel as Resolve does, without building its filter.
+func (r *Resolver) Check(sel Selection) (*Checked, error) {
+	name, stages, caller, err := r.stages(sel, true)
 	if err != nil {
-		return Binding{}, err
+		return nil, err
 	}
+	return &Checked{r: r, sel: sel, auth: true, profile: name, stages: stages, caller: caller}, nil
+}
+
+// Resolver returns the resolver that checked c.
+func (c *Checked) Resolver() *Resolver { return c.r }
+
+// Profile returns the profile the selection resolves to.
+func (c *Checked) Profile() string { return c.profile }
+
+// Key returns the key of the filter Binding would bind, without building
+// or caching that filter.
+func (c *Checked) Key() string { return c.r.registry.Key(c.stages...) }
+
+// KeyUnder returns the key of the request's narrowing read under profile,
+// the profile of the session it belongs to, instead of the one it
+// resolves to (a token's default that a reload changed).
+func (c *Checked) KeyUnder(profile string) (string, error) {
+	stages, err := c.r.stagesOf(profile, c.sel)
+	if err != nil {
+		return "", err
+	}
+	return c.r.registry.Key(stages...), nil
+}
+
+// Allows checks that the request's token may use profile, the profile of
+// the session it belongs to: one token cannot act through a session
+// another token opened.
+func (c *Checked) Allows(profile string) error {
+	if !c.auth || !c.r.AuthRequired() {
+		return nil
+	}
+	if c.caller == nil {
+		return ErrUnauthorized
+	}
+	if profile != "" && !slices.Contains(c.caller.profiles, profile) {
+		return fmt.Errorf("%w: this session uses %q (allowed: %s)", ErrForbidden, profile, strings.Join(c.caller.profiles, ", "))
+	}
+	return nil
+}
+
+// Owner is what a session remembers of the token that opened it: the
+// token's sum when tokens are configured, else nothing, so that a
+// client's stray Authorization header means nothing where no token is
+// checked.
+func (c *Checked) Owner() [32]byte {
+	if c.caller == nil {
+		return [32]byte{}
+	}
+	return c.caller.sum
+}
+
+// Binding builds the binding of the checked selection.
+func (c *Checked) Binding() Binding {
+	r, sel, name, stages, caller := c.r, c.sel, c.profile, c.stages, c.caller
 	kept := sel
 	kept.Token, kept.HasToken = "", false
 	// A profile's filter is interned; one with the request's narrowing goes
@@ -542,11 +610,20 @@ func (r *Resolver) resolve(sel Selection, auth bool) (Binding, error) {
 		dynamic = !choosesTools(r, sel)
 	}
 	b := Binding{Profile: name, Filter: f, Explicit: sel.Profile != "" || sel.Narrowing, Selection: kept, Dynamic: dynamic,
-		Local: !auth, Rate: r.RateFor(name), Requested: f.Key(), granter: r}
+		Local: !c.auth, Rate: r.RateFor(name), Requested: f.Key(), granter: r}
 	if caller != nil {
 		b.Caller, b.Authed = caller.sum, true
 	}
-	return b, nil
+	return b
+}
+
+func (r *Resolver) resolve(sel Selection, auth bool) (Binding, error) {
+	name, stages, caller, err := r.stages(sel, auth)
+	if err != nil {
+		return Binding{}, err
+	}
+	c := &Checked{r: r, sel: sel, auth: auth, profile: name, stages: stages, caller: caller}
+	return c.Binding(), nil
 }
 
 // stages checks sel (its token when auth is set, its profile, its

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/mcpmux/mcpmux/aggregator"
 	"github.com/mcpmux/mcpmux/configs"
@@ -43,6 +44,7 @@ type Server struct {
 	version  string
 	// writeTimeout bounds each write to a client (Options.WriteTimeout).
 	writeTimeout time.Duration
+	tracer       trace.Tracer // nil = no spans (Options.Tracer)
 
 	origins []*glob.Glob
 	metrics *metrics
@@ -168,6 +170,8 @@ type Options struct {
 	// WriteTimeout bounds each write to a client, on every door: a client
 	// that stops reading for longer ends its session. 0 = 30s.
 	WriteTimeout time.Duration
+	// Tracer makes the span of each routed request (trace.go); nil = none.
+	Tracer trace.Tracer
 }
 
 // New builds the server for cfg over agg. It registers itself for agg's
@@ -184,6 +188,7 @@ func New(cfg *configs.Config, agg *aggregator.Aggregator, opts Options) (*Server
 		s.version = "dev"
 	}
 	s.writeTimeout = opts.WriteTimeout
+	s.tracer = opts.Tracer
 	if s.writeTimeout <= 0 {
 		s.writeTimeout = frameWriteTimeout
 	}
@@ -409,6 +414,7 @@ func (s *Server) unbind(id string) {
 	for _, cancel := range sess.inflight {
 		cancel()
 	}
+	sess.pending.fail() // its server→client requests get no answer now
 	subs := make([]string, 0, len(sess.subs))
 	for uri := range sess.subs {
 		subs = append(subs, uri)
@@ -540,17 +546,19 @@ func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.waitStarted(r.Context())
+	// The token, profile and toolsets are checked here, once, by one
+	// resolver; every later decision of the request is taken from chk. The
+	// filter of a narrowing is built only once the session is (SPEC §10).
 	sel, err := SelectionFromRequest(r)
-	var profile, key string
+	var chk *Checked
 	if err == nil {
-		// The token, profile and toolsets are checked here; the filter of
-		// a narrowing is built only once the session is (SPEC §10).
-		profile, key, err = s.Resolver().Probe(sel)
+		chk, err = s.Resolver().Check(sel)
 	}
 	if err != nil {
 		writeResolveError(w, err)
 		return
 	}
+	profile := chk.Profile()
 	header := r.Header.Get(mcp.HeaderProtocolVersion)
 	if r.Method != http.MethodPost && mcp.IsModernProtocol(header) {
 		w.Header().Set("Allow", http.MethodPost)
@@ -628,21 +636,20 @@ func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request) {
 		// bucket or stream is made for it. A session a reload ended
 		// answers the same, so that its client initializes again, under
 		// the new config (reload.go).
-		if owner := s.ownerOf(sel); sess == nil || revoked != nil || sess.stream || subtle.ConstantTimeCompare(owner[:], sess.owner[:]) != 1 {
+		if owner := chk.Owner(); sess == nil || revoked != nil || sess.stream || subtle.ConstantTimeCompare(owner[:], sess.owner[:]) != 1 {
 			writeJSONError(w, http.StatusNotFound, m.ID, mcp.INVALID_REQUEST, "unknown session")
 			return
 		}
-		if err := s.Resolver().Authorize(sel, bound.Profile); err != nil {
+		if err := chk.Allows(bound.Profile); err != nil {
 			writeJSONError(w, statusOf(err), m.ID, mcp.INVALID_REQUEST, err.Error())
 			return
 		}
+		key := chk.Key()
 		if sel.Profile == "" && profile != bound.Profile && sel.Narrowing {
 			// The token's default profile changed since the session
 			// bound: what the request narrows is read under the
 			// session's own profile, which it keeps (reload.go).
-			pinned := sel
-			pinned.Profile = bound.Profile
-			if _, key, err = s.Resolver().Probe(pinned); err != nil {
+			if key, err = chk.KeyUnder(bound.Profile); err != nil {
 				writeResolveError(w, err)
 				return
 			}
@@ -683,10 +690,7 @@ func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if b.Filter == nil {
-		if b, err = s.Resolver().Resolve(sel); err != nil {
-			writeResolveError(w, err)
-			return
-		}
+		b = chk.Binding()
 		b.Who = callerOf(r, b)
 	}
 	start := time.Now()
@@ -706,12 +710,14 @@ func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request) {
 		s.serveRouted(w, r, m, sel, b, view, id, sess)
 		return
 	case initialize:
-		s.serveInitialize(w, m, sel, b, view)
+		s.serveInitialize(w, m, chk, b, view)
+		s.traceAnswer(r.Context(), r.Header, b, m, start, 0)
 		return
 	case m.IsRequest() && m.Cursor == nil && !modern && m.Method == string(mcp.MethodToolsList):
 		// Served from the view's pre-encoded listing: no upstream, no
 		// per-request encoding of the catalog.
 		s.metrics.count(m.Method, outcomeOK)
+		defer s.traceAnswer(r.Context(), r.Header, b, m, start, 0)
 		w.Header().Set("Content-Type", "application/json")
 		if err := writeList(w, m.ID, view); err != nil {
 			s.log.Debug("tools/list: client went away", "error", err)
@@ -720,6 +726,7 @@ func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request) {
 	}
 	if listed := s.listed(b, view, m); listed != nil { // prompts and resources alike (visibility.go)
 		s.metrics.count(m.Method, outcomeOK)
+		defer s.traceAnswer(r.Context(), r.Header, b, m, start, 0)
 		w.Header().Set("Content-Type", "application/json")
 		if err := writeResult(w, m.ID, listed); err != nil {
 			s.log.Debug("listing: client went away", "method", m.Method, "error", err)
@@ -727,6 +734,7 @@ func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	resp, _, code := s.respond(b, view, m, nil)
+	s.traceAnswer(r.Context(), r.Header, b, m, start, code)
 	status := http.StatusOK
 	if modern && code != 0 {
 		status = httpStatus(code)
@@ -737,7 +745,7 @@ func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request) {
 // serveInitialize opens a /mcp session: it takes a server.max_sessions
 // slot, answers the handshake, and binds the session under a new id,
 // which the answer carries in its Mcp-Session-Id header.
-func (s *Server) serveInitialize(w http.ResponseWriter, m *jsonrpc.Message, sel Selection, b Binding, view *filter.View) {
+func (s *Server) serveInitialize(w http.ResponseWriter, m *jsonrpc.Message, chk *Checked, b Binding, view *filter.View) {
 	if err := s.takeSlot(b.Who); err != nil {
 		s.refuseSession(w, m.ID, m.Method, b.Profile, err)
 		return
@@ -749,7 +757,7 @@ func (s *Server) serveInitialize(w http.ResponseWriter, m *jsonrpc.Message, sel 
 		return
 	}
 	id := replicaPrefix(s.cfg) + sessionIDPrefix + rand.Text()
-	s.bind(id, b, s.ownerOf(sel), hs, nil)
+	s.bind(id, b, chk.Owner(), hs, nil)
 	w.Header().Set(mcp.HeaderSessionID, id)
 	writeAnswer(w, http.StatusOK, resp)
 }
@@ -764,16 +772,6 @@ func writeHTTPError(w http.ResponseWriter, status int, msg string) {
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(status)
 	io.WriteString(w, msg+"\n")
-}
-
-// ownerOf is what a session remembers of the token that opened it: the
-// token's sum when tokens are configured, else nothing, so that a client's
-// stray Authorization header means nothing where no token is checked.
-func (s *Server) ownerOf(sel Selection) [32]byte {
-	if !s.Resolver().AuthRequired() {
-		return [32]byte{}
-	}
-	return tokenSum(sel)
 }
 
 // cancelRouted cancels the routed request a notifications/cancelled names.

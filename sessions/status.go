@@ -10,6 +10,7 @@ import (
 	"html/template"
 	"net/http"
 	"net/url"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -27,6 +28,19 @@ const statusRefresh = 5
 // maxKeyShown bounds how much of a filter's canonical key the page shows;
 // a key spells out every name its rules list.
 const maxKeyShown = 160
+
+// maxErrorShown bounds the summary of an upstream's last error in the
+// page's narrow "last error" cell; the whole text is in the cell's title,
+// under it when opened, and in /status.json.
+const maxErrorShown = 160
+
+// maxArgShown bounds the script or package argument the target column
+// shows after a command; a longer one keeps its end ("…/dist/index.js").
+const maxArgShown = 60
+
+// idleShown is how long a /mcp session goes without a request before the
+// page counts it idle.
+const idleShown = time.Minute
 
 // handleStatus registers the status page for people, GET / (exact root),
 // and the same data as JSON, GET /status.json (SPEC §9). Both are
@@ -75,16 +89,37 @@ type statusData struct {
 	Uptime   string `json:"uptime"`
 	Snapshot uint64 `json:"snapshot_version"`
 	// Sessions counts the live sessions bound to a view, by door ("mcp",
-	// "ws", "sse", "stdio"); Open is every live session and stream
-	// counted against max_sessions.
-	Sessions      map[string]int `json:"sessions"`
-	Open          int            `json:"open_sessions"`
-	MaxSessions   int            `json:"max_sessions"`
-	Upstreams     []upstreamRow  `json:"upstreams"`
-	Profiles      []profileRow   `json:"profiles"`
-	FilterCount   int            `json:"filter_instances"`
-	Filters       []filterRow    `json:"profile_filters"`
-	RefreshSecond int            `json:"-"`
+	// "ws", "sse", "stdio"), and Bound is their sum; Open is every live
+	// session and stream counted against max_sessions. A /mcp session
+	// lives until its client sends DELETE or it has been idle for
+	// IdleTimeout ("" = no timeout), so a client that exits without DELETE
+	// leaves it open until then: Idle counts the /mcp sessions with no
+	// request for idleShown or longer, and NextExpiry is how soon the one
+	// idle longest expires.
+	Sessions    map[string]int `json:"sessions"`
+	Bound       int            `json:"bound_sessions"`
+	Open        int            `json:"open_sessions"`
+	MaxSessions int            `json:"max_sessions"`
+	IdleTimeout string         `json:"session_idle_timeout,omitempty"`
+	Idle        int            `json:"idle_sessions"`
+	NextExpiry  string         `json:"next_idle_expiry,omitempty"`
+	Upstreams   []upstreamRow  `json:"upstreams"`
+	// Profiles and Filters count the same Bound sessions: by the profile
+	// each selected, and by the filter its view is built from. A session
+	// whose profile has no row (no profile while profiles exist, or one a
+	// reload removed) is counted in OtherProfileSessions; one whose view
+	// has a filter no profile resolves to (a request narrowing, a token's
+	// own rules, a dynamic session's toolsets) in OtherFilterSessions.
+	Profiles             []profileRow `json:"profiles"`
+	OtherProfileSessions int          `json:"other_profile_sessions"`
+	// FilterCount is every filter instance the registry holds: the
+	// Filters rows and OtherFilters more (request narrowings, tokens' own
+	// rules, dynamic toolset views, cached up to filter.NarrowedCap).
+	FilterCount         int         `json:"filter_instances"`
+	Filters             []filterRow `json:"profile_filters"`
+	OtherFilters        int         `json:"other_filter_instances"`
+	OtherFilterSessions int         `json:"other_filter_sessions"`
+	RefreshSecond       int         `json:"-"`
 }
 
 // upstreamRow is one row of the upstreams table.
@@ -92,8 +127,9 @@ type upstreamRow struct {
 	Name      string `json:"name"`
 	Prefix    string `json:"prefix"`
 	Transport string `json:"transport"`
-	// Target is the URL's scheme://host[:port], or the command without
-	// its arguments (both may carry secrets).
+	// Target is the URL's scheme://host[:port] (its userinfo, path and
+	// query may carry secrets), or the command and its first argument when
+	// that names a script or package (see scriptArg).
 	Target    string `json:"target"`
 	Required  bool   `json:"required"`
 	Scope     string `json:"scope"`
@@ -116,7 +152,9 @@ type upstreamRow struct {
 	P50   string `json:"p50,omitempty"`
 	P99   string `json:"p99,omitempty"`
 
-	ago string // how long before the page LastErrorAt was
+	ago     string // how long before the page LastErrorAt was
+	summary string // LastError for the narrow cell (errorSummary)
+	detail  string // LastError without the stderr lines shown apart; "" = summary says it all
 }
 
 // profileRow is one row of the profiles table.
@@ -195,15 +233,20 @@ func (p *statusPage) status() *statusData {
 		MaxSessions:   s.cfg.Server.MaxSessions,
 		RefreshSecond: statusRefresh,
 	}
+	if d := s.cfg.Server.SessionIdleTimeout; d > 0 {
+		st.IdleTimeout = d.String()
+	}
 	st.Upstreams = p.upstreams(snap, now)
 
 	ps := p.profiles(snap)
 	st.Profiles = slices.Clone(ps.profiles)
 	st.Filters = slices.Clone(ps.filters)
 	st.FilterCount = s.registry.Instances()
+	st.OtherFilters = max(0, st.FilterCount-len(st.Filters))
 	byProfile := make(map[string]int)
 	byFilter := make(map[*filter.Filter]int)
 	st.Sessions = make(map[string]int)
+	var longest time.Duration // the longest idle /mcp session's idle time
 	s.mu.Lock()
 	for _, sess := range s.bound {
 		door := "mcp"
@@ -211,15 +254,29 @@ func (p *statusPage) status() *statusData {
 			door = sess.ss.kind
 		}
 		st.Sessions[door]++
+		st.Bound++
 		byProfile[sess.binding.Profile]++
 		byFilter[sess.binding.Filter]++
+		if l := sess.life; l != nil && l.busy.Load() == 0 {
+			if idle := now.Sub(time.Unix(0, l.seen.Load())); idle >= idleShown {
+				st.Idle++
+				longest = max(longest, idle)
+			}
+		}
 	}
 	s.mu.Unlock()
+	if ttl := s.cfg.Server.SessionIdleTimeout; ttl > 0 && st.Idle > 0 {
+		st.NextExpiry = roundDuration(max(ttl-longest, 0)).String()
+	}
+	st.OtherProfileSessions = st.Bound
 	for i := range st.Profiles {
 		st.Profiles[i].Sessions = byProfile[st.Profiles[i].Name]
+		st.OtherProfileSessions -= st.Profiles[i].Sessions
 	}
+	st.OtherFilterSessions = st.Bound
 	for f, i := range ps.byFilter {
 		st.Filters[i].Sessions = byFilter[f]
+		st.OtherFilterSessions -= byFilter[f]
 	}
 	return st
 }
@@ -239,7 +296,7 @@ func (p *statusPage) upstreams(snap *aggregator.Snapshot, now time.Time) []upstr
 		h := u.Health()
 		names[cfg.Name] = true
 		row := upstreamRow{
-			Name: cfg.Name, Prefix: cfg.Prefix, Transport: cfg.Transport, Target: target(cfg),
+			Name: cfg.Name, Prefix: cfg.Prefix, Transport: cfg.Transport, Target: u.Redact(target(cfg)),
 			Required: cfg.Required, Scope: cfg.Scope, State: stateName(h), Protocol: h.Protocol,
 			Tools: exposed[cfg.Name].Tools, Hidden: exposed[cfg.Name].Dropped,
 			Connects: h.Connects, Restarts: h.Restarts,
@@ -259,6 +316,10 @@ func (p *statusPage) upstreams(snap *aggregator.Snapshot, now time.Time) []upstr
 			row.ago = roundDuration(now.Sub(h.LastErrorAt)).String()
 			for _, l := range h.Stderr {
 				row.Stderr = append(row.Stderr, s.agg.Redact(l))
+			}
+			row.summary = errorSummary(row.LastError)
+			if d := withoutStderr(row.LastError, len(row.Stderr) > 0); d != row.summary {
+				row.detail = d
 			}
 		}
 		if p50, p99, n := s.metrics.recent.quantiles(cfg.Name); n > 0 {
@@ -333,15 +394,90 @@ func stateName(h upstream.Health) string {
 
 // target is what the page says an upstream connects to, without secrets:
 // the URL's scheme, host and port only (its userinfo, path and query may
-// all carry keys), or the command without its arguments.
+// all carry keys), or the command and the script or package its first
+// argument names (scriptArg): four upstreams run by node differ there.
 func target(cfg *configs.Upstream) string {
 	if cfg.URL == "" {
+		if a := scriptArg(cfg.Args); a != "" {
+			return cfg.Command + " " + a
+		}
 		return cfg.Command
 	}
 	if u, err := url.Parse(cfg.URL); err == nil && u.Scheme != "" && u.Host != "" {
 		return (&url.URL{Scheme: u.Scheme, Host: u.Host}).String()
 	}
 	return "(unparsable url)" // Parse validated it; nothing of it is shown
+}
+
+// scriptArg returns the first argument that is not a flag when it reads
+// as a script path or a package name (node dist/index.js, npx -y
+// @scope/server, uvx mcp-server-fetch), its end kept when long; "" when
+// there is none, or when it could be anything else: text with spaces or
+// quotes (sh -c '…'), an assignment, a URL (which may carry credentials),
+// or a run of letters and digits long enough to be a key. Flags and
+// their values are skipped, never shown.
+func scriptArg(args []string) string {
+	for _, a := range args {
+		if strings.HasPrefix(a, "-") {
+			continue
+		}
+		if !namesScript(a) {
+			return ""
+		}
+		if len(a) > maxArgShown {
+			a = "…" + strings.ToValidUTF8(a[len(a)-maxArgShown:], "")
+		}
+		return a
+	}
+	return ""
+}
+
+// namesScript reports whether a is made only of characters of paths and
+// package names, holds no URL, and no run of letters and digits of 20 or
+// more with both in it (how API keys and tokens look).
+func namesScript(a string) bool {
+	if a == "" || strings.Contains(a, "://") {
+		return false
+	}
+	run, letters, digits := 0, false, false
+	for _, c := range a {
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z':
+			run, letters = run+1, true
+		case c >= '0' && c <= '9':
+			run, digits = run+1, true
+		case strings.ContainsRune("@._/+~:-_", c):
+			run, letters, digits = 0, false, false
+		default:
+			return false // spaces, quotes, '=' (key=…), …
+		}
+		if run >= 20 && letters && digits {
+			return false
+		}
+	}
+	return true
+}
+
+// errorSummary returns an upstream's error for the narrow "last error"
+// cell: its first line, with markup tags dropped (an HTML error page a
+// server answered with), whitespace collapsed, cut to maxErrorShown bytes.
+// The page escapes what is left like every value.
+func errorSummary(text string) string {
+	line, _, _ := strings.Cut(text, "\n")
+	line = markupTag.ReplaceAllString(line, " ")
+	return cut(strings.Join(strings.Fields(line), " "), maxErrorShown)
+}
+
+// markupTag matches an HTML tag, comment or doctype.
+var markupTag = regexp.MustCompile(`<(?:!--.*?--|[!/]?[A-Za-z][^<>]*)>`)
+
+// withoutStderr returns text without the stderr lines a StderrError
+// appends ("\n  stderr| …") when the page shows them apart.
+func withoutStderr(text string, apart bool) string {
+	if i := strings.Index(text, "\n  stderr| "); apart && i >= 0 {
+		return text[:i]
+	}
+	return text
 }
 
 func keyDigest(key string) string {
@@ -377,10 +513,12 @@ func roundLatency(d time.Duration) time.Duration {
 // escapes every value by context, so an upstream's name, error or stderr
 // line (which a child controls) is text, never markup.
 var statusTemplate = template.Must(template.New("status").Funcs(template.FuncMap{
-	"join":  func(s []string) string { return strings.Join(s, ", ") },
-	"label": func(s string) string { return cmp.Or(s, "(none)") },
-	"inc":   func(i int) int { return i + 1 },
-	"ago":   func(u upstreamRow) string { return u.ago },
+	"join":    func(s []string) string { return strings.Join(s, ", ") },
+	"label":   func(s string) string { return cmp.Or(s, "(none)") },
+	"inc":     func(i int) int { return i + 1 },
+	"ago":     func(u upstreamRow) string { return u.ago },
+	"summary": func(u upstreamRow) string { return u.summary },
+	"detail":  func(u upstreamRow) string { return u.detail },
 }).Parse(`<!DOCTYPE html>
 <html lang="en">
 <head>
@@ -394,7 +532,7 @@ h1{font-size:1.4em;margin:0 0 .3em}h2{font-size:1.1em;margin:1.5em 0 .4em}
 table{border-collapse:collapse;width:100%}
 th,td{border-bottom:1px solid #ddd;padding:.3em .5em;text-align:left;vertical-align:top}
 th{background:#f4f4f4;font-weight:600}
-td.n{text-align:right;font-variant-numeric:tabular-nums}td.nw,td.state{white-space:nowrap}
+td.n{text-align:right;font-variant-numeric:tabular-nums}td.nw,td.state{white-space:nowrap}td.lasterror{max-width:28em}
 .up{color:#07600f;font-weight:600}.down,.closed{color:#a00;font-weight:600}.starting,.restarting{color:#955f00;font-weight:600}
 .meta{color:#555}code,pre{font:12px/1.3 ui-monospace,monospace}
 pre{background:#f7f7f7;padding:.4em;margin:.3em 0;white-space:pre-wrap;word-break:break-all;max-width:60em}
@@ -421,7 +559,7 @@ details summary{cursor:pointer}.err{color:#a00;word-break:break-word}
 <td class="n">{{.Resources}}{{if .Templates}} <span class="meta">+{{.Templates}} templates</span>{{end}}</td>
 <td class="n restarts">{{.Restarts}}</td>
 <td class="n">{{if .Calls}}{{.P50}} / {{.P99}} <span class="meta">({{.Calls}} calls)</span>{{else}}<span class="meta">no calls</span>{{end}}</td>
-<td class="lasterror">{{if .LastError}}<details><summary class="err">{{.LastError}}</summary><div class="meta">{{.LastErrorAt}} ({{ago .}} ago){{if not .Stderr}}; no stderr lines{{end}}</div>{{if .Stderr}}<pre class="stderr">{{range .Stderr}}{{.}}
+<td class="lasterror">{{if .LastError}}<details><summary class="err" title="{{.LastError}}">{{summary .}}</summary>{{with detail .}}<pre class="error">{{.}}</pre>{{end}}<div class="meta">{{.LastErrorAt}} ({{ago .}} ago){{if not .Stderr}}; no stderr lines{{end}}</div>{{if .Stderr}}<pre class="stderr">{{range .Stderr}}{{.}}
 {{end}}</pre>{{end}}</details>{{else}}<span class="meta">none</span>{{end}}</td>
 </tr>
 {{else}}<tr><td colspan="12" class="meta">no upstreams configured</td></tr>
@@ -440,22 +578,26 @@ details summary{cursor:pointer}.err{color:#a00;word-break:break-word}
 <td class="n sessions">{{.Sessions}}</td>
 <td>{{if .Filter}}#{{.Filter}}{{end}}</td>
 </tr>
+{{end}}{{if .OtherProfileSessions}}<tr class="profile" data-name="(other)"><td class="name meta">other: no profile, or one a reload removed</td><td></td><td></td><td></td><td class="n sessions">{{.OtherProfileSessions}}</td><td></td></tr>
 {{end}}</tbody>
 </table>
-<p class="meta">~tokens is the size of the tools/list JSON / 4, the estimate <code>mcpmux check</code> prints.</p>
+<p class="meta">~tokens is the size of the tools/list JSON / 4, the estimate <code>mcpmux check</code> prints. sessions: the live sessions that selected the profile, whatever they narrowed.</p>
 
 <h2>Filter instances</h2>
-<p id="filters">{{.FilterCount}} held (profiles' and the bounded cache of request narrowings). Profiles that share one:</p>
+<p id="filters">{{.FilterCount}} held: the {{len .Filters}} that profiles resolve to, one row each, and {{.OtherFilters}} other{{if ne .OtherFilters 1}}s{{end}} (request narrowings, tokens' own rules, dynamic sessions' toolsets; a bounded cache).</p>
 <table>
 <thead><tr><th>filter</th><th>profiles</th><th>sessions</th><th>key</th></tr></thead>
 <tbody>
-{{range $i, $f := .Filters}}<tr><td>#{{inc $i}} <span class="meta">{{$f.ID}}</span></td><td>{{range $j, $p := $f.Profiles}}{{if $j}}, {{end}}{{label $p}}{{end}}</td><td class="n">{{$f.Sessions}}</td><td><code>{{or $f.Key "(no rules)"}}</code></td></tr>
-{{end}}</tbody>
+{{range $i, $f := .Filters}}<tr class="filter"><td>#{{inc $i}} <span class="meta">{{$f.ID}}</span></td><td>{{range $j, $p := $f.Profiles}}{{if $j}}, {{end}}{{label $p}}{{end}}</td><td class="n sessions">{{$f.Sessions}}</td><td><code>{{or $f.Key "(no rules)"}}</code></td></tr>
+{{end}}<tr class="filter other"><td class="meta">other ({{.OtherFilters}})</td><td class="meta">sessions that narrowed their view</td><td class="n sessions">{{.OtherFilterSessions}}</td><td></td></tr>
+</tbody>
 </table>
+<p class="meta">sessions: the live sessions whose view is built from exactly that filter. Both tables count the same {{.Bound}} bound sessions.</p>
 
 <h2>Sessions</h2>
-<p id="sessions">{{.Open}} open of at most {{.MaxSessions}} (every door, streams included). Bound to a view, by door:
+<p id="sessions">{{.Open}} open of at most {{.MaxSessions}} (every door; GET streams and sessions not yet initialized included). Bound to a view, by door:
 {{range $door, $n := .Sessions}} {{$door}} <b>{{$n}}</b>{{else}} none{{end}}</p>
+<p class="meta" id="idle">A /mcp session stays open until its client ends it with DELETE or it has been idle for server.session_idle_timeout ({{or .IdleTimeout "none: never"}}): a client that exits without DELETE leaves its session counted until then. Idle for a minute or more: <b>{{.Idle}}</b>{{if .NextExpiry}}; the longest idle expires in {{.NextExpiry}}{{end}}.</p>
 </body>
 </html>
 `))

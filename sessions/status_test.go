@@ -148,7 +148,7 @@ dynamic_toolsets = true
 		if row := rowOf(t, page, "profile", "all"); strings.Contains(row, "dynamic") {
 			t.Errorf("profile all is shown dynamic:\n%s", row)
 		}
-		if !regexp.MustCompile(`(?s)<td>#\d+ <span class="meta">[0-9a-f]{8}</span></td><td>all, dyn, everything</td><td class="n">1</td>`).MatchString(page) {
+		if !regexp.MustCompile(`(?s)<td>#\d+ <span class="meta">[0-9a-f]{8}</span></td><td>all, dyn, everything</td><td class="n sessions">1</td>`).MatchString(page) {
 			t.Errorf("profiles all, dyn (its ceiling) and everything are not shown sharing one filter with one session:\n%s", page)
 		}
 	})
@@ -257,9 +257,12 @@ func TestStatusProfilesAreCached(t *testing.T) {
 	up := newUpstreamServer(t, 3)
 	s := newBenchServer(t, up.http.URL, "[profiles.a]\n[profiles.b]\nread_only = true\n")
 	p := &statusPage{srv: s, start: time.Now()}
-	first := p.profiles(s.agg.Snapshot())
+	// One snapshot for every call: the upstream's own start-up (its GET
+	// stream, a list_changed) may replace the aggregator's meanwhile.
+	snap := s.agg.Snapshot()
+	first := p.profiles(snap)
 	for range 100 {
-		if p.profiles(s.agg.Snapshot()) != first {
+		if p.profiles(snap) != first {
 			t.Fatal("the profiles were computed again for the same snapshot and resolver")
 		}
 	}
@@ -410,4 +413,198 @@ func TestStatusPageHidesConfiguredSecrets(t *testing.T) {
 	t.Logf("path's error: %s", rows["path"].LastError)
 	t.Logf("query's error: %s", rows["query"].LastError)
 	t.Logf("password's error: %s", rows["password"].LastError)
+}
+
+// TestStatusTarget is issue 18, item 5: four upstreams run by node showed
+// the same target, "node". The target names the script or package the
+// first argument names, and never a secret an argument may carry.
+func TestStatusTarget(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		command string
+		args    []string
+		want    string
+	}{
+		{"node script", "node", []string{"/srv/mcp/server-filesystem/dist/index.js", "/tmp"}, "node /srv/mcp/server-filesystem/dist/index.js"},
+		{"npx package", "npx", []string{"-y", "@modelcontextprotocol/server-everything"}, "npx @modelcontextprotocol/server-everything"},
+		{"python module", "python3", []string{"-m", "mcp_server_time", "--local-timezone", "UTC"}, "python3 mcp_server_time"},
+		{"uvx", "uvx", []string{"mcp-server-fetch"}, "uvx mcp-server-fetch"},
+		{"flags with values are skipped", "node", []string{"--api-key=sk-live-0123456789abcdef0123", "server.js"}, "node server.js"},
+		{"long path keeps its end", "node", []string{"/home/someone/projects/mcp/servers/very-long-directory-name/packages/filesystem/dist/index.js"}, "node …s/very-long-directory-name/packages/filesystem/dist/index.js"},
+		{"shell script text", "sh", []string{"-c", "echo hi; exec server --token abc"}, "sh"},
+		{"token-like argument", "npx", []string{"ghp_16C7e42F292c6912E7710c838347Ae178B4a"}, "npx"},
+		{"URL argument", "mcp-remote", []string{"https://user:pw@example.com/mcp?key=k"}, "mcp-remote"},
+		{"assignment", "env", []string{"TOKEN=abc", "server"}, "env"},
+		{"no arguments", "/usr/local/bin/mcp-server", nil, "/usr/local/bin/mcp-server"},
+		{"url upstream", "", nil, "https://mcp.example.com"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := &configs.Upstream{Command: tc.command, Args: tc.args}
+			if tc.command == "" {
+				cfg.URL = "https://user:pw@mcp.example.com/sk-path-key/mcp?key=q"
+			}
+			if got := target(cfg); got != tc.want {
+				t.Errorf("target = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestStatusPageTellsNodeUpstreamsApart: two upstreams with the same
+// command show different targets on the page, and a configured secret in
+// an argument is masked.
+func TestStatusPageTellsNodeUpstreamsApart(t *testing.T) {
+	up := newUpstreamServer(t, 1)
+	s := newBenchServer(t, up.http.URL, `
+[upstreams.a]
+command = "sh"
+args = ["/nonexistent/alpha-server.sh"]
+[upstreams.b]
+command = "sh"
+args = ["/nonexistent/beta-server.sh"]
+[upstreams.c]
+command = "sh"
+args = ["/nonexistent/hunter2secretvalue.sh"]
+env = { KEY = "hunter2secretvalue" }
+`)
+	hs := httptest.NewServer(s.Handler())
+	t.Cleanup(hs.Close)
+	_, page := fetchStatus(t, hs, http.MethodGet, "/", nil)
+	for name, want := range map[string]string{"a": "<code>sh /nonexistent/alpha-server.sh</code>", "b": "<code>sh /nonexistent/beta-server.sh</code>"} {
+		if row := rowOf(t, page, "upstream", name); !strings.Contains(row, want) {
+			t.Errorf("upstream %s's row lacks %s:\n%s", name, want, row)
+		}
+	}
+	if strings.Contains(page, "hunter2") {
+		t.Errorf("the page shows a configured secret:\n%s", rowOf(t, page, "upstream", "c"))
+	}
+}
+
+// TestStatusPageSummarizesHTMLErrors is issue 18, item 5: a server that
+// answers with an HTML error page filled the narrow "last error" column.
+// The upstream package leaves out a body labelled text/html; this one is
+// labelled text/plain, so its markup reaches the error. The cell shows a
+// summary with no markup, cut short; the whole text is in its title and
+// in /status.json.
+func TestStatusPageSummarizesHTMLErrors(t *testing.T) {
+	html := "<!DOCTYPE html><html><head><title>501 Not Implemented</title><style>body{font-family:sans-serif}</style></head>" +
+		"<body><h1>Not Implemented</h1><p>" + strings.Repeat("The server does not support the action requested. ", 8) + "</p></body></html>"
+	broken := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain")
+		w.WriteHeader(http.StatusNotImplemented)
+		io.WriteString(w, html)
+	}))
+	t.Cleanup(broken.Close)
+	up := newUpstreamServer(t, 1)
+	s := newBenchServer(t, up.http.URL, fmt.Sprintf("[upstreams.broken]\nurl = %q\ntransport = \"sse\"\n", broken.URL+"/sse"))
+	hs := httptest.NewServer(s.Handler())
+	t.Cleanup(hs.Close)
+
+	_, body := fetchStatus(t, hs, http.MethodGet, "/status.json", nil)
+	var st statusData
+	if err := json.Unmarshal([]byte(body), &st); err != nil {
+		t.Fatal(err)
+	}
+	var full string
+	for _, r := range st.Upstreams {
+		if r.Name == "broken" {
+			full = r.LastError
+		}
+	}
+	if !strings.Contains(full, "501 Not Implemented") || !strings.Contains(full, "<title>") {
+		t.Fatalf("/status.json's last_error %q lacks the status and the body's start", full)
+	}
+
+	_, page := fetchStatus(t, hs, http.MethodGet, "/", nil)
+	row := rowOf(t, page, "upstream", "broken")
+	m := regexp.MustCompile(`<summary class="err" title="([^"]*)">([^<]*)</summary>`).FindStringSubmatch(row)
+	if m == nil {
+		t.Fatalf("no error summary in the row:\n%s", row)
+	}
+	title, summary := m[1], m[2]
+	if !strings.Contains(summary, "501 Not Implemented") || !strings.Contains(summary, `upstream &#34;broken&#34;`) {
+		t.Errorf("summary %q lacks the upstream or the status", summary)
+	}
+	if strings.Contains(summary, "&lt;") || strings.Contains(summary, "<") {
+		t.Errorf("summary %q shows markup", summary)
+	}
+	if n := len([]rune(summary)); n > maxErrorShown+20 { // escaping adds a little
+		t.Errorf("summary is %d characters, want about %d at most: %q", n, maxErrorShown, summary)
+	}
+	if !strings.Contains(title, "&lt;title&gt;501 Not Implemented&lt;/title&gt;") {
+		t.Errorf("the title does not hold the whole text, escaped: %q", title)
+	}
+}
+
+// TestStatusPageSessionCountsAgree is issue 18, item 5: the profile table
+// and the filter table counted different totals, the filter count did not
+// match its rows, and sessions whose client had exited stayed counted
+// with nothing saying why.
+func TestStatusPageSessionCountsAgree(t *testing.T) {
+	up := newUpstreamServer(t, 3)
+	s := newBenchServer(t, up.http.URL, "[profiles.all]\n[profiles.readonly]\nread_only = true\n")
+	h := s.Handler()
+	hs := httptest.NewServer(h)
+	t.Cleanup(hs.Close)
+	plain := openSession(t, h, "?profile=all")
+	narrowed := openSession(t, h, "?profile=all&tools=up__tool_0001")
+	openSession(t, h, "?profile=readonly")
+
+	status := func() statusData {
+		_, body := fetchStatus(t, hs, http.MethodGet, "/status.json", nil)
+		var st statusData
+		if err := json.Unmarshal([]byte(body), &st); err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	st := status()
+	byProfile, byFilter := st.OtherProfileSessions, st.OtherFilterSessions
+	for _, p := range st.Profiles {
+		byProfile += p.Sessions
+	}
+	for _, f := range st.Filters {
+		byFilter += f.Sessions
+	}
+	if st.Bound != 3 || byProfile != 3 || byFilter != 3 {
+		t.Errorf("bound %d, by profile %d, by filter %d; want 3 each: %+v", st.Bound, byProfile, byFilter, st)
+	}
+	if st.OtherFilterSessions != 1 || st.Filters[0].Sessions != 1 {
+		t.Errorf("the narrowed session is not counted apart from profile all's filter: %+v", st)
+	}
+	if st.FilterCount != len(st.Filters)+st.OtherFilters || st.OtherFilters < 1 {
+		t.Errorf("%d filters held, %d rows and %d others", st.FilterCount, len(st.Filters), st.OtherFilters)
+	}
+	_, page := fetchStatus(t, hs, http.MethodGet, "/", nil)
+	held := regexp.MustCompile(`<p id="filters">(\d+) held: the (\d+) that profiles resolve to, one row each, and (\d+) other`).FindStringSubmatch(page)
+	if rows := strings.Count(page, `<tr class="filter">`); held == nil || held[2] != fmt.Sprint(rows) || held[1] != fmt.Sprint(st.FilterCount) {
+		t.Errorf("the page's filter count %q does not match its %d rows", held, rows)
+	}
+
+	// A client that exits without DELETE leaves its session open until
+	// session_idle_timeout: the page counts it idle and says when it goes.
+	s.mu.Lock()
+	s.bound[plain].life.seen.Store(time.Now().Add(-10 * time.Minute).UnixNano())
+	s.mu.Unlock()
+	st = status()
+	if st.Idle != 1 || st.IdleTimeout != "30m0s" || st.NextExpiry != "20m0s" {
+		t.Errorf("idle %d, timeout %q, next expiry %q; want 1, 30m0s, 20m0s", st.Idle, st.IdleTimeout, st.NextExpiry)
+	}
+	if _, page := fetchStatus(t, hs, http.MethodGet, "/", nil); !strings.Contains(page, "session_idle_timeout (30m0s)") || !strings.Contains(page, "the longest idle expires in 20m0s") {
+		t.Errorf("the page does not explain idle expiry:\n%s", page)
+	}
+
+	// A DELETE ends a session at once: nothing stays counted.
+	for id, query := range map[string]string{plain: "?profile=all", narrowed: "?profile=all&tools=up__tool_0001"} {
+		req := newRequest(query, id, "")
+		req.Method = http.MethodDelete
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code != http.StatusOK {
+			t.Fatalf("DELETE: %d %s", rec.Code, rec.Body)
+		}
+	}
+	if st = status(); st.Bound != 1 || st.Open != 1 || st.Idle != 0 {
+		t.Errorf("after two DELETEs: bound %d, open %d, idle %d; want 1, 1, 0", st.Bound, st.Open, st.Idle)
+	}
 }

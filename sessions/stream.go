@@ -1,7 +1,6 @@
 package sessions
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/json"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 
+	"github.com/mcpmux/mcpmux/aggregator"
 	"github.com/mcpmux/mcpmux/filter"
 	"github.com/mcpmux/mcpmux/internal/audit"
 	"github.com/mcpmux/mcpmux/internal/jsonrpc"
@@ -104,11 +104,9 @@ type streamSession struct {
 	wg    sync.WaitGroup  // workers
 	wrote chan struct{}   // closed when the writer has stopped
 
-	initialized atomic.Bool
-	logLevel    atomic.Value // mcp.LoggingLevel
-	clientCaps  atomic.Pointer[mcp.ClientCapabilities]
-	nextID      atomic.Int64 // ids of server→client requests
-	seen        atomic.Int64 // unix nanoseconds of the client's last message (streamSet's idle check)
+	logLevel   atomic.Value // mcp.LoggingLevel
+	clientCaps atomic.Pointer[mcp.ClientCapabilities]
+	life       atomic.Pointer[sessionLife] // its expiry once added to the stream set; nil for stdio
 
 	mu         sync.Mutex
 	ended      bool
@@ -116,7 +114,7 @@ type streamSession struct {
 	registered bool                          // bound (Server.bind), after initialize
 	workers    int                           // running workers
 	inflight   map[string]context.CancelFunc // client request id → cancel
-	pending    map[string]chan pendingReply  // server→client request id → reply
+	pending    pendingSet                    // server→client requests waiting for the client
 
 	// regranted is the binding a reload re-derived for the session before
 	// it registered (nil: none did), and revoked why a reload ended it.
@@ -132,6 +130,7 @@ type streamJob struct {
 	key    string // the request id as sent
 	raw    []byte
 	msg    *jsonrpc.Message
+	done   func() // records its end in the session's life
 }
 
 type pendingReply struct {
@@ -154,7 +153,6 @@ func (s *Server) newStreamSession(parent context.Context, kind string, b Binding
 		queue:    make(chan *streamJob, streamQueue),
 		wrote:    make(chan struct{}),
 		inflight: make(map[string]context.CancelFunc),
-		pending:  make(map[string]chan pendingReply),
 	}
 	ss.ctx, ss.cancel = context.WithCancel(parent)
 	context.AfterFunc(ss.ctx, func() { ss.end(context.Cause(parent)) })
@@ -248,7 +246,10 @@ func (ss *streamSession) receive(raw []byte) bool {
 	if ss.ctx.Err() != nil {
 		return false
 	}
-	ss.seen.Store(time.Now().UnixNano())
+	l := ss.life.Load()
+	if l != nil {
+		l.saw()
+	}
 	m, err := jsonrpc.Parse(raw)
 	if err != nil {
 		resp, _, _ := ss.srv.respond(Binding{}, nil, nil, err)
@@ -294,6 +295,10 @@ func (ss *streamSession) enqueue(raw []byte, m *jsonrpc.Message) {
 		return
 	}
 	ss.inflight[job.key] = cancel
+	job.done = func() {}
+	if l := ss.life.Load(); l != nil {
+		job.done = l.enter() // not idle while it is queued or runs
+	}
 	if ss.workers < streamWorkers {
 		ss.workers++
 		ss.wg.Add(1)
@@ -332,6 +337,7 @@ func (ss *streamSession) runJob(job *streamJob) {
 		delete(ss.inflight, job.key)
 		ss.mu.Unlock()
 		job.cancel()
+		job.done()
 	}()
 	if job.ctx.Err() != nil {
 		return
@@ -461,7 +467,9 @@ func (ss *streamSession) flush() {
 // now.
 func (ss *streamSession) register(hs *handshake) {
 	ss.clientCaps.Store(&hs.caps)
-	ss.initialized.Store(true)
+	if l := ss.life.Load(); l != nil {
+		l.ready.Store(true)
+	}
 	b, revoked := ss.srv.grantOf(ss)
 	if revoked == nil {
 		ss.mu.Lock()
@@ -507,8 +515,8 @@ func (s *Server) dispatch(ctx context.Context, sess *streamSession, raw []byte) 
 }
 
 // handle is dispatch for a message already parsed into m: routed requests
-// through the chain (chain.go), tools/list from the view's cached listing,
-// everything else through the one handler (handler.go).
+// through the chain (chain.go), everything else through the one handler
+// (handler.go).
 func (s *Server) handle(ctx context.Context, sess *streamSession, raw []byte, m *jsonrpc.Message) []byte {
 	b, revoked := s.grantOf(sess)
 	if revoked != nil {
@@ -534,21 +542,8 @@ func (s *Server) handle(ctx context.Context, sess *streamSession, raw []byte, m 
 	if m.IsRequest() && m.Method == string(mcp.MethodSubscriptionsListen) && isModern(m) {
 		return s.listenStream(ctx, sess, b, view, m)
 	}
-	if m.Method == string(mcp.MethodToolsList) && m.IsRequest() && m.Cursor == nil && !isModern(m) {
-		// The view's pre-encoded listing, as on /mcp.
-		s.metrics.count(m.Method, outcomeOK)
-		var buf bytes.Buffer
-		buf.Grow(len(view.Encoded()) + len(m.ID) + 48)
-		writeList(&buf, m.ID, view) // a bytes.Buffer does not fail
-		return bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
-	}
-	if listed := s.listed(b, view, m); listed != nil { // prompts and resources alike (visibility.go)
-		s.metrics.count(m.Method, outcomeOK)
-		var buf bytes.Buffer
-		writeResult(&buf, m.ID, listed) // a bytes.Buffer does not fail
-		return bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
-	}
-	resp, hs, _ := s.respond(b, view, m, nil)
+	resp, hs, code := s.respond(b, view, m, nil)
+	s.traceAnswer(ctx, nil, b, m, start, code)
 	if hs != nil {
 		sess.register(hs)
 	}
@@ -560,7 +555,8 @@ func (s *Server) handle(ctx context.Context, sess *streamSession, raw []byte, m 
 // answer go through the session's one writer, in that order; it returns
 // only a refusal, having queued any other answer itself.
 func (s *Server) handleRouted(ctx context.Context, sess *streamSession, b Binding, view *filter.View, m *jsonrpc.Message) []byte {
-	e, refusal := s.decide(sess.id, b, view, m)
+	ctx, e, refusal := s.decideTraced(ctx, nil, sess.id, b, view, m)
+	defer s.endSpan(ctx)
 	if refusal != nil {
 		return jsonrpc.ErrorResponse(m.ID, refusal)
 	}
@@ -576,6 +572,12 @@ func (s *Server) handleRouted(ctx context.Context, sess *streamSession, b Bindin
 				return ""
 			},
 			ask: func(ctx context.Context, method string, params any) (json.RawMessage, error) {
+				if aggregator.SessionWide(ctx) {
+					// The session's as a whole: sent by the session's
+					// writer and awaited while the session lasts, not
+					// only while this call does.
+					return sess.requestVia(ctx, mcp.MCPMethod(method), params, sess.send)
+				}
 				ctx, done := c.bound(ctx)
 				defer done()
 				return sess.requestVia(ctx, mcp.MCPMethod(method), params, c.push)

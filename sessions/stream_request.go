@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"strconv"
 
 	"github.com/mark3labs/mcp-go/mcp"
 
@@ -24,28 +23,15 @@ func (ss *streamSession) request(ctx context.Context, method mcp.MCPMethod, para
 // requestVia is request with the frame handed to send: a routed call's
 // writer, so that the request follows the call's earlier frames.
 func (ss *streamSession) requestVia(ctx context.Context, method mcp.MCPMethod, params any, send func(context.Context, []byte) error) (json.RawMessage, error) {
-	id := ss.nextID.Add(1)
-	key := strconv.FormatInt(id, 10)
-	reply := make(chan pendingReply, 1)
 	ss.mu.Lock()
-	if ss.ended {
-		ss.mu.Unlock()
+	ended := ss.ended
+	ss.mu.Unlock()
+	if ended {
 		return nil, fmt.Errorf("session %s: %s: %w", ss.id, method, ErrSessionClosed)
 	}
-	ss.pending[key] = reply
-	ss.mu.Unlock()
-	defer func() {
-		ss.mu.Lock()
-		delete(ss.pending, key)
-		ss.mu.Unlock()
-	}()
-
-	frame, err := json.Marshal(struct {
-		JSONRPC string `json:"jsonrpc"`
-		ID      int64  `json:"id"`
-		Method  string `json:"method"`
-		Params  any    `json:"params,omitempty"`
-	}{mcp.JSONRPC_VERSION, id, string(method), params})
+	id, reply := ss.pending.open()
+	defer ss.pending.close(id)
+	frame, err := jsonrpc.Request(jsonrpc.StringID(id), string(method), params)
 	if err != nil {
 		return nil, fmt.Errorf("session %s: encoding %s: %w", ss.id, method, err)
 	}
@@ -68,7 +54,7 @@ func (ss *streamSession) requestVia(ctx context.Context, method mcp.MCPMethod, p
 
 // notifyCancelled tells the client that the server→client request id is no
 // longer wanted. It never blocks: a full queue drops the notice.
-func (ss *streamSession) notifyCancelled(id int64, ctx context.Context) {
+func (ss *streamSession) notifyCancelled(id string, ctx context.Context) {
 	reason := "cancelled"
 	if err := context.Cause(ctx); err != nil {
 		reason = err.Error()
@@ -91,26 +77,8 @@ func (ss *streamSession) notifyCancelled(id int64, ctx context.Context) {
 
 // deliver hands a client's response to the server→client request waiting
 // for it. A response nobody waits for (late, or never asked) is dropped.
-func (ss *streamSession) deliver(env *jsonrpc.Message) {
-	ss.mu.Lock()
-	reply, ok := ss.pending[string(env.ID)]
-	ss.mu.Unlock()
-	if !ok {
+func (ss *streamSession) deliver(m *jsonrpc.Message) {
+	if !ss.pending.deliver(m) {
 		ss.srv.log.Debug("response to no pending request dropped", "session", ss.id)
-		return
-	}
-	var r pendingReply
-	if len(env.Error) > 0 {
-		ce := &ClientError{}
-		if err := json.Unmarshal(env.Error, ce); err != nil {
-			ce.Code, ce.Message = mcp.PARSE_ERROR, "unreadable error object"
-		}
-		r.err = ce
-	} else {
-		r.result = env.Result
-	}
-	select {
-	case reply <- r:
-	default: // a duplicate answer
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 
+	"github.com/mcpmux/mcpmux/internal/tracing"
 	"github.com/mcpmux/mcpmux/upstream/wire"
 )
 
@@ -78,6 +79,9 @@ func (u *Upstream) Send(ctx context.Context, req Request) (json.RawMessage, erro
 		}
 	}
 	params := req.Params
+	if tracing.Active(ctx) {
+		params = withTraceMeta(ctx, params)
+	}
 	var header http.Header
 	if mcp.IsModernProtocol(version) {
 		var err error

@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -142,7 +144,7 @@ func (u *Upstream) dialTransport(ctx context.Context) (*conn, *Catalog, error) {
 
 func (u *Upstream) dialStdio(ctx context.Context) (*conn, *Catalog, error) {
 	c := u.newConn(configs.TransportStdio)
-	p, err := startProcess(u.procLife, u.cfg, u.log, u.secrets(), c.spawn, c.lost)
+	p, err := startProcess(u.procLife, u.cfg, slog.New(u.stderrs.child(u.log.Handler())), u.secrets(), c.spawn, c.lost)
 	if err != nil {
 		return c, nil, err
 	}
@@ -189,7 +191,14 @@ func (u *Upstream) dialHTTP(ctx context.Context) (*conn, *Catalog, error) {
 		if err3 != nil {
 			// Each attempt's own error: the SSE fallback's alone would
 			// hide why the streamable HTTP endpoint refused us.
-			return c3, nil, append(tried, attempt{"legacy SSE fallback", err3}).err()
+			notSSE := errors.Is(err3, errNoEventStream)
+			err3 = append(tried, attempt{"legacy SSE fallback", err3}).err()
+			if notSSE && urlNotFound(err) {
+				// Not found as either: nothing says this is a legacy
+				// server, everything that the URL is wrong.
+				err3 = fmt.Errorf("%w; %s serves neither streamable HTTP nor legacy SSE: check the url of [upstreams.%s]", err3, shownURL(u.cfg.URL), u.cfg.Name)
+			}
+			return c3, nil, err3
 		}
 		return c3, cat3, nil
 	}
@@ -197,6 +206,16 @@ func (u *Upstream) dialHTTP(ctx context.Context) (*conn, *Catalog, error) {
 		return c, nil, err
 	}
 	return c.finish(ctx, init)
+}
+
+// shownURL is raw without its userinfo, query and fragment, for an error
+// that names the URL (what is left passes through Redact like every error).
+func shownURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" {
+		return "the url"
+	}
+	return (&url.URL{Scheme: u.Scheme, Host: u.Host, Path: u.Path}).String()
 }
 
 // dialSSE uses legacy HTTP+SSE (2024-11-05) through mcpmux's own engine

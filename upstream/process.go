@@ -58,9 +58,8 @@ type process struct {
 //
 // The child is bound to life, the Upstream's lifetime (never a request's or
 // Start's ctx: PROTOCOL §7.4), and only as a backstop: its cancellation kills
-// the group, but Close performs the graceful shutdown first. Pdeathsig kills
-// the child if mcpmux itself dies (strictly: if the thread that forked it
-// exits, which the Go runtime does not do to threads it did not lock).
+// the group, but Close performs the graceful shutdown first. On Linux the
+// child is also killed if mcpmux itself dies (childProcAttr).
 func startProcess(life context.Context, cfg *configs.Upstream, log *slog.Logger, secrets *redact.Secrets, spawn func(string, func()), onExit func(error)) (*process, error) {
 	if cfg.Command == "" {
 		return nil, errors.New("stdio upstream has no command")
@@ -70,7 +69,7 @@ func startProcess(life context.Context, cfg *configs.Upstream, log *slog.Logger,
 	// Only what childEnv lets through: mcpmux's environment holds its
 	// tokens and every other upstream's secrets.
 	cmd.Env = childEnv(os.Environ(), runtime.GOOS, cfg)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = childProcAttr()
 
 	p := &process{log: log, cmd: cmd, exited: make(chan struct{}), stderrDone: make(chan struct{})}
 	cmd.Cancel = func() error { return p.signalGroup(syscall.SIGKILL) }

@@ -15,6 +15,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/mcpmux/mcpmux/internal/tracing"
 	"github.com/mcpmux/mcpmux/upstream/wire"
 )
 
@@ -84,6 +85,11 @@ func sseHTTPClient(headers map[string]string) *http.Client {
 	return &http.Client{Transport: base, CheckRedirect: keepToOrigin(headerNames(headers))}
 }
 
+// errNoEventStream is the error of an SSE GET answered with anything but
+// 200 and text/event-stream: whatever the URL serves, it is not a legacy
+// SSE endpoint.
+var errNoEventStream = errors.New("SSE stream")
+
 // sseEndpointLimit bounds the endpoint event's data.
 const sseEndpointLimit = 8 << 10
 
@@ -113,10 +119,10 @@ func (t *sseTransport) Start(ctx context.Context) error {
 	}
 	t.body = resp.Body
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("SSE stream: the server answered the GET with %s%s", resp.Status, t.excerpt(resp.Body))
+		return fmt.Errorf("%w: the server answered the GET with %s%s", errNoEventStream, resp.Status, t.excerpt(resp))
 	}
 	if mt := mediaType(resp.Header.Get("Content-Type")); mt != "text/event-stream" {
-		return fmt.Errorf("SSE stream: the server answered the GET with content type %q, not text/event-stream", printable(mt, 100))
+		return fmt.Errorf("%w: the server answered the GET with content type %q, not text/event-stream", errNoEventStream, printable(mt, 100))
 	}
 	t.events = &sseReader{r: bufio.NewReaderSize(resp.Body, 64<<10)}
 	for {
@@ -202,6 +208,7 @@ func (t *sseTransport) WriteFrame(ctx context.Context, msg []byte) error {
 		req.Header.Set(k, v)
 	}
 	req.Header.Set("Content-Type", "application/json")
+	tracing.Inject(ctx, req.Header) // the request's, whose values ctx carries (wire.Conn.write)
 	resp, err := t.hc.Do(req)
 	if err != nil {
 		return fmt.Errorf("POST to the SSE message endpoint: %w", bareURLError(err))
@@ -211,7 +218,7 @@ func (t *sseTransport) WriteFrame(ctx context.Context, msg []byte) error {
 		io.CopyN(io.Discard, resp.Body, 64<<10) // lets the connection be reused
 		return nil
 	}
-	err = fmt.Errorf("the SSE message endpoint answered a POST with %s%s", resp.Status, t.excerpt(resp.Body))
+	err = fmt.Errorf("the SSE message endpoint answered a POST with %s%s", resp.Status, t.excerpt(resp))
 	if sseGone(resp.StatusCode) {
 		return err
 	}
@@ -234,9 +241,14 @@ const sseExcerptBytes = 200
 
 // excerpt returns the start of a refusal's body for an error, ": "
 // first, printable only, with the endpoint's query values and the
-// upstream's secrets masked; "" for an empty body.
-func (t *sseTransport) excerpt(body io.Reader) string {
-	b, _ := io.ReadAll(io.LimitReader(body, sseExcerptBytes))
+// upstream's secrets masked; "" for an empty body, and for an HTML page
+// (a proxy's or a web server's error page), whose markup says nothing the
+// status does not, as for streamable HTTP (httpPeer.refusal).
+func (t *sseTransport) excerpt(resp *http.Response) string {
+	if mediaType(resp.Header.Get("Content-Type")) == "text/html" {
+		return ""
+	}
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, sseExcerptBytes))
 	s := strings.TrimSpace(printable(string(b), sseExcerptBytes))
 	for _, m := range t.masks {
 		s = strings.ReplaceAll(s, m, "[redacted]")

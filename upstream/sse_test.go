@@ -360,11 +360,18 @@ func TestSSEStreamRefused(t *testing.T) {
 		w.Header().Set("Content-Type", "text/html")
 		fmt.Fprint(w, "<html>")
 	})
+	mux.HandleFunc("/501", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		w.WriteHeader(http.StatusNotImplemented)
+		fmt.Fprint(w, "<!DOCTYPE html><html><head><title>501 Not Implemented</title></head><body><h1>Not Implemented</h1></body></html>")
+	})
 	ts := httptest.NewServer(mux)
 	t.Cleanup(ts.Close)
 	for _, tc := range []struct{ path, want string }{
 		{"/401?key=querysecret", "401 Unauthorized: bad token [redacted"},
 		{"/html?key=querysecret", `content type "text/html", not text/event-stream`},
+		// An error page's markup is left out (issue 18, item 5).
+		{"/501", "the server answered the GET with 501 Not Implemented"},
 	} {
 		tr, err := newSSETransport(ts.URL+tc.path, sseOptions{
 			Header: map[string]string{"Authorization": "Bearer tok-SECRET-1234"},
@@ -385,6 +392,9 @@ func TestSSEStreamRefused(t *testing.T) {
 		}
 		if msg := err.Error(); strings.Contains(msg, "tok-SECRET") || len(msg) > 400 || strings.ContainsRune(msg, 0) {
 			t.Errorf("%s: the error is not short, printable and masked: %q", tc.path, msg)
+		}
+		if msg := err.Error(); strings.Contains(msg, "<") {
+			t.Errorf("%s: the error quotes markup: %q", tc.path, msg)
 		}
 	}
 }

@@ -7,8 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -197,6 +199,75 @@ func TestRefusedStreamableHTTPKeepsEachAttemptsError(t *testing.T) {
 	}
 }
 
+// TestWrongURLIsNotCalledLegacy is issue 18, item 6: a URL that answers
+// 404 to the initialize POST and to the legacy SSE GET is a wrong URL, not
+// "likely a legacy SSE server"; the error says what each answered and
+// names the upstream and the URL (without its query).
+func TestWrongURLIsNotCalledLegacy(t *testing.T) {
+	ts := httptest.NewServer(http.NotFoundHandler())
+	defer ts.Close()
+	cfg := &configs.Upstream{Name: "wrong", Transport: configs.TransportHTTP, URL: ts.URL + "/nope/mcp?key=q",
+		ConnectTimeout: 5 * time.Second, CallTimeout: 5 * time.Second, MaxMessageBytes: 1 << 20}
+	msg := startErr(t, New(cfg, fastOptions(&logSink{}))).Error()
+	for _, want := range []string{
+		`upstream "wrong": connect: streamable HTTP: `,
+		`HTTP 404 Not Found`,
+		`; legacy SSE fallback: start sse transport: SSE stream: the server answered the GET with 404 Not Found`,
+		ts.URL + "/nope/mcp serves neither streamable HTTP nor legacy SSE: check the url of [upstreams.wrong]",
+	} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("error %q lacks %q", msg, want)
+		}
+	}
+	for _, bad := range []string{"likely", "legacy SSE server", "key=q"} {
+		if strings.Contains(msg, bad) {
+			t.Errorf("error %q says %q", msg, bad)
+		}
+	}
+}
+
+// TestRefusedPortErrorHasNoRepeats is issue 18, item 6: the error of a
+// loopback port that refuses connections reads once, with no prefix
+// doubled ("failed to send request: failed to send request:").
+func TestRefusedPortErrorHasNoRepeats(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now: connections are refused
+	for _, transport := range []string{configs.TransportHTTP, configs.TransportSSE, configs.TransportWebsocket} {
+		t.Run(transport, func(t *testing.T) {
+			scheme := "http://"
+			if transport == configs.TransportWebsocket {
+				scheme = "ws://"
+			}
+			cfg := &configs.Upstream{Name: "refused", Transport: transport, URL: scheme + addr + "/mcp",
+				ConnectTimeout: 5 * time.Second, CallTimeout: 5 * time.Second, MaxMessageBytes: 1 << 20}
+			msg := startErr(t, New(cfg, fastOptions(&logSink{}))).Error()
+			if !strings.Contains(msg, "connection refused") || !strings.HasPrefix(msg, `upstream "refused": `) {
+				t.Errorf("error %q does not name the upstream and say the connection was refused", msg)
+			}
+			t.Log(msg)
+			if rep := repeatedPart(msg); rep != "" {
+				t.Errorf("error %q repeats %q", msg, rep)
+			}
+		})
+	}
+}
+
+// repeatedPart returns a ": "-separated part of msg that appears twice in
+// a row ("a: a: b"), or "".
+func repeatedPart(msg string) string {
+	parts := strings.Split(msg, ": ")
+	for i := 1; i < len(parts); i++ {
+		if parts[i] == parts[i-1] {
+			return parts[i]
+		}
+	}
+	return ""
+}
+
 // TestAttemptsErr pins how the errors of several attempts are joined.
 func TestAttemptsErr(t *testing.T) {
 	a, b := errors.New("refused"), errors.New("timed out")
@@ -220,5 +291,62 @@ func TestAttemptsErr(t *testing.T) {
 				t.Errorf("errors.Is(%q, first error) = false", err)
 			}
 		})
+	}
+}
+
+// TestRepeatedStartFailureLogsItsStderrOnce is issue 18, item 6: a child
+// that dies at start with a multi-line stack (a missing node script) has
+// its stderr logged in full once; each retry that writes the same lines
+// logs them at debug, and its warning is one line. A retry that fails
+// differently is logged in full again.
+func TestRepeatedStartFailureLogsItsStderrOnce(t *testing.T) {
+	counter := filepath.Join(t.TempDir(), "attempts")
+	// From the fourth attempt on, the child writes one line more, first.
+	script := `n=$(cat ` + counter + ` 2>/dev/null || echo 0); n=$((n+1)); echo $n > ` + counter + `
+[ "$n" -ge 4 ] && echo "warning: a different start" >&2
+echo "Error: Cannot find module '/srv/missing.js'" >&2
+echo "    at Module._resolveFilename (node:internal/modules/cjs/loader:1207:15)" >&2
+echo "Node.js v20.20.2" >&2
+exit 1`
+	logs := &logSink{}
+	opts := fastOptions(logs)
+	opts.MinBackoff = 5 * time.Millisecond
+	u := New(shConfig("missing", script), opts)
+	if err := startErr(t, u); !strings.Contains(err.Error(), "stderr| Error: Cannot find module") {
+		t.Fatalf("the first attempt's error lacks its stderr: %v", err)
+	}
+	warnings := func() []map[string]string {
+		return logs.find(func(r map[string]string) bool { return r["msg"] == "connect failed" })
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for len(warnings()) < 4 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d retries in 30s, want 4", len(warnings()))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	u.Close()
+
+	lines := func(level string) int {
+		return len(logs.find(func(r map[string]string) bool {
+			return r["msg"] == "stderr" && r["level"] == level && r["stderr"] == "Error: Cannot find module '/srv/missing.js'"
+		}))
+	}
+	// Attempts 1 and 4 at info; 2, 3, 5 and any later one at debug.
+	if info, debug := lines("INFO"), lines("DEBUG"); info != 2 || debug < 3 {
+		t.Errorf("the stack's first line was logged %d times at info and %d at debug; want 2 (attempts 1 and 4) and at least 3", info, debug)
+	}
+	w := warnings()
+	for i, full := range []bool{false, false, true, false} { // attempts 2 to 5
+		hasStack := strings.Contains(w[i]["err"], "stderr|")
+		if hasStack != full || (!full && w[i]["stderr"] == "") {
+			t.Errorf("warning of attempt %d: err %q, stderr %q; want the lines in full: %v", i+2, w[i]["err"], w[i]["stderr"], full)
+		}
+		if !strings.HasPrefix(w[i]["err"], `upstream "missing": connect: `) {
+			t.Errorf("warning of attempt %d does not name the upstream: %q", i+2, w[i]["err"])
+		}
+	}
+	if h := u.Health(); len(h.Stderr) == 0 {
+		t.Errorf("Health lost the stderr lines: %+v", h)
 	}
 }

@@ -181,6 +181,8 @@ type Upstream struct {
 
 	hist history // counters and the newest error, for Health (health.go)
 
+	stderrs stderrRepeats // a failing child's stderr, logged once (stderr_repeat.go); supervisor only
+
 	catalogKick chan struct{} // capacity 1: an OnCatalog call is pending
 	wg          sync.WaitGroup
 	closeOnce   sync.Once
@@ -315,11 +317,21 @@ func (u *Upstream) supervise(startCtx context.Context, first chan<- error) {
 		if err != nil && u.life.Err() == nil {
 			u.hist.failed(err, nil)
 		}
+		var se *StderrError
+		if !errors.As(err, &se) {
+			se = &StderrError{}
+		}
+		sameStderr := u.stderrs.repeated(se.Stderr)
 		if first != nil {
 			first <- err
 			first = nil
 		} else if err != nil && u.life.Err() == nil {
-			u.log.Warn("connect failed", "err", err, "retry_in", delay)
+			if sameStderr {
+				// Logged in full before; Health keeps the whole text.
+				u.log.Warn("connect failed", "err", se.Err, "stderr", "the same lines as the attempt before", "retry_in", delay)
+			} else {
+				u.log.Warn("connect failed", "err", err, "retry_in", delay)
+			}
 		}
 		var lost error // why the published connection was lost
 		if err == nil {
@@ -379,6 +391,7 @@ func (u *Upstream) attempt(parent context.Context) (*conn, error) {
 		if c != nil && c.proc != nil {
 			err = withStderr(err, c.proc.lastStderr())
 		}
+		u.stderrs.failed()
 		return c, err
 	}
 
@@ -393,8 +406,10 @@ func (u *Upstream) attempt(parent context.Context) (*conn, error) {
 		if c.proc != nil {
 			err = withStderr(err, c.proc.lastStderr())
 		}
+		u.stderrs.failed()
 		return c, err
 	}
+	u.stderrs.succeeded()
 	u.conn = c
 	c.last.Store(cat)
 	u.catalog.Store(cat)

@@ -70,6 +70,9 @@ func manPage(refs []commandRef, version string) string {
 	b.WriteString(".SH ENVIRONMENT\n.TP\n.B MCPMUX_CONFIG\nthe config file, when --config is not given\n")
 	b.WriteString(".TP\n.B XDG_CONFIG_HOME\nwhere the per-user config is looked for (default ~/.config)\n")
 	b.WriteString(".TP\n.B MCPMUX_SELF\nthis executable, for ${MCPMUX_SELF} in a config, unless set\n")
+	b.WriteString(".TP\n.B OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_TRACES_EXPORTER, OTEL_*\n" +
+		roff("OpenTelemetry traces, exported over OTLP; off unless an endpoint is set or OTEL_TRACES_EXPORTER=otlp "+
+			"(operations.md, Traces)") + "\n")
 	b.WriteString(".SH EXIT STATUS\n.TP\n.B 0\nsuccess\n.TP\n.B 1\na runtime failure: a required upstream failed, or check found a problem\n")
 	b.WriteString(".TP\n.B 2\nbad usage or an invalid config; every error names its file:line\n")
 	b.WriteString(".SH SEE ALSO\n")

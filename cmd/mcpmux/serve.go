@@ -10,9 +10,12 @@ import (
 	"os"
 	"time"
 
+	"go.opentelemetry.io/otel"
+
 	"github.com/mcpmux/mcpmux/aggregator"
 	"github.com/mcpmux/mcpmux/configs"
 	"github.com/mcpmux/mcpmux/internal/redact"
+	"github.com/mcpmux/mcpmux/internal/tracing"
 	"github.com/mcpmux/mcpmux/sessions"
 )
 
@@ -150,14 +153,17 @@ func startAggregator(ctx context.Context, cfg *configs.Config, log *slog.Logger)
 }
 
 // wire builds the aggregator and the session server for cfg, with the
-// audit log open. The returned func shuts the session server down (which
-// also stops the background work sessions.New started), closes the
-// upstreams (reaping their children) and the audit log; call it whatever
-// the error, after everything using them has stopped. secrets is the set
-// log masks, which the aggregator keeps current (nil: none is shared).
+// audit log open and traces exported when the OTEL_* variables ask for
+// them. The returned func shuts the session server down (which also stops
+// the background work sessions.New started), closes the upstreams
+// (reaping their children) and the audit log, and exports the last spans;
+// call it whatever the error, after everything using them has stopped.
+// secrets is the set log masks, which the aggregator keeps current (nil:
+// none is shared).
 func wire(cfg *configs.Config, log *slog.Logger, secrets *redact.Live) (*aggregator.Aggregator, *sessions.Server, func(), error) {
 	agg := aggregator.New(cfg, aggregator.Options{Logger: log, Secrets: secrets})
 	var srv *sessions.Server
+	var traces *tracing.Provider
 	audit, closeAudit, err := openAudit(cfg)
 	closeAll := func() {
 		if srv != nil {
@@ -173,15 +179,45 @@ func wire(cfg *configs.Config, log *slog.Logger, secrets *redact.Live) (*aggrega
 		if closeAudit != nil {
 			closeAudit()
 		}
+		// Last, so that the spans of requests answered during shutdown
+		// are exported too.
+		ctx, cancel := context.WithTimeout(context.Background(), traceFlushTimeout)
+		if err := traces.Shutdown(ctx); err != nil {
+			log.Warn("exporting the last traces", "error", err)
+		}
+		cancel()
 	}
 	if err != nil {
 		return nil, nil, closeAll, err
 	}
-	srv, err = sessions.New(cfg, agg, sessions.Options{Logger: log, Version: version(), Audit: audit})
+	if traces, err = startTraces(log); err != nil {
+		return nil, nil, closeAll, configErr(err)
+	}
+	srv, err = sessions.New(cfg, agg, sessions.Options{Logger: log, Version: version(), Audit: audit, Tracer: traces.Tracer()})
 	if err != nil {
 		return nil, nil, closeAll, configErr(err)
 	}
 	return agg, srv, closeAll, nil
+}
+
+// traceFlushTimeout bounds the export of the last spans at exit.
+const traceFlushTimeout = 5 * time.Second
+
+// startTraces starts the trace exporter the standard OTEL_* variables ask
+// for (internal/tracing), or returns nil when they ask for none. The
+// OpenTelemetry SDK's own errors (a collector that cannot be reached) are
+// logged as warnings: its error handler is process-wide, so it is set
+// here, at the top.
+func startTraces(log *slog.Logger) (*tracing.Provider, error) {
+	p, err := tracing.New(context.Background(), os.Getenv, version())
+	if err != nil || p == nil {
+		return nil, err
+	}
+	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
+		log.Warn("OpenTelemetry", "error", err)
+	}))
+	log.Info("exporting traces", "protocol", p.Protocol)
+	return p, nil
 }
 
 // openAudit opens the [audit] log for appending, or returns a nil writer

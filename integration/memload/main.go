@@ -1,3 +1,5 @@
+//go:build linux
+
 // Command memload measures what one unauthenticated client can make mcpmux
 // hold (issue 9): it starts the real mcpmux binary on the default
 // loopback config (no token, no [server] table) with one upstream, records

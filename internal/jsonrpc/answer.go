@@ -331,7 +331,9 @@ func (s *scanner) skipValue(i int) int {
 func Lookup(obj []byte, key string) []byte { return Fields(obj, key)[0] }
 
 // Fields is Lookup for several keys in one pass: the values of the named
-// members, in the order of keys, nil for each one obj does not have.
+// members, in the order of keys, nil for each one obj does not have. It
+// allocates only the result: a key is compared as bytes unless it holds
+// an escape.
 func Fields(obj []byte, keys ...string) [][]byte {
 	out := make([][]byte, len(keys))
 	s := &scanner{b: obj, noCheck: true}
@@ -339,11 +341,21 @@ func Fields(obj []byte, keys ...string) [][]byte {
 	if i >= len(obj) || obj[i] != '{' {
 		return out
 	}
-	for _, f := range topMembers(obj, i) {
+	for i = s.ws(i + 1); i < len(obj) && obj[i] == '"'; {
+		end, esc := s.str(i)
+		vs := s.ws(s.ws(end) + 1) // past ':'
+		ve := s.skipValue(vs)
+		raw := obj[i+1 : end-1]
 		for j, k := range keys {
-			if f.key == k && out[j] == nil {
-				out[j] = obj[f.valueStart:f.valueEnd]
+			if out[j] != nil {
+				continue
 			}
+			if !esc && string(raw) == k || esc && s.key(i, end, true) == k {
+				out[j] = obj[vs:ve]
+			}
+		}
+		if i = s.ws(ve); i < len(obj) && obj[i] == ',' {
+			i = s.ws(i + 1)
 		}
 	}
 	return out

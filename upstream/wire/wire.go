@@ -50,7 +50,10 @@ type Transport interface {
 	// an oversize message is a Frame, not an error.
 	ReadFrame() (Frame, error)
 	// WriteFrame writes one message. An error ends the connection, unless
-	// it is (or wraps) *RefusedError.
+	// it is (or wraps) *RefusedError. ctx ends with the connection, not
+	// with the request the message belongs to (a write is never cut in
+	// half), but carries that request's values: a transport that sends
+	// each message as an HTTP request puts its trace context in headers.
 	WriteFrame(ctx context.Context, msg []byte) error
 	Close() error
 }
@@ -297,7 +300,7 @@ func (c *Conn) write(ctx context.Context, msg []byte) error {
 		return c.closedErr()
 	default:
 	}
-	if err := c.t.WriteFrame(c.life, msg); err != nil {
+	if err := c.t.WriteFrame(frameCtx{c.life, ctx}, msg); err != nil {
 		var refused *RefusedError
 		if errors.As(err, &refused) {
 			return err
@@ -306,6 +309,23 @@ func (c *Conn) write(ctx context.Context, msg []byte) error {
 		return c.closedErr()
 	}
 	return nil
+}
+
+// frameCtx is the ctx of a WriteFrame: the connection's life, for
+// cancellation and deadlines, with the values of the ctx of the request
+// the message belongs to where the life has none. The life's come first,
+// so that the context package, which finds a parent's cancellation
+// through Value, finds the life's (context.Cause, WithCancel).
+type frameCtx struct {
+	context.Context                 // the connection's life
+	values          context.Context // the request's
+}
+
+func (f frameCtx) Value(key any) any {
+	if v := f.Context.Value(key); v != nil {
+		return v
+	}
+	return f.values.Value(key)
 }
 
 // closedErr is the error of an operation on a connection that is gone.

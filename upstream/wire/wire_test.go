@@ -399,3 +399,74 @@ func TestOversizeRequestAnswered(t *testing.T) {
 		t.Fatalf("answer = %v", m)
 	}
 }
+
+// ctxTransport hands on the ctx of each WriteFrame.
+type ctxTransport struct {
+	Transport
+	got chan context.Context
+}
+
+func (t ctxTransport) WriteFrame(ctx context.Context, msg []byte) error {
+	select {
+	case t.got <- ctx:
+	default:
+	}
+	return t.Transport.WriteFrame(ctx, msg)
+}
+
+type reqKey struct{}
+
+// TestWriteFrameContext: a transport's WriteFrame gets a ctx with the
+// values of the request the message belongs to (its trace context, for a
+// transport that sends headers), which ends with the connection, not with
+// the request, and whose cause is the connection's.
+func TestWriteFrameContext(t *testing.T) {
+	toConnR, toConnW := io.Pipe()
+	toPeerR, toPeerW := io.Pipe()
+	go io.Copy(io.Discard, toPeerR)
+	tr := ctxTransport{Transport: NewLines(toConnR, toPeerW, toPeerW, 1<<20), got: make(chan context.Context, 4)}
+	c := New(tr, Options{Name: "test", Limit: 1 << 20})
+	c.Start()
+	t.Cleanup(func() {
+		c.Close()
+		toConnW.Close()
+		c.Wait()
+	})
+
+	next := func() context.Context {
+		t.Helper()
+		select {
+		case got := <-tr.got:
+			return got
+		case <-time.After(10 * time.Second):
+			t.Fatal("nothing written")
+		}
+		return nil
+	}
+	reqCtx, cancel := context.WithCancel(context.WithValue(context.Background(), reqKey{}, "request"))
+	call(c, reqCtx, "tools/call", `{}`)
+	got := next()
+	if v, _ := got.Value(reqKey{}).(string); v != "request" {
+		t.Errorf("WriteFrame's ctx lacks the request's value: %v", got.Value(reqKey{}))
+	}
+	cancel()
+	if got.Err() != nil {
+		t.Errorf("WriteFrame's ctx ended with the request: %v", got.Err())
+	}
+
+	// A request that is still going when the connection ends: the
+	// frame's ctx reports the connection's end, cause included.
+	live, stop := context.WithCancel(context.WithValue(context.Background(), reqKey{}, "second"))
+	defer stop()
+	call(c, live, "tools/call", `{}`)
+	got = next()
+	c.Close()
+	select {
+	case <-got.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("WriteFrame's ctx did not end with the connection")
+	}
+	if context.Cause(got) == nil || got.Err() == nil {
+		t.Errorf("ended WriteFrame ctx: Err %v, Cause %v; want both set", got.Err(), context.Cause(got))
+	}
+}
