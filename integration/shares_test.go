@@ -164,12 +164,19 @@ path = %s
 			deleteSession(t, admin)
 		})
 		// The guest's places come back once its streams end.
-		waitUntil(t, 20*time.Second, "every session and stream to end", func() bool {
+		open := -1
+		waitUntil(t, 30*time.Second, "every session and stream to end", func() bool {
 			var st struct {
 				Open int `json:"open_sessions"`
 			}
-			err := json.Unmarshal([]byte(getWithToken(t, "http://"+mux.Addr+"/status.json", shareAdmin)), &st)
-			return err == nil && st.Open == 0
+			if json.Unmarshal([]byte(getWithToken(t, "http://"+mux.Addr+"/status.json", shareAdmin)), &st) != nil {
+				return false
+			}
+			if st.Open != open {
+				open = st.Open
+				t.Logf("after %s: %d sessions and streams open", kind, open)
+			}
+			return open == 0
 		})
 	}
 	b, err := os.ReadFile(audit)
