@@ -296,7 +296,7 @@ func (p *statusPage) upstreams(snap *aggregator.Snapshot, now time.Time) []upstr
 		h := u.Health()
 		names[cfg.Name] = true
 		row := upstreamRow{
-			Name: cfg.Name, Prefix: cfg.Prefix, Transport: cfg.Transport, Target: u.Redact(target(cfg)),
+			Name: cfg.Name, Prefix: cfg.Prefix, Transport: cfg.Transport, Target: s.agg.Redact(target(cfg)),
 			Required: cfg.Required, Scope: cfg.Scope, State: stateName(h), Protocol: h.Protocol,
 			Tools: exposed[cfg.Name].Tools, Hidden: exposed[cfg.Name].Dropped,
 			Connects: h.Connects, Restarts: h.Restarts,
