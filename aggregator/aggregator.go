@@ -134,6 +134,7 @@ func (a *Aggregator) newConn(uc *configs.Upstream, session string, log *slog.Log
 	uo.Logger = log
 	uo.OnCatalog = onCatalog
 	l := &connLink{name: uc.Name, session: session}
+	l.spoofLog.Interval = spoofLogEvery
 	uo.OnNotification = func(_ *upstream.Upstream, n mcp.JSONRPCNotification) { a.onNotification(l, n) }
 	uo.OnCallNotification = func(ctx context.Context, _ *upstream.Upstream, n mcp.JSONRPCNotification) {
 		a.onCallNotification(ctx, l, n)

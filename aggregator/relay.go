@@ -1,6 +1,7 @@
 package aggregator
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/mcpmux/mcpmux/configs"
 	"github.com/mcpmux/mcpmux/internal/jsonrpc"
+	"github.com/mcpmux/mcpmux/internal/lograte"
 	"github.com/mcpmux/mcpmux/upstream"
 )
 
@@ -136,7 +138,15 @@ type connLink struct {
 	// (no call in flight) was refused and logged at info: later ones are
 	// logged at debug (clientHandler.relay).
 	unaskedNoted atomic.Bool
+
+	// spoofLog paces the log line of a resources/updated refused because
+	// the connection's upstream does not serve that URI.
+	spoofLog lograte.Every
 }
+
+// spoofLogEvery is how often a connection's refused resources/updated are
+// logged at most; the line counts the ones in between.
+const spoofLogEvery = 10 * time.Second
 
 // owner returns the client a server→client request that arrived on the
 // connection l belongs to (SPEC §7). It is the client whose call the
@@ -299,6 +309,9 @@ func (r *relay) addSubscriber(key string, delta int) int {
 // learnLinks records the URIs of resource links in a tools/call result,
 // so that reading them is routed back to the upstream that returned them.
 func (r *relay) learnLinks(upstream string, res json.RawMessage) {
+	if !bytes.Contains(res, []byte(`"resource_link"`)) { // one pass over a large result
+		return
+	}
 	// The content items' own members only: a large text or blob is
 	// crossed, not decoded.
 	var uris []string
@@ -323,6 +336,17 @@ func (r *relay) learnLinks(upstream string, res json.RawMessage) {
 
 // maxLinks bounds the link table; links past it are simply not routable.
 const maxLinks = 100000
+
+// linkFor returns the link table's entry for uri alone, in the shape
+// Snapshot.RouteURI takes (nil when uri is no link).
+func (r *relay) linkFor(uri string) map[string]string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if up, ok := r.links[uri]; ok {
+		return map[string]string{uri: up}
+	}
+	return nil
+}
 
 func (r *relay) linkTable() map[string]string {
 	r.mu.Lock()
@@ -418,6 +442,17 @@ func (a *Aggregator) onNotification(l *connLink, n mcp.JSONRPCNotification) {
 			if rw.Upstream == l.name && rw.Original == uri {
 				exposed = rw.Exposed
 			}
+		}
+		// An upstream speaks only for itself: the update is taken only
+		// from the upstream that URI is routed to, the one a read of it
+		// would reach. Another's would tell clients of a change it cannot
+		// know about, for a resource their view may not even show it.
+		if owner, _, ok := snap.RouteURI(exposed, a.relay.linkFor(exposed)); !ok || owner != l.name {
+			if log, more := l.spoofLog.Allow(); log {
+				a.log.Warn("dropping resources/updated from upstream for a URI it does not serve",
+					"upstream", l.name, "session", l.session, "uri", uri, "served_by", owner, "dropped_before", more)
+			}
+			return
 		}
 		// A session's own connection's update is that session's only:
 		// the subscription it answers was made on that connection.

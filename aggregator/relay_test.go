@@ -260,3 +260,60 @@ func TestUnaskedRequestIsNotAWarning(t *testing.T) {
 		t.Errorf("with another session's call in flight, logged %q, want one warning", got)
 	}
 }
+
+// TestResourceUpdatedOwnership is issue 17, finding 6: a
+// resources/updated is taken only from the upstream the URI routes to,
+// through a listed resource, a rewritten clash, a template or a resource
+// link; any other upstream's is dropped.
+func TestResourceUpdatedOwnership(t *testing.T) {
+	namer := Namer{Separator: "__", MaxLength: 64}
+	tpl := mcp.NewResourceTemplate("tpl://{id}", "t")
+	resCaps := mcp.ServerCapabilities{Resources: &struct {
+		Subscribe   bool `json:"subscribe,omitempty"`
+		ListChanged bool `json:"listChanged,omitempty"`
+	}{}}
+	sources := []*source{
+		testSource("alpha", "alpha", &upstream.Catalog{Capabilities: resCaps,
+			Resources: []mcp.Resource{{URI: "file:///a"}, {URI: "file:///shared"}}}, configs.RuleSet{}, nil, nil),
+		testSource("beta", "beta", &upstream.Catalog{Capabilities: resCaps,
+			Resources:         []mcp.Resource{{URI: "file:///shared"}},
+			ResourceTemplates: []mcp.ResourceTemplate{tpl}}, configs.RuleSet{}, nil, nil),
+		testSource("gamma", "gamma", &upstream.Catalog{}, configs.RuleSet{}, nil, nil),
+	}
+	a := &Aggregator{log: slog.New(slog.DiscardHandler), relay: newRelay()}
+	a.snap.Store(build(1, namer, sources))
+	a.relay.learnLinks("gamma", json.RawMessage(`{"content":[{"type":"resource_link","uri":"link://g"}]}`))
+	var got []string
+	a.onResourceUpdated = func(_, uri string) { got = append(got, uri) }
+	send := func(from, uri string) {
+		l := testLink(from, configs.TransportStdio, "")
+		n := mcp.JSONRPCNotification{JSONRPC: mcp.JSONRPC_VERSION}
+		n.Method = string(mcp.MethodNotificationResourceUpdated)
+		n.Params.AdditionalFields = map[string]any{"uri": uri}
+		a.onNotification(l, n)
+	}
+	for _, tc := range []struct {
+		from, uri string
+		want      string // the exposed URI delivered; "" = dropped
+	}{
+		{"alpha", "file:///a", "file:///a"},
+		{"beta", "file:///a", ""},
+		{"gamma", "file:///a", ""},
+		{"alpha", "file:///shared", "file:///shared"},
+		{"beta", "file:///shared", "mcpmux-beta+file:///shared"}, // its rewritten claim
+		{"beta", "tpl://42", "tpl://42"},
+		{"alpha", "tpl://42", ""},
+		{"gamma", "link://g", "link://g"},
+		{"alpha", "link://g", ""},
+		{"alpha", "file:///nobody", ""},
+	} {
+		got = nil
+		send(tc.from, tc.uri)
+		switch {
+		case tc.want == "" && len(got) != 0:
+			t.Errorf("%s's update of %s was delivered as %v, want it dropped", tc.from, tc.uri, got)
+		case tc.want != "" && (len(got) != 1 || got[0] != tc.want):
+			t.Errorf("%s's update of %s delivered %v, want [%s]", tc.from, tc.uri, got, tc.want)
+		}
+	}
+}

@@ -258,8 +258,11 @@ func (a *Aggregator) route(ctx context.Context, cl Client, up, method, target st
 		if err != nil {
 			return nil, upstreamErr(up, method, u.Config().CallTimeout, err)
 		}
-		if cl.Modern() || !needsInput(res) {
-			return a.finishResult(res, cl.Modern(), method == string(mcp.MethodResourcesRead)), nil
+		// The result's own members, read once: a large text in it is
+		// crossed, not looked into.
+		top := jsonrpc.Fields(res, "resultType", "_meta")
+		if cl.Modern() || !needsInput(top[0]) {
+			return a.finishResult(res, top, cl.Modern(), method == string(mcp.MethodResourcesRead)), nil
 		}
 		if round == MaxInputRounds {
 			return nil, &UpstreamError{Upstream: up, Method: method,
@@ -271,9 +274,10 @@ func (a *Aggregator) route(ctx context.Context, cl Client, up, method, target st
 	}
 }
 
-// needsInput reports whether res is an input_required result.
-func needsInput(res json.RawMessage) bool {
-	return string(jsonrpc.Lookup(res, "resultType")) == `"`+string(mcp.ResultTypeInputRequired)+`"`
+// needsInput reports whether a result whose resultType member is
+// resultType is an input_required result.
+func needsInput(resultType []byte) bool {
+	return string(resultType) == `"`+string(mcp.ResultTypeInputRequired)+`"`
 }
 
 // answerInput fulfils an input_required result for a client from before
@@ -361,8 +365,8 @@ func (a *Aggregator) hopMeta(u *upstream.Upstream, cl Client, meta map[string]js
 // 0 and cacheScope "private", the fail-closed defaults (a shared gateway
 // must not let one principal's data be served to another). Other bytes
 // are kept.
-func (a *Aggregator) finishResult(res json.RawMessage, modern, cacheable bool) json.RawMessage {
-	if f := jsonrpc.Fields(res, "resultType", "_meta"); !modern && f[0] == nil && !bytes.Contains(f[1], []byte("io.modelcontextprotocol/")) {
+func (a *Aggregator) finishResult(res json.RawMessage, top [][]byte, modern, cacheable bool) json.RawMessage {
+	if !modern && top[0] == nil && !bytes.Contains(top[1], []byte("io.modelcontextprotocol/")) {
 		return res // nothing of another era's and no reserved _meta: as sent
 	}
 	fields := map[string]json.RawMessage{}

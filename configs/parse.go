@@ -90,6 +90,8 @@ type (
 		CallTimeout     any                 `toml:"call_timeout"`
 		Protocol        string              `toml:"protocol"`
 		MaxMessageBytes any                 `toml:"max_message_bytes"`
+		MaxCatalogItems *int                `toml:"max_catalog_items"`
+		MaxCatalogBytes any                 `toml:"max_catalog_bytes"`
 		Scope           *string             `toml:"scope"`
 		Tools           []string            `toml:"tools"`
 		Allow           []string            `toml:"allow"`

@@ -80,6 +80,8 @@ func TestParseErrors(t *testing.T) {
 		{"bad size", "[server]\nmax_body_bytes = \"4MB2\"\n", `server.max_body_bytes: invalid size "4MB2"`, 2},
 		{"bad size unit", "[upstreams.x]\ncommand = \"y\"\nmax_message_bytes = \"4 mb\"\n", `invalid size "4 mb"`, 3},
 		{"zero size", "[server]\nmax_body_bytes = 0\n", `server.max_body_bytes: size must be positive`, 2},
+		{"zero max_catalog_items", "[upstreams.x]\ncommand = \"y\"\nmax_catalog_items = 0\n", `upstreams.x.max_catalog_items: must be at least 1, got 0`, 3},
+		{"zero max_catalog_bytes", "[upstreams.x]\ncommand = \"y\"\nmax_catalog_bytes = 0\n", `upstreams.x.max_catalog_bytes: size must be positive`, 3},
 		{"zero max_sessions", "[server]\nmax_sessions = 0\n", `server.max_sessions: must be at least 1`, 2},
 		{"zero max_sessions_per_caller", "[server]\nmax_sessions_per_caller = 0\n", `server.max_sessions_per_caller: must be at least 1`, 2},
 		{"zero max_children_per_caller", "[server]\nmax_children_per_caller = 0\n", `server.max_children_per_caller: must be at least 1`, 2},
@@ -326,7 +328,8 @@ func TestDefaults(t *testing.T) {
 	wantUp := &Upstream{
 		Name: "a", Transport: TransportStdio, Command: "srv", Prefix: "a",
 		ConnectTimeout: 10 * time.Second, CallTimeout: 60 * time.Second,
-		MaxMessageBytes: 16 << 20, Scope: ScopeShared, Line: 1,
+		MaxMessageBytes: 16 << 20, MaxCatalogItems: 10000, MaxCatalogBytes: 8 << 20,
+		Scope: ScopeShared, Line: 1,
 	}
 	if len(cfg.Upstreams) != 1 || !reflect.DeepEqual(cfg.Upstreams[0], wantUp) {
 		t.Errorf("Upstreams = %+v, want [%+v]", cfg.Upstreams, wantUp)
@@ -378,6 +381,8 @@ connect_timeout = "1s"
 call_timeout = "2m"
 protocol = "2025-11-25"
 max_message_bytes = "512KB"
+max_catalog_items = 300
+max_catalog_bytes = "1MiB"
 tools = ["a"]
 allow = ["b*"]
 allow_regex = ["^c"]
@@ -424,7 +429,8 @@ deny = ["x"]
 	wantZeta := &Upstream{
 		Name: "zeta", Transport: TransportSSE, URL: "https://example.com/mcp", Prefix: "",
 		Required: true, ConnectTimeout: time.Second, CallTimeout: 2 * time.Minute,
-		Protocol: "2025-11-25", MaxMessageBytes: 512000, Scope: ScopeShared,
+		Protocol: "2025-11-25", MaxMessageBytes: 512000, MaxCatalogItems: 300, MaxCatalogBytes: 1 << 20,
+		Scope: ScopeShared,
 		Rules: RuleSet{Tools: []string{"a"}, Allow: []string{"b*"}, AllowRegex: []string{"^c"},
 			Deny: []string{"d*"}, DenyRegex: []string{"e$"}},
 		ReadOnlyTools: []string{"get_*"},
@@ -442,7 +448,7 @@ deny = ["x"]
 	if want := (RuleSet{Toolsets: []string{"zeta/read", "alpha"}, ReadOnly: true}); !reflect.DeepEqual(cfg.Filter, want) {
 		t.Errorf("Filter = %+v, want %+v", cfg.Filter, want)
 	}
-	wantP := &Profile{Name: "p", Extends: "q", Line: 42,
+	wantP := &Profile{Name: "p", Extends: "q", Line: 44,
 		Rules: RuleSet{Tools: []string{"t"}, CallRules: []CallRule{{Tool: "shell__run",
 			Args: map[string][]string{"command": {"git status*"}, "cwd": {"/src/*"}}}}},
 		Rate: Rate{CallsPerMinute: 5}}

@@ -112,7 +112,13 @@ type Upstream struct {
 	CallTimeout     time.Duration // default 60s
 	Protocol        string        // optional pinned protocol version, e.g. "2025-11-25"
 	MaxMessageBytes int64         // default 16 MiB: largest message read from this upstream
-	Scope           string        // ScopeShared (default) or ScopeSession
+	// MaxCatalogItems bounds the tools, prompts, resources and templates
+	// the upstream may list, together, over every page (default 10000);
+	// MaxCatalogBytes bounds the bytes of those listings (default 8 MiB).
+	// Over either, the upstream is treated as broken.
+	MaxCatalogItems int
+	MaxCatalogBytes int64
+	Scope           string // ScopeShared (default) or ScopeSession
 
 	Rules         RuleSet             // per-upstream rules, on ORIGINAL names
 	ReadOnlyTools []string            // globs on original names: annotation override

@@ -36,6 +36,8 @@ const (
 	defaultConnectTimeout       = 10 * time.Second
 	defaultCallTimeout          = 60 * time.Second
 	defaultMaxMessageBytes      = 16 << 20
+	defaultMaxCatalogItems      = 10000
+	defaultMaxCatalogBytes      = 8 << 20
 	defaultProfileName          = "default"
 )
 
@@ -228,8 +230,16 @@ func (v *validator) upstream(name string, r *rawUpstream, sep string) *Upstream 
 		ConnectTimeout:  v.duration(p.key("connect_timeout"), r.ConnectTimeout, defaultConnectTimeout),
 		CallTimeout:     v.duration(p.key("call_timeout"), r.CallTimeout, defaultCallTimeout),
 		MaxMessageBytes: v.size(p.key("max_message_bytes"), r.MaxMessageBytes, defaultMaxMessageBytes),
+		MaxCatalogItems: defaultMaxCatalogItems,
+		MaxCatalogBytes: v.size(p.key("max_catalog_bytes"), r.MaxCatalogBytes, defaultMaxCatalogBytes),
 		Scope:           ScopeShared,
 		Line:            v.lines.line(p),
+	}
+	if r.MaxCatalogItems != nil {
+		u.MaxCatalogItems = *r.MaxCatalogItems
+		if u.MaxCatalogItems < 1 {
+			v.errorf(p.key("max_catalog_items"), "must be at least 1, got %d", u.MaxCatalogItems)
+		}
 	}
 	if r.Scope != nil {
 		u.Scope = *r.Scope

@@ -1,6 +1,7 @@
 package sessions
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -256,7 +257,7 @@ var emptyResult = json.RawMessage(`{}`)
 // isErrorResult reports whether a tools/call result says isError, read
 // from the result's own members without looking into its content.
 func isErrorResult(res json.RawMessage) bool {
-	return string(jsonrpc.Lookup(res, "isError")) == "true"
+	return bytes.Contains(res, []byte(`"isError"`)) && string(jsonrpc.Lookup(res, "isError")) == "true"
 }
 
 // errorFor is the JSON-RPC error a client gets for err from route: an

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"sync"
@@ -205,7 +206,7 @@ func (o *eventWriter) event(frame []byte) {
 		h.Set("Cache-Control", "no-cache")
 		o.w.WriteHeader(http.StatusOK)
 	}
-	if _, err := fmt.Fprintf(o.w, "event: message\ndata: %s\n\n", frame); err != nil {
+	if err := writeEvent(o.w, frame); err != nil {
 		o.fail(err)
 		return
 	}
@@ -235,6 +236,19 @@ func (o *eventWriter) done() {
 	if o.timed {
 		o.rc.SetWriteDeadline(time.Time{})
 	}
+}
+
+// writeEvent writes frame as one server-sent event, in pieces: a large
+// answer is not copied again on its way out.
+func writeEvent(w io.Writer, frame []byte) error {
+	if _, err := io.WriteString(w, "event: message\ndata: "); err != nil {
+		return err
+	}
+	if _, err := w.Write(frame); err != nil {
+		return err
+	}
+	_, err := io.WriteString(w, "\n\n")
+	return err
 }
 
 func writeAnswer(w http.ResponseWriter, status int, frame []byte) {

@@ -14,7 +14,7 @@ import (
 // rawUpstream is a streamable HTTP upstream that answers from prebuilt
 // bytes, so that a benchmark through it measures mcpmux, not the
 // upstream: one tool, "big", whose result is a text of size bytes.
-func rawUpstream(tb testing.TB, size int) *httptest.Server {
+func rawUpstream(tb testing.TB, size int, sse bool) *httptest.Server {
 	tb.Helper()
 	text := strings.Repeat("x", size)
 	result := fmt.Sprintf(`,"result":{"content":[{"type":"text","text":%q}]}}`, text)
@@ -37,9 +37,16 @@ func rawUpstream(tb testing.TB, size int) *httptest.Server {
 		case "tools/list":
 			fmt.Fprintf(w, `{"jsonrpc":"2.0","id":%s,"result":{"tools":[{"name":"big","inputSchema":{"type":"object"}}]}}`, m.ID)
 		case "tools/call":
+			if sse { // as a server answers once it has sent a notification
+				w.Header().Set("Content-Type", "text/event-stream")
+				io.WriteString(w, "event: message\ndata: ")
+			}
 			io.WriteString(w, `{"jsonrpc":"2.0","id":`)
 			w.Write(m.ID)
 			io.WriteString(w, result)
+			if sse {
+				io.WriteString(w, "\n\n")
+			}
 		case "":
 			w.WriteHeader(http.StatusAccepted)
 		default:
@@ -59,9 +66,14 @@ func rawUpstream(tb testing.TB, size int) *httptest.Server {
 // bytes: the CPU mcpmux spends per MiB of result (go test -bench
 // LargeResult -cpuprofile).
 func BenchmarkLargeResult(b *testing.B) {
-	for _, size := range []int{1 << 20} {
-		b.Run(fmt.Sprintf("%dKiB", size>>10), func(b *testing.B) {
-			up := rawUpstream(b, size)
+	for _, sse := range []bool{false, true} {
+		size := 1 << 20
+		name := fmt.Sprintf("%dKiB/json", size>>10)
+		if sse {
+			name = fmt.Sprintf("%dKiB/sse", size>>10)
+		}
+		b.Run(name, func(b *testing.B) {
+			up := rawUpstream(b, size, sse)
 			s := newBenchServer(b, up.URL, "")
 			h := s.Handler()
 			sid := openSession(b, h, "")

@@ -1,7 +1,6 @@
 package sessions
 
 import (
-	"fmt"
 	"net/http"
 	"sync"
 	"time"
@@ -100,7 +99,7 @@ func (s *Server) serveGET(w http.ResponseWriter, r *http.Request, id string, ses
 		select {
 		case f := <-g.frames:
 			rc.SetWriteDeadline(time.Now().Add(s.writeTimeout))
-			_, err := fmt.Fprintf(w, "event: message\ndata: %s\n\n", f)
+			err := writeEvent(w, f)
 			if err == nil {
 				err = rc.Flush()
 			}

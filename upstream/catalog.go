@@ -1,7 +1,6 @@
 package upstream
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -39,7 +38,9 @@ func (c *conn) advertised() uint32 {
 // need is decoded from them. A method-not-found answer counts as an empty
 // list. With strict (first connect) any other failure fails the fetch;
 // otherwise (refetch on list_changed) it is logged and that list keeps its
-// previous value. A lost connection always fails the fetch.
+// previous value. A lost connection always fails the fetch, and so does a
+// catalog past the upstream's bounds (ErrCatalogBound): the lists kept
+// from base count towards them.
 func (c *conn) fetch(ctx context.Context, base *Catalog, kinds uint32, strict bool) (*Catalog, error) {
 	next := &Catalog{}
 	if base != nil {
@@ -64,15 +65,18 @@ func (c *conn) fetch(ctx context.Context, base *Catalog, kinds uint32, strict bo
 			next.ResourceTemplates, next.RawTemplates = decodeItems(c, "resource template", items, decodeAs[mcp.ResourceTemplate])
 		}},
 	}
+	budget := c.newBudget(base, kinds)
 	for _, s := range steps {
 		if kinds&s.kind == 0 {
 			continue
 		}
-		items, err := c.listAll(ctx, string(s.method), s.key)
+		items, err := c.listAll(ctx, string(s.method), s.key, budget)
 		var rpcErr *RPCError
 		switch {
 		case err == nil:
 			s.keep(items)
+		case errors.Is(err, ErrCatalogBound):
+			return nil, err // refetch too: the upstream is broken, not one list
 		case c.ctx.Err() != nil:
 			return nil, fmt.Errorf("%s: %w (%w)", s.method, err, context.Cause(c.ctx))
 		case isConnectionLoss(err):
@@ -103,9 +107,10 @@ func (c *conn) clearList(cat *Catalog, kind uint32) {
 
 // listAll requests every page of the listing method and returns the items
 // of the result member key, each compacted but otherwise the upstream's
-// bytes. A cursor the upstream already gave fails the listing
+// bytes. Pages are followed only while budget lasts (ErrCatalogBound),
+// and a cursor the upstream already gave fails the listing
 // (errRepeatedListCursor), so a looping server cannot hold it.
-func (c *conn) listAll(ctx context.Context, method, key string) ([]json.RawMessage, error) {
+func (c *conn) listAll(ctx context.Context, method, key string, budget *catalogBudget) ([]json.RawMessage, error) {
 	var (
 		out    []json.RawMessage
 		params json.RawMessage
@@ -116,29 +121,14 @@ func (c *conn) listAll(ctx context.Context, method, key string) ([]json.RawMessa
 		if err != nil {
 			return nil, err
 		}
-		var page map[string]json.RawMessage
-		if err := json.Unmarshal(res, &page); err != nil {
+		items, cursor, err := decodePage(res, key, budget)
+		if errors.Is(err, ErrCatalogBound) {
+			return nil, fmt.Errorf("%s: %w", method, err)
+		}
+		if err != nil {
 			return nil, fmt.Errorf("decoding %s result: %w", method, err)
 		}
-		var items []json.RawMessage
-		if raw := page[key]; len(raw) > 0 {
-			if err := json.Unmarshal(raw, &items); err != nil {
-				return nil, fmt.Errorf("decoding %s result: %q: %w", method, key, err)
-			}
-		}
-		for _, it := range items {
-			var b bytes.Buffer
-			if err := json.Compact(&b, it); err != nil { // valid already: cannot fail
-				return nil, fmt.Errorf("decoding %s result: %w", method, err)
-			}
-			out = append(out, b.Bytes())
-		}
-		var cursor string
-		if raw := page["nextCursor"]; len(raw) > 0 && string(raw) != "null" {
-			if err := json.Unmarshal(raw, &cursor); err != nil {
-				return nil, fmt.Errorf("decoding %s result: nextCursor: %w", method, err)
-			}
-		}
+		out = append(out, items...)
 		if cursor == "" {
 			return out, nil
 		}

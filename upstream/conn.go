@@ -26,7 +26,13 @@ var errTornDown = errors.New("connection closed")
 
 // refreshCoalesce is how long the refresher waits after a list_changed
 // before refetching, so that a burst of notifications costs one refetch.
-const refreshCoalesce = 50 * time.Millisecond
+// While list_changed keeps coming right after each refetch (a flood), the
+// wait doubles up to refreshMaxDelay; once the upstream has been quiet for
+// twice the current wait, it starts again from refreshCoalesce.
+const (
+	refreshCoalesce = 50 * time.Millisecond
+	refreshMaxDelay = 30 * time.Second
+)
 
 // conn is one connection attempt's resources: what carries its messages
 // (mcpmux's engine, or httpPeer on streamable HTTP) and, for stdio,
@@ -51,6 +57,7 @@ type conn struct {
 	last  atomic.Pointer[Catalog] // the newest catalog this connection built
 	dirty atomic.Uint32           // list kinds awaiting a refetch
 	kick  chan struct{}           // capacity 1: wakes the refresher
+	notes notifyBudget            // bounds the upstream's notifications (bounds.go)
 
 	wg           sync.WaitGroup // every goroutine this conn started
 	teardownOnce sync.Once
@@ -92,6 +99,8 @@ func (u *Upstream) dial(ctx context.Context) (*conn, *Catalog, error) {
 	switch {
 	case u.cfg.Transport == configs.TransportHTTP:
 		return c, cat, err // dialHTTP tries discovery itself, before SSE
+	case errors.Is(err, ErrCatalogBound) || errors.Is(err, errRepeatedListCursor):
+		return c, cat, err // the handshake went through: its catalog is at fault
 	case u.cfg.Transport == configs.TransportStdio && (c == nil || c.ctx.Err() != nil || isConnectionLoss(err)):
 		// The child died or hung: not a version disagreement. Its
 		// connection's ctx ends only once the exit is noticed, which may
@@ -388,15 +397,30 @@ func (c *conn) markDirty(kinds uint32) {
 }
 
 // refreshLoop refetches the lists named by list_changed notifications, off
-// the transport's reader goroutine, coalescing bursts.
+// the transport's reader goroutine: one refetch at a time, coalescing
+// bursts, and backing off while the notifications keep coming (see
+// refreshCoalesce), so a flood costs a refetch every refreshMaxDelay at
+// most, not one per notification.
 func (c *conn) refreshLoop() {
+	delay := refreshCoalesce
+	var last time.Time // end of the previous refetch
 	for {
 		select {
 		case <-c.ctx.Done():
 			return
 		case <-c.kick:
 		}
-		if !sleepCtx(c.ctx, refreshCoalesce) {
+		switch {
+		case last.IsZero() || time.Since(last) > 2*delay:
+			delay = refreshCoalesce
+		default:
+			if delay < time.Second && 2*delay >= time.Second {
+				c.u.log.Warn("list_changed keeps coming from upstream; backing off its catalog refetches, to one every "+refreshMaxDelay.String()+" at most",
+					"method", "notifications/list_changed")
+			}
+			delay = min(2*delay, refreshMaxDelay)
+		}
+		if !sleepCtx(c.ctx, delay) {
 			return
 		}
 		kinds := c.dirty.Swap(0) & c.advertised()
@@ -406,7 +430,8 @@ func (c *conn) refreshLoop() {
 		ctx, cancel := context.WithTimeout(c.ctx, c.u.connectTimeout())
 		next, err := c.fetch(ctx, c.last.Load(), kinds, false)
 		cancel()
-		if err != nil { // only a lost connection; per-list errors were logged
+		last = time.Now()
+		if err != nil { // a lost connection or a catalog past its bounds; per-list errors were logged
 			c.lost(err)
 			return
 		}

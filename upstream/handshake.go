@@ -155,6 +155,9 @@ func (c *conn) initialize(ctx context.Context, version string) (*mcp.InitializeR
 // Nothing is tied on stdio and websocket, where every frame shares one
 // stream.
 func (c *conn) wireNotification(_, method string, params json.RawMessage) {
+	if !c.admit(method) {
+		return
+	}
 	n := mcp.JSONRPCNotification{JSONRPC: mcp.JSONRPC_VERSION}
 	n.Method = method
 	if len(params) > 0 {

@@ -184,6 +184,9 @@ func (p *httpPeer) onNotification(tied, method string, params json.RawMessage) {
 		c.wireNotification(tied, method, params)
 		return
 	}
+	if !c.admit(method) {
+		return
+	}
 	n := mcp.JSONRPCNotification{JSONRPC: mcp.JSONRPC_VERSION}
 	n.Method = method
 	if len(params) > 0 {

@@ -346,8 +346,12 @@ func (u *Upstream) supervise(startCtx context.Context, first chan<- error) {
 			// Backoff grows with consecutive failed attempts. A connection
 			// that initialized and served its catalog was a success, so its
 			// loss is retried after MinBackoff: by default at most about one
-			// restart a second for a server that keeps crashing.
-			delay = u.opts.MinBackoff
+			// restart a second for a server that keeps crashing. One lost
+			// for a catalog past its bounds was not: it keeps backing off,
+			// like a connect that fails for it.
+			if !errors.Is(lost, ErrCatalogBound) {
+				delay = u.opts.MinBackoff
+			}
 		}
 		if c != nil {
 			if terr := c.teardown(); terr != nil {

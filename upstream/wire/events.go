@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"sync"
 )
 
 // ReadEvent reads the next message of a text/event-stream body: the data
@@ -16,7 +17,7 @@ import (
 // even in the middle of an event, is an error (io.EOF at a clean end).
 func ReadEvent(r *bufio.Reader, limit int64) (Frame, error) {
 	var (
-		data      []byte
+		data      blocks
 		s         idScanner
 		over      bool
 		haveData  bool
@@ -24,17 +25,18 @@ func ReadEvent(r *bufio.Reader, limit int64) (Frame, error) {
 		lineStart = true
 		field     string // the field of the line being read
 	)
+	defer data.release()
 	appendData := func(b []byte) {
 		switch {
 		case over:
 			s.Feed(b)
-		case int64(len(data))+int64(len(b)) > limit:
+		case int64(data.n)+int64(len(b)) > limit:
 			over = true
-			s.Feed(data)
+			data.feed(&s)
 			s.Feed(b)
-			data = nil
+			data.release()
 		default:
-			data = append(data, b...)
+			data.write(b)
 		}
 	}
 	for {
@@ -65,11 +67,12 @@ func ReadEvent(r *bufio.Reader, limit int64) (Frame, error) {
 					s.Feed([]byte{'\n'})
 					return Frame{Oversize: true, ID: s.ID(), Method: s.hasMethod}, nil
 				}
-				if len(bytes.TrimSpace(data)) > 0 {
-					return Frame{Data: data}, nil
+				if !data.blank() {
+					return Frame{Data: data.join()}, nil
 				}
 			}
-			data, s, over, haveData, event = nil, idScanner{}, false, false, nil
+			data.release()
+			s, over, haveData, event = idScanner{}, false, false, nil
 			continue
 		}
 		name, value, found := bytes.Cut(body, []byte(":"))
@@ -92,4 +95,70 @@ func ReadEvent(r *bufio.Reader, limit int64) (Frame, error) {
 			}
 		}
 	}
+}
+
+// blockSize is the size of the blocks an event's data is gathered in.
+const blockSize = 64 << 10
+
+var blockPool = sync.Pool{New: func() any { return new([blockSize]byte) }}
+
+// blocks gathers an event's data in pooled blocks and joins it once, so
+// that a large message is copied twice (into the blocks, then out) rather
+// than at every growth of one slice.
+type blocks struct {
+	full []*[blockSize]byte
+	last int // bytes used in the last block
+	n    int
+}
+
+func (d *blocks) write(b []byte) {
+	d.n += len(b)
+	for len(b) > 0 {
+		if len(d.full) == 0 || d.last == blockSize {
+			d.full = append(d.full, blockPool.Get().(*[blockSize]byte))
+			d.last = 0
+		}
+		c := copy(d.full[len(d.full)-1][d.last:], b)
+		d.last += c
+		b = b[c:]
+	}
+}
+
+// each calls fn with the data in order.
+func (d *blocks) each(fn func([]byte)) {
+	for i, blk := range d.full {
+		end := blockSize
+		if i == len(d.full)-1 {
+			end = d.last
+		}
+		fn(blk[:end])
+	}
+}
+
+func (d *blocks) feed(s *idScanner) { d.each(func(b []byte) { s.Feed(b) }) }
+
+// blank reports whether the data is only whitespace.
+func (d *blocks) blank() bool {
+	blank := true
+	d.each(func(b []byte) {
+		if blank && len(bytes.TrimSpace(b)) > 0 {
+			blank = false
+		}
+	})
+	return blank
+}
+
+// join returns the data in one new slice.
+func (d *blocks) join() []byte {
+	out := make([]byte, 0, d.n)
+	d.each(func(b []byte) { out = append(out, b...) })
+	return out
+}
+
+// release gives the blocks back.
+func (d *blocks) release() {
+	for _, blk := range d.full {
+		blockPool.Put(blk)
+	}
+	d.full, d.last, d.n = d.full[:0], 0, 0
 }
