@@ -36,9 +36,10 @@ var (
 // routes calls to them. Create it with New, then Start; Close stops every
 // upstream. Its methods are safe for concurrent use.
 type Aggregator struct {
-	log  *slog.Logger
-	opts Options
-	set  atomic.Pointer[upstreamSet] // replaced whole by Reload
+	log     *slog.Logger
+	opts    Options
+	set     atomic.Pointer[upstreamSet] // replaced whole by Reload
+	secrets *redact.Live                // every configured secret value (Redact)
 
 	mu      sync.Mutex // serializes rebuilds, reloads and subscriber calls
 	version uint64
@@ -75,6 +76,11 @@ type Options struct {
 	// ServerInfo is what mcpmux calls itself in results to 2026-07-28
 	// clients.
 	ServerInfo mcp.Implementation
+	// Secrets is where the aggregator keeps the set of every configured
+	// secret value of its config (configs.Config.SecretValues): New and
+	// Reload store it there, so that a logger built on the same Live
+	// masks what the config now holds. nil = a Live of its own.
+	Secrets *redact.Live
 }
 
 // New builds an aggregator for cfg without starting anything.
@@ -83,10 +89,13 @@ func New(cfg *configs.Config, opts Options) *Aggregator {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	a := &Aggregator{opts: opts, relay: newRelay(), scoped: newSessionConns()}
-	// The aggregator logs upstreams' errors: mask every upstream's
-	// configured secrets in them (Redact). Upstreams log through log
-	// itself, with their own secrets masked.
+	a := &Aggregator{opts: opts, relay: newRelay(), scoped: newSessionConns(), secrets: opts.Secrets}
+	if a.secrets == nil {
+		a.secrets = &redact.Live{}
+	}
+	a.secrets.Store(redact.NewSecrets(cfg.SecretValues()...))
+	// The aggregator logs upstreams' errors, and upstreams log through it:
+	// mask every configured secret in them, whoever's (Redact).
 	a.log = slog.New(redact.NewHandlerFunc(log.Handler(), a.Redact))
 	set := &upstreamSet{cfg: cfg, namer: namerOf(cfg), byName: make(map[string]*upstream.Upstream)}
 	for _, uc := range cfg.Upstreams {
@@ -196,18 +205,17 @@ func (a *Aggregator) Start(ctx context.Context) error {
 	return err
 }
 
-// Redact returns text with every configured secret value of every current
-// upstream masked (env values, header values, URL keys: see
-// upstream.Upstream.Redact) and its URLs redacted: what mcpmux prints or
-// logs about upstreams goes through it. It is safe for concurrent use.
-func (a *Aggregator) Redact(text string) string {
-	if set := a.set.Load(); set != nil {
-		for _, u := range set.ups {
-			text = u.MaskSecrets(text)
-		}
-	}
-	return redact.URLs(text)
-}
+// Redact returns text with every configured secret value of the current
+// config masked (auth token values, every upstream's env and header
+// values and URL keys: configs.Config.SecretValues) and its URLs
+// redacted: what mcpmux prints, logs or answers about upstreams goes
+// through it, whoever's secret it is. It is safe for concurrent use.
+func (a *Aggregator) Redact(text string) string { return a.secrets.Apply(text) }
+
+// MaskSecrets returns text with every configured secret value of the
+// current config masked, and nothing else changed (URLs are kept): for
+// text whose URLs are data, such as an audit record's resource URI.
+func (a *Aggregator) MaskSecrets(text string) string { return a.secrets.Mask(text) }
 
 // StartError returns the error of the named upstream's first connection
 // attempt in Start, or nil.

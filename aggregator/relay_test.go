@@ -20,6 +20,7 @@ import (
 type testClient struct {
 	name    string
 	session string
+	caller  string
 	notes   []string
 }
 
@@ -33,6 +34,7 @@ func (c *testClient) Capabilities() mcp.ClientCapabilities {
 func (c *testClient) LogLevel() mcp.LoggingLevel { return mcp.LoggingLevelDebug }
 func (c *testClient) Modern() bool               { return false }
 func (c *testClient) Session() string            { return c.session }
+func (c *testClient) Caller() string             { return c.caller }
 
 // testLink returns the link of a connection (never started) of an upstream
 // named name over transport, serving session ("" = shared).

@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/mcpmux/mcpmux/configs"
+	"github.com/mcpmux/mcpmux/internal/redact"
 	"github.com/mcpmux/mcpmux/upstream"
 )
 
@@ -22,6 +23,11 @@ type ReloadResult struct {
 // upstreams keep retrying in the background like at startup.
 func (a *Aggregator) Reload(ctx context.Context, cfg *configs.Config) ReloadResult {
 	a.mu.Lock()
+	// Until the old config's upstreams have stopped, their output may
+	// still hold its secrets: mask both configs' until the reload ends.
+	nextSecrets := redact.NewSecrets(cfg.SecretValues()...)
+	a.secrets.Store(a.secrets.Load().Union(nextSecrets))
+	defer a.secrets.Store(nextSecrets)
 	cur := a.set.Load()
 	next := &upstreamSet{cfg: cfg, namer: namerOf(cfg), byName: make(map[string]*upstream.Upstream)}
 	var res ReloadResult

@@ -44,6 +44,10 @@ type Client interface {
 	// session's own connection (see EndSession); stateless ones use the
 	// shared connection.
 	Session() string
+	// Caller names who the session belongs to (a token, or a client
+	// address), for its share of scope = "session" connections
+	// (server.max_children_per_caller); "" counts against no share.
+	Caller() string
 }
 
 // UpstreamError is mcpmux's own failure to get an answer from an upstream:
@@ -439,20 +443,21 @@ func renameContents(res json.RawMessage, original, exposed string) (json.RawMess
 
 // Subscribe forwards resources/subscribe of uri for the client session
 // session ("" for a subscriber outside any session, such as a 2026-07-28
-// listener). On a scope = "session" upstream a session subscribes on its
-// own connection (opening it if needed), whose updates reach that session
+// listener), which belongs to the caller who (Client.Caller). On a scope =
+// "session" upstream a session subscribes on its own connection (opening
+// it if needed, within who's share), whose updates reach that session
 // only; the front door forwards each session's subscription once.
 // Otherwise it is forwarded on the shared connection the first time any
 // client subscribes to uri, and the count of subscribers is raised only
 // when that succeeds.
-func (a *Aggregator) Subscribe(ctx context.Context, session, uri string) error {
+func (a *Aggregator) Subscribe(ctx context.Context, session, who, uri string) error {
 	up, original, ok := a.RouteURI(uri)
 	if !ok {
 		return fmt.Errorf("resource %q: %w", uri, ErrResourceNotFound)
 	}
 	method, params := string(mcp.MethodResourcesSubscribe), map[string]any{"uri": original}
 	if shared := a.sessionScoped(session, up); shared != nil {
-		u, err := a.sessionConn(ctx, session, shared)
+		u, err := a.sessionConn(ctx, session, who, shared)
 		if err != nil {
 			return upstreamErr(up, method, 0, err)
 		}

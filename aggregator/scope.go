@@ -23,6 +23,11 @@ import (
 // (sampling, elicitation, roots) has exactly one possible owner, whatever
 // the transport (relay.owner).
 
+// ErrCallerShare is returned, wrapped and naming the upstream and the
+// limit, for a request that would open a scope = "session" connection
+// past its caller's share (server.max_children_per_caller).
+var ErrCallerShare = errors.New("over this caller's share")
+
 // errSessionEnded is returned for a request of a session that ended while
 // the request was on its way to a scope = "session" upstream.
 var errSessionEnded = errors.New("the client session has ended")
@@ -46,6 +51,7 @@ type sessionConns struct {
 	closed bool                               // mcpmux is shutting down: no new connection
 	seen   *upstreamSet                       // the upstreams retire last checked against
 	errs   *multierror.Error                  // of closes, reported by close
+	byWho  map[string]int                     // open connections by sessionConn.who; no zero entries
 
 	wg sync.WaitGroup // starts and closes in progress; Add only under mu, before closed
 }
@@ -62,10 +68,11 @@ type sessionConn struct {
 	shared *upstream.Upstream
 	u      *upstream.Upstream
 	ready  chan struct{} // closed once the first connection attempt ended
+	who    string        // the caller whose share it counts in (Client.Caller)
 }
 
 func newSessionConns() *sessionConns {
-	return &sessionConns{conns: make(map[string]map[string]*sessionConn), ended: make(map[string]struct{})}
+	return &sessionConns{conns: make(map[string]map[string]*sessionConn), ended: make(map[string]struct{}), byWho: make(map[string]int)}
 }
 
 // connFor returns the connection a request of cl to the upstream name goes
@@ -73,7 +80,7 @@ func newSessionConns() *sessionConns {
 // first use, else the shared one.
 func (a *Aggregator) connFor(ctx context.Context, cl Client, name string) (*upstream.Upstream, error) {
 	if shared := a.sessionScoped(cl.Session(), name); shared != nil {
-		return a.sessionConn(ctx, cl.Session(), shared)
+		return a.sessionConn(ctx, cl.Session(), cl.Caller(), shared)
 	}
 	return a.upstream(name)
 }
@@ -104,11 +111,13 @@ func (a *Aggregator) openSessionConn(session, name string) *upstream.Upstream {
 }
 
 // sessionConn returns session's connection beside shared, opening it if
-// it has none: never more than one per session and upstream. It waits
+// it has none: never more than one per session and upstream, and never
+// more than server.max_children_per_caller for the sessions of who
+// (ErrCallerShare). It waits
 // (within ctx) for the connection's first attempt; when that failed, the
 // connection keeps retrying in the background and requests meanwhile get
 // the upstream's temporary error.
-func (a *Aggregator) sessionConn(ctx context.Context, session string, shared *upstream.Upstream) (*upstream.Upstream, error) {
+func (a *Aggregator) sessionConn(ctx context.Context, session, who string, shared *upstream.Upstream) (*upstream.Upstream, error) {
 	s := a.scoped
 	name := shared.Name()
 	s.mu.Lock()
@@ -129,11 +138,18 @@ func (a *Aggregator) sessionConn(ctx context.Context, session string, shared *up
 		sc = nil
 	}
 	if sc == nil {
+		if max := a.set.Load().cfg.Server.MaxChildrenPerCaller; who != "" && max > 0 && s.byWho[who] >= max {
+			s.mu.Unlock()
+			return nil, fmt.Errorf("upstream %q: %w: server.max_children_per_caller (%d) scope = \"session\" connections of this caller's sessions are open; end a session or retry later", name, ErrCallerShare, max)
+		}
 		if m == nil {
 			m = make(map[string]*sessionConn)
 			s.conns[session] = m
 		}
-		sc = &sessionConn{shared: shared, ready: make(chan struct{})}
+		sc = &sessionConn{shared: shared, ready: make(chan struct{}), who: who}
+		if who != "" {
+			s.byWho[who]++
+		}
 		sc.u = a.newConn(shared.Config(), session, a.log.With("session", session), nil)
 		m[name] = sc
 		s.wg.Go(func() {
@@ -157,8 +173,16 @@ func (a *Aggregator) sessionConn(ctx context.Context, session string, shared *up
 }
 
 // closeConn closes sc in the background (a stdio child may take the
-// shutdown steps, seconds). The caller holds s.mu.
+// shutdown steps, seconds), and gives back its place in its caller's
+// share. The caller holds s.mu and forgets sc.
 func (s *sessionConns) closeConn(a *Aggregator, sc *sessionConn) {
+	if sc.who != "" {
+		if n := s.byWho[sc.who] - 1; n > 0 {
+			s.byWho[sc.who] = n
+		} else {
+			delete(s.byWho, sc.who)
+		}
+	}
 	s.wg.Go(func() {
 		if err := sc.u.Close(); err != nil {
 			a.log.Warn("closing a session's connection", "upstream", sc.u.Name(), "error", err)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -168,5 +169,41 @@ func TestReloadRetiresSessionConnections(t *testing.T) {
 	a.Reload(ctx, &configs.Config{})
 	if n := a.SessionConns(); n != 0 {
 		t.Errorf("after the upstream was removed, %d session connections are left, want 0", n)
+	}
+}
+
+// TestSessionConnectionShare: the sessions of one caller hold at most
+// server.max_children_per_caller scope = "session" connections, over every
+// upstream; past it connFor fails with ErrCallerShare naming the limit and
+// opens nothing, another caller still opens one, and a session's end gives
+// its connections back.
+func TestSessionConnectionShare(t *testing.T) {
+	cfg := scopeConfig(t, configs.ScopeSession)
+	second := *cfg.Upstreams[0]
+	second.Name, second.Prefix = "t", "t"
+	cfg.Upstreams = append(cfg.Upstreams, &second)
+	cfg.Server.MaxChildrenPerCaller = 2
+	a := New(cfg, Options{})
+	defer a.Close()
+	ctx := context.Background()
+	guest := func(session string) Client { return &testClient{session: session, caller: "token:guest"} }
+	for _, name := range []string{"s", "t"} {
+		if _, err := a.connFor(ctx, guest("A"), name); err != nil {
+			t.Fatalf("connFor A %s: %v", name, err)
+		}
+	}
+	_, err := a.connFor(ctx, guest("B"), "s")
+	if !errors.Is(err, ErrCallerShare) || !strings.Contains(err.Error(), "server.max_children_per_caller (2)") {
+		t.Fatalf("a third connection of the guest's sessions: %v; want ErrCallerShare naming the limit", err)
+	}
+	if n := a.SessionConns(); n != 2 {
+		t.Fatalf("SessionConns = %d after a refusal, want 2", n)
+	}
+	if _, err := a.connFor(ctx, &testClient{session: "C", caller: "token:admin"}, "s"); err != nil {
+		t.Fatalf("another caller's connection: %v", err)
+	}
+	a.EndSession("A")
+	if _, err := a.connFor(ctx, guest("B"), "s"); err != nil {
+		t.Fatalf("the guest's connection after its session ended: %v", err)
 	}
 }

@@ -22,6 +22,7 @@ func (pinClient) Capabilities() mcp.ClientCapabilities { return mcp.ClientCapabi
 func (pinClient) LogLevel() mcp.LoggingLevel           { return "" }
 func (pinClient) Modern() bool                         { return false }
 func (pinClient) Session() string                      { return "" }
+func (pinClient) Caller() string                       { return "" }
 
 // TestPinRefusesAnotherUpstream: a request pinned to one upstream that
 // would be routed to another is answered with the pin's error before any

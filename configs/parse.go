@@ -56,6 +56,8 @@ type (
 		MaxPendingBytes      any       `toml:"max_pending_bytes"`
 		ShutdownGrace        any       `toml:"shutdown_grace"`
 		MaxSessions          *int      `toml:"max_sessions"`
+		MaxSessionsPerCaller *int      `toml:"max_sessions_per_caller"`
+		MaxChildrenPerCaller *int      `toml:"max_children_per_caller"`
 		SessionIdleTimeout   any       `toml:"session_idle_timeout"`
 		ReadTimeout          any       `toml:"read_timeout"`
 		LogFormat            *string   `toml:"log_format"`

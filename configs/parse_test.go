@@ -83,6 +83,8 @@ func TestParseErrors(t *testing.T) {
 		{"zero max_catalog_items", "[upstreams.x]\ncommand = \"y\"\nmax_catalog_items = 0\n", `upstreams.x.max_catalog_items: must be at least 1, got 0`, 3},
 		{"zero max_catalog_bytes", "[upstreams.x]\ncommand = \"y\"\nmax_catalog_bytes = 0\n", `upstreams.x.max_catalog_bytes: size must be positive`, 3},
 		{"zero max_sessions", "[server]\nmax_sessions = 0\n", `server.max_sessions: must be at least 1`, 2},
+		{"zero max_sessions_per_caller", "[server]\nmax_sessions_per_caller = 0\n", `server.max_sessions_per_caller: must be at least 1`, 2},
+		{"zero max_children_per_caller", "[server]\nmax_children_per_caller = 0\n", `server.max_children_per_caller: must be at least 1`, 2},
 		{"bad log_format", "[server]\nlog_format = \"xml\"\n", `server.log_format: log_format "xml"`, 2},
 		{"bad scope", "[upstreams.a]\ncommand = \"x\"\nscope = \"global\"\n", `upstreams.a.scope: scope "global"`, 3},
 		{"unknown upstream ref", "[upstreams.a]\ncommand = \"x\"\n[profiles.p]\nupstreams = [\"b\"]\n", `profiles.p.upstreams[0]: "b": no upstream`, 4},
@@ -305,18 +307,20 @@ func TestDefaults(t *testing.T) {
 	}
 	cfg := mustParse(t, "[upstreams.a]\ncommand = \"srv\"\n", nil)
 	wantServer := Server{
-		Listen:             "127.0.0.1:8931",
-		Separator:          "__",
-		MaxNameLength:      64,
-		AllowedOrigins:     []string{"http://localhost:*", "http://127.0.0.1:*"},
-		MaxBodyBytes:       4 << 20,
-		MaxPendingBytes:    8 << 20,
-		ShutdownGrace:      10 * time.Second,
-		MaxSessions:        10000,
-		SessionIdleTimeout: 30 * time.Minute,
-		ReadTimeout:        30 * time.Second,
-		LogFormat:          "text",
-		ReplicaID:          DefaultReplicaID(hostname),
+		Listen:               "127.0.0.1:8931",
+		Separator:            "__",
+		MaxNameLength:        64,
+		AllowedOrigins:       []string{"http://localhost:*", "http://127.0.0.1:*"},
+		MaxBodyBytes:         4 << 20,
+		MaxPendingBytes:      8 << 20,
+		ShutdownGrace:        10 * time.Second,
+		MaxSessions:          10000,
+		MaxSessionsPerCaller: 2500,
+		MaxChildrenPerCaller: 16,
+		SessionIdleTimeout:   30 * time.Minute,
+		ReadTimeout:          30 * time.Second,
+		LogFormat:            "text",
+		ReplicaID:            DefaultReplicaID(hostname),
 	}
 	if !reflect.DeepEqual(cfg.Server, wantServer) {
 		t.Errorf("Server = %+v, want %+v", cfg.Server, wantServer)

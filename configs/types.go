@@ -39,6 +39,17 @@ type Server struct {
 	MaxPendingBytes      int64         // default 8 MiB: per session, answers and frames its client has not read yet
 	ShutdownGrace        time.Duration // default 10s
 	MaxSessions          int           // default 10000: live sessions and streams across all doors
+	// MaxSessionsPerCaller is one caller's share (a token, or a client
+	// address without tokens) of every pool: its sessions and streams on
+	// every door, and its calls in flight; its held 2026-07-28 calls get
+	// the smaller of it and a quarter of their pool. Default: a quarter of
+	// MaxSessions, at least 1.
+	MaxSessionsPerCaller int
+	// MaxChildrenPerCaller is one caller's share of scope = "session"
+	// connections (a child process each, for stdio), over every upstream:
+	// far costlier than a session, so its own, smaller bound. Default 16,
+	// and never more than MaxSessionsPerCaller.
+	MaxChildrenPerCaller int
 	SessionIdleTimeout   time.Duration // default 30m: a session with no request for this long is closed
 	ReadTimeout          time.Duration // default 30s: a request body must arrive within this; idle keep-alive closes after it
 	LogFormat            string        // "text" (default) or "json"

@@ -20,21 +20,25 @@ import (
 
 // Defaults, as documented on the Config types.
 const (
-	defaultListen          = "127.0.0.1:8931"
-	defaultSeparator       = "__"
-	defaultMaxNameLength   = 64
-	defaultMaxBodyBytes    = 4 << 20
-	defaultMaxPending      = 8 << 20
-	defaultShutdownGrace   = 10 * time.Second
-	defaultMaxSessions     = 10000
-	defaultSessionIdle     = 30 * time.Minute
-	defaultReadTimeout     = 30 * time.Second
-	defaultConnectTimeout  = 10 * time.Second
-	defaultCallTimeout     = 60 * time.Second
-	defaultMaxMessageBytes = 16 << 20
-	defaultMaxCatalogItems = 10000
-	defaultMaxCatalogBytes = 8 << 20
-	defaultProfileName     = "default"
+	defaultListen        = "127.0.0.1:8931"
+	defaultSeparator     = "__"
+	defaultMaxNameLength = 64
+	defaultMaxBodyBytes  = 4 << 20
+	defaultMaxPending    = 8 << 20
+	defaultShutdownGrace = 10 * time.Second
+	defaultMaxSessions   = 10000
+	// defaultMaxChildrenPerCaller bounds one caller's scope = "session"
+	// children: a child costs megabytes (a Node server ~15 MB), a
+	// session kilobytes.
+	defaultMaxChildrenPerCaller = 16
+	defaultSessionIdle          = 30 * time.Minute
+	defaultReadTimeout          = 30 * time.Second
+	defaultConnectTimeout       = 10 * time.Second
+	defaultCallTimeout          = 60 * time.Second
+	defaultMaxMessageBytes      = 16 << 20
+	defaultMaxCatalogItems      = 10000
+	defaultMaxCatalogBytes      = 8 << 20
+	defaultProfileName          = "default"
 )
 
 // ReservedPrefix is the prefix of mcpmux's own tools: no upstream
@@ -89,6 +93,20 @@ func (v *validator) server(r *rawServer) Server {
 		s.MaxSessions = *r.MaxSessions
 		if s.MaxSessions < 1 {
 			v.errorf(p.key("max_sessions"), "must be at least 1, got %d", s.MaxSessions)
+		}
+	}
+	s.MaxSessionsPerCaller = max(1, s.MaxSessions/4)
+	if r.MaxSessionsPerCaller != nil {
+		s.MaxSessionsPerCaller = *r.MaxSessionsPerCaller
+		if s.MaxSessionsPerCaller < 1 {
+			v.errorf(p.key("max_sessions_per_caller"), "must be at least 1, got %d", s.MaxSessionsPerCaller)
+		}
+	}
+	s.MaxChildrenPerCaller = min(defaultMaxChildrenPerCaller, s.MaxSessionsPerCaller)
+	if r.MaxChildrenPerCaller != nil {
+		s.MaxChildrenPerCaller = *r.MaxChildrenPerCaller
+		if s.MaxChildrenPerCaller < 1 {
+			v.errorf(p.key("max_children_per_caller"), "must be at least 1, got %d", s.MaxChildrenPerCaller)
 		}
 	}
 	if r.LogFormat != nil {

@@ -29,6 +29,7 @@ import (
 func limitsConfig(rec *recorder) string {
 	return fmt.Sprintf(`[server]
 max_sessions = 4
+max_sessions_per_caller = 4 # every client here is one loopback caller
 read_timeout = "1s"
 
 [upstreams.rec]
@@ -207,12 +208,16 @@ func rawGet(t *testing.T, url string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
-// deleteSession ends s with DELETE.
+// deleteSession ends s with DELETE, sent with the session's headers (its
+// token).
 func deleteSession(t *testing.T, s *rawSession) {
 	t.Helper()
 	req, err := http.NewRequest(http.MethodDelete, s.URL, nil)
 	if err != nil {
 		t.Fatal(err)
+	}
+	for k, v := range s.Headers {
+		req.Header.Set(k, v)
 	}
 	req.Header.Set("Mcp-Session-Id", s.ID)
 	req.Header.Set("Mcp-Protocol-Version", rawProtocolVersion)

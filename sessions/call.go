@@ -18,6 +18,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/mcpmux/mcpmux/filter"
+	"github.com/mcpmux/mcpmux/internal/audit"
 	"github.com/mcpmux/mcpmux/internal/jsonrpc"
 )
 
@@ -56,6 +57,10 @@ type call struct {
 	name   string         // the tool or prompt name, or URI, a retry must repeat
 	filter *filter.Filter // the retry must come through the same rules (compared by key: a narrowing may be rebuilt after eviction)
 	owner  string         // and from the same caller (session, or token or address)
+	// who is the caller whose shares the call counts in while it runs
+	// (flights) and while it is held (heldCalls): Binding.Who.
+	who     string
+	profile string // for the audit of a refusal
 }
 
 // ask is an upstream's request for input during a held call.
@@ -156,7 +161,7 @@ func newCall(m *jsonrpc.Message, b Binding, modern bool, owner string, held *bac
 		name = m.URI
 	}
 	return &call{frames: newFrameQueue(held, overflow), done: make(chan routedAnswer, 1), asks: make(chan *ask),
-		modern: modern, method: m.Method, name: name, filter: b.Filter, owner: owner}
+		modern: modern, method: m.Method, name: name, filter: b.Filter, owner: owner, who: b.Who, profile: b.Profile}
 }
 
 // start prepares route for the call. A 2026-07-28 call runs on a
@@ -176,8 +181,13 @@ func (s *Server) start(parent context.Context, c *call, id string, b Binding, e 
 	run := func() (a routedAnswer) {
 		// Once mcpmux is stopping, a call that has not started never
 		// does: it is answered at once (drain.go).
-		if !s.flights.begin(c) {
-			return routedAnswer{err: errShutdown}
+		switch err := s.flights.begin(c); {
+		case errors.Is(err, errCallerShare):
+			s.auditLimit(id, b.Profile, m.Method, m.Name, audit.ReasonBusy)
+			return routedAnswer{err: &jsonrpc.Error{Code: errBusyCode, Message: fmt.Sprintf(
+				"caller busy: server.max_sessions_per_caller (%d) calls of this caller are in flight; wait for an answer before sending more", s.flights.perCaller)}}
+		case err != nil:
+			return routedAnswer{err: err}
 		}
 		defer s.flights.end(c)
 		defer func() {
@@ -283,6 +293,9 @@ func (s *Server) awaitCall(ctx context.Context, c *call, m *jsonrpc.Message, wri
 			drain()
 			state, err := s.held.hold(c, a)
 			if err != nil {
+				if errors.Is(err, errCallerShare) {
+					s.auditLimit(c.owner, c.profile, m.Method, m.Name, audit.ReasonBusy)
+				}
 				a.reply <- askReply{err: err}
 				continue // the upstream gets the error; the call goes on
 			}
@@ -384,6 +397,7 @@ type heldCalls struct {
 	replica string
 	wait    time.Duration
 	max     int
+	callers shares // each caller's share of max (call.who)
 
 	mu    sync.Mutex
 	calls map[string]*heldCall
@@ -398,17 +412,23 @@ type heldCall struct {
 // Bounds of held calls: how long one waits for its retry, and how many
 // may wait at once (past it, the upstream's request is refused). Each
 // holds a goroutine and an upstream request open, and a client decides how
-// many it starts, so the bound is low; per-token bounds belong with the
-// other exhaustion limits (issue 9).
+// many it starts, so the bound is low. One caller may hold at most the
+// smaller of server.max_sessions_per_caller and heldShare of them, so that
+// it cannot take every one.
 const (
-	heldWait = 5 * time.Minute
-	heldMax  = 1024
+	heldWait  = 5 * time.Minute
+	heldMax   = 1024
+	heldShare = heldMax / 4
 )
 
-func newHeldCalls(replica string) *heldCalls {
+// newHeldCalls returns the held calls of a replica, each caller holding
+// at most perCaller of them (0 = only the pool's bound).
+func newHeldCalls(replica string, perCaller int) *heldCalls {
 	key := make([]byte, 32)
 	rand.Read(key)
-	return &heldCalls{key: key, replica: replica, wait: heldWait, max: heldMax, calls: make(map[string]*heldCall)}
+	h := &heldCalls{key: key, replica: replica, wait: heldWait, max: heldMax, calls: make(map[string]*heldCall)}
+	h.callers.max = perCaller
+	return h
 }
 
 // hold records c, waiting on a, and returns the requestState naming it:
@@ -425,12 +445,18 @@ func (h *heldCalls) hold(c *call, a *ask) (string, error) {
 	if len(h.calls) >= h.max {
 		return "", fmt.Errorf("too many calls (%d) are waiting for a client's input", h.max)
 	}
+	if !h.callers.take(c.who) {
+		return "", fmt.Errorf("%w: server.max_sessions_per_caller: this caller has %d calls waiting for its input, its share", errCallerShare, h.callers.max)
+	}
 	hc := &heldCall{call: c, ask: a}
 	c.heldID = id
 	hc.timer = time.AfterFunc(h.wait, func() {
 		h.mu.Lock()
 		_, still := h.calls[id]
-		delete(h.calls, id)
+		if still {
+			delete(h.calls, id)
+			h.callers.give(c.who)
+		}
 		h.mu.Unlock()
 		if still {
 			a.reply <- askReply{err: fmt.Errorf("the client did not retry within %s", h.wait)}
@@ -464,6 +490,7 @@ func (h *heldCalls) take(state string) (*heldCall, error) {
 	delete(h.calls, id)
 	if found {
 		hc.call.heldID = ""
+		h.callers.give(hc.call.who)
 	}
 	h.mu.Unlock()
 	if !found {
@@ -483,6 +510,7 @@ func (h *heldCalls) forget(c *call) {
 	if hc := h.calls[c.heldID]; hc != nil && hc.call == c {
 		hc.timer.Stop()
 		delete(h.calls, c.heldID)
+		h.callers.give(c.who)
 	}
 	c.heldID = ""
 }

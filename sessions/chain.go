@@ -60,8 +60,11 @@ type caller struct {
 	// session is the id of the session the request belongs to; "" for a
 	// 2026-07-28 request, which has none (set by callFor).
 	session string
-	caps    mcp.ClientCapabilities
-	level   func() mcp.LoggingLevel
+	// who is the caller the session belongs to, for its shares
+	// (Binding.Who; set by callFor).
+	who   string
+	caps  mcp.ClientCapabilities
+	level func() mcp.LoggingLevel
 	// queue hands a frame to the request's writer without blocking; it
 	// reports false when the frame was dropped.
 	queue func(frame []byte) bool
@@ -90,6 +93,7 @@ func (c *caller) Request(ctx context.Context, method string, params any) (json.R
 func (c *caller) Capabilities() mcp.ClientCapabilities { return c.caps }
 func (c *caller) Modern() bool                         { return c.modern }
 func (c *caller) Session() string                      { return c.session }
+func (c *caller) Caller() string                       { return c.who }
 func (c *caller) LogLevel() mcp.LoggingLevel {
 	if c.level == nil {
 		return ""
@@ -210,7 +214,9 @@ func (s *Server) route(ctx context.Context, session string, b Binding, e *filter
 		s.metrics.observeCall(e.Upstream, toolError, err, d)
 		rec := audit.Record{Time: start.UTC(), Session: session, Profile: b.Profile, Tool: e.Tool.Name, Upstream: e.Upstream,
 			Decision: audit.Allowed, Duration: float64(d.Microseconds()) / 1000}
-		if err != nil {
+		if errors.Is(err, aggregator.ErrCallerShare) {
+			rec.Decision, rec.Reason = audit.Denied, audit.ReasonBusy
+		} else if err != nil {
 			rec.Decision, rec.Reason = audit.Error, s.agg.Redact(err.Error())
 		} else if toolError {
 			rec.Reason = audit.ReasonToolError
@@ -255,17 +261,21 @@ func isErrorResult(res json.RawMessage) bool {
 }
 
 // errorFor is the JSON-RPC error a client gets for err from route: an
-// upstream's own error unchanged, mcpmux's own errors without transport
-// internals. It returns nil when the client cancelled (no answer is due).
+// upstream's own error unchanged but for configured secrets, which are
+// masked whoever's they are (an upstream may quote another's key or a
+// gateway token), and mcpmux's own errors without transport internals. It returns nil when the client cancelled (no answer is due).
 func (s *Server) errorFor(m *jsonrpc.Message, err error, modern bool) *jsonrpc.Error {
 	var rpc *upstream.RPCError
 	var own *jsonrpc.Error
 	var ue *aggregator.UpstreamError
 	switch {
 	case errors.As(err, &rpc):
-		return &jsonrpc.Error{Code: rpc.Code, Message: rpc.Message, Data: rpc.Data}
+		return &jsonrpc.Error{Code: rpc.Code, Message: s.agg.MaskSecrets(rpc.Message), Data: s.maskData(rpc.Data)}
 	case errors.As(err, &own):
 		return own
+	case errors.Is(err, aggregator.ErrCallerShare):
+		// It names the upstream and the limit, nothing of a transport.
+		return &jsonrpc.Error{Code: errBusyCode, Message: err.Error()}
 	case errors.As(err, &ue):
 		s.log.Warn("upstream request failed", "upstream", ue.Upstream, "method", m.Method, "error", err)
 		return &jsonrpc.Error{Code: mcp.INTERNAL_ERROR, Message: ue.Public()}
@@ -288,6 +298,23 @@ func (s *Server) errorFor(m *jsonrpc.Message, err error, modern bool) *jsonrpc.E
 	}
 	s.log.Error("request failed", "method", m.Method, "error", err)
 	return &jsonrpc.Error{Code: mcp.INTERNAL_ERROR, Message: m.Method + " failed; see mcpmux's log"}
+}
+
+// maskData returns an upstream error's data with every configured secret
+// masked; data that holds one but would not stay valid JSON masked is
+// dropped.
+func (s *Server) maskData(data json.RawMessage) json.RawMessage {
+	if len(data) == 0 {
+		return data
+	}
+	masked := s.agg.MaskSecrets(string(data))
+	switch {
+	case masked == string(data):
+		return data
+	case json.Valid([]byte(masked)):
+		return json.RawMessage(masked)
+	}
+	return nil
 }
 
 // refOf is the prompt name and resource URI m names: its params' own,
@@ -338,7 +365,7 @@ func (s *Server) subscribe(ctx context.Context, id, uri string, on bool) error {
 	s.mu.Unlock()
 	var err error
 	if on {
-		err = s.agg.Subscribe(ctx, id, uri)
+		err = s.agg.Subscribe(ctx, id, sess.who, uri)
 	} else {
 		err = s.agg.Unsubscribe(ctx, id, uri)
 	}

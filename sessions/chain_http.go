@@ -135,6 +135,7 @@ func (s *Server) callFor(ctx context.Context, m *jsonrpc.Message, b Binding, e *
 	c.release = release
 	logf := func(msg string, args ...any) { s.log.Debug(msg, append(args, "session", id, "method", m.Method)...) }
 	cl := newCaller(c, logf)
+	cl.who = b.Who
 	if !modern {
 		cl.session = id // a stateless request's id is only its rate-limit key
 	}

@@ -38,19 +38,31 @@ type streamSet struct {
 // ss has already ended (its end ran before add, so nothing would remove
 // it).
 func (set *streamSet) add(ss *streamSession) error {
+	if err := ss.srv.takeSlot(ss.binding.Who); err != nil {
+		return err
+	}
+	return set.addTaken(ss)
+}
+
+// addTaken is add for ss whose slot its door has taken already (the
+// websocket door takes it before the upgrade, so that a client never
+// sees its connection accepted and then closed for want of one). On
+// failure it gives the slot back.
+func (set *streamSet) addTaken(ss *streamSession) error {
 	set.mu.Lock()
 	defer set.mu.Unlock()
+	fail := func(err error) error {
+		ss.srv.giveSlot(ss.binding.Who)
+		return err
+	}
 	if set.closing {
-		return errServerShutdown
+		return fail(errServerShutdown)
 	}
 	ss.mu.Lock()
 	ended := ss.ended
 	ss.mu.Unlock()
 	if ended {
-		return ErrSessionClosed
-	}
-	if !ss.srv.slots.take() {
-		return ss.srv.tooManySessions()
+		return fail(ErrSessionClosed)
 	}
 	if set.byID == nil {
 		set.byID = make(map[string]*streamSession)
@@ -71,7 +83,7 @@ func (set *streamSet) remove(ss *streamSession) {
 		if l := ss.life.Load(); l != nil {
 			l.stop()
 		}
-		ss.srv.slots.give()
+		ss.srv.giveSlot(ss.binding.Who)
 	}
 }
 
@@ -156,9 +168,12 @@ func (s *Server) openDoor(w http.ResponseWriter, r *http.Request) (Binding, Sele
 		writeResolveError(w, err)
 		return Binding{}, Selection{}, false
 	}
-	// Refused before the upgrade; streamSet.add takes the slot itself.
-	if s.slots.full() {
-		s.refuseSession(w, nil, "", b.Profile)
+	b.Who = callerOf(r, b)
+	// Refused before the upgrade or the stream's first byte; the door
+	// takes the slot itself (streamSet.add, or takeSlot before a
+	// websocket's upgrade).
+	if err := s.slotsFull(b.Who); err != nil {
+		s.refuseSession(w, nil, "", b.Profile, err)
 		return Binding{}, Selection{}, false
 	}
 	s.streams.watchShutdown(r)

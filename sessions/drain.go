@@ -42,36 +42,62 @@ const answerWait = time.Second
 // (what the grace waits for; a call held for its client's input waits for
 // nobody). Its zero value is ready to use; it is safe for concurrent use.
 type flights struct {
+	// perCaller is how many calls one caller (call.who) may have running
+	// at once, server.max_sessions_per_caller; 0 = no bound.
+	perCaller int
+
 	mu       sync.Mutex
 	stopping bool            // no new call starts, of any caller
 	closed   map[string]bool // callers (call.owner) whose new calls no longer start
 	running  map[*call]struct{}
+	byWho    map[string]int // running calls by call.who; no zero entries
 	awaits   int
 	// quiet is closed, and set to nil, when awaits drops to zero; nil
 	// until someone waits for that.
 	quiet chan struct{}
 }
 
-// begin records c as running. It reports false, recording nothing, when
-// mcpmux is stopping or c's caller was closed: c must not start.
-func (f *flights) begin(c *call) bool {
+// begin records c as running. It fails, recording nothing, with
+// errShutdown when mcpmux is stopping or c's caller was closed, and with
+// errCallerShare when c's caller has its share of calls running: c must
+// not start.
+func (f *flights) begin(c *call) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.stopping || f.closed[c.owner] {
-		return false
+		return errShutdown
+	}
+	if c.who != "" && f.perCaller > 0 {
+		if f.byWho[c.who] >= f.perCaller {
+			return errCallerShare
+		}
+		if f.byWho == nil {
+			f.byWho = make(map[string]int)
+		}
+		f.byWho[c.who]++
 	}
 	if f.running == nil {
 		f.running = make(map[*call]struct{})
 	}
 	f.running[c] = struct{}{}
-	return true
+	return nil
 }
 
 // end forgets c, whose route has returned.
 func (f *flights) end(c *call) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if _, ok := f.running[c]; !ok {
+		return
+	}
 	delete(f.running, c)
+	if c.who != "" && f.perCaller > 0 {
+		if n := f.byWho[c.who] - 1; n > 0 {
+			f.byWho[c.who] = n
+		} else {
+			delete(f.byWho, c.who)
+		}
+	}
 }
 
 // enter records a request waiting for a call's answer; leave, that it has

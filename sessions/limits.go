@@ -19,32 +19,55 @@ import (
 // bodies.
 
 // sessionSlots counts the live sessions and streams of every door against
-// server.max_sessions: /mcp sessions, GET /mcp streams, 2026-07-28 listen
-// streams, and /ws, /sse and stdio sessions. Its zero value has no limit;
-// it is safe for concurrent use.
+// server.max_sessions, and each caller's against its share,
+// server.max_sessions_per_caller: /mcp sessions, GET /mcp streams,
+// 2026-07-28 listen streams, and /ws, /sse and stdio sessions. Its zero
+// value has no limit; it is safe for concurrent use.
 type sessionSlots struct {
-	max int64 // 0 = no limit
-	n   atomic.Int64
+	max     int64 // 0 = no limit
+	n       atomic.Int64
+	callers shares // per caller (callerOf)
 }
 
-// take claims a slot; it reports false when all are taken.
-func (sl *sessionSlots) take() bool {
+// takeSlot claims a slot for who (callerOf; "" = nobody's share); it fails
+// when all are taken (tooManySessions) or who holds its share (overShare).
+func (s *Server) takeSlot(who string) error {
+	sl := &s.slots
+	if sl.max > 0 && sl.n.Load() >= sl.max {
+		return s.tooManySessions() // named first when both are reached
+	}
+	if !sl.callers.take(who) {
+		return s.overShare()
+	}
 	for {
 		n := sl.n.Load()
 		if sl.max > 0 && n >= sl.max {
-			return false
+			sl.callers.give(who)
+			return s.tooManySessions()
 		}
 		if sl.n.CompareAndSwap(n, n+1) {
-			return true
+			return nil
 		}
 	}
 }
 
-// give returns a slot take claimed.
-func (sl *sessionSlots) give() { sl.n.Add(-1) }
+// giveSlot returns a slot takeSlot claimed for who.
+func (s *Server) giveSlot(who string) {
+	s.slots.n.Add(-1)
+	s.slots.callers.give(who)
+}
 
-// full reports whether take would fail now.
-func (sl *sessionSlots) full() bool { return sl.max > 0 && sl.n.Load() >= sl.max }
+// slotsFull returns why takeSlot(who) would fail now, or nil.
+func (s *Server) slotsFull(who string) error {
+	sl := &s.slots
+	switch {
+	case sl.max > 0 && sl.n.Load() >= sl.max:
+		return s.tooManySessions()
+	case sl.callers.full(who):
+		return s.overShare()
+	}
+	return nil
+}
 
 // live returns the number of slots taken.
 func (sl *sessionSlots) live() int { return int(sl.n.Load()) }
@@ -59,13 +82,13 @@ func (s *Server) tooManySessions() error {
 }
 
 // refuseSession answers a request that would open a session or stream over
-// server.max_sessions: 503 with a JSON-RPC error naming the limit, audited
-// as busy.
-func (s *Server) refuseSession(w http.ResponseWriter, id json.RawMessage, method, profile string) {
+// server.max_sessions or its caller's share: 503 with a JSON-RPC error
+// naming the limit (why, from takeSlot or slotsFull), audited as busy.
+func (s *Server) refuseSession(w http.ResponseWriter, id json.RawMessage, method, profile string, why error) {
 	s.metrics.count(method, outcomeError)
 	s.auditLimit("", profile, method, "", audit.ReasonBusy)
 	w.Header().Set("Retry-After", "1")
-	writeJSONError(w, http.StatusServiceUnavailable, id, errBusyCode, s.tooManySessions().Error())
+	writeJSONError(w, http.StatusServiceUnavailable, id, errBusyCode, why.Error())
 }
 
 // --- /mcp sessions ---
@@ -154,8 +177,8 @@ func (s *Server) endLife(id string, sess *session) {
 		return
 	}
 	sess.life.stop()
+	s.giveSlot(sess.who)
 	sess.life = nil
-	s.slots.give()
 }
 
 // touch records a request of the /mcp session sess (any message after

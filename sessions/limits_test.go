@@ -68,7 +68,7 @@ func TestNarrowingBounds(t *testing.T) {
 // 503 and a JSON-RPC error naming the limit, the websocket before it is
 // upgraded; once a stream ends its slot serves a new one.
 func TestStreamDoorsCountAgainstMaxSessions(t *testing.T) {
-	s, _, hs := newDoorServer(t, "[server]\nmax_sessions = 2\n")
+	s, _, hs := newDoorServer(t, "[server]\nmax_sessions = 2\nmax_sessions_per_caller = 2\n")
 	first := mustOpenSSE(t, hs, "?profile=all", nil)
 	mustOpenSSE(t, hs, "?profile=all", nil)
 	if n := s.slots.live(); n != 2 {
@@ -250,7 +250,7 @@ func getStream(t *testing.T, hs *httptest.Server, session string) (int, string, 
 // refused or failed initialize leaves no session id behind; DELETE gives
 // a slot back.
 func TestMCPSessionsCountAgainstMaxSessions(t *testing.T) {
-	s, _, hs := newDoorServer(t, "[server]\nmax_sessions = 3\n")
+	s, _, hs := newDoorServer(t, "[server]\nmax_sessions = 3\nmax_sessions_per_caller = 3\n")
 	h := s.Handler()
 	var ids []string
 	for range 3 {

@@ -87,11 +87,11 @@ func (s *Server) serveListen(w http.ResponseWriter, r *http.Request, m *jsonrpc.
 		return
 	}
 	// A listen stream holds a server.max_sessions slot while open.
-	if !s.slots.take() {
-		s.refuseSession(w, m.ID, m.Method, b.Profile)
+	if err := s.takeSlot(b.Who); err != nil {
+		s.refuseSession(w, m.ID, m.Method, b.Profile, err)
 		return
 	}
-	defer s.slots.give()
+	defer s.giveSlot(b.Who)
 	frames := make(chan []byte, callFrames)
 	queue := func(f []byte) bool {
 		select {
@@ -187,7 +187,7 @@ func (s *Server) listen(ctx context.Context, m *jsonrpc.Message, b Binding, view
 				return nil, s.errorFor(m, fmt.Errorf("resource %q: %w", uri, aggregator.ErrResourceNotFound), true)
 			}
 		}
-		if err := s.agg.Subscribe(ctx, "", uri); err != nil {
+		if err := s.agg.Subscribe(ctx, "", "", uri); err != nil {
 			release()
 			return nil, s.errorFor(m, err, true)
 		}

@@ -154,6 +154,7 @@ func (s *Server) regrant(res *Resolver, b Binding) (Binding, error) {
 	if err != nil {
 		return Binding{}, err
 	}
+	nb.Who = b.Who // the same caller: its shares stay where they were taken
 	return s.reenable(nb, b.Filter), nil
 }
 

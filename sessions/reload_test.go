@@ -883,7 +883,7 @@ func TestReloadRacingABind(t *testing.T) {
 				t.Fatal(err)
 			}
 			reloadWith(t, s, up, tt.edit)
-			s.slots.take() // as serveInitialize does
+			s.takeSlot(stale.Who) // as serveInitialize does
 			s.bind("stub-session", stale, [32]byte{}, &handshake{}, nil)
 			s.mu.Lock()
 			sess := s.bound["stub-session"]

@@ -68,7 +68,7 @@ func TestSessionIDsNameTheReplica(t *testing.T) {
 // names the replica that holds it, and that a retry reaching another
 // replica is told where the call is rather than that it does not exist.
 func TestRequestStateNamesTheReplica(t *testing.T) {
-	here, there := newHeldCalls("eu-1"), newHeldCalls("eu-2")
+	here, there := newHeldCalls("eu-1", 0), newHeldCalls("eu-2", 0)
 	state, err := here.hold(&call{}, &ask{reply: make(chan askReply, 1)})
 	if err != nil {
 		t.Fatal(err)

@@ -78,6 +78,11 @@ type Binding struct {
 	// tokens configured has neither.
 	Caller [sha256.Size]byte
 	Authed bool
+	// Who names the caller for its shares of mcpmux's pools (callerOf,
+	// shares.go), set by the door that resolved the binding: its token,
+	// or its client address without tokens; "" (the stdio door) counts
+	// against no share. A reload keeps it (Server.regrant).
+	Who string
 	// Local reports a binding resolved with no token check at all, for
 	// whoever holds the config file (ResolveLocal: the stdio door).
 	Local bool

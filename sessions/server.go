@@ -118,6 +118,9 @@ type session struct {
 	// without one): a request carrying another token is answered as if the
 	// session did not exist (SPEC §6).
 	owner [32]byte
+	// who is the caller whose shares the session's slot, streams and
+	// calls count in (Binding.Who when it bound); it never changes.
+	who string
 	// stream is true for sessions of the /ws, /sse and stdio doors: their
 	// ids must not be usable on /mcp.
 	stream bool
@@ -189,15 +192,20 @@ func New(cfg *configs.Config, agg *aggregator.Aggregator, opts Options) (*Server
 	if s.writeTimeout <= 0 {
 		s.writeTimeout = frameWriteTimeout
 	}
-	s.held = newHeldCalls(cfg.Server.ReplicaID)
+	s.held = newHeldCalls(cfg.Server.ReplicaID, min(cfg.Server.MaxSessionsPerCaller, heldShare))
+	s.flights.perCaller = cfg.Server.MaxSessionsPerCaller
 	s.slots.max = int64(cfg.Server.MaxSessions)
+	s.slots.callers.max = cfg.Server.MaxSessionsPerCaller
 	res, err := NewResolver(cfg, s.registry)
 	if err != nil {
 		return nil, err
 	}
 	s.resolver.Store(res)
 	if opts.Audit != nil {
-		s.audit = audit.New(opts.Audit, cfg.Audit.IncludeArguments, func(err error) {
+		// Every line is masked whole: a reason quoting an upstream's
+		// error, or arguments quoting a key, hold no configured secret.
+		w := maskedLines{w: opts.Audit, mask: agg.MaskSecrets}
+		s.audit = audit.New(w, cfg.Audit.IncludeArguments, func(err error) {
 			s.log.Error("audit log write failed", "error", err)
 		})
 	}
@@ -371,7 +379,7 @@ func (s *Server) bind(id string, b Binding, owner [32]byte, hs *handshake, ss *s
 			lp, lr = s.listing(b).Fingerprints()
 		}
 	}
-	sess := &session{binding: b, owner: owner, listed: v.Fingerprint(), listedPrompts: lp, listedResources: lr,
+	sess := &session{binding: b, owner: owner, who: b.Who, listed: v.Fingerprint(), listedPrompts: lp, listedResources: lr,
 		stream: ss != nil, ss: ss, caps: hs.caps, revoked: revoked}
 	if ss == nil {
 		sess.held = newBacklog(s.cfg.Server.MaxPendingBytes, maxCallsPerSession)
@@ -671,6 +679,7 @@ func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request) {
 	}
 	if b.Filter == nil {
 		b = chk.Binding()
+		b.Who = callerOf(r, b)
 	}
 	start := time.Now()
 	defer func() { s.metrics.observeLatency(m.Method, time.Since(start)) }()
@@ -725,13 +734,13 @@ func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request) {
 // slot, answers the handshake, and binds the session under a new id,
 // which the answer carries in its Mcp-Session-Id header.
 func (s *Server) serveInitialize(w http.ResponseWriter, m *jsonrpc.Message, chk *Checked, b Binding, view *filter.View) {
-	if !s.slots.take() {
-		s.refuseSession(w, m.ID, m.Method, b.Profile)
+	if err := s.takeSlot(b.Who); err != nil {
+		s.refuseSession(w, m.ID, m.Method, b.Profile, err)
 		return
 	}
 	resp, hs, _ := s.respond(b, view, m, nil)
 	if hs == nil { // refused: no session
-		s.slots.give()
+		s.giveSlot(b.Who)
 		writeAnswer(w, http.StatusOK, resp)
 		return
 	}
@@ -897,4 +906,18 @@ func recoverPanics(log *slog.Logger, next http.Handler) http.Handler {
 		}()
 		next.ServeHTTP(w, r)
 	})
+}
+
+// maskedLines writes each line (audit.Log writes one per Write) with every
+// configured secret masked.
+type maskedLines struct {
+	w    io.Writer
+	mask func(string) string
+}
+
+func (m maskedLines) Write(p []byte) (int, error) {
+	if _, err := io.WriteString(m.w, m.mask(string(p))); err != nil {
+		return 0, err
+	}
+	return len(p), nil
 }

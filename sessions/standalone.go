@@ -47,15 +47,16 @@ func (g *standalone) close() { g.once.Do(func() { close(g.done) }) }
 
 // serveGET serves the GET stream of the /mcp session id until the client
 // goes away, the session ends, or another GET replaces it. The stream
-// holds a server.max_sessions slot while it is open (limits.go), and each
+// holds a server.max_sessions slot while it is open (limits.go), counted
+// in its session's caller's share too, and each
 // write must finish within the write timeout: a client that stops reading
 // loses its stream, not its session.
 func (s *Server) serveGET(w http.ResponseWriter, r *http.Request, id string, sess *session) {
-	if !s.slots.take() {
-		s.refuseSession(w, nil, "", sess.binding.Profile)
+	if err := s.takeSlot(sess.who); err != nil {
+		s.refuseSession(w, nil, "", sess.binding.Profile, err)
 		return
 	}
-	defer s.slots.give()
+	defer s.giveSlot(sess.who)
 	rc := http.NewResponseController(w)
 	g := &standalone{frames: make(chan []byte, standaloneQueue), held: sess.held, done: make(chan struct{})}
 	s.mu.Lock()

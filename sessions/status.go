@@ -47,8 +47,9 @@ const idleShown = time.Minute
 // protected like /metrics: Host and Origin by guard, and a bearer token
 // when tokens are configured. What they show never includes a secret: a
 // URL upstream shows as scheme://host[:port], and its error and stderr
-// lines pass through Upstream.Redact, which masks every secret value of
-// its config (env and header values, URL keys) and redacts URLs.
+// lines pass through Aggregator.Redact, which masks every configured secret
+// value, whoever's (auth tokens, every upstream's env and header values and
+// URL keys), and redacts URLs.
 func (s *Server) handleStatus(mux *http.ServeMux) {
 	p := &statusPage{srv: s, start: time.Now()}
 	mux.Handle("GET /{$}", s.withViewer(p.serveHTML))
@@ -299,7 +300,7 @@ func (p *statusPage) upstreams(snap *aggregator.Snapshot, now time.Time) []upstr
 		h := u.Health()
 		names[cfg.Name] = true
 		row := upstreamRow{
-			Name: cfg.Name, Prefix: cfg.Prefix, Transport: cfg.Transport, Target: u.Redact(target(cfg)),
+			Name: cfg.Name, Prefix: cfg.Prefix, Transport: cfg.Transport, Target: s.agg.Redact(target(cfg)),
 			Required: cfg.Required, Scope: cfg.Scope, State: stateName(h), Protocol: h.Protocol,
 			Tools: exposed[cfg.Name].Tools, Hidden: exposed[cfg.Name].Dropped,
 			Connects: h.Connects, Restarts: h.Restarts,
@@ -314,11 +315,11 @@ func (p *statusPage) upstreams(snap *aggregator.Snapshot, now time.Time) []upstr
 			row.Prompts, row.Resources, row.Templates = len(cat.Prompts), len(cat.Resources), len(cat.ResourceTemplates)
 		}
 		if h.LastError != nil {
-			row.LastError = u.Redact(h.LastError.Error())
+			row.LastError = s.agg.Redact(h.LastError.Error()) // every configured secret, whoever's
 			row.LastErrorAt = h.LastErrorAt.UTC().Format(time.RFC3339)
 			row.ago = roundDuration(now.Sub(h.LastErrorAt)).String()
 			for _, l := range h.Stderr {
-				row.Stderr = append(row.Stderr, u.Redact(l))
+				row.Stderr = append(row.Stderr, s.agg.Redact(l))
 			}
 			row.summary = errorSummary(row.LastError)
 			if d := withoutStderr(row.LastError, len(row.Stderr) > 0); d != row.summary {

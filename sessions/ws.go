@@ -41,6 +41,13 @@ func (s *Server) serveWS(w http.ResponseWriter, r *http.Request) {
 			`websocket clients must offer the "mcp" subprotocol (Sec-WebSocket-Protocol: mcp)`)
 		return
 	}
+	// The slot is taken before the upgrade: once the client has its 101,
+	// a request it sends next must find the slot taken, and the
+	// connection must not be closed for want of one.
+	if err := s.takeSlot(b.Who); err != nil {
+		s.refuseSession(w, nil, "", b.Profile, err)
+		return
+	}
 	c, err := websocket.Accept(w, r, &websocket.AcceptOptions{
 		Subprotocols: []string{wsSubprotocol},
 		// Origin was checked against server.allowed_origins by the route's
@@ -50,6 +57,7 @@ func (s *Server) serveWS(w http.ResponseWriter, r *http.Request) {
 		InsecureSkipVerify: true,
 	})
 	if err != nil {
+		s.giveSlot(b.Who)
 		s.log.Debug("websocket upgrade failed", "error", err) // Accept has answered
 		return
 	}
@@ -60,7 +68,7 @@ func (s *Server) serveWS(w http.ResponseWriter, r *http.Request) {
 
 	ss := s.newStreamSession(r.Context(), "ws", b, &wsWriter{c: c, timeout: s.writeTimeout})
 	ss.token = tokenSum(sel)
-	if err := s.streams.add(ss); err != nil {
+	if err := s.streams.addTaken(ss); err != nil { // gives the slot back
 		ss.close(err)
 		c.Close(websocket.StatusGoingAway, "server shutting down")
 		return

@@ -139,7 +139,7 @@ func TestHealthSecretValues(t *testing.T) {
 			[]string{"0f8e2c1a-9b7d-4c3e-a1f2-3d4c5b6a7e8f"}, []string{"composio", "server", "streamable-http"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := redact.NewSecrets(secretValues(&tc.cfg)...)
+			s := redact.NewSecrets(tc.cfg.SecretValues()...)
 			for _, w := range tc.want {
 				if got := s.Mask("<" + w + ">"); got != "<REDACTED>" {
 					t.Errorf("Mask(%q) = %q, want it masked", w, got)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/mcpmux/mcpmux/aggregator"
 	"github.com/mcpmux/mcpmux/configs"
+	"github.com/mcpmux/mcpmux/internal/redact"
 	"github.com/mcpmux/mcpmux/internal/tracing"
 	"github.com/mcpmux/mcpmux/sessions"
 )
@@ -43,14 +44,14 @@ func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer, impl
 		return fs.usageErr(errors.New("--profile needs --stdio (HTTP clients choose their profile per request)"))
 	}
 	start := time.Now()
-	src, cfg, log, err := logs.open(*configPath, configSource{listen: *listen, http: true}, stderr)
+	src, cfg, log, secrets, err := logs.open(*configPath, configSource{listen: *listen, http: true}, stderr)
 	if err != nil {
 		return err
 	}
 	// server.listen takes effect only on restart, so a reloaded config is
 	// checked for exposure against the address being served.
 	src.listen = cfg.Server.Listen
-	return httpRun{cfg: cfg, src: src, log: log, start: start, listen: listenTCP}.Run(ctx)
+	return httpRun{cfg: cfg, src: src, log: log, secrets: secrets, start: start, listen: listenTCP}.Run(ctx)
 }
 
 // listenTCP is httpRun.listen for the real server.
@@ -59,10 +60,13 @@ func listenTCP(addr string) (net.Listener, error) { return net.Listen("tcp", add
 // httpRun is `mcpmux serve` over HTTP once the command line is parsed and
 // the config loaded.
 type httpRun struct {
-	cfg   *configs.Config
-	src   configSource // loaded again on SIGHUP and when its file changes
-	log   *slog.Logger
-	start time.Time // when the command began, for the ready log
+	cfg *configs.Config
+	src configSource // loaded again on SIGHUP and when its file changes
+	log *slog.Logger
+	// secrets is the set log masks; the aggregator replaces it at a
+	// reload (nil: the aggregator keeps its own).
+	secrets *redact.Live
+	start   time.Time // when the command began, for the ready log
 	// listen opens the listener for cfg.Server.Listen.
 	listen func(addr string) (net.Listener, error)
 }
@@ -72,7 +76,7 @@ type httpRun struct {
 // shut down and closed its listener, the reloader has stopped, and the
 // upstreams are closed with their children reaped.
 func (r httpRun) Run(ctx context.Context) error {
-	agg, srv, closeAll, err := wire(r.cfg, r.log)
+	agg, srv, closeAll, err := wire(r.cfg, r.log, r.secrets)
 	defer closeAll()
 	if err != nil {
 		return err
@@ -104,7 +108,8 @@ func (r httpRun) Run(ctx context.Context) error {
 	r.log.Info("listening", "addr", "http://"+ln.Addr().String()+"/mcp")
 
 	if err := agg.Start(ctx); err != nil {
-		return &exitError{exitRuntime, err}
+		// It may quote a child's stderr: no configured secret is shown.
+		return &exitError{exitRuntime, errors.New(agg.Redact(err.Error()))}
 	}
 	srv.MarkStarted()
 	snap := agg.Snapshot()
@@ -153,8 +158,10 @@ func startAggregator(ctx context.Context, cfg *configs.Config, log *slog.Logger)
 // the background work sessions.New started), closes the upstreams
 // (reaping their children) and the audit log, and exports the last spans;
 // call it whatever the error, after everything using them has stopped.
-func wire(cfg *configs.Config, log *slog.Logger) (*aggregator.Aggregator, *sessions.Server, func(), error) {
-	agg := aggregator.New(cfg, aggregator.Options{Logger: log})
+// secrets is the set log masks, which the aggregator keeps current (nil:
+// none is shared).
+func wire(cfg *configs.Config, log *slog.Logger, secrets *redact.Live) (*aggregator.Aggregator, *sessions.Server, func(), error) {
+	agg := aggregator.New(cfg, aggregator.Options{Logger: log, Secrets: secrets})
 	var srv *sessions.Server
 	var traces *tracing.Provider
 	audit, closeAudit, err := openAudit(cfg)

@@ -31,11 +31,11 @@ func serveStdio(ctx context.Context, configPath, profile string, logs logFlags, 
 	signal.Ignore(syscall.SIGPIPE)
 
 	start := time.Now()
-	src, cfg, log, err := logs.open(configPath, configSource{}, stderr)
+	src, cfg, log, secrets, err := logs.open(configPath, configSource{}, stderr)
 	if err != nil {
 		return err
 	}
-	agg, srv, closeAll, err := wire(cfg, log)
+	agg, srv, closeAll, err := wire(cfg, log, secrets)
 	defer closeAll()
 	if err != nil {
 		return err
@@ -51,7 +51,8 @@ func serveStdio(ctx context.Context, configPath, profile string, logs logFlags, 
 	// client's first tools/list is complete; its initialize waits in the
 	// pipe meanwhile.
 	if err := agg.Start(ctx); err != nil {
-		return &exitError{exitRuntime, err}
+		// It may quote a child's stderr: no configured secret is shown.
+		return &exitError{exitRuntime, errors.New(agg.Redact(err.Error()))}
 	}
 	srv.MarkStarted()
 	snap := agg.Snapshot()

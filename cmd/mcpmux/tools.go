@@ -34,7 +34,7 @@ func cmdTools(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := logs.check(fs); err != nil {
 		return err
 	}
-	_, cfg, log, err := logs.open(*configPath, configSource{}, stderr)
+	_, cfg, log, _, err := logs.open(*configPath, configSource{}, stderr)
 	if err != nil {
 		return err
 	}

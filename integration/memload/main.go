@@ -12,7 +12,8 @@
 //   - 200 connections trickling a request body, and 200 idle keep-alive
 //     connections, with the time until mcpmux closes them (read_timeout),
 //   - 20,000 initialize requests that never send anything else: at most
-//     max_sessions of them get a session, the rest 503; the live sessions
+//     max_sessions_per_caller of them (2500: every loopback client without
+//     a token is one caller) get a session, the rest 503; the live sessions
 //     are counted (mcpmux_open_sessions) and the RSS they add divided by
 //     them is the cost of one idle session; then, after read_timeout, the
 //     sessions that never finished initializing are gone.

@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"sync/atomic"
 )
 
 // Mask replaces each redacted value.
@@ -300,4 +301,51 @@ func (s *Secrets) Apply(text string) string { return URLs(s.Mask(text)) }
 // Handler wraps next like NewHandler, with Apply in place of URLs.
 func (s *Secrets) Handler(next slog.Handler) *Handler {
 	return &Handler{next: next, clean: s.Apply}
+}
+
+// Live holds the Secrets of the configuration mcpmux runs now: one set of
+// every configured secret value (configs.Config.SecretValues), which every
+// output masks whoever's secret it is. A reload stores the new set. Its
+// zero value masks nothing (Apply still redacts URLs); it is safe for
+// concurrent use. A nil *Live is usable too, and masks nothing.
+type Live struct {
+	p atomic.Pointer[Secrets]
+}
+
+// NewLive returns a Live holding s.
+func NewLive(s *Secrets) *Live {
+	l := &Live{}
+	l.Store(s)
+	return l
+}
+
+// Store makes s the set l masks.
+func (l *Live) Store(s *Secrets) { l.p.Store(s) }
+
+// Load returns the set l masks now (nil: none).
+func (l *Live) Load() *Secrets {
+	if l == nil {
+		return nil
+	}
+	return l.p.Load()
+}
+
+// Mask returns text with every value of the current set masked.
+func (l *Live) Mask(text string) string { return l.Load().Mask(text) }
+
+// Apply masks the current set's values, then redacts URLs.
+func (l *Live) Apply(text string) string { return l.Load().Apply(text) }
+
+// Union returns a set masking every value of s and of o (nil when both
+// are empty): what a reload masks while the old configuration's
+// upstreams are still stopping.
+func (s *Secrets) Union(o *Secrets) *Secrets {
+	var vs []string
+	if s != nil {
+		vs = append(vs, s.values...)
+	}
+	if o != nil {
+		vs = append(vs, o.values...)
+	}
+	return NewSecrets(vs...)
 }

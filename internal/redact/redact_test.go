@@ -102,3 +102,23 @@ func TestSecretsHandler(t *testing.T) {
 		t.Errorf("log line not masked: %s", out)
 	}
 }
+
+func TestLive(t *testing.T) {
+	var l Live
+	if got := l.Apply("secret-one http://h/?k=v"); got != "secret-one http://h/?k=REDACTED" {
+		t.Errorf("zero Live: %q", got)
+	}
+	one := NewSecrets("secret-one")
+	l.Store(one.Union(NewSecrets("secret-two")))
+	if got := l.Mask("secret-one secret-two"); got != "REDACTED REDACTED" {
+		t.Errorf("union: %q", got)
+	}
+	l.Store(one)
+	if got := l.Mask("secret-one secret-two"); got != "REDACTED secret-two" {
+		t.Errorf("after Store: %q", got)
+	}
+	var nilLive *Live
+	if got := nilLive.Mask("secret-one"); got != "secret-one" {
+		t.Errorf("nil Live: %q", got)
+	}
+}
