@@ -657,7 +657,7 @@ func (r *Resolver) stages(sel Selection, auth bool) (string, []*filter.Rules, *t
 			// of the config is no business of a narrower token's.
 			usable := r.names
 			if allowed != nil {
-				usable = allowed
+				usable = slices.Sorted(slices.Values(allowed))
 			}
 			return "", nil, nil, fmt.Errorf("%w %q (known: %s)", ErrUnknownProfile, name, strings.Join(usable, ", "))
 		}

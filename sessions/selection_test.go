@@ -253,6 +253,7 @@ profiles = ["readonly"]
 [[auth.tokens]]
 token = "tok-all"
 profiles = ["all", "readonly", "low"]
+admin = true # sees all of /metrics (TestSelectionPathsAreNoLabels)
 `
 
 // selReq builds a POST of body to target with headers.
