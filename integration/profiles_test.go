@@ -699,6 +699,7 @@ func TestTokens(t *testing.T) {
 	url := mux.URL()
 	bearer := func(tok string) map[string]string { return map[string]string{"Authorization": "Bearer " + tok} }
 	knownProfiles := []string{"ci", "fsonly", "fsread", "full", "readonly", "readonly2"}
+	tokenProfiles := map[string][]string{"tok-ro": {"readonly"}, "tok-ci": {"ci", "readonly"}}
 	ciSum := sha256.Sum256([]byte("tok-ci"))
 
 	t.Run("initialize status", func(t *testing.T) {
@@ -756,9 +757,12 @@ func TestTokens(t *testing.T) {
 						}
 					}
 				case 404:
+					// It names the profiles this token may use, and no
+					// other profile of the config (issue 17).
+					tok := strings.TrimPrefix(c.headers["Authorization"], "Bearer ")
 					for _, p := range knownProfiles {
-						if !mentionsName(string(r.Body), p) {
-							t.Errorf("the 404 body does not list known profile %q: %s", p, r.Body)
+						if yours := slices.Contains(tokenProfiles[tok], p); mentionsName(string(r.Body), p) != yours {
+							t.Errorf("the 404 body to %s names profile %q: %v, want %v: %s", tok, p, !yours, yours, r.Body)
 						}
 					}
 				}

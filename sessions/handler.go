@@ -216,54 +216,39 @@ func (s *Server) list(b Binding, view *filter.View, m *jsonrpc.Message, modern b
 		}
 		items = append(items, raw)
 	}
-	var res any
 	switch mcp.MCPMethod(m.Method) {
 	case mcp.MethodToolsList:
 		key = "tools"
 		for _, t := range view.Tools {
 			pick(t.Name, view.Lookup(t.Name).Definition(), t)
 		}
-		r := &mcp.ListToolsResult{}
-		res = r
-		if modern {
-			s.decorate(&r.Result, &r.CacheableResult)
-		}
 	case mcp.MethodPromptsList:
 		key = "prompts"
 		for _, p := range listing.Prompts {
 			pick(p.Name, listing.Definition(m.Method, p.Name), p)
-		}
-		r := &mcp.ListPromptsResult{}
-		res = r
-		if modern {
-			s.decorate(&r.Result, &r.CacheableResult)
 		}
 	case mcp.MethodResourcesList:
 		key = "resources"
 		for _, x := range listing.Resources {
 			pick(x.Name, listing.Definition(m.Method, x.URI), x)
 		}
-		r := &mcp.ListResourcesResult{}
-		res = r
-		if modern {
-			s.decorate(&r.Result, &r.CacheableResult)
-		}
 	default:
 		key = "resourceTemplates"
 		for _, x := range listing.Templates {
 			pick(x.Name, listing.Definition(m.Method, filter.TemplateString(x)), x)
 		}
-		r := &mcp.ListResourceTemplatesResult{}
-		res = r
-		if modern {
-			s.decorate(&r.Result, &r.CacheableResult)
-		}
+	}
+	// Every listing's result is a page, with its items under key; one
+	// page is the whole listing, so it has no nextCursor.
+	var res mcp.PaginatedResult
+	if modern {
+		s.decorate(&res.Result, &res.CacheableResult)
 	}
 	out, err := json.Marshal(res)
 	if err != nil {
 		return nil, encodeErr(err)
 	}
-	out, err = jsonrpc.Splice(out, []jsonrpc.Member{{Key: key, Value: joinItems(items)}}, nil, nil)
+	out, err = jsonrpc.Splice(out, []jsonrpc.Member{{Key: key, Value: joinItems(items)}}, nil, nil) // appended: res has no such member
 	if err != nil {
 		return nil, encodeErr(err)
 	}

@@ -315,14 +315,7 @@ func (s *scanner) skipValue(i int) int {
 		end, _ := s.str(i)
 		return end
 	}
-	for i < len(s.b) {
-		switch s.b[i] {
-		case ',', ']', '}', ' ', '\t', '\n', '\r':
-			return i
-		}
-		i++
-	}
-	return i
+	return s.scalar(i)
 }
 
 // Lookup returns the value of the top-level member key of the valid JSON

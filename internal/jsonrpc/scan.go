@@ -130,6 +130,11 @@ func (s *scanner) value(i, depth int, r role) int {
 		end, _ := s.str(i)
 		return end
 	}
+	return s.scalar(i)
+}
+
+// scalar returns the index after the number or literal at i.
+func (s *scanner) scalar(i int) int {
 	for i < len(s.b) {
 		switch s.b[i] {
 		case ',', ']', '}', ' ', '\t', '\n', '\r':
