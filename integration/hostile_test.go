@@ -376,6 +376,37 @@ shutdown_grace = "5s"
 	t.Logf("the client got %d of %d log messages", got, sent)
 }
 
+// TestHostileProgressIsNotDropped: progress an upstream sends for a
+// client's call is not a flood: 8000 of them for one call, past the
+// budget's burst of 5000 and 500 a second, all reach the client (on both
+// transports; what is read is still paced by the intake).
+func TestHostileProgressIsNotDropped(t *testing.T) {
+	for _, transport := range []string{"stdio", "http"} {
+		t.Run(transport, func(t *testing.T) {
+			mux := startMux(t, `[server]
+shutdown_grace = "5s"
+`+hostileOn(t, transport, "busy", nil, "required = true"))
+			hc := openHostileClient(t, mux)
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			const sent = 8000
+			var req mcp.CallToolRequest
+			req.Params.Name = "busy__progress"
+			req.Params.Arguments = map[string]any{"count": sent}
+			req.Params.Meta = &mcp.Meta{ProgressToken: "p1"}
+			if _, err := hc.c.CallTool(ctx, req); err != nil {
+				t.Fatalf("tools/call: %v", err)
+			}
+			if got := len(hc.received("notifications/progress")); got != sent {
+				t.Errorf("the client got %d of %d progress notifications of its call", got, sent)
+			}
+			if strings.Contains(mux.Stderr(), "dropping notifications from upstream") {
+				t.Errorf("progress was dropped as a flood\n%s", mux.Stderr())
+			}
+		})
+	}
+}
+
 // TestHostileSpoofedResourceUpdated: an upstream's resources/updated for
 // a URI another upstream serves is dropped and logged naming it; the
 // owner's own reaches the subscriber.

@@ -27,6 +27,8 @@
 //	                       (0 = until stop; stdio only), as fast as they
 //	                       are taken
 //	chatter {count}        sends count notifications/message
+//	progress {count}       sends count notifications/progress for the
+//	                       call's own progressToken, then answers
 //	spoof {uri}            sends notifications/resources/updated for uri
 //	grow {count}           lists count generated tools from now on, and
 //	                       says so with one tools/list_changed
@@ -217,7 +219,7 @@ func (s *server) listPage(params json.RawMessage) map[string]any {
 	fmt.Sscanf(p.Cursor, "c%d", &start)
 	var items []any
 	if start == 0 {
-		for _, n := range []string{"echo", "flood", "chatter", "spoof", "grow", "stop", "stats"} {
+		for _, n := range []string{"echo", "flood", "chatter", "progress", "spoof", "grow", "stop", "stats"} {
 			items = append(items, tool(n))
 		}
 		if s.churn {
@@ -255,6 +257,9 @@ func (s *server) call(r request, w sink) {
 			Count int    `json:"count"`
 			URI   string `json:"uri"`
 		} `json:"arguments"`
+		Meta struct {
+			ProgressToken json.RawMessage `json:"progressToken"`
+		} `json:"_meta"`
 	}
 	json.Unmarshal(r.Params, &p)
 	a := p.Arguments
@@ -272,6 +277,11 @@ func (s *server) call(r request, w sink) {
 	case "chatter":
 		for i := range a.Count {
 			notify(w, "notifications/message", map[string]any{"level": "info", "logger": "hostile", "data": fmt.Sprintf("chatter %d", i)})
+		}
+		result(w, r.ID, text(fmt.Sprintf("sent %d", a.Count)))
+	case "progress":
+		for i := range a.Count {
+			notify(w, "notifications/progress", map[string]any{"progressToken": p.Meta.ProgressToken, "progress": i + 1, "total": a.Count})
 		}
 		result(w, r.ID, text(fmt.Sprintf("sent %d", a.Count)))
 	case "spoof":
