@@ -191,9 +191,6 @@ func checkListen(addr string) error {
 	return nil
 }
 
-// upstreamIndex finds upstreams by name and by non-empty prefix.
-type upstreamIndex map[string]*Upstream
-
 func (v *validator) upstreams(raw map[string]*rawUpstream, sep string) []*Upstream {
 	var out []*Upstream
 	byPrefix := map[string]*Upstream{}

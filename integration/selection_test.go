@@ -168,9 +168,6 @@ func TestSelectionForms(t *testing.T) {
 
 	// One drive.mjs run per door: every form's session and its
 	// reference's, concurrently.
-	type pair struct {
-		form, ref string // session indexes in the run
-	}
 	for _, door := range []struct {
 		name, transport, scheme, prefix string
 		headers                         bool

@@ -499,9 +499,6 @@ func (c *conn) probeLoop() {
 	}
 }
 
-// wantsListChanged reports whether the server advertises any list_changed.
-func (c *conn) wantsListChanged() bool { return !c.listenFilter().IsEmpty() }
-
 func (c *conn) listenFilter() mcp.SubscriptionFilter {
 	var f mcp.SubscriptionFilter
 	if t := c.caps.Tools; t != nil && t.ListChanged {

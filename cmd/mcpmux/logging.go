@@ -36,14 +36,10 @@ func (l logFlags) check(f *flags) error {
 	return f.usageErr(fmt.Errorf("--log-format %q: want text or json", *l.format))
 }
 
-// logger returns the logger writing to w at the flag's level, in the
-// flag's format or else configFormat ("" = text). Call check first.
-func (l logFlags) logger(w io.Writer, configFormat string) *slog.Logger {
-	return l.masked(w, configFormat, nil)
-}
-
-// masked is logger with every value secrets holds masked in every record
-// (nil: URLs are redacted, no value is masked).
+// masked returns the logger writing to w at the flag's level, in the
+// flag's format or else configFormat ("" = text), with every value
+// secrets holds masked in every record (nil: URLs are redacted, no value
+// is masked). Call check first.
 func (l logFlags) masked(w io.Writer, configFormat string, secrets *redact.Live) *slog.Logger {
 	var lv slog.Level
 	lv.UnmarshalText([]byte(*l.level)) // checked by check
