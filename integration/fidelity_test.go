@@ -853,7 +853,7 @@ func cellProgress(r *fidRun) (any, error) {
 		want = r.oracle.([]float64)
 	}
 	// Progress that arrives just after the result still counts.
-	fidWaitFor(2*time.Second, func() bool { return len(s.progressOf(tok)) >= len(want) })
+	fidWaitFor(10*time.Second, func() bool { return len(s.progressOf(tok)) >= len(want) })
 	// The SDK may run notification handlers out of order: compare sets.
 	got := s.progressOf(tok)
 	slices.Sort(got)
