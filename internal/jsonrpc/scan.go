@@ -84,6 +84,29 @@ func (s *scanner) str(i int) (int, bool) {
 	return len(s.b), esc
 }
 
+// strEnd returns the index after the string starting at i, crossing it in
+// one pass: a quote ends it unless an odd run of backslashes is before it.
+// It is str for a value nobody looks into (a large text is crossed once,
+// not twice).
+func (s *scanner) strEnd(i int) int {
+	for i++; i < len(s.b); {
+		q := bytes.IndexByte(s.b[i:], '"')
+		if q < 0 {
+			break
+		}
+		i += q
+		n := 0
+		for j := i - 1; j >= 0 && s.b[j] == '\\'; j-- {
+			n++
+		}
+		i++
+		if n%2 == 0 {
+			return i
+		}
+	}
+	return len(s.b)
+}
+
 // key decodes the string at [start, end).
 func (s *scanner) key(start, end int, esc bool) string {
 	if !esc {
@@ -231,7 +254,7 @@ func (s *scanner) skip(i int) int {
 	for i < len(s.b) {
 		switch s.b[i] {
 		case '"':
-			i, _ = s.str(i)
+			i = s.strEnd(i)
 			continue
 		case '{', '[':
 			depth++
