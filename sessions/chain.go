@@ -1,7 +1,6 @@
 package sessions
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -257,7 +256,7 @@ var emptyResult = json.RawMessage(`{}`)
 // isErrorResult reports whether a tools/call result says isError, read
 // from the result's own members without looking into its content.
 func isErrorResult(res json.RawMessage) bool {
-	return bytes.Contains(res, []byte(`"isError"`)) && string(jsonrpc.Lookup(res, "isError")) == "true"
+	return string(jsonrpc.Lookup(res, "isError")) == "true"
 }
 
 // errorFor is the JSON-RPC error a client gets for err from route: an
