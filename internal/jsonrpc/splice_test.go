@@ -97,3 +97,24 @@ func TestSpliceHuge(t *testing.T) {
 		t.Errorf("huge definition changed beyond its name (%d bytes in, %d out)", len(in), len(got))
 	}
 }
+
+// TestEdit: members fn leaves alone keep their bytes and place, a nil
+// value drops a member, add appends, and what is not an object is left.
+func TestEdit(t *testing.T) {
+	obj := []byte(`{ "a" : "x\"}" , "b":{"c":[1,2]},"d":null}`)
+	got := Edit(obj, func(k string, v []byte) []byte {
+		switch k {
+		case "b":
+			return nil
+		case "d":
+			return []byte(`7`)
+		}
+		return v
+	}, Member{Key: "e", Value: []byte(`"new"`)})
+	if want := `{"a" : "x\"}","d":7,"e":"new"}`; string(got) != want {
+		t.Errorf("Edit = %s, want %s", got, want)
+	}
+	if got := Edit([]byte(`[1]`), func(string, []byte) []byte { return nil }); string(got) != `[1]` {
+		t.Errorf("Edit of an array = %s", got)
+	}
+}
