@@ -254,6 +254,7 @@ func (o *eventWriter) done() {
 // writeEvent writes frame as one server-sent event, in pieces: a large
 // answer is not copied again on its way out.
 func writeEvent(w io.Writer, frame jsonrpc.Frame) error {
+	frame = frame.OneLine() // a line break would end the data line early
 	if _, err := io.WriteString(w, "event: message\ndata: "); err != nil {
 		return err
 	}
