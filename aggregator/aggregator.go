@@ -297,6 +297,7 @@ func (a *Aggregator) rebuild() {
 	for _, c := range next.Conflicts {
 		a.log.Error("tool name collision", "tool", c.Name, "upstream", c.Dropped, "error", c.String())
 	}
+	a.warnUnmatched(a.snap.Load(), next)
 	prev := a.snap.Swap(next)
 	if fn := a.opts.Hooks.Change; fn != nil {
 		fn(prev, next)
