@@ -190,6 +190,58 @@ func TestOverridesFixedArguments(t *testing.T) {
 	}
 }
 
+// TestOverridesSDKClient drives the official TypeScript SDK client
+// through every door against the overridden tools: it lists them as
+// overridden, its calls arrive with the fixed arguments injected, and its
+// call that sends one is refused, never reaching the upstream.
+func TestOverridesSDKClient(t *testing.T) {
+	requireNode(t)
+	rec := startRecorder(t, "rec", false)
+	mux := startMux(t, overridesConfig(rec))
+	cfgPath := filepath.Join(mux.Dir, "mcpmux.toml")
+	httpDoor := door{"http", func(steps []Op) DoorScript {
+		return DoorScript{Script: Script{URL: mux.URL() + "?profile=" + recProfile, Steps: steps}}
+	}}
+	for _, d := range append([]door{httpDoor}, doorsFor(mux, cfgPath, mux.Marker, recProfile)...) {
+		t.Run(d.name, func(t *testing.T) {
+			token := randomHex(t, 8)
+			mark := rec.mark()
+			c := driveDoor(t, d.script([]Op{
+				opList(),
+				opCall("rec__say", map[string]any{"text": token}),
+				opCallExpectError("rec__say", map[string]any{"text": "refused-" + token, "kind": "refused-" + token}),
+			})).Clients[0]
+			var say *Tool
+			for i, tool := range c.Steps[0].Tools {
+				if tool.Name == "rec__say" {
+					say = &c.Steps[0].Tools[i]
+				}
+			}
+			if say == nil || string(say.Meta["mcpmux/original"]) != `"echo"` {
+				t.Fatalf("rec__say is not listed with its original name in _meta: %+v", c.Steps[0].Tools)
+			}
+			if e := c.Steps[2].Error; e == nil || e.Code == nil || *e.Code != mcp.INVALID_PARAMS || !strings.Contains(e.Message, "fixed by the gateway") {
+				t.Errorf("the call sending kind got %v, want -32602 naming the fixed argument", e)
+			}
+			got := rec.since(mark)
+			if len(got) != 1 {
+				t.Fatalf("rec was sent %d calls, want 1:\n%s", len(got), recDescribe(got))
+			}
+			var args map[string]any
+			json.Unmarshal(got[0].params(t)["arguments"], &args)
+			if args["text"] != token || args["kind"] != "fixed" || args["n"] != float64(3) || len(args) != 3 {
+				t.Errorf("forwarded arguments %v, want text plus the fixed kind and n", args)
+			}
+			if refused := rec.containing("refused-" + token); len(refused) > 0 {
+				t.Errorf("the refused call reached the upstream:\n%s", recDescribe(refused))
+			}
+			if d.name == "stdio" {
+				checkStdioExit(t, c)
+			}
+		})
+	}
+}
+
 func keys[V any](m map[string]V) []string {
 	var out []string
 	for k := range m {
