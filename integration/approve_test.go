@@ -3,14 +3,19 @@
 package integration
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/mark3labs/mcp-go/client"
+	"github.com/mark3labs/mcp-go/mcp"
 )
 
 // End-to-end tests of human approval (docs/profiles-and-filters.md): a profile's
@@ -396,4 +401,74 @@ func TestApproveModern(t *testing.T) {
 func jsonString(s string) string {
 	b, _ := json.Marshal(s)
 	return string(b)
+}
+
+// approveAnswer answers every elicitation with a fixed action and
+// content, and counts them.
+type approveAnswer struct {
+	action  mcp.ElicitationResponseAction
+	content any
+	asked   atomic.Int32
+}
+
+func (a *approveAnswer) Elicit(_ context.Context, req mcp.ElicitationRequest) (*mcp.ElicitationResult, error) {
+	a.asked.Add(1)
+	if !strings.Contains(req.Params.Message, "rec__echo") {
+		return nil, fmt.Errorf("elicitation message %q does not name the tool", req.Params.Message)
+	}
+	return &mcp.ElicitationResult{ElicitationResponse: mcp.ElicitationResponse{Action: a.action, Content: a.content}}, nil
+}
+
+// TestApproveGoSDKModern drives mcp-go's client at 2026-07-28 (which
+// answers input_required by itself, with its elicitation handler, and
+// retries) and at 2025-11-25 (a real elicitation/create mid-call): only
+// the accepted call reaches the recorder.
+func TestApproveGoSDKModern(t *testing.T) {
+	rec := startRecorder(t, "rec", false)
+	dir := t.TempDir()
+	auditPath := filepath.Join(dir, "audit.jsonl")
+	mux := startMuxWith(t, muxOptions{Config: approveConfig(rec, auditPath, "1m"), Dir: dir})
+	for _, version := range []string{mcp.ProtocolVersion20260728, mcp.ProtocolVersion20251125} {
+		for _, tc := range []struct {
+			name    string
+			action  mcp.ElicitationResponseAction
+			content any
+			calls   int
+		}{
+			{"accept", mcp.ElicitationResponseActionAccept, map[string]any{"allow": true}, 1},
+			{"decline", mcp.ElicitationResponseActionDecline, nil, 0},
+		} {
+			t.Run(version+" "+tc.name, func(t *testing.T) {
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				defer cancel()
+				answer := &approveAnswer{action: tc.action, content: tc.content}
+				c, _ := eraConnect(t, ctx, mux.URL(), client.WithProtocolVersion(version), client.WithElicitationHandler(answer))
+				mark := rec.mark()
+				var req mcp.CallToolRequest
+				req.Params.Name = "rec__echo"
+				req.Params.Arguments = map[string]any{"n": 9}
+				res, err := c.CallTool(ctx, req)
+				if err != nil {
+					t.Fatalf("tools/call: %v", err)
+				}
+				if res.IsError != (tc.calls == 0) || (tc.calls == 0 && !strings.Contains(eraText(res), "declined by the user")) {
+					t.Errorf("result %q (isError %v)", eraText(res), res.IsError)
+				}
+				if n := answer.asked.Load(); n != 1 {
+					t.Errorf("the client was asked %d times, want once", n)
+				}
+				if got := rec.since(mark); len(got) != tc.calls {
+					t.Errorf("the upstream got %d calls, want %d", len(got), tc.calls)
+				}
+				// The call went the way of its era: a 2026-07-28 one is
+				// stateless (asked through input_required), an older one
+				// belongs to its session.
+				recs := approveAudit(t, auditPath)
+				last := recs[len(recs)-1]
+				if stateless := strings.HasPrefix(last.Session, "stateless/"); stateless != (version == mcp.ProtocolVersion20260728) || last.Approval == "" {
+					t.Errorf("audit %+v: want the decision of a call of protocol %s", last, version)
+				}
+			})
+		}
+	}
 }
