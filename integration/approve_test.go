@@ -472,3 +472,70 @@ func TestApproveGoSDKModern(t *testing.T) {
 		}
 	}
 }
+
+// TestApproveWithdrawn checks on the websocket wire that a question
+// nobody answers within approve_timeout is withdrawn: the client gets
+// notifications/cancelled for the elicitation/create, naming the timeout,
+// before the call's tool error.
+func TestApproveWithdrawn(t *testing.T) {
+	rec := startRecorder(t, "rec", false)
+	dir := t.TempDir()
+	mux := startMuxWith(t, muxOptions{Config: approveConfig(rec, filepath.Join(dir, "audit.jsonl"), "500ms"), Dir: dir})
+	c := openWS(t, "ws://"+mux.Addr+"/ws", false)
+	init := c.do(t, "initialize", `{"protocolVersion":"2025-11-25","capabilities":{"elicitation":{"form":{}}},"clientInfo":{"name":"approve-raw","version":"1.0.0"}}`)
+	if init.Msg.Error != nil {
+		t.Fatalf("initialize: %s", init)
+	}
+	if err := c.send([]byte(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)); err != nil {
+		t.Fatal(err)
+	}
+	mark := rec.mark()
+	if err := c.send([]byte(recBody(100, "tools/call", `{"name":"rec__echo","arguments":{"n":1}}`))); err != nil {
+		t.Fatal(err)
+	}
+	var asked string // the elicitation/create's id
+	withdrawn := false
+	timeout := time.After(30 * time.Second)
+	for {
+		var raw []byte
+		select {
+		case raw = <-c.in:
+		case <-timeout:
+			t.Fatal("no answer within 30s")
+		}
+		var m struct {
+			ID     json.RawMessage `json:"id"`
+			Method string          `json:"method"`
+			Params struct {
+				RequestID json.RawMessage `json:"requestId"`
+				Reason    string          `json:"reason"`
+			} `json:"params"`
+			Result json.RawMessage `json:"result"`
+		}
+		if err := json.Unmarshal(raw, &m); err != nil {
+			t.Fatalf("not JSON: %q", raw)
+		}
+		switch {
+		case m.Method == "elicitation/create":
+			asked = string(m.ID)
+		case m.Method == "notifications/cancelled":
+			if asked == "" || string(m.Params.RequestID) != asked || !strings.Contains(m.Params.Reason, "approve_timeout") {
+				t.Errorf("cancelled %s, want the question %s withdrawn naming approve_timeout", raw, asked)
+			}
+			withdrawn = true
+		case string(m.ID) == "100":
+			var r CallResult
+			json.Unmarshal(m.Result, &r)
+			if !r.IsError || !strings.Contains(r.Text(), "timed out") {
+				t.Errorf("answer %s, want a tool error saying it timed out", raw)
+			}
+			if asked == "" || !withdrawn {
+				t.Errorf("asked %q, withdrawn %v before the answer; want both", asked, withdrawn)
+			}
+			if got := rec.since(mark); len(got) != 0 {
+				t.Errorf("the upstream got %d calls, want none", len(got))
+			}
+			return
+		}
+	}
+}

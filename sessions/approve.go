@@ -74,7 +74,9 @@ func (s *Server) approve(ctx context.Context, session string, b Binding, e *filt
 		// ends at the timeout. A 2026-07-28 client answers with a retry,
 		// which comes when it comes (bounded by the held-call wait), and
 		// is measured instead.
-		askCtx, stop = context.WithTimeout(ctx, timeout)
+		// The cause is the reason a stream door gives the client when
+		// it withdraws the question (notifications/cancelled).
+		askCtx, stop = context.WithTimeoutCause(ctx, timeout, fmt.Errorf("no answer within approve_timeout (%s)", timeout))
 	}
 	asked := time.Now()
 	raw, err := cl.Request(askCtx, string(mcp.MethodElicitationCreate), approvalParams(e, b.Profile, m.Arguments))
