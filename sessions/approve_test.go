@@ -7,6 +7,7 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 
+	"github.com/mcpmux/mcpmux/configs"
 	"github.com/mcpmux/mcpmux/filter"
 )
 
@@ -76,6 +77,67 @@ func TestFormElicitation(t *testing.T) {
 		}
 		if got := formElicitation(caps); got != tt.want {
 			t.Errorf("formElicitation(%s) = %v, want %v", tt.caps, got, tt.want)
+		}
+	}
+}
+
+// TestApprovalSurvivesNarrowingAndReload checks that nothing narrows
+// approval away: a child profile and a request's narrowing keep their
+// parent's, and a reload that drops approve leaves it on for a session
+// bound before it, while one that adds it applies at once.
+func TestApprovalSurvivesNarrowingAndReload(t *testing.T) {
+	parse := func(text string) *Resolver {
+		t.Helper()
+		cfg, err := configs.Parse("approve.toml", []byte("[upstreams.up]\nurl = \"http://127.0.0.1:1/mcp\"\n"+text), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := NewResolver(cfg, filter.NewRegistry())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	del := &filter.Entry{Tool: mcp.Tool{Name: "up__delete_all"}, Upstream: "up", ReadOnly: true, Toolsets: []string{"up"}}
+	needs := func(b Binding) bool {
+		need, _ := b.Filter.Approval(del)
+		return need
+	}
+	with := parse("[profiles.agent]\napprove = [\"*__delete_*\"]\n[profiles.child]\nextends = \"agent\"\nread_only = true\n")
+	without := parse("[profiles.agent]\n[profiles.child]\nextends = \"agent\"\nread_only = true\n")
+	for _, sel := range []Selection{
+		{Profile: "agent"},
+		{Profile: "child"},
+		{Profile: "agent", ReadOnly: true, Narrowing: true},
+		{Profile: "agent", Tools: []string{"up__delete_all"}, Narrowing: true},
+	} {
+		b, err := with.ResolveLocal(sel)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !needs(b) {
+			t.Errorf("%+v: approval lost", sel)
+		}
+		kept, err := without.Regrant(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !needs(kept) {
+			t.Errorf("%+v: a reload without approve took it from a session bound before", sel)
+		}
+		old, err := without.ResolveLocal(sel)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if needs(old) {
+			t.Errorf("%+v: approval without approve", sel)
+		}
+		added, err := with.Regrant(old)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !needs(added) {
+			t.Errorf("%+v: a reload that adds approve does not apply to an open session", sel)
 		}
 	}
 }
