@@ -61,6 +61,7 @@ type approveClient struct {
 		Message         string          `json:"message"`
 		RequestedSchema json.RawMessage `json:"requestedSchema"`
 		Mode            *string         `json:"mode"`
+		Withdrawn       string          `json:"withdrawn"` // the server's reason for cancelling it
 	} `json:"elicitations"`
 }
 
@@ -117,8 +118,8 @@ var hostileArgs = map[string]any{
 // TestApproveDoors drives the SDK client through every door against a
 // profile whose approval covers rec__echo: accept forwards the call
 // unchanged, decline, cancel, accept without allow and no answer within
-// approve_timeout answer a tool error, and a client without elicitation
-// gets a JSON-RPC error; the recorder gets only the approved call and the
+// approve_timeout answer a tool error (the unanswered question is
+// withdrawn), and a client without elicitation gets a JSON-RPC error; the recorder gets only the approved call and the
 // call that needs no approval. Every decision is in the audit log.
 func TestApproveDoors(t *testing.T) {
 	requireNode(t)
@@ -182,6 +183,10 @@ func TestApproveDoors(t *testing.T) {
 				}
 				if !strings.Contains(el.Message, "rec__echo") {
 					t.Errorf("elicitation %d does not name the tool: %q", i, el.Message)
+				}
+				// The one left unanswered is withdrawn when its time is up.
+				if withdrawn := i == 4; withdrawn != strings.Contains(el.Withdrawn, "approve_timeout") || (!withdrawn && el.Withdrawn != "") {
+					t.Errorf("elicitation %d withdrawn %q; want it withdrawn naming approve_timeout only for the one left unanswered", i, el.Withdrawn)
 				}
 			}
 			msg := c.Elicitations[0].Message

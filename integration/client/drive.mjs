@@ -31,7 +31,8 @@
 //                                               // ...]} instead answers them in turn, the last
 //                                               // one repeated. Each request is recorded in the
 //                                               // client's "elicitations" as {message,
-//                                               // requestedSchema, mode}
+//                                               // requestedSchema, mode, withdrawn?: the
+//                                               // reason, when the server cancelled it}
 //     "steps": [ {"op": "list"}, ... ]
 //   }
 //
@@ -511,9 +512,14 @@ async function connect(script, index, barriers) {
   );
   if (elicitation) {
     out.elicitations = [];
-    s.client.setRequestHandler(ElicitRequestSchema, async (req) => {
+    s.client.setRequestHandler(ElicitRequestSchema, async (req, extra) => {
       const p = req.params;
-      out.elicitations.push({ message: p.message, requestedSchema: p.requestedSchema ?? null, mode: p.mode ?? null });
+      const rec = { message: p.message, requestedSchema: p.requestedSchema ?? null, mode: p.mode ?? null };
+      out.elicitations.push(rec);
+      // The server withdrew the request (notifications/cancelled).
+      extra.signal.addEventListener("abort", () => {
+        rec.withdrawn = String(extra.signal.reason?.message ?? extra.signal.reason ?? "withdrawn");
+      });
       const answers = elicitation.answers ?? [elicitation];
       const a = answers[Math.min(out.elicitations.length - 1, answers.length - 1)];
       if (a.action === "never") return new Promise(() => {});
