@@ -18,9 +18,9 @@ import (
 	"github.com/mcpmux/mcpmux/internal/termsafe"
 )
 
-// This file holds human approval (docs/profiles-and-filters.md): a call to a tool an approve
-// glob of the session's rules names goes upstream only after a person says
-// yes through the calling client. It is a step of route, after decide
+// This file holds human approval (docs/profiles-and-filters.md): a call
+// to a tool an approve glob of the session's rules names goes upstream
+// only after a person says yes through the calling client. It is a step of route, after decide
 // (view, call rules, rate) and before the forward, so every door, every
 // name and every re-entry of the decision (mcpmux__call_tool) meets it.
 // The question goes to the client the way an upstream's would
