@@ -121,6 +121,9 @@ type (
 		DenyUpstreams []string      `toml:"deny_upstreams"`
 		ReadOnly      bool          `toml:"read_only"`
 		CallRules     []rawCallRule `toml:"call_rules"`
+		// Approve and ApproveTimeout: human approval (docs/configuration.md).
+		Approve        []string `toml:"approve"`
+		ApproveTimeout any      `toml:"approve_timeout"`
 	}
 	rawCallRule struct {
 		Tool      string              `toml:"tool"`

@@ -803,3 +803,55 @@ dynamic_toolsets = true
 		})
 	}
 }
+
+// TestApprove checks approve and approve_timeout in [filter] and in a
+// profile: decoded as given, not inherited here (the filter combines the
+// stages), and their errors name the file's line and the profile.
+func TestApprove(t *testing.T) {
+	cfg := mustParse(t, `
+[filter]
+approve = ["*__delete_*"]
+
+[profiles.agent]
+approve = ["gh__merge_*", "*__delete_*"]
+approve_timeout = "30s"
+
+[profiles.child]
+extends = "agent"
+`, nil)
+	if got := cfg.Filter.Approve; !slices.Equal(got, []string{"*__delete_*"}) || cfg.Filter.ApproveTimeout != 0 {
+		t.Errorf("[filter]: approve %v, timeout %v", got, cfg.Filter.ApproveTimeout)
+	}
+	agent := cfg.Profiles["agent"].Rules
+	if !slices.Equal(agent.Approve, []string{"gh__merge_*", "*__delete_*"}) || agent.ApproveTimeout != 30*time.Second {
+		t.Errorf("profile agent: approve %v, timeout %v", agent.Approve, agent.ApproveTimeout)
+	}
+	if child := cfg.Profiles["child"].Rules; child.Approve != nil || child.ApproveTimeout != 0 {
+		t.Errorf("profile child holds its parent's approval itself: %v %v", child.Approve, child.ApproveTimeout)
+	}
+	for _, tt := range []struct {
+		name, text, want string
+		line             int
+	}{
+		{"bad glob", "[profiles.agent]\napprove = [\"ok\",\n  \"gh__[\"]\n", `profiles.agent.approve[1]:`, 3},
+		{"bare number", "[profiles.agent]\napprove = [\"x\"]\napprove_timeout = 30\n", `profiles.agent.approve_timeout: invalid duration 30`, 3},
+		{"no unit", "[profiles.agent]\napprove_timeout = \"30\"\n", `profiles.agent.approve_timeout: invalid duration "30"`, 2},
+		{"zero", "[profiles.agent]\napprove_timeout = \"0s\"\n", `profiles.agent.approve_timeout: duration "0s" must be positive`, 2},
+		{"negative", "[filter]\napprove_timeout = \"-1m\"\n", `filter.approve_timeout: duration "-1m" must be positive`, 2},
+		{"not a list", "[profiles.agent]\napprove = \"gh__*\"\n", `profiles.agent.approve`, 2},
+		{"misspelled", "[profiles.agent]\napproval = [\"x\"]\n", `did you mean "approve"?`, 2},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse("test.toml", []byte(tt.text), env(nil))
+			if err == nil {
+				t.Fatal("Parse succeeded")
+			}
+			for _, e := range configErrors(t, err) {
+				if e.Line == tt.line && strings.Contains(e.Msg, tt.want) && strings.Contains(err.Error(), "test.toml:") {
+					return
+				}
+			}
+			t.Fatalf("no error on test.toml line %d containing %q; got:\n%v", tt.line, tt.want, err)
+		})
+	}
+}

@@ -182,7 +182,20 @@ type RuleSet struct {
 	DenyUpstreams []string
 	ReadOnly      bool
 	CallRules     []CallRule
+	// Approve holds globs on exposed tool names: a call to a matching
+	// tool is forwarded only after a person approves it through the
+	// calling client. Stages combine by union: approval is only ever
+	// added, never removed, by a narrowing stage.
+	Approve []string
+	// ApproveTimeout is how long a call waits for that approval; zero =
+	// not set by this rule set. Where stages set several, the shortest
+	// applies; where none does, DefaultApproveTimeout.
+	ApproveTimeout time.Duration
 }
+
+// DefaultApproveTimeout is how long a call that needs approval waits for
+// it when no rule set names approve_timeout.
+const DefaultApproveTimeout = 2 * time.Minute
 
 // CallRule makes Tool callable only with arguments that match. Every argument
 // named in Args or ArgsRegex must be present, and its value must be a JSON

@@ -468,6 +468,10 @@ func (v *validator) rules(p keyPath, r *rawRules, cfg *Config) RuleSet {
 		DenyUpstreams: v.upstreamRefs(p.key("deny_upstreams"), r.DenyUpstreams, cfg),
 		ReadOnly:      r.ReadOnly,
 		CallRules:     v.callRules(p.key("call_rules"), r.CallRules),
+		Approve:       v.globs(p.key("approve"), r.Approve),
+		// 0 = not set here: the shortest set by any stage applies
+		// (filter.Filter.Approval).
+		ApproveTimeout: v.duration(p.key("approve_timeout"), r.ApproveTimeout, 0),
 	}
 }
 

@@ -9,8 +9,11 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/mcpmux/mcpmux/configs"
 )
 
 // Filter is an effective rule set: the conjunction of every pipeline stage
@@ -68,6 +71,40 @@ func (f *Filter) CheckCall(e *Entry, args json.RawMessage) error {
 		}
 	}
 	return nil
+}
+
+// Approval reports whether a call of the allowed tool e needs a person's
+// approval first, and how long to wait for it: it does when any stage's
+// approve glob matches the tool's exposed name, so a stage can add
+// approval and never take it away. The wait is the shortest
+// approve_timeout any stage sets (like every rule, a stage can only make
+// it stricter), else configs.DefaultApproveTimeout. mcpmux's own tools
+// (no upstream) never need it: what they reach is decided again for
+// itself.
+func (f *Filter) Approval(e *Entry) (need bool, timeout time.Duration) {
+	if e.Upstream == "" {
+		return false, 0
+	}
+	for _, s := range f.stages {
+		for _, g := range s.approve {
+			if g.Match(e.Tool.Name) {
+				need = true
+				break
+			}
+		}
+	}
+	if !need {
+		return false, 0
+	}
+	for _, s := range f.stages {
+		if t := s.approveTimeout; t > 0 && (timeout == 0 || t < timeout) {
+			timeout = t
+		}
+	}
+	if timeout == 0 {
+		timeout = configs.DefaultApproveTimeout
+	}
+	return true, timeout
 }
 
 // filterKey builds the canonical key of a conjunction of stages.

@@ -16,6 +16,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
 
@@ -68,6 +69,11 @@ type Rules struct {
 	// dynamic, when set, makes this the stage of a dynamic-toolsets
 	// session (dynamic.go); such a stage has no other selector.
 	dynamic *dynamicStage
+	// approve names the tools whose calls need a person's approval, and
+	// approveTimeout how long one waits for it (0: not set by this
+	// stage); see Filter.Approval.
+	approve        []*glob.Glob
+	approveTimeout time.Duration
 }
 
 // callRule is one compiled configs.CallRule.
@@ -108,6 +114,11 @@ func Compile(rs configs.RuleSet) (*Rules, error) {
 	r.deny, errs = compileGlobs(rs.Deny, "deny", errs)
 	r.allowRe, errs = compileRegexes(rs.AllowRegex, "allow_regex", errs)
 	r.denyRe, errs = compileRegexes(rs.DenyRegex, "deny_regex", errs)
+	r.approve, errs = compileGlobs(rs.Approve, "approve", errs)
+	if rs.ApproveTimeout < 0 {
+		errs = append(errs, fmt.Errorf("approve_timeout %s is negative", rs.ApproveTimeout))
+	}
+	r.approveTimeout = rs.ApproveTimeout
 	for _, cr := range rs.CallRules {
 		if cr.Tool == "" {
 			errs = append(errs, errors.New("call_rules: tool is empty"))
@@ -388,6 +399,10 @@ func canonicalKey(rs configs.RuleSet) string {
 	list("deny_upstreams", rs.DenyUpstreams)
 	if rs.ReadOnly {
 		b.WriteString("read_only;")
+	}
+	list("approve", rs.Approve)
+	if rs.ApproveTimeout != 0 {
+		fmt.Fprintf(&b, "approve_timeout%d;", rs.ApproveTimeout)
 	}
 	if len(rs.CallRules) > 0 {
 		crs := make([]string, 0, len(rs.CallRules))

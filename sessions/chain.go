@@ -22,7 +22,8 @@ import (
 // resources/unsubscribe and logging/setLevel). It runs in this order:
 //
 //	parse once (the door) → binding (the door) → decide (decide: view, call
-//	rules, ambiguity, rate) → route the checked entry (route) → forward
+//	rules, ambiguity, rate) → route the checked entry (route; for a tools/call
+//	of an upstream's tool, human approval first: approve.go) → forward
 //	(aggregator, upstream.Send) → answer (the door's writer)
 //
 // mcp-go's server never sees these requests; it keeps the handshake,
@@ -229,13 +230,18 @@ func (s *Server) route(ctx context.Context, session string, b Binding, e *filter
 		if e.Upstream == "" { // one of mcpmux's own tools (dynamic.go)
 			return s.ownCall(session, b, e, m, cl)
 		}
+		// Human approval, the last step of the decision (approve.go).
+		approval, refused := s.approve(ctx, session, b, e, m, cl)
+		if refused != nil {
+			return refused.result, refused.err
+		}
 		start := time.Now()
 		res, err := s.agg.CallTool(ctx, cl, e, m.Params)
 		d := time.Since(start)
 		toolError := err == nil && isErrorResult(res)
 		s.metrics.observeCall(e.Upstream, toolError, err, d)
-		rec := audit.Record{Time: start.UTC(), Session: session, Profile: b.Profile, Tool: e.Tool.Name, Upstream: e.Upstream,
-			Decision: audit.Allowed, Duration: float64(d.Microseconds()) / 1000}
+		rec := audit.Record{Time: start.UTC(), Session: session, Caller: callerName(b), Profile: b.Profile, Tool: e.Tool.Name, Upstream: e.Upstream,
+			Decision: audit.Allowed, Approval: approval, Duration: float64(d.Microseconds()) / 1000}
 		if errors.Is(err, aggregator.ErrCallerShare) {
 			rec.Decision, rec.Reason = audit.Denied, audit.ReasonBusy
 		} else if err != nil {

@@ -390,6 +390,14 @@ func (s *Server) sessionCaller(sess *session, call *call, logf func(string, ...a
 			}
 			return r.result, r.err
 		case <-ctx.Done():
+			if !wide && call.ctx.Err() == nil {
+				// Withdrawn while the call goes on (an approval that
+				// timed out): the client is told, on the call's stream,
+				// before the call's answer, as the stream doors do.
+				if f, err := cancelledFrame(id, ctx); err == nil {
+					call.queue(f)
+				}
+			}
 			return nil, ctx.Err()
 		}
 	}

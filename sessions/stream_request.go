@@ -55,17 +55,7 @@ func (ss *streamSession) requestVia(ctx context.Context, method mcp.MCPMethod, p
 // notifyCancelled tells the client that the server→client request id is no
 // longer wanted. It never blocks: a full queue drops the notice.
 func (ss *streamSession) notifyCancelled(id string, ctx context.Context) {
-	reason := "cancelled"
-	if err := context.Cause(ctx); err != nil {
-		reason = err.Error()
-	}
-	frame, err := json.Marshal(mcp.JSONRPCNotification{
-		JSONRPC: mcp.JSONRPC_VERSION,
-		Notification: mcp.Notification{
-			Method: string(mcp.MethodNotificationCancelled),
-			Params: mcp.NotificationParams{AdditionalFields: map[string]any{"requestId": id, "reason": reason}},
-		},
-	})
+	frame, err := cancelledFrame(id, ctx)
 	if err != nil {
 		return
 	}
@@ -73,6 +63,22 @@ func (ss *streamSession) notifyCancelled(id string, ctx context.Context) {
 	case ss.out <- frame:
 	default:
 	}
+}
+
+// cancelledFrame is the notifications/cancelled that withdraws the
+// server→client request id, whose ctx ended: its reason is ctx's cause.
+func cancelledFrame(id string, ctx context.Context) ([]byte, error) {
+	reason := "cancelled"
+	if err := context.Cause(ctx); err != nil {
+		reason = err.Error()
+	}
+	return json.Marshal(mcp.JSONRPCNotification{
+		JSONRPC: mcp.JSONRPC_VERSION,
+		Notification: mcp.Notification{
+			Method: string(mcp.MethodNotificationCancelled),
+			Params: mcp.NotificationParams{AdditionalFields: map[string]any{"requestId": id, "reason": reason}},
+		},
+	})
 }
 
 // deliver hands a client's response to the server→client request waiting

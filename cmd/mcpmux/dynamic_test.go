@@ -103,3 +103,33 @@ func TestToolsJSONIsTheListing(t *testing.T) {
 		}
 	}
 }
+
+// TestToolsShowsApproval runs `mcpmux tools` over a real demo server: the
+// APPROVE column says which tools of the profile need a person's approval,
+// and how long a call waits for it.
+func TestToolsShowsApproval(t *testing.T) {
+	path := writeConfig(t, demoUpstream(t, "demo", "demo-server", "--name", "demo")+`
+[profiles.agent]
+approve = ["*__delete_*"]
+approve_timeout = "45s"
+`)
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"tools", "--config", path, "--profile", "agent"}, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d: %s%s", code, stdout.String(), stderr.String())
+	}
+	rows := map[string][]string{}
+	for _, l := range strings.Split(stdout.String(), "\n") {
+		if f := strings.Fields(l); len(f) >= 4 {
+			rows[f[0]] = f
+		}
+	}
+	if h := rows["TOOL"]; len(h) < 4 || h[3] != "APPROVE" {
+		t.Fatalf("header %v, want an APPROVE column:\n%s", h, stdout.String())
+	}
+	if r := rows["demo__delete_note"]; len(r) < 5 || r[3] != "yes," || r[4] != "45s" {
+		t.Errorf("demo__delete_note: %v, want approval with 45s", r)
+	}
+	if r := rows["demo__write_note"]; len(r) < 4 || r[3] != "-" {
+		t.Errorf("demo__write_note: %v, want no approval", r)
+	}
+}

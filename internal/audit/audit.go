@@ -16,14 +16,21 @@ import (
 // request refused by a limit before its tool could be known (Tool is then
 // empty and Method says what was refused, when known).
 type Record struct {
-	Time      time.Time       `json:"time"`
-	Session   string          `json:"session,omitempty"`
-	Profile   string          `json:"profile,omitempty"`
-	Method    string          `json:"method,omitempty"`
-	Tool      string          `json:"tool"`
-	Upstream  string          `json:"upstream,omitempty"`
-	Decision  string          `json:"decision"` // allowed, denied, error
-	Reason    string          `json:"reason,omitempty"`
+	Time    time.Time `json:"time"`
+	Session string    `json:"session,omitempty"`
+	// Caller is who the session or request belongs to: "token:" and the
+	// hex of the token's sha256, "address:" and the client's address
+	// without tokens, or "local" for the stdio door.
+	Caller   string `json:"caller,omitempty"`
+	Profile  string `json:"profile,omitempty"`
+	Method   string `json:"method,omitempty"`
+	Tool     string `json:"tool"`
+	Upstream string `json:"upstream,omitempty"`
+	Decision string `json:"decision"` // allowed, denied, error
+	Reason   string `json:"reason,omitempty"`
+	// Approval is what became of a call that needed a person's approval
+	// (one of the Approval constants); empty when it needed none.
+	Approval  string          `json:"approval,omitempty"`
 	Duration  float64         `json:"duration_ms"`
 	Arguments json.RawMessage `json:"arguments,omitempty"`
 }
@@ -42,6 +49,20 @@ const (
 	ReasonSize       = "size_limit" // body or message over server.max_body_bytes
 	ReasonBusy       = "busy"       // a queue, session or held-call limit was full
 	ReasonToolError  = "tool_error"
+	ReasonApproval   = "approval" // not approved: Record.Approval says how
+)
+
+// Approval outcomes of a Record. Accepted goes with Allowed; the others
+// with Denied and ReasonApproval.
+const (
+	ApprovalAccepted    = "accepted"    // the user said yes: the call was forwarded
+	ApprovalDeclined    = "declined"    // the user declined
+	ApprovalCancelled   = "cancelled"   // the user dismissed the question
+	ApprovalDenied      = "denied"      // the user accepted the form with allow not true
+	ApprovalTimeout     = "timeout"     // no answer within approve_timeout
+	ApprovalUnsupported = "unsupported" // the client cannot ask its user (no form elicitation)
+	ApprovalFailed      = "failed"      // asking failed, or the answer made no sense
+	ApprovalAbandoned   = "abandoned"   // the client cancelled the call, or mcpmux stopped, while it waited
 )
 
 // Log writes records as JSON lines to one writer. A nil *Log writes
