@@ -71,6 +71,8 @@ func bashCompletion(w io.Writer, refs []commandRef) error {
 			words = strings.Join(commandNames(refs), " ")
 		case "completion":
 			words = strings.Join(shells, " ")
+		case "pins":
+			words = "list approve"
 		}
 		fmt.Fprintf(&b, "        %s) flags=%s; files=%s; words=%s ;;\n", r.name,
 			shellWord(strings.Join(flags, " ")), shellWord(strings.Join(files, " ")), shellWord(words))

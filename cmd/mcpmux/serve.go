@@ -14,6 +14,7 @@ import (
 
 	"github.com/mcpmux/mcpmux/aggregator"
 	"github.com/mcpmux/mcpmux/configs"
+	"github.com/mcpmux/mcpmux/internal/pins"
 	"github.com/mcpmux/mcpmux/internal/redact"
 	"github.com/mcpmux/mcpmux/internal/tracing"
 	"github.com/mcpmux/mcpmux/sessions"
@@ -116,6 +117,7 @@ func (r httpRun) Run(ctx context.Context) error {
 	r.log.Info("ready", "tools", len(snap.Tools), "upstreams", len(snap.Upstreams), "duration", time.Since(r.start))
 
 	running = append(running, reloader(ctx, r.src, r.log, agg, srv))
+	running = append(running, pinsWatcher(ctx, r.cfg, r.log, agg))
 
 	<-served
 	r.log.Info("shutting down")
@@ -146,9 +148,14 @@ func checkExposure(cfg *configs.Config) error {
 }
 
 // startAggregator connects the upstreams for a one-shot command and logs
-// nothing unless asked to.
+// nothing unless asked to. It applies pinned definitions as a server
+// would (a quarantined tool is left out), without recording anything.
 func startAggregator(ctx context.Context, cfg *configs.Config, log *slog.Logger) (*aggregator.Aggregator, error) {
-	agg := aggregator.New(cfg, aggregator.Options{Logger: log})
+	var store *pins.Store
+	if cfg.Server.StateDir != "" {
+		store = pins.NewReadOnly(cfg.Server.StateDir)
+	}
+	agg := aggregator.New(cfg, aggregator.Options{Logger: log, Pins: store})
 	return agg, agg.Start(ctx)
 }
 
@@ -161,7 +168,7 @@ func startAggregator(ctx context.Context, cfg *configs.Config, log *slog.Logger)
 // secrets is the set log masks, which the aggregator keeps current (nil:
 // none is shared).
 func wire(cfg *configs.Config, log *slog.Logger, secrets *redact.Live) (*aggregator.Aggregator, *sessions.Server, func(), error) {
-	agg := aggregator.New(cfg, aggregator.Options{Logger: log, Secrets: secrets})
+	agg := aggregator.New(cfg, aggregator.Options{Logger: log, Secrets: secrets, Pins: newPinsStore(cfg)})
 	var srv *sessions.Server
 	var traces *tracing.Provider
 	audit, closeAudit, err := openAudit(cfg)

@@ -26,6 +26,11 @@ type Record struct {
 	Reason    string          `json:"reason,omitempty"`
 	Duration  float64         `json:"duration_ms"`
 	Arguments json.RawMessage `json:"arguments,omitempty"`
+	// Hash and PreviousHash are set on a change to a pinned tool
+	// definition (Method MethodPins): the definition's hash now and the
+	// pinned one it replaces.
+	Hash         string `json:"hash,omitempty"`
+	PreviousHash string `json:"previous_hash,omitempty"`
 }
 
 // Decisions and reasons of a Record.
@@ -42,6 +47,19 @@ const (
 	ReasonSize       = "size_limit" // body or message over server.max_body_bytes
 	ReasonBusy       = "busy"       // a queue, session or held-call limit was full
 	ReasonToolError  = "tool_error"
+)
+
+// MethodPins is the Method of a record about a pinned tool definition
+// (server.pin); its Reason is "pin_" and the change: ReasonPinChanged,
+// ReasonPinNew, ReasonPinRemoved, ReasonPinReverted or ReasonPinApproved.
+// A change hidden by quarantine is Denied; the others are Allowed.
+const (
+	MethodPins        = "pins"
+	ReasonPinChanged  = "pin_changed"
+	ReasonPinNew      = "pin_new"
+	ReasonPinRemoved  = "pin_removed"
+	ReasonPinReverted = "pin_reverted"
+	ReasonPinApproved = "pin_approved"
 )
 
 // Log writes records as JSON lines to one writer. A nil *Log writes

@@ -1,0 +1,247 @@
+package pins
+
+import (
+	"crypto/sha256"
+	"encoding/json"
+	"maps"
+	"slices"
+	"time"
+)
+
+// KindPinned is the Event of an upstream's first sight: Count tools were
+// pinned as they are.
+const KindPinned = "pinned"
+
+// Round checks the tools of one snapshot build against the pins: get a
+// Check for each upstream whose catalog the build uses, ask it about each
+// tool, then Commit. Hiding is decided against the pins as they were when
+// the round began; Commit records what the round saw. A Round belongs to
+// one goroutine; a nil *Round (pinning off) checks nothing.
+type Round struct {
+	s          *Store
+	quarantine bool
+	base       *state // nil when the file cannot be read
+	err        error  // why not
+	cache      map[[32]byte]canonical
+	used       map[[32]byte]canonical
+	checks     []*Check
+}
+
+// Round starts a round; quarantine hides changed and new tools, else they
+// are only reported. When the state file cannot be read, a quarantine
+// round hides every tool (it fails closed) and Commit returns the error.
+func (s *Store) Round(quarantine bool) *Round {
+	st, err := s.loaded()
+	s.mu.Lock()
+	cache := s.cache
+	s.mu.Unlock()
+	return &Round{s: s, quarantine: quarantine, base: st, err: err, cache: cache, used: make(map[[32]byte]canonical)}
+}
+
+// Check is one upstream's part of a Round. A nil *Check hides nothing.
+type Check struct {
+	r        *Round
+	upstream string
+	known    bool // the upstream's tools were pinned before the round
+	seen     map[string]seenTool
+}
+
+type seenTool struct {
+	exposed string
+	c       canonical
+	bad     bool // the definition is not an object: never pinned
+}
+
+// Upstream returns the Check of the upstream named name, whose catalog
+// the build uses (the upstream is up): after Commit, a pinned tool the
+// upstream did not show the Check is recorded as missing.
+func (r *Round) Upstream(name string) *Check {
+	if r == nil {
+		return nil
+	}
+	c := &Check{r: r, upstream: name, seen: make(map[string]seenTool)}
+	if r.base != nil {
+		if u := r.base.Upstreams[name]; u != nil && len(u.Tools) > 0 {
+			c.known = true
+		}
+	}
+	r.checks = append(r.checks, c)
+	return c
+}
+
+// Hide records the tool original (exposed as exposed) with its
+// definition raw, and reports whether the round hides it: in quarantine,
+// when its upstream's tools are pinned and it has no pin, or a pin with
+// another hash, until that is approved.
+func (c *Check) Hide(original, exposed string, raw json.RawMessage) bool {
+	if c == nil {
+		return false
+	}
+	r := c.r
+	if r.base == nil {
+		return r.quarantine
+	}
+	canon, ok := r.canonical(original, raw)
+	c.seen[original] = seenTool{exposed: exposed, c: canon, bad: !ok}
+	if !c.known {
+		return !ok && r.quarantine
+	}
+	if pin := r.base.Upstreams[c.upstream].Tools[original]; ok && pin != nil && pin.Hash == canon.hash {
+		return false
+	}
+	return r.quarantine
+}
+
+func (r *Round) canonical(original string, raw json.RawMessage) (canonical, bool) {
+	h := sha256.New()
+	h.Write([]byte(original))
+	h.Write([]byte{0})
+	h.Write(raw)
+	var key [32]byte
+	h.Sum(key[:0])
+	if c, ok := r.used[key]; ok {
+		return c, true
+	}
+	if c, ok := r.cache[key]; ok {
+		r.used[key] = c
+		return c, true
+	}
+	def, hash, err := Canonical(original, raw)
+	if err != nil {
+		return canonical{}, false
+	}
+	c := canonical{def: def, hash: hash}
+	r.used[key] = c
+	return c, true
+}
+
+// Commit records what the round saw: the pins of upstreams seen for the
+// first time, new pending changes, tools gone missing or back. It
+// returns the changes not reported before, sorted by upstream and tool,
+// and the error of reading or writing the state file (the events are
+// valid even then: the store remembers them in memory).
+func (r *Round) Commit() ([]Event, error) {
+	if r == nil {
+		return nil, nil
+	}
+	if r.base == nil {
+		return nil, r.err
+	}
+	r.s.mu.Lock()
+	r.s.cache = r.used
+	r.s.mu.Unlock()
+	now := r.s.now().UTC()
+	var events []Event
+	var ops []func(st *state)
+	for _, c := range r.checks {
+		evs, op := c.commit(now)
+		events = append(events, evs...)
+		if op != nil {
+			ops = append(ops, op)
+		}
+	}
+	if len(ops) == 0 {
+		return events, nil
+	}
+	err := r.s.update(func(st *state) {
+		for _, op := range ops {
+			op(st)
+		}
+	})
+	sortEvents(events)
+	return events, err
+}
+
+// commit returns the events of one upstream and the change to make to
+// the state file, applied to the file as it is when written (another
+// process may have written it since the round began), or nil.
+func (c *Check) commit(now time.Time) ([]Event, func(*state)) {
+	name := c.upstream
+	if !c.known {
+		pins := make(map[string]*Pin)
+		for tool, s := range c.seen {
+			if !s.bad {
+				pins[tool] = &Pin{Hash: s.c.hash, Definition: s.c.def, Since: now}
+			}
+		}
+		if len(pins) == 0 {
+			return nil, nil
+		}
+		ev := Event{Kind: KindPinned, Upstream: name, Count: len(pins)}
+		return []Event{ev}, func(st *state) {
+			if u := st.Upstreams[name]; u != nil && len(u.Tools) > 0 {
+				return // another process saw it first: its pins stand
+			}
+			st.upstream(name).Tools = pins
+		}
+	}
+	u := c.r.base.Upstreams[name]
+	var events []Event
+	var ops []func(*upstreamState)
+	for _, tool := range slices.Sorted(maps.Keys(c.seen)) {
+		s := c.seen[tool]
+		if s.bad {
+			continue
+		}
+		pin, pending := u.Tools[tool], u.Pending[tool]
+		if pin != nil && pin.Hash == s.c.hash {
+			if pin.Missing {
+				ops = append(ops, func(fu *upstreamState) {
+					if p := fu.Tools[tool]; p != nil && p.Hash == s.c.hash {
+						p.Missing = false
+					}
+				})
+			}
+			if pending != nil {
+				events = append(events, Event{Kind: KindReverted, Upstream: name, Tool: tool, Exposed: s.exposed, Hash: s.c.hash, Previous: pending.Hash})
+				ops = append(ops, func(fu *upstreamState) {
+					if p := fu.Tools[tool]; p != nil && p.Hash == s.c.hash {
+						delete(fu.Pending, tool)
+					}
+				})
+			}
+			continue
+		}
+		if pending != nil && pending.Hash == s.c.hash {
+			continue // reported when first seen
+		}
+		ev := Event{Kind: KindNew, Upstream: name, Tool: tool, Exposed: s.exposed, Hash: s.c.hash, Hidden: c.r.quarantine}
+		var old json.RawMessage
+		if pin != nil {
+			ev.Kind, ev.Previous, old = KindChanged, pin.Hash, pin.Definition
+		}
+		ev.Diff = Diff(old, s.c.def)
+		events = append(events, ev)
+		ch := &change{Exposed: s.exposed, Hash: s.c.hash, Definition: s.c.def, Seen: now}
+		ops = append(ops, func(fu *upstreamState) {
+			if p := fu.Tools[tool]; p != nil && p.Hash == ch.Hash {
+				return // approved meanwhile
+			}
+			if fu.Pending == nil {
+				fu.Pending = make(map[string]*change)
+			}
+			fu.Pending[tool] = ch
+		})
+	}
+	for _, tool := range slices.Sorted(maps.Keys(u.Tools)) {
+		pin := u.Tools[tool]
+		if _, ok := c.seen[tool]; ok || pin.Missing {
+			continue
+		}
+		events = append(events, Event{Kind: KindRemoved, Upstream: name, Tool: tool, Previous: pin.Hash})
+		ops = append(ops, func(fu *upstreamState) {
+			if p := fu.Tools[tool]; p != nil {
+				p.Missing = true
+			}
+		})
+	}
+	if len(ops) == 0 {
+		return events, nil
+	}
+	return events, func(st *state) {
+		fu := st.upstream(name)
+		for _, op := range ops {
+			op(fu)
+		}
+	}
+}
