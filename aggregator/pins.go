@@ -66,8 +66,6 @@ func (a *Aggregator) logPinEvent(ev pins.Event) {
 			"hash", pins.ShortHash(ev.Hash), "pinned", pins.ShortHash(ev.Previous), "diff", ev.Diff)
 	case pins.KindRemoved:
 		a.log.Info("pinned tool no longer listed; its pin is kept", "upstream", ev.Upstream, "tool", ev.Tool)
-	case pins.KindReverted:
-		a.log.Info("pending tool is back to its pinned definition", "upstream", ev.Upstream, "tool", ev.Exposed)
 	case pins.KindApproved:
 		a.log.Info("pinned definition approved", "upstream", ev.Upstream, "tool", ev.Exposed, "hash", pins.ShortHash(ev.Hash))
 	}

@@ -72,7 +72,7 @@ func newMetrics(s *Server) *metrics {
 		Name: "mcpmux_upstream_up", Help: "1 when the upstream is connected.",
 	}, []string{"upstream"})
 	m.pinChanges = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "mcpmux_pin_changes_total", Help: "Changes to pinned tool definitions (server.pin), by upstream and kind (changed, new, removed, reverted).",
+		Name: "mcpmux_pin_changes_total", Help: "Changes to pinned tool definitions (server.pin), by upstream and kind (changed, new, removed).",
 	}, []string{"upstream", "kind"})
 	m.reg.MustRegister(m.requests, m.latency, m.calls, m.callTime, m.upstreams, m.pinChanges,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),

@@ -38,8 +38,6 @@ func PinRecord(now time.Time, ev pins.Event) audit.Record {
 		rec.Reason = audit.ReasonPinNew
 	case pins.KindRemoved:
 		rec.Reason = audit.ReasonPinRemoved
-	case pins.KindReverted:
-		rec.Reason = audit.ReasonPinReverted
 	case pins.KindApproved:
 		rec.Reason = audit.ReasonPinApproved
 	}

@@ -51,14 +51,13 @@ const (
 
 // MethodPins is the Method of a record about a pinned tool definition
 // (server.pin); its Reason is "pin_" and the change: ReasonPinChanged,
-// ReasonPinNew, ReasonPinRemoved, ReasonPinReverted or ReasonPinApproved.
+// ReasonPinNew, ReasonPinRemoved or ReasonPinApproved.
 // A change hidden by quarantine is Denied; the others are Allowed.
 const (
 	MethodPins        = "pins"
 	ReasonPinChanged  = "pin_changed"
 	ReasonPinNew      = "pin_new"
 	ReasonPinRemoved  = "pin_removed"
-	ReasonPinReverted = "pin_reverted"
 	ReasonPinApproved = "pin_approved"
 )
 

@@ -9,9 +9,10 @@
 // writes it under an advisory lock (pins.lock), re-reading it first, and
 // replaces it atomically; a server re-reads it when it changes.
 //
-// A tool an upstream stops listing keeps its pin (marked missing): if it
-// comes back unchanged, that is no change; if it comes back different,
-// that is a change like any other.
+// A tool an upstream stops listing keeps its pins: if it comes back
+// unchanged, that is no change; if it comes back different, that is a
+// change like any other. A tool may have several approved definitions
+// (each approval adds one): any of them is not a change.
 package pins
 
 import (
@@ -36,35 +37,54 @@ const (
 
 // Kinds of Event and Pending.
 const (
-	KindChanged  = "changed"  // a pinned tool's definition differs from its pin
+	KindChanged  = "changed"  // a pinned tool's definition is none of its approved ones
 	KindNew      = "new"      // a tool appeared on an upstream whose tools are pinned
-	KindRemoved  = "removed"  // a pinned tool is no longer listed (its pin is kept)
-	KindReverted = "reverted" // a pending tool is back to its pinned definition
-	KindApproved = "approved" // a pending change was approved
+	KindRemoved  = "removed"  // a pinned tool is no longer listed (its pins are kept)
+	KindApproved = "approved" // a pending definition was approved
 )
 
-// Pin is one approved definition of a tool.
-type Pin struct {
+// maxPending bounds the pending definitions kept per tool (the oldest
+// go), against an upstream that changes a definition on every listing.
+const maxPending = 16
+
+// Version is one definition of a tool: approved (a pin) or pending.
+type Version struct {
 	Hash       string          `json:"hash"`
 	Definition json.RawMessage `json:"definition"` // canonical (Canonical)
-	Since      time.Time       `json:"since"`      // first sight or approval
-	// Missing is set while the upstream, up, does not list the tool.
-	Missing bool `json:"missing,omitempty"`
+	// Since is when it was pinned (first sight or approval) or first
+	// seen (pending).
+	Since time.Time `json:"since"`
+	// Exposed is the tool's exposed name when it was first seen.
+	Exposed string `json:"exposed,omitempty"`
 }
 
-// change is one definition waiting for approval.
-type change struct {
-	Exposed    string          `json:"exposed"` // the exposed name when it was seen
-	Hash       string          `json:"hash"`
-	Definition json.RawMessage `json:"definition"`
-	Seen       time.Time       `json:"seen"`
-}
-
-// upstreamState is one upstream's pins and pending changes, by the
-// upstream's own tool name.
+// upstreamState is one upstream's approved and pending definitions, by
+// the upstream's own tool name, oldest first. A tool may have several of
+// each: the file only ever gains definitions (approval moves them from
+// pending to approved), so processes sharing it that see different
+// versions of a tool never undo each other's writes.
 type upstreamState struct {
-	Tools   map[string]*Pin    `json:"tools"`
-	Pending map[string]*change `json:"pending,omitempty"`
+	Tools   map[string][]*Version `json:"tools"`
+	Pending map[string][]*Version `json:"pending,omitempty"`
+}
+
+// approved reports whether hash is an approved definition of tool.
+func (u *upstreamState) approved(tool, hash string) bool {
+	return u != nil && slices.ContainsFunc(u.Tools[tool], func(v *Version) bool { return v.Hash == hash })
+}
+
+// pending reports whether hash is a pending definition of tool.
+func (u *upstreamState) pending(tool, hash string) bool {
+	return u != nil && slices.ContainsFunc(u.Pending[tool], func(v *Version) bool { return v.Hash == hash })
+}
+
+// latest returns the last approved definition of tool, or nil.
+func (u *upstreamState) latest(tool string) *Version {
+	if u == nil || len(u.Tools[tool]) == 0 {
+		return nil
+	}
+	vs := u.Tools[tool]
+	return vs[len(vs)-1]
 }
 
 // state is the content of pins.json. A published state is never
@@ -76,20 +96,25 @@ type state struct {
 
 const stateVersion = 1
 
+func cloneVersions(m map[string][]*Version) map[string][]*Version {
+	out := make(map[string][]*Version, len(m))
+	for t, vs := range m {
+		c := make([]*Version, len(vs))
+		for i, v := range vs {
+			cp := *v
+			c[i] = &cp
+		}
+		out[t] = c
+	}
+	return out
+}
+
 func (st *state) clone() *state {
 	out := &state{Version: stateVersion, Upstreams: make(map[string]*upstreamState, len(st.Upstreams))}
 	for name, u := range st.Upstreams {
-		c := &upstreamState{Tools: make(map[string]*Pin, len(u.Tools))}
-		for t, p := range u.Tools {
-			cp := *p
-			c.Tools[t] = &cp
-		}
+		c := &upstreamState{Tools: cloneVersions(u.Tools)}
 		if len(u.Pending) > 0 {
-			c.Pending = make(map[string]*change, len(u.Pending))
-			for t, p := range u.Pending {
-				cp := *p
-				c.Pending[t] = &cp
-			}
+			c.Pending = cloneVersions(u.Pending)
 		}
 		out.Upstreams[name] = c
 	}
@@ -99,7 +124,7 @@ func (st *state) clone() *state {
 func (st *state) upstream(name string) *upstreamState {
 	u := st.Upstreams[name]
 	if u == nil {
-		u = &upstreamState{Tools: make(map[string]*Pin)}
+		u = &upstreamState{Tools: make(map[string][]*Version)}
 		st.Upstreams[name] = u
 	}
 	return u
@@ -129,16 +154,13 @@ func parse(path string, b []byte) (*state, error) {
 			return nil, fmt.Errorf("pins: %s: upstream %q: null", path, name)
 		}
 		if u.Tools == nil {
-			u.Tools = make(map[string]*Pin)
+			u.Tools = make(map[string][]*Version)
 		}
-		for t, p := range u.Tools {
-			if p == nil {
-				return nil, fmt.Errorf("pins: %s: upstream %q: tool %q: null", path, name, t)
-			}
-		}
-		for t, p := range u.Pending {
-			if p == nil {
-				return nil, fmt.Errorf("pins: %s: upstream %q: pending tool %q: null", path, name, t)
+		for _, m := range []map[string][]*Version{u.Tools, u.Pending} {
+			for t, vs := range m {
+				if slices.Contains(vs, nil) {
+					return nil, fmt.Errorf("pins: %s: upstream %q: tool %q: null", path, name, t)
+				}
 			}
 		}
 	}
@@ -167,6 +189,10 @@ type Store struct {
 	err    error    // why the file could not be read; st is then nil
 
 	cache map[[32]byte]canonical // canonical forms by sha256(original, NUL, raw): see Round
+	// missing holds "upstream NUL tool" of pinned tools this process saw
+	// gone (reported once): in memory only, since processes may see an
+	// upstream differently.
+	missing map[string]bool
 }
 
 type canonical struct {
@@ -244,13 +270,12 @@ func (s *Store) Refresh() (approved []Event, changed bool, err error) {
 		return nil, changed, nil
 	}
 	for name, u := range prev.Upstreams {
-		for tool, c := range u.Pending {
-			nu := s.st.Upstreams[name]
-			if nu == nil {
-				continue
-			}
-			if p := nu.Tools[tool]; p != nil && p.Hash == c.Hash && nu.Pending[tool] == nil {
-				approved = append(approved, Event{Kind: KindApproved, Upstream: name, Tool: tool, Exposed: c.Exposed, Hash: c.Hash})
+		nu := s.st.Upstreams[name]
+		for tool, vs := range u.Pending {
+			for _, v := range vs {
+				if nu.approved(tool, v.Hash) {
+					approved = append(approved, Event{Kind: KindApproved, Upstream: name, Tool: tool, Exposed: v.Exposed, Hash: v.Hash})
+				}
 			}
 		}
 	}
@@ -308,20 +333,21 @@ func (s *Store) update(fn func(st *state)) error {
 	return nil
 }
 
-// Pending is one change waiting for approval.
+// Pending is one definition waiting for approval.
 type Pending struct {
 	Upstream string `json:"upstream"`
 	Tool     string `json:"tool"`    // the upstream's name for it
 	Exposed  string `json:"exposed"` // the exposed name when it was seen
 	Kind     string `json:"kind"`    // KindChanged or KindNew
 	Hash     string `json:"hash"`
-	Previous string `json:"previous,omitempty"` // the pinned hash; "" for a new tool
+	Previous string `json:"previous,omitempty"` // the last approved hash; "" for a new tool
 	Seen     string `json:"seen"`               // RFC 3339, UTC
-	Diff     string `json:"diff"`               // Diff(pinned, pending)
+	Diff     string `json:"diff"`               // Diff(last approved, pending)
 }
 
-// Pending returns every change waiting for approval, sorted by upstream
-// and tool, reading the file if it was never read. The slice is new.
+// Pending returns every definition waiting for approval, sorted by
+// upstream, tool and when it was seen, reading the file if it was never
+// read. The slice is new.
 func (s *Store) Pending() ([]Pending, error) {
 	st, err := s.loaded()
 	if err != nil {
@@ -335,56 +361,64 @@ func pendingOf(st *state) []Pending {
 	for _, name := range slices.Sorted(maps.Keys(st.Upstreams)) {
 		u := st.Upstreams[name]
 		for _, tool := range slices.Sorted(maps.Keys(u.Pending)) {
-			c := u.Pending[tool]
-			p := Pending{Upstream: name, Tool: tool, Exposed: c.Exposed, Kind: KindNew, Hash: c.Hash, Seen: c.Seen.UTC().Format(time.RFC3339)}
-			var old json.RawMessage
-			if pin := u.Tools[tool]; pin != nil {
-				p.Kind, p.Previous, old = KindChanged, pin.Hash, pin.Definition
+			for _, v := range u.Pending[tool] {
+				p := Pending{Upstream: name, Tool: tool, Exposed: v.Exposed, Kind: KindNew, Hash: v.Hash, Seen: v.Since.UTC().Format(time.RFC3339)}
+				var old json.RawMessage
+				if pin := u.latest(tool); pin != nil {
+					p.Kind, p.Previous, old = KindChanged, pin.Hash, pin.Definition
+				}
+				p.Diff = Diff(old, v.Definition)
+				out = append(out, p)
 			}
-			p.Diff = Diff(old, c.Definition)
-			out = append(out, p)
 		}
 	}
 	return out
 }
 
-// Selector chooses pending changes to approve: every one (All), those of
-// one upstream, or one tool by its exposed name or as "UPSTREAM/TOOL"
-// (the upstream's own name for it).
+// Selector chooses pending definitions to approve: every one (All), those
+// of one upstream, or those of one tool by its exposed name or as
+// "UPSTREAM/TOOL" (the upstream's own name for it).
 type Selector struct {
 	All      bool
 	Upstream string
 	Tool     string
 }
 
-func (sel Selector) matches(upstream, tool string, c *change) bool {
+func (sel Selector) matches(upstream, tool string, vs []*Version) bool {
 	switch {
 	case sel.All:
 		return true
 	case sel.Upstream != "":
 		return sel.Upstream == upstream
+	case sel.Tool == upstream+"/"+tool:
+		return true
 	}
-	return sel.Tool == c.Exposed || sel.Tool == upstream+"/"+tool
+	return slices.ContainsFunc(vs, func(v *Version) bool { return v.Exposed == sel.Tool })
 }
 
-// Approve pins the pending changes sel chooses, as they are in the file
-// now, and returns them as approval events (none when nothing matched).
+// Approve approves the pending definitions sel chooses, as they are in
+// the file now (every pending definition of a chosen tool), and returns
+// them as approval events (none when nothing matched).
 func (s *Store) Approve(sel Selector) ([]Event, error) {
 	var out []Event
 	err := s.update(func(st *state) {
 		now := s.now().UTC()
 		for name, u := range st.Upstreams {
-			for tool, c := range u.Pending {
-				if !sel.matches(name, tool, c) {
+			for tool, vs := range u.Pending {
+				if !sel.matches(name, tool, vs) {
 					continue
 				}
-				ev := Event{Kind: KindApproved, Upstream: name, Tool: tool, Exposed: c.Exposed, Hash: c.Hash}
-				if p := u.Tools[tool]; p != nil {
-					ev.Previous = p.Hash
+				for _, v := range vs {
+					ev := Event{Kind: KindApproved, Upstream: name, Tool: tool, Exposed: v.Exposed, Hash: v.Hash}
+					if p := u.latest(tool); p != nil {
+						ev.Previous = p.Hash
+					}
+					if !u.approved(tool, v.Hash) {
+						u.Tools[tool] = append(u.Tools[tool], &Version{Hash: v.Hash, Definition: v.Definition, Since: now, Exposed: v.Exposed})
+					}
+					out = append(out, ev)
 				}
-				u.Tools[tool] = &Pin{Hash: c.Hash, Definition: c.Definition, Since: now}
 				delete(u.Pending, tool)
-				out = append(out, ev)
 			}
 		}
 	})
@@ -394,19 +428,19 @@ func (s *Store) Approve(sel Selector) ([]Event, error) {
 
 // Event is one change to what is pinned.
 type Event struct {
-	Kind     string // KindChanged, KindNew, KindRemoved, KindReverted, KindApproved
+	Kind     string // KindChanged, KindNew, KindRemoved, KindApproved, KindPinned
 	Upstream string
 	Tool     string // the upstream's name for it
 	Exposed  string // the exposed name
 	Hash     string // the definition's hash now ("" for KindRemoved)
-	Previous string // the pinned hash ("" for KindNew)
-	Diff     string // from the pin to the new definition (KindChanged, KindNew)
+	Previous string // the last approved hash ("" for KindNew)
+	Diff     string // from the last approved definition to the new one (KindChanged, KindNew)
 	Hidden   bool   // the tool is quarantined
 	Count    int    // tools pinned (KindPinned)
 }
 
 func sortEvents(evs []Event) {
-	slices.SortFunc(evs, func(a, b Event) int {
+	slices.SortStableFunc(evs, func(a, b Event) int {
 		return strings.Compare(a.Upstream+"\x00"+a.Tool, b.Upstream+"\x00"+b.Tool)
 	})
 }

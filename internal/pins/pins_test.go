@@ -169,21 +169,29 @@ func TestRounds(t *testing.T) {
 		t.Errorf("refresh of a file the store wrote itself reports a change")
 	}
 
-	// A change the upstream takes back is no longer pending. exfil,
-	// pending and never pinned, is not "removed" when it goes.
+	// A change the upstream takes back: the approved definition is shown
+	// again, with no event; the other stays pending. exfil, pending and
+	// never pinned, is not "removed" when it goes.
 	v5 := upstreamTools{"lookup": def("Look up a word. v5"), "echo": def("Echo.")}
 	if _, evs = round(t, srv, true, map[string]upstreamTools{"a": v5}); kinds(evs) != "changed:a/lookup" {
 		t.Fatalf("events %q; want changed lookup only", kinds(evs))
 	}
-	if hidden, evs = round(t, srv, true, map[string]upstreamTools{"a": v3}); kinds(evs) != "reverted:a/lookup" || hidden["a__lookup"] {
-		t.Fatalf("reverted: hidden %v, events %q; want lookup shown, reverted event", hidden, kinds(evs))
+	if hidden, evs = round(t, srv, true, map[string]upstreamTools{"a": v3}); len(evs) != 0 || hidden["a__lookup"] {
+		t.Fatalf("taken back: hidden %v, events %q; want lookup shown, no event", hidden, kinds(evs))
 	}
 
 	if got, err := cli.Approve(Selector{Upstream: "nope"}); err != nil || len(got) != 0 {
 		t.Errorf("approve of an unknown upstream: %q, %v; want nothing", kinds(got), err)
 	}
-	if got, err := cli.Approve(Selector{All: true}); err != nil || kinds(got) != "approved:a/exfil" {
-		t.Errorf("approve --all: %q, %v; want approved:a/exfil", kinds(got), err)
+	if got, err := cli.Approve(Selector{All: true}); err != nil || kinds(got) != "approved:a/exfil approved:a/lookup" {
+		t.Errorf("approve --all: %q, %v; want exfil and lookup's v5", kinds(got), err)
+	}
+	srv.Refresh()
+	// Both approved definitions of lookup are now accepted.
+	for _, v := range []upstreamTools{v3, {"lookup": v5["lookup"], "echo": def("Echo."), "exfil": def("New.")}} {
+		if hidden, evs = round(t, srv, true, map[string]upstreamTools{"a": v}); len(hidden) != 0 || len(evs) != 0 {
+			t.Errorf("after approving both: hidden %v, events %q; want nothing", hidden, kinds(evs))
+		}
 	}
 }
 
@@ -260,5 +268,60 @@ func TestReadOnly(t *testing.T) {
 	round(t, NewReadOnly(fresh), true, map[string]upstreamTools{"a": {"t": def("one")}})
 	if _, err := os.Stat(fresh); !os.IsNotExist(err) {
 		t.Errorf("a read-only store made its directory: %v", err)
+	}
+}
+
+// TestTwoServersConverge: two processes sharing a state directory that see
+// different definitions of one tool (an upstream mid-upgrade, or two
+// configs naming different servers alike) settle: after each has reported
+// what it sees once, neither reports nor writes anything more, however
+// often each re-reads what the other wrote.
+func TestTwoServersConverge(t *testing.T) {
+	dir := t.TempDir()
+	a, b := New(dir), New(dir)
+	round(t, a, true, map[string]upstreamTools{"u": {"t": def("v1"), "gone": def("g")}})
+	seenA := upstreamTools{"t": def("v2"), "gone": def("g")} // A has the new version
+	seenB := upstreamTools{"t": def("v3")}                   // B another, and no "gone"
+	var total []Event
+	for i := range 6 {
+		if _, _, err := a.Refresh(); err != nil {
+			t.Fatal(err)
+		}
+		hiddenA, evA := round(t, a, true, map[string]upstreamTools{"u": seenA})
+		if _, _, err := b.Refresh(); err != nil {
+			t.Fatal(err)
+		}
+		hiddenB, evB := round(t, b, true, map[string]upstreamTools{"u": seenB})
+		if !hiddenA["u__t"] || !hiddenB["u__t"] {
+			t.Errorf("round %d: the changed tool is not hidden in both: %v %v", i, hiddenA, hiddenB)
+		}
+		if i >= 1 && len(evA)+len(evB) > 0 {
+			t.Errorf("round %d: still reporting: A %q, B %q", i, kinds(evA), kinds(evB))
+		}
+		total = append(append(total, evA...), evB...)
+	}
+	if got := kinds(total); got != "changed:u/t removed:u/gone changed:u/t" {
+		t.Errorf("events over all rounds: %q; want each version's change once and one removal", got)
+	}
+	pending, err := New(dir).Pending()
+	if err != nil || len(pending) != 2 {
+		t.Fatalf("pending = %+v, %v; want both versions of t", pending, err)
+	}
+	// Approving t approves every pending version of it: both servers
+	// then show their own.
+	if got, err := New(dir).Approve(Selector{Tool: "u/t"}); err != nil || len(got) != 2 {
+		t.Fatalf("approve u/t: %q, %v; want two approvals", kinds(got), err)
+	}
+	for name, s := range map[string]*Store{"A": a, "B": b} {
+		if _, _, err := s.Refresh(); err != nil {
+			t.Fatal(err)
+		}
+		seen := seenA
+		if name == "B" {
+			seen = seenB
+		}
+		if hidden, evs := round(t, s, true, map[string]upstreamTools{"u": seen}); len(hidden) != 0 || len(evs) != 0 {
+			t.Errorf("%s after approval: hidden %v, events %q; want nothing", name, hidden, kinds(evs))
+		}
 	}
 }

@@ -71,8 +71,8 @@ func (r *Round) Upstream(name string) *Check {
 
 // Hide records the tool original (exposed as exposed) with its
 // definition raw, and reports whether the round hides it: in quarantine,
-// when its upstream's tools are pinned and it has no pin, or a pin with
-// another hash, until that is approved.
+// when its upstream's tools are pinned and its definition is none of the
+// tool's approved ones.
 func (c *Check) Hide(original, exposed string, raw json.RawMessage) bool {
 	if c == nil {
 		return false
@@ -86,7 +86,7 @@ func (c *Check) Hide(original, exposed string, raw json.RawMessage) bool {
 	if !c.known {
 		return !ok && r.quarantine
 	}
-	if pin := r.base.Upstreams[c.upstream].Tools[original]; ok && pin != nil && pin.Hash == canon.hash {
+	if ok && r.base.Upstreams[c.upstream].approved(original, canon.hash) {
 		return false
 	}
 	return r.quarantine
@@ -116,10 +116,10 @@ func (r *Round) canonical(original string, raw json.RawMessage) (canonical, bool
 }
 
 // Commit records what the round saw: the pins of upstreams seen for the
-// first time, new pending changes, tools gone missing or back. It
-// returns the changes not reported before, sorted by upstream and tool,
-// and the error of reading or writing the state file (the events are
-// valid even then: the store remembers them in memory).
+// first time and new pending definitions, and reports tools gone
+// missing. It returns the changes not reported before, sorted by
+// upstream and tool, and the error of reading or writing the state file
+// (the events are valid even then: the store remembers them in memory).
 func (r *Round) Commit() ([]Event, error) {
 	if r == nil {
 		return nil, nil
@@ -129,17 +129,21 @@ func (r *Round) Commit() ([]Event, error) {
 	}
 	r.s.mu.Lock()
 	r.s.cache = r.used
-	r.s.mu.Unlock()
+	if r.s.missing == nil {
+		r.s.missing = make(map[string]bool)
+	}
 	now := r.s.now().UTC()
 	var events []Event
 	var ops []func(st *state)
 	for _, c := range r.checks {
-		evs, op := c.commit(now)
+		evs, op := c.commit(now, r.s.missing)
 		events = append(events, evs...)
 		if op != nil {
 			ops = append(ops, op)
 		}
 	}
+	r.s.mu.Unlock()
+	sortEvents(events)
 	if len(ops) == 0 {
 		return events, nil
 	}
@@ -148,20 +152,21 @@ func (r *Round) Commit() ([]Event, error) {
 			op(st)
 		}
 	})
-	sortEvents(events)
 	return events, err
 }
 
 // commit returns the events of one upstream and the change to make to
-// the state file, applied to the file as it is when written (another
-// process may have written it since the round began), or nil.
-func (c *Check) commit(now time.Time) ([]Event, func(*state)) {
+// the state file, or nil. The change only adds: it is applied to the file
+// as it is when written (another process may have written it since the
+// round began), and never removes what another process recorded.
+// missing is the store's, under its lock.
+func (c *Check) commit(now time.Time, missing map[string]bool) ([]Event, func(*state)) {
 	name := c.upstream
 	if !c.known {
-		pins := make(map[string]*Pin)
+		pins := make(map[string][]*Version)
 		for tool, s := range c.seen {
 			if !s.bad {
-				pins[tool] = &Pin{Hash: s.c.hash, Definition: s.c.def, Since: now}
+				pins[tool] = []*Version{{Hash: s.c.hash, Definition: s.c.def, Since: now, Exposed: s.exposed}}
 			}
 		}
 		if len(pins) == 0 {
@@ -177,71 +182,50 @@ func (c *Check) commit(now time.Time) ([]Event, func(*state)) {
 	}
 	u := c.r.base.Upstreams[name]
 	var events []Event
-	var ops []func(*upstreamState)
+	var adds []*Version
+	var addTools []string
 	for _, tool := range slices.Sorted(maps.Keys(c.seen)) {
 		s := c.seen[tool]
-		if s.bad {
+		delete(missing, name+"\x00"+tool)
+		if s.bad || u.approved(tool, s.c.hash) || u.pending(tool, s.c.hash) {
 			continue
-		}
-		pin, pending := u.Tools[tool], u.Pending[tool]
-		if pin != nil && pin.Hash == s.c.hash {
-			if pin.Missing {
-				ops = append(ops, func(fu *upstreamState) {
-					if p := fu.Tools[tool]; p != nil && p.Hash == s.c.hash {
-						p.Missing = false
-					}
-				})
-			}
-			if pending != nil {
-				events = append(events, Event{Kind: KindReverted, Upstream: name, Tool: tool, Exposed: s.exposed, Hash: s.c.hash, Previous: pending.Hash})
-				ops = append(ops, func(fu *upstreamState) {
-					if p := fu.Tools[tool]; p != nil && p.Hash == s.c.hash {
-						delete(fu.Pending, tool)
-					}
-				})
-			}
-			continue
-		}
-		if pending != nil && pending.Hash == s.c.hash {
-			continue // reported when first seen
 		}
 		ev := Event{Kind: KindNew, Upstream: name, Tool: tool, Exposed: s.exposed, Hash: s.c.hash, Hidden: c.r.quarantine}
 		var old json.RawMessage
-		if pin != nil {
+		if pin := u.latest(tool); pin != nil {
 			ev.Kind, ev.Previous, old = KindChanged, pin.Hash, pin.Definition
 		}
 		ev.Diff = Diff(old, s.c.def)
 		events = append(events, ev)
-		ch := &change{Exposed: s.exposed, Hash: s.c.hash, Definition: s.c.def, Seen: now}
-		ops = append(ops, func(fu *upstreamState) {
-			if p := fu.Tools[tool]; p != nil && p.Hash == ch.Hash {
-				return // approved meanwhile
-			}
-			if fu.Pending == nil {
-				fu.Pending = make(map[string]*change)
-			}
-			fu.Pending[tool] = ch
-		})
+		adds = append(adds, &Version{Hash: s.c.hash, Definition: s.c.def, Since: now, Exposed: s.exposed})
+		addTools = append(addTools, tool)
 	}
 	for _, tool := range slices.Sorted(maps.Keys(u.Tools)) {
-		pin := u.Tools[tool]
-		if _, ok := c.seen[tool]; ok || pin.Missing {
+		key := name + "\x00" + tool
+		if _, ok := c.seen[tool]; ok || missing[key] {
 			continue
 		}
-		events = append(events, Event{Kind: KindRemoved, Upstream: name, Tool: tool, Previous: pin.Hash})
-		ops = append(ops, func(fu *upstreamState) {
-			if p := fu.Tools[tool]; p != nil {
-				p.Missing = true
-			}
-		})
+		missing[key] = true
+		events = append(events, Event{Kind: KindRemoved, Upstream: name, Tool: tool, Exposed: u.latest(tool).Exposed, Previous: u.latest(tool).Hash})
 	}
-	if len(ops) == 0 {
+	if len(adds) == 0 {
 		return events, nil
 	}
 	return events, func(st *state) {
 		fu := st.upstream(name)
-		for _, op := range ops {
-			op(fu)
+		for i, v := range adds {
+			tool := addTools[i]
+			if fu.approved(tool, v.Hash) || fu.pending(tool, v.Hash) {
+				continue // approved, or recorded by another process, meanwhile
+			}
+			if fu.Pending == nil {
+				fu.Pending = make(map[string][]*Version)
+			}
+			vs := append(fu.Pending[tool], v)
+			if len(vs) > maxPending {
+				vs = vs[len(vs)-maxPending:]
+			}
+			fu.Pending[tool] = vs
 		}
 	}
 }
