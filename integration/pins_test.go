@@ -292,3 +292,59 @@ func grepLines(text, sub string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// TestPinsNewTool: a tool the demo server adds at run time (add_tool) on
+// an upstream whose tools are pinned is quarantined like a change, and
+// `mcpmux pins approve --upstream` brings it in.
+func TestPinsNewTool(t *testing.T) {
+	dir := t.TempDir()
+	cfgPath := filepath.Join(dir, "mcpmux.toml")
+	mux := startMuxWith(t, muxOptions{Dir: dir, Config: fmt.Sprintf(`[server]
+pin = "quarantine"
+state_dir = %s
+
+[upstreams.demo]
+command = %s
+args = ["demo-server", "--name", "demo"]
+required = true
+`, tomlString(filepath.Join(dir, "state")), tomlString(muxBinary(t)))})
+	c := &recHTTP{s: openRawSession(t, mux.URL(), nil)}
+	if a := c.do(t, "tools/call", `{"name":"demo__add_tool","arguments":{"name":"fresh"}}`); a.Msg.Error != nil || !strings.Contains(string(a.Msg.Result), "added fresh") {
+		t.Fatalf("add_tool: %s", a)
+	}
+	pendingFresh := func() bool {
+		code, out, _ := runMux(t, 30*time.Second, dir, nil, "pins", "list", "--json", "--config", cfgPath)
+		return code == 3 && strings.Contains(out, `"exposed": "demo__fresh"`) && strings.Contains(out, `"kind": "new"`)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for !pendingFresh() {
+		if time.Now().After(deadline) {
+			t.Fatalf("demo__fresh never became pending\n--- mcpmux stderr ---\n%s", mux.Stderr())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if got := visListed(t, "tools/list", c.do(t, "tools/list", `{}`)); slices.Contains(got, "demo__fresh") || !slices.Contains(got, "demo__echo") {
+		t.Errorf("tools/list = %q, want demo__echo and no demo__fresh", got)
+	}
+	hidden := c.do(t, "tools/call", `{"name":"demo__fresh","arguments":{}}`)
+	missing := c.do(t, "tools/call", `{"name":"demo__stale","arguments":{}}`)
+	visSame(t, "tools/call", hidden, missing, "demo__fresh", "demo__stale")
+
+	if code, out, errOut := runMux(t, 30*time.Second, dir, nil, "pins", "approve", "--upstream", "demo", "--config", cfgPath); code != 0 || !strings.Contains(out, "approved demo__fresh") {
+		t.Fatalf("pins approve --upstream demo: exit %d\n%s%s", code, out, errOut)
+	}
+	deadline = time.Now().Add(20 * time.Second)
+	for {
+		a := c.do(t, "tools/call", `{"name":"demo__fresh","arguments":{"k":1}}`)
+		if a.Msg.Error == nil {
+			if !strings.Contains(string(a.Msg.Result), `{\"k\":1}`) {
+				t.Errorf("the approved demo__fresh answered %s", a)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("demo__fresh is still refused after approval: %s", a)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
