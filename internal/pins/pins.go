@@ -188,7 +188,7 @@ type Store struct {
 	digest [32]byte // of the file bytes st was read from or written as
 	err    error    // why the file could not be read; st is then nil
 
-	cache map[[32]byte]canonical // canonical forms by sha256(original, NUL, raw): see Round
+	cache map[string]map[string]canonical // by upstream and tool, with the raw bytes each was made from: see Round
 	// missing holds "upstream NUL tool" of pinned tools this process saw
 	// gone (reported once): in memory only, since processes may see an
 	// upstream differently.
@@ -196,6 +196,7 @@ type Store struct {
 }
 
 type canonical struct {
+	raw  json.RawMessage // what def was made from
 	def  json.RawMessage
 	hash string
 }

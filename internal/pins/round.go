@@ -1,9 +1,8 @@
 package pins
 
 import (
-	"crypto/sha256"
+	"bytes"
 	"encoding/json"
-	"maps"
 	"slices"
 	"time"
 )
@@ -20,10 +19,9 @@ const KindPinned = "pinned"
 type Round struct {
 	s          *Store
 	quarantine bool
-	base       *state // nil when the file cannot be read
-	err        error  // why not
-	cache      map[[32]byte]canonical
-	used       map[[32]byte]canonical
+	base       *state                          // nil when the file cannot be read
+	err        error                           // why not
+	cache      map[string]map[string]canonical // the last round's: by upstream and tool
 	checks     []*Check
 }
 
@@ -35,7 +33,7 @@ func (s *Store) Round(quarantine bool) *Round {
 	s.mu.Lock()
 	cache := s.cache
 	s.mu.Unlock()
-	return &Round{s: s, quarantine: quarantine, base: st, err: err, cache: cache, used: make(map[[32]byte]canonical)}
+	return &Round{s: s, quarantine: quarantine, base: st, err: err, cache: cache}
 }
 
 // Check is one upstream's part of a Round. A nil *Check hides nothing.
@@ -81,7 +79,7 @@ func (c *Check) Hide(original, exposed string, raw json.RawMessage) bool {
 	if r.base == nil {
 		return r.quarantine
 	}
-	canon, ok := r.canonical(original, raw)
+	canon, ok := c.canonical(original, raw)
 	c.seen[original] = seenTool{exposed: exposed, c: canon, bad: !ok}
 	if !c.known {
 		return !ok && r.quarantine
@@ -92,27 +90,18 @@ func (c *Check) Hide(original, exposed string, raw json.RawMessage) bool {
 	return r.quarantine
 }
 
-func (r *Round) canonical(original string, raw json.RawMessage) (canonical, bool) {
-	h := sha256.New()
-	h.Write([]byte(original))
-	h.Write([]byte{0})
-	h.Write(raw)
-	var key [32]byte
-	h.Sum(key[:0])
-	if c, ok := r.used[key]; ok {
-		return c, true
-	}
-	if c, ok := r.cache[key]; ok {
-		r.used[key] = c
-		return c, true
+// canonical returns the canonical form of raw, the definition of tool
+// original. A definition the last round saw byte for byte is not made
+// again: comparing bytes is far cheaper than decoding them.
+func (c *Check) canonical(original string, raw json.RawMessage) (canonical, bool) {
+	if prev, ok := c.r.cache[c.upstream][original]; ok && bytes.Equal(prev.raw, raw) {
+		return prev, true
 	}
 	def, hash, err := Canonical(original, raw)
 	if err != nil {
 		return canonical{}, false
 	}
-	c := canonical{def: def, hash: hash}
-	r.used[key] = c
-	return c, true
+	return canonical{raw: raw, def: def, hash: hash}, true
 }
 
 // Commit records what the round saw: the pins of upstreams seen for the
@@ -128,7 +117,16 @@ func (r *Round) Commit() ([]Event, error) {
 		return nil, r.err
 	}
 	r.s.mu.Lock()
-	r.s.cache = r.used
+	r.s.cache = make(map[string]map[string]canonical, len(r.checks))
+	for _, c := range r.checks {
+		m := make(map[string]canonical, len(c.seen))
+		for tool, s := range c.seen {
+			if !s.bad {
+				m[tool] = s.c
+			}
+		}
+		r.s.cache[c.upstream] = m
+	}
 	if r.s.missing == nil {
 		r.s.missing = make(map[string]bool)
 	}
@@ -184,12 +182,18 @@ func (c *Check) commit(now time.Time, missing map[string]bool) ([]Event, func(*s
 	var events []Event
 	var adds []*Version
 	var addTools []string
-	for _, tool := range slices.Sorted(maps.Keys(c.seen)) {
-		s := c.seen[tool]
-		delete(missing, name+"\x00"+tool)
-		if s.bad || u.approved(tool, s.c.hash) || u.pending(tool, s.c.hash) {
-			continue
+	var changed []string
+	for tool, s := range c.seen {
+		if len(missing) > 0 {
+			delete(missing, name+"\x00"+tool)
 		}
+		if !s.bad && !u.approved(tool, s.c.hash) && !u.pending(tool, s.c.hash) {
+			changed = append(changed, tool)
+		}
+	}
+	slices.Sort(changed)
+	for _, tool := range changed {
+		s := c.seen[tool]
 		ev := Event{Kind: KindNew, Upstream: name, Tool: tool, Exposed: s.exposed, Hash: s.c.hash, Hidden: c.r.quarantine}
 		var old json.RawMessage
 		if pin := u.latest(tool); pin != nil {
@@ -200,12 +204,15 @@ func (c *Check) commit(now time.Time, missing map[string]bool) ([]Event, func(*s
 		adds = append(adds, &Version{Hash: s.c.hash, Definition: s.c.def, Since: now, Exposed: s.exposed})
 		addTools = append(addTools, tool)
 	}
-	for _, tool := range slices.Sorted(maps.Keys(u.Tools)) {
-		key := name + "\x00" + tool
-		if _, ok := c.seen[tool]; ok || missing[key] {
-			continue
+	var gone []string
+	for tool := range u.Tools {
+		if _, ok := c.seen[tool]; !ok && !missing[name+"\x00"+tool] {
+			gone = append(gone, tool)
 		}
-		missing[key] = true
+	}
+	slices.Sort(gone)
+	for _, tool := range gone {
+		missing[name+"\x00"+tool] = true
 		events = append(events, Event{Kind: KindRemoved, Upstream: name, Tool: tool, Exposed: u.latest(tool).Exposed, Previous: u.latest(tool).Hash})
 	}
 	if len(adds) == 0 {
