@@ -23,6 +23,9 @@ import (
 	"github.com/mcpmux/mcpmux/sessions"
 )
 
+// pinsSubcommands are what `mcpmux pins` takes first, for completions.
+var pinsSubcommands = []string{"list", "approve"}
+
 // exitPending is the exit code of `mcpmux pins list` when changes are
 // waiting for approval, so that a script can tell them from an error (1).
 const exitPending = 3
