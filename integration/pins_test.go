@@ -208,6 +208,11 @@ func TestPinsQuarantine(t *testing.T) {
 	if code != 3 || json.Unmarshal([]byte(out), &pending) != nil || len(pending) != 1 || pending[0].Exposed != "rug__lookup" || pending[0].Kind != "changed" {
 		t.Fatalf("pins list --json: exit %d\n%s", code, out)
 	}
+	// `mcpmux check` counts the quarantined tool; it is not an error.
+	if code, out, errOut := runMux(t, 30*time.Second, env.dir, nil, "check", "--config", env.cfgPath); code != 0 ||
+		!strings.Contains(out, "1 quarantined: changed since pinned") {
+		t.Errorf("mcpmux check: exit %d, want 0 and the quarantined tool counted\n%s%s", code, out, errOut)
+	}
 	// `mcpmux tools` shows what a client gets: not the quarantined tool.
 	if code, out, errOut := runMux(t, 30*time.Second, env.dir, nil, "tools", "--config", env.cfgPath, "--profile", "agent"); code != 0 ||
 		strings.Contains(out, "rug__lookup") || !strings.Contains(out, "rug__other") {
