@@ -189,9 +189,10 @@ func pinsApprove(cfg *configs.Config, store *pins.Store, sel pins.Selector, stdo
 }
 
 // newPinsStore returns the pins store of cfg's state directory for a
-// server, or nil when it has none.
+// server, or nil when nothing is pinned (server.pin, like every [server]
+// key, takes effect on restart).
 func newPinsStore(cfg *configs.Config) *pins.Store {
-	if cfg.Server.StateDir == "" {
+	if cfg.Server.StateDir == "" || cfg.Server.Pin == configs.PinOff {
 		return nil
 	}
 	return pins.New(cfg.Server.StateDir)

@@ -152,7 +152,7 @@ func checkExposure(cfg *configs.Config) error {
 // would (a quarantined tool is left out), without recording anything.
 func startAggregator(ctx context.Context, cfg *configs.Config, log *slog.Logger) (*aggregator.Aggregator, error) {
 	var store *pins.Store
-	if cfg.Server.StateDir != "" {
+	if cfg.Server.StateDir != "" && cfg.Server.Pin != configs.PinOff {
 		store = pins.NewReadOnly(cfg.Server.StateDir)
 	}
 	agg := aggregator.New(cfg, aggregator.Options{Logger: log, Pins: store})
