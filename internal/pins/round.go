@@ -51,8 +51,8 @@ type seenTool struct {
 }
 
 // Upstream returns the Check of the upstream named name, whose catalog
-// the build uses (the upstream is up): after Commit, a pinned tool the
-// upstream did not show the Check is recorded as missing.
+// the build uses (the upstream is up): at Commit, a pinned tool the
+// upstream did not show the Check is reported removed (once per process).
 func (r *Round) Upstream(name string) *Check {
 	if r == nil {
 		return nil
