@@ -17,6 +17,7 @@ import (
 	"github.com/mcpmux/mcpmux/configs"
 	"github.com/mcpmux/mcpmux/filter"
 	"github.com/mcpmux/mcpmux/internal/glob"
+	"github.com/mcpmux/mcpmux/internal/pins"
 	"github.com/mcpmux/mcpmux/internal/redact"
 	"github.com/mcpmux/mcpmux/upstream"
 )
@@ -45,8 +46,9 @@ type Aggregator struct {
 	version uint64
 	snap    atomic.Pointer[Snapshot]
 
-	relay  *relay
-	scoped *sessionConns // connections of scope = "session" upstreams
+	relay   *relay
+	scoped  *sessionConns // connections of scope = "session" upstreams
+	pinMode string        // server.pin at New (pins.go)
 
 	startMu   sync.Mutex
 	startErrs map[string]error // upstream → error of its first connection attempt
@@ -78,6 +80,9 @@ type Options struct {
 	// Reload store it there, so that a logger built on the same Live
 	// masks what the config now holds. nil = a Live of its own.
 	Secrets *redact.Live
+	// Pins is where tool definitions are pinned (server.pin, pins.go);
+	// nil = nothing is pinned, whatever server.pin says.
+	Pins *pins.Store
 	// Hooks are what the aggregator tells its owner. They are fixed here,
 	// at construction; the zero value ignores every event.
 	Hooks Hooks
@@ -111,7 +116,7 @@ func New(cfg *configs.Config, opts Options) *Aggregator {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	a := &Aggregator{opts: opts, relay: newRelay(), scoped: newSessionConns(), secrets: opts.Secrets}
+	a := &Aggregator{opts: opts, relay: newRelay(), scoped: newSessionConns(), secrets: opts.Secrets, pinMode: cfg.Server.Pin}
 	if a.secrets == nil {
 		a.secrets = &redact.Live{}
 	}
@@ -292,7 +297,9 @@ func (a *Aggregator) rebuild() {
 		set.sources[i].catalog = u.Catalog()
 	}
 	a.version++
+	round := a.pinRound(set)
 	next := build(a.version, set.namer, set.sources)
+	next.PinEvents = a.commitPins(round)
 	next.keepResting(a.snap.Load(), set.sources)
 	for _, c := range next.Conflicts {
 		a.log.Error("tool name collision", "tool", c.Name, "upstream", c.Dropped, "error", c.String())

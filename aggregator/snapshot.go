@@ -13,6 +13,7 @@ import (
 	"github.com/mcpmux/mcpmux/filter"
 	"github.com/mcpmux/mcpmux/internal/glob"
 	"github.com/mcpmux/mcpmux/internal/jsonrpc"
+	"github.com/mcpmux/mcpmux/internal/pins"
 	"github.com/mcpmux/mcpmux/upstream"
 )
 
@@ -68,6 +69,10 @@ type Snapshot struct {
 	// Catalog is what views filter prompts, resources and templates by
 	// (filter.View.Listing); never nil in a built snapshot.
 	Catalog *filter.Catalog
+
+	// PinEvents are the changes to pinned definitions this snapshot's
+	// build found, each reported once (pins.go).
+	PinEvents []pins.Event
 }
 
 // UpstreamStatus is an upstream's state when a snapshot was taken.
@@ -77,6 +82,9 @@ type UpstreamStatus struct {
 	State    upstream.State
 	Tools    int // tools it contributed to the snapshot
 	Dropped  int // tools removed by its own rules (deny, allow, …)
+	// Quarantined counts its tools hidden as changed or new since they
+	// were pinned, until approved (server.pin = "quarantine").
+	Quarantined int
 }
 
 // Conflict is an exposed name claimed by two upstreams, or by an
@@ -186,6 +194,7 @@ type source struct {
 	rules    *filter.Rules     // per-upstream rules on original names
 	readOnly []*glob.Glob      // read_only_tools
 	toolsets map[string][]*glob.Glob
+	pins     *pins.Check // set for each rebuild (pins.go); nil = nothing pinned
 }
 
 // build merges the catalogs of sources (sorted by upstream name) into a new
@@ -238,6 +247,10 @@ func build(version uint64, namer Namer, sources []*source) *Snapshot {
 		}
 		for j := range src.catalog.Tools {
 			e, local := src.entry(namer, &src.catalog.Tools[j], rawAt(src.catalog.RawTools, j))
+			if src.quarantined(e) { // as overridden: pins see what clients would
+				st.Quarantined++
+				continue
+			}
 			c := candidate{e: e, local: local, st: st, src: src}
 			if local != e.Original {
 				renamed = append(renamed, c)

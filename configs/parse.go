@@ -62,6 +62,8 @@ type (
 		ReadTimeout          any       `toml:"read_timeout"`
 		LogFormat            *string   `toml:"log_format"`
 		ReplicaID            *string   `toml:"replica_id"`
+		StateDir             *string   `toml:"state_dir"`
+		Pin                  *string   `toml:"pin"`
 	}
 	rawAuth struct {
 		Tokens []rawToken `toml:"tokens"`

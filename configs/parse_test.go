@@ -99,6 +99,11 @@ func TestParseErrors(t *testing.T) {
 		{"replica_id empty", "[server]\nreplica_id = \"\"\n", `replica_id "" must be`, 2},
 		{"replica_id too long", "[server]\nreplica_id = \"" + strings.Repeat("a", 33) + "\"\n", `must be 1 to 32`, 2},
 		{"replica_id ends with a dash", "[server]\nreplica_id = \"a-\"\n", `replica_id "a-" must be`, 2},
+		{"bad pin", "[server]\n\npin = \"strict\"\n", `server.pin: pin "strict": want "off", "warn" or "quarantine"`, 3},
+		{"pin not a string", "[server]\npin = true\n", `server.pin: incompatible types`, 2},
+		{"relative state_dir", "[server]\nstate_dir = \"state\"\n", `server.state_dir: state_dir "state" must be an absolute path`, 2},
+		{"state_dir of another user", "[server]\nstate_dir = \"~bob/state\"\n", `server.state_dir: "~bob/state": only ~ and ~/ are expanded`, 2},
+		{"state_dir from an unset variable", "[server]\nstate_dir = \"${STATE}/mcpmux\"\n", `server.state_dir: environment variable STATE is not set`, 2},
 		{"replica_id from an unset variable", "[server]\nreplica_id = \"${POD_NAME}\"\n", `server.replica_id: environment variable POD_NAME is not set`, 2},
 		{"bad origin glob", "[server]\nallowed_origins = [\n  \"http://localhost:*\",\n  \"http://[\",\n]\n", `server.allowed_origins[1]: invalid glob "http://["`, 4},
 
@@ -321,6 +326,7 @@ func TestDefaults(t *testing.T) {
 		ReadTimeout:          30 * time.Second,
 		LogFormat:            "text",
 		ReplicaID:            DefaultReplicaID(hostname),
+		Pin:                  PinOff,
 	}
 	if !reflect.DeepEqual(cfg.Server, wantServer) {
 		t.Errorf("Server = %+v, want %+v", cfg.Server, wantServer)
@@ -717,6 +723,37 @@ deny_upstreams = ["github"]
 	if got, want := cfg.Filter.DenyUpstreams, []string{"github"}; !reflect.DeepEqual(got, want) {
 		t.Errorf("[filter] DenyUpstreams = %q, want %q (a prefix resolved to the upstream's name)", got, want)
 	}
+}
+
+// TestPinAndStateDir checks server.pin and server.state_dir: their
+// defaults (the state directory from XDG_STATE_HOME, else HOME) and ~
+// expansion.
+func TestPinAndStateDir(t *testing.T) {
+	for _, tt := range []struct {
+		name, text string
+		vars       map[string]string
+		pin, dir   string
+	}{
+		{"defaults from XDG_STATE_HOME", "", map[string]string{"XDG_STATE_HOME": "/x/state", "HOME": "/home/u"}, PinOff, "/x/state/mcpmux"},
+		{"a relative XDG_STATE_HOME is ignored", "", map[string]string{"XDG_STATE_HOME": "state", "HOME": "/home/u"}, PinOff, "/home/u/.local/state/mcpmux"},
+		{"defaults from HOME", "", map[string]string{"HOME": "/home/u"}, PinOff, "/home/u/.local/state/mcpmux"},
+		{"no default at all", "", nil, PinOff, ""},
+		{"~ expanded", "[server]\nstate_dir = \"~/st\"\npin = \"warn\"\n", map[string]string{"HOME": "/home/u"}, PinWarn, "/home/u/st"},
+		{"variables expanded", "[server]\nstate_dir = \"${S}/p/../q\"\npin = \"quarantine\"\n", map[string]string{"S": "/srv"}, PinQuarantine, "/srv/q"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := mustParse(t, tt.text, tt.vars)
+			if cfg.Server.Pin != tt.pin || cfg.Server.StateDir != tt.dir {
+				t.Errorf("pin, state_dir = %q, %q; want %q, %q", cfg.Server.Pin, cfg.Server.StateDir, tt.pin, tt.dir)
+			}
+		})
+	}
+	t.Run("pin without any state directory", func(t *testing.T) {
+		_, err := Parse("test.toml", []byte("[server]\npin = \"warn\"\n"), nil)
+		if err == nil || !strings.Contains(err.Error(), `test.toml:2: server.pin: pin "warn" needs a state directory`) {
+			t.Errorf("err = %v, want one naming test.toml:2 and server.pin", err)
+		}
+	})
 }
 
 func TestReplicaID(t *testing.T) {

@@ -61,7 +61,23 @@ type Server struct {
 	// replica that minted it. Default: DefaultReplicaID of the
 	// hostname. It matches ^[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?$.
 	ReplicaID string
+	// StateDir is where mcpmux keeps state between runs (pinned tool
+	// definitions, OAuth tokens): server.state_dir with ${VAR} and a
+	// leading ~ expanded, an absolute path; default
+	// $XDG_STATE_HOME/mcpmux, else ~/.local/state/mcpmux. "" when it has
+	// no default (neither variable set) and the config sets none.
+	StateDir string
+	// Pin is what a changed or new tool definition does after the first
+	// sight of its upstream: PinOff (default), PinWarn or PinQuarantine.
+	Pin string
 }
+
+// Values of Server.Pin (server.pin).
+const (
+	PinOff        = "off"        // nothing is pinned
+	PinWarn       = "warn"       // a change is logged, counted and audited
+	PinQuarantine = "quarantine" // and the tool is hidden until approved
+)
 
 // Auth is the [auth] table.
 type Auth struct {

@@ -8,6 +8,7 @@ import (
 	"maps"
 	"net"
 	"net/url"
+	"path/filepath"
 	"regexp"
 	"regexp/syntax"
 	"slices"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/mcpmux/mcpmux/internal/glob"
+	"github.com/mcpmux/mcpmux/internal/statedir"
 )
 
 // Defaults, as documented on the Config types.
@@ -147,7 +149,39 @@ func (v *validator) server(r *rawServer) Server {
 		host, _ := v.hostname()
 		s.ReplicaID = DefaultReplicaID(host)
 	}
+	s.Pin, s.StateDir = v.pins(p, r)
 	return s
+}
+
+// pins checks server.pin and server.state_dir (pinned definitions),
+// and applies their defaults.
+func (v *validator) pins(p keyPath, r *rawServer) (pin, stateDir string) {
+	pin = PinOff
+	if r.Pin != nil {
+		pin = *r.Pin
+		if pin != PinOff && pin != PinWarn && pin != PinQuarantine {
+			v.errorf(p.key("pin"), "pin %q: want \"off\", \"warn\" or \"quarantine\"", pin)
+		}
+	}
+	if r.StateDir == nil {
+		stateDir, _ = statedir.Default(v.lookupEnv)
+		if stateDir == "" && pin != PinOff {
+			v.errorf(p.key("pin"), "pin %q needs a state directory to keep pins in: set server.state_dir (neither XDG_STATE_HOME nor HOME is set)", pin)
+		}
+		return pin, stateDir
+	}
+	dir, ok := v.expand(p.key("state_dir"), *r.StateDir)
+	if !ok {
+		return pin, ""
+	}
+	dir, err := statedir.Expand(dir, v.lookupEnv)
+	switch {
+	case err != nil:
+		v.errorf(p.key("state_dir"), "%v", err)
+	case !filepath.IsAbs(dir):
+		v.errorf(p.key("state_dir"), "state_dir %q must be an absolute path (or start with ~/)", dir)
+	}
+	return pin, filepath.Clean(dir)
 }
 
 // replicaIDRE is what server.replica_id may be: a DNS label of at most 32

@@ -251,6 +251,7 @@ func (s *Server) View(b Binding) *filter.View {
 // onSnapshot tells each session whose view changed.
 func (s *Server) onSnapshot(prev, next *aggregator.Snapshot) {
 	s.metrics.setUpstreams(s.agg.Upstreams())
+	s.recordPins(next.PinEvents)
 
 	prints := func(b Binding) viewPrints {
 		v := s.registry.View(next.Version, next.Tools, s.effective(b))

@@ -19,6 +19,7 @@ import (
 	"github.com/mcpmux/mcpmux/aggregator"
 	"github.com/mcpmux/mcpmux/configs"
 	"github.com/mcpmux/mcpmux/filter"
+	"github.com/mcpmux/mcpmux/internal/pins"
 	"github.com/mcpmux/mcpmux/upstream"
 )
 
@@ -120,6 +121,13 @@ type statusData struct {
 	OtherFilters        int         `json:"other_filter_instances"`
 	OtherFilterSessions int         `json:"other_filter_sessions"`
 	RefreshSecond       int         `json:"-"`
+
+	// Pin is server.pin, and PendingPins the changes to pinned tool
+	// definitions waiting for `mcpmux pins approve`, with their diffs;
+	// PinsError is why the state file cannot be read. Admins only.
+	Pin         string         `json:"pin,omitempty"`
+	PendingPins []pins.Pending `json:"pending_pins,omitempty"`
+	PinsError   string         `json:"pins_error,omitempty"`
 }
 
 // upstreamRow is one row of the upstreams table.
@@ -151,6 +159,10 @@ type upstreamRow struct {
 	Calls int    `json:"recent_calls"`
 	P50   string `json:"p50,omitempty"`
 	P99   string `json:"p99,omitempty"`
+
+	// Quarantined counts its tools hidden by server.pin = "quarantine"
+	// until approved; shown to admins only.
+	Quarantined int `json:"quarantined,omitempty"`
 
 	ago     string // how long before the page LastErrorAt was
 	summary string // LastError for the narrow cell (errorSummary)
@@ -281,8 +293,26 @@ func (p *statusPage) status(v viewer) *statusData {
 		st.Filters[i].Sessions = byFilter[f]
 		st.OtherFilterSessions -= byFilter[f]
 	}
+	if v.all {
+		p.pins(st)
+	}
 	st.restrict(v)
 	return st
+}
+
+// pins fills in the pending changes to pinned definitions, for admins.
+func (p *statusPage) pins(st *statusData) {
+	store := p.srv.agg.Pins()
+	if store == nil || p.srv.cfg.Server.Pin == configs.PinOff {
+		return
+	}
+	st.Pin = p.srv.cfg.Server.Pin
+	pending, err := store.Pending()
+	if err != nil {
+		st.PinsError = p.srv.agg.Redact(err.Error())
+		return
+	}
+	st.PendingPins = pending
 }
 
 // upstreams builds the upstreams table.
@@ -303,7 +333,7 @@ func (p *statusPage) upstreams(snap *aggregator.Snapshot, now time.Time) []upstr
 			Name: cfg.Name, Prefix: cfg.Prefix, Transport: cfg.Transport, Target: s.agg.Redact(target(cfg)),
 			Required: cfg.Required, Scope: cfg.Scope, State: stateName(h), Protocol: h.Protocol,
 			Tools: exposed[cfg.Name].Tools, Hidden: exposed[cfg.Name].Dropped,
-			Connects: h.Connects, Restarts: h.Restarts,
+			Connects: h.Connects, Restarts: h.Restarts, Quarantined: exposed[cfg.Name].Quarantined,
 		}
 		if row.Scope == "" {
 			row.Scope = configs.ScopeShared
@@ -558,7 +588,7 @@ details summary{cursor:pointer}.err{color:#a00;word-break:break-word}
 <td><code>{{.Target}}</code></td>
 <td class="state {{.State}}">{{.State}}</td>
 <td class="nw">{{.Protocol}}</td>
-<td class="n tools">{{.Tools}}{{if .Hidden}} <span class="meta">(+{{.Hidden}} hidden)</span>{{end}}</td>
+<td class="n tools">{{.Tools}}{{if .Hidden}} <span class="meta">(+{{.Hidden}} hidden)</span>{{end}}{{if .Quarantined}} <span class="meta quarantined">(+{{.Quarantined}} quarantined)</span>{{end}}</td>
 <td class="n">{{.Prompts}}</td>
 <td class="n">{{.Resources}}{{if .Templates}} <span class="meta">+{{.Templates}} templates</span>{{end}}</td>
 <td class="n restarts">{{.Restarts}}</td>
@@ -598,6 +628,15 @@ details summary{cursor:pointer}.err{color:#a00;word-break:break-word}
 </table>
 <p class="meta">sessions: the live sessions whose view is built from exactly that filter. Both tables count the same {{.Bound}} bound sessions.</p>
 
+{{if .Pin}}<h2>Pinned tool definitions</h2>
+<p class="meta" id="pins">server.pin = <b>{{.Pin}}</b>. Changes waiting for <code>mcpmux pins approve</code>: <b>{{len .PendingPins}}</b>{{if eq .Pin "quarantine"}} (hidden from every view until approved){{end}}.{{if .PinsError}} <span class="err">{{.PinsError}}</span>{{end}}</p>
+{{if .PendingPins}}<table id="pending-pins">
+<thead><tr><th>tool</th><th>upstream</th><th>change</th><th>seen</th><th>diff</th></tr></thead>
+<tbody>
+{{range .PendingPins}}<tr class="pending-pin" data-tool="{{.Exposed}}"><td><b>{{.Exposed}}</b></td><td>{{.Upstream}}</td><td>{{.Kind}}</td><td class="nw">{{.Seen}}</td><td><pre class="diff">{{.Diff}}</pre></td></tr>
+{{end}}</tbody>
+</table>{{end}}
+{{end}}
 <h2>Sessions</h2>
 <p id="sessions">{{.Open}} open of at most {{.MaxSessions}} (every door; GET streams and sessions not yet initialized included). Bound to a view, by door:
 {{range $door, $n := .Sessions}} {{$door}} <b>{{$n}}</b>{{else}} none{{end}}</p>

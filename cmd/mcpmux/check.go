@@ -89,6 +89,9 @@ func cmdCheck(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if n := refusedIn(snap.Conflicts, st.Name); n > 0 {
 			notes = append(notes, fmt.Sprintf("%d refused: in another upstream's namespace", n))
 		}
+		if st.Quarantined > 0 {
+			notes = append(notes, fmt.Sprintf("%d quarantined: changed since pinned (mcpmux pins list)", st.Quarantined))
+		}
 		state := st.State.String()
 		if err := agg.StartError(st.Name); err != nil {
 			// The error names the upstream already; it is printed once,

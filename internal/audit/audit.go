@@ -33,6 +33,11 @@ type Record struct {
 	Approval  string          `json:"approval,omitempty"`
 	Duration  float64         `json:"duration_ms"`
 	Arguments json.RawMessage `json:"arguments,omitempty"`
+	// Hash and PreviousHash are set on a change to a pinned tool
+	// definition (Method MethodPins): the definition's hash now and the
+	// pinned one it replaces.
+	Hash         string `json:"hash,omitempty"`
+	PreviousHash string `json:"previous_hash,omitempty"`
 }
 
 // Decisions and reasons of a Record.
@@ -63,6 +68,18 @@ const (
 	ApprovalUnsupported = "unsupported" // the client cannot ask its user (no form elicitation)
 	ApprovalFailed      = "failed"      // asking failed, or the answer made no sense
 	ApprovalAbandoned   = "abandoned"   // the client cancelled the call, or mcpmux stopped, while it waited
+)
+
+// MethodPins is the Method of a record about a pinned tool definition
+// (server.pin); its Reason is "pin_" and the change: ReasonPinChanged,
+// ReasonPinNew, ReasonPinRemoved or ReasonPinApproved.
+// A change hidden by quarantine is Denied; the others are Allowed.
+const (
+	MethodPins        = "pins"
+	ReasonPinChanged  = "pin_changed"
+	ReasonPinNew      = "pin_new"
+	ReasonPinRemoved  = "pin_removed"
+	ReasonPinApproved = "pin_approved"
 )
 
 // Log writes records as JSON lines to one writer. A nil *Log writes
