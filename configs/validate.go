@@ -72,6 +72,11 @@ func (v *validator) config(raw *rawConfig) *Config {
 	cfg.Profiles = v.profiles(raw.Profiles, cfg)
 	cfg.Server.DefaultProfile = v.defaultProfile(raw.Server.DefaultProfile, cfg.Profiles)
 	cfg.Auth = v.auth(raw.Auth.Tokens, cfg.Profiles)
+	for _, u := range cfg.Upstreams {
+		if u.OAuth != nil {
+			u.OAuth.StateDir = cfg.Server.StateDir
+		}
+	}
 	return cfg
 }
 
@@ -368,6 +373,7 @@ func (v *validator) endpoint(p keyPath, r *rawUpstream, u *Upstream) {
 		}
 		u.Headers = v.stringMap(p.key("headers"), r.Headers, checkHeaderName, "\r\n\x00")
 	}
+	u.OAuth = v.oauth(p.key("oauth"), r.OAuth, r.Command != nil)
 
 	switch r.Transport {
 	case "":
