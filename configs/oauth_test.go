@@ -36,6 +36,7 @@ func TestOAuthKey(t *testing.T) {
 		{"unknown key", head + "[upstreams.lin.oauth]\nclient = \"x\"\n", `test.toml:4: upstreams.lin.oauth.client: unknown key "client"`},
 		{"not a bool", head + "oauth = \"yes\"\n", "test.toml:3: upstreams.lin.oauth: oauth must be true, false or a table"},
 		{"stdio", "[upstreams.lin]\ncommand = \"x\"\noauth = true\n", "test.toml:3: upstreams.lin.oauth: oauth applies only to url upstreams"},
+		{"websocket", "[upstreams.lin]\nurl = \"wss://x.example/mcp\"\noauth = true\n", "test.toml:3: upstreams.lin.oauth: oauth applies to http and sse upstreams, not websocket"},
 		{"secret without id", head + "[upstreams.lin.oauth]\nclient_secret = \"abcdefgh\"\n", "test.toml:4: upstreams.lin.oauth.client_secret: client_secret needs client_id"},
 		{"metadata url http", head + "[upstreams.lin.oauth]\nclient_metadata_url = \"http://x.example/c.json\"\n", "test.toml:4: upstreams.lin.oauth.client_metadata_url: client_metadata_url must be an https URL"},
 		{"scopes not list", head + "[upstreams.lin.oauth]\nscopes = \"read\"\n", "test.toml:4: upstreams.lin.oauth.scopes: scopes must be a list"},

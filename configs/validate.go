@@ -397,6 +397,9 @@ func (v *validator) endpoint(p keyPath, r *rawUpstream, u *Upstream) {
 	default:
 		v.errorf(p.key("transport"), "unknown transport %q (want stdio, http, sse or websocket, or leave it out to infer it)", r.Transport)
 	}
+	if u.OAuth != nil && u.Transport == TransportWebsocket {
+		v.errorf(p.key("oauth"), "oauth applies to http and sse upstreams, not websocket")
+	}
 }
 
 // urlTransport infers the transport of a url. Its messages never echo the
