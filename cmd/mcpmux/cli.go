@@ -125,6 +125,13 @@ func commands() []command {
 			},
 		},
 		{
+			name:    "oauth-client",
+			summary: "connect to an OAuth-protected MCP server whose authorization server approves by itself (conformance)",
+			usage:   "mcpmux oauth-client [--client-metadata-url URL] [--timeout DURATION] URL",
+			hidden:  true,
+			run:     cmdOAuthClient,
+		},
+		{
 			name:    "demo-server",
 			summary: "serve the built-in demo MCP server over stdio",
 			usage:   "mcpmux demo-server [--name NAME]",
