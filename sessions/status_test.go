@@ -608,3 +608,39 @@ func TestStatusPageSessionCountsAgree(t *testing.T) {
 		t.Errorf("after two DELETEs: bound %d, open %d, idle %d; want 1, 1, 0", st.Bound, st.Open, st.Idle)
 	}
 }
+
+// TestStatusPageNeedsLogin: an oauth upstream without a token is "needs
+// login", its error naming the command to run, and the server runs.
+func TestStatusPageNeedsLogin(t *testing.T) {
+	up := newUpstreamServer(t, 1)
+	extra := fmt.Sprintf("[upstreams.lin]\nurl = \"http://127.0.0.1:1/mcp\"\noauth = true\n[server]\nstate_dir = %q\n", t.TempDir())
+	s := newBenchServer(t, up.http.URL, extra)
+	hs := httptest.NewServer(s.Handler())
+	t.Cleanup(hs.Close)
+	_, body := fetchStatus(t, hs, http.MethodGet, "/status.json", nil)
+	var st statusData
+	if err := json.Unmarshal([]byte(body), &st); err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, r := range st.Upstreams {
+		switch r.Name {
+		case "lin":
+			found = true
+			if r.State != "needs login" || !strings.Contains(r.LastError, "run `mcpmux auth login lin`") {
+				t.Errorf("lin = %+v, want needs login naming the command", r)
+			}
+		case "up":
+			if r.State != "up" {
+				t.Errorf("the other upstream is %q, want up", r.State)
+			}
+		}
+	}
+	if !found {
+		t.Fatalf("no row for lin:\n%s", body)
+	}
+	_, page := fetchStatus(t, hs, http.MethodGet, "/", nil)
+	if row := rowOf(t, page, "upstream", "lin"); !strings.Contains(row, "needs login") {
+		t.Errorf("GET / row for lin does not say needs login:\n%s", row)
+	}
+}

@@ -159,3 +159,24 @@ func TestAuthLoginStatusLogout(t *testing.T) {
 		t.Fatalf("status after logout: exit %d\n%s", code, out)
 	}
 }
+
+// TestCheckNeedsLogin: check shows an oauth upstream without a token as
+// "needs login" with the command to run, sends it nothing, and exits 1.
+func TestCheckNeedsLogin(t *testing.T) {
+	s := oauthtest.New(t, http.NotFoundHandler())
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "mcpmux.toml")
+	text := "[server]\nstate_dir = " + tomlQuote(filepath.Join(dir, "state")) + "\n[upstreams.lin]\nurl = " + tomlQuote(s.URL()) + "\noauth = true\n"
+	if err := os.WriteFile(cfg, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out := runCLI(t, "check", "--config", cfg)
+	if code != exitRuntime || !regexp.MustCompile(`lin\s+http\s+needs login\s+0\s+0\s+run .mcpmux auth login lin.`).MatchString(out) {
+		t.Fatalf("exit %d:\n%s", code, out)
+	}
+	s.Lock()
+	defer s.Unlock()
+	if s.Unauthenticated+s.Authorized != 0 {
+		t.Fatalf("check sent %d requests without a token", s.Unauthenticated+s.Authorized)
+	}
+}
