@@ -1,6 +1,7 @@
 package sessions
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -12,6 +13,8 @@ import (
 	"time"
 
 	"github.com/mcpmux/mcpmux/configs"
+	"github.com/mcpmux/mcpmux/upstream/oauth"
+	"github.com/mcpmux/mcpmux/upstream/oauth/oauthtest"
 )
 
 // hostileUpstream is an upstream whose child writes markup and a URL with
@@ -642,5 +645,36 @@ func TestStatusPageNeedsLogin(t *testing.T) {
 	_, page := fetchStatus(t, hs, http.MethodGet, "/", nil)
 	if row := rowOf(t, page, "upstream", "lin"); !strings.Contains(row, "needs login") {
 		t.Errorf("GET / row for lin does not say needs login:\n%s", row)
+	}
+}
+
+// TestOAuthTokensAreMasked: the tokens of a logged-in oauth upstream are
+// masked like configured secrets in what mcpmux shows (Redact: the status
+// page's errors, check, audit), and the page never shows them.
+func TestOAuthTokensAreMasked(t *testing.T) {
+	up := newUpstreamServer(t, 1)
+	as := oauthtest.New(t, up.http.Config.Handler)
+	dir := t.TempDir()
+	rec, err := oauth.New("lin", as.URL(), configs.OAuth{StateDir: dir}, oauth.Options{}).Login(context.Background(),
+		oauth.LoginOptions{RedirectURI: "http://127.0.0.1:1/cb", Authorize: oauth.AutoApprove(nil)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	extra := fmt.Sprintf("[upstreams.lin]\nurl = %q\noauth = true\n[server]\nstate_dir = %q\n", as.URL(), dir)
+	s := newBenchServer(t, up.http.URL, extra)
+	hs := httptest.NewServer(s.Handler())
+	t.Cleanup(hs.Close)
+	_, body := fetchStatus(t, hs, http.MethodGet, "/status.json", nil)
+	if !regexp.MustCompile(`"name": "lin",[^}]*"state": "up"`).MatchString(body) {
+		t.Fatalf("lin is not up:\n%s", body)
+	}
+	_, page := fetchStatus(t, hs, http.MethodGet, "/", nil)
+	for _, tok := range []string{rec.AccessToken, rec.RefreshToken} {
+		if got := s.Aggregator().Redact("upstream said: bad token " + tok); strings.Contains(got, tok) {
+			t.Errorf("Redact leaves a token: %s", got)
+		}
+		if strings.Contains(body+page, tok) {
+			t.Error("the status page shows a token")
+		}
 	}
 }

@@ -41,6 +41,10 @@ type Options struct {
 	Now func() time.Time
 	// PollInterval is how often WaitLogin looks at the token file; 0 = 1s.
 	PollInterval time.Duration
+	// OnSecret receives the secret values of each login the Client reads
+	// or obtains (access and refresh tokens, a registered client secret),
+	// for every output to mask them (redact.Live.Add). nil = ignored.
+	OnSecret func(values ...string)
 }
 
 // Client is the OAuth client of one upstream: it hands out its access
@@ -56,6 +60,7 @@ type Client struct {
 	clientName      string
 	now             func() time.Time
 	poll            time.Duration
+	onSecret        func(values ...string)
 
 	mu       sync.Mutex // guards rec, mod, rejected; held across a refresh
 	rec      *Record
@@ -67,7 +72,7 @@ type Client struct {
 // effects.
 func New(name, serverURL string, cfg configs.OAuth, opts Options) *Client {
 	c := &Client{name: name, serverURL: serverURL, cfg: cfg, store: Store{Dir: statedir.Dir{Path: cfg.StateDir}},
-		hc: opts.HTTP, clientName: opts.ClientName, now: opts.Now, poll: opts.PollInterval}
+		hc: opts.HTTP, clientName: opts.ClientName, now: opts.Now, poll: opts.PollInterval, onSecret: opts.OnSecret}
 	if c.hc == nil {
 		c.hc = &http.Client{Timeout: 30 * time.Second}
 	}
@@ -106,8 +111,16 @@ func (c *Client) load() (*Record, error) {
 	}
 	if c.rec == nil || !mod.Equal(c.mod) {
 		c.rec, c.mod = rec, mod
+		c.secret(rec)
 	}
 	return c.rec, nil
+}
+
+// secret hands rec's secret values to OnSecret.
+func (c *Client) secret(rec *Record) {
+	if c.onSecret != nil && rec != nil {
+		c.onSecret(rec.AccessToken, rec.RefreshToken, rec.ClientSecret)
+	}
 }
 
 // Token returns the access token to send, refreshing it first when it
@@ -183,6 +196,7 @@ func (c *Client) refresh(ctx context.Context, rec *Record) error {
 	if tok.RefreshToken != "" {
 		next.RefreshToken = tok.RefreshToken
 	}
+	c.secret(&next) // before anything can log it
 	if s, ok := tok.Extra("scope").(string); ok && s != "" {
 		next.Granted = strings.Fields(s)
 	}

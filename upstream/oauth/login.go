@@ -69,6 +69,9 @@ func (c *Client) Login(ctx context.Context, o LoginOptions) (*Record, error) {
 	if err != nil {
 		return nil, fmt.Errorf("oauth client registration at %s: %w", sm.Issuer, err)
 	}
+	if c.onSecret != nil && secret != "" {
+		c.onSecret(secret)
+	}
 
 	verifier := oauth2.GenerateVerifier()
 	state := randomString()
@@ -103,6 +106,7 @@ func (c *Client) Login(ctx context.Context, o LoginOptions) (*Record, error) {
 	if s, ok := tok.Extra("scope").(string); ok && s != "" {
 		rec.Granted = strings.Fields(s)
 	}
+	c.secret(rec)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err := c.store.Save(rec); err != nil {
