@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -361,5 +362,34 @@ func TestParseChallenge(t *testing.T) {
 	}
 	if _, ok := oauth.ParseChallenge([]string{`Basic realm="bearer"`}); ok {
 		t.Fatal("a Basic challenge parsed as Bearer")
+	}
+}
+
+// TestTokenNeverLeavesTheOrigin: a redirect to another origin is followed
+// without the token.
+func TestTokenNeverLeavesTheOrigin(t *testing.T) {
+	var got []string
+	var mu sync.Mutex
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		got = append(got, r.Header.Get("Authorization"))
+		mu.Unlock()
+	}))
+	t.Cleanup(other.Close)
+	s := oauthtest.New(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, other.URL+"/elsewhere", http.StatusTemporaryRedirect)
+	}))
+	c := newClient(t, s, t.TempDir())
+	login(t, c)
+	hc := &http.Client{Transport: &oauth.Transport{Client: c}}
+	resp, err := hc.Get(s.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) != 1 || got[0] != "" {
+		t.Fatalf("the other origin got Authorization %q", got)
 	}
 }

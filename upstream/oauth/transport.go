@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
 )
 
@@ -41,8 +42,13 @@ func (t *Transport) base() http.RoundTripper {
 	return http.DefaultTransport
 }
 
-// RoundTrip implements http.RoundTripper.
+// RoundTrip implements http.RoundTripper. A request to another origin
+// than the upstream's URL (a redirect followed) goes out as it is: the
+// token is only ever sent to the upstream's own origin.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if !t.Client.sameOrigin(req.URL) {
+		return t.base().RoundTrip(req)
+	}
 	ctx := req.Context()
 	tok, err := t.Client.Token(ctx)
 	if err != nil {
@@ -126,6 +132,26 @@ func (t *Transport) send(req *http.Request, token string) (*http.Response, error
 		r.Header.Del("Authorization")
 	}
 	return t.base().RoundTrip(r)
+}
+
+// sameOrigin reports whether u has the scheme, host and port of the
+// upstream's URL (a missing port being the scheme's default).
+func (c *Client) sameOrigin(u *url.URL) bool {
+	s, err := url.Parse(c.serverURL)
+	if err != nil {
+		return false
+	}
+	return strings.EqualFold(u.Scheme, s.Scheme) && strings.EqualFold(u.Hostname(), s.Hostname()) && port(u) == port(s)
+}
+
+func port(u *url.URL) string {
+	if p := u.Port(); p != "" {
+		return p
+	}
+	if strings.EqualFold(u.Scheme, "https") {
+		return "443"
+	}
+	return "80"
 }
 
 // canRetry reports whether req can be sent again.
