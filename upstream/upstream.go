@@ -171,6 +171,11 @@ type Options struct {
 // token (Health.LastError then says so).
 var ErrNeedsLogin = oauth.ErrNeedsLogin
 
+// ErrInsufficientScope is returned, wrapped with the scope wanted and the
+// command to run, by a call an oauth upstream refused with 403
+// insufficient_scope.
+var ErrInsufficientScope = oauth.ErrInsufficientScope
+
 // Upstream is one connection to one upstream MCP server, kept alive by a
 // supervisor goroutine. All methods are safe for concurrent use.
 type Upstream struct {
