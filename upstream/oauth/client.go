@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -99,8 +100,14 @@ func (c *Client) needsLogin(why string) error {
 	return fmt.Errorf("%w: run `mcpmux auth login %s` (%s)", ErrNeedsLogin, c.name, why)
 }
 
-// load re-reads the token file when it changed. c.mu is held.
+// load re-reads the token file when it changed (a stat per call, a read
+// only after a change). c.mu is held.
 func (c *Client) load() (*Record, error) {
+	if c.rec != nil {
+		if fi, err := os.Stat(c.store.Path(c.name)); err == nil && fi.ModTime().Equal(c.mod) {
+			return c.rec, nil
+		}
+	}
 	rec, mod, err := c.store.Load(c.name)
 	if err != nil {
 		return nil, err
