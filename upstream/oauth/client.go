@@ -156,10 +156,13 @@ func (c *Client) Token(ctx context.Context) (string, error) {
 			return rec.AccessToken, nil
 		}
 		if err := c.refresh(ctx, rec); err != nil {
-			if c.now().After(rec.Expiry) {
-				return "", fmt.Errorf("%w (%w)", c.needsLogin("the token expired and refreshing it failed"), err)
+			switch {
+			case !c.now().After(rec.Expiry):
+				return rec.AccessToken, nil // still valid for a little while
+			case errors.Is(err, errRefused):
+				return "", fmt.Errorf("%w (%w)", c.needsLogin("the token expired and the authorization server refused to refresh it"), err)
 			}
-			return rec.AccessToken, nil // still valid for a little while
+			return "", fmt.Errorf("upstream %q: the token expired and refreshing it failed (retried): %w", c.name, err)
 		}
 	}
 	return c.rec.AccessToken, nil
@@ -183,15 +186,37 @@ func (c *Client) Unauthorized(ctx context.Context, token string) error {
 		return c.needsLogin("the upstream refused the token and there is no refresh token")
 	}
 	if err := c.refresh(ctx, rec); err != nil {
+		if !errors.Is(err, errRefused) {
+			// The authorization server could not be asked: try again later.
+			return fmt.Errorf("upstream %q: the upstream refused the token and refreshing it failed (retried): %w", c.name, err)
+		}
 		c.rejected = rec.AccessToken
-		return fmt.Errorf("%w (%w)", c.needsLogin("the upstream refused the token and refreshing it failed"), err)
+		return fmt.Errorf("%w (%w)", c.needsLogin("the upstream refused the token and the authorization server refused to refresh it"), err)
 	}
 	return nil
 }
 
-// refresh trades rec's refresh token for new tokens and saves them.
-// c.mu is held.
+// errRefused marks a token request the authorization server refused
+// (a 4xx: invalid_grant, invalid_client, …), as opposed to one that could
+// not be made or met a server error, which may succeed later.
+var errRefused = errors.New("refused by the authorization server")
+
+// refresh trades rec's refresh token for new tokens and saves them. It
+// holds the state directory's lock throughout, and first re-reads the
+// file: when another process (a second server on the same state_dir)
+// refreshed meanwhile, its tokens are taken instead of spending a
+// refresh token that may have been rotated. c.mu is held.
 func (c *Client) refresh(ctx context.Context, rec *Record) error {
+	unlock, err := c.store.Dir.Lock(lockName)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	if cur, mod, err := c.store.Load(c.name); err == nil && cur != nil && cur.AccessToken != rec.AccessToken && cur.ServerURL == rec.ServerURL {
+		c.rec, c.mod = cur, mod
+		c.secret(cur)
+		return nil
+	}
 	conf := c.config(rec.ClientID, rec.ClientSecret, rec.AuthMethod, "", rec.TokenEndpoint, "", nil)
 	ctx = context.WithValue(ctx, oauth2.HTTPClient, c.tokenHTTP(rec.TokenEndpoint, rec.Resource))
 	tok, err := conf.TokenSource(ctx, &oauth2.Token{RefreshToken: rec.RefreshToken}).Token()
@@ -207,7 +232,7 @@ func (c *Client) refresh(ctx context.Context, rec *Record) error {
 	if s, ok := tok.Extra("scope").(string); ok && s != "" {
 		next.Granted = strings.Fields(s)
 	}
-	if err := c.store.Save(&next); err != nil {
+	if err := c.store.write(&next); err != nil {
 		return err
 	}
 	c.rec = &next
@@ -229,6 +254,9 @@ func tokenError(what string, err error) error {
 		status := 0
 		if re.Response != nil {
 			status = re.Response.StatusCode
+		}
+		if status >= 400 && status < 500 {
+			return fmt.Errorf("token %s: %w: HTTP %d (%s)", what, errRefused, status, code)
 		}
 		return fmt.Errorf("token %s: the authorization server answered HTTP %d (%s)", what, status, code)
 	}

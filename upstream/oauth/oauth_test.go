@@ -393,3 +393,25 @@ func TestTokenNeverLeavesTheOrigin(t *testing.T) {
 		t.Fatalf("the other origin got Authorization %q", got)
 	}
 }
+
+// TestRefreshFailingForNowIsNotNeedsLogin: a token endpoint that cannot
+// answer now (503) leaves the login in place; the next request refreshes.
+func TestRefreshFailingForNowIsNotNeedsLogin(t *testing.T) {
+	s := oauthtest.New(t, okHandler)
+	c := newClient(t, s, t.TempDir())
+	login(t, c)
+	s.RevokeAccess()
+	s.Lock()
+	s.TokenDown = true
+	s.Unlock()
+	_, err := post(t, c, s, `{}`)
+	if err == nil || errors.Is(err, oauth.ErrNeedsLogin) {
+		t.Fatalf("err = %v, want a failure that is not needs login", err)
+	}
+	s.Lock()
+	s.TokenDown = false
+	s.Unlock()
+	if resp, err := post(t, c, s, `{}`); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("after the token endpoint came back: %v %v", resp, err)
+	}
+}

@@ -91,17 +91,26 @@ func (s Store) Load(name string) (*Record, time.Time, error) {
 	return &r, fi.ModTime(), nil
 }
 
-// Save replaces the record of r.Upstream (0600, atomic).
+// lockName is the lock file every writer of token files holds.
+const lockName = ".oauth.lock"
+
+// Save replaces the record of r.Upstream (0600, atomic), holding the
+// directory's lock.
 func (s Store) Save(r *Record) error {
-	b, err := json.MarshalIndent(r, "", "  ")
-	if err != nil {
-		return err
-	}
-	unlock, err := s.Dir.Lock(".oauth.lock")
+	unlock, err := s.Dir.Lock(lockName)
 	if err != nil {
 		return err
 	}
 	defer unlock()
+	return s.write(r)
+}
+
+// write is Save for a caller that holds the lock already.
+func (s Store) write(r *Record) error {
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
 	return s.Dir.WriteFile(fileName(r.Upstream), append(b, '\n'))
 }
 
@@ -111,7 +120,7 @@ func (s Store) Delete(name string) (removed bool, err error) {
 	if s.Dir.Path == "" {
 		return false, statedir.ErrNoDir
 	}
-	unlock, err := s.Dir.Lock(".oauth.lock")
+	unlock, err := s.Dir.Lock(lockName)
 	if err != nil {
 		return false, err
 	}

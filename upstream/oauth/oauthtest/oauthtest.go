@@ -35,9 +35,11 @@ type Server struct {
 	ToolScope string
 	// NeverGrant is a scope the authorization server never grants.
 	NeverGrant string
-	access     map[string][]string // valid access tokens → scopes
-	refresh    map[string][]string // valid refresh tokens → scopes
-	n          int
+	// TokenDown makes the token endpoint answer 503.
+	TokenDown bool
+	access    map[string][]string // valid access tokens → scopes
+	refresh   map[string][]string // valid refresh tokens → scopes
+	n         int
 	// TokenForms are the forms of every token request, in order.
 	TokenForms []url.Values
 	// Authorized counts the requests the resource let through.
@@ -119,6 +121,10 @@ func (s *Server) serveAS(w http.ResponseWriter, r *http.Request) {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		s.TokenForms = append(s.TokenForms, r.PostForm)
+		if s.TokenDown {
+			http.Error(w, "down for maintenance", http.StatusServiceUnavailable)
+			return
+		}
 		var scopes []string
 		switch r.PostForm.Get("grant_type") {
 		case "authorization_code":
