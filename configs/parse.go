@@ -87,7 +87,7 @@ type (
 		InheritEnv      []string            `toml:"inherit_env"`
 		URL             *string             `toml:"url"`
 		Headers         map[string]string   `toml:"headers"`
-		OAuth           any                 `toml:"oauth" keys:"self"` // true, false or a table: its keys are checked in oauth.go
+		OAuth           any                 `toml:"oauth" keys:"self"` // true, false or a table: its keys are checked in upstream_oauth.go
 		Prefix          *string             `toml:"prefix"`
 		Required        bool                `toml:"required"`
 		ConnectTimeout  any                 `toml:"connect_timeout"`

@@ -129,7 +129,7 @@ type Upstream struct {
 	Headers map[string]string // ${ENV}-expanded
 	// OAuth, when set, makes mcpmux an OAuth 2.1 client of this upstream
 	// (oauth = true or a table); nil = no OAuth.
-	OAuth *OAuth
+	OAuth *UpstreamOAuth
 
 	Prefix          string // defaults to Name; "" mounts unprefixed
 	Required        bool

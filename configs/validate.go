@@ -373,7 +373,7 @@ func (v *validator) endpoint(p keyPath, r *rawUpstream, u *Upstream) {
 		}
 		u.Headers = v.stringMap(p.key("headers"), r.Headers, checkHeaderName, "\r\n\x00")
 	}
-	u.OAuth = v.oauth(p.key("oauth"), r.OAuth, r.Command != nil)
+	u.OAuth = v.upstreamOAuth(p.key("oauth"), r.OAuth, r.Command != nil)
 
 	switch r.Transport {
 	case "":

@@ -655,7 +655,7 @@ func TestOAuthTokensAreMasked(t *testing.T) {
 	up := newUpstreamServer(t, 1)
 	as := oauthtest.New(t, up.http.Config.Handler)
 	dir := t.TempDir()
-	rec, err := oauth.New("lin", as.URL(), configs.OAuth{StateDir: dir}, oauth.Options{}).Login(context.Background(),
+	rec, err := oauth.New("lin", as.URL(), configs.UpstreamOAuth{StateDir: dir}, oauth.Options{}).Login(context.Background(),
 		oauth.LoginOptions{RedirectURI: "http://127.0.0.1:1/cb", Authorize: oauth.AutoApprove(nil)})
 	if err != nil {
 		t.Fatal(err)

@@ -22,7 +22,7 @@ func TestOAuthNeedsLoginThenUp(t *testing.T) {
 	s := oauthtest.New(t, server.NewStreamableHTTPServer(newTestServer()))
 	dir := t.TempDir()
 	cfg := &configs.Upstream{Name: "lin", Transport: configs.TransportHTTP, URL: s.URL(),
-		OAuth: &configs.OAuth{StateDir: dir}, ConnectTimeout: 5 * time.Second, CallTimeout: 5 * time.Second}
+		OAuth: &configs.UpstreamOAuth{StateDir: dir}, ConnectTimeout: 5 * time.Second, CallTimeout: 5 * time.Second}
 	logs := &logSink{}
 	opts := fastOptions(logs)
 	opts.MinBackoff = 50 * time.Millisecond
@@ -45,7 +45,7 @@ func TestOAuthNeedsLoginThenUp(t *testing.T) {
 		t.Fatalf("%d requests reached the upstream without a token", sent)
 	}
 
-	other := oauth.New("lin", s.URL(), configs.OAuth{StateDir: dir}, oauth.Options{})
+	other := oauth.New("lin", s.URL(), configs.UpstreamOAuth{StateDir: dir}, oauth.Options{})
 	rec, err := other.Login(ctx, oauth.LoginOptions{RedirectURI: "http://127.0.0.1:1/cb", Authorize: oauth.AutoApprove(nil)})
 	if err != nil {
 		t.Fatal(err)

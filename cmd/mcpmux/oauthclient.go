@@ -46,7 +46,7 @@ func cmdOAuthClient(ctx context.Context, args []string, stdout, stderr io.Writer
 	}
 	defer os.RemoveAll(dir)
 
-	oc := &configs.OAuth{StateDir: dir, ClientMetadataURL: *metadataURL}
+	oc := &configs.UpstreamOAuth{StateDir: dir, ClientMetadataURL: *metadataURL}
 	if raw := os.Getenv("MCP_CONFORMANCE_CONTEXT"); raw != "" {
 		var cc struct {
 			ClientID     string `json:"client_id"`

@@ -55,7 +55,7 @@ type Options struct {
 // A Client is safe for concurrent use.
 type Client struct {
 	name, serverURL string
-	cfg             configs.OAuth
+	cfg             configs.UpstreamOAuth
 	store           Store
 	hc              *http.Client
 	clientName      string
@@ -71,7 +71,7 @@ type Client struct {
 
 // New returns the Client of upstream name at serverURL. It has no side
 // effects.
-func New(name, serverURL string, cfg configs.OAuth, opts Options) *Client {
+func New(name, serverURL string, cfg configs.UpstreamOAuth, opts Options) *Client {
 	c := &Client{name: name, serverURL: serverURL, cfg: cfg, store: Store{Dir: statedir.Dir{Path: cfg.StateDir}},
 		hc: opts.HTTP, clientName: opts.ClientName, now: opts.Now, poll: opts.PollInterval, onSecret: opts.OnSecret}
 	if c.hc == nil {

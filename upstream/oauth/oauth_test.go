@@ -29,7 +29,7 @@ var okHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 
 func newClient(t *testing.T, s *oauthtest.Server, dir string) *oauth.Client {
 	t.Helper()
-	return oauth.New("lin", s.URL(), configs.OAuth{StateDir: dir}, oauth.Options{PollInterval: 10 * time.Millisecond})
+	return oauth.New("lin", s.URL(), configs.UpstreamOAuth{StateDir: dir}, oauth.Options{PollInterval: 10 * time.Millisecond})
 }
 
 func login(t *testing.T, c *oauth.Client) *oauth.Record {

@@ -7,12 +7,12 @@ import (
 	"slices"
 )
 
-// OAuth is the oauth key of one [upstreams.NAME]: mcpmux logs in to the
+// UpstreamOAuth is the oauth key of one [upstreams.NAME]: mcpmux logs in to the
 // upstream as an OAuth 2.1 client (the MCP authorization spec) and keeps
 // its tokens in StateDir. `oauth = true` leaves every field but StateDir
 // empty: the client registers itself (a Client ID Metadata Document or
 // dynamic registration) and asks for the scopes the upstream names.
-type OAuth struct {
+type UpstreamOAuth struct {
 	// ClientID and ClientSecret are a client registered with the
 	// upstream's authorization server beforehand; used when the server
 	// offers neither a Client ID Metadata Document nor dynamic
@@ -32,28 +32,28 @@ type OAuth struct {
 	StateDir string
 }
 
-// oauthKeys are the keys of an oauth table.
-var oauthKeys = []string{"client_id", "client_secret", "client_metadata_url", "scopes"}
+// upstreamOAuthKeys are the keys of an upstream's oauth table.
+var upstreamOAuthKeys = []string{"client_id", "client_secret", "client_metadata_url", "scopes"}
 
-// oauth checks an upstream's oauth key: a boolean, or a table of
-// oauthKeys. stdio upstreams cannot have one (they take credentials
+// upstreamOAuth checks an upstream's oauth key: a boolean, or a table of
+// upstreamOAuthKeys. stdio upstreams cannot have one (they take credentials
 // through env).
-func (v *validator) oauth(p keyPath, raw any, stdio bool) *OAuth {
+func (v *validator) upstreamOAuth(p keyPath, raw any, stdio bool) *UpstreamOAuth {
 	if raw == nil {
 		return nil
 	}
-	var o *OAuth
+	var o *UpstreamOAuth
 	switch x := raw.(type) {
 	case bool:
 		if !x {
 			return nil
 		}
-		o = &OAuth{}
+		o = &UpstreamOAuth{}
 	case map[string]any:
-		o = &OAuth{}
+		o = &UpstreamOAuth{}
 		for _, k := range slices.Sorted(maps.Keys(x)) {
-			if !slices.Contains(oauthKeys, k) {
-				v.errorf(p.key(k), "unknown key %q in oauth (want %s)", k, joinQuoted(oauthKeys))
+			if !slices.Contains(upstreamOAuthKeys, k) {
+				v.errorf(p.key(k), "unknown key %q in oauth (want %s)", k, joinQuoted(upstreamOAuthKeys))
 				continue
 			}
 			if k == "scopes" {

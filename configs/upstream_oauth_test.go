@@ -6,7 +6,7 @@ import (
 	"testing"
 )
 
-func TestOAuthKey(t *testing.T) {
+func TestUpstreamOAuthKey(t *testing.T) {
 	const head = "[upstreams.lin]\nurl = \"https://mcp.example.com/mcp\"\n"
 	t.Run("true", func(t *testing.T) {
 		cfg := mustParse(t, "[server]\nstate_dir = \"/var/lib/mux\"\n"+head+"oauth = true\n", nil)
