@@ -14,10 +14,10 @@ import (
 // dynamic registration) and asks for the scopes the upstream names.
 type UpstreamOAuth struct {
 	// ClientID and ClientSecret are a client registered with the
-	// upstream's authorization server beforehand; used when the server
-	// offers neither a Client ID Metadata Document nor dynamic
-	// registration. ClientSecret is ${ENV}-expanded and masked like every
-	// configured secret.
+	// upstream's authorization server beforehand; when set they are used
+	// instead of a Client ID Metadata Document or dynamic registration
+	// (the MCP spec's order). ClientSecret is ${ENV}-expanded and masked
+	// like every configured secret.
 	ClientID     string
 	ClientSecret string
 	// Scopes, when set, are asked for instead of those the upstream's
