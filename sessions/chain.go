@@ -179,10 +179,10 @@ func (s *Server) decide(session string, b Binding, view *filter.View, m *jsonrpc
 	if refusal == nil {
 		return e, nil
 	}
-	s.log.Info("tools/call refused", "session", session, "tool", jsonrpc.Printable(m.Name), "profile", b.Profile, "reason", reason)
+	s.log.Info("tools/call refused", "session", session, "tool", jsonrpc.Printable(m.Name), "profile", b.Profile, "subject", b.Subject, "reason", reason)
 	s.metrics.count(m.Method, outcomeDenied)
 	s.audit.Write(audit.Record{
-		Time: time.Now().UTC(), Session: session, Profile: b.Profile, Tool: jsonrpc.Printable(m.Name),
+		Time: time.Now().UTC(), Session: session, Profile: b.Profile, Subject: b.Subject, Tool: jsonrpc.Printable(m.Name),
 		Decision: audit.Denied, Reason: reason,
 	}, m.Arguments)
 	return nil, refusal
@@ -211,7 +211,7 @@ func (s *Server) route(ctx context.Context, session string, b Binding, e *filter
 		d := time.Since(start)
 		toolError := err == nil && isErrorResult(res)
 		s.metrics.observeCall(e.Upstream, toolError, err, d)
-		rec := audit.Record{Time: start.UTC(), Session: session, Profile: b.Profile, Tool: e.Tool.Name, Upstream: e.Upstream,
+		rec := audit.Record{Time: start.UTC(), Session: session, Profile: b.Profile, Subject: b.Subject, Tool: e.Tool.Name, Upstream: e.Upstream,
 			Decision: audit.Allowed, Duration: float64(d.Microseconds()) / 1000}
 		if errors.Is(err, aggregator.ErrCallerShare) {
 			rec.Decision, rec.Reason = audit.Denied, audit.ReasonBusy

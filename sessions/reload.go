@@ -209,6 +209,14 @@ func (r *Resolver) Regrant(old Binding) (Binding, error) {
 			return Binding{}, fmt.Errorf("%w: the session was opened without one", ErrUnauthorized)
 		}
 		te := r.tokenBySum(old.Caller)
+		if old.claims != nil {
+			// An OAuth session: its claims are matched against the
+			// new grants.
+			var err error
+			if te, err = r.regrantOAuth(old.claims); err != nil {
+				return Binding{}, err
+			}
+		}
 		if te == nil {
 			return Binding{}, fmt.Errorf("%w: the session's token was removed", ErrUnauthorized)
 		}

@@ -36,8 +36,8 @@ func (s *Server) viewerOf(r *http.Request) (v viewer, ok bool) {
 	if !sel.HasToken {
 		return viewer{}, false
 	}
-	te := res.token(sel.Token)
-	if te == nil {
+	te, err := res.caller(sel.Token)
+	if err != nil {
 		return viewer{}, false
 	}
 	if te.admin {
@@ -97,7 +97,7 @@ func (s *Server) withViewer(serve func(w http.ResponseWriter, r *http.Request, v
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		v, ok := s.viewerOf(r)
 		if !ok {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="mcpmux"`)
+			w.Header().Set("WWW-Authenticate", s.Resolver().challenge("", "", ""))
 			http.Error(w, "a bearer token is required", http.StatusUnauthorized)
 			return
 		}

@@ -16,9 +16,12 @@ import (
 // request refused by a limit before its tool could be known (Tool is then
 // empty and Method says what was refused, when known).
 type Record struct {
-	Time      time.Time       `json:"time"`
-	Session   string          `json:"session,omitempty"`
-	Profile   string          `json:"profile,omitempty"`
+	Time    time.Time `json:"time"`
+	Session string    `json:"session,omitempty"`
+	Profile string    `json:"profile,omitempty"`
+	// Subject is who called: an OAuth token's sub, or "token:" and 8 hex
+	// digits of a static token's sha256; never a token.
+	Subject   string          `json:"subject,omitempty"`
 	Method    string          `json:"method,omitempty"`
 	Tool      string          `json:"tool"`
 	Upstream  string          `json:"upstream,omitempty"`
