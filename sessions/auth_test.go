@@ -2,6 +2,7 @@ package sessions
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -14,20 +15,30 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/mcpmux/mcpmux/configs"
 	"github.com/mcpmux/mcpmux/internal/oauth/hydratest"
 )
 
 // The resource identifier the OAuth tests' tokens are minted for.
 const testAudience = "http://mcp.test"
 
-// oauthServer starts mcpmux with [auth.oauth] trusting h, a static token
-// beside it, and an audit log; scope mcp:all grants all and readonly
-// (admin), mcp:tools readonly only.
-func oauthServer(t *testing.T, h *hydratest.Hydra) (*Server, *upstreamServer, *httptest.Server, *syncBuf) {
-	t.Helper()
-	up := newUpstreamServer(t, 6)
-	audit := &syncBuf{}
-	s := newServerWith(t, up.http.URL, fmt.Sprintf(`[profiles.readonly]
+// oauthGrants are the grants of oauthServer's config: scope mcp:all grants
+// all and readonly (admin), mcp:tools readonly only.
+const oauthGrants = `[[auth.oauth.grants]]
+claim = "scope"
+value = "mcp:all"
+profiles = ["all", "readonly"]
+admin = true
+[[auth.oauth.grants]]
+claim = "scope"
+value = "mcp:tools"
+profiles = ["readonly"]
+`
+
+// oauthConfig is the config text after the upstream: [auth.oauth]
+// trusting issuer, with grants, and a static token beside it.
+func oauthConfig(issuer, grants string) string {
+	return fmt.Sprintf(`[profiles.readonly]
 read_only = true
 [profiles.all]
 [[auth.tokens]]
@@ -38,16 +49,16 @@ issuer = %q
 audience = %q
 clock_skew = "1s"
 scopes_supported = ["mcp:tools", "mcp:all"]
-[[auth.oauth.grants]]
-claim = "scope"
-value = "mcp:all"
-profiles = ["all", "readonly"]
-admin = true
-[[auth.oauth.grants]]
-claim = "scope"
-value = "mcp:tools"
-profiles = ["readonly"]
-`, h.Issuer, testAudience), Options{Audit: audit})
+`, issuer, testAudience) + grants
+}
+
+// oauthServer starts mcpmux with oauthConfig(h's issuer, grants) and an
+// audit log.
+func oauthServer(t *testing.T, h *hydratest.Hydra, grants string) (*Server, *upstreamServer, *httptest.Server, *syncBuf) {
+	t.Helper()
+	up := newUpstreamServer(t, 6)
+	audit := &syncBuf{}
+	s := newServerWith(t, up.http.URL, oauthConfig(h.Issuer, grants), Options{Audit: audit})
 	hs := httptest.NewServer(s.Handler())
 	t.Cleanup(hs.Close)
 	return s, up, hs, audit
@@ -96,7 +107,9 @@ func TestOAuthResourceServer(t *testing.T) {
 	h := hydratest.Start(t, 0)
 	id, secret := h.Client(t, "mcp:tools mcp:all other", testAudience, "http://elsewhere.test")
 	id2, secret2 := h.Client(t, "mcp:tools mcp:all", testAudience)
-	_, _, hs, audit := oauthServer(t, h)
+	// A grant by another claim: this client's id gives profile all.
+	id3, secret3 := h.Client(t, "other", testAudience)
+	_, _, hs, audit := oauthServer(t, h, oauthGrants+fmt.Sprintf("[[auth.oauth.grants]]\nclaim = \"client_id\"\nvalue = %q\nprofiles = [\"all\"]\n", id3))
 	tools := h.Token(t, id, secret, "mcp:tools", testAudience)
 	all := h.Token(t, id, secret, "mcp:all", testAudience)
 	metadata := testAudience + MetadataPath
@@ -178,6 +191,14 @@ func TestOAuthResourceServer(t *testing.T) {
 		}
 	})
 
+	t.Run("grant by client_id", func(t *testing.T) {
+		tok := h.Token(t, id3, secret3, "other", testAudience)
+		sid := mcpInit(t, hs, "/mcp", tok)
+		if _, body := mcpPost(t, hs, "/mcp", tok, sid, listBody); !strings.Contains(body, "up__tool_0001") {
+			t.Errorf("client_id grant's default profile all: %s", body)
+		}
+	})
+
 	t.Run("no grant matches", func(t *testing.T) {
 		resp, body := mcpPost(t, hs, "/mcp", h.Token(t, id, secret, "other", testAudience), "", initializeBody)
 		if got := resp.Header.Get("WWW-Authenticate"); resp.StatusCode != http.StatusForbidden || !strings.Contains(got, `error="insufficient_scope"`) {
@@ -247,6 +268,24 @@ func TestOAuthResourceServer(t *testing.T) {
 		if code != http.StatusOK || !strings.Contains(body, "bench.toml") {
 			t.Errorf("status.json with an admin grant: %d", code)
 		}
+		var st struct {
+			BySubject map[string]int `json:"sessions_by_subject"`
+		}
+		json.Unmarshal([]byte(body), &st)
+		if st.BySubject[id] == 0 || st.BySubject[staticSubject(sha256.Sum256([]byte("tok-static")))] == 0 {
+			t.Errorf("status.json sessions by subject = %v, want %s and the static token's", st.BySubject, id)
+		}
+		if strings.Contains(body, all[:40]) || strings.Contains(body, "tok-static") {
+			t.Errorf("status.json holds a token")
+		}
+		code, _, page := getStatus(t, hs.URL+"/", http.Header{"Authorization": {"Bearer " + all}})
+		if code != http.StatusOK || !strings.Contains(page, id) {
+			t.Errorf("status page for an admin does not name subject %s: %d", id, code)
+		}
+		code, _, body = getStatus(t, hs.URL+"/status.json", http.Header{"Authorization": {"Bearer " + tools}})
+		if code != http.StatusOK || strings.Contains(body, "sessions_by_subject") {
+			t.Errorf("status.json for a grant that is not admin shows other callers: %d %s", code, body)
+		}
 		code, hdr, _ := getStatus(t, hs.URL+"/status.json", nil)
 		if code != http.StatusUnauthorized || !strings.Contains(hdr.Get("WWW-Authenticate"), metadata) {
 			t.Errorf("status.json without a token: %d %q", code, hdr.Get("WWW-Authenticate"))
@@ -261,7 +300,7 @@ func TestOAuthResourceServer(t *testing.T) {
 func TestOAuthExpiryMidSession(t *testing.T) {
 	h := hydratest.Start(t, 0)
 	id, secret := h.Client(t, "mcp:tools", testAudience)
-	_, _, hs, _ := oauthServer(t, h)
+	_, _, hs, _ := oauthServer(t, h, oauthGrants)
 	// The first token makes hydra generate its keys, which takes a while;
 	// the short-lived one is minted after.
 	mcpInit(t, hs, "/mcp", h.Token(t, id, secret, "mcp:tools", testAudience))
@@ -270,6 +309,8 @@ func TestOAuthExpiryMidSession(t *testing.T) {
 	sid := mcpInit(t, hs, "/mcp", short)
 	w := dialWSPeer(t, hs, "", http.Header{"Authorization": {"Bearer " + short}})
 	initializeAs(t, w, map[string]any{})
+	p := mustOpenSSE(t, hs, "", http.Header{"Authorization": {"Bearer " + short}})
+	initializeAs(t, p, map[string]any{})
 	exp := tokenExpiry(t, short)
 	// Past exp and the 1 s skew: no timing is asserted, the test only
 	// waits until the token is surely expired.
@@ -285,6 +326,14 @@ func TestOAuthExpiryMidSession(t *testing.T) {
 		t.Errorf("the expired session with a fresh token: %d %s, want 404 (ended)", resp.StatusCode, body)
 	}
 	mcpInit(t, hs, "/mcp", fresh)
+
+	ping := `{"jsonrpc":"2.0","id":9,"method":"ping"}`
+	if code, body := p.post(t, p.endpoint, ping, http.Header{"Authorization": {"Bearer " + short}}); code != http.StatusUnauthorized {
+		t.Errorf("SSE post with the expired token: %d %s, want 401", code, body)
+	}
+	if code, body := p.post(t, p.endpoint, ping, http.Header{"Authorization": {"Bearer " + fresh}}); code != http.StatusNotFound {
+		t.Errorf("SSE post with a fresh token to the expired stream: %d %s, want 404 (ended)", code, body)
+	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -315,4 +364,31 @@ func forgeNone(tok string) string {
 func mustJSON(v any) string {
 	b, _ := json.Marshal(v)
 	return string(b)
+}
+
+// TestOAuthReload: a reload matches an OAuth session's claims against the
+// new grants: a session whose profile the new grant no longer allows
+// ends, one it still allows goes on.
+func TestOAuthReload(t *testing.T) {
+	h := hydratest.Start(t, 0)
+	id, secret := h.Client(t, "mcp:tools mcp:all", testAudience)
+	s, up, hs, _ := oauthServer(t, h, oauthGrants)
+	all := h.Token(t, id, secret, "mcp:all", testAudience)
+	onAll := mcpInit(t, hs, "/mcp/p/all", all)
+	onRO := mcpInit(t, hs, "/mcp/p/readonly", all)
+
+	narrower := strings.Replace(oauthGrants, `profiles = ["all", "readonly"]`, `profiles = ["readonly"]`, 1)
+	cfg, err := configs.Parse("reload.toml", []byte(fmt.Sprintf("[upstreams.up]\nurl = %q\n%s", up.http.URL, oauthConfig(h.Issuer, narrower))), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Reload(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if resp, body := mcpPost(t, hs, "/mcp", all, onAll, listBody); resp.StatusCode != http.StatusNotFound {
+		t.Errorf("a session on profile all after its grant lost it: %d %s, want 404", resp.StatusCode, body)
+	}
+	if resp, body := mcpPost(t, hs, "/mcp", all, onRO, listBody); resp.StatusCode != http.StatusOK || !strings.Contains(body, "up__tool_0000") {
+		t.Errorf("a session on readonly, still granted: %d %s", resp.StatusCode, body)
+	}
 }

@@ -75,6 +75,7 @@ func (st *statusData) restrict(v viewer) {
 	}
 	st.Config = ""
 	st.Open = 0 // every caller's sessions and streams
+	st.BySubject = nil
 	st.FilterCount, st.OtherFilters = 0, 0
 	st.Upstreams = slices.DeleteFunc(st.Upstreams, func(u upstreamRow) bool { return !v.seesUpstream(u.Name) })
 	st.Profiles = slices.DeleteFunc(st.Profiles, func(p profileRow) bool { return !v.seesProfile(p.Name) })
