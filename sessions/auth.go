@@ -332,3 +332,16 @@ func (r *Resolver) clockSkew() time.Duration {
 	}
 	return 0
 }
+
+// keepValidator makes r use old's token validator when both check tokens
+// the same way, so that a reload keeps the cached keys and the rate limit
+// of their reads.
+func (r *Resolver) keepValidator(old *Resolver) {
+	if old == nil || old.oauth == nil || r.oauth == nil {
+		return
+	}
+	a, b := old.cfg.Auth.OAuth, r.cfg.Auth.OAuth
+	if a.Issuer == b.Issuer && a.Audience == b.Audience && a.JWKSURL == b.JWKSURL && a.ClockSkew == b.ClockSkew {
+		r.oauth = old.oauth
+	}
+}

@@ -382,8 +382,12 @@ func TestOAuthReload(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	before := s.Resolver().oauth
 	if err := s.Reload(cfg); err != nil {
 		t.Fatal(err)
+	}
+	if s.Resolver().oauth != before {
+		t.Errorf("a reload that changed only grants dropped the cached keys")
 	}
 	if resp, body := mcpPost(t, hs, "/mcp", all, onAll, listBody); resp.StatusCode != http.StatusNotFound {
 		t.Errorf("a session on profile all after its grant lost it: %d %s, want 404", resp.StatusCode, body)

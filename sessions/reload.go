@@ -35,6 +35,7 @@ func (s *Server) Reload(cfg *configs.Config) error {
 	if err != nil {
 		return err
 	}
+	res.keepValidator(s.Resolver())
 	s.reloading.Lock()
 	defer s.reloading.Unlock()
 	s.registry.Forget()
