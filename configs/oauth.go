@@ -52,10 +52,8 @@ func (v *validator) oauth(r *rawOAuth, listen string, profiles map[string]*Profi
 				o.Audience = s
 			}
 		}
-	} else if host, _, err := net.SplitHostPort(listen); err == nil && host != "" && !unspecifiedHost(host) {
-		// The public URL mcpmux knows is the one it listens on; behind
-		// a proxy or on a wildcard address it must be told.
-		o.Audience = "http://" + listen
+	} else if aud, ok := DefaultAudience(listen); ok {
+		o.Audience, o.AudienceFromListen = aud, true
 	} else {
 		v.errorf(p, "needs audience: server.listen %q names no host clients reach mcpmux at; set audience to that URL (e.g. https://mcp.example.com)", listen)
 	}
@@ -91,6 +89,18 @@ func (v *validator) oauth(r *rawOAuth, listen string, profiles map[string]*Profi
 		o.Grants = append(o.Grants, gr)
 	}
 	return o
+}
+
+// DefaultAudience returns the resource identifier [auth.oauth] defaults to
+// when mcpmux listens on listen: "http://" + listen. The public URL mcpmux
+// knows is the one it listens on; on a wildcard address (0.0.0.0, ::) or
+// behind a proxy it must be told, and ok is false for a wildcard.
+func DefaultAudience(listen string) (audience string, ok bool) {
+	host, _, err := net.SplitHostPort(listen)
+	if err != nil || host == "" || unspecifiedHost(host) {
+		return "", false
+	}
+	return "http://" + listen, true
 }
 
 // checkAuthURL returns what is wrong with s as the issuer or JWKS URL of

@@ -83,6 +83,10 @@ type OAuth struct {
 	// resource. Default: "http://" + server.listen when that is a
 	// specific host.
 	Audience string
+	// AudienceFromListen reports that Audience was not configured but
+	// derived from server.listen (DefaultAudience), so that a --listen
+	// override derives it again.
+	AudienceFromListen bool
 	// JWKSURL, when set, is where the issuer's keys are read instead of
 	// the jwks_uri of its metadata.
 	JWKSURL string
