@@ -135,3 +135,52 @@ profiles = ["readonly"]
 		}
 	})
 }
+
+// TestOAuthSDKDiscovery: the official TypeScript SDK client, given only
+// client credentials, finds the identity provider through mcpmux's 401
+// and Protected Resource Metadata, gets a token from it and reaches its
+// grant's profile, on /mcp and /sse. The audience is left to its default,
+// the address mcpmux listens on (--listen), which is what the SDK checks
+// the metadata's resource against.
+func TestOAuthSDKDiscovery(t *testing.T) {
+	requireNode(t)
+	h := hydratest.Start(t, 0)
+	mux := startMux(t, doorsConfig(t)+fmt.Sprintf(`
+[auth.oauth]
+issuer = %q
+scopes_supported = ["mcp:tools"]
+
+[[auth.oauth.grants]]
+claim = "scope"
+value = "mcp:tools"
+profiles = ["readonly"]
+`, h.Issuer))
+	audience := "http://" + mux.Addr
+	id, secret := h.Client(t, "mcp:tools", audience)
+	// What a token of this grant lists, through a header.
+	want := driveDoor(t, DoorScript{Script: Script{URL: mux.URL(), Headers: map[string]string{"Authorization": "Bearer " + h.Token(t, id, secret, "mcp:tools", audience)},
+		Steps: []Op{opList()}}}).Clients[0].Steps[0].Names
+	slices.Sort(want)
+	if len(want) == 0 || slices.Contains(want, "demo__write_note") {
+		t.Fatalf("the readonly grant lists %v", want)
+	}
+	for _, door := range []struct{ transport, path string }{{"http", "/mcp"}, {"sse", "/sse"}} {
+		t.Run(door.transport, func(t *testing.T) {
+			in, _ := json.Marshal(map[string]string{"url": audience + door.path, "transport": door.transport, "clientId": id, "clientSecret": secret,
+				"scope": "mcp:tools", "issuer": h.Issuer, "audience": audience})
+			stdout, stderr, err := runNodeScript(t, "oauth.mjs", in)
+			var res struct {
+				OK       bool     `json:"ok"`
+				Error    string   `json:"error"`
+				Tools    []string `json:"tools"`
+				GotToken bool     `json:"gotToken"`
+			}
+			if json.Unmarshal(stdout, &res) != nil || err != nil || !res.OK {
+				t.Fatalf("oauth.mjs: %v\n%s\nstderr:\n%s", err, stdout, stderr)
+			}
+			if !res.GotToken || !slices.Equal(res.Tools, want) {
+				t.Errorf("the SDK (token %v) lists %v, want %v", res.GotToken, res.Tools, want)
+			}
+		})
+	}
+}

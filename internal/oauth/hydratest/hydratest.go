@@ -129,7 +129,7 @@ func (h *Hydra) Client(t testing.TB, scopes string, audiences ...string) (id, se
 		"grant_types":                []string{"client_credentials"},
 		"scope":                      scopes,
 		"audience":                   audiences,
-		"token_endpoint_auth_method": "client_secret_post",
+		"token_endpoint_auth_method": "client_secret_basic", // what the TypeScript SDK's client_credentials provider uses
 		"access_token_strategy":      "jwt",
 	}
 	var out struct {
@@ -150,11 +150,14 @@ func (h *Hydra) SetLifespan(t testing.TB, id string, d time.Duration) {
 // Token mints an access token for the client with scope and audience.
 func (h *Hydra) Token(t testing.TB, id, secret, scope, audience string) string {
 	t.Helper()
-	form := url.Values{"grant_type": {"client_credentials"}, "client_id": {id}, "client_secret": {secret}, "scope": {scope}}
+	form := url.Values{"grant_type": {"client_credentials"}, "scope": {scope}}
 	if audience != "" {
 		form.Set("audience", audience)
 	}
-	resp, err := http.PostForm(h.Issuer+"/oauth2/token", form)
+	req, _ := http.NewRequest(http.MethodPost, h.Issuer+"/oauth2/token", strings.NewReader(form.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.SetBasicAuth(url.QueryEscape(id), url.QueryEscape(secret)) // RFC 6749 §2.3.1
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatalf("hydra token: %v", err)
 	}
