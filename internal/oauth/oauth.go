@@ -13,6 +13,7 @@ package oauth
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -47,6 +48,11 @@ var (
 const (
 	DefaultSkew       = 60 * time.Second
 	DefaultMinRefetch = 10 * time.Second
+	// DefaultMaxKeyAge is how long a read key set is used before it is
+	// read again, so that a key the issuer withdrew stops being accepted.
+	DefaultMaxKeyAge = time.Hour
+	// maxCached bounds the tokens whose validation is remembered.
+	maxCached = 4096
 	// maxDocumentBytes bounds a metadata document or key set.
 	maxDocumentBytes = 1 << 20
 )
@@ -75,6 +81,9 @@ type Options struct {
 	// MinRefetch is the least time between two reads of the issuer's
 	// metadata or keys; 0 means DefaultMinRefetch.
 	MinRefetch time.Duration
+	// MaxKeyAge is how long a key set is used before it is read again;
+	// 0 means DefaultMaxKeyAge.
+	MaxKeyAge time.Duration
 	// Client reads the metadata and keys; nil means a client with a 10 s
 	// timeout.
 	Client *http.Client
@@ -93,15 +102,24 @@ type Validator struct {
 
 	mu      sync.Mutex
 	keys    jwk.Set   // nil until read
+	read    time.Time // when keys were read
 	jwksURL string    // Options.JWKSURL, or discovered
 	last    time.Time // start of the last read, successful or not
 	reads   int       // reads of the key set so far
+	// valid remembers the claims of tokens that passed, by the token's
+	// sha256, so that a session's next request with the same token pays
+	// a hash instead of a signature check. Emptied whenever the keys are
+	// read; at most maxCached entries.
+	valid map[[sha256.Size]byte]*Claims
 }
 
 // New returns a Validator for o. Issuer and Audience must be set.
 func New(o Options) *Validator {
 	if o.MinRefetch == 0 {
 		o.MinRefetch = DefaultMinRefetch
+	}
+	if o.MaxKeyAge == 0 {
+		o.MaxKeyAge = DefaultMaxKeyAge
 	}
 	if o.Client == nil {
 		o.Client = &http.Client{Timeout: 10 * time.Second}
@@ -112,7 +130,7 @@ func New(o Options) *Validator {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
-	return &Validator{o: o, jwksURL: o.JWKSURL}
+	return &Validator{o: o, jwksURL: o.JWKSURL, valid: make(map[[sha256.Size]byte]*Claims)}
 }
 
 // Issuer returns the issuer the Validator accepts tokens of.
@@ -164,6 +182,47 @@ func (c *Claims) Has(claim, value string) bool {
 // claims with an error wrapping ErrExpired, so that the caller can tell
 // whose token it was.
 func (v *Validator) Validate(ctx context.Context, raw string) (*Claims, error) {
+	sum := sha256.Sum256([]byte(raw))
+	v.mu.Lock()
+	c, stale := v.valid[sum], v.o.Now().Sub(v.read) >= v.o.MaxKeyAge
+	v.mu.Unlock()
+	if c != nil && !stale {
+		// It passed every check before; only time can have changed.
+		if v.o.Now().After(c.Expiry.Add(v.o.Skew)) {
+			return c, fmt.Errorf("%w at %s", ErrExpired, c.Expiry.UTC().Format(time.RFC3339))
+		}
+		return c, nil
+	}
+	c, err := v.validate(ctx, raw)
+	if err == nil {
+		v.remember(sum, c)
+	}
+	return c, err
+}
+
+// remember records that the token with sum passed, with its claims.
+func (v *Validator) remember(sum [sha256.Size]byte, c *Claims) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if len(v.valid) >= maxCached {
+		now := v.o.Now()
+		for k, old := range v.valid {
+			if now.After(old.Expiry.Add(v.o.Skew)) {
+				delete(v.valid, k)
+			}
+		}
+		for k := range v.valid {
+			if len(v.valid) < maxCached {
+				break
+			}
+			delete(v.valid, k)
+		}
+	}
+	v.valid[sum] = c
+}
+
+// validate is Validate without the memory of tokens that passed.
+func (v *Validator) validate(ctx context.Context, raw string) (*Claims, error) {
 	tok, err := jwt.Parse([]byte(raw),
 		jwt.WithKeyProvider(keyProvider{v}),
 		jwt.WithContext(ctx),
@@ -250,6 +309,18 @@ func (kp keyProvider) FetchKeys(ctx context.Context, sink jws.KeySink, sig *jws.
 // when it is not held and the last read is at least MinRefetch ago. A
 // token with no kid is checked with the set's only key of its type.
 func (v *Validator) key(ctx context.Context, kid, kty string) (jwk.Key, error) {
+	v.mu.Lock()
+	stale := v.keys != nil && v.o.Now().Sub(v.read) >= v.o.MaxKeyAge && v.o.Now().Sub(v.last) >= v.o.MinRefetch
+	v.mu.Unlock()
+	if stale {
+		// Read again so that a withdrawn key stops passing; on failure
+		// the keys held are used until the next try.
+		v.fetchMu.Lock()
+		if err := v.refresh(ctx); err != nil {
+			v.o.Log.Warn("oauth: reading the issuer's keys again failed; using the ones held", "issuer", v.o.Issuer, "error", err)
+		}
+		v.fetchMu.Unlock()
+	}
 	if k, err := v.lookup(kid, kty); k != nil || err != nil {
 		return k, err
 	}
@@ -344,8 +415,9 @@ func (v *Validator) refresh(ctx context.Context) error {
 		return fmt.Errorf("%w: the keys at %s: %v", ErrUnavailable, u, err)
 	}
 	v.mu.Lock()
-	v.keys = set
+	v.keys, v.read = set, v.o.Now()
 	v.reads++
+	clear(v.valid) // a withdrawn key's tokens must be checked again
 	v.mu.Unlock()
 	v.o.Log.Info("oauth: read the issuer's keys", "issuer", v.o.Issuer, "url", u, "keys", set.Len())
 	return nil

@@ -228,6 +228,49 @@ func TestMetadataIssuerMismatch(t *testing.T) {
 	}
 }
 
+// TestRemembered: a token that passed is not checked again while the keys
+// are fresh, but its expiry still counts, and once the keys are read
+// again a token of a withdrawn key is refused.
+func TestRemembered(t *testing.T) {
+	idp := newTestIssuer(t)
+	var offset atomic.Int64
+	now := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
+	v := oauth.New(oauth.Options{Issuer: idp.url, Audience: resource, Skew: time.Second, MinRefetch: time.Second, MaxKeyAge: 30 * time.Second, Now: now})
+	ctx := context.Background()
+	tok := idp.sign(t, "k1", nil) // expires in a minute
+	for range 3 {
+		if _, err := v.Validate(ctx, tok); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := idp.jwksHits.Load(); got != 1 {
+		t.Fatalf("keys read %d times", got)
+	}
+	idp.withdrawn.Store(true)
+	if _, err := v.Validate(ctx, tok); err != nil {
+		t.Fatalf("before the keys are stale: %v", err)
+	}
+	offset.Store(int64(40 * time.Second)) // the keys are stale; the token still valid
+	if _, err := v.Validate(ctx, tok); !errors.Is(err, oauth.ErrInvalidToken) {
+		t.Fatalf("a token of a withdrawn key after the keys were read again: err = %v, want invalid", err)
+	}
+	if got := idp.jwksHits.Load(); got != 2 {
+		t.Errorf("keys read %d times, want 2", got)
+	}
+
+	// A fresh validator: a remembered token's exp still counts.
+	idp.withdrawn.Store(false)
+	offset.Store(0)
+	v = oauth.New(oauth.Options{Issuer: idp.url, Audience: resource, Skew: time.Second, MaxKeyAge: time.Hour, Now: now})
+	if _, err := v.Validate(ctx, tok); err != nil {
+		t.Fatal(err)
+	}
+	offset.Store(int64(2 * time.Minute))
+	if c, err := v.Validate(ctx, tok); !errors.Is(err, oauth.ErrExpired) || c == nil {
+		t.Fatalf("a remembered token past its exp: %v, want expired", err)
+	}
+}
+
 func TestMetadataURLs(t *testing.T) {
 	got := oauth.MetadataURLs("https://idp.example.com/realms/eng")
 	want := []string{"https://idp.example.com/.well-known/oauth-authorization-server/realms/eng", "https://idp.example.com/realms/eng/.well-known/openid-configuration"}
@@ -244,9 +287,10 @@ type testIssuer struct {
 	claimIssuer            string
 	key                    *rsa.PrivateKey
 	jwksHits, metadataHits atomic.Int32
+	withdrawn              atomic.Bool // publish an empty key set
 }
 
-func newTestIssuer(t *testing.T) *testIssuer {
+func newTestIssuer(t testing.TB) *testIssuer {
 	idp := &testIssuer{}
 	idp.key, _ = rsa.GenerateKey(rand.Reader, 2048)
 	pub, err := jwk.Import(idp.key.Public())
@@ -269,6 +313,10 @@ func newTestIssuer(t *testing.T) *testIssuer {
 			json.NewEncoder(w).Encode(map[string]string{"issuer": iss, "jwks_uri": idp.url + "/jwks"})
 		case "/jwks":
 			idp.jwksHits.Add(1)
+			if idp.withdrawn.Load() {
+				json.NewEncoder(w).Encode(jwk.NewSet())
+				return
+			}
 			json.NewEncoder(w).Encode(set)
 		default:
 			http.NotFound(w, r)
@@ -279,7 +327,7 @@ func newTestIssuer(t *testing.T) *testIssuer {
 	return idp
 }
 
-func (idp *testIssuer) sign(t *testing.T, kid string, edit func(jwt.Token)) string {
+func (idp *testIssuer) sign(t testing.TB, kid string, edit func(jwt.Token)) string {
 	t.Helper()
 	tok, err := jwt.NewBuilder().Issuer(idp.url).Audience([]string{resource}).Subject("user-1").
 		IssuedAt(time.Now()).Expiration(time.Now().Add(time.Minute)).Build()
@@ -343,4 +391,20 @@ func publicKey(t *testing.T, url, kid string) publicForms {
 	}
 	j, _ := json.Marshal(k)
 	return publicForms{pem: pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}), der: der, jwk: j}
+}
+
+// BenchmarkValidate is the cost a request pays for its token, keys held.
+func BenchmarkValidate(b *testing.B) {
+	idp := newTestIssuer(b)
+	v := oauth.New(oauth.Options{Issuer: idp.url, Audience: resource, Skew: time.Second})
+	tok := idp.sign(b, "k1", nil)
+	if _, err := v.Validate(context.Background(), tok); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := v.Validate(context.Background(), tok); err != nil {
+			b.Fatal(err)
+		}
+	}
 }
