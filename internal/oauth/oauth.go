@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
 	"slices"
@@ -448,9 +449,34 @@ func (v *Validator) discover(ctx context.Context) (string, error) {
 		if md.JWKSURI == "" {
 			return "", fmt.Errorf("%s has no jwks_uri; set auth.oauth.jwks_url", u)
 		}
+		if !secureURL(md.JWKSURI) {
+			return "", fmt.Errorf("%s names jwks_uri %q, which is neither https nor on a loopback host", u, md.JWKSURI)
+		}
 		return md.JWKSURI, nil
 	}
 	return "", fmt.Errorf("discovering %s: %w", v.o.Issuer, errors.Join(errs...))
+}
+
+// secureURL reports whether keys may be read from u: https, or http on a
+// loopback host (an identity provider on this machine), as configs
+// requires of the issuer.
+func secureURL(u string) bool {
+	p, err := url.Parse(u)
+	if err != nil {
+		return false
+	}
+	switch p.Scheme {
+	case "https":
+		return p.Host != ""
+	case "http":
+		h := p.Hostname()
+		if h == "localhost" {
+			return true
+		}
+		ip := net.ParseIP(h)
+		return ip != nil && ip.IsLoopback()
+	}
+	return false
 }
 
 // MetadataURLs returns where the metadata of issuer is looked for, in

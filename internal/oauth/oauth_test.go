@@ -271,6 +271,18 @@ func TestRemembered(t *testing.T) {
 	}
 }
 
+// TestInsecureJWKSURI: keys named at a plain-http URL off this machine are
+// not read.
+func TestInsecureJWKSURI(t *testing.T) {
+	idp := newTestIssuer(t)
+	idp.jwksURI = "http://keys.example.com/jwks"
+	v := oauth.New(oauth.Options{Issuer: idp.url, Audience: resource, Skew: time.Second})
+	_, err := v.Validate(context.Background(), idp.sign(t, "k1", nil))
+	if !errors.Is(err, oauth.ErrUnavailable) || !strings.Contains(err.Error(), "neither https nor on a loopback host") {
+		t.Fatalf("err = %v, want the jwks_uri refused", err)
+	}
+}
+
 func TestMetadataURLs(t *testing.T) {
 	got := oauth.MetadataURLs("https://idp.example.com/realms/eng")
 	want := []string{"https://idp.example.com/.well-known/oauth-authorization-server/realms/eng", "https://idp.example.com/realms/eng/.well-known/openid-configuration"}
@@ -288,6 +300,7 @@ type testIssuer struct {
 	key                    *rsa.PrivateKey
 	jwksHits, metadataHits atomic.Int32
 	withdrawn              atomic.Bool // publish an empty key set
+	jwksURI                string      // what the metadata names; "" = its own /jwks
 }
 
 func newTestIssuer(t testing.TB) *testIssuer {
@@ -310,7 +323,11 @@ func newTestIssuer(t testing.TB) *testIssuer {
 			if iss == "" {
 				iss = idp.url
 			}
-			json.NewEncoder(w).Encode(map[string]string{"issuer": iss, "jwks_uri": idp.url + "/jwks"})
+			jwks := idp.jwksURI
+			if jwks == "" {
+				jwks = idp.url + "/jwks"
+			}
+			json.NewEncoder(w).Encode(map[string]string{"issuer": iss, "jwks_uri": jwks})
 		case "/jwks":
 			idp.jwksHits.Add(1)
 			if idp.withdrawn.Load() {
