@@ -64,7 +64,7 @@ func queries(t testing.TB) []labelled {
 	return q.Queries
 }
 
-// Recall floors: the goal (SPEC §10) is recall@5 >= 0.9 on the query set.
+// Recall floors: the goal is recall@5 >= 0.9 on the query set.
 const (
 	floorAt5 = 0.9
 	floorAt1 = 0.75
@@ -132,7 +132,7 @@ func bigCatalog(t testing.TB, n int) []Doc {
 }
 
 // BenchmarkSearch10k searches an index of 10,000 tools with the labelled
-// queries in turn (SPEC §10: ≤ 1 ms p50 in process). It reports the p50
+// queries in turn (the bar: ≤ 1 ms p50 in process). It reports the p50
 // and p99 of single searches besides the mean.
 func BenchmarkSearch10k(b *testing.B) {
 	ix := New(bigCatalog(b, 10000))
