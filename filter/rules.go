@@ -63,6 +63,9 @@ type Rules struct {
 	// dynamic, when set, makes this the stage of a dynamic-toolsets
 	// session (dynamic.go); such a stage has no other selector.
 	dynamic *dynamicStage
+	// search, when set, makes this the stage of a tool-search session
+	// (search.go); such a stage has no other selector.
+	search *searchStage
 }
 
 // callRule is one compiled configs.CallRule.
@@ -229,6 +232,9 @@ func (r *Rules) hasPositive() bool {
 func (r *Rules) Match(name string, readOnly bool, toolsets []string) bool {
 	if r.dynamic != nil {
 		return r.dynamic.match(toolsets)
+	}
+	if r.search != nil {
+		return r.search.match(name)
 	}
 	if r.readOnly && !readOnly || r.denies(name) {
 		return false
