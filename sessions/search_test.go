@@ -332,10 +332,11 @@ func TestToolSearchConcurrent(t *testing.T) {
 	s := newBenchServer(t, up.http.URL, searchConfig)
 	sid := openSession(t, s.Handler(), "?profile=agent")
 	var wg sync.WaitGroup
-	for i := 10; i < 20; i++ {
+	// 14 calls at once: under the 16 a session may have in flight.
+	for i := 10; i < 17; i++ {
 		wg.Go(func() {
 			body := fmt.Sprintf(`{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"mcpmux__search_tools","arguments":{"query":"tool_%04d","limit":1}}}`, i)
-			if rec := post(s.Handler(), "", sid, body); rec.Code != 200 || strings.Contains(rec.Body.String(), `"isError":true`) {
+			if rec := post(s.Handler(), "", sid, body); rec.Code != 200 || !strings.Contains(rec.Body.String(), `"structuredContent"`) {
 				t.Errorf("search %d: %d %s", i, rec.Code, rec.Body.String())
 			}
 		})
@@ -348,7 +349,68 @@ func TestToolSearchConcurrent(t *testing.T) {
 	}
 	wg.Wait()
 	got := listTools(t, s, "", sid)
-	if want := append(append(slices.Clone(searchOwn), "up__tool_0000"), toolRange(10, 19, 1)...); !slices.Equal(got, want) {
+	if want := append(append(slices.Clone(searchOwn), "up__tool_0000"), toolRange(10, 16, 1)...); !slices.Equal(got, want) {
 		t.Fatalf("tools/list = %q, want %q", got, want)
+	}
+}
+
+// TestToolSearchStatusAndNarrowing checks that the status page shows a
+// tool_search profile's starting view, and that a request choosing tools
+// itself gets that narrowing without the search tools.
+func TestToolSearchStatusAndNarrowing(t *testing.T) {
+	up := newUpstreamServer(t, 30)
+	s := newBenchServer(t, up.http.URL, searchConfig)
+	hs := httptest.NewServer(s.Handler())
+	t.Cleanup(hs.Close)
+	_, body := fetchStatus(t, hs, "GET", "/status.json", nil)
+	var st struct {
+		Profiles []profileRow `json:"profiles"`
+	}
+	if err := json.Unmarshal([]byte(body), &st); err != nil {
+		t.Fatalf("status.json: %v", err)
+	}
+	for _, row := range st.Profiles {
+		switch row.Name {
+		case "agent", "roagent":
+			if !row.Search || row.Dynamic || row.InitialTools != 3 || row.InitialTokens <= 0 || row.InitialTokens >= row.Tokens {
+				t.Errorf("profile %s: %+v", row.Name, row)
+			}
+		case "limited":
+			if !row.Search || row.InitialTools != 2 {
+				t.Errorf("profile limited: %+v", row)
+			}
+		}
+	}
+	_, page := fetchStatus(t, hs, "GET", "/", nil)
+	if !strings.Contains(page, "tool search: a session starts with 3 tools, ~") {
+		t.Errorf("the status page does not show agent's starting view:\n%s", page)
+	}
+	sid := openSession(t, s.Handler(), "?profile=agent&tools=up__tool_0004,up__tool_0006")
+	if got := listTools(t, s, "", sid); !slices.Equal(got, []string{"up__tool_0004", "up__tool_0006"}) {
+		t.Errorf("a session that named its tools lists %q", got)
+	}
+}
+
+// TestToolSearchReload checks that a session keeps what it found across a
+// reload, within its rules as the reload narrows them, and is told
+// list_changed when that changed its view.
+func TestToolSearchReload(t *testing.T) {
+	up := newUpstreamServer(t, 30)
+	s := newBenchServer(t, up.http.URL, searchConfig)
+	sid := openSession(t, s.Handler(), "?profile=agent")
+	callTool(t, s, "", sid, "mcpmux__search_tools", map[string]any{"query": "tool_0004 tool_0005", "limit": 2})
+	want := append(slices.Clone(searchOwn), "up__tool_0000", "up__tool_0004", "up__tool_0005")
+	if got := listTools(t, s, "", sid); !slices.Equal(got, want) {
+		t.Fatalf("tools/list after the search = %q, want %q", got, want)
+	}
+	// The reload makes agent read-only: tool_0005 writes.
+	reloadWith(t, s, up, strings.Replace(searchConfig, "tool_search_pinned", "read_only = true\ntool_search_pinned", 1))
+	want = append(slices.Clone(searchOwn), "up__tool_0000", "up__tool_0004")
+	if got := listTools(t, s, "", sid); !slices.Equal(got, want) {
+		t.Fatalf("tools/list after the reload = %q, want %q", got, want)
+	}
+	_, m := callTool(t, s, "", sid, "mcpmux__call_tool", map[string]any{"name": "up__tool_0005", "arguments": map[string]any{"query": "x"}})
+	if m.Error == nil || m.Error.Code != -32601 {
+		t.Fatalf("call_tool of a tool the reload hid: %+v %s", m.Error, m.Result)
 	}
 }
