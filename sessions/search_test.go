@@ -3,6 +3,7 @@ package sessions
 import (
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"net/http/httptest"
 	"slices"
 	"strings"
@@ -413,4 +414,74 @@ func TestToolSearchReload(t *testing.T) {
 	if m.Error == nil || m.Error.Code != -32601 {
 		t.Fatalf("call_tool of a tool the reload hid: %+v %s", m.Error, m.Result)
 	}
+}
+
+// BenchmarkSearchTools10k measures mcpmux__search_tools over a view of
+// 10,000 tools through mcpmux's HTTP handler, in-process: stateless
+// (2026-07-28, nothing added), in a session (the found tools are added; the
+// queries repeat, so after the first round the session's filter stops
+// changing), and, as the baseline, the search of the view's index alone.
+// The first search of a view builds its index; it is made before timing.
+func BenchmarkSearchTools10k(b *testing.B) {
+	up := newUpstreamServer(b, 10000)
+	s := newBenchServer(b, up.http.URL, searchConfig)
+	h := s.Handler()
+	queries := make([]string, 20)
+	for i := range queries {
+		queries[i] = fmt.Sprintf("tool %04d small thing", i*497)
+	}
+	search := func(i int) string {
+		return fmt.Sprintf(`{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"mcpmux__search_tools","arguments":{"query":%q}%%s}}`, queries[i%len(queries)])
+	}
+	meta := `,"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}`
+	sid := openSession(b, h, "?profile=agent")
+	if rec := post(h, "", sid, fmt.Sprintf(search(0), "")); rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), `"structuredContent"`) {
+		b.Fatalf("search: %d %.300s", rec.Code, rec.Body.String())
+	}
+	b.Run("index", func(b *testing.B) {
+		v := s.ceilingView(s.effective(mustBinding(b, s, "agent")))
+		i := 0
+		timeEach(b, func() {
+			if len(v.Search(queries[i%len(queries)], 5)) != 5 {
+				b.Fatal("fewer than 5 hits")
+			}
+			i++
+		})
+	})
+	b.Run("stateless", func(b *testing.B) {
+		i := 0
+		timeEach(b, func() {
+			req := newRequest("?profile=agent", "", fmt.Sprintf(search(i), meta))
+			req.Header.Set("Mcp-Protocol-Version", "2026-07-28")
+			req.Header.Set("Mcp-Method", "tools/call")
+			req.Header.Set("Mcp-Name", "mcpmux__search_tools")
+			w := &sink{header: make(http.Header), code: http.StatusOK}
+			h.ServeHTTP(w, req)
+			if w.code != http.StatusOK || w.n < 1000 {
+				b.Fatalf("stateless search: %d %s", w.code, w.head)
+			}
+			i++
+		})
+	})
+	b.Run("session", func(b *testing.B) {
+		i := 0
+		timeEach(b, func() {
+			// A recorder, not a sink: the answer may be an event stream
+			// (list_changed first), which needs a Flusher.
+			if rec := post(h, "", sid, fmt.Sprintf(search(i), "")); rec.Code != http.StatusOK || rec.Body.Len() < 1000 {
+				b.Fatalf("search: %d %.300s", rec.Code, rec.Body.String())
+			}
+			i++
+		})
+	})
+}
+
+// mustBinding resolves profile as a request naming it would.
+func mustBinding(tb testing.TB, s *Server, profile string) Binding {
+	tb.Helper()
+	b, err := s.Resolver().ResolveLocal(Selection{Profile: profile})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return b
 }

@@ -15,6 +15,7 @@ import (
 	"container/heap"
 	"math"
 	"strings"
+	"sync"
 	"unicode"
 )
 
@@ -67,11 +68,36 @@ type Index struct {
 	n        int
 	postings map[string][]posting // sorted by doc
 	norm     []float32            // per doc: k1 * (1 - b + b*len/avgLen)
+	// scores holds *accumulator, one per search in flight.
+	scores sync.Pool
+}
+
+// accumulator sums one search's scores: score per document, touched the
+// documents with a score, in the order first scored.
+type accumulator struct {
+	score   []float64
+	touched []int32
+}
+
+func (a *accumulator) add(doc int32, s float64) {
+	if a.score[doc] == 0 {
+		a.touched = append(a.touched, doc)
+	}
+	a.score[doc] += s
+}
+
+// reset zeroes what the search scored, for the next one.
+func (a *accumulator) reset() {
+	for _, d := range a.touched {
+		a.score[d] = 0
+	}
+	a.touched = a.touched[:0]
 }
 
 // New builds the index of docs. It keeps nothing of docs but the terms.
 func New(docs []Doc) *Index {
 	ix := &Index{n: len(docs), postings: make(map[string][]posting), norm: make([]float32, len(docs))}
+	ix.scores.New = func() any { return &accumulator{score: make([]float64, len(docs))} }
 	lens := make([]float64, len(docs))
 	total := 0.0
 	tf := make(map[string]float64)
@@ -127,7 +153,8 @@ func (ix *Index) Search(query string, limit int) []Hit {
 	if limit < 1 || ix.n == 0 {
 		return nil
 	}
-	scores := make(map[int32]float64)
+	acc := ix.scores.Get().(*accumulator)
+	defer ix.scores.Put(acc)
 	for t, w := range queryTerms(query) {
 		ps := ix.postings[t]
 		if len(ps) == 0 {
@@ -137,12 +164,12 @@ func (ix *Index) Search(query string, limit int) []Hit {
 		idf := w * math.Log(1+(float64(ix.n)-df+0.5)/(df+0.5))
 		for _, p := range ps {
 			f := float64(p.tf)
-			scores[p.doc] += idf * f * (k1 + 1) / (f + float64(ix.norm[p.doc]))
+			acc.add(p.doc, idf*f*(k1+1)/(f+float64(ix.norm[p.doc])))
 		}
 	}
 	h := make(hitHeap, 0, limit)
-	for doc, s := range scores {
-		hit := Hit{Doc: int(doc), Score: s}
+	for _, doc := range acc.touched {
+		hit := Hit{Doc: int(doc), Score: acc.score[doc]}
 		if len(h) < limit {
 			heap.Push(&h, hit)
 		} else if worse(h[0], hit) {
@@ -150,6 +177,7 @@ func (ix *Index) Search(query string, limit int) []Hit {
 			heap.Fix(&h, 0)
 		}
 	}
+	acc.reset()
 	out := make([]Hit, len(h))
 	for i := len(h) - 1; i >= 0; i-- {
 		out[i] = heap.Pop(&h).(Hit)
