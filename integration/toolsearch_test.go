@@ -270,3 +270,49 @@ func TestToolSearchEveryDoor(t *testing.T) {
 		})
 	}
 }
+
+// TestToolSearchTypeScriptEveryDoor drives a tool_search session with the
+// official TypeScript SDK client on every door (streamable HTTP, legacy
+// SSE by query and by header, websocket, stdio) against the demo server:
+// the starting view, a search that tells the session list_changed and
+// lists what it found, and call_tool of a tool not listed.
+func TestToolSearchTypeScriptEveryDoor(t *testing.T) {
+	requireNode(t)
+	mux := startMux(t, doorsConfig(t)+searchTOML)
+	cfgPath := filepath.Join(mux.Dir, "mcpmux.toml")
+	doors := append(doorsFor(mux, cfgPath, mux.Marker, "agent"), door{"http", func(steps []Op) DoorScript {
+		return DoorScript{Script: Script{URL: mux.URL() + "?profile=agent", Steps: steps}}
+	}})
+	for _, d := range doors {
+		t.Run(d.name, func(t *testing.T) {
+			title := "door-" + strings.ReplaceAll(d.name, " ", "-")
+			c := driveDoor(t, d.script([]Op{
+				opList(), // 0
+				opCall("mcpmux__search_tools", map[string]any{"query": "delete a note", "limit": 2}), // 1
+				opWaitNotification(methodToolsListChanged, 10*time.Second),                           // 2
+				opList(), // 3
+				opCall("mcpmux__call_tool", map[string]any{"name": "demo__write_note", "arguments": map[string]any{"title": title, "text": "via call_tool"}}), // 4
+				opCall("mcpmux__call_tool", map[string]any{"name": "demo__read_note", "arguments": map[string]any{"title": title}}),                           // 5
+				opCallExpectError("mcpmux__call_tool", map[string]any{"name": "DEMO__read_note", "arguments": map[string]any{"title": title}}),                // 6
+			})).Clients[0]
+			starting := append(slices.Clone(searchOwnTools), "demo__echo")
+			checkNames(t, "starting view", c.Steps[0].Names, starting)
+			r := c.Steps[1].Call(t)
+			found := foundByName(t, r.StructuredContent, r.Text())
+			if len(found) != 2 || found[0] != "demo__delete_note" {
+				t.Errorf("search found %q", found)
+			}
+			checkNames(t, "after the search", c.Steps[3].Names, append(starting, found...))
+			if r := c.Steps[4].Call(t); r.IsError {
+				t.Errorf("call_tool demo__write_note: %q", r.Text())
+			}
+			if r := c.Steps[5].Call(t); r.IsError || r.Text() != "via call_tool" {
+				t.Errorf("call_tool demo__read_note: %q", r.Text())
+			}
+			wantToolNotFound(t, c.Steps[6].Error, "DEMO__read_note")
+			if d.name == "stdio" {
+				checkStdioExit(t, c)
+			}
+		})
+	}
+}
