@@ -49,9 +49,11 @@ func catalog(t testing.TB) ([]json.RawMessage, []Doc) {
 	return c.Tools, docs
 }
 
-func queries(t testing.TB) []labelled {
+func queries(t testing.TB) []labelled { return readQueries(t, "testdata/queries.json") }
+
+func readQueries(t testing.TB, path string) []labelled {
 	t.Helper()
-	raw, err := os.ReadFile("testdata/queries.json")
+	raw, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,12 +81,26 @@ func TestRecall(t *testing.T) {
 	if len(qs) < 60 {
 		t.Fatalf("the query set has %d queries, want at least 60", len(qs))
 	}
+	ix := New(docs)
+	r1, r5 := recall(t, ix, docs, qs)
+	t.Logf("%d queries over %d tools: recall@1 %.3f, recall@5 %.3f", len(qs), len(docs), r1, r5)
+	if r5 < floorAt5 || r1 < floorAt1 {
+		t.Errorf("recall@1 %.3f (floor %.2f), recall@5 %.3f (floor %.2f)", r1, floorAt1, r5, floorAt5)
+	}
+	held := readQueries(t, "testdata/heldout.json")
+	h1, h5 := recall(t, ix, docs, held)
+	t.Logf("held out, %d queries: recall@1 %.3f, recall@5 %.3f", len(held), h1, h5)
+}
+
+// recall runs qs against ix (over docs) and returns recall@1 and
+// recall@5, logging every query whose tool is not first.
+func recall(t *testing.T, ix *Index, docs []Doc, qs []labelled) (at1, at5 float64) {
+	t.Helper()
 	names := make([]string, len(docs))
 	for i, d := range docs {
 		names[i] = d.Name
 	}
-	ix := New(docs)
-	at1, at5 := 0, 0
+	n1, n5 := 0, 0
 	for _, q := range qs {
 		if !slices.Contains(names, q.Tool) {
 			t.Fatalf("query %q names %s, which the catalog does not have", q.Query, q.Tool)
@@ -95,20 +111,16 @@ func TestRecall(t *testing.T) {
 		}
 		switch i := slices.Index(got, q.Tool); {
 		case i == 0:
-			at1++
-			at5++
+			n1++
+			n5++
 		case i > 0:
-			at5++
+			n5++
 			t.Logf("rank %d: %q → %s", i+1, q.Query, strings.Join(got, ", "))
 		default:
 			t.Logf("miss:   %q (want %s) → %s", q.Query, q.Tool, strings.Join(got, ", "))
 		}
 	}
-	r1, r5 := float64(at1)/float64(len(qs)), float64(at5)/float64(len(qs))
-	t.Logf("%d queries over %d tools: recall@1 %.3f, recall@5 %.3f", len(qs), len(docs), r1, r5)
-	if r5 < floorAt5 || r1 < floorAt1 {
-		t.Errorf("recall@1 %.3f (floor %.2f), recall@5 %.3f (floor %.2f)", r1, floorAt1, r5, floorAt5)
-	}
+	return float64(n1) / float64(len(qs)), float64(n5) / float64(len(qs))
 }
 
 // bigCatalog returns n Docs: the real catalog's tools repeated under
