@@ -17,6 +17,7 @@ import (
 	"strings"
 	"sync"
 	"unicode"
+	"unicode/utf8"
 )
 
 // Arg is one argument of a tool's input schema.
@@ -101,12 +102,23 @@ func New(docs []Doc) *Index {
 	lens := make([]float64, len(docs))
 	total := 0.0
 	tf := make(map[string]float64)
+	stems := make(map[string]string) // word → its term ("" for a stop word), as Terms makes it
 	add := func(text string, w float64) {
 		if len(text) > maxFieldBytes {
 			text = text[:maxFieldBytes]
 		}
-		for _, t := range Terms(text) {
-			tf[t] += w
+		for _, word := range Words(text) {
+			t, ok := stems[word]
+			if !ok {
+				t = ""
+				if !stopWords[word] {
+					t = Stem(word)
+				}
+				stems[word] = t
+			}
+			if t != "" {
+				tf[t] += w
+			}
 		}
 	}
 	for i, d := range docs {
@@ -284,33 +296,42 @@ func Terms(text string) []string {
 // between letters and digits ("utf8" → utf, 8).
 func Words(text string) []string {
 	var out []string
-	var cur []rune
-	flush := func() {
-		if len(cur) > 0 {
-			out = append(out, strings.ToLower(string(cur)))
-			cur = cur[:0]
-		}
-	}
-	runes := []rune(text)
-	for i, r := range runes {
+	start := -1 // byte offset of the word being read; -1: none
+	var prev rune
+	for i := 0; i < len(text); {
+		r, size := utf8.DecodeRuneInString(text[i:])
 		if !unicode.IsLetter(r) && !unicode.IsDigit(r) {
-			flush()
+			if start >= 0 {
+				out = append(out, strings.ToLower(text[start:i]))
+				start = -1
+			}
+			i += size
 			continue
 		}
-		if len(cur) > 0 {
-			prev := cur[len(cur)-1]
+		if start >= 0 {
+			split := false
 			switch {
 			case unicode.IsUpper(r) && (unicode.IsLower(prev) || unicode.IsDigit(prev)):
-				flush()
-			case unicode.IsUpper(r) && unicode.IsUpper(prev) && i+1 < len(runes) && unicode.IsLower(runes[i+1]):
-				flush()
+				split = true
+			case unicode.IsUpper(r) && unicode.IsUpper(prev):
+				next, _ := utf8.DecodeRuneInString(text[i+size:])
+				split = unicode.IsLower(next)
 			case unicode.IsDigit(r) != unicode.IsDigit(prev):
-				flush()
+				split = true
 			}
+			if split {
+				out = append(out, strings.ToLower(text[start:i]))
+				start = i
+			}
+		} else {
+			start = i
 		}
-		cur = append(cur, r)
+		prev = r
+		i += size
 	}
-	flush()
+	if start >= 0 {
+		out = append(out, strings.ToLower(text[start:]))
+	}
 	return out
 }
 
