@@ -369,29 +369,11 @@ func (a *Aggregator) finishResult(res json.RawMessage, top [][]byte, modern, cac
 	if !modern && top[0] == nil && !bytes.Contains(top[1], []byte("io.modelcontextprotocol/")) {
 		return res // nothing of another era's and no reserved _meta: as sent
 	}
-	fields := map[string]json.RawMessage{}
-	if json.Unmarshal(res, &fields) != nil {
-		return res
-	}
 	var rt string
-	json.Unmarshal(fields["resultType"], &rt)
-	switch {
-	case modern && rt == "":
-		fields["resultType"] = json.RawMessage(`"complete"`)
-	case !modern && rt == string(mcp.ResultTypeComplete):
-		delete(fields, "resultType")
-	}
-	if modern && cacheable && rt != string(mcp.ResultTypeInputRequired) {
-		if _, ok := fields["ttlMs"]; !ok {
-			fields["ttlMs"] = json.RawMessage(`0`)
-		}
-		if _, ok := fields["cacheScope"]; !ok {
-			fields["cacheScope"] = json.RawMessage(`"private"`)
-		}
-	}
+	json.Unmarshal(top[0], &rt)
 	meta := map[string]json.RawMessage{}
-	if raw, ok := fields["_meta"]; ok {
-		json.Unmarshal(raw, &meta)
+	if len(top[1]) > 0 {
+		json.Unmarshal(top[1], &meta)
 	}
 	for k := range meta {
 		if upstream.IsReservedMeta(k) {
@@ -403,16 +385,40 @@ func (a *Aggregator) finishResult(res json.RawMessage, top [][]byte, modern, cac
 			meta[mcp.MetaKeyServerInfo] = b
 		}
 	}
-	if len(meta) == 0 {
-		delete(fields, "_meta")
-	} else if b, err := json.Marshal(meta); err == nil {
-		fields["_meta"] = b
+	var metaBytes json.RawMessage // nil: no _meta
+	if len(meta) > 0 {
+		metaBytes, _ = json.Marshal(meta)
 	}
-	out, err := json.Marshal(fields)
-	if err != nil {
-		return res
+	var add []jsonrpc.Member
+	switch {
+	case modern && rt == "":
+		add = append(add, jsonrpc.Member{Key: "resultType", Value: json.RawMessage(`"complete"`)})
 	}
-	return out
+	if modern && cacheable && rt != string(mcp.ResultTypeInputRequired) {
+		hints := jsonrpc.Fields(res, "ttlMs", "cacheScope")
+		if hints[0] == nil {
+			add = append(add, jsonrpc.Member{Key: "ttlMs", Value: json.RawMessage(`0`)})
+		}
+		if hints[1] == nil {
+			add = append(add, jsonrpc.Member{Key: "cacheScope", Value: json.RawMessage(`"private"`)})
+		}
+	}
+	if top[1] == nil && metaBytes != nil {
+		add = append(add, jsonrpc.Member{Key: "_meta", Value: metaBytes})
+	}
+	// The envelope's members change; every other member keeps its bytes
+	// and its place (a large content is copied once, not decoded).
+	return jsonrpc.Edit(res, func(key string, v []byte) []byte {
+		switch key {
+		case "resultType":
+			if !modern && rt == string(mcp.ResultTypeComplete) {
+				return nil
+			}
+		case "_meta":
+			return metaBytes
+		}
+		return v
+	}, add...)
 }
 
 // renameContents gives resources/read contents that the upstream returned

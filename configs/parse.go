@@ -101,6 +101,14 @@ type (
 		DenyRegex       []string            `toml:"deny_regex"`
 		ReadOnlyTools   []string            `toml:"read_only_tools"`
 		Toolsets        map[string][]string `toml:"toolsets"`
+		// Overrides are keyed by the upstream's name for the tool.
+		Overrides map[string]*rawOverride `toml:"overrides"`
+	}
+	rawOverride struct {
+		Name        *string        `toml:"name"`
+		Title       *string        `toml:"title"`
+		Description *string        `toml:"description"`
+		Args        map[string]any `toml:"args"`
 	}
 	rawRules struct {
 		Tools         []string      `toml:"tools"`
@@ -373,6 +381,9 @@ func (v *validator) unknownKeys(undecoded []toml.Key) {
 	reported := map[string]bool{}
 	for _, k := range undecoded {
 		i, known := firstUnknown(reflect.TypeFor[rawConfig](), k)
+		if i < 0 {
+			continue // inside a value of any shape (an override's args)
+		}
 		p := keyPath(k[:i+1])
 		if reported[p.String()] {
 			continue
@@ -394,13 +405,17 @@ func (v *validator) unknownKeys(undecoded []toml.Key) {
 }
 
 // firstUnknown walks key through the raw schema t and returns the index of
-// its first component the schema does not allow, with the keys allowed there.
+// its first component the schema does not allow, with the keys allowed there;
+// -1 when the key is inside a value the schema takes whatever its shape.
 // Keys of maps (upstream and profile names, env) are chosen by the user and
 // always allowed.
 func firstUnknown(t reflect.Type, key toml.Key) (int, []string) {
 	for i, k := range key {
 		switch t = elem(t); t.Kind() {
 		case reflect.Map:
+			if t.Elem().Kind() == reflect.Interface {
+				return -1, nil // a table of values of any shape (an override's args): what is below is the user's
+			}
 			t = t.Elem()
 		case reflect.Struct:
 			f, ok := fieldByTag(t, k)

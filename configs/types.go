@@ -3,7 +3,10 @@
 // embedded quickstart, and import of mcpServers JSON files.
 package configs
 
-import "time"
+import (
+	"encoding/json"
+	"time"
+)
 
 // Transport names an upstream transport.
 const (
@@ -126,8 +129,40 @@ type Upstream struct {
 	Rules         RuleSet             // per-upstream rules, on ORIGINAL names
 	ReadOnlyTools []string            // globs on original names: annotation override
 	Toolsets      map[string][]string // set name → globs on original names
+	// Overrides rewrite the upstream's tool definitions before the filter
+	// pipeline, keyed by the name the upstream gives the tool; nil = none.
+	Overrides map[string]*Override
 
 	Line int // line of the [upstreams.NAME] header, for messages
+}
+
+// Override is one [upstreams.NAME.overrides.TOOL] table: how the
+// upstream's tool TOOL is exposed. Every field left empty keeps
+// the upstream's own. Parse guarantees Name is a valid name whose exposed
+// form fits server.max_name_length, that no two overrides give one
+// exposed name, and that Title, Description and argument names are not
+// empty.
+type Override struct {
+	// Name replaces the tool's name: exposed as <prefix><separator>Name.
+	// Every rule, toolset and read_only_tools glob of the upstream sees
+	// this name; the upstream's own stays in _meta and is what calls are
+	// sent with.
+	Name        string
+	Title       string
+	Description string
+	// Args are the fixed arguments, each value encoded as JSON: removed
+	// from the tool's inputSchema, injected into every call, and refused
+	// when a client sends one.
+	Args map[string]json.RawMessage
+}
+
+// Exposed returns the unprefixed name the tool named tool gets under o:
+// o.Name, or tool when o is nil or renames nothing.
+func (o *Override) Exposed(tool string) string {
+	if o == nil || o.Name == "" {
+		return tool
+	}
+	return o.Name
 }
 
 // RuleSet is one set of filter rules. Globs match the whole name with `*`,

@@ -65,7 +65,7 @@ func (v *validator) config(raw *rawConfig) *Config {
 	cfg := &Config{Source: v.source}
 	cfg.Server = v.server(&raw.Server)
 	cfg.Audit = Audit{Path: raw.Audit.Path, IncludeArguments: raw.Audit.IncludeArguments}
-	cfg.Upstreams = v.upstreams(raw.Upstreams, cfg.Server.Separator)
+	cfg.Upstreams = v.upstreams(raw.Upstreams, cfg.Server.Separator, cfg.Server.MaxNameLength)
 	cfg.Filter = v.rules(keyPath{"filter"}, &raw.Filter, cfg)
 	cfg.Profiles = v.profiles(raw.Profiles, cfg)
 	cfg.Server.DefaultProfile = v.defaultProfile(raw.Server.DefaultProfile, cfg.Profiles)
@@ -191,11 +191,12 @@ func checkListen(addr string) error {
 	return nil
 }
 
-func (v *validator) upstreams(raw map[string]*rawUpstream, sep string) []*Upstream {
+func (v *validator) upstreams(raw map[string]*rawUpstream, sep string, maxLen int) []*Upstream {
 	var out []*Upstream
 	byPrefix := map[string]*Upstream{}
 	for _, name := range slices.Sorted(maps.Keys(raw)) {
 		u := v.upstream(name, raw[name], sep)
+		u.Overrides = v.overrides(keyPath{"upstreams", name, "overrides"}, raw[name].Overrides, u, sep, maxLen)
 		out = append(out, u)
 		if u.Prefix == "" {
 			continue // unprefixed upstreams may share the flat namespace; tool collisions are caught when catalogs merge
@@ -206,6 +207,7 @@ func (v *validator) upstreams(raw map[string]*rawUpstream, sep string) []*Upstre
 		}
 		byPrefix[u.Prefix] = u
 	}
+	v.overrideCollisions(out, sep)
 	return out
 }
 

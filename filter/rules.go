@@ -21,6 +21,7 @@ import (
 
 	"github.com/mcpmux/mcpmux/configs"
 	"github.com/mcpmux/mcpmux/internal/glob"
+	"github.com/mcpmux/mcpmux/internal/jsonrpc"
 )
 
 // ErrArgumentsNotAllowed is returned by Filter.CheckCall when a call_rule
@@ -42,6 +43,10 @@ type Entry struct {
 	// upstream ("github"), its prefix when different ("gh"), and each
 	// "<upstream>/<set>" and "<prefix>/<set>" it belongs to. Sorted.
 	Toolsets []string
+	// Fixed are the arguments an override fixes, sorted by key, each
+	// value encoded: injected into every call of the tool, and refused
+	// when a client sends one (aggregator.InjectFixed). nil = none.
+	Fixed []jsonrpc.Member
 }
 
 // Rules is one compiled rule set: one stage of the pipeline. It is immutable

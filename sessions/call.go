@@ -255,7 +255,7 @@ func (c *call) runInline(write func([]byte)) routedAnswer {
 //
 // A frame the upstream sends after the answer has nowhere to go on /mcp
 // (the request's stream ends with its answer): it is let go.
-func (s *Server) await(ctx context.Context, c *call, m *jsonrpc.Message, write func([]byte)) (answer []byte, errCode int) {
+func (s *Server) await(ctx context.Context, c *call, m *jsonrpc.Message, write func([]byte)) (answer jsonrpc.Frame, errCode int) {
 	defer s.flights.leave() // entered by callFor
 	answer, errCode = s.awaitCall(ctx, c, m, write)
 	c.settle(nil)
@@ -269,14 +269,14 @@ func (s *Server) await(ctx context.Context, c *call, m *jsonrpc.Message, write f
 // a result) go to late, after the answer, in the order they came.
 func (s *Server) awaitQueued(ctx context.Context, c *call, m *jsonrpc.Message, write func([]byte), late func([]byte) bool) {
 	defer s.flights.leave() // entered by callFor
-	if answer, _ := s.awaitCall(ctx, c, m, write); answer != nil {
-		write(answer)
+	if answer, _ := s.awaitCall(ctx, c, m, write); !answer.Empty() {
+		write(answer.Bytes())
 	}
 	c.settle(late)
 }
 
 // awaitCall is await without the shutdown bookkeeping.
-func (s *Server) awaitCall(ctx context.Context, c *call, m *jsonrpc.Message, write func([]byte)) (answer []byte, errCode int) {
+func (s *Server) awaitCall(ctx context.Context, c *call, m *jsonrpc.Message, write func([]byte)) (answer jsonrpc.Frame, errCode int) {
 	if c.modern {
 		stop := context.AfterFunc(ctx, c.cancel)
 		defer stop()
@@ -312,7 +312,7 @@ func (s *Server) awaitCall(ctx context.Context, c *call, m *jsonrpc.Message, wri
 			}
 			s.metrics.count(m.Method, outcomeOK)
 			s.spanOutcome(ctx, outcomeInput, nil)
-			return jsonrpc.Response(m.ID, b), 0
+			return jsonrpc.ResponseFrame(m.ID, b), 0
 		case a := <-c.done:
 			drain()
 			return s.answer(ctx, c, m, a)
@@ -322,7 +322,7 @@ func (s *Server) awaitCall(ctx context.Context, c *call, m *jsonrpc.Message, wri
 
 // answer encodes what the call returned as the answer to m. A call that
 // shutdown refused or cancelled is answered shutdownError.
-func (s *Server) answer(ctx context.Context, c *call, m *jsonrpc.Message, a routedAnswer) ([]byte, int) {
+func (s *Server) answer(ctx context.Context, c *call, m *jsonrpc.Message, a routedAnswer) (jsonrpc.Frame, int) {
 	c.cancel()          // a cause given earlier stays
 	c.final.Store(true) // its door settles its later frames (settle)
 	if c.release != nil {
@@ -331,7 +331,7 @@ func (s *Server) answer(ctx context.Context, c *call, m *jsonrpc.Message, a rout
 	s.spanOutcome(ctx, outcomeFor(a.err), a.err)
 	if a.err == nil {
 		s.metrics.count(m.Method, outcomeOK)
-		return jsonrpc.Response(m.ID, a.result), 0
+		return jsonrpc.ResponseFrame(m.ID, a.result), 0
 	}
 	s.metrics.count(m.Method, outcomeError)
 	var e *jsonrpc.Error
@@ -341,9 +341,9 @@ func (s *Server) answer(ctx context.Context, c *call, m *jsonrpc.Message, a rout
 		e = s.errorFor(m, a.err, c.modern)
 	}
 	if e == nil || ctx.Err() != nil {
-		return nil, 0
+		return jsonrpc.Frame{}, 0
 	}
-	return jsonrpc.ErrorResponse(m.ID, e), e.Code
+	return jsonrpc.Whole(jsonrpc.ErrorResponse(m.ID, e)), e.Code
 }
 
 // inputKey names the one input request of a held call's input_required

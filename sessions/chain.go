@@ -1,7 +1,6 @@
 package sessions
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -148,14 +147,20 @@ func (s *Server) decide(session string, b Binding, view *filter.View, m *jsonrpc
 		}
 		e = view.Lookup(m.Name)
 		resting := ""
+		var fixErr error
 		if e == nil {
 			resting = s.restarting(view, m.Name)
+		} else {
+			fixErr = fixArguments(e, m)
 		}
 		switch {
 		case resting != "":
 			reason, refusal = audit.ReasonRestarting, &jsonrpc.Error{Code: mcp.INTERNAL_ERROR, Message: fmt.Sprintf("upstream %s is restarting; retry shortly", resting)}
 		case e == nil:
 			reason, refusal = audit.ReasonNotFound, &jsonrpc.Error{Code: mcp.METHOD_NOT_FOUND, Message: "Tool not found: " + jsonrpc.Printable(m.Name)}
+		case fixErr != nil:
+			reason, refusal = audit.ReasonArguments, &jsonrpc.Error{Code: mcp.INVALID_PARAMS,
+				Message: fmt.Sprintf("Arguments not allowed for %s: %v", e.Tool.Name, fixErr)}
 		case view.Filter.CheckCall(e, m.Arguments) != nil:
 			reason, refusal = audit.ReasonArguments, &jsonrpc.Error{Code: mcp.INVALID_PARAMS, Message: "Arguments not allowed for " + e.Tool.Name}
 		case !isRelay(e) && !s.limits.Allow(session, b.Rate): // call_tool counts as the call it relays (relay)
@@ -187,6 +192,23 @@ func (s *Server) decide(session string, b Binding, view *filter.View, m *jsonrpc
 		Decision: audit.Denied, Reason: reason,
 	}, m.Arguments)
 	return nil, refusal
+}
+
+// fixArguments gives m, a tools/call of e, the arguments e's override
+// fixes ([upstreams.U.overrides.TOOL] args): its params and arguments
+// become what is forwarded, so that call rules, the audit log and the
+// upstream all see the same arguments. A call that sends a fixed
+// argument itself is refused, and m is left as it came.
+func fixArguments(e *filter.Entry, m *jsonrpc.Message) error {
+	if len(e.Fixed) == 0 {
+		return nil
+	}
+	params, args, err := aggregator.InjectFixed(e, m.Params, m.Arguments)
+	if err != nil {
+		return err
+	}
+	m.Params, m.Arguments = params, args
+	return nil
 }
 
 // restarting returns the upstream of the tool named name when that
@@ -260,7 +282,7 @@ var emptyResult = json.RawMessage(`{}`)
 // isErrorResult reports whether a tools/call result says isError, read
 // from the result's own members without looking into its content.
 func isErrorResult(res json.RawMessage) bool {
-	return bytes.Contains(res, []byte(`"isError"`)) && string(jsonrpc.Lookup(res, "isError")) == "true"
+	return string(jsonrpc.Lookup(res, "isError")) == "true"
 }
 
 // errorFor is the JSON-RPC error a client gets for err from route: an

@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"sync"
 	"time"
 
@@ -83,7 +84,7 @@ func (s *Server) serveRouted(w http.ResponseWriter, r *http.Request, m *jsonrpc.
 		return
 	}
 	answer, code := s.await(ctx, c, m, out.event)
-	if answer == nil {
+	if answer.Empty() {
 		return
 	}
 	status := http.StatusOK
@@ -206,7 +207,7 @@ func (o *eventWriter) event(frame []byte) {
 		h.Set("Cache-Control", "no-cache")
 		o.w.WriteHeader(http.StatusOK)
 	}
-	if err := writeEvent(o.w, frame); err != nil {
+	if err := writeEvent(o.w, jsonrpc.Whole(frame)); err != nil {
 		o.fail(err)
 		return
 	}
@@ -215,17 +216,29 @@ func (o *eventWriter) event(frame []byte) {
 	}
 }
 
-func (o *eventWriter) final(status int, frame []byte) {
-	o.held.hold(len(frame))
-	defer o.held.written(len(frame))
+func (o *eventWriter) final(status int, frame jsonrpc.Frame) {
+	o.held.hold(frame.Len())
+	defer o.held.written(frame.Len())
 	if o.stream {
-		o.event(frame)
+		if o.broken {
+			return
+		}
+		o.deadline()
+		if err := writeEvent(o.w, frame); err != nil {
+			o.fail(err)
+			return
+		}
+		if err := o.rc.Flush(); err != nil {
+			o.fail(err)
+		}
 		return
 	}
 	o.deadline()
-	o.w.Header().Set("Content-Type", "application/json")
+	h := o.w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Content-Length", strconv.Itoa(frame.Len())) // not chunked: written as it is
 	o.w.WriteHeader(status)
-	if _, err := o.w.Write(frame); err != nil {
+	if _, err := frame.WriteTo(o.w); err != nil {
 		o.fail(err)
 	}
 }
@@ -240,11 +253,12 @@ func (o *eventWriter) done() {
 
 // writeEvent writes frame as one server-sent event, in pieces: a large
 // answer is not copied again on its way out.
-func writeEvent(w io.Writer, frame []byte) error {
+func writeEvent(w io.Writer, frame jsonrpc.Frame) error {
+	frame = frame.OneLine() // a line break would end the data line early
 	if _, err := io.WriteString(w, "event: message\ndata: "); err != nil {
 		return err
 	}
-	if _, err := w.Write(frame); err != nil {
+	if _, err := frame.WriteTo(w); err != nil {
 		return err
 	}
 	_, err := io.WriteString(w, "\n\n")

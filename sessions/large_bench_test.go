@@ -7,8 +7,12 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // rawUpstream is a streamable HTTP upstream that answers from prebuilt
@@ -61,33 +65,68 @@ func rawUpstream(tb testing.TB, size int, sse bool) *httptest.Server {
 	return hs
 }
 
-// BenchmarkLargeResult measures a tools/call whose result is 1 MiB through
-// mcpmux's handler, in-process, from an upstream that sends prebuilt
-// bytes: the CPU mcpmux spends per MiB of result (go test -bench
-// LargeResult -cpuprofile).
+// BenchmarkLargeResult measures a tools/call whose result is 1 or 10 MiB
+// through mcpmux's handler, in-process, from an upstream that sends
+// prebuilt bytes, beside the same call through httputil.ReverseProxy (the
+// floor: a byte-for-byte proxy) in the same run. The upstream's and the
+// client's costs are in both, so the difference between the two is what
+// mcpmux adds per MiB (go test -bench LargeResult -cpuprofile).
 func BenchmarkLargeResult(b *testing.B) {
-	for _, sse := range []bool{false, true} {
-		size := 1 << 20
-		name := fmt.Sprintf("%dKiB/json", size>>10)
-		if sse {
-			name = fmt.Sprintf("%dKiB/sse", size>>10)
-		}
-		b.Run(name, func(b *testing.B) {
-			up := rawUpstream(b, size, sse)
-			s := newBenchServer(b, up.URL, "")
-			h := s.Handler()
-			sid := openSession(b, h, "")
-			body := `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"up__big","arguments":{}}}`
-			b.SetBytes(int64(size))
-			b.ResetTimer()
-			for range b.N {
-				w := postSink(h, "", sid, body)
-				if w.n < size || !bytes.Contains(w.head, []byte(`"result"`)) {
-					b.Fatalf("call not answered: %d bytes: %.200s", w.n, w.head)
-				}
+	body := `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"up__big","arguments":{}}}`
+	for _, size := range []int{1 << 20, 10 << 20} {
+		for _, sse := range []bool{false, true} {
+			kind := "json"
+			if sse {
+				kind = "sse"
 			}
-		})
+			up := rawUpstream(b, size, sse)
+			b.Run(fmt.Sprintf("%dMiB/%s/floor", size>>20, kind), func(b *testing.B) {
+				target, _ := url.Parse(up.URL)
+				floor := httputil.NewSingleHostReverseProxy(target)
+				floorBody := strings.Replace(body, "up__big", "big", 1)
+				b.SetBytes(int64(size))
+				b.ResetTimer()
+				cpu := processCPU()
+				for range b.N {
+					w := postSink(floor, "", "raw-1", floorBody)
+					if w.n < size || !bytes.Contains(w.head, []byte(`"result"`)) {
+						b.Fatalf("call not answered: %d bytes: %.200s", w.n, w.head)
+					}
+				}
+				reportCPUPerMiB(b, cpu, size)
+			})
+			b.Run(fmt.Sprintf("%dMiB/%s/mcpmux", size>>20, kind), func(b *testing.B) {
+				s := newBenchServer(b, up.URL, "")
+				h := s.Handler()
+				sid := openSession(b, h, "")
+				b.SetBytes(int64(size))
+				b.ResetTimer()
+				cpu := processCPU()
+				for range b.N {
+					w := postSink(h, "", sid, body)
+					if w.n < size || !bytes.Contains(w.head, []byte(`"result"`)) {
+						b.Fatalf("call not answered: %d bytes: %.200s", w.n, w.head)
+					}
+				}
+				reportCPUPerMiB(b, cpu, size)
+			})
+		}
 	}
+}
+
+// processCPU is the CPU time this process has used (user and system).
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// reportCPUPerMiB reports the process's CPU time since start per MiB of
+// result: the upstream's, the proxy's and the client's, on both sides.
+func reportCPUPerMiB(b *testing.B, start time.Duration, size int) {
+	b.StopTimer()
+	used := processCPU() - start
+	b.ReportMetric(float64(used.Microseconds())/1000/float64(b.N)/(float64(size)/(1<<20)), "cpu-ms/MiB")
 }
 
 // BenchmarkSmallCallSSE measures a small tools/call through mcpmux's

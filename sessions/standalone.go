@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"sync"
 	"time"
+
+	"github.com/mcpmux/mcpmux/internal/jsonrpc"
 )
 
 // standaloneQueue bounds the frames waiting for a GET stream's writer; past
@@ -99,7 +101,7 @@ func (s *Server) serveGET(w http.ResponseWriter, r *http.Request, id string, ses
 		select {
 		case f := <-g.frames:
 			rc.SetWriteDeadline(time.Now().Add(s.writeTimeout))
-			err := writeEvent(w, f)
+			err := writeEvent(w, jsonrpc.Whole(f))
 			if err == nil {
 				err = rc.Flush()
 			}

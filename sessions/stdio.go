@@ -177,11 +177,15 @@ func (s *Server) readLines(ss *streamSession, in io.Reader, gate *stdinGate) (er
 	}
 }
 
-// lineWriter writes one message per line. A JSON encoding never contains a
-// raw newline, so the newline is an unambiguous delimiter.
+// lineWriter writes one message per line. A message may hold line breaks
+// between its tokens (an upstream's pretty-printed result): they become
+// spaces (jsonrpc.OneLine), so that the newline stays an unambiguous
+// delimiter and no upstream can start a line of its own on the client's
+// stream.
 type lineWriter struct{ w io.Writer }
 
 func (lw *lineWriter) writeFrame(frame []byte) error {
+	frame = jsonrpc.OneLine(frame)
 	// One Write per message: the line reaches the pipe whole.
 	_, err := lw.w.Write(append(frame[:len(frame):len(frame)], '\n'))
 	return err

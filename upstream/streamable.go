@@ -698,13 +698,13 @@ func readAll(r io.Reader, size, max int64) ([]byte, error) {
 	if err == io.EOF || err == io.ErrUnexpectedEOF {
 		err = nil
 	}
-	out := make([]byte, 0, total)
+	parts := make([][]byte, len(chunks), len(chunks)+1)
 	for i, c := range chunks {
-		n := len(c)
-		if i == len(chunks)-1 {
-			n = last
-		}
-		out = append(out, c[:n]...)
+		parts[i] = c[:]
 	}
-	return out, err
+	parts[len(parts)-1] = parts[len(parts)-1][:last]
+	if len(parts) == 1 {
+		parts = append(parts, nil) // bytes.Join copies without zeroing first only for two or more
+	}
+	return bytes.Join(parts, nil), err
 }

@@ -117,6 +117,9 @@ func cmdCheck(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			notes = append(notes, n)
 		}
 	}
+	for _, u := range snap.Unmatched {
+		notes = append(notes, termsafe.Escape(fmt.Sprintf("upstream %q lists no tool %q: its override applies once it does", u.Upstream, u.Tool)))
+	}
 	if len(notes) > 0 {
 		fmt.Fprintln(stdout)
 		for _, n := range notes {

@@ -161,7 +161,6 @@ func startAggregator(ctx context.Context, cfg *configs.Config, log *slog.Logger)
 // secrets is the set log masks, which the aggregator keeps current (nil:
 // none is shared).
 func wire(cfg *configs.Config, log *slog.Logger, secrets *redact.Live) (*aggregator.Aggregator, *sessions.Server, func(), error) {
-	agg := aggregator.New(cfg, aggregator.Options{Logger: log, Secrets: secrets})
 	var srv *sessions.Server
 	var traces *tracing.Provider
 	audit, closeAudit, err := openAudit(cfg)
@@ -172,9 +171,9 @@ func wire(cfg *configs.Config, log *slog.Logger, secrets *redact.Live) (*aggrega
 				log.Error("closing sessions", "error", err)
 			}
 			cancel()
-		}
-		if err := agg.Close(); err != nil {
-			log.Error("closing upstreams", "error", err)
+			if err := srv.Aggregator().Close(); err != nil {
+				log.Error("closing upstreams", "error", err)
+			}
 		}
 		if closeAudit != nil {
 			closeAudit()
@@ -193,11 +192,12 @@ func wire(cfg *configs.Config, log *slog.Logger, secrets *redact.Live) (*aggrega
 	if traces, err = startTraces(log); err != nil {
 		return nil, nil, closeAll, configErr(err)
 	}
-	srv, err = sessions.New(cfg, agg, sessions.Options{Logger: log, Version: version(), Audit: audit, Tracer: traces.Tracer()})
+	srv, err = sessions.New(cfg, sessions.Options{Logger: log, Version: version(), Audit: audit, Tracer: traces.Tracer(),
+		Aggregator: aggregator.Options{Logger: log, Secrets: secrets}})
 	if err != nil {
 		return nil, nil, closeAll, configErr(err)
 	}
-	return agg, srv, closeAll, nil
+	return srv.Aggregator(), srv, closeAll, nil
 }
 
 // traceFlushTimeout bounds the export of the last spans at exit.

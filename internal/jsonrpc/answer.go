@@ -26,8 +26,13 @@ var errTooDeep = fmt.Errorf("JSON nested deeper than %d levels", maxValidDepth)
 // surrounding whitespace), as encoding/json.Valid does, or why not. It
 // accepts what encoding/json.Valid accepts, up to maxValidDepth levels of
 // nesting.
-func Valid(b []byte) error {
-	v := validator{b: b}
+func Valid(b []byte) error { return valid(b, nil) }
+
+// valid is Valid, collecting the members of a top-level object in top
+// (when non-nil) on the way: the envelope of an answer is read in the
+// same pass that checks it.
+func valid(b []byte, top *[]member) error {
+	v := validator{b: b, top: top}
 	i, err := v.value(v.ws(0), 0)
 	if err != nil {
 		return err
@@ -38,7 +43,10 @@ func Valid(b []byte) error {
 	return nil
 }
 
-type validator struct{ b []byte }
+type validator struct {
+	b   []byte
+	top *[]member // when non-nil, collects the members of a top-level object
+}
 
 func (v *validator) ws(i int) int {
 	for i < len(v.b) {
@@ -74,18 +82,26 @@ func (v *validator) value(i, depth int) (int, error) {
 			if v.b[i] != '"' {
 				return i, fmt.Errorf("invalid character %q looking for the beginning of an object key", v.b[i])
 			}
+			keyStart := i
 			var err error
 			if i, err = v.str(i); err != nil {
 				return i, err
 			}
+			keyEnd := i
 			if i = v.ws(i); i >= len(v.b) {
 				return i, errEnd
 			}
 			if v.b[i] != ':' {
 				return i, fmt.Errorf("invalid character %q after object key", v.b[i])
 			}
-			if i, err = v.value(v.ws(i+1), depth+1); err != nil {
+			valueStart := v.ws(i + 1)
+			if i, err = v.value(valueStart, depth+1); err != nil {
 				return i, err
+			}
+			if depth == 0 && v.top != nil {
+				esc := bytes.IndexByte(v.b[keyStart+1:keyEnd-1], '\\') >= 0
+				k := (&scanner{b: v.b}).key(keyStart, keyEnd, esc)
+				*v.top = append(*v.top, member{key: k, keyStart: keyStart, valueStart: valueStart, valueEnd: i})
 			}
 			if i = v.ws(i); i >= len(v.b) {
 				return i, errEnd
@@ -250,17 +266,17 @@ func (v *validator) str(i int) (int, error) {
 // mcpmux may act on or forward, is parsed as Parse does. A response whose
 // envelope holds a key twice is ambiguous (Ambiguous is set).
 func ParseUpstream(raw []byte) (*Message, error) {
-	if err := Valid(raw); err != nil {
+	top := make([]member, 0, 4)
+	if err := valid(raw, &top); err != nil {
 		return &Message{}, err
 	}
 	s := &scanner{b: raw, noCheck: true}
-	i := s.ws(0)
-	if raw[i] != '{' {
+	if raw[s.ws(0)] != '{' {
 		return &Message{}, errors.New("not a JSON-RPC message object")
 	}
 	m := &Message{}
 	var keys []string
-	for _, f := range topMembers(raw, i) {
+	for _, f := range top {
 		for _, k := range keys {
 			if k == f.key && m.Ambiguous == nil {
 				m.Ambiguous = fmt.Errorf("%w: key %q appears twice", ErrAmbiguous, Printable(f.key))
@@ -286,34 +302,13 @@ func ParseUpstream(raw []byte) (*Message, error) {
 	return m, nil
 }
 
-// topMembers returns the members of the valid JSON object at b[i],
-// crossing each value without looking into it.
-func topMembers(b []byte, i int) []member {
-	out := make([]member, 0, 4)
-	s := &scanner{b: b, noCheck: true}
-	i = s.ws(i + 1)
-	for i < len(b) && b[i] == '"' {
-		end, esc := s.str(i)
-		k := s.key(i, end, esc)
-		vs := s.ws(s.ws(end) + 1) // past ':'
-		ve := s.skipValue(vs)
-		out = append(out, member{key: k, keyStart: i, valueStart: vs, valueEnd: ve})
-		i = s.ws(ve)
-		if i < len(b) && b[i] == ',' {
-			i = s.ws(i + 1)
-		}
-	}
-	return out
-}
-
 // skipValue returns the index after the valid JSON value at i.
 func (s *scanner) skipValue(i int) int {
 	switch s.b[i] {
 	case '{', '[':
 		return s.skip(i)
 	case '"':
-		end, _ := s.str(i)
-		return end
+		return s.strEnd(i)
 	}
 	return s.scalar(i)
 }

@@ -3,8 +3,10 @@ package jsonrpc
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 var validCases = []string{
@@ -89,5 +91,79 @@ func BenchmarkParseLarge(b *testing.B) {
 		if _, err := Parse(raw); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestFieldsCrossesEscapes: the one-pass string skip ends a string at the
+// first quote after an even run of backslashes, and nowhere else, so a
+// text holding `\"`, `\\` and `\\\"` cannot hide or forge a member.
+func TestFieldsCrossesEscapes(t *testing.T) {
+	texts := []string{`a\"b`, `a\\`, `a\\\"b`, `\\\\`, `\"\"\"`, `x\\\\\"y\\`, `"isError":true,"x":"`}
+	for _, text := range texts {
+		obj := map[string]any{"content": []any{map[string]any{"type": "text", "text": text}}, "isError": true}
+		raw, _ := json.Marshal(obj)
+		if err := Valid(raw); err != nil {
+			t.Fatalf("%s: %v", raw, err)
+		}
+		f := Fields(raw, "content", "isError")
+		if string(f[1]) != "true" {
+			t.Errorf("%s: isError = %q", raw, f[1])
+		}
+		var back []any
+		if err := json.Unmarshal(f[0], &back); err != nil {
+			t.Errorf("%s: content %q is not the whole array: %v", raw, f[0], err)
+		}
+		var n int
+		Elements(f[0], func([]byte) { n++ })
+		if n != 1 {
+			t.Errorf("%s: %d content items, want 1", raw, n)
+		}
+	}
+}
+
+// FuzzFields: for any valid object, Fields finds exactly the top-level
+// members encoding/json decodes.
+func FuzzFields(f *testing.F) {
+	f.Add([]byte(`{"a":"x\\\"y","b":[1,{"a":2}],"c":"\\\\"}`))
+	f.Add([]byte(`{"a":{"b":"}"},"b":"\""}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var want map[string]json.RawMessage
+		if !utf8.Valid(b) || json.Unmarshal(b, &want) != nil || len(want) == 0 {
+			return // encoding/json rewrites keys that are not UTF-8
+		}
+		for k, v := range want {
+			got := Fields(b, k)[0]
+			if !bytes.Equal(bytes.TrimSpace(got), bytes.TrimSpace(v)) && !hasDupKey(b, k) {
+				t.Fatalf("Fields(%q, %q) = %q, encoding/json: %q", b, k, got, v)
+			}
+		}
+	})
+}
+
+// hasDupKey reports whether key appears more than once in b's text (the
+// first and the last of two differ by design: Fields takes the first).
+func hasDupKey(b []byte, key string) bool {
+	k, _ := json.Marshal(key)
+	return bytes.Count(b, k) > 1 || strings.Contains(string(b), `\u`)
+}
+
+// TestOneLine: line breaks become spaces, the message means the same, and
+// a message without any is returned as it is.
+func TestOneLine(t *testing.T) {
+	in := []byte("{\"a\":[\r\n{\"b\":\"x\\ny\"}\n],\r\"c\":1}")
+	out := OneLine(in)
+	if bytes.ContainsAny(out, "\r\n") {
+		t.Fatalf("OneLine left a line break: %q", out)
+	}
+	var a, b any
+	if json.Unmarshal(in, &a) != nil || json.Unmarshal(out, &b) != nil || fmt.Sprint(a) != fmt.Sprint(b) {
+		t.Fatalf("OneLine changed the message: %q → %q", in, out)
+	}
+	if !bytes.Contains(in, []byte("\n")) {
+		t.Fatal("OneLine changed its input")
+	}
+	plain := []byte(`{"a":1}`)
+	if got := OneLine(plain); &got[0] != &plain[0] {
+		t.Fatal("OneLine copied a message without line breaks")
 	}
 }

@@ -243,21 +243,9 @@ func firstNonSpace(b []byte) int {
 	return 0
 }
 
-// Response encodes a result answer to id.
-func Response(id, result json.RawMessage) []byte {
-	if len(id) == 0 {
-		id = json.RawMessage("null")
-	}
-	if len(result) == 0 {
-		result = json.RawMessage("null")
-	}
-	b := make([]byte, 0, len(id)+len(result)+40)
-	b = append(b, `{"jsonrpc":"2.0","id":`...)
-	b = append(b, id...)
-	b = append(b, `,"result":`...)
-	b = append(b, result...)
-	return append(b, '}')
-}
+// Response encodes a result answer to id in one slice (ResponseFrame
+// leaves the result where it is).
+func Response(id, result json.RawMessage) []byte { return ResponseFrame(id, result).Bytes() }
 
 // Error is a JSON-RPC error object.
 type Error struct {

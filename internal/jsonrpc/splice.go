@@ -145,3 +145,80 @@ func mergeMeta(base json.RawMessage, meta []Member) json.RawMessage {
 	}
 	return append(out, '}')
 }
+
+// Edit returns the valid JSON object obj with each top-level member passed
+// through fn, which returns the member's new value, or nil to drop the
+// member, followed by the members of add. Every other byte of obj is kept
+// as it was, in its place, and the members' values are crossed, not
+// decoded: it is for a result of many megabytes, already validated (see
+// ParseUpstream), whose envelope alone changes. obj that is not an object
+// is returned as it is.
+func Edit(obj []byte, fn func(key string, value []byte) []byte, add ...Member) []byte {
+	s := &scanner{b: obj, noCheck: true}
+	i := s.ws(0)
+	if i >= len(obj) || obj[i] != '{' {
+		return obj
+	}
+	out := make([]byte, 0, len(obj)+64)
+	out = append(out, '{')
+	sep := func() {
+		if len(out) > 1 {
+			out = append(out, ',')
+		}
+	}
+	for i = s.ws(i + 1); i < len(obj) && obj[i] == '"'; {
+		end, esc := s.str(i)
+		vs := s.ws(s.ws(end) + 1) // past ':'
+		ve := s.skipValue(vs)
+		switch v := fn(s.key(i, end, esc), obj[vs:ve]); {
+		case len(v) == 0:
+		case len(v) == ve-vs && &v[0] == &obj[vs]: // unchanged: as it was
+			sep()
+			out = append(out, obj[i:ve]...)
+		default:
+			sep()
+			out = append(append(append(out, obj[i:end]...), ':'), v...)
+		}
+		if i = s.ws(ve); i < len(obj) && obj[i] == ',' {
+			i = s.ws(i + 1)
+		}
+	}
+	for _, m := range add {
+		sep()
+		out = appendMember(out, m.Key, m.Value)
+	}
+	return append(out, '}')
+}
+
+// Without returns obj, a JSON object, without its members whose key is
+// one of keys (compared exactly); every other member keeps its bytes and
+// order. It fails on input that is not a valid JSON object.
+func Without(obj json.RawMessage, keys []string) (json.RawMessage, error) {
+	if !json.Valid(obj) || obj[firstNonSpace(obj)] != '{' {
+		return nil, ErrNotObject
+	}
+	return Edit(obj, func(k string, v []byte) []byte {
+		if slices.Contains(keys, k) {
+			return nil
+		}
+		return v
+	}), nil
+}
+
+// Keys returns the keys of obj's members, in order, as decoded (escapes
+// resolved). It fails on input that is not a valid JSON object.
+func Keys(obj json.RawMessage) ([]string, error) {
+	if !json.Valid(obj) || obj[firstNonSpace(obj)] != '{' {
+		return nil, ErrNotObject
+	}
+	ms := members(obj)
+	keys := make([]string, len(ms))
+	for i, f := range ms {
+		keys[i] = f.key
+	}
+	return keys, nil
+}
+
+// FoldEqual reports whether decoders that match keys without regard to
+// case (Go's do) take a and b for the same key.
+func FoldEqual(a, b string) bool { return foldKey(a) == foldKey(b) }

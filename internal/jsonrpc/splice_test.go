@@ -97,3 +97,60 @@ func TestSpliceHuge(t *testing.T) {
 		t.Errorf("huge definition changed beyond its name (%d bytes in, %d out)", len(in), len(got))
 	}
 }
+
+// TestEdit: members fn leaves alone keep their bytes and place, a nil
+// value drops a member, add appends, and what is not an object is left.
+func TestEdit(t *testing.T) {
+	obj := []byte(`{ "a" : "x\"}" , "b":{"c":[1,2]},"d":null}`)
+	got := Edit(obj, func(k string, v []byte) []byte {
+		switch k {
+		case "b":
+			return nil
+		case "d":
+			return []byte(`7`)
+		}
+		return v
+	}, Member{Key: "e", Value: []byte(`"new"`)})
+	if want := `{"a" : "x\"}","d":7,"e":"new"}`; string(got) != want {
+		t.Errorf("Edit = %s, want %s", got, want)
+	}
+	if got := Edit([]byte(`[1]`), func(string, []byte) []byte { return nil }); string(got) != `[1]` {
+		t.Errorf("Edit of an array = %s", got)
+	}
+}
+
+// TestWithout checks that removing members keeps every other member's
+// bytes and order, and compares keys exactly (decoded).
+func TestWithout(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{`{"a":1,"b":{"x":[1,2]},"c":"\u00e9"}`, `{"b":{"x":[1,2]},"c":"\u00e9"}`},
+		{`{"b":2,"a":1}`, `{"b":2}`},
+		{`{"\u0061":1,"A":2}`, `{"A":2}`},
+		{`{"a":1}`, `{}`},
+		{`{}`, `{}`},
+		{` { "b" : 2 , "a" : 1 } `, `{"b" : 2}`},
+	} {
+		got, err := Without(json.RawMessage(tc.in), []string{"a"})
+		if err != nil || string(got) != tc.want {
+			t.Errorf("Without(%s) = %s, %v; want %s", tc.in, got, err, tc.want)
+		}
+	}
+	for _, bad := range []string{`[1]`, `"a"`, `{"a":}`, ``} {
+		if _, err := Without(json.RawMessage(bad), []string{"a"}); err == nil {
+			t.Errorf("Without(%q) did not fail", bad)
+		}
+	}
+}
+
+func TestKeys(t *testing.T) {
+	got, err := Keys(json.RawMessage(`{"a":1,"\u0062":{"c":2},"A":3}`))
+	if err != nil || strings.Join(got, ",") != "a,b,A" {
+		t.Errorf("Keys = %v, %v", got, err)
+	}
+	if _, err := Keys(json.RawMessage(`[]`)); err == nil {
+		t.Error("Keys of an array did not fail")
+	}
+	if !FoldEqual("owner", "OWNER") || !FoldEqual("ſ", "s") || FoldEqual("owner", "owners") {
+		t.Error("FoldEqual")
+	}
+}

@@ -148,11 +148,15 @@ func (d *blocks) blank() bool {
 	return blank
 }
 
-// join returns the data in one new slice.
+// join returns the data in one new slice (bytes.Join: not zeroed before
+// it is copied into).
 func (d *blocks) join() []byte {
-	out := make([]byte, 0, d.n)
-	d.each(func(b []byte) { out = append(out, b...) })
-	return out
+	parts := make([][]byte, 0, len(d.full)+1)
+	d.each(func(b []byte) { parts = append(parts, b) })
+	if len(parts) < 2 {
+		parts = append(parts, nil)
+	}
+	return bytes.Join(parts, nil)
 }
 
 // release gives the blocks back.
