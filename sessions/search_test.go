@@ -485,3 +485,37 @@ func mustBinding(tb testing.TB, s *Server, profile string) Binding {
 	}
 	return b
 }
+
+// TestToolSearchOverrides checks that search and call_tool see the
+// catalog as overrides left it: the overridden name and description are
+// what is found, and call_tool goes through the fixed arguments' check
+// like a direct call (a client's own value for one is refused, nothing
+// forwarded).
+func TestToolSearchOverrides(t *testing.T) {
+	up := newUpstreamServer(t, 30)
+	s := newBenchServer(t, up.http.URL, `
+[upstreams.up.overrides.tool_0004]
+name = "renamed_tool"
+description = "Translate a sentence into Klingon."
+args = { limit = 7 }
+`+searchConfig)
+	sid := openSession(t, s.Handler(), "?profile=agent")
+	_, m := callTool(t, s, "", sid, "mcpmux__search_tools", map[string]any{"query": "klingon translation", "limit": 1})
+	tools := foundTools(t, m)
+	if len(tools) != 1 || string(tools[0]["name"]) != `"up__renamed_tool"` || strings.Contains(string(tools[0]["inputSchema"]), "limit") {
+		t.Fatalf("found %s", mustMarshal(tools))
+	}
+	before := up.requests.Load()
+	_, m = callTool(t, s, "", sid, "mcpmux__call_tool", map[string]any{"name": "up__renamed_tool", "arguments": map[string]any{"query": "x", "limit": 1}})
+	if m.Error == nil || m.Error.Code != -32602 || up.requests.Load() != before {
+		t.Fatalf("call_tool sending a fixed argument: %+v %s", m.Error, m.Result)
+	}
+	_, m = callTool(t, s, "", sid, "mcpmux__call_tool", map[string]any{"name": "up__renamed_tool", "arguments": map[string]any{"query": "x"}})
+	if r := resultOf(t, m); r.IsError || r.text() != "ok" || up.requests.Load() != before+1 {
+		t.Fatalf("call_tool of an overridden tool: %q", r.text())
+	}
+	_, m = callTool(t, s, "", sid, "mcpmux__call_tool", map[string]any{"name": "up__tool_0004", "arguments": map[string]any{"query": "x"}})
+	if m.Error == nil || m.Error.Code != -32601 {
+		t.Fatalf("call_tool by the upstream's own name: %+v %s", m.Error, m.Result)
+	}
+}
