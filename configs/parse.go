@@ -138,6 +138,10 @@ type (
 		rawRules
 		Rate            rawRate `toml:"rate"`
 		DynamicToolsets *bool   `toml:"dynamic_toolsets"` // nil = inherited through extends
+		// ToolSearch and ToolSearchPinned are inherited through extends
+		// when nil, each on its own.
+		ToolSearch       *bool     `toml:"tool_search"`
+		ToolSearchPinned *[]string `toml:"tool_search_pinned"`
 	}
 	rawRate struct {
 		CallsPerMinute int `toml:"calls_per_minute"`

@@ -242,7 +242,14 @@ type Profile struct {
 	// mcpmux's three toolset tools. It is the effective value:
 	// a profile that does not set dynamic_toolsets takes its parent's.
 	DynamicToolsets bool
-	Line            int
+	// ToolSearch starts each session with mcpmux__search_tools and
+	// mcpmux__call_tool (and the tools ToolSearchPinned matches) in place
+	// of the whole view. ToolSearchPinned holds globs on exposed names,
+	// validated. Both are effective values: a profile that does not set
+	// one takes its parent's.
+	ToolSearch       bool
+	ToolSearchPinned []string
+	Line             int
 }
 
 // Rate limits calls per session; zero means unlimited.

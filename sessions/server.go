@@ -61,7 +61,8 @@ type Server struct {
 
 	reloading sync.Mutex // one Reload at a time (reload.go)
 
-	dyn atomic.Pointer[dynamicSetup] // dynamic toolsets of the current resolver (dynamic.go)
+	dyn  atomic.Pointer[dynamicSetup] // dynamic toolsets of the current resolver (dynamic.go)
+	srch atomic.Pointer[searchSetup]  // tool search of the current resolver (search.go)
 
 	streams   streamSet  // live websocket, SSE and stdio sessions (door.go)
 	listening listeners  // open 2026-07-28 subscriptions/listen streams (listen.go)

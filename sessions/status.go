@@ -180,7 +180,9 @@ type profileRow struct {
 	// Dynamic is set for a profile with dynamic_toolsets; a new session's
 	// tools/list then starts with InitialTools (~InitialTokens), as
 	// `mcpmux check` reports.
-	Dynamic       bool   `json:"dynamic,omitempty"`
+	Dynamic bool `json:"dynamic,omitempty"`
+	// Search is set, likewise, for a profile with tool_search.
+	Search        bool   `json:"tool_search,omitempty"`
 	InitialTools  int    `json:"initial_tools,omitempty"`
 	InitialTokens int    `json:"initial_estimated_tokens,omitempty"`
 	Error         string `json:"error,omitempty"`
@@ -393,9 +395,15 @@ func (p *statusPage) profiles(snap *aggregator.Snapshot) *profileStatus {
 		if row.Tokens, row.ByUpstream, err = v.Tokens(); err != nil {
 			row.Error = fmt.Sprintf("profile %q: estimating tokens: %v", name, err)
 		}
-		if f := res.DynamicFilter(s.registry, b); f != nil {
+		f := res.DynamicFilter(s.registry, b)
+		row.Dynamic = f != nil
+		if f == nil {
+			f = res.SearchFilter(s.registry, b)
+			row.Search = f != nil
+		}
+		if f != nil {
 			dv := s.registry.View(snap.Version, snap.Tools, f)
-			row.Dynamic, row.InitialTools = true, dv.Len()
+			row.InitialTools = dv.Len()
 			if row.InitialTokens, err = filter.EstimateTokens(dv.Tools); err != nil {
 				row.Error = fmt.Sprintf("profile %q: estimating its initial tokens: %v", name, err)
 			}
@@ -605,7 +613,7 @@ details summary{cursor:pointer}.err{color:#a00;word-break:break-word}
 <thead><tr><th>profile</th><th>tools</th><th>~tokens</th><th>~tokens by upstream</th><th>sessions</th><th>filter</th></tr></thead>
 <tbody>
 {{range .Profiles}}<tr class="profile" data-name="{{.Name}}">
-<td class="name"><b>{{label .Name}}</b>{{if .Dynamic}}<br><span class="meta dynamic">dynamic: a session starts with {{.InitialTools}} tools, ~{{.InitialTokens}} tokens</span>{{end}}</td>
+<td class="name"><b>{{label .Name}}</b>{{if .Dynamic}}<br><span class="meta dynamic">dynamic: a session starts with {{.InitialTools}} tools, ~{{.InitialTokens}} tokens</span>{{end}}{{if .Search}}<br><span class="meta dynamic">tool search: a session starts with {{.InitialTools}} tools, ~{{.InitialTokens}} tokens</span>{{end}}</td>
 <td class="n tools">{{.Tools}}</td>
 <td class="n">{{.Tokens}}</td>
 <td>{{range $i, $u := .ByUpstream}}{{if $i}}, {{end}}{{$u.Upstream}} {{$u.Tokens}} <span class="meta">({{$u.Tools}} tools)</span>{{else}}<span class="meta">none</span>{{end}}{{if .Error}} <span class="err">{{.Error}}</span>{{end}}</td>
