@@ -17,6 +17,7 @@ import (
 	"github.com/mcpmux/mcpmux/configs"
 	"github.com/mcpmux/mcpmux/filter"
 	"github.com/mcpmux/mcpmux/internal/glob"
+	"github.com/mcpmux/mcpmux/internal/pins"
 	"github.com/mcpmux/mcpmux/internal/redact"
 	"github.com/mcpmux/mcpmux/upstream"
 )
@@ -41,15 +42,13 @@ type Aggregator struct {
 	set     atomic.Pointer[upstreamSet] // replaced whole by Reload
 	secrets *redact.Live                // every configured secret value (Redact)
 
-	mu      sync.Mutex // serializes rebuilds, reloads and subscriber calls
+	mu      sync.Mutex // serializes rebuilds, reloads and Hooks.Change calls
 	version uint64
 	snap    atomic.Pointer[Snapshot]
-	subs    []func(old, new *Snapshot)
 
-	relay             *relay
-	scoped            *sessionConns                                // connections of scope = "session" upstreams
-	onResourceUpdated func(session, uri string)                    // set before Start; nil = ignore
-	onLog             func(upstream string, params map[string]any) // set before Start; nil = ignore
+	relay   *relay
+	scoped  *sessionConns // connections of scope = "session" upstreams
+	pinMode string        // server.pin at New (pins.go)
 
 	startMu   sync.Mutex
 	startErrs map[string]error // upstream → error of its first connection attempt
@@ -81,6 +80,34 @@ type Options struct {
 	// Reload store it there, so that a logger built on the same Live
 	// masks what the config now holds. nil = a Live of its own.
 	Secrets *redact.Live
+	// Pins is where tool definitions are pinned (server.pin, pins.go);
+	// nil = nothing is pinned, whatever server.pin says.
+	Pins *pins.Store
+	// Hooks are what the aggregator tells its owner. They are fixed here,
+	// at construction; the zero value ignores every event.
+	Hooks Hooks
+}
+
+// Hooks are the events an Aggregator reports to its owner (the session
+// server). Each is called from the aggregator's own goroutines (an
+// upstream's reader, a rebuild) and must not block for long; a nil field
+// means the event is ignored.
+type Hooks struct {
+	// Change is called with the previous and the new snapshot after every
+	// change. Calls are serialized and happen in snapshot order. The
+	// first snapshot, which New publishes, is reported to nobody: read it
+	// with Snapshot.
+	Change func(old, new *Snapshot)
+	// ResourceUpdated receives the exposed URI of every
+	// notifications/resources/updated an upstream sends, and the client
+	// session it belongs to: "" when it came over a shared connection (it
+	// is then every subscriber's), else the session whose own connection
+	// (scope = "session") sent it.
+	ResourceUpdated func(session, uri string)
+	// Log receives upstream log messages that no client call caused, with
+	// the name of the upstream that sent them (params as the upstream sent
+	// them), so that they reach only sessions that may see that upstream.
+	Log func(upstream string, params map[string]any)
 }
 
 // New builds an aggregator for cfg without starting anything.
@@ -89,7 +116,7 @@ func New(cfg *configs.Config, opts Options) *Aggregator {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	a := &Aggregator{opts: opts, relay: newRelay(), scoped: newSessionConns(), secrets: opts.Secrets}
+	a := &Aggregator{opts: opts, relay: newRelay(), scoped: newSessionConns(), secrets: opts.Secrets, pinMode: cfg.Server.Pin}
 	if a.secrets == nil {
 		a.secrets = &redact.Live{}
 	}
@@ -260,14 +287,6 @@ func (a *Aggregator) Snapshot() *Snapshot { return a.snap.Load() }
 // not modify it.
 func (a *Aggregator) Upstreams() []*upstream.Upstream { return a.set.Load().ups }
 
-// OnChange registers fn to be called with the previous and the new snapshot
-// after every change. Calls are serialized and happen in snapshot order.
-func (a *Aggregator) OnChange(fn func(old, new *Snapshot)) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.subs = append(a.subs, fn)
-}
-
 // rebuild publishes a new snapshot from the upstreams' current catalogs.
 func (a *Aggregator) rebuild() {
 	a.mu.Lock()
@@ -278,31 +297,17 @@ func (a *Aggregator) rebuild() {
 		set.sources[i].catalog = u.Catalog()
 	}
 	a.version++
+	round := a.pinRound(set)
 	next := build(a.version, set.namer, set.sources)
+	next.PinEvents = a.commitPins(round)
 	next.keepResting(a.snap.Load(), set.sources)
 	for _, c := range next.Conflicts {
 		a.log.Error("tool name collision", "tool", c.Name, "upstream", c.Dropped, "error", c.String())
 	}
+	a.warnUnmatched(a.snap.Load(), next)
 	prev := a.snap.Swap(next)
-	for _, fn := range a.subs {
+	if fn := a.opts.Hooks.Change; fn != nil {
 		fn(prev, next)
 	}
 	a.retireSessionConns(set)
 }
-
-// OnResourceUpdated registers fn to receive the exposed URI of every
-// notifications/resources/updated an upstream sends, and the client session
-// it belongs to: "" when it came over a shared connection (it is then every
-// subscriber's), else the session whose own connection (scope = "session")
-// sent it. Call it before Start.
-func (a *Aggregator) OnResourceUpdated(fn func(session, uri string)) { a.onResourceUpdated = fn }
-
-// SetServerInfo sets what mcpmux calls itself in results to 2026-07-28
-// clients. Call it before Start.
-func (a *Aggregator) SetServerInfo(info mcp.Implementation) { a.opts.ServerInfo = info }
-
-// OnLog registers fn to receive upstream log messages that no client call
-// caused, with the name of the upstream that sent them (params as the
-// upstream sent them), so that they reach only sessions that may see that
-// upstream. Call it before Start.
-func (a *Aggregator) OnLog(fn func(upstream string, params map[string]any)) { a.onLog = fn }

@@ -27,10 +27,17 @@ func rawAt(raws []json.RawMessage, i int) json.RawMessage {
 // returns nil when raw is nil or cannot be spliced (then the definition is
 // encoded from its decoded form, filter.Entry.Encoded).
 func exposedRaw(raw json.RawMessage, key, exposed string, meta []jsonrpc.Member) json.RawMessage {
+	return splicedRaw(raw, []jsonrpc.Member{{Key: key, Value: jsonString(exposed)}}, meta)
+}
+
+// splicedRaw is exposedRaw for several members: raw with each member of
+// set given its value and meta set in its _meta (a tool's name, and what
+// its override changes).
+func splicedRaw(raw json.RawMessage, set, meta []jsonrpc.Member) json.RawMessage {
 	if raw == nil {
 		return nil
 	}
-	out, err := jsonrpc.Splice(raw, []jsonrpc.Member{{Key: key, Value: jsonString(exposed)}}, nil, meta)
+	out, err := jsonrpc.Splice(raw, set, nil, meta)
 	if err != nil {
 		return nil
 	}

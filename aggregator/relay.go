@@ -416,8 +416,8 @@ func (a *Aggregator) onNotification(l *connLink, n mcp.JSONRPCNotification) {
 			// messages. With several calls in flight it may belong to one
 			// of them, so it is not spread to others; a session's own
 			// connection's belongs to that session only.
-			if l.session == "" && a.relay.inflightCount(l.u) == 0 && a.onLog != nil {
-				a.onLog(l.name, n.Params.AdditionalFields)
+			if l.session == "" && a.relay.inflightCount(l.u) == 0 && a.opts.Hooks.Log != nil {
+				a.opts.Hooks.Log(l.name, n.Params.AdditionalFields)
 				return
 			}
 			a.log.Debug("log message from upstream not delivered", "upstream", l.name, "session", l.session)
@@ -430,7 +430,7 @@ func (a *Aggregator) onNotification(l *connLink, n mcp.JSONRPCNotification) {
 		}
 	case string(mcp.MethodNotificationResourceUpdated):
 		uri, _ := n.Params.AdditionalFields["uri"].(string)
-		if uri == "" || a.onResourceUpdated == nil {
+		if uri == "" || a.opts.Hooks.ResourceUpdated == nil {
 			return
 		}
 		exposed := uri
@@ -453,7 +453,7 @@ func (a *Aggregator) onNotification(l *connLink, n mcp.JSONRPCNotification) {
 		}
 		// A session's own connection's update is that session's only:
 		// the subscription it answers was made on that connection.
-		a.onResourceUpdated(l.session, exposed)
+		a.opts.Hooks.ResourceUpdated(l.session, exposed)
 	}
 }
 

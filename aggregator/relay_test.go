@@ -140,14 +140,13 @@ func TestOwnerSessionConnection(t *testing.T) {
 // same upstream (a session's own), and that a session connection's log
 // messages reach only that session.
 func TestNotificationsStayOnTheirConnection(t *testing.T) {
-	a := New(&configs.Config{}, Options{})
 	var broadcast int
-	a.OnLog(func(up string, _ map[string]any) {
+	a := New(&configs.Config{}, Options{Hooks: Hooks{Log: func(up string, _ map[string]any) {
 		if up != "u" {
 			t.Errorf("a log message of upstream u was handed on as %q's", up)
 		}
 		broadcast++
-	})
+	}}})
 	shared := testLink("u", configs.TransportStdio, "")
 	mine := testLink("u", configs.TransportStdio, "A")
 	cl := &testClient{name: "B", session: "B"}
@@ -280,11 +279,11 @@ func TestResourceUpdatedOwnership(t *testing.T) {
 			ResourceTemplates: []mcp.ResourceTemplate{tpl}}, configs.RuleSet{}, nil, nil),
 		testSource("gamma", "gamma", &upstream.Catalog{}, configs.RuleSet{}, nil, nil),
 	}
-	a := &Aggregator{log: slog.New(slog.DiscardHandler), relay: newRelay()}
+	var got []string
+	a := &Aggregator{log: slog.New(slog.DiscardHandler), relay: newRelay(),
+		opts: Options{Hooks: Hooks{ResourceUpdated: func(_, uri string) { got = append(got, uri) }}}}
 	a.snap.Store(build(1, namer, sources))
 	a.relay.learnLinks("gamma", json.RawMessage(`{"content":[{"type":"resource_link","uri":"link://g"}]}`))
-	var got []string
-	a.onResourceUpdated = func(_, uri string) { got = append(got, uri) }
 	send := func(from, uri string) {
 		l := testLink(from, configs.TransportStdio, "")
 		n := mcp.JSONRPCNotification{JSONRPC: mcp.JSONRPC_VERSION}

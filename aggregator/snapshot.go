@@ -13,6 +13,7 @@ import (
 	"github.com/mcpmux/mcpmux/filter"
 	"github.com/mcpmux/mcpmux/internal/glob"
 	"github.com/mcpmux/mcpmux/internal/jsonrpc"
+	"github.com/mcpmux/mcpmux/internal/pins"
 	"github.com/mcpmux/mcpmux/upstream"
 )
 
@@ -36,6 +37,9 @@ type Snapshot struct {
 	// prompts of unprefixed upstreams refused because they fall in another
 	// upstream's namespace (see Conflict.Namespace).
 	Conflicts []Conflict
+	// Unmatched lists overrides naming a tool their upstream does not
+	// list, by upstream; the override applies once it does.
+	Unmatched []Unmatched
 
 	// Prompts, sorted by exposed name; Resources and Templates in upstream
 	// order. Rewrites lists resource URIs rewritten because two upstreams
@@ -65,6 +69,10 @@ type Snapshot struct {
 	// Catalog is what views filter prompts, resources and templates by
 	// (filter.View.Listing); never nil in a built snapshot.
 	Catalog *filter.Catalog
+
+	// PinEvents are the changes to pinned definitions this snapshot's
+	// build found, each reported once (pins.go).
+	PinEvents []pins.Event
 }
 
 // UpstreamStatus is an upstream's state when a snapshot was taken.
@@ -74,6 +82,9 @@ type UpstreamStatus struct {
 	State    upstream.State
 	Tools    int // tools it contributed to the snapshot
 	Dropped  int // tools removed by its own rules (deny, allow, …)
+	// Quarantined counts its tools hidden as changed or new since they
+	// were pinned, until approved (server.pin = "quarantine").
+	Quarantined int
 }
 
 // Conflict is an exposed name claimed by two upstreams, or by an
@@ -84,6 +95,9 @@ type Conflict struct {
 	Kept, Dropped   string // upstream names; Kept is "" for mcpmux's reserved namespace
 	KeptOriginal    string // "" for a namespace refusal
 	DroppedOriginal string
+	// KeptRenamed and DroppedRenamed say that the tool has its name from
+	// an override ([upstreams.U.overrides.TOOL] name), not its upstream.
+	KeptRenamed, DroppedRenamed bool
 	// Namespace is set when the unprefixed upstream Dropped was refused
 	// a name inside "<prefix><separator>" of upstream Kept (or of mcpmux
 	// itself), whether or not Kept is up or has such a tool: a prefix's
@@ -104,8 +118,20 @@ func (c Conflict) String() string {
 		return fmt.Sprintf("%s %q of unprefixed upstream %q is in the namespace %q of upstream %q; it is left out (give upstream %q a prefix, or deny its %s %q)",
 			kind, c.Name, c.Dropped, c.Namespace, c.Kept, c.Dropped, kind, c.DroppedOriginal)
 	}
-	return fmt.Sprintf("%s name %q: upstream %q (%s %q) collides with upstream %q (%s %q); the latter is left out",
-		kind, c.Name, c.Kept, kind, c.KeptOriginal, c.Dropped, kind, c.DroppedOriginal)
+	return fmt.Sprintf("%s name %q: %s collides with %s; the latter is left out",
+		kind, c.Name, c.source(c.Kept, c.KeptOriginal, c.KeptRenamed), c.source(c.Dropped, c.DroppedOriginal, c.DroppedRenamed))
+}
+
+// source names one side of a collision.
+func (c Conflict) source(up, original string, renamed bool) string {
+	kind := c.Kind
+	if kind == "" {
+		kind = "tool"
+	}
+	if renamed {
+		return fmt.Sprintf("upstream %q (%s %q, renamed by [upstreams.%s.overrides.%s])", up, kind, original, up, original)
+	}
+	return fmt.Sprintf("upstream %q (%s %q)", up, kind, original)
 }
 
 // shadowing returns the refusal of exposed name of kind from src, or false
@@ -168,6 +194,7 @@ type source struct {
 	rules    *filter.Rules     // per-upstream rules on original names
 	readOnly []*glob.Glob      // read_only_tools
 	toolsets map[string][]*glob.Glob
+	pins     *pins.Check // set for each rebuild (pins.go); nil = nothing pinned
 }
 
 // build merges the catalogs of sources (sorted by upstream name) into a new
@@ -177,32 +204,64 @@ type source struct {
 func build(version uint64, namer Namer, sources []*source) *Snapshot {
 	s := &Snapshot{Version: version, byName: make(map[string]*filter.Entry)}
 	ns := namespacesOf(namer, sources)
-	for _, src := range sources {
-		st := UpstreamStatus{Name: src.cfg.Name, Required: src.cfg.Required, State: src.state}
-		if src.catalog != nil {
-			for i := range src.catalog.Tools {
-				e := src.entry(namer, &src.catalog.Tools[i], rawAt(src.catalog.RawTools, i))
-				if !src.rules.Match(e.Original, e.ReadOnly, nil) {
-					st.Dropped++
-					continue
-				}
-				if c, refused := src.shadowing(ns, "tool", e.Original, e.Tool.Name); refused {
-					s.Conflicts = append(s.Conflicts, c)
-					continue
-				}
-				if prev, dup := s.byName[e.Tool.Name]; dup {
-					s.Conflicts = append(s.Conflicts, Conflict{
-						Name: e.Tool.Name, Kept: prev.Upstream, KeptOriginal: prev.Original,
-						Dropped: e.Upstream, DroppedOriginal: e.Original,
-					})
-					continue
-				}
-				s.byName[e.Tool.Name] = e
-				s.Tools = append(s.Tools, e)
-				st.Tools++
-			}
+	type candidate struct {
+		e     *filter.Entry
+		local string // the name the upstream's rules see: its own, or an override's
+		st    *UpstreamStatus
+		src   *source
+	}
+	// Tools an override renames claim their names after every tool that
+	// has its name from its upstream: a rename never takes a name away.
+	var renamed []candidate
+	wasRenamed := map[*filter.Entry]bool{}
+	claim := func(c candidate) {
+		if !c.src.rules.Match(c.local, c.e.ReadOnly, nil) {
+			c.st.Dropped++
+			return
 		}
-		s.Upstreams = append(s.Upstreams, st)
+		if cf, refused := c.src.shadowing(ns, "tool", c.local, c.e.Tool.Name); refused {
+			s.Conflicts = append(s.Conflicts, cf)
+			return
+		}
+		if prev, dup := s.byName[c.e.Tool.Name]; dup {
+			s.Conflicts = append(s.Conflicts, Conflict{
+				Name: c.e.Tool.Name, Kept: prev.Upstream, KeptOriginal: prev.Original,
+				Dropped: c.e.Upstream, DroppedOriginal: c.e.Original,
+				KeptRenamed: wasRenamed[prev], DroppedRenamed: c.local != c.e.Original,
+			})
+			return
+		}
+		if c.local != c.e.Original {
+			wasRenamed[c.e] = true
+		}
+		s.byName[c.e.Tool.Name] = c.e
+		s.Tools = append(s.Tools, c.e)
+		c.st.Tools++
+	}
+	s.Upstreams = make([]UpstreamStatus, len(sources))
+	for i, src := range sources {
+		st := &s.Upstreams[i]
+		*st = UpstreamStatus{Name: src.cfg.Name, Required: src.cfg.Required, State: src.state}
+		if src.catalog == nil {
+			continue
+		}
+		for j := range src.catalog.Tools {
+			e, local := src.entry(namer, &src.catalog.Tools[j], rawAt(src.catalog.RawTools, j))
+			if src.quarantined(e) { // as overridden: pins see what clients would
+				st.Quarantined++
+				continue
+			}
+			c := candidate{e: e, local: local, st: st, src: src}
+			if local != e.Original {
+				renamed = append(renamed, c)
+				continue
+			}
+			claim(c)
+		}
+		s.Unmatched = append(s.Unmatched, src.unmatchedOverrides()...)
+	}
+	for _, c := range renamed {
+		claim(c)
 	}
 	slices.SortFunc(s.Tools, func(a, b *filter.Entry) int { return strings.Compare(a.Tool.Name, b.Tool.Name) })
 	s.buildResources(namer, ns, sources)
@@ -211,13 +270,17 @@ func build(version uint64, namer Namer, sources []*source) *Snapshot {
 	return s
 }
 
-// entry builds the exposed form of one upstream tool; raw is the upstream's
-// definition (nil when the catalog holds none), from which the exposed
-// bytes are spliced (exposedRaw).
-func (src *source) entry(namer Namer, t *mcp.Tool, raw json.RawMessage) *filter.Entry {
+// entry builds the exposed form of one upstream tool, with its override
+// applied; raw is the upstream's definition (nil when the catalog holds
+// none), from which the exposed bytes are spliced (exposedRaw). local is
+// the tool's name as the upstream's own rules, toolsets and
+// read_only_tools see it: the override's name, or the upstream's.
+func (src *source) entry(namer Namer, t *mcp.Tool, raw json.RawMessage) (e *filter.Entry, local string) {
 	cfg := src.cfg
-	e := &filter.Entry{Tool: *t, Upstream: cfg.Name, Original: t.Name}
-	e.Tool.Name = namer.Expose(cfg.Prefix, t.Name)
+	o := cfg.Overrides[t.Name]
+	local = o.Exposed(t.Name)
+	e = &filter.Entry{Tool: *t, Upstream: cfg.Name, Original: t.Name}
+	e.Tool.Name = namer.Expose(cfg.Prefix, local)
 	meta := &mcp.Meta{AdditionalFields: map[string]any{MetaUpstream: cfg.Name, MetaOriginal: t.Name}}
 	if t.Meta != nil {
 		meta.ProgressToken = t.Meta.ProgressToken
@@ -226,18 +289,22 @@ func (src *source) entry(namer Namer, t *mcp.Tool, raw json.RawMessage) *filter.
 		meta.AdditionalFields[MetaOriginal] = t.Name
 	}
 	e.Tool.Meta = meta
-	e.Raw = exposedRaw(raw, "name", e.Tool.Name,
+	set := []jsonrpc.Member{{Key: "name", Value: jsonString(e.Tool.Name)}}
+	if o != nil {
+		set = append(set, override(o, e, raw)...)
+	}
+	e.Raw = splicedRaw(raw, set,
 		[]jsonrpc.Member{{Key: MetaUpstream, Value: jsonString(cfg.Name)}, {Key: MetaOriginal, Value: jsonString(t.Name)}})
 	e.ReadOnly = t.Annotations.ReadOnlyHint != nil && *t.Annotations.ReadOnlyHint
 	if !e.ReadOnly {
-		e.ReadOnly = slices.ContainsFunc(src.readOnly, func(g *glob.Glob) bool { return g.Match(t.Name) })
+		e.ReadOnly = slices.ContainsFunc(src.readOnly, func(g *glob.Glob) bool { return g.Match(local) })
 	}
 	e.Toolsets = append(e.Toolsets, cfg.Name)
 	if cfg.Prefix != "" && cfg.Prefix != cfg.Name {
 		e.Toolsets = append(e.Toolsets, cfg.Prefix)
 	}
 	for set, globs := range src.toolsets {
-		if slices.ContainsFunc(globs, func(g *glob.Glob) bool { return g.Match(t.Name) }) {
+		if slices.ContainsFunc(globs, func(g *glob.Glob) bool { return g.Match(local) }) {
 			e.Toolsets = append(e.Toolsets, cfg.Name+"/"+set)
 			if cfg.Prefix != "" && cfg.Prefix != cfg.Name {
 				e.Toolsets = append(e.Toolsets, cfg.Prefix+"/"+set)
@@ -245,5 +312,5 @@ func (src *source) entry(namer Namer, t *mcp.Tool, raw json.RawMessage) *filter.
 		}
 	}
 	slices.Sort(e.Toolsets)
-	return e
+	return e, local
 }

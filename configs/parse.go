@@ -62,6 +62,8 @@ type (
 		ReadTimeout          any       `toml:"read_timeout"`
 		LogFormat            *string   `toml:"log_format"`
 		ReplicaID            *string   `toml:"replica_id"`
+		StateDir             *string   `toml:"state_dir"`
+		Pin                  *string   `toml:"pin"`
 	}
 	rawAuth struct {
 		Tokens []rawToken `toml:"tokens"`
@@ -116,6 +118,14 @@ type (
 		DenyRegex       []string            `toml:"deny_regex"`
 		ReadOnlyTools   []string            `toml:"read_only_tools"`
 		Toolsets        map[string][]string `toml:"toolsets"`
+		// Overrides are keyed by the upstream's name for the tool.
+		Overrides map[string]*rawOverride `toml:"overrides"`
+	}
+	rawOverride struct {
+		Name        *string        `toml:"name"`
+		Title       *string        `toml:"title"`
+		Description *string        `toml:"description"`
+		Args        map[string]any `toml:"args"`
 	}
 	rawRules struct {
 		Tools         []string      `toml:"tools"`
@@ -128,6 +138,9 @@ type (
 		DenyUpstreams []string      `toml:"deny_upstreams"`
 		ReadOnly      bool          `toml:"read_only"`
 		CallRules     []rawCallRule `toml:"call_rules"`
+		// Approve and ApproveTimeout: human approval (docs/configuration.md).
+		Approve        []string `toml:"approve"`
+		ApproveTimeout any      `toml:"approve_timeout"`
 	}
 	rawCallRule struct {
 		Tool      string              `toml:"tool"`
@@ -140,6 +153,10 @@ type (
 		rawRules
 		Rate            rawRate `toml:"rate"`
 		DynamicToolsets *bool   `toml:"dynamic_toolsets"` // nil = inherited through extends
+		// ToolSearch and ToolSearchPinned are inherited through extends
+		// when nil, each on its own.
+		ToolSearch       *bool     `toml:"tool_search"`
+		ToolSearchPinned *[]string `toml:"tool_search_pinned"`
 	}
 	rawRate struct {
 		CallsPerMinute int `toml:"calls_per_minute"`
@@ -384,6 +401,9 @@ func (v *validator) unknownKeys(undecoded []toml.Key) {
 	reported := map[string]bool{}
 	for _, k := range undecoded {
 		i, known := firstUnknown(reflect.TypeFor[rawConfig](), k)
+		if i < 0 {
+			continue // inside a value of any shape (an override's args)
+		}
 		p := keyPath(k[:i+1])
 		if reported[p.String()] {
 			continue
@@ -405,13 +425,17 @@ func (v *validator) unknownKeys(undecoded []toml.Key) {
 }
 
 // firstUnknown walks key through the raw schema t and returns the index of
-// its first component the schema does not allow, with the keys allowed there.
+// its first component the schema does not allow, with the keys allowed there;
+// -1 when the key is inside a value the schema takes whatever its shape.
 // Keys of maps (upstream and profile names, env) are chosen by the user and
 // always allowed.
 func firstUnknown(t reflect.Type, key toml.Key) (int, []string) {
 	for i, k := range key {
 		switch t = elem(t); t.Kind() {
 		case reflect.Map:
+			if t.Elem().Kind() == reflect.Interface {
+				return -1, nil // a table of values of any shape (an override's args): what is below is the user's
+			}
 			t = t.Elem()
 		case reflect.Struct:
 			f, ok := fieldByTag(t, k)

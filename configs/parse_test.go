@@ -99,6 +99,11 @@ func TestParseErrors(t *testing.T) {
 		{"replica_id empty", "[server]\nreplica_id = \"\"\n", `replica_id "" must be`, 2},
 		{"replica_id too long", "[server]\nreplica_id = \"" + strings.Repeat("a", 33) + "\"\n", `must be 1 to 32`, 2},
 		{"replica_id ends with a dash", "[server]\nreplica_id = \"a-\"\n", `replica_id "a-" must be`, 2},
+		{"bad pin", "[server]\n\npin = \"strict\"\n", `server.pin: pin "strict": want "off", "warn" or "quarantine"`, 3},
+		{"pin not a string", "[server]\npin = true\n", `server.pin: incompatible types`, 2},
+		{"relative state_dir", "[server]\nstate_dir = \"state\"\n", `server.state_dir: state_dir "state" must be an absolute path`, 2},
+		{"state_dir of another user", "[server]\nstate_dir = \"~bob/state\"\n", `server.state_dir: "~bob/state": only ~ and ~/ are expanded`, 2},
+		{"state_dir from an unset variable", "[server]\nstate_dir = \"${STATE}/mcpmux\"\n", `server.state_dir: environment variable STATE is not set`, 2},
 		{"replica_id from an unset variable", "[server]\nreplica_id = \"${POD_NAME}\"\n", `server.replica_id: environment variable POD_NAME is not set`, 2},
 		{"bad origin glob", "[server]\nallowed_origins = [\n  \"http://localhost:*\",\n  \"http://[\",\n]\n", `server.allowed_origins[1]: invalid glob "http://["`, 4},
 
@@ -321,6 +326,7 @@ func TestDefaults(t *testing.T) {
 		ReadTimeout:          30 * time.Second,
 		LogFormat:            "text",
 		ReplicaID:            DefaultReplicaID(hostname),
+		Pin:                  PinOff,
 	}
 	if !reflect.DeepEqual(cfg.Server, wantServer) {
 		t.Errorf("Server = %+v, want %+v", cfg.Server, wantServer)
@@ -719,6 +725,37 @@ deny_upstreams = ["github"]
 	}
 }
 
+// TestPinAndStateDir checks server.pin and server.state_dir: their
+// defaults (the state directory from XDG_STATE_HOME, else HOME) and ~
+// expansion.
+func TestPinAndStateDir(t *testing.T) {
+	for _, tt := range []struct {
+		name, text string
+		vars       map[string]string
+		pin, dir   string
+	}{
+		{"defaults from XDG_STATE_HOME", "", map[string]string{"XDG_STATE_HOME": "/x/state", "HOME": "/home/u"}, PinOff, "/x/state/mcpmux"},
+		{"a relative XDG_STATE_HOME is ignored", "", map[string]string{"XDG_STATE_HOME": "state", "HOME": "/home/u"}, PinOff, "/home/u/.local/state/mcpmux"},
+		{"defaults from HOME", "", map[string]string{"HOME": "/home/u"}, PinOff, "/home/u/.local/state/mcpmux"},
+		{"no default at all", "", nil, PinOff, ""},
+		{"~ expanded", "[server]\nstate_dir = \"~/st\"\npin = \"warn\"\n", map[string]string{"HOME": "/home/u"}, PinWarn, "/home/u/st"},
+		{"variables expanded", "[server]\nstate_dir = \"${S}/p/../q\"\npin = \"quarantine\"\n", map[string]string{"S": "/srv"}, PinQuarantine, "/srv/q"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := mustParse(t, tt.text, tt.vars)
+			if cfg.Server.Pin != tt.pin || cfg.Server.StateDir != tt.dir {
+				t.Errorf("pin, state_dir = %q, %q; want %q, %q", cfg.Server.Pin, cfg.Server.StateDir, tt.pin, tt.dir)
+			}
+		})
+	}
+	t.Run("pin without any state directory", func(t *testing.T) {
+		_, err := Parse("test.toml", []byte("[server]\npin = \"warn\"\n"), nil)
+		if err == nil || !strings.Contains(err.Error(), `test.toml:2: server.pin: pin "warn" needs a state directory`) {
+			t.Errorf("err = %v, want one naming test.toml:2 and server.pin", err)
+		}
+	})
+}
+
 func TestReplicaID(t *testing.T) {
 	t.Run("explicit, from the environment", func(t *testing.T) {
 		cfg := mustParse(t, "[server]\nreplica_id = \"${POD_NAME}\"\n", map[string]string{"POD_NAME": "mcpmux-2"})
@@ -800,6 +837,124 @@ dynamic_toolsets = true
 				}
 			}
 			t.Fatalf("no error on line 2 containing %q; got:\n%v", tt.want, err)
+		})
+	}
+}
+
+// TestApprove checks approve and approve_timeout in [filter] and in a
+// profile: decoded as given, not inherited here (the filter combines the
+// stages), and their errors name the file's line and the profile.
+func TestApprove(t *testing.T) {
+	cfg := mustParse(t, `
+[filter]
+approve = ["*__delete_*"]
+
+[profiles.agent]
+approve = ["gh__merge_*", "*__delete_*"]
+approve_timeout = "30s"
+
+[profiles.child]
+extends = "agent"
+`, nil)
+	if got := cfg.Filter.Approve; !slices.Equal(got, []string{"*__delete_*"}) || cfg.Filter.ApproveTimeout != 0 {
+		t.Errorf("[filter]: approve %v, timeout %v", got, cfg.Filter.ApproveTimeout)
+	}
+	agent := cfg.Profiles["agent"].Rules
+	if !slices.Equal(agent.Approve, []string{"gh__merge_*", "*__delete_*"}) || agent.ApproveTimeout != 30*time.Second {
+		t.Errorf("profile agent: approve %v, timeout %v", agent.Approve, agent.ApproveTimeout)
+	}
+	if child := cfg.Profiles["child"].Rules; child.Approve != nil || child.ApproveTimeout != 0 {
+		t.Errorf("profile child holds its parent's approval itself: %v %v", child.Approve, child.ApproveTimeout)
+	}
+	for _, tt := range []struct {
+		name, text, want string
+		line             int
+	}{
+		{"bad glob", "[profiles.agent]\napprove = [\"ok\",\n  \"gh__[\"]\n", `profiles.agent.approve[1]:`, 3},
+		{"bare number", "[profiles.agent]\napprove = [\"x\"]\napprove_timeout = 30\n", `profiles.agent.approve_timeout: invalid duration 30`, 3},
+		{"no unit", "[profiles.agent]\napprove_timeout = \"30\"\n", `profiles.agent.approve_timeout: invalid duration "30"`, 2},
+		{"zero", "[profiles.agent]\napprove_timeout = \"0s\"\n", `profiles.agent.approve_timeout: duration "0s" must be positive`, 2},
+		{"negative", "[filter]\napprove_timeout = \"-1m\"\n", `filter.approve_timeout: duration "-1m" must be positive`, 2},
+		{"not a list", "[profiles.agent]\napprove = \"gh__*\"\n", `profiles.agent.approve`, 2},
+		{"misspelled", "[profiles.agent]\napproval = [\"x\"]\n", `did you mean "approve"?`, 2},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse("test.toml", []byte(tt.text), env(nil))
+			if err == nil {
+				t.Fatal("Parse succeeded")
+			}
+			for _, e := range configErrors(t, err) {
+				if e.Line == tt.line && strings.Contains(e.Msg, tt.want) && strings.Contains(err.Error(), "test.toml:") {
+					return
+				}
+			}
+			t.Fatalf("no error on test.toml line %d containing %q; got:\n%v", tt.line, tt.want, err)
+		})
+	}
+}
+
+// TestToolSearch checks profiles.NAME.tool_search and tool_search_pinned:
+// off by default, each inherited through extends on its own, and their
+// errors: a bad glob, pins without tool_search, tool_search beside
+// dynamic_toolsets; each names the line and the profile.
+func TestToolSearch(t *testing.T) {
+	cfg := mustParse(t, `
+[upstreams.gh]
+command = "x"
+
+[profiles.plain]
+
+[profiles.agent]
+tool_search = true
+tool_search_pinned = ["gh__get_*"]
+
+[profiles.child]
+extends = "agent"
+read_only = true
+
+[profiles.repinned]
+extends = "agent"
+tool_search_pinned = []
+
+[profiles.off]
+extends = "agent"
+tool_search = false
+`, nil)
+	for _, tt := range []struct {
+		name   string
+		search bool
+		pinned []string
+	}{
+		{"plain", false, nil},
+		{"agent", true, []string{"gh__get_*"}},
+		{"child", true, []string{"gh__get_*"}},
+		{"repinned", true, []string{}},
+		{"off", false, []string{"gh__get_*"}},
+	} {
+		p := cfg.Profiles[tt.name]
+		if p.ToolSearch != tt.search || !slices.Equal(p.ToolSearchPinned, tt.pinned) || (tt.pinned != nil) != (p.ToolSearchPinned != nil) {
+			t.Errorf("profile %q: ToolSearch %v, pinned %q; want %v, %q", tt.name, p.ToolSearch, p.ToolSearchPinned, tt.search, tt.pinned)
+		}
+	}
+	for _, tt := range []struct{ name, text, want string }{
+		{"not a boolean", "[profiles.p]\ntool_search = \"yes\"\n", "tool_search"},
+		{"misspelled", "[profiles.p]\ntool_serch = true\n", `did you mean "tool_search"?`},
+		{"bad glob", "[profiles.p]\ntool_search_pinned = [\"gh__[\"]\ntool_search = true\n", "profiles.p.tool_search_pinned[0]"},
+		{"pins alone", "[profiles.p]\ntool_search_pinned = [\"gh__*\"]\n", `profile "p" sets tool_search_pinned without tool_search`},
+		{"both starts", "[profiles.p]\ntool_search = true\ndynamic_toolsets = true\n", `profile "p" has both tool_search and dynamic_toolsets`},
+		{"both inherited", "[profiles.q]\ndynamic_toolsets = true\n[profiles.p]\nextends = \"q\"\ntool_search = true\n", `profile "p" has both`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse("test.toml", []byte(tt.text), env(nil))
+			if err == nil {
+				t.Fatal("Parse succeeded")
+			}
+			for _, e := range configErrors(t, err) {
+				if e.Line >= 2 && strings.Contains(e.Msg, tt.want) && strings.Contains(e.Error(), "test.toml:") {
+					return
+				}
+			}
+			t.Fatalf("no error naming test.toml:line and containing %q; got:\n%v", tt.want, err)
 		})
 	}
 }

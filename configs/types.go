@@ -3,7 +3,10 @@
 // embedded quickstart, and import of mcpServers JSON files.
 package configs
 
-import "time"
+import (
+	"encoding/json"
+	"time"
+)
 
 // Transport names an upstream transport.
 const (
@@ -58,7 +61,23 @@ type Server struct {
 	// replica that minted it. Default: DefaultReplicaID of the
 	// hostname. It matches ^[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?$.
 	ReplicaID string
+	// StateDir is where mcpmux keeps state between runs (pinned tool
+	// definitions, OAuth tokens): server.state_dir with ${VAR} and a
+	// leading ~ expanded, an absolute path; default
+	// $XDG_STATE_HOME/mcpmux, else ~/.local/state/mcpmux. "" when it has
+	// no default (neither variable set) and the config sets none.
+	StateDir string
+	// Pin is what a changed or new tool definition does after the first
+	// sight of its upstream: PinOff (default), PinWarn or PinQuarantine.
+	Pin string
 }
+
+// Values of Server.Pin (server.pin).
+const (
+	PinOff        = "off"        // nothing is pinned
+	PinWarn       = "warn"       // a change is logged, counted and audited
+	PinQuarantine = "quarantine" // and the tool is hidden until approved
+)
 
 // Auth is the [auth] table.
 type Auth struct {
@@ -174,8 +193,40 @@ type Upstream struct {
 	Rules         RuleSet             // per-upstream rules, on ORIGINAL names
 	ReadOnlyTools []string            // globs on original names: annotation override
 	Toolsets      map[string][]string // set name → globs on original names
+	// Overrides rewrite the upstream's tool definitions before the filter
+	// pipeline, keyed by the name the upstream gives the tool; nil = none.
+	Overrides map[string]*Override
 
 	Line int // line of the [upstreams.NAME] header, for messages
+}
+
+// Override is one [upstreams.NAME.overrides.TOOL] table: how the
+// upstream's tool TOOL is exposed. Every field left empty keeps
+// the upstream's own. Parse guarantees Name is a valid name whose exposed
+// form fits server.max_name_length, that no two overrides give one
+// exposed name, and that Title, Description and argument names are not
+// empty.
+type Override struct {
+	// Name replaces the tool's name: exposed as <prefix><separator>Name.
+	// Every rule, toolset and read_only_tools glob of the upstream sees
+	// this name; the upstream's own stays in _meta and is what calls are
+	// sent with.
+	Name        string
+	Title       string
+	Description string
+	// Args are the fixed arguments, each value encoded as JSON: removed
+	// from the tool's inputSchema, injected into every call, and refused
+	// when a client sends one.
+	Args map[string]json.RawMessage
+}
+
+// Exposed returns the unprefixed name the tool named tool gets under o:
+// o.Name, or tool when o is nil or renames nothing.
+func (o *Override) Exposed(tool string) string {
+	if o == nil || o.Name == "" {
+		return tool
+	}
+	return o.Name
 }
 
 // RuleSet is one set of filter rules. Globs match the whole name with `*`,
@@ -195,7 +246,20 @@ type RuleSet struct {
 	DenyUpstreams []string
 	ReadOnly      bool
 	CallRules     []CallRule
+	// Approve holds globs on exposed tool names: a call to a matching
+	// tool is forwarded only after a person approves it through the
+	// calling client. Stages combine by union: approval is only ever
+	// added, never removed, by a narrowing stage.
+	Approve []string
+	// ApproveTimeout is how long a call waits for that approval; zero =
+	// not set by this rule set. Where stages set several, the shortest
+	// applies; where none does, DefaultApproveTimeout.
+	ApproveTimeout time.Duration
 }
+
+// DefaultApproveTimeout is how long a call that needs approval waits for
+// it when no rule set names approve_timeout.
+const DefaultApproveTimeout = 2 * time.Minute
 
 // CallRule makes Tool callable only with arguments that match. Every argument
 // named in Args or ArgsRegex must be present, and its value must be a JSON
@@ -226,7 +290,14 @@ type Profile struct {
 	// mcpmux's three toolset tools. It is the effective value:
 	// a profile that does not set dynamic_toolsets takes its parent's.
 	DynamicToolsets bool
-	Line            int
+	// ToolSearch starts each session with mcpmux__search_tools and
+	// mcpmux__call_tool (and the tools ToolSearchPinned matches) in place
+	// of the whole view. ToolSearchPinned holds globs on exposed names,
+	// validated. Both are effective values: a profile that does not set
+	// one takes its parent's.
+	ToolSearch       bool
+	ToolSearchPinned []string
+	Line             int
 }
 
 // Rate limits calls per session; zero means unlimited.

@@ -8,6 +8,7 @@ import (
 	"maps"
 	"net"
 	"net/url"
+	"path/filepath"
 	"regexp"
 	"regexp/syntax"
 	"slices"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/mcpmux/mcpmux/internal/glob"
+	"github.com/mcpmux/mcpmux/internal/statedir"
 )
 
 // Defaults, as documented on the Config types.
@@ -65,7 +67,7 @@ func (v *validator) config(raw *rawConfig) *Config {
 	cfg := &Config{Source: v.source}
 	cfg.Server = v.server(&raw.Server)
 	cfg.Audit = Audit{Path: raw.Audit.Path, IncludeArguments: raw.Audit.IncludeArguments}
-	cfg.Upstreams = v.upstreams(raw.Upstreams, cfg.Server.Separator)
+	cfg.Upstreams = v.upstreams(raw.Upstreams, cfg.Server.Separator, cfg.Server.MaxNameLength)
 	cfg.Filter = v.rules(keyPath{"filter"}, &raw.Filter, cfg)
 	cfg.Profiles = v.profiles(raw.Profiles, cfg)
 	cfg.Server.DefaultProfile = v.defaultProfile(raw.Server.DefaultProfile, cfg.Profiles)
@@ -148,7 +150,39 @@ func (v *validator) server(r *rawServer) Server {
 		host, _ := v.hostname()
 		s.ReplicaID = DefaultReplicaID(host)
 	}
+	s.Pin, s.StateDir = v.pins(p, r)
 	return s
+}
+
+// pins checks server.pin and server.state_dir (pinned definitions),
+// and applies their defaults.
+func (v *validator) pins(p keyPath, r *rawServer) (pin, stateDir string) {
+	pin = PinOff
+	if r.Pin != nil {
+		pin = *r.Pin
+		if pin != PinOff && pin != PinWarn && pin != PinQuarantine {
+			v.errorf(p.key("pin"), "pin %q: want \"off\", \"warn\" or \"quarantine\"", pin)
+		}
+	}
+	if r.StateDir == nil {
+		stateDir, _ = statedir.Default(v.lookupEnv)
+		if stateDir == "" && pin != PinOff {
+			v.errorf(p.key("pin"), "pin %q needs a state directory to keep pins in: set server.state_dir (neither XDG_STATE_HOME nor HOME is set)", pin)
+		}
+		return pin, stateDir
+	}
+	dir, ok := v.expand(p.key("state_dir"), *r.StateDir)
+	if !ok {
+		return pin, ""
+	}
+	dir, err := statedir.Expand(dir, v.lookupEnv)
+	switch {
+	case err != nil:
+		v.errorf(p.key("state_dir"), "%v", err)
+	case !filepath.IsAbs(dir):
+		v.errorf(p.key("state_dir"), "state_dir %q must be an absolute path (or start with ~/)", dir)
+	}
+	return pin, filepath.Clean(dir)
 }
 
 // replicaIDRE is what server.replica_id may be: a DNS label of at most 32
@@ -192,11 +226,12 @@ func checkListen(addr string) error {
 	return nil
 }
 
-func (v *validator) upstreams(raw map[string]*rawUpstream, sep string) []*Upstream {
+func (v *validator) upstreams(raw map[string]*rawUpstream, sep string, maxLen int) []*Upstream {
 	var out []*Upstream
 	byPrefix := map[string]*Upstream{}
 	for _, name := range slices.Sorted(maps.Keys(raw)) {
 		u := v.upstream(name, raw[name], sep)
+		u.Overrides = v.overrides(keyPath{"upstreams", name, "overrides"}, raw[name].Overrides, u, sep, maxLen)
 		out = append(out, u)
 		if u.Prefix == "" {
 			continue // unprefixed upstreams may share the flat namespace; tool collisions are caught when catalogs merge
@@ -207,6 +242,7 @@ func (v *validator) upstreams(raw map[string]*rawUpstream, sep string) []*Upstre
 		}
 		byPrefix[u.Prefix] = u
 	}
+	v.overrideCollisions(out, sep)
 	return out
 }
 
@@ -467,6 +503,10 @@ func (v *validator) rules(p keyPath, r *rawRules, cfg *Config) RuleSet {
 		DenyUpstreams: v.upstreamRefs(p.key("deny_upstreams"), r.DenyUpstreams, cfg),
 		ReadOnly:      r.ReadOnly,
 		CallRules:     v.callRules(p.key("call_rules"), r.CallRules),
+		Approve:       v.globs(p.key("approve"), r.Approve),
+		// 0 = not set here: the shortest set by any stage applies
+		// (filter.Filter.Approval).
+		ApproveTimeout: v.duration(p.key("approve_timeout"), r.ApproveTimeout, 0),
 	}
 }
 
@@ -606,7 +646,47 @@ func (v *validator) profiles(raw map[string]*rawProfile, cfg *Config) map[string
 	}
 	v.extendsCycles(out, names)
 	v.dynamicToolsets(raw, out, names)
+	v.toolSearch(raw, out, names)
 	return out
+}
+
+// toolSearch sets each profile's effective tool_search and
+// tool_search_pinned (each its own when set, else its nearest
+// ancestor's), validates the pinned globs where they are written, and
+// reports a profile that ends up with both tool_search and
+// dynamic_toolsets (two different starting views), or that sets
+// tool_search_pinned itself without tool_search (it would do nothing).
+func (v *validator) toolSearch(raw map[string]*rawProfile, profiles map[string]*Profile, names []string) {
+	for _, name := range names {
+		if pins := raw[name].ToolSearchPinned; pins != nil {
+			v.globs(keyPath{"profiles", name, "tool_search_pinned"}, *pins)
+		}
+		var search *bool
+		var pinned *[]string
+		seen := map[string]bool{}
+		for n := name; n != "" && raw[n] != nil && !seen[n]; n = raw[n].Extends {
+			seen[n] = true
+			if search == nil {
+				search = raw[n].ToolSearch
+			}
+			if pinned == nil {
+				pinned = raw[n].ToolSearchPinned
+			}
+		}
+		p := profiles[name]
+		if search != nil {
+			p.ToolSearch = *search
+		}
+		if pinned != nil {
+			p.ToolSearchPinned = slices.Clone(*pinned)
+		}
+		switch {
+		case p.ToolSearch && p.DynamicToolsets:
+			v.errorf(keyPath{"profiles", name, "tool_search"}, "profile %q has both tool_search and dynamic_toolsets (one may be inherited through extends); a session starts with one or the other", name)
+		case !p.ToolSearch && raw[name].ToolSearchPinned != nil:
+			v.errorf(keyPath{"profiles", name, "tool_search_pinned"}, "profile %q sets tool_search_pinned without tool_search = true: the pinned tools are listed only in a tool-search session", name)
+		}
+	}
 }
 
 // dynamicToolsets sets each profile's effective dynamic_toolsets: its own

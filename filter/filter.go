@@ -9,8 +9,11 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/mcpmux/mcpmux/configs"
 )
 
 // Filter is an effective rule set: the conjunction of every pipeline stage
@@ -70,6 +73,40 @@ func (f *Filter) CheckCall(e *Entry, args json.RawMessage) error {
 	return nil
 }
 
+// Approval reports whether a call of the allowed tool e needs a person's
+// approval first, and how long to wait for it: it does when any stage's
+// approve glob matches the tool's exposed name, so a stage can add
+// approval and never take it away. The wait is the shortest
+// approve_timeout any stage sets (like every rule, a stage can only make
+// it stricter), else configs.DefaultApproveTimeout. mcpmux's own tools
+// (no upstream) never need it: what they reach is decided again for
+// itself.
+func (f *Filter) Approval(e *Entry) (need bool, timeout time.Duration) {
+	if e.Upstream == "" {
+		return false, 0
+	}
+	for _, s := range f.stages {
+		for _, g := range s.approve {
+			if g.Match(e.Tool.Name) {
+				need = true
+				break
+			}
+		}
+	}
+	if !need {
+		return false, 0
+	}
+	for _, s := range f.stages {
+		if t := s.approveTimeout; t > 0 && (timeout == 0 || t < timeout) {
+			timeout = t
+		}
+	}
+	if timeout == 0 {
+		timeout = configs.DefaultApproveTimeout
+	}
+	return true, timeout
+}
+
 // filterKey builds the canonical key of a conjunction of stages.
 func filterKey(stages []*Rules) (string, []*Rules) {
 	kept := make([]*Rules, 0, len(stages))
@@ -108,6 +145,10 @@ type View struct {
 	// computed once from the snapshot's Catalog.
 	listingOnce sync.Once
 	listing     *Listing
+
+	// index is the view's tool-search index (search.go), built on its
+	// first search.
+	index viewIndex
 }
 
 // Lookup returns the entry of a tool the view shows, or nil when the tool is
@@ -285,7 +326,7 @@ func (r *Registry) View(version uint64, entries []*Entry, f *Filter) *View {
 
 func buildView(version uint64, entries []*Entry, f *Filter) *View {
 	v := &View{Version: version, Filter: f, Tools: []mcp.Tool{}, byName: make(map[string]*Entry)}
-	own := f.ownTools() // mcpmux's own tools come first (dynamic.go)
+	own := f.ownTools(entries) // mcpmux's own tools come first (dynamic.go, search.go)
 	for _, e := range own {
 		v.Tools = append(v.Tools, e.Tool)
 		v.raws = append(v.raws, e.Definition())

@@ -16,11 +16,13 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/mcpmux/mcpmux/configs"
 	"github.com/mcpmux/mcpmux/internal/glob"
+	"github.com/mcpmux/mcpmux/internal/jsonrpc"
 )
 
 // ErrArgumentsNotAllowed is returned by Filter.CheckCall when a call_rule
@@ -42,6 +44,10 @@ type Entry struct {
 	// upstream ("github"), its prefix when different ("gh"), and each
 	// "<upstream>/<set>" and "<prefix>/<set>" it belongs to. Sorted.
 	Toolsets []string
+	// Fixed are the arguments an override fixes, sorted by key, each
+	// value encoded: injected into every call of the tool, and refused
+	// when a client sends one (aggregator.InjectFixed). nil = none.
+	Fixed []jsonrpc.Member
 }
 
 // Rules is one compiled rule set: one stage of the pipeline. It is immutable
@@ -63,6 +69,14 @@ type Rules struct {
 	// dynamic, when set, makes this the stage of a dynamic-toolsets
 	// session (dynamic.go); such a stage has no other selector.
 	dynamic *dynamicStage
+	// approve names the tools whose calls need a person's approval, and
+	// approveTimeout how long one waits for it (0: not set by this
+	// stage); see Filter.Approval.
+	approve        []*glob.Glob
+	approveTimeout time.Duration
+	// search, when set, makes this the stage of a tool-search session
+	// (search.go); such a stage has no other selector.
+	search *searchStage
 }
 
 // callRule is one compiled configs.CallRule.
@@ -103,6 +117,11 @@ func Compile(rs configs.RuleSet) (*Rules, error) {
 	r.deny, errs = compileGlobs(rs.Deny, "deny", errs)
 	r.allowRe, errs = compileRegexes(rs.AllowRegex, "allow_regex", errs)
 	r.denyRe, errs = compileRegexes(rs.DenyRegex, "deny_regex", errs)
+	r.approve, errs = compileGlobs(rs.Approve, "approve", errs)
+	if rs.ApproveTimeout < 0 {
+		errs = append(errs, fmt.Errorf("approve_timeout %s is negative", rs.ApproveTimeout))
+	}
+	r.approveTimeout = rs.ApproveTimeout
 	for _, cr := range rs.CallRules {
 		if cr.Tool == "" {
 			errs = append(errs, errors.New("call_rules: tool is empty"))
@@ -229,6 +248,9 @@ func (r *Rules) hasPositive() bool {
 func (r *Rules) Match(name string, readOnly bool, toolsets []string) bool {
 	if r.dynamic != nil {
 		return r.dynamic.match(toolsets)
+	}
+	if r.search != nil {
+		return r.search.match(name)
 	}
 	if r.readOnly && !readOnly || r.denies(name) {
 		return false
@@ -383,6 +405,10 @@ func canonicalKey(rs configs.RuleSet) string {
 	list("deny_upstreams", rs.DenyUpstreams)
 	if rs.ReadOnly {
 		b.WriteString("read_only;")
+	}
+	list("approve", rs.Approve)
+	if rs.ApproveTimeout != 0 {
+		fmt.Fprintf(&b, "approve_timeout%d;", rs.ApproveTimeout)
 	}
 	if len(rs.CallRules) > 0 {
 		crs := make([]string, 0, len(rs.CallRules))

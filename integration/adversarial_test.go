@@ -333,6 +333,9 @@ func advCheckRefusal(t *testing.T, d recDoor, a recAnswer, tc advCase, prefix, p
 // an id; UP__ stands for the typed upstream's prefix.
 type advRaw struct {
 	name, body, params string
+	// lineBreaks marks a body with raw line breaks, which the stdio door's
+	// own framing splits into several messages before mcpmux reads them.
+	lineBreaks bool
 	// runs is what the upstream may run: "" for nothing; otherwise the
 	// message may be answered with a result, and then the upstream ran
 	// shell_run on exactly runs.
@@ -365,6 +368,14 @@ var advRaws = []advRaw{
 		params: `{"name":"UP__shell_run","arguments":{"command":"rm -rf /tmp/x"}}`},
 	// mcpmux routes the params it checked; Params is never read, by it or
 	// by the upstream, which is sent the checked params alone.
+	// A line break between tokens is whitespace to a JSON reader, and the
+	// end of a message to a stdio upstream: the second line would be a
+	// request of its own that mcpmux never checked. The allowed call runs;
+	// the smuggled one must not.
+	{name: "a line break smuggles a second request", lineBreaks: true,
+		body:   "{\"jsonrpc\":\"2.0\",\"id\":%[2]d,\"method\":\"tools/call\",\"params\":%[1]s}",
+		params: "{\"name\":\"UP__shell_run\",\"arguments\":{\"command\":\"git status\"},\"x\":[\n{\"jsonrpc\":\"2.0\",\"id\":77,\"method\":\"tools/call\",\"params\":{\"name\":\"shell_run\",\"arguments\":{\"command\":\"rm -rf /tmp/x\"}}}\n]}",
+		runs:   "git status"},
 	{name: "params and Params", body: `{"jsonrpc":"2.0","id":%[2]d,"method":"tools/call","params":{"name":"UP__shell_run","arguments":{"command":"git status"}},"Params":%[1]s}`,
 		params: `{"name":"UP__shell_run","arguments":{"command":"rm -rf /tmp/x"}}`, runs: "git status"},
 }
@@ -382,6 +393,9 @@ func TestAdversarialEnvelopes(t *testing.T) {
 				t.Run(up.name, func(t *testing.T) {
 					for n, tc := range advRaws {
 						t.Run(tc.name, func(t *testing.T) {
+							if tc.lineBreaks && d.name == "stdio" {
+								t.Skip("on the stdio door a line break ends the client's own message: each line is a message of its own, checked as such")
+							}
 							params := strings.ReplaceAll(tc.params, "UP__", prefix)
 							body := strings.ReplaceAll(tc.body, "UP__", prefix)
 							id := 9000 + n

@@ -62,11 +62,12 @@ func startInProcessMux(t *testing.T, configTOML string, upstreamOpts func(*confi
 		uc.Env[markerEnv] = m.Marker
 	}
 	log := slog.New(slog.NewTextHandler(m.logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	agg := aggregator.New(cfg, aggregator.Options{Logger: log, Upstream: upstreamOpts})
-	srv, err := sessions.New(cfg, agg, sessions.Options{Logger: log})
+	srv, err := sessions.New(cfg, sessions.Options{Logger: log,
+		Aggregator: aggregator.Options{Logger: log, Upstream: upstreamOpts}})
 	if err != nil {
 		t.Fatal(err)
 	}
+	agg := srv.Aggregator()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

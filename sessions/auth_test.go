@@ -255,8 +255,8 @@ func TestOAuthResourceServer(t *testing.T) {
 		audit.mu.Lock()
 		log := audit.b.String()
 		audit.mu.Unlock()
-		if !strings.Contains(log, `"subject":"`+id+`"`) {
-			t.Errorf("audit log does not name subject %s:\n%s", id, log)
+		if !strings.Contains(log, `"caller":"oauth:`+id+`"`) {
+			t.Errorf("audit log does not name caller oauth:%s:\n%s", id, log)
 		}
 		if strings.Contains(log, tools[:40]) || strings.Contains(log, "tok-static") {
 			t.Errorf("audit log holds a token:\n%s", log)

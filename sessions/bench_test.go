@@ -17,7 +17,6 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 
-	"github.com/mcpmux/mcpmux/aggregator"
 	"github.com/mcpmux/mcpmux/configs"
 	"github.com/mcpmux/mcpmux/upstream"
 )
@@ -86,13 +85,14 @@ func newServerWith(tb testing.TB, upURL, extra string, opts Options) *Server {
 	// "nothing reached the upstream" would count it whenever a slow run
 	// lasts past a probe interval.
 	noProbe := func(*configs.Upstream) upstream.Options { return upstream.Options{ProbeInterval: -1} }
-	agg := aggregator.New(cfg, aggregator.Options{Upstream: noProbe})
-	tb.Cleanup(func() { agg.Close() })
-	if err := agg.Start(context.Background()); err != nil {
+	opts.Aggregator.Upstream = noProbe
+	s, err := New(cfg, opts)
+	if err != nil {
 		tb.Fatal(err)
 	}
-	s, err := New(cfg, agg, opts)
-	if err != nil {
+	agg := s.Aggregator()
+	tb.Cleanup(func() { agg.Close() })
+	if err := agg.Start(context.Background()); err != nil {
 		tb.Fatal(err)
 	}
 	s.MarkStarted()

@@ -22,7 +22,8 @@ import (
 // resources/unsubscribe and logging/setLevel). It runs in this order:
 //
 //	parse once (the door) → binding (the door) → decide (decide: view, call
-//	rules, ambiguity, rate) → route the checked entry (route) → forward
+//	rules, ambiguity, rate) → route the checked entry (route; for a tools/call
+//	of an upstream's tool, human approval first: approve.go) → forward
 //	(aggregator, upstream.Send) → answer (the door's writer)
 //
 // mcp-go's server never sees these requests; it keeps the handshake,
@@ -147,17 +148,23 @@ func (s *Server) decide(session string, b Binding, view *filter.View, m *jsonrpc
 		}
 		e = view.Lookup(m.Name)
 		resting := ""
+		var fixErr error
 		if e == nil {
 			resting = s.restarting(view, m.Name)
+		} else {
+			fixErr = fixArguments(e, m)
 		}
 		switch {
 		case resting != "":
 			reason, refusal = audit.ReasonRestarting, &jsonrpc.Error{Code: mcp.INTERNAL_ERROR, Message: fmt.Sprintf("upstream %s is restarting; retry shortly", resting)}
 		case e == nil:
 			reason, refusal = audit.ReasonNotFound, &jsonrpc.Error{Code: mcp.METHOD_NOT_FOUND, Message: "Tool not found: " + jsonrpc.Printable(m.Name)}
+		case fixErr != nil:
+			reason, refusal = audit.ReasonArguments, &jsonrpc.Error{Code: mcp.INVALID_PARAMS,
+				Message: fmt.Sprintf("Arguments not allowed for %s: %v", e.Tool.Name, fixErr)}
 		case view.Filter.CheckCall(e, m.Arguments) != nil:
 			reason, refusal = audit.ReasonArguments, &jsonrpc.Error{Code: mcp.INVALID_PARAMS, Message: "Arguments not allowed for " + e.Tool.Name}
-		case !s.limits.Allow(session, b.Rate):
+		case !isRelay(e) && !s.limits.Allow(session, b.Rate): // call_tool counts as the call it relays (relay)
 			reason, refusal = audit.ReasonRate, &jsonrpc.Error{Code: rateLimited,
 				Message: fmt.Sprintf("Rate limit exceeded: profile %q allows %d tool calls per minute per session", b.Profile, b.Rate)}
 		}
@@ -182,10 +189,27 @@ func (s *Server) decide(session string, b Binding, view *filter.View, m *jsonrpc
 	s.log.Info("tools/call refused", "session", session, "tool", jsonrpc.Printable(m.Name), "profile", b.Profile, "subject", b.Subject, "reason", reason)
 	s.metrics.count(m.Method, outcomeDenied)
 	s.audit.Write(audit.Record{
-		Time: time.Now().UTC(), Session: session, Profile: b.Profile, Subject: b.Subject, Tool: jsonrpc.Printable(m.Name),
+		Time: time.Now().UTC(), Session: session, Caller: callerName(b), Profile: b.Profile, Tool: jsonrpc.Printable(m.Name),
 		Decision: audit.Denied, Reason: reason,
 	}, m.Arguments)
 	return nil, refusal
+}
+
+// fixArguments gives m, a tools/call of e, the arguments e's override
+// fixes ([upstreams.U.overrides.TOOL] args): its params and arguments
+// become what is forwarded, so that call rules, the audit log and the
+// upstream all see the same arguments. A call that sends a fixed
+// argument itself is refused, and m is left as it came.
+func fixArguments(e *filter.Entry, m *jsonrpc.Message) error {
+	if len(e.Fixed) == 0 {
+		return nil
+	}
+	params, args, err := aggregator.InjectFixed(e, m.Params, m.Arguments)
+	if err != nil {
+		return err
+	}
+	m.Params, m.Arguments = params, args
+	return nil
 }
 
 // restarting returns the upstream of the tool named name when that
@@ -203,16 +227,24 @@ func (s *Server) restarting(view *filter.View, name string) string {
 func (s *Server) route(ctx context.Context, session string, b Binding, e *filter.Entry, m *jsonrpc.Message, cl *caller) (json.RawMessage, error) {
 	switch m.Method {
 	case string(mcp.MethodToolsCall):
-		if e.Upstream == "" { // one of mcpmux's own tools (dynamic.go)
+		if e.Upstream == "" { // one of mcpmux's own tools (dynamic.go, search.go)
+			if isRelay(e) {
+				return s.relay(ctx, session, b, e, m, cl)
+			}
 			return s.ownCall(session, b, e, m, cl)
+		}
+		// Human approval, the last step of the decision (approve.go).
+		approval, refused := s.approve(ctx, session, b, e, m, cl)
+		if refused != nil {
+			return refused.result, refused.err
 		}
 		start := time.Now()
 		res, err := s.agg.CallTool(ctx, cl, e, m.Params)
 		d := time.Since(start)
 		toolError := err == nil && isErrorResult(res)
 		s.metrics.observeCall(e.Upstream, toolError, err, d)
-		rec := audit.Record{Time: start.UTC(), Session: session, Profile: b.Profile, Subject: b.Subject, Tool: e.Tool.Name, Upstream: e.Upstream,
-			Decision: audit.Allowed, Duration: float64(d.Microseconds()) / 1000}
+		rec := audit.Record{Time: start.UTC(), Session: session, Caller: callerName(b), Profile: b.Profile, Tool: e.Tool.Name, Upstream: e.Upstream,
+			Decision: audit.Allowed, Approval: approval, Duration: float64(d.Microseconds()) / 1000}
 		if errors.Is(err, aggregator.ErrCallerShare) {
 			rec.Decision, rec.Reason = audit.Denied, audit.ReasonBusy
 		} else if err != nil {

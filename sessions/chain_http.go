@@ -254,6 +254,7 @@ func (o *eventWriter) done() {
 // writeEvent writes frame as one server-sent event, in pieces: a large
 // answer is not copied again on its way out.
 func writeEvent(w io.Writer, frame jsonrpc.Frame) error {
+	frame = frame.OneLine() // a line break would end the data line early
 	if _, err := io.WriteString(w, "event: message\ndata: "); err != nil {
 		return err
 	}
@@ -389,6 +390,14 @@ func (s *Server) sessionCaller(sess *session, call *call, logf func(string, ...a
 			}
 			return r.result, r.err
 		case <-ctx.Done():
+			if !wide && call.ctx.Err() == nil {
+				// Withdrawn while the call goes on (an approval that
+				// timed out): the client is told, on the call's stream,
+				// before the call's answer, as the stream doors do.
+				if f, err := cancelledFrame(id, ctx); err == nil {
+					call.queue(f)
+				}
+			}
 			return nil, ctx.Err()
 		}
 	}

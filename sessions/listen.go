@@ -130,7 +130,7 @@ func (s *Server) serveListen(w http.ResponseWriter, r *http.Request, m *jsonrpc.
 func (s *Server) listenStream(ctx context.Context, sess *streamSession, b Binding, view *filter.View, m *jsonrpc.Message) []byte {
 	queue := func(f []byte) bool {
 		select {
-		case sess.out <- f:
+		case sess.out <- jsonrpc.Whole(f):
 			return true
 		default:
 			return false

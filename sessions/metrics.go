@@ -22,6 +22,8 @@ type metrics struct {
 	callTime  *prometheus.HistogramVec // upstream
 	upstreams *prometheus.GaugeVec     // upstream
 	recent    latencies                // each upstream's last calls, for the status page's p50/p99
+
+	pinChanges *prometheus.CounterVec // upstream, kind: changes to pinned tool definitions (pins.go)
 }
 
 // Request outcomes.
@@ -69,7 +71,10 @@ func newMetrics(s *Server) *metrics {
 	m.upstreams = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "mcpmux_upstream_up", Help: "1 when the upstream is connected.",
 	}, []string{"upstream"})
-	m.reg.MustRegister(m.requests, m.latency, m.calls, m.callTime, m.upstreams,
+	m.pinChanges = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "mcpmux_pin_changes_total", Help: "Changes to pinned tool definitions (server.pin), by upstream and kind (changed, new, removed).",
+	}, []string{"upstream", "kind"})
+	m.reg.MustRegister(m.requests, m.latency, m.calls, m.callTime, m.upstreams, m.pinChanges,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "mcpmux_filter_instances", Help: "Distinct compiled filters (effective rule sets) held: profiles' and the bounded cache of request narrowings.",

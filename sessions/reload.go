@@ -156,7 +156,7 @@ func (s *Server) regrant(res *Resolver, b Binding) (Binding, error) {
 		return Binding{}, err
 	}
 	nb.Who = b.Who // the same caller: its shares stay where they were taken
-	return s.reenable(nb, b.Filter), nil
+	return s.refind(s.reenable(nb, b.Filter), b.Filter), nil
 }
 
 // endSession ends the session id, which a reload ended with cause: a
@@ -250,6 +250,10 @@ func (r *Resolver) Regrant(old Binding) (Binding, error) {
 	b.Dynamic = false
 	if p := r.cfg.Profiles[old.Profile]; p != nil && p.DynamicToolsets {
 		b.Dynamic = !choosesTools(r, old.Selection)
+	}
+	b.Search = false
+	if p := r.cfg.Profiles[old.Profile]; p != nil && p.ToolSearch {
+		b.Search = !choosesTools(r, old.Selection)
 	}
 	b.Rate = lowerRate(old.Rate, r.RateFor(old.Profile))
 	return b, nil

@@ -70,6 +70,9 @@ type Binding struct {
 	// itself (dynamic.go). It is kept with the binding, not looked up in
 	// the current config.
 	Dynamic bool
+	// Search records, likewise, that the profile had tool_search and the
+	// request chose no toolsets or tools itself (search.go).
+	Search bool
 
 	// Caller, Authed, Local, Rate and Requested complete the grant a
 	// session is bound with: what a reload re-derives it from
@@ -620,7 +623,11 @@ func (c *Checked) Binding() Binding {
 	if p := r.cfg.Profiles[name]; p != nil && p.DynamicToolsets {
 		dynamic = !choosesTools(r, sel)
 	}
-	b := Binding{Profile: name, Filter: f, Explicit: sel.Profile != "" || sel.Narrowing, Selection: kept, Dynamic: dynamic,
+	search := false
+	if p := r.cfg.Profiles[name]; p != nil && p.ToolSearch {
+		search = !choosesTools(r, sel)
+	}
+	b := Binding{Profile: name, Filter: f, Explicit: sel.Profile != "" || sel.Narrowing, Selection: kept, Dynamic: dynamic, Search: search,
 		Local: !c.auth, Rate: r.RateFor(name), Requested: f.Key(), granter: r}
 	if caller != nil {
 		b.Caller, b.Authed, b.Subject, b.Expiry, b.claims = caller.sum, true, caller.subject, caller.expiry, caller.claims

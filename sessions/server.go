@@ -61,7 +61,8 @@ type Server struct {
 
 	reloading sync.Mutex // one Reload at a time (reload.go)
 
-	dyn atomic.Pointer[dynamicSetup] // dynamic toolsets of the current resolver (dynamic.go)
+	dyn  atomic.Pointer[dynamicSetup] // dynamic toolsets of the current resolver (dynamic.go)
+	srch atomic.Pointer[searchSetup]  // tool search of the current resolver (search.go)
 
 	streams   streamSet  // live websocket, SSE and stdio sessions (door.go)
 	listening listeners  // open 2026-07-28 subscriptions/listen streams (listen.go)
@@ -172,12 +173,18 @@ type Options struct {
 	WriteTimeout time.Duration
 	// Tracer makes the span of each routed request (trace.go); nil = none.
 	Tracer trace.Tracer
+	// Aggregator configures the aggregator New builds for cfg. Its Hooks
+	// and ServerInfo are the server's own: New sets them, replacing any
+	// given here.
+	Aggregator aggregator.Options
 }
 
-// New builds the server for cfg over agg. It registers itself for agg's
-// snapshot changes; it starts no goroutines.
-func New(cfg *configs.Config, agg *aggregator.Aggregator, opts Options) (*Server, error) {
-	s := &Server{cfg: cfg, agg: agg, registry: opts.Registry, log: opts.Logger, version: opts.Version, bound: make(map[string]*session), startedCh: make(chan struct{})}
+// New builds the server for cfg and the aggregator it serves (Aggregator),
+// with the server's hooks fixed at the aggregator's construction. It
+// starts no goroutines. The caller starts the aggregator and closes it
+// after Shutdown.
+func New(cfg *configs.Config, opts Options) (*Server, error) {
+	s := &Server{cfg: cfg, registry: opts.Registry, log: opts.Logger, version: opts.Version, bound: make(map[string]*session), startedCh: make(chan struct{})}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -201,6 +208,18 @@ func New(cfg *configs.Config, agg *aggregator.Aggregator, opts Options) (*Server
 		return nil, err
 	}
 	s.resolver.Store(res)
+	for _, o := range cfg.Server.AllowedOrigins {
+		g, err := glob.Compile(o)
+		if err != nil {
+			return nil, fmt.Errorf("server.allowed_origins: %w", err)
+		}
+		s.origins = append(s.origins, g)
+	}
+	ao := opts.Aggregator
+	ao.ServerInfo = s.implementation()
+	ao.Hooks = aggregator.Hooks{Change: s.onSnapshot, ResourceUpdated: s.resourceUpdated, Log: s.upstreamLog}
+	agg := aggregator.New(cfg, ao)
+	s.agg = agg
 	if opts.Audit != nil {
 		// Every line is masked whole: a reason quoting an upstream's
 		// error, or arguments quoting a key, hold no configured secret.
@@ -209,22 +228,14 @@ func New(cfg *configs.Config, agg *aggregator.Aggregator, opts Options) (*Server
 			s.log.Error("audit log write failed", "error", err)
 		})
 	}
-	for _, o := range cfg.Server.AllowedOrigins {
-		g, err := glob.Compile(o)
-		if err != nil {
-			return nil, fmt.Errorf("server.allowed_origins: %w", err)
-		}
-		s.origins = append(s.origins, g)
-	}
-
 	s.metrics = newMetrics(s)
-	agg.SetServerInfo(s.implementation())
-	agg.OnResourceUpdated(s.resourceUpdated)
-	agg.OnLog(s.upstreamLog)
-	agg.OnChange(s.onSnapshot)
 	s.onSnapshot(nil, agg.Snapshot())
 	return s, nil
 }
+
+// Aggregator returns the aggregator New built. The caller starts it, and
+// closes it after Shutdown.
+func (s *Server) Aggregator() *aggregator.Aggregator { return s.agg }
 
 // Registry returns the filter registry shared by every session.
 func (s *Server) Registry() *filter.Registry { return s.registry }
@@ -241,6 +252,7 @@ func (s *Server) View(b Binding) *filter.View {
 // onSnapshot tells each session whose view changed.
 func (s *Server) onSnapshot(prev, next *aggregator.Snapshot) {
 	s.metrics.setUpstreams(s.agg.Upstreams())
+	s.recordPins(next.PinEvents)
 
 	prints := func(b Binding) viewPrints {
 		v := s.registry.View(next.Version, next.Tools, s.effective(b))

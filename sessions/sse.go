@@ -13,6 +13,7 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mcpmux/mcpmux/internal/audit"
+	"github.com/mcpmux/mcpmux/internal/jsonrpc"
 )
 
 // The legacy HTTP+SSE front door (protocol 2024-11-05), for old clients:
@@ -171,7 +172,17 @@ type sseWriter struct {
 	timeout time.Duration
 }
 
-func (sw *sseWriter) writeFrame(frame []byte) error { return sw.event("message", frame) }
+// writeFrame writes a message as one event: on one data line (line breaks
+// between its tokens become spaces, jsonrpc.OneLine), from its pieces.
+func (sw *sseWriter) writeFrame(frame jsonrpc.Frame) error {
+	sw.mu.Lock()
+	defer sw.mu.Unlock()
+	sw.rc.SetWriteDeadline(time.Now().Add(sw.timeout))
+	if err := writeEvent(sw.w, frame); err != nil {
+		return err
+	}
+	return sw.rc.Flush()
+}
 
 // event writes one event; data may span lines.
 func (sw *sseWriter) event(name string, data []byte) error {

@@ -19,6 +19,7 @@ import (
 	"github.com/mcpmux/mcpmux/aggregator"
 	"github.com/mcpmux/mcpmux/configs"
 	"github.com/mcpmux/mcpmux/filter"
+	"github.com/mcpmux/mcpmux/internal/pins"
 	"github.com/mcpmux/mcpmux/upstream"
 )
 
@@ -124,6 +125,13 @@ type statusData struct {
 	OtherFilters        int         `json:"other_filter_instances"`
 	OtherFilterSessions int         `json:"other_filter_sessions"`
 	RefreshSecond       int         `json:"-"`
+
+	// Pin is server.pin, and PendingPins the changes to pinned tool
+	// definitions waiting for `mcpmux pins approve`, with their diffs;
+	// PinsError is why the state file cannot be read. Admins only.
+	Pin         string         `json:"pin,omitempty"`
+	PendingPins []pins.Pending `json:"pending_pins,omitempty"`
+	PinsError   string         `json:"pins_error,omitempty"`
 }
 
 // upstreamRow is one row of the upstreams table.
@@ -156,6 +164,10 @@ type upstreamRow struct {
 	P50   string `json:"p50,omitempty"`
 	P99   string `json:"p99,omitempty"`
 
+	// Quarantined counts its tools hidden by server.pin = "quarantine"
+	// until approved; shown to admins only.
+	Quarantined int `json:"quarantined,omitempty"`
+
 	ago     string // how long before the page LastErrorAt was
 	summary string // LastError for the narrow cell (errorSummary)
 	detail  string // LastError without the stderr lines shown apart; "" = summary says it all
@@ -172,7 +184,9 @@ type profileRow struct {
 	// Dynamic is set for a profile with dynamic_toolsets; a new session's
 	// tools/list then starts with InitialTools (~InitialTokens), as
 	// `mcpmux check` reports.
-	Dynamic       bool   `json:"dynamic,omitempty"`
+	Dynamic bool `json:"dynamic,omitempty"`
+	// Search is set, likewise, for a profile with tool_search.
+	Search        bool   `json:"tool_search,omitempty"`
 	InitialTools  int    `json:"initial_tools,omitempty"`
 	InitialTokens int    `json:"initial_estimated_tokens,omitempty"`
 	Error         string `json:"error,omitempty"`
@@ -291,8 +305,26 @@ func (p *statusPage) status(v viewer) *statusData {
 		st.Filters[i].Sessions = byFilter[f]
 		st.OtherFilterSessions -= byFilter[f]
 	}
+	if v.all {
+		p.pins(st)
+	}
 	st.restrict(v)
 	return st
+}
+
+// pins fills in the pending changes to pinned definitions, for admins.
+func (p *statusPage) pins(st *statusData) {
+	store := p.srv.agg.Pins()
+	if store == nil || p.srv.cfg.Server.Pin == configs.PinOff {
+		return
+	}
+	st.Pin = p.srv.cfg.Server.Pin
+	pending, err := store.Pending()
+	if err != nil {
+		st.PinsError = p.srv.agg.Redact(err.Error())
+		return
+	}
+	st.PendingPins = pending
 }
 
 // upstreams builds the upstreams table.
@@ -313,7 +345,7 @@ func (p *statusPage) upstreams(snap *aggregator.Snapshot, now time.Time) []upstr
 			Name: cfg.Name, Prefix: cfg.Prefix, Transport: cfg.Transport, Target: s.agg.Redact(target(cfg)),
 			Required: cfg.Required, Scope: cfg.Scope, State: stateName(h), Protocol: h.Protocol,
 			Tools: exposed[cfg.Name].Tools, Hidden: exposed[cfg.Name].Dropped,
-			Connects: h.Connects, Restarts: h.Restarts,
+			Connects: h.Connects, Restarts: h.Restarts, Quarantined: exposed[cfg.Name].Quarantined,
 		}
 		if row.Scope == "" {
 			row.Scope = configs.ScopeShared
@@ -373,9 +405,15 @@ func (p *statusPage) profiles(snap *aggregator.Snapshot) *profileStatus {
 		if row.Tokens, row.ByUpstream, err = v.Tokens(); err != nil {
 			row.Error = fmt.Sprintf("profile %q: estimating tokens: %v", name, err)
 		}
-		if f := res.DynamicFilter(s.registry, b); f != nil {
+		f := res.DynamicFilter(s.registry, b)
+		row.Dynamic = f != nil
+		if f == nil {
+			f = res.SearchFilter(s.registry, b)
+			row.Search = f != nil
+		}
+		if f != nil {
 			dv := s.registry.View(snap.Version, snap.Tools, f)
-			row.Dynamic, row.InitialTools = true, dv.Len()
+			row.InitialTools = dv.Len()
 			if row.InitialTokens, err = filter.EstimateTokens(dv.Tools); err != nil {
 				row.Error = fmt.Sprintf("profile %q: estimating its initial tokens: %v", name, err)
 			}
@@ -568,7 +606,7 @@ details summary{cursor:pointer}.err{color:#a00;word-break:break-word}
 <td><code>{{.Target}}</code></td>
 <td class="state {{.State}}">{{.State}}</td>
 <td class="nw">{{.Protocol}}</td>
-<td class="n tools">{{.Tools}}{{if .Hidden}} <span class="meta">(+{{.Hidden}} hidden)</span>{{end}}</td>
+<td class="n tools">{{.Tools}}{{if .Hidden}} <span class="meta">(+{{.Hidden}} hidden)</span>{{end}}{{if .Quarantined}} <span class="meta quarantined">(+{{.Quarantined}} quarantined)</span>{{end}}</td>
 <td class="n">{{.Prompts}}</td>
 <td class="n">{{.Resources}}{{if .Templates}} <span class="meta">+{{.Templates}} templates</span>{{end}}</td>
 <td class="n restarts">{{.Restarts}}</td>
@@ -585,7 +623,7 @@ details summary{cursor:pointer}.err{color:#a00;word-break:break-word}
 <thead><tr><th>profile</th><th>tools</th><th>~tokens</th><th>~tokens by upstream</th><th>sessions</th><th>filter</th></tr></thead>
 <tbody>
 {{range .Profiles}}<tr class="profile" data-name="{{.Name}}">
-<td class="name"><b>{{label .Name}}</b>{{if .Dynamic}}<br><span class="meta dynamic">dynamic: a session starts with {{.InitialTools}} tools, ~{{.InitialTokens}} tokens</span>{{end}}</td>
+<td class="name"><b>{{label .Name}}</b>{{if .Dynamic}}<br><span class="meta dynamic">dynamic: a session starts with {{.InitialTools}} tools, ~{{.InitialTokens}} tokens</span>{{end}}{{if .Search}}<br><span class="meta dynamic">tool search: a session starts with {{.InitialTools}} tools, ~{{.InitialTokens}} tokens</span>{{end}}</td>
 <td class="n tools">{{.Tools}}</td>
 <td class="n">{{.Tokens}}</td>
 <td>{{range $i, $u := .ByUpstream}}{{if $i}}, {{end}}{{$u.Upstream}} {{$u.Tokens}} <span class="meta">({{$u.Tools}} tools)</span>{{else}}<span class="meta">none</span>{{end}}{{if .Error}} <span class="err">{{.Error}}</span>{{end}}</td>
@@ -608,6 +646,15 @@ details summary{cursor:pointer}.err{color:#a00;word-break:break-word}
 </table>
 <p class="meta">sessions: the live sessions whose view is built from exactly that filter. Both tables count the same {{.Bound}} bound sessions.</p>
 
+{{if .Pin}}<h2>Pinned tool definitions</h2>
+<p class="meta" id="pins">server.pin = <b>{{.Pin}}</b>. Changes waiting for <code>mcpmux pins approve</code>: <b>{{len .PendingPins}}</b>{{if eq .Pin "quarantine"}} (hidden from every view until approved){{end}}.{{if .PinsError}} <span class="err">{{.PinsError}}</span>{{end}}</p>
+{{if .PendingPins}}<table id="pending-pins">
+<thead><tr><th>tool</th><th>upstream</th><th>change</th><th>seen</th><th>diff</th></tr></thead>
+<tbody>
+{{range .PendingPins}}<tr class="pending-pin" data-tool="{{.Exposed}}"><td><b>{{.Exposed}}</b></td><td>{{.Upstream}}</td><td>{{.Kind}}</td><td class="nw">{{.Seen}}</td><td><pre class="diff">{{.Diff}}</pre></td></tr>
+{{end}}</tbody>
+</table>{{end}}
+{{end}}
 <h2>Sessions</h2>
 <p id="sessions">{{.Open}} open of at most {{.MaxSessions}} (every door; GET streams and sessions not yet initialized included). Bound to a view, by door:
 {{range $door, $n := .Sessions}} {{$door}} <b>{{$n}}</b>{{else}} none{{end}}</p>

@@ -177,12 +177,28 @@ func (s *Server) readLines(ss *streamSession, in io.Reader, gate *stdinGate) (er
 	}
 }
 
-// lineWriter writes one message per line. A JSON encoding never contains a
-// raw newline, so the newline is an unambiguous delimiter.
+// lineWriter writes one message per line. A message may hold line breaks
+// between its tokens (an upstream's pretty-printed result): they become
+// spaces (jsonrpc.OneLine), so that the newline stays an unambiguous
+// delimiter and no upstream can start a line of its own on the client's
+// stream.
 type lineWriter struct{ w io.Writer }
 
-func (lw *lineWriter) writeFrame(frame []byte) error {
-	// One Write per message: the line reaches the pipe whole.
-	_, err := lw.w.Write(append(frame[:len(frame):len(frame)], '\n'))
+var newline = []byte("\n")
+
+func (lw *lineWriter) writeFrame(frame jsonrpc.Frame) error {
+	frame = frame.OneLine().Joined()
+	if len(frame[1]) == 0 && len(frame[2]) == 0 {
+		// One Write per message: the line reaches the pipe whole.
+		f := frame[0]
+		_, err := lw.w.Write(append(f[:len(f):len(f)], '\n'))
+		return err
+	}
+	// An answer around a large result: its pieces one after the other
+	// (the session's one writer is the only one on this pipe).
+	if _, err := frame.WriteTo(lw.w); err != nil {
+		return err
+	}
+	_, err := lw.w.Write(newline)
 	return err
 }

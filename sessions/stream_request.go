@@ -55,24 +55,30 @@ func (ss *streamSession) requestVia(ctx context.Context, method mcp.MCPMethod, p
 // notifyCancelled tells the client that the server→client request id is no
 // longer wanted. It never blocks: a full queue drops the notice.
 func (ss *streamSession) notifyCancelled(id string, ctx context.Context) {
+	frame, err := cancelledFrame(id, ctx)
+	if err != nil {
+		return
+	}
+	select {
+	case ss.out <- jsonrpc.Whole(frame):
+	default:
+	}
+}
+
+// cancelledFrame is the notifications/cancelled that withdraws the
+// server→client request id, whose ctx ended: its reason is ctx's cause.
+func cancelledFrame(id string, ctx context.Context) ([]byte, error) {
 	reason := "cancelled"
 	if err := context.Cause(ctx); err != nil {
 		reason = err.Error()
 	}
-	frame, err := json.Marshal(mcp.JSONRPCNotification{
+	return json.Marshal(mcp.JSONRPCNotification{
 		JSONRPC: mcp.JSONRPC_VERSION,
 		Notification: mcp.Notification{
 			Method: string(mcp.MethodNotificationCancelled),
 			Params: mcp.NotificationParams{AdditionalFields: map[string]any{"requestId": id, "reason": reason}},
 		},
 	})
-	if err != nil {
-		return
-	}
-	select {
-	case ss.out <- frame:
-	default:
-	}
 }
 
 // deliver hands a client's response to the server→client request waiting

@@ -77,6 +77,11 @@ func (st *statusData) restrict(v viewer) {
 	st.Open = 0 // every caller's sessions and streams
 	st.BySubject = nil
 	st.FilterCount, st.OtherFilters = 0, 0
+	// Pending pins name tools and upstreams of every profile: admins only.
+	st.Pin, st.PendingPins, st.PinsError = "", nil, ""
+	for i := range st.Upstreams {
+		st.Upstreams[i].Quarantined = 0
+	}
 	st.Upstreams = slices.DeleteFunc(st.Upstreams, func(u upstreamRow) bool { return !v.seesUpstream(u.Name) })
 	st.Profiles = slices.DeleteFunc(st.Profiles, func(p profileRow) bool { return !v.seesProfile(p.Name) })
 	var filters []filterRow
@@ -123,6 +128,9 @@ func (s *Server) serveMetrics(w http.ResponseWriter, r *http.Request, v viewer) 
 			if !strings.HasPrefix(name, "mcpmux_") {
 				out = append(out, mf) // go_* and process_*: the process's own
 				continue
+			}
+			if strings.HasPrefix(name, "mcpmux_pin_") {
+				continue // quarantined tools do not exist but to admins
 			}
 			var kept []*dto.Metric
 			for _, m := range mf.GetMetric() {

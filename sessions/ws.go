@@ -12,6 +12,7 @@ import (
 
 	"github.com/coder/websocket"
 	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/mcpmux/mcpmux/internal/jsonrpc"
 )
 
 // The websocket front door, /ws: subprotocol "mcp", one JSON-RPC message per
@@ -203,10 +204,22 @@ type wsWriter struct {
 	timeout time.Duration
 }
 
-func (w *wsWriter) writeFrame(frame []byte) error {
+func (w *wsWriter) writeFrame(frame jsonrpc.Frame) error {
 	ctx, cancel := context.WithTimeout(context.Background(), w.timeout)
 	defer cancel()
-	return w.c.Write(ctx, websocket.MessageText, frame)
+	if frame = frame.Joined(); len(frame[1]) == 0 && len(frame[2]) == 0 {
+		return w.c.Write(ctx, websocket.MessageText, frame[0])
+	}
+	// One message from its pieces, not joined first.
+	mw, err := w.c.Writer(ctx, websocket.MessageText)
+	if err != nil {
+		return err
+	}
+	if _, err := frame.WriteTo(mw); err != nil {
+		mw.Close()
+		return err
+	}
+	return mw.Close()
 }
 
 // isWebSocketUpgrade reports whether r asks for a websocket upgrade.

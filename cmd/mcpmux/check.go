@@ -89,6 +89,9 @@ func cmdCheck(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if n := refusedIn(snap.Conflicts, st.Name); n > 0 {
 			notes = append(notes, fmt.Sprintf("%d refused: in another upstream's namespace", n))
 		}
+		if st.Quarantined > 0 {
+			notes = append(notes, fmt.Sprintf("%d quarantined: changed since pinned (mcpmux pins list)", st.Quarantined))
+		}
 		state := st.State.String()
 		if err := agg.StartError(st.Name); err != nil {
 			// The error names the upstream already; it is printed once,
@@ -116,6 +119,9 @@ func cmdCheck(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if n := termsafe.Escape(r.String()); !slices.Contains(notes, n) {
 			notes = append(notes, n)
 		}
+	}
+	for _, u := range snap.Unmatched {
+		notes = append(notes, termsafe.Escape(fmt.Sprintf("upstream %q lists no tool %q: its override applies once it does", u.Upstream, u.Tool)))
 	}
 	if len(notes) > 0 {
 		fmt.Fprintln(stdout)
@@ -238,23 +244,28 @@ func filterView(snap *aggregator.Snapshot, f *filter.Filter) *filter.View {
 }
 
 // dynamicReport is the line `check` and `tools` print for a profile with
-// dynamic_toolsets: what a new session's tools/list costs against the
-// profile's full view (tools and tokens, as given); "" for other profiles.
+// dynamic_toolsets or tool_search: what a new session's tools/list costs
+// against the profile's full view (tools and tokens, as given); "" for
+// other profiles.
 func dynamicReport(res *sessions.Resolver, snap *aggregator.Snapshot, profile string, tools, tokens int) string {
 	b, err := res.ResolveLocal(sessions.Selection{Profile: profile})
 	if err != nil {
 		return ""
 	}
 	reg := filter.NewRegistry()
+	what := "is dynamic"
 	f := res.DynamicFilter(reg, b)
+	if f == nil {
+		what, f = "searches its tools", res.SearchFilter(reg, b)
+	}
 	if f == nil {
 		return ""
 	}
 	v := reg.View(snap.Version, snap.Tools, f)
 	initial, err := estimateTokens(v.Tools)
 	if err != nil {
-		return fmt.Sprintf("profile %q is dynamic: encoding its initial tools/list: %v", profile, err)
+		return fmt.Sprintf("profile %q %s: encoding its initial tools/list: %v", profile, what, err)
 	}
-	return fmt.Sprintf("profile %q is dynamic: initial %s ~%d tokens, full %s ~%d tokens",
-		profile, plural(v.Len(), "tool", "tools"), initial, plural(tools, "tool", "tools"), tokens)
+	return fmt.Sprintf("profile %q %s: initial %s ~%d tokens, full %s ~%d tokens",
+		profile, what, plural(v.Len(), "tool", "tools"), initial, plural(tools, "tool", "tools"), tokens)
 }

@@ -249,3 +249,26 @@ func TestCheckWarnsOnNothingToServe(t *testing.T) {
 		t.Errorf("a config with an upstream: exit %d, want 0 and no warning:\n%s", code, out)
 	}
 }
+
+// TestCheckShowsOverrideProblems checks that `check` names both tools of a
+// rename that collides with a tool the upstream lists, and notes an
+// override of a tool the upstream does not list.
+func TestCheckShowsOverrideProblems(t *testing.T) {
+	path := writeConfig(t, demoUpstream(t, "demo", "demo-server", "--name", "demo")+`
+[upstreams.demo.overrides.write_note]
+name = "read_note"
+[upstreams.demo.overrides.no_such_tool]
+title = "Nothing"
+`)
+	var stdout, stderr bytes.Buffer
+	run([]string{"check", "--config", path}, &stdout, &stderr)
+	out := stdout.String()
+	for _, want := range []string{
+		`config error: tool name "demo__read_note": upstream "demo" (tool "read_note") collides with upstream "demo" (tool "write_note", renamed by [upstreams.demo.overrides.write_note]); the latter is left out`,
+		`note: upstream "demo" lists no tool "no_such_tool": its override applies once it does`,
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("check does not say %q:\n%s", want, out)
+		}
+	}
+}

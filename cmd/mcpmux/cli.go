@@ -77,6 +77,18 @@ func commands() []command {
 			},
 		},
 		{
+			name:    "pins",
+			summary: "list pending changes of pinned tool definitions, or approve them",
+			usage: "mcpmux pins list [--config FILE] [--json]\n" +
+				"       mcpmux pins approve [--config FILE] TOOL|--upstream NAME|--all",
+			about: "With server.pin = \"warn\" or \"quarantine\", a tool definition that changed\n" +
+				"after its upstream's first sight, or a new tool, waits for approval. list prints\n" +
+				"each with its diff and exits 3 when any is waiting (0 when none); approve pins\n" +
+				"the chosen ones (TOOL is the exposed name, or UPSTREAM/TOOL) and audits it.\n" +
+				"Running servers using the same state_dir pick approvals up without a restart.",
+			run: cmdPins,
+		},
+		{
 			name:    "version",
 			summary: "print the version, commit and Go version",
 			usage:   "mcpmux version\n       mcpmux --version",

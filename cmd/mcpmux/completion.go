@@ -71,6 +71,8 @@ func bashCompletion(w io.Writer, refs []commandRef) error {
 			words = strings.Join(commandNames(refs), " ")
 		case "completion":
 			words = strings.Join(shells, " ")
+		case "pins":
+			words = strings.Join(pinsSubcommands, " ")
 		}
 		fmt.Fprintf(&b, "        %s) flags=%s; files=%s; words=%s ;;\n", r.name,
 			shellWord(strings.Join(flags, " ")), shellWord(strings.Join(files, " ")), shellWord(words))
@@ -143,6 +145,8 @@ func zshCompletion(w io.Writer, refs []commandRef) error {
 			b.WriteString(" \\\n                '1:command:(" + strings.Join(commandNames(refs), " ") + ")'")
 		case "completion":
 			b.WriteString(" \\\n                '1:shell:(" + strings.Join(shells, " ") + ")'")
+		case "pins":
+			b.WriteString(" \\\n                '1:subcommand:(" + strings.Join(pinsSubcommands, " ") + ")'")
 		case "import":
 			b.WriteString(" \\\n                '*:file:_files'")
 		}
@@ -182,6 +186,8 @@ func fishCompletion(w io.Writer, refs []commandRef) error {
 			fmt.Fprintf(&b, "complete -c mcpmux -n %s -a %s\n", cond, fishQuote(strings.Join(commandNames(refs), " ")))
 		case "completion":
 			fmt.Fprintf(&b, "complete -c mcpmux -n %s -a %s\n", cond, fishQuote(strings.Join(shells, " ")))
+		case "pins":
+			fmt.Fprintf(&b, "complete -c mcpmux -n %s -a %s\n", cond, fishQuote(strings.Join(pinsSubcommands, " ")))
 		case "import":
 			fmt.Fprintf(&b, "complete -c mcpmux -n %s -F\n", cond)
 		}

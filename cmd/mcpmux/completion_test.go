@@ -87,6 +87,8 @@ func TestCompletionBash(t *testing.T) {
 		{"mcpmux serve --st", "--stdio"},
 		{"mcpmux --li", "--listen"},
 		{"mcpmux completion ", "zsh"},
+		{"mcpmux pins ap", "approve"},
+		{"mcpmux pins approve --up", "--upstream"},
 		{"mcpmux help im", "import"},
 		{"mcpmux init --out", "--output"},
 	} {

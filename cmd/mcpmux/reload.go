@@ -101,5 +101,6 @@ func reload(ctx context.Context, src configSource, log *slog.Logger, agg *aggreg
 		return
 	}
 	res := agg.Reload(ctx, cfg)
+	agg.RefreshPins() // approvals, when the pins' file is not watched
 	log.Info("config reloaded", "path", src.path, "added", res.Added, "removed", res.Removed, "restarted", res.Restarted, "kept", len(res.Kept))
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/mcpmux/mcpmux/aggregator"
 	"github.com/mcpmux/mcpmux/configs"
+	"github.com/mcpmux/mcpmux/internal/pins"
 	"github.com/mcpmux/mcpmux/internal/redact"
 	"github.com/mcpmux/mcpmux/internal/tracing"
 	"github.com/mcpmux/mcpmux/sessions"
@@ -116,6 +117,7 @@ func (r httpRun) Run(ctx context.Context) error {
 	r.log.Info("ready", "tools", len(snap.Tools), "upstreams", len(snap.Upstreams), "duration", time.Since(r.start))
 
 	running = append(running, reloader(ctx, r.src, r.log, agg, srv))
+	running = append(running, pinsWatcher(ctx, r.cfg, r.log, agg))
 
 	<-served
 	r.log.Info("shutting down")
@@ -146,9 +148,14 @@ func checkExposure(cfg *configs.Config) error {
 }
 
 // startAggregator connects the upstreams for a one-shot command and logs
-// nothing unless asked to.
+// nothing unless asked to. It applies pinned definitions as a server
+// would (a quarantined tool is left out), without recording anything.
 func startAggregator(ctx context.Context, cfg *configs.Config, log *slog.Logger) (*aggregator.Aggregator, error) {
-	agg := aggregator.New(cfg, aggregator.Options{Logger: log})
+	var store *pins.Store
+	if cfg.Server.StateDir != "" && cfg.Server.Pin != configs.PinOff {
+		store = pins.NewReadOnly(cfg.Server.StateDir)
+	}
+	agg := aggregator.New(cfg, aggregator.Options{Logger: log, Pins: store})
 	return agg, agg.Start(ctx)
 }
 
@@ -161,7 +168,6 @@ func startAggregator(ctx context.Context, cfg *configs.Config, log *slog.Logger)
 // secrets is the set log masks, which the aggregator keeps current (nil:
 // none is shared).
 func wire(cfg *configs.Config, log *slog.Logger, secrets *redact.Live) (*aggregator.Aggregator, *sessions.Server, func(), error) {
-	agg := aggregator.New(cfg, aggregator.Options{Logger: log, Secrets: secrets})
 	var srv *sessions.Server
 	var traces *tracing.Provider
 	audit, closeAudit, err := openAudit(cfg)
@@ -172,9 +178,9 @@ func wire(cfg *configs.Config, log *slog.Logger, secrets *redact.Live) (*aggrega
 				log.Error("closing sessions", "error", err)
 			}
 			cancel()
-		}
-		if err := agg.Close(); err != nil {
-			log.Error("closing upstreams", "error", err)
+			if err := srv.Aggregator().Close(); err != nil {
+				log.Error("closing upstreams", "error", err)
+			}
 		}
 		if closeAudit != nil {
 			closeAudit()
@@ -193,11 +199,12 @@ func wire(cfg *configs.Config, log *slog.Logger, secrets *redact.Live) (*aggrega
 	if traces, err = startTraces(log); err != nil {
 		return nil, nil, closeAll, configErr(err)
 	}
-	srv, err = sessions.New(cfg, agg, sessions.Options{Logger: log, Version: version(), Audit: audit, Tracer: traces.Tracer()})
+	srv, err = sessions.New(cfg, sessions.Options{Logger: log, Version: version(), Audit: audit, Tracer: traces.Tracer(),
+		Aggregator: aggregator.Options{Logger: log, Secrets: secrets, Pins: newPinsStore(cfg)}})
 	if err != nil {
 		return nil, nil, closeAll, configErr(err)
 	}
-	return agg, srv, closeAll, nil
+	return srv.Aggregator(), srv, closeAll, nil
 }
 
 // traceFlushTimeout bounds the export of the last spans at exit.

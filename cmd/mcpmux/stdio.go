@@ -60,9 +60,11 @@ func serveStdio(ctx context.Context, configPath, profile string, logs logFlags, 
 
 	rctx, stopReload := context.WithCancel(ctx)
 	reloaded := reloader(rctx, src, log, agg, srv)
+	pinsWatched := pinsWatcher(rctx, cfg, log, agg)
 	defer func() {
 		stopReload()
 		<-reloaded
+		<-pinsWatched
 	}()
 
 	// ServeStdio returns at the end of stdin or, after a signal, once

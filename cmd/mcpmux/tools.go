@@ -74,10 +74,14 @@ func cmdTools(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "TOOL\tUPSTREAM\tREAD-ONLY\tDESCRIPTION")
+	fmt.Fprintln(tw, "TOOL\tUPSTREAM\tREAD-ONLY\tAPPROVE\tDESCRIPTION")
 	for _, t := range v.Tools {
 		e := v.Lookup(t.Name)
-		fmt.Fprintf(tw, "%s\t%s\t%v\t%s\n", termsafe.Escape(t.Name), e.Upstream, e.ReadOnly, termsafe.Escape(summary(t.Description, maxDescription)))
+		approve := "-"
+		if need, timeout := b.Filter.Approval(e); need {
+			approve = "yes, " + timeout.String()
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%v\t%s\t%s\n", termsafe.Escape(t.Name), e.Upstream, e.ReadOnly, approve, termsafe.Escape(summary(t.Description, maxDescription)))
 	}
 	tw.Flush()
 	if !sel.Narrowing {

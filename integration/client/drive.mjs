@@ -24,6 +24,15 @@
 //     "clients": 1,                             // optional, N sessions run concurrently
 //     "timeoutMs": 30000,                       // optional, per-request timeout
 //     "terminate": false,                       // optional, DELETE the session at the end
+//     "elicitation": {"action": "accept",       // optional: declare form elicitation and answer
+//                     "content": {...}},        // every elicitation/create with this action
+//                                               // and content; action "never" leaves each
+//                                               // unanswered. {"answers": [{action, content},
+//                                               // ...]} instead answers them in turn, the last
+//                                               // one repeated. Each request is recorded in the
+//                                               // client's "elicitations" as {message,
+//                                               // requestedSchema, mode, withdrawn?: the
+//                                               // reason, when the server cancelled it}
 //     "steps": [ {"op": "list"}, ... ]
 //   }
 //
@@ -70,7 +79,7 @@
 // Output:
 //   {"ok": true|false, "clients": [{"index", "sessionId", "protocolVersion",
 //     "serverInfo", "serverCapabilities", "instructions", "steps": [...],
-//     "notifications": [{"method","params"}], "error"?,
+//     "notifications": [{"method","params"}], "elicitations"?: [...], "error"?,
 //     "exit"?: {"code", "signal", "afterCloseMs"}}]}
 // "exit" (stdio only) is how the server process ended once the client
 // closed its stdin, and how long after.
@@ -95,6 +104,7 @@ import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js"
 import { WebSocketClientTransport } from "@modelcontextprotocol/sdk/client/websocket.js";
 import {
   CallToolResultSchema,
+  ElicitRequestSchema,
   McpError,
   ResultSchema,
 } from "@modelcontextprotocol/sdk/types.js";
@@ -495,10 +505,29 @@ async function connect(script, index, barriers) {
     opts: { timeout: script.timeoutMs ?? 30000 },
   };
   s.transport = await makeTransport(script, plan);
+  const elicitation = script.elicitation;
   s.client = new Client(
     { name: "mcpmux-integration-driver", version: "1.0.0" },
-    { capabilities: {} },
+    { capabilities: elicitation ? { elicitation: { form: {} } } : {} },
   );
+  if (elicitation) {
+    out.elicitations = [];
+    s.client.setRequestHandler(ElicitRequestSchema, async (req, extra) => {
+      const p = req.params;
+      const rec = { message: p.message, requestedSchema: p.requestedSchema ?? null, mode: p.mode ?? null };
+      out.elicitations.push(rec);
+      // The server withdrew the request (notifications/cancelled).
+      extra.signal.addEventListener("abort", () => {
+        rec.withdrawn = String(extra.signal.reason?.message ?? extra.signal.reason ?? "withdrawn");
+      });
+      const answers = elicitation.answers ?? [elicitation];
+      const a = answers[Math.min(out.elicitations.length - 1, answers.length - 1)];
+      if (a.action === "never") return new Promise(() => {});
+      const res = { action: a.action ?? "accept" };
+      if (a.content !== undefined) res.content = a.content;
+      return res;
+    });
+  }
   s.client.fallbackNotificationHandler = async (n) => {
     s.notifications.push({ method: n.method, params: n.params });
   };

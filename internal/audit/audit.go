@@ -18,17 +18,26 @@ import (
 type Record struct {
 	Time    time.Time `json:"time"`
 	Session string    `json:"session,omitempty"`
-	Profile string    `json:"profile,omitempty"`
-	// Subject is who called: an OAuth token's sub, or "token:" and 8 hex
-	// digits of a static token's sha256; never a token.
-	Subject   string          `json:"subject,omitempty"`
-	Method    string          `json:"method,omitempty"`
-	Tool      string          `json:"tool"`
-	Upstream  string          `json:"upstream,omitempty"`
-	Decision  string          `json:"decision"` // allowed, denied, error
-	Reason    string          `json:"reason,omitempty"`
+	// Caller is who the session or request belongs to: "token:" and the
+	// hex of the token's sha256, "address:" and the client's address
+	// without tokens, or "local" for the stdio door.
+	Caller   string `json:"caller,omitempty"`
+	Profile  string `json:"profile,omitempty"`
+	Method   string `json:"method,omitempty"`
+	Tool     string `json:"tool"`
+	Upstream string `json:"upstream,omitempty"`
+	Decision string `json:"decision"` // allowed, denied, error
+	Reason   string `json:"reason,omitempty"`
+	// Approval is what became of a call that needed a person's approval
+	// (one of the Approval constants); empty when it needed none.
+	Approval  string          `json:"approval,omitempty"`
 	Duration  float64         `json:"duration_ms"`
 	Arguments json.RawMessage `json:"arguments,omitempty"`
+	// Hash and PreviousHash are set on a change to a pinned tool
+	// definition (Method MethodPins): the definition's hash now and the
+	// pinned one it replaces.
+	Hash         string `json:"hash,omitempty"`
+	PreviousHash string `json:"previous_hash,omitempty"`
 }
 
 // Decisions and reasons of a Record.
@@ -45,6 +54,32 @@ const (
 	ReasonSize       = "size_limit" // body or message over server.max_body_bytes
 	ReasonBusy       = "busy"       // a queue, session or held-call limit was full
 	ReasonToolError  = "tool_error"
+	ReasonApproval   = "approval" // not approved: Record.Approval says how
+)
+
+// Approval outcomes of a Record. Accepted goes with Allowed; the others
+// with Denied and ReasonApproval.
+const (
+	ApprovalAccepted    = "accepted"    // the user said yes: the call was forwarded
+	ApprovalDeclined    = "declined"    // the user declined
+	ApprovalCancelled   = "cancelled"   // the user dismissed the question
+	ApprovalDenied      = "denied"      // the user accepted the form with allow not true
+	ApprovalTimeout     = "timeout"     // no answer within approve_timeout
+	ApprovalUnsupported = "unsupported" // the client cannot ask its user (no form elicitation)
+	ApprovalFailed      = "failed"      // asking failed, or the answer made no sense
+	ApprovalAbandoned   = "abandoned"   // the client cancelled the call, or mcpmux stopped, while it waited
+)
+
+// MethodPins is the Method of a record about a pinned tool definition
+// (server.pin); its Reason is "pin_" and the change: ReasonPinChanged,
+// ReasonPinNew, ReasonPinRemoved or ReasonPinApproved.
+// A change hidden by quarantine is Denied; the others are Allowed.
+const (
+	MethodPins        = "pins"
+	ReasonPinChanged  = "pin_changed"
+	ReasonPinNew      = "pin_new"
+	ReasonPinRemoved  = "pin_removed"
+	ReasonPinApproved = "pin_approved"
 )
 
 // Log writes records as JSON lines to one writer. A nil *Log writes

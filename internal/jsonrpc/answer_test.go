@@ -3,6 +3,7 @@ package jsonrpc
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -144,4 +145,25 @@ func FuzzFields(f *testing.F) {
 func hasDupKey(b []byte, key string) bool {
 	k, _ := json.Marshal(key)
 	return bytes.Count(b, k) > 1 || strings.Contains(string(b), `\u`)
+}
+
+// TestOneLine: line breaks become spaces, the message means the same, and
+// a message without any is returned as it is.
+func TestOneLine(t *testing.T) {
+	in := []byte("{\"a\":[\r\n{\"b\":\"x\\ny\"}\n],\r\"c\":1}")
+	out := OneLine(in)
+	if bytes.ContainsAny(out, "\r\n") {
+		t.Fatalf("OneLine left a line break: %q", out)
+	}
+	var a, b any
+	if json.Unmarshal(in, &a) != nil || json.Unmarshal(out, &b) != nil || fmt.Sprint(a) != fmt.Sprint(b) {
+		t.Fatalf("OneLine changed the message: %q → %q", in, out)
+	}
+	if !bytes.Contains(in, []byte("\n")) {
+		t.Fatal("OneLine changed its input")
+	}
+	plain := []byte(`{"a":1}`)
+	if got := OneLine(plain); &got[0] != &plain[0] {
+		t.Fatal("OneLine copied a message without line breaks")
+	}
 }

@@ -1,6 +1,7 @@
 package jsonrpc
 
 import (
+	"bytes"
 	"encoding/json"
 	"io"
 )
@@ -28,6 +29,19 @@ func ResponseFrame(id, result json.RawMessage) Frame {
 }
 
 var closeBrace = []byte("}")
+
+// joinBelow is the size under which Joined makes one piece of a frame:
+// one write of a small message is cheaper than three.
+const joinBelow = 32 << 10
+
+// Joined returns f as one piece when it is small, for a writer that pays
+// per write (a pipe, a websocket frame); a large frame stays in pieces.
+func (f Frame) Joined() Frame {
+	if (len(f[1]) == 0 && len(f[2]) == 0) || f.Len() >= joinBelow {
+		return f
+	}
+	return Whole(f.Bytes())
+}
 
 // Whole is a frame of one piece.
 func Whole(b []byte) Frame { return Frame{b} }
@@ -62,4 +76,38 @@ func (f Frame) WriteTo(w io.Writer) (int64, error) {
 		}
 	}
 	return n, nil
+}
+
+// OneLine returns msg with every carriage return and line feed replaced by
+// a space: msg itself when it has none, else a copy. In valid JSON those
+// bytes can only be whitespace between tokens (a string holds them
+// escaped), so the message means the same; on a transport that ends a
+// message at a line break (stdio, both ways; an event stream's data line)
+// it stays one message. Without it, a client's request pretty-printed
+// around a second request smuggles that request to a stdio upstream past
+// every check, and an upstream's result forges messages to a stdio client.
+func OneLine(msg []byte) []byte {
+	i := bytes.IndexByte(msg, '\n')
+	j := bytes.IndexByte(msg, '\r')
+	if i < 0 && j < 0 {
+		return msg
+	}
+	if i < 0 || j >= 0 && j < i {
+		i = j
+	}
+	out := bytes.Clone(msg)
+	for k := i; k < len(out); k++ {
+		if out[k] == '\n' || out[k] == '\r' {
+			out[k] = ' '
+		}
+	}
+	return out
+}
+
+// OneLine is jsonrpc.OneLine for each piece of f.
+func (f Frame) OneLine() Frame {
+	for i := range f {
+		f[i] = OneLine(f[i])
+	}
+	return f
 }

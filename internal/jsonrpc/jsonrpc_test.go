@@ -225,3 +225,16 @@ func TestParseDeep(t *testing.T) {
 		}
 	}
 }
+
+// TestFoldKeyFastPath: the ASCII shortcut folds exactly as the Unicode
+// round trip does.
+func TestFoldKeyFastPath(t *testing.T) {
+	for _, k := range []string{"name", "Name", "NAME", "progressToken", "_meta", "a1-B2_c3", "\u212aey", "ſcheme", "naïve", "NAÏVE", ""} {
+		if got, want := foldKey(k), strings.ToLower(strings.ToUpper(k)); got != want {
+			t.Errorf("foldKey(%q) = %q, want %q", k, got, want)
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() { foldKey("arguments") }); n != 0 {
+		t.Errorf("foldKey of a lower-case ASCII key allocates %v times", n)
+	}
+}

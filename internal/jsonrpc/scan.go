@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"unicode/utf8"
 )
 
 // This file is the one pass Parse makes over a message: a scanner over
@@ -182,7 +183,10 @@ func (s *scanner) object(i, depth int, r role) int {
 	}
 	top := r == roleMessage && depth == 0
 	fold := r == roleParams || r == roleArguments || top
-	var keys, folded []string
+	// The keys seen so far start in arrays on the stack: a request's
+	// objects are small, and this runs for every one of them.
+	var keysBuf, foldedBuf [8]string
+	keys, folded := keysBuf[:0], foldedBuf[:0]
 	var seen, seenFolded map[string]bool
 	i = s.ws(i + 1)
 	if i < len(s.b) && s.b[i] == '}' {
@@ -194,9 +198,14 @@ func (s *scanner) object(i, depth int, r role) int {
 		kEnd, esc := s.str(i)
 		k := s.key(kStart, kEnd, esc)
 		if s.err == nil && !s.noCheck {
-			if dup(&keys, &seen, k) {
+			var twice, foldedTwice bool
+			keys, seen, twice = dup(keys, seen, k)
+			if !twice && fold {
+				folded, seenFolded, foldedTwice = dup(folded, seenFolded, foldKey(k))
+			}
+			if twice {
 				s.err = fmt.Errorf("%w: key %q appears twice", ErrAmbiguous, Printable(k))
-			} else if fold && dup(&folded, &seenFolded, foldKey(k)) {
+			} else if foldedTwice {
 				s.err = fmt.Errorf("%w: keys that differ only in case, among them %q", ErrAmbiguous, Printable(k))
 			} else if (r == roleParams && misspelled(k, routedParams)) || (top && misspelled(k, messageMembers)) {
 				s.err = fmt.Errorf("%w: key %q is read by case-insensitive decoders as a member mcpmux routes on", ErrAmbiguous, Printable(k))
@@ -221,8 +230,24 @@ func (s *scanner) object(i, depth int, r role) int {
 }
 
 // foldKey is the form under which case-insensitive decoders (Go's among
-// them) consider two keys equal.
-func foldKey(k string) string { return strings.ToLower(strings.ToUpper(k)) }
+// them) consider two keys equal. An ASCII key folds to its lower case
+// (without allocating when it has no upper case letter); any other byte
+// takes the full Unicode round trip, where "K" (Kelvin) meets "k".
+func foldKey(k string) string {
+	upper := false
+	for i := 0; i < len(k); i++ {
+		switch c := k[i]; {
+		case c >= utf8.RuneSelf:
+			return strings.ToLower(strings.ToUpper(k))
+		case 'A' <= c && c <= 'Z':
+			upper = true
+		}
+	}
+	if upper {
+		return strings.ToLower(k)
+	}
+	return k
+}
 
 // routedParams are the params members mcpmux reads, checks or rewrites;
 // messageMembers are a message's own.
@@ -269,28 +294,29 @@ func (s *scanner) skip(i int) int {
 	return len(s.b)
 }
 
-// dup records k and reports whether it was there already.
-func dup(keys *[]string, seen *map[string]bool, k string) bool {
-	if *seen != nil {
-		if (*seen)[k] {
-			return true
+// dup records k among keys (or in seen, once there are more than
+// smallObject) and reports whether it was there already.
+func dup(keys []string, seen map[string]bool, k string) ([]string, map[string]bool, bool) {
+	if seen != nil {
+		if seen[k] {
+			return keys, seen, true
 		}
-		(*seen)[k] = true
-		return false
+		seen[k] = true
+		return keys, seen, false
 	}
-	for _, x := range *keys {
+	for _, x := range keys {
 		if x == k {
-			return true
+			return keys, seen, true
 		}
 	}
-	*keys = append(*keys, k)
-	if len(*keys) > smallObject {
-		*seen = make(map[string]bool, 2*smallObject)
-		for _, x := range *keys {
-			(*seen)[x] = true
+	keys = append(keys, k)
+	if len(keys) > smallObject {
+		seen = make(map[string]bool, 2*smallObject)
+		for _, x := range keys {
+			seen[x] = true
 		}
 	}
-	return false
+	return keys, seen, false
 }
 
 // members returns the members of the valid JSON object b (no checks).

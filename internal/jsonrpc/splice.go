@@ -189,3 +189,36 @@ func Edit(obj []byte, fn func(key string, value []byte) []byte, add ...Member) [
 	}
 	return append(out, '}')
 }
+
+// Without returns obj, a JSON object, without its members whose key is
+// one of keys (compared exactly); every other member keeps its bytes and
+// order. It fails on input that is not a valid JSON object.
+func Without(obj json.RawMessage, keys []string) (json.RawMessage, error) {
+	if !json.Valid(obj) || obj[firstNonSpace(obj)] != '{' {
+		return nil, ErrNotObject
+	}
+	return Edit(obj, func(k string, v []byte) []byte {
+		if slices.Contains(keys, k) {
+			return nil
+		}
+		return v
+	}), nil
+}
+
+// Keys returns the keys of obj's members, in order, as decoded (escapes
+// resolved). It fails on input that is not a valid JSON object.
+func Keys(obj json.RawMessage) ([]string, error) {
+	if !json.Valid(obj) || obj[firstNonSpace(obj)] != '{' {
+		return nil, ErrNotObject
+	}
+	ms := members(obj)
+	keys := make([]string, len(ms))
+	for i, f := range ms {
+		keys[i] = f.key
+	}
+	return keys, nil
+}
+
+// FoldEqual reports whether decoders that match keys without regard to
+// case (Go's do) take a and b for the same key.
+func FoldEqual(a, b string) bool { return foldKey(a) == foldKey(b) }

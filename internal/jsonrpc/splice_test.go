@@ -118,3 +118,39 @@ func TestEdit(t *testing.T) {
 		t.Errorf("Edit of an array = %s", got)
 	}
 }
+
+// TestWithout checks that removing members keeps every other member's
+// bytes and order, and compares keys exactly (decoded).
+func TestWithout(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{`{"a":1,"b":{"x":[1,2]},"c":"\u00e9"}`, `{"b":{"x":[1,2]},"c":"\u00e9"}`},
+		{`{"b":2,"a":1}`, `{"b":2}`},
+		{`{"\u0061":1,"A":2}`, `{"A":2}`},
+		{`{"a":1}`, `{}`},
+		{`{}`, `{}`},
+		{` { "b" : 2 , "a" : 1 } `, `{"b" : 2}`},
+	} {
+		got, err := Without(json.RawMessage(tc.in), []string{"a"})
+		if err != nil || string(got) != tc.want {
+			t.Errorf("Without(%s) = %s, %v; want %s", tc.in, got, err, tc.want)
+		}
+	}
+	for _, bad := range []string{`[1]`, `"a"`, `{"a":}`, ``} {
+		if _, err := Without(json.RawMessage(bad), []string{"a"}); err == nil {
+			t.Errorf("Without(%q) did not fail", bad)
+		}
+	}
+}
+
+func TestKeys(t *testing.T) {
+	got, err := Keys(json.RawMessage(`{"a":1,"\u0062":{"c":2},"A":3}`))
+	if err != nil || strings.Join(got, ",") != "a,b,A" {
+		t.Errorf("Keys = %v, %v", got, err)
+	}
+	if _, err := Keys(json.RawMessage(`[]`)); err == nil {
+		t.Error("Keys of an array did not fail")
+	}
+	if !FoldEqual("owner", "OWNER") || !FoldEqual("ſ", "s") || FoldEqual("owner", "owners") {
+		t.Error("FoldEqual")
+	}
+}

@@ -6,6 +6,8 @@ import (
 	"context"
 	"errors"
 	"io"
+
+	"github.com/mcpmux/mcpmux/internal/jsonrpc"
 )
 
 // Lines is the stdio framing: one message per line, each at most Limit
@@ -76,10 +78,12 @@ func (l *Lines) skipLine(head, body []byte, end bool, err error) (Frame, error) 
 	return Frame{Oversize: true, ID: s.ID(), Method: s.hasMethod}, nil
 }
 
-// WriteFrame implements Transport: msg and a newline, in one write when
-// msg has room for it.
+// WriteFrame implements Transport: msg on one line (jsonrpc.OneLine: a
+// line break between its tokens would end it early, and what follows would
+// be read as another message), and a newline, in one write when msg has
+// room for it.
 func (l *Lines) WriteFrame(_ context.Context, msg []byte) error {
-	_, err := l.w.Write(append(msg, '\n'))
+	_, err := l.w.Write(append(jsonrpc.OneLine(msg), '\n'))
 	return err
 }
 

@@ -1,0 +1,447 @@
+// Package pins owns pinned tool definitions (server.pin): the canonical form
+// and hash of a tool's definition, the state file in server.state_dir
+// that records them per upstream, the detection of changed and new tools
+// after an upstream's first sight, and their approval.
+//
+// The state file (pins.json) is shared by every mcpmux process using the
+// same state directory: the servers record first sights and pending
+// changes, `mcpmux pins approve` turns pending changes into pins. Each
+// writes it under an advisory lock (pins.lock), re-reading it first, and
+// replaces it atomically; a server re-reads it when it changes.
+//
+// A tool an upstream stops listing keeps its pins: if it comes back
+// unchanged, that is no change; if it comes back different, that is a
+// change like any other. A tool may have several approved definitions
+// (each approval adds one): any of them is not a change.
+package pins
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/mcpmux/mcpmux/internal/statedir"
+)
+
+// Names of the files in the state directory.
+const (
+	FileName = "pins.json"
+	lockName = "pins.lock"
+)
+
+// Kinds of Event and Pending.
+const (
+	KindChanged  = "changed"  // a pinned tool's definition is none of its approved ones
+	KindNew      = "new"      // a tool appeared on an upstream whose tools are pinned
+	KindRemoved  = "removed"  // a pinned tool is no longer listed (its pins are kept)
+	KindApproved = "approved" // a pending definition was approved
+)
+
+// maxPending bounds the pending definitions kept per tool (the oldest
+// go), against an upstream that changes a definition on every listing.
+const maxPending = 16
+
+// Version is one definition of a tool: approved (a pin) or pending.
+type Version struct {
+	Hash       string          `json:"hash"`
+	Definition json.RawMessage `json:"definition"` // canonical (Canonical)
+	// Since is when it was pinned (first sight or approval) or first
+	// seen (pending).
+	Since time.Time `json:"since"`
+	// Exposed is the tool's exposed name when it was first seen.
+	Exposed string `json:"exposed,omitempty"`
+}
+
+// upstreamState is one upstream's approved and pending definitions, by
+// the upstream's own tool name, oldest first. A tool may have several of
+// each: the file only ever gains definitions (approval moves them from
+// pending to approved), so processes sharing it that see different
+// versions of a tool never undo each other's writes.
+type upstreamState struct {
+	Tools   map[string][]*Version `json:"tools"`
+	Pending map[string][]*Version `json:"pending,omitempty"`
+}
+
+// approved reports whether hash is an approved definition of tool.
+func (u *upstreamState) approved(tool, hash string) bool {
+	return u != nil && slices.ContainsFunc(u.Tools[tool], func(v *Version) bool { return v.Hash == hash })
+}
+
+// pending reports whether hash is a pending definition of tool.
+func (u *upstreamState) pending(tool, hash string) bool {
+	return u != nil && slices.ContainsFunc(u.Pending[tool], func(v *Version) bool { return v.Hash == hash })
+}
+
+// latest returns the last approved definition of tool, or nil.
+func (u *upstreamState) latest(tool string) *Version {
+	if u == nil || len(u.Tools[tool]) == 0 {
+		return nil
+	}
+	vs := u.Tools[tool]
+	return vs[len(vs)-1]
+}
+
+// state is the content of pins.json. A published state is never
+// modified: a change makes a new one (clone).
+type state struct {
+	Version   int                       `json:"version"`
+	Upstreams map[string]*upstreamState `json:"upstreams"`
+}
+
+const stateVersion = 1
+
+func cloneVersions(m map[string][]*Version) map[string][]*Version {
+	out := make(map[string][]*Version, len(m))
+	for t, vs := range m {
+		c := make([]*Version, len(vs))
+		for i, v := range vs {
+			cp := *v
+			c[i] = &cp
+		}
+		out[t] = c
+	}
+	return out
+}
+
+func (st *state) clone() *state {
+	out := &state{Version: stateVersion, Upstreams: make(map[string]*upstreamState, len(st.Upstreams))}
+	for name, u := range st.Upstreams {
+		c := &upstreamState{Tools: cloneVersions(u.Tools)}
+		if len(u.Pending) > 0 {
+			c.Pending = cloneVersions(u.Pending)
+		}
+		out.Upstreams[name] = c
+	}
+	return out
+}
+
+func (st *state) upstream(name string) *upstreamState {
+	u := st.Upstreams[name]
+	if u == nil {
+		u = &upstreamState{Tools: make(map[string][]*Version)}
+		st.Upstreams[name] = u
+	}
+	return u
+}
+
+func emptyState() *state {
+	return &state{Version: stateVersion, Upstreams: make(map[string]*upstreamState)}
+}
+
+// parse decodes pins.json; no bytes is an empty state.
+func parse(path string, b []byte) (*state, error) {
+	st := emptyState()
+	if len(bytes.TrimSpace(b)) == 0 {
+		return st, nil
+	}
+	if err := json.Unmarshal(b, st); err != nil {
+		return nil, fmt.Errorf("pins: %s: %w", path, err)
+	}
+	if st.Version != stateVersion {
+		return nil, fmt.Errorf("pins: %s: version %d, want %d", path, st.Version, stateVersion)
+	}
+	if st.Upstreams == nil {
+		st.Upstreams = make(map[string]*upstreamState)
+	}
+	for name, u := range st.Upstreams {
+		if u == nil {
+			return nil, fmt.Errorf("pins: %s: upstream %q: null", path, name)
+		}
+		if u.Tools == nil {
+			u.Tools = make(map[string][]*Version)
+		}
+		for _, m := range []map[string][]*Version{u.Tools, u.Pending} {
+			for t, vs := range m {
+				if slices.Contains(vs, nil) {
+					return nil, fmt.Errorf("pins: %s: upstream %q: tool %q: null", path, name, t)
+				}
+			}
+		}
+	}
+	return st, nil
+}
+
+func (st *state) encode() ([]byte, error) {
+	b, err := json.MarshalIndent(st, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	return append(b, '\n'), nil
+}
+
+// Store is the pins of one state directory, as this process last read or
+// wrote them. New does no I/O; the file is read on first use. Its methods
+// are safe for concurrent use.
+type Store struct {
+	dir      statedir.Dir
+	now      func() time.Time
+	readOnly bool // NewReadOnly: nothing is written
+
+	mu     sync.Mutex
+	st     *state   // nil until loaded; never modified once set (clone)
+	digest [32]byte // of the file bytes st was read from or written as
+	err    error    // why the file could not be read; st is then nil
+
+	cache map[string]map[string]canonical // by upstream and tool, with the raw bytes each was made from: see Round
+	// missing holds "upstream NUL tool" of pinned tools this process saw
+	// gone (reported once): in memory only, since processes may see an
+	// upstream differently.
+	missing map[string]bool
+}
+
+type canonical struct {
+	raw  json.RawMessage // what def was made from
+	def  json.RawMessage
+	hash string
+}
+
+// New returns the store of the state directory dir ("" = none known:
+// every operation then fails with statedir.ErrNoDir).
+func New(dir string) *Store {
+	return &Store{dir: statedir.Dir{Path: dir}, now: time.Now}
+}
+
+// NewReadOnly returns a store of dir that reads the state file and never
+// writes it (nor creates the directory): a round hides what a server's
+// would, and what it would record stays in memory. For one-shot commands
+// that show what a client would get.
+func NewReadOnly(dir string) *Store {
+	s := New(dir)
+	s.readOnly = true
+	return s
+}
+
+// Path returns the state file's path.
+func (s *Store) Path() string { return s.dir.File(FileName) }
+
+// read reads and parses the file, and its digest.
+func (s *Store) read() (*state, [32]byte, error) {
+	b, err := s.dir.ReadFile(FileName)
+	if err != nil {
+		return nil, [32]byte{}, fmt.Errorf("pins: %w", err)
+	}
+	st, err := parse(s.Path(), b)
+	return st, sha256.Sum256(b), err
+}
+
+// loaded returns the state, reading the file if it was never read, or
+// the error that stops it from being read.
+func (s *Store) loaded() (*state, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.st == nil {
+		s.reloadLocked()
+	}
+	return s.st, s.err
+}
+
+func (s *Store) reloadLocked() (changed bool) {
+	st, d, err := s.read()
+	if err != nil {
+		changed = s.err == nil || s.err.Error() != err.Error()
+		s.st, s.err = nil, err
+		return changed
+	}
+	changed = s.st == nil || d != s.digest
+	if changed {
+		s.st, s.digest = st, d
+	}
+	s.err = nil
+	return changed
+}
+
+// Refresh reads the file again. It returns the approvals it finds (pending
+// changes now pinned with the same hash) and whether anything changed
+// since the last read or write; err is why the file cannot be read.
+func (s *Store) Refresh() (approved []Event, changed bool, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	prev := s.st
+	changed = s.reloadLocked()
+	if s.err != nil {
+		return nil, changed, s.err
+	}
+	if prev == nil || !changed {
+		return nil, changed, nil
+	}
+	for name, u := range prev.Upstreams {
+		nu := s.st.Upstreams[name]
+		for tool, vs := range u.Pending {
+			for _, v := range vs {
+				if nu.approved(tool, v.Hash) {
+					approved = append(approved, Event{Kind: KindApproved, Upstream: name, Tool: tool, Exposed: v.Exposed, Hash: v.Hash})
+				}
+			}
+		}
+	}
+	sortEvents(approved)
+	return approved, true, nil
+}
+
+// update applies fn to the state as the file holds it now, under the
+// lock every writer takes, and writes the result. The store then holds
+// it, written or not: a failed write is returned, and what was decided
+// stays decided in this process.
+func (s *Store) update(fn func(st *state)) error {
+	if s.readOnly {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.st != nil {
+			next := s.st.clone()
+			fn(next)
+			s.st = next
+		}
+		return nil
+	}
+	unlock, lockErr := s.dir.Lock(lockName)
+	if lockErr == nil {
+		defer unlock()
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st, _, err := s.read()
+	if err != nil {
+		if s.st == nil {
+			return err
+		}
+		// A file this process cannot read is not overwritten; what this
+		// process decided is kept in memory only.
+		next := s.st.clone()
+		fn(next)
+		s.st = next
+		return err
+	}
+	next := st.clone()
+	fn(next)
+	b, err := next.encode()
+	if err != nil {
+		return fmt.Errorf("pins: %w", err)
+	}
+	s.st, s.err = next, nil
+	if lockErr != nil {
+		return fmt.Errorf("pins: %w", lockErr)
+	}
+	if err := s.dir.WriteFile(FileName, b); err != nil {
+		return fmt.Errorf("pins: %w", err)
+	}
+	s.digest = sha256.Sum256(b)
+	return nil
+}
+
+// Pending is one definition waiting for approval.
+type Pending struct {
+	Upstream string `json:"upstream"`
+	Tool     string `json:"tool"`    // the upstream's name for it
+	Exposed  string `json:"exposed"` // the exposed name when it was seen
+	Kind     string `json:"kind"`    // KindChanged or KindNew
+	Hash     string `json:"hash"`
+	Previous string `json:"previous,omitempty"` // the last approved hash; "" for a new tool
+	Seen     string `json:"seen"`               // RFC 3339, UTC
+	Diff     string `json:"diff"`               // Diff(last approved, pending)
+}
+
+// Pending returns every definition waiting for approval, sorted by
+// upstream, tool and when it was seen, reading the file if it was never
+// read. The slice is new.
+func (s *Store) Pending() ([]Pending, error) {
+	st, err := s.loaded()
+	if err != nil {
+		return nil, err
+	}
+	return pendingOf(st), nil
+}
+
+func pendingOf(st *state) []Pending {
+	var out []Pending
+	for _, name := range slices.Sorted(maps.Keys(st.Upstreams)) {
+		u := st.Upstreams[name]
+		for _, tool := range slices.Sorted(maps.Keys(u.Pending)) {
+			for _, v := range u.Pending[tool] {
+				p := Pending{Upstream: name, Tool: tool, Exposed: v.Exposed, Kind: KindNew, Hash: v.Hash, Seen: v.Since.UTC().Format(time.RFC3339)}
+				var old json.RawMessage
+				if pin := u.latest(tool); pin != nil {
+					p.Kind, p.Previous, old = KindChanged, pin.Hash, pin.Definition
+				}
+				p.Diff = Diff(old, v.Definition)
+				out = append(out, p)
+			}
+		}
+	}
+	return out
+}
+
+// Selector chooses pending definitions to approve: every one (All), those
+// of one upstream, or those of one tool by its exposed name or as
+// "UPSTREAM/TOOL" (the upstream's own name for it).
+type Selector struct {
+	All      bool
+	Upstream string
+	Tool     string
+}
+
+func (sel Selector) matches(upstream, tool string, vs []*Version) bool {
+	switch {
+	case sel.All:
+		return true
+	case sel.Upstream != "":
+		return sel.Upstream == upstream
+	case sel.Tool == upstream+"/"+tool:
+		return true
+	}
+	return slices.ContainsFunc(vs, func(v *Version) bool { return v.Exposed == sel.Tool })
+}
+
+// Approve approves the pending definitions sel chooses, as they are in
+// the file now (every pending definition of a chosen tool), and returns
+// them as approval events (none when nothing matched).
+func (s *Store) Approve(sel Selector) ([]Event, error) {
+	var out []Event
+	err := s.update(func(st *state) {
+		now := s.now().UTC()
+		for name, u := range st.Upstreams {
+			for tool, vs := range u.Pending {
+				if !sel.matches(name, tool, vs) {
+					continue
+				}
+				for _, v := range vs {
+					ev := Event{Kind: KindApproved, Upstream: name, Tool: tool, Exposed: v.Exposed, Hash: v.Hash}
+					if p := u.latest(tool); p != nil {
+						ev.Previous = p.Hash
+					}
+					if !u.approved(tool, v.Hash) {
+						u.Tools[tool] = append(u.Tools[tool], &Version{Hash: v.Hash, Definition: v.Definition, Since: now, Exposed: v.Exposed})
+					}
+					out = append(out, ev)
+				}
+				delete(u.Pending, tool)
+			}
+		}
+	})
+	sortEvents(out)
+	return out, err
+}
+
+// Event is one change to what is pinned.
+type Event struct {
+	Kind     string // KindChanged, KindNew, KindRemoved, KindApproved, KindPinned
+	Upstream string
+	Tool     string // the upstream's name for it
+	Exposed  string // the exposed name
+	Hash     string // the definition's hash now ("" for KindRemoved)
+	Previous string // the last approved hash ("" for KindNew)
+	Diff     string // from the last approved definition to the new one (KindChanged, KindNew)
+	Hidden   bool   // the tool is quarantined
+	Count    int    // tools pinned (KindPinned)
+}
+
+func sortEvents(evs []Event) {
+	slices.SortStableFunc(evs, func(a, b Event) int {
+		return strings.Compare(a.Upstream+"\x00"+a.Tool, b.Upstream+"\x00"+b.Tool)
+	})
+}

@@ -1,0 +1,174 @@
+package toolsearch
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+)
+
+// testdata/catalog.json is the real tools/list catalog mcpmux exposes for
+// server-everything (prefix every), server-memory (memory),
+// server-filesystem (fs) at the versions integration/package-lock.json
+// pins, and the demo server (demo). testdata/capture.sh regenerates it
+// with `mcpmux tools --json`.
+//
+// testdata/queries.json holds labelled queries written as a user would
+// phrase a task, each naming the tool that serves it.
+
+type labelled struct {
+	Query string `json:"query"`
+	Tool  string `json:"tool"`
+}
+
+// catalog returns the captured catalog's definitions and Docs.
+func catalog(t testing.TB) ([]json.RawMessage, []Doc) {
+	t.Helper()
+	raw, err := os.ReadFile("testdata/catalog.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c struct {
+		Tools []json.RawMessage `json:"tools"`
+	}
+	if err := json.Unmarshal(raw, &c); err != nil {
+		t.Fatal(err)
+	}
+	docs := make([]Doc, len(c.Tools))
+	for i, def := range c.Tools {
+		var meta struct {
+			Meta map[string]string `json:"_meta"`
+		}
+		json.Unmarshal(def, &meta)
+		docs[i] = FromDefinition(def, meta.Meta["mcpmux/upstream"])
+	}
+	return c.Tools, docs
+}
+
+func queries(t testing.TB) []labelled { return readQueries(t, "testdata/queries.json") }
+
+func readQueries(t testing.TB, path string) []labelled {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var q struct {
+		Queries []labelled `json:"queries"`
+	}
+	if err := json.Unmarshal(raw, &q); err != nil {
+		t.Fatal(err)
+	}
+	return q.Queries
+}
+
+// Recall floors: the goal is recall@5 >= 0.9 on the query set.
+const (
+	floorAt5 = 0.9
+	floorAt1 = 0.75
+)
+
+// TestRecall runs the labelled query set against the real catalog and
+// fails below the recall floors. `go test -run TestRecall -v` prints
+// recall@1, recall@5 and each miss.
+func TestRecall(t *testing.T) {
+	_, docs := catalog(t)
+	qs := queries(t)
+	if len(qs) < 60 {
+		t.Fatalf("the query set has %d queries, want at least 60", len(qs))
+	}
+	ix := New(docs)
+	r1, r5 := recall(t, ix, docs, qs)
+	t.Logf("%d queries over %d tools: recall@1 %.3f, recall@5 %.3f", len(qs), len(docs), r1, r5)
+	if r5 < floorAt5 || r1 < floorAt1 {
+		t.Errorf("recall@1 %.3f (floor %.2f), recall@5 %.3f (floor %.2f)", r1, floorAt1, r5, floorAt5)
+	}
+	held := readQueries(t, "testdata/heldout.json")
+	h1, h5 := recall(t, ix, docs, held)
+	t.Logf("held out, %d queries: recall@1 %.3f, recall@5 %.3f", len(held), h1, h5)
+}
+
+// recall runs qs against ix (over docs) and returns recall@1 and
+// recall@5, logging every query whose tool is not first.
+func recall(t *testing.T, ix *Index, docs []Doc, qs []labelled) (at1, at5 float64) {
+	t.Helper()
+	names := make([]string, len(docs))
+	for i, d := range docs {
+		names[i] = d.Name
+	}
+	n1, n5 := 0, 0
+	for _, q := range qs {
+		if !slices.Contains(names, q.Tool) {
+			t.Fatalf("query %q names %s, which the catalog does not have", q.Query, q.Tool)
+		}
+		var got []string
+		for _, h := range ix.Search(q.Query, 5) {
+			got = append(got, docs[h.Doc].Name)
+		}
+		switch i := slices.Index(got, q.Tool); {
+		case i == 0:
+			n1++
+			n5++
+		case i > 0:
+			n5++
+			t.Logf("rank %d: %q → %s", i+1, q.Query, strings.Join(got, ", "))
+		default:
+			t.Logf("miss:   %q (want %s) → %s", q.Query, q.Tool, strings.Join(got, ", "))
+		}
+	}
+	return float64(n1) / float64(len(qs)), float64(n5) / float64(len(qs))
+}
+
+// bigCatalog returns n Docs: the real catalog's tools repeated under
+// distinct prefixes (up0__, up1__, …), so that the vocabulary and lengths
+// are those of real tools.
+func bigCatalog(t testing.TB, n int) []Doc {
+	_, docs := catalog(t)
+	out := make([]Doc, 0, n)
+	for i := 0; len(out) < n; i++ {
+		for _, d := range docs {
+			if len(out) == n {
+				break
+			}
+			_, rest, _ := strings.Cut(d.Name, "__")
+			d.Upstream = fmt.Sprintf("up%d", i)
+			d.Name = d.Upstream + "__" + rest
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// BenchmarkSearch10k searches an index of 10,000 tools with the labelled
+// queries in turn (the bar: ≤ 1 ms p50 in process). It reports the p50
+// and p99 of single searches besides the mean.
+func BenchmarkSearch10k(b *testing.B) {
+	ix := New(bigCatalog(b, 10000))
+	qs := queries(b)
+	times := make([]time.Duration, 0, b.N)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		start := time.Now()
+		ix.Search(qs[i%len(qs)].Query, 5)
+		times = append(times, time.Since(start))
+	}
+	b.StopTimer()
+	sort.Slice(times, func(i, j int) bool { return times[i] < times[j] })
+	b.ReportMetric(float64(times[len(times)/2].Nanoseconds()), "p50-ns")
+	b.ReportMetric(float64(times[len(times)*99/100].Nanoseconds()), "p99-ns")
+}
+
+// BenchmarkBuild10k builds the index of 10,000 tools: what the first
+// search of a new snapshot and view pays once.
+func BenchmarkBuild10k(b *testing.B) {
+	docs := bigCatalog(b, 10000)
+	b.ReportAllocs()
+	for b.Loop() {
+		New(docs)
+	}
+}
