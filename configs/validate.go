@@ -72,6 +72,7 @@ func (v *validator) config(raw *rawConfig) *Config {
 	cfg.Profiles = v.profiles(raw.Profiles, cfg)
 	cfg.Server.DefaultProfile = v.defaultProfile(raw.Server.DefaultProfile, cfg.Profiles)
 	cfg.Auth = v.auth(raw.Auth.Tokens, cfg.Profiles)
+	cfg.Auth.OAuth = v.oauth(raw.Auth.OAuth, cfg.Server.Listen, cfg.Profiles)
 	return cfg
 }
 

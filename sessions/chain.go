@@ -186,10 +186,10 @@ func (s *Server) decide(session string, b Binding, view *filter.View, m *jsonrpc
 	if refusal == nil {
 		return e, nil
 	}
-	s.log.Info("tools/call refused", "session", session, "tool", jsonrpc.Printable(m.Name), "profile", b.Profile, "reason", reason)
+	s.log.Info("tools/call refused", "session", session, "tool", jsonrpc.Printable(m.Name), "profile", b.Profile, "subject", b.Subject, "reason", reason)
 	s.metrics.count(m.Method, outcomeDenied)
 	s.audit.Write(audit.Record{
-		Time: time.Now().UTC(), Session: session, Profile: b.Profile, Tool: jsonrpc.Printable(m.Name),
+		Time: time.Now().UTC(), Session: session, Caller: callerName(b), Profile: b.Profile, Tool: jsonrpc.Printable(m.Name),
 		Decision: audit.Denied, Reason: reason,
 	}, m.Arguments)
 	return nil, refusal

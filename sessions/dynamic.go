@@ -301,7 +301,7 @@ func (s *Server) findToolset(f *filter.Filter, args json.RawMessage) (*toolset, 
 func (s *Server) ownCall(session string, b Binding, e *filter.Entry, m *jsonrpc.Message, cl *caller) (json.RawMessage, error) {
 	start := time.Now()
 	res := s.answerOwn(session, b, e, m, cl)
-	rec := audit.Record{Time: start.UTC(), Session: session, Profile: b.Profile, Tool: e.Tool.Name, Upstream: configs.ReservedPrefix,
+	rec := audit.Record{Time: start.UTC(), Session: session, Caller: callerName(b), Profile: b.Profile, Tool: e.Tool.Name, Upstream: configs.ReservedPrefix,
 		Decision: audit.Allowed, Duration: float64(time.Since(start).Microseconds()) / 1000}
 	if res.IsError {
 		rec.Reason = audit.ReasonToolError

@@ -35,6 +35,7 @@ func (s *Server) Reload(cfg *configs.Config) error {
 	if err != nil {
 		return err
 	}
+	res.keepValidator(s.Resolver())
 	s.reloading.Lock()
 	defer s.reloading.Unlock()
 	s.registry.Forget()
@@ -209,6 +210,14 @@ func (r *Resolver) Regrant(old Binding) (Binding, error) {
 			return Binding{}, fmt.Errorf("%w: the session was opened without one", ErrUnauthorized)
 		}
 		te := r.tokenBySum(old.Caller)
+		if old.claims != nil {
+			// An OAuth session: its claims are matched against the
+			// new grants.
+			var err error
+			if te, err = r.regrantOAuth(old.claims); err != nil {
+				return Binding{}, err
+			}
+		}
 		if te == nil {
 			return Binding{}, fmt.Errorf("%w: the session's token was removed", ErrUnauthorized)
 		}

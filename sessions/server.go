@@ -463,6 +463,10 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /ws/", s.serveWS)
 	mux.HandleFunc("GET /sse/", s.serveSSE)
 	mux.HandleFunc("POST /message", s.serveMessage) // sse.go
+	// Protected Resource Metadata (auth.go), at the well-known path and
+	// its per-path forms (RFC 9728 §3.1).
+	mux.HandleFunc("GET "+MetadataPath, s.serveMetadata)
+	mux.HandleFunc("GET "+MetadataPath+"/", s.serveMetadata)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		io.WriteString(w, "ok\n")
@@ -555,6 +559,7 @@ func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request) {
 		chk, err = s.Resolver().Check(sel)
 	}
 	if err != nil {
+		s.endExpired(r.Header.Get(mcp.HeaderSessionID), err)
 		writeResolveError(w, err)
 		return
 	}

@@ -104,7 +104,11 @@ type statusData struct {
 	IdleTimeout string         `json:"session_idle_timeout,omitempty"`
 	Idle        int            `json:"idle_sessions"`
 	NextExpiry  string         `json:"next_idle_expiry,omitempty"`
-	Upstreams   []upstreamRow  `json:"upstreams"`
+	// BySubject counts the bound sessions by who opened them (an OAuth
+	// token's sub, or token:<8 hex> of a static token's sha256), shown
+	// only to a viewer that sees all; never a token.
+	BySubject map[string]int `json:"sessions_by_subject,omitempty"`
+	Upstreams []upstreamRow  `json:"upstreams"`
 	// Profiles and Filters count the same Bound sessions: by the profile
 	// each selected, and by the filter its view is built from. A session
 	// whose profile has no row (no profile while profiles exist, or one a
@@ -272,6 +276,12 @@ func (p *statusPage) status(v viewer) *statusData {
 		}
 		st.Sessions[door]++
 		st.Bound++
+		if sub := sess.binding.Subject; sub != "" {
+			if st.BySubject == nil {
+				st.BySubject = make(map[string]int)
+			}
+			st.BySubject[sub]++
+		}
 		byProfile[sess.binding.Profile]++
 		byFilter[sess.binding.Filter]++
 		if l := sess.life; l != nil && l.busy.Load() == 0 {
@@ -648,7 +658,8 @@ details summary{cursor:pointer}.err{color:#a00;word-break:break-word}
 <h2>Sessions</h2>
 <p id="sessions">{{.Open}} open of at most {{.MaxSessions}} (every door; GET streams and sessions not yet initialized included). Bound to a view, by door:
 {{range $door, $n := .Sessions}} {{$door}} <b>{{$n}}</b>{{else}} none{{end}}</p>
-<p class="meta" id="idle">A /mcp session stays open until its client ends it with DELETE or it has been idle for server.session_idle_timeout ({{or .IdleTimeout "none: never"}}): a client that exits without DELETE leaves its session counted until then. Idle for a minute or more: <b>{{.Idle}}</b>{{if .NextExpiry}}; the longest idle expires in {{.NextExpiry}}{{end}}.</p>
+{{if .BySubject}}<p id="subjects">By caller:{{range $sub, $n := .BySubject}} <span class="name">{{$sub}}</span> <b>{{$n}}</b>{{end}}</p>
+{{end}}<p class="meta" id="idle">A /mcp session stays open until its client ends it with DELETE or it has been idle for server.session_idle_timeout ({{or .IdleTimeout "none: never"}}): a client that exits without DELETE leaves its session counted until then. Idle for a minute or more: <b>{{.Idle}}</b>{{if .NextExpiry}}; the longest idle expires in {{.NextExpiry}}{{end}}.</p>
 </body>
 </html>
 `))

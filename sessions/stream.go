@@ -93,7 +93,7 @@ type streamSession struct {
 	kind    string  // "ws", "sse" or "stdio", for logs
 	binding Binding // as resolved at connect; see grantOf
 	w       frameWriter
-	token   [32]byte // sha256 of the bearer token that opened it (SSE checks posts against it)
+	token   [32]byte // its owner, Binding.Caller: SSE checks posts against it
 
 	ctx    context.Context // done once the session ends
 	cancel context.CancelFunc

@@ -28,7 +28,7 @@ const (
 
 // serveWS upgrades a request to a websocket stream session.
 func (s *Server) serveWS(w http.ResponseWriter, r *http.Request) {
-	b, sel, ok := s.openDoor(w, r)
+	b, _, ok := s.openDoor(w, r)
 	if !ok {
 		return
 	}
@@ -68,7 +68,8 @@ func (s *Server) serveWS(w http.ResponseWriter, r *http.Request) {
 	c.SetReadLimit(-1)
 
 	ss := s.newStreamSession(r.Context(), "ws", b, &wsWriter{c: c, timeout: s.writeTimeout})
-	ss.token = tokenSum(sel)
+	// Its owner: a static token's sum, or an OAuth subject's (auth.go).
+	ss.token = b.Caller
 	if err := s.streams.addTaken(ss); err != nil { // gives the slot back
 		ss.close(err)
 		c.Close(websocket.StatusGoingAway, "server shutting down")
@@ -110,6 +111,12 @@ func (s *Server) readWS(ctx context.Context, ss *streamSession, c *websocket.Con
 			ss.send(ss.ctx, s.oversizeAnswer(ss, id))
 			continue
 		}
+		if exp := ss.binding.Expiry; !exp.IsZero() && time.Now().After(exp.Add(s.Resolver().clockSkew())) {
+			// The OAuth token the connection was opened with expired:
+			// the client reconnects with a fresh one.
+			ss.end(errTokenExpired)
+			return
+		}
 		if !ss.receive(data) {
 			return
 		}
@@ -138,6 +145,8 @@ func (s *Server) closeWSWhenDone(ss *streamSession, c *websocket.Conn) {
 		code, reason = websocket.StatusUnsupportedData, errUnsupportedFrame.Error()
 	case errors.Is(cause, errServerShutdown):
 		code, reason = websocket.StatusGoingAway, "server shutting down"
+	case errors.Is(cause, errTokenExpired):
+		code, reason = websocket.StatusPolicyViolation, errTokenExpired.Error()
 	case errors.Is(cause, errConfigChanged):
 		// The grant this connection was opened with no longer holds: a
 		// new connection is checked against the new config.
