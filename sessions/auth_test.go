@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/mcpmux/mcpmux/configs"
 	"github.com/mcpmux/mcpmux/internal/oauth/hydratest"
@@ -295,8 +296,8 @@ func TestOAuthResourceServer(t *testing.T) {
 
 // TestOAuthExpiryMidSession: a token that expires ends its session at the
 // session's next request, which gets 401 with the metadata; a fresh token
-// then needs a new session. A websocket opened with it is closed at its
-// next message.
+// then needs a new session. A GET stream and a websocket opened with it
+// end at its expiry, without waiting for a request.
 func TestOAuthExpiryMidSession(t *testing.T) {
 	h := hydratest.Start(t, 0)
 	id, secret := h.Client(t, "mcp:tools", testAudience)
@@ -311,10 +312,37 @@ func TestOAuthExpiryMidSession(t *testing.T) {
 	initializeAs(t, w, map[string]any{})
 	p := mustOpenSSE(t, hs, "", http.Header{"Authorization": {"Bearer " + short}})
 	initializeAs(t, p, map[string]any{})
+	// The session's GET stream, opened with the short token, ends when it
+	// expires: what the session is told after that needs a fresh token.
+	getReq, _ := http.NewRequest(http.MethodGet, hs.URL+"/mcp", nil)
+	getReq.Header.Set("Authorization", "Bearer "+short)
+	getReq.Header.Set("Accept", "text/event-stream")
+	getReq.Header.Set(mcp.HeaderSessionID, sid)
+	getReq.Header.Set("Mcp-Protocol-Version", "2025-11-25")
+	getResp, err := hs.Client().Do(getReq)
+	if err != nil || getResp.StatusCode != http.StatusOK {
+		t.Fatalf("GET stream: %v %v", err, getResp)
+	}
+	getEnded := make(chan error, 1)
+	go func() {
+		_, err := io.Copy(io.Discard, getResp.Body)
+		getEnded <- err
+	}()
 	exp := tokenExpiry(t, short)
 	// Past exp and the 1 s skew: no timing is asserted, the test only
 	// waits until the token is surely expired.
 	time.Sleep(time.Until(exp.Add(1500 * time.Millisecond)))
+	// Before any request that would end the session: the stream ends on
+	// its own.
+	select {
+	case err := <-getEnded:
+		if err != nil {
+			t.Errorf("GET stream after expiry: %v, want its end", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("the GET stream opened with the expired token is still open")
+	}
+
 
 	resp, body := mcpPost(t, hs, "/mcp", short, sid, listBody)
 	got := resp.Header.Get("WWW-Authenticate")
@@ -335,10 +363,11 @@ func TestOAuthExpiryMidSession(t *testing.T) {
 		t.Errorf("SSE post with a fresh token to the expired stream: %d %s, want 404 (ended)", code, body)
 	}
 
+	// The websocket is closed at the expiry, without waiting for the
+	// client's next message: nothing is written to it here.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	w.c.Write(ctx, websocket.MessageText, []byte(listBody))
-	_, _, err := w.c.Read(ctx)
+	_, _, err = w.c.Read(ctx)
 	if websocket.CloseStatus(err) != websocket.StatusPolicyViolation || !strings.Contains(err.Error(), "expired") {
 		t.Errorf("websocket after expiry: %v, want closed 1008 naming the expiry", err)
 	}

@@ -560,6 +560,16 @@ func (r *Resolver) Check(sel Selection) (*Checked, error) {
 // Resolver returns the resolver that checked c.
 func (c *Checked) Resolver() *Resolver { return c.r }
 
+// Ends is when what c checked stops being good: the OAuth access token's
+// expiry, with the clock skew the resolver allows; zero for a static token
+// or none, which do not expire.
+func (c *Checked) Ends() time.Time {
+	if c.caller == nil || c.caller.expiry.IsZero() {
+		return time.Time{}
+	}
+	return c.caller.expiry.Add(c.r.clockSkew())
+}
+
 // Profile returns the profile the selection resolves to.
 func (c *Checked) Profile() string { return c.profile }
 

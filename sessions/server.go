@@ -674,7 +674,7 @@ func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusOK)
 		return
 	case http.MethodGet:
-		s.serveGET(w, r, id, sess)
+		s.serveGET(w, r, id, sess, chk.Ends())
 		return
 	}
 	if sess == nil && !initialize && !modern {

@@ -75,6 +75,13 @@ func (s *Server) serveWS(w http.ResponseWriter, r *http.Request) {
 		c.Close(websocket.StatusGoingAway, "server shutting down")
 		return
 	}
+	if exp := b.Expiry; !exp.IsZero() {
+		// A websocket cannot bring a fresh token: what the session is
+		// sent stops when the one it opened with expires, not at the
+		// client's next message.
+		stop := time.AfterFunc(time.Until(exp.Add(s.Resolver().clockSkew())), func() { ss.end(errTokenExpired) })
+		defer stop.Stop()
+	}
 	var wg sync.WaitGroup
 	wg.Go(func() { s.closeWSWhenDone(ss, c) })
 	wg.Go(func() { ss.keepalive(c) })
