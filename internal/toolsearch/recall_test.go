@@ -18,7 +18,9 @@ import (
 // with `mcpmux tools --json`.
 //
 // testdata/queries.json holds labelled queries written as a user would
-// phrase a task, each naming the tool that serves it.
+// phrase a task, each naming the tool that serves it: the development set.
+// testdata/heldout.json and testdata/heldout2.json are held out: written
+// without running them, never tuned on, reported only in aggregate.
 
 type labelled struct {
 	Query string `json:"query"`
@@ -82,19 +84,23 @@ func TestRecall(t *testing.T) {
 		t.Fatalf("the query set has %d queries, want at least 60", len(qs))
 	}
 	ix := New(docs)
-	r1, r5 := recall(t, ix, docs, qs)
+	r1, r5 := recall(t, ix, docs, qs, true)
 	t.Logf("%d queries over %d tools: recall@1 %.3f, recall@5 %.3f", len(qs), len(docs), r1, r5)
 	if r5 < floorAt5 || r1 < floorAt1 {
 		t.Errorf("recall@1 %.3f (floor %.2f), recall@5 %.3f (floor %.2f)", r1, floorAt1, r5, floorAt5)
 	}
-	held := readQueries(t, "testdata/heldout.json")
-	h1, h5 := recall(t, ix, docs, held)
-	t.Logf("held out, %d queries: recall@1 %.3f, recall@5 %.3f", len(held), h1, h5)
+	// The held-out sets are never tuned on: only their aggregate recall
+	// is reported, never which of their queries miss.
+	for _, path := range []string{"testdata/heldout.json", "testdata/heldout2.json"} {
+		held := readQueries(t, path)
+		h1, h5 := recall(t, ix, docs, held, false)
+		t.Logf("%s, %d queries: recall@1 %.3f, recall@5 %.3f", path, len(held), h1, h5)
+	}
 }
 
 // recall runs qs against ix (over docs) and returns recall@1 and
-// recall@5, logging every query whose tool is not first.
-func recall(t *testing.T, ix *Index, docs []Doc, qs []labelled) (at1, at5 float64) {
+// recall@5; verbose logs every query whose tool is not first.
+func recall(t *testing.T, ix *Index, docs []Doc, qs []labelled, verbose bool) (at1, at5 float64) {
 	t.Helper()
 	names := make([]string, len(docs))
 	for i, d := range docs {
@@ -115,8 +121,10 @@ func recall(t *testing.T, ix *Index, docs []Doc, qs []labelled) (at1, at5 float6
 			n5++
 		case i > 0:
 			n5++
-			t.Logf("rank %d: %q → %s", i+1, q.Query, strings.Join(got, ", "))
-		default:
+			if verbose {
+				t.Logf("rank %d: %q → %s", i+1, q.Query, strings.Join(got, ", "))
+			}
+		case verbose:
 			t.Logf("miss:   %q (want %s) → %s", q.Query, q.Tool, strings.Join(got, ", "))
 		}
 	}
