@@ -68,33 +68,39 @@ func readQueries(t testing.TB, path string) []labelled {
 	return q.Queries
 }
 
-// Recall floors: the goal is recall@5 >= 0.9 on the query set.
-const (
-	floorAt5 = 0.9
-	floorAt1 = 0.75
-)
+// recallFloors holds each query set's floors, recall@1 and recall@5, a
+// little below what the ranking reaches so that a tie cannot flake. The
+// issue's goal is recall@5 >= 0.9 on queries a user would write; the
+// held-out sets are the honest measure of it, the development set
+// (queries.json, tuned on) flatters.
+var recallFloors = []struct {
+	path     string
+	at1, at5 float64
+}{
+	{"testdata/queries.json", 0.72, 0.90},
+	{"testdata/heldout.json", 0.52, 0.80},
+	{"testdata/heldout2.json", 0.36, 0.72},
+}
 
-// TestRecall runs the labelled query set against the real catalog and
+// TestRecall runs the labelled query sets against the real catalog and
 // fails below the recall floors. `go test -run TestRecall -v` prints
-// recall@1, recall@5 and each miss.
+// recall@1 and recall@5 of each set, and each miss of the development
+// set. The held-out sets are never tuned on: only their aggregate recall
+// is reported, never which of their queries miss.
 func TestRecall(t *testing.T) {
 	_, docs := catalog(t)
-	qs := queries(t)
-	if len(qs) < 60 {
-		t.Fatalf("the query set has %d queries, want at least 60", len(qs))
-	}
 	ix := New(docs)
-	r1, r5 := recall(t, ix, docs, qs, true)
-	t.Logf("%d queries over %d tools: recall@1 %.3f, recall@5 %.3f", len(qs), len(docs), r1, r5)
-	if r5 < floorAt5 || r1 < floorAt1 {
-		t.Errorf("recall@1 %.3f (floor %.2f), recall@5 %.3f (floor %.2f)", r1, floorAt1, r5, floorAt5)
-	}
-	// The held-out sets are never tuned on: only their aggregate recall
-	// is reported, never which of their queries miss.
-	for _, path := range []string{"testdata/heldout.json", "testdata/heldout2.json"} {
-		held := readQueries(t, path)
-		h1, h5 := recall(t, ix, docs, held, false)
-		t.Logf("%s, %d queries: recall@1 %.3f, recall@5 %.3f", path, len(held), h1, h5)
+	for _, f := range recallFloors {
+		qs := readQueries(t, f.path)
+		dev := f.path == "testdata/queries.json"
+		if dev && len(qs) < 60 {
+			t.Fatalf("the query set has %d queries, want at least 60", len(qs))
+		}
+		r1, r5 := recall(t, ix, docs, qs, dev)
+		t.Logf("%s, %d queries over %d tools: recall@1 %.3f, recall@5 %.3f", f.path, len(qs), len(docs), r1, r5)
+		if r1 < f.at1 || r5 < f.at5 {
+			t.Errorf("%s: recall@1 %.3f (floor %.2f), recall@5 %.3f (floor %.2f)", f.path, r1, f.at1, r5, f.at5)
+		}
 	}
 }
 

@@ -151,3 +151,56 @@ func TestSearchBounds(t *testing.T) {
 		t.Errorf("ties: %v", hits)
 	}
 }
+
+// TestStemPorter checks Stem against examples from Porter's paper.
+func TestStemPorter(t *testing.T) {
+	for in, want := range map[string]string{
+		"caresses": "caress", "ponies": "poni", "cats": "cat", "agreed": "agre",
+		"plastered": "plaster", "motoring": "motor", "sing": "sing",
+		"conflated": "conflat", "troubled": "troubl", "sized": "size",
+		"hopping": "hop", "falling": "fall", "filing": "file", "failing": "fail",
+		"happy": "happi", "sky": "sky", "relational": "relat", "conditional": "condit",
+		"valenci": "valenc", "digitizer": "digit", "vietnamization": "vietnam",
+		"operator": "oper", "hopefulness": "hope", "formaliti": "formal",
+		"triplicate": "triplic", "formative": "form", "electrical": "electr",
+		"goodness": "good", "revival": "reviv", "allowance": "allow",
+		"adjustment": "adjust", "adoption": "adopt", "homologou": "homolog",
+		"probate": "probat", "rate": "rate", "cease": "ceas", "controll": "control",
+		"roll": "roll", "generalizations": "gener", "directories": "directori",
+		"utf8": "utf8", "größe": "größe",
+	} {
+		if got := Stem(in); got != want {
+			t.Errorf("Stem(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// TestQueryExpansion: a query finds a tool through a partial word and
+// through the thesaurus, and a word it spells out outranks either.
+func TestQueryExpansion(t *testing.T) {
+	docs := []Doc{
+		{Name: "x__print_environment", Description: "Print the variables."},
+		{Name: "x__delete_file", Description: "Delete a file."},
+		{Name: "x__list_directory", Description: "List a directory."},
+		{Name: "x__env_check", Description: "Check something."},
+	}
+	ix := New(docs)
+	for _, tc := range []struct{ query, top string }{
+		{"environ", "x__print_environment"}, // a prefix of the term
+		{"rm notes.txt", "x__delete_file"},  // thesaurus: rm, delete
+		{"ls", "x__list_directory"},         // thesaurus: ls, list
+		{"env", "x__env_check"},             // spelled out beats completed
+	} {
+		hits := ix.Search(tc.query, 4)
+		if len(hits) == 0 || docs[hits[0].Doc].Name != tc.top {
+			var got []string
+			for _, h := range hits {
+				got = append(got, docs[h.Doc].Name)
+			}
+			t.Errorf("Search(%q) = %v, want %s first", tc.query, got, tc.top)
+		}
+	}
+	if hits := ix.Search("env", 4); len(hits) < 2 || docs[hits[1].Doc].Name != "x__print_environment" {
+		t.Errorf(`Search("env") does not find x__print_environment second: %v`, hits)
+	}
+}
