@@ -13,7 +13,10 @@
 // A query finds, besides its own terms, at lower weight: their synonyms
 // in a thesaurus of general software vocabulary ("folder" finds
 // directory, "rm" delete), and the index's terms that a query word of
-// three letters or more begins ("env" finds environment).
+// three letters or more begins ("env" finds environment). Then the best
+// match's most telling terms join the query at lower weight still, and
+// the search runs again (pseudo relevance feedback), so tools like the
+// best one rank after it.
 //
 // An Index is immutable once built and safe for concurrent use.
 package toolsearch
@@ -90,6 +93,7 @@ type Index struct {
 	n        int
 	postings map[string][]posting // sorted by doc
 	vocab    []string             // the terms, sorted, for prefix matching
+	forward  [][]termFreq         // per doc: its terms, for relevance feedback
 	// scores holds *accumulator, one per search in flight.
 	scores sync.Pool
 }
@@ -192,9 +196,12 @@ func New(docs []Doc) *Index {
 			norm := 1 - p.b + p.b*float64(lens[i][c.field])/avg[c.field]
 			tf[c.term] += p.weight * float64(c.n) / norm
 		}
+		var fw []termFreq
 		for t, f := range tf {
 			ix.postings[t] = append(ix.postings[t], posting{doc: int32(i), tf: float32(f)})
+			fw = append(fw, termFreq{t, float32(f)})
 		}
+		ix.forward = append(ix.forward, fw)
 	}
 	ix.vocab = slices.Sorted(maps.Keys(ix.postings))
 	return ix
@@ -218,18 +225,75 @@ func (ix *Index) Search(query string, limit int) []Hit {
 	}
 	acc := ix.scores.Get().(*accumulator)
 	defer ix.scores.Put(acc)
-	for t, w := range ix.queryTerms(query) {
+	qt := ix.queryTerms(query)
+	ix.score(acc, qt)
+	if len(acc.touched) > 0 {
+		// Pseudo relevance feedback: the best document's most telling
+		// terms join the query, and the search runs again.
+		best := ix.top(acc, 1)[0].Doc
+		fb := make([]termFreq, 0, len(ix.forward[best]))
+		for _, tf := range ix.forward[best] {
+			if _, ok := qt[tf.term]; !ok {
+				fb = append(fb, termFreq{tf.term, tf.tf * float32(ix.idf(tf.term))})
+			}
+		}
+		slices.SortFunc(fb, func(a, c termFreq) int {
+			if a.tf != c.tf {
+				if a.tf > c.tf {
+					return -1
+				}
+				return 1
+			}
+			return strings.Compare(a.term, c.term)
+		})
+		for _, tf := range fb[:min(len(fb), feedbackTerms)] {
+			qt[tf.term] = feedbackWeight
+		}
+		acc.reset()
+		ix.score(acc, qt)
+	}
+	out := ix.top(acc, limit)
+	acc.reset()
+	return out
+}
+
+// feedbackTerms is how many terms of the best document pseudo relevance
+// feedback adds to a query, and feedbackWeight how much each counts.
+const (
+	feedbackTerms  = 5
+	feedbackWeight = 0.3
+)
+
+// termFreq is one term of a document and its frequency (BM25F's).
+type termFreq struct {
+	term string
+	tf   float32
+}
+
+// idf is the inverse document frequency of term t.
+func (ix *Index) idf(t string) float64 {
+	df := float64(len(ix.postings[t]))
+	return math.Log(1 + (float64(ix.n)-df+0.5)/(df+0.5))
+}
+
+// score adds to acc the BM25F score of each document for the weighted
+// query terms qt.
+func (ix *Index) score(acc *accumulator, qt map[string]float64) {
+	for t, w := range qt {
 		ps := ix.postings[t]
 		if len(ps) == 0 {
 			continue
 		}
-		df := float64(len(ps))
-		idf := w * math.Log(1+(float64(ix.n)-df+0.5)/(df+0.5))
+		idf := w * ix.idf(t)
 		for _, p := range ps {
 			f := float64(p.tf)
 			acc.add(p.doc, idf*f*(k1+1)/(f+k1))
 		}
 	}
+}
+
+// top returns the limit best documents acc scored, best first.
+func (ix *Index) top(acc *accumulator, limit int) []Hit {
 	h := make(hitHeap, 0, limit)
 	for _, doc := range acc.touched {
 		hit := Hit{Doc: int(doc), Score: acc.score[doc]}
@@ -240,7 +304,6 @@ func (ix *Index) Search(query string, limit int) []Hit {
 			heap.Fix(&h, 0)
 		}
 	}
-	acc.reset()
 	out := make([]Hit, len(h))
 	for i := len(h) - 1; i >= 0; i-- {
 		out[i] = heap.Pop(&h).(Hit)

@@ -204,3 +204,17 @@ func TestQueryExpansion(t *testing.T) {
 		t.Errorf(`Search("env") does not find x__print_environment second: %v`, hits)
 	}
 }
+
+// TestRelevanceFeedback: the best match's telling terms join the query,
+// so a tool that shares them but no word of the query is found after it.
+func TestRelevanceFeedback(t *testing.T) {
+	docs := []Doc{
+		{Name: "a__zorble", Description: "Frobnicate the quux.", Upstream: "a"},
+		{Name: "b__quux_tool", Description: "Quux handling.", Upstream: "b"},
+		{Name: "c__weather", Description: "Forecast for a city.", Upstream: "c"},
+	}
+	hits := New(docs).Search("zorble", 3)
+	if len(hits) != 2 || hits[0].Doc != 0 || hits[1].Doc != 1 {
+		t.Errorf(`Search("zorble") = %v, want a__zorble then b__quux_tool`, hits)
+	}
+}
