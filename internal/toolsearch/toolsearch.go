@@ -151,7 +151,7 @@ func New(docs []Doc) *Index {
 				t, ok := stems[word]
 				if !ok {
 					t = ""
-					if !stopWords[word] {
+					if !stop(word) {
 						t = Stem(word)
 					}
 					stems[word] = t
@@ -382,11 +382,11 @@ var synonyms = func() map[string][]string {
 	return m
 }()
 
-const thesaurus = `create make new add generate register insert
+const thesaurus = `create make new add generate register insert mkdir
 	read get fetch retrieve load open view show display print cat see look inspect examine
 	write save store put persist overwrite record
 	edit modify change update alter patch replace fix amend rewrite
-	delete remove erase drop destroy purge wipe clear forget discard rm unlink
+	delete remove erase drop destroy purge wipe clear forget discard rm unlink rmdir
 	list ls enumerate browse show
 	search find locate lookup query grep glob seek
 	move rename mv relocate
@@ -405,9 +405,10 @@ const thesaurus = `create make new add generate register insert
 	remember memory memorize
 	fact observation detail attribute
 	entity node person people thing
-	directory folder dir subdirectory subfolder
+	directory folder dir subdirectory subfolder mkdir rmdir
+	whole entire complete full
 	file document
-	size byte space disk usage big large
+	size byte space disk usage big large du
 	metadata info information stat attribute permission timestamp modified
 	image picture photo png jpg jpeg gif icon logo screenshot
 	audio sound mp3 wav recording
@@ -454,7 +455,7 @@ func Terms(text string) []string {
 	words := Words(text)
 	out := words[:0]
 	for _, w := range words {
-		if stopWords[w] {
+		if stop(w) {
 			continue
 		}
 		out = append(out, Stem(w))
@@ -506,6 +507,12 @@ func Words(text string) []string {
 		out = append(out, strings.ToLower(text[start:]))
 	}
 	return out
+}
+
+// stop reports whether word w is left out of the terms: a stop word, or
+// a single letter ("a/b/c", "project X") that tells nothing apart.
+func stop(w string) bool {
+	return stopWords[w] || len(w) == 1 && w[0] >= 'a' && w[0] <= 'z'
 }
 
 // stopWords are words too common in tool descriptions and queries to

@@ -80,6 +80,11 @@ func TestTermsDropsStopWords(t *testing.T) {
 	if want := []string{"read", "content", "file"}; !slices.Equal(got, want) {
 		t.Errorf("Terms = %v, want %v", got, want)
 	}
+	// Single letters go too; digits stay.
+	got = Terms("mkdir -p a/b/c 2 + 2")
+	if want := []string{"mkdir", "2", "2"}; !slices.Equal(got, want) {
+		t.Errorf("Terms = %v, want %v", got, want)
+	}
 }
 
 func docs() []Doc {
