@@ -229,11 +229,13 @@ func (ix *Index) Search(query string, limit int) []Hit {
 	ix.score(acc, qt)
 	if len(acc.touched) > 0 {
 		// Pseudo relevance feedback: the best document's most telling
-		// terms join the query, and the search runs again.
+		// terms join the query, and their scores are added.
 		best := ix.top(acc, 1)[0].Doc
 		fb := make([]termFreq, 0, len(ix.forward[best]))
 		for _, tf := range ix.forward[best] {
-			if _, ok := qt[tf.term]; !ok {
+			// A term of more than half the documents tells too little
+			// to be worth a pass over its postings.
+			if _, ok := qt[tf.term]; !ok && len(ix.postings[tf.term])*2 <= ix.n {
 				fb = append(fb, termFreq{tf.term, tf.tf * float32(ix.idf(tf.term))})
 			}
 		}
@@ -246,11 +248,11 @@ func (ix *Index) Search(query string, limit int) []Hit {
 			}
 			return strings.Compare(a.term, c.term)
 		})
+		more := make(map[string]float64, feedbackTerms)
 		for _, tf := range fb[:min(len(fb), feedbackTerms)] {
-			qt[tf.term] = feedbackWeight
+			more[tf.term] = feedbackWeight
 		}
-		acc.reset()
-		ix.score(acc, qt)
+		ix.score(acc, more) // the query's own terms are scored already
 	}
 	out := ix.top(acc, limit)
 	acc.reset()

@@ -217,6 +217,8 @@ func TestRelevanceFeedback(t *testing.T) {
 		{Name: "a__zorble", Description: "Frobnicate the quux.", Upstream: "a"},
 		{Name: "b__quux_tool", Description: "Quux handling.", Upstream: "b"},
 		{Name: "c__weather", Description: "Forecast for a city.", Upstream: "c"},
+		{Name: "d__clock", Description: "Tell the time.", Upstream: "d"},
+		{Name: "e__dice", Description: "Roll a die.", Upstream: "e"},
 	}
 	hits := New(docs).Search("zorble", 3)
 	if len(hits) != 2 || hits[0].Doc != 0 || hits[1].Doc != 1 {
