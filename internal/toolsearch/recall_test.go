@@ -186,3 +186,18 @@ func BenchmarkBuild10k(b *testing.B) {
 		New(docs)
 	}
 }
+
+// TestSearchDeterministic: the same search gives the same hits and
+// scores every time, so that a tie always breaks the same way.
+func TestSearchDeterministic(t *testing.T) {
+	_, docs := catalog(t)
+	ix := New(docs)
+	for _, q := range queries(t) {
+		first := ix.Search(q.Query, 5)
+		for range 20 {
+			if again := ix.Search(q.Query, 5); !slices.Equal(first, again) {
+				t.Fatalf("Search(%q) = %v, then %v", q.Query, first, again)
+			}
+		}
+	}
+}

@@ -279,9 +279,12 @@ func (ix *Index) idf(t string) float64 {
 }
 
 // score adds to acc the BM25F score of each document for the weighted
-// query terms qt.
+// query terms qt, in the terms' order: floating-point sums in a map's
+// random order could break a tie one way or the other from one search
+// to the next.
 func (ix *Index) score(acc *accumulator, qt map[string]float64) {
-	for t, w := range qt {
+	for _, t := range slices.Sorted(maps.Keys(qt)) {
+		w := qt[t]
 		ps := ix.postings[t]
 		if len(ps) == 0 {
 			continue
