@@ -18,7 +18,9 @@ import (
 // with `mcpmux tools --json`.
 //
 // testdata/queries.json holds labelled queries written as a user would
-// phrase a task, each naming the tool that serves it.
+// phrase a task, each naming the tool that serves it: the development set.
+// testdata/heldout.json and testdata/heldout2.json are held out: written
+// without running them, never tuned on, reported only in aggregate.
 
 type labelled struct {
 	Query string `json:"query"`
@@ -66,35 +68,45 @@ func readQueries(t testing.TB, path string) []labelled {
 	return q.Queries
 }
 
-// Recall floors: the goal is recall@5 >= 0.9 on the query set.
-const (
-	floorAt5 = 0.9
-	floorAt1 = 0.75
-)
+// recallFloors holds each query set's floors, recall@1 and recall@5, a
+// little below what the ranking reaches so that a tie cannot flake. The
+// issue's goal is recall@5 >= 0.9 on queries a user would write; the
+// held-out sets are the honest measure of it, the development set
+// (queries.json, tuned on) flatters.
+var recallFloors = []struct {
+	path     string
+	at1, at5 float64
+}{
+	{"testdata/queries.json", 0.72, 0.94},
+	{"testdata/heldout.json", 0.52, 0.84},
+	{"testdata/heldout2.json", 0.36, 0.78},
+}
 
-// TestRecall runs the labelled query set against the real catalog and
+// TestRecall runs the labelled query sets against the real catalog and
 // fails below the recall floors. `go test -run TestRecall -v` prints
-// recall@1, recall@5 and each miss.
+// recall@1 and recall@5 of each set, and each miss of the development
+// set. The held-out sets are never tuned on: only their aggregate recall
+// is reported, never which of their queries miss.
 func TestRecall(t *testing.T) {
 	_, docs := catalog(t)
-	qs := queries(t)
-	if len(qs) < 60 {
-		t.Fatalf("the query set has %d queries, want at least 60", len(qs))
-	}
 	ix := New(docs)
-	r1, r5 := recall(t, ix, docs, qs)
-	t.Logf("%d queries over %d tools: recall@1 %.3f, recall@5 %.3f", len(qs), len(docs), r1, r5)
-	if r5 < floorAt5 || r1 < floorAt1 {
-		t.Errorf("recall@1 %.3f (floor %.2f), recall@5 %.3f (floor %.2f)", r1, floorAt1, r5, floorAt5)
+	for _, f := range recallFloors {
+		qs := readQueries(t, f.path)
+		dev := f.path == "testdata/queries.json"
+		if dev && len(qs) < 60 {
+			t.Fatalf("the query set has %d queries, want at least 60", len(qs))
+		}
+		r1, r5 := recall(t, ix, docs, qs, dev)
+		t.Logf("%s, %d queries over %d tools: recall@1 %.3f, recall@5 %.3f", f.path, len(qs), len(docs), r1, r5)
+		if r1 < f.at1 || r5 < f.at5 {
+			t.Errorf("%s: recall@1 %.3f (floor %.2f), recall@5 %.3f (floor %.2f)", f.path, r1, f.at1, r5, f.at5)
+		}
 	}
-	held := readQueries(t, "testdata/heldout.json")
-	h1, h5 := recall(t, ix, docs, held)
-	t.Logf("held out, %d queries: recall@1 %.3f, recall@5 %.3f", len(held), h1, h5)
 }
 
 // recall runs qs against ix (over docs) and returns recall@1 and
-// recall@5, logging every query whose tool is not first.
-func recall(t *testing.T, ix *Index, docs []Doc, qs []labelled) (at1, at5 float64) {
+// recall@5; verbose logs every query whose tool is not first.
+func recall(t *testing.T, ix *Index, docs []Doc, qs []labelled, verbose bool) (at1, at5 float64) {
 	t.Helper()
 	names := make([]string, len(docs))
 	for i, d := range docs {
@@ -115,8 +127,10 @@ func recall(t *testing.T, ix *Index, docs []Doc, qs []labelled) (at1, at5 float6
 			n5++
 		case i > 0:
 			n5++
-			t.Logf("rank %d: %q → %s", i+1, q.Query, strings.Join(got, ", "))
-		default:
+			if verbose {
+				t.Logf("rank %d: %q → %s", i+1, q.Query, strings.Join(got, ", "))
+			}
+		case verbose:
 			t.Logf("miss:   %q (want %s) → %s", q.Query, q.Tool, strings.Join(got, ", "))
 		}
 	}
@@ -170,5 +184,83 @@ func BenchmarkBuild10k(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		New(docs)
+	}
+}
+
+// TestSearchDeterministic: the same search gives the same hits and
+// scores every time, so that a tie always breaks the same way.
+func TestSearchDeterministic(t *testing.T) {
+	_, docs := catalog(t)
+	ix := New(docs)
+	for _, q := range queries(t) {
+		first := ix.Search(q.Query, 5)
+		for range 20 {
+			if again := ix.Search(q.Query, 5); !slices.Equal(first, again) {
+				t.Fatalf("Search(%q) = %v, then %v", q.Query, first, again)
+			}
+		}
+	}
+}
+
+// TestRecallWithoutHeldOutWords measures what the thesaurus owes to
+// knowing the held-out queries. Their author also wrote the thesaurus,
+// so it drops every word of a held-out query that neither a development
+// query nor the catalog uses, and holds floors on the held-out sets
+// without them: the recall that does not come from that knowledge.
+func TestRecallWithoutHeldOutWords(t *testing.T) {
+	_, docs := catalog(t)
+	known := map[string]bool{}
+	for _, q := range queries(t) {
+		for _, w := range Terms(q.Query) {
+			known[w] = true
+		}
+	}
+	for _, d := range docs {
+		text := []string{d.Name, d.Title, d.Description, d.Upstream}
+		for _, a := range d.Args {
+			text = append(text, a.Name, a.Description)
+		}
+		for _, w := range Terms(strings.Join(text, " ")) {
+			known[w] = true
+		}
+	}
+	only := map[string]bool{} // in held-out queries alone
+	for _, f := range recallFloors[1:] {
+		for _, q := range readQueries(t, f.path) {
+			for _, w := range Terms(q.Query) {
+				only[w] = !known[w]
+			}
+		}
+	}
+	kept := map[string][]string{}
+	dropped := 0
+	for t, syns := range synonyms {
+		if only[t] {
+			dropped++
+			continue
+		}
+		for _, s := range syns {
+			if !only[s] {
+				kept[t] = append(kept[t], s)
+			}
+		}
+	}
+	saved := synonyms
+	synonyms = kept
+	defer func() { synonyms = saved }()
+	ix := New(docs)
+	for _, f := range []struct {
+		path     string
+		at1, at5 float64
+	}{
+		{"testdata/heldout.json", 0.52, 0.76},
+		{"testdata/heldout2.json", 0.26, 0.64},
+	} {
+		qs := readQueries(t, f.path)
+		r1, r5 := recall(t, ix, docs, qs, false)
+		t.Logf("%s without the %d thesaurus words only held-out queries use: recall@1 %.3f, recall@5 %.3f", f.path, dropped, r1, r5)
+		if r1 < f.at1 || r5 < f.at5 {
+			t.Errorf("%s: recall@1 %.3f (floor %.2f), recall@5 %.3f (floor %.2f)", f.path, r1, f.at1, r5, f.at5)
+		}
 	}
 }

@@ -1,19 +1,31 @@
-// Package toolsearch owns the ranking behind mcpmux__search_tools: a BM25
+// Package toolsearch owns the ranking behind mcpmux__search_tools: a BM25F
 // index over tool definitions and the tokenizer that feeds it.
 //
-// A document is one tool. Its fields are weighted (a word of the name
-// counts more than one of a description) and summed into one bag of
-// terms per tool, a simplified BM25F. Terms are lower-cased words, split on
-// anything that is not a letter or digit and on camelCase and letter/digit
-// boundaries, with English stop words dropped and a light suffix stemmer
-// applied, so that "reading files" finds read_text_file.
+// A document is one tool, in fields (name, title, upstream, description,
+// argument names and descriptions). Each field's term counts are
+// normalised by the field's length and weighted (a word of the name
+// counts more than one of a description), then summed into one term
+// frequency per tool and term: BM25F. Terms are lower-cased words, split
+// on anything that is not a letter or digit and on camelCase and
+// letter/digit boundaries, with English stop words dropped and the Porter
+// stemmer applied, so that "reading files" finds read_text_file.
+//
+// A query finds, besides its own terms, at lower weight: their synonyms
+// in a thesaurus of general software vocabulary ("folder" finds
+// directory, "rm" delete), and the index's terms that a query word of
+// three letters or more begins ("env" finds environment). Then the best
+// match's most telling terms join the query at lower weight still, and
+// the search runs again (pseudo relevance feedback), so tools like the
+// best one rank after it.
 //
 // An Index is immutable once built and safe for concurrent use.
 package toolsearch
 
 import (
 	"container/heap"
+	"maps"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 	"unicode"
@@ -37,38 +49,51 @@ type Doc struct {
 	Upstream string
 }
 
-// Field weights: how much one occurrence of a term in each field counts.
+// The fields of a document.
 const (
-	weightName     = 3.0
-	weightTitle    = 2.0
-	weightUpstream = 1.0
-	weightDesc     = 1.0
-	weightArgName  = 1.0
-	weightArgDesc  = 0.5
+	fieldName     = iota // the name without the upstream's prefix
+	fieldTitle           // the title
+	fieldUpstream        // the upstream's name (the prefix)
+	fieldDesc            // the description
+	fieldArgName         // the arguments' names
+	fieldArgDesc         // the arguments' descriptions
+	numFields
 )
 
-// BM25 parameters, the usual ones.
-const (
-	k1 = 1.2
-	b  = 0.75
-)
+// fields holds each field's weight (how much one occurrence of a term
+// counts, a word of the name more than one of a description) and its
+// length normalisation b (BM25F: 0, a long field counts as much as a
+// short one; 1, a field twice the average length counts half).
+var fields = [numFields]struct{ weight, b float64 }{
+	fieldName:     {1.0, 0},
+	fieldTitle:    {0.5, 0},
+	fieldUpstream: {1.0, 0},
+	fieldDesc:     {0.5, 0.3},
+	fieldArgName:  {0.25, 0.5},
+	fieldArgDesc:  {0.125, 0.75},
+}
+
+// k1 is BM25's saturation of term frequency, the usual value.
+const k1 = 1.2
 
 // maxFieldBytes bounds how much of one field is read: a description of
 // megabytes costs no more than one of this size.
 const maxFieldBytes = 8 << 10
 
-// posting is one document's weighted frequency of a term.
+// posting is one document's term frequency: its weighted sum over the
+// fields, each field's count normalised by the field's length (BM25F).
 type posting struct {
 	doc int32
 	tf  float32
 }
 
-// Index is a BM25 index over a fixed list of documents, numbered in the
+// Index is a BM25F index over a fixed list of documents, numbered in the
 // order New was given them. It is immutable and safe for concurrent use.
 type Index struct {
 	n        int
 	postings map[string][]posting // sorted by doc
-	norm     []float32            // per doc: k1 * (1 - b + b*len/avgLen)
+	vocab    []string             // the terms, sorted, for prefix matching
+	forward  [][]termFreq         // per doc: its terms, for relevance feedback
 	// scores holds *accumulator, one per search in flight.
 	scores sync.Pool
 }
@@ -97,55 +122,88 @@ func (a *accumulator) reset() {
 
 // New builds the index of docs. It keeps nothing of docs but the terms.
 func New(docs []Doc) *Index {
-	ix := &Index{n: len(docs), postings: make(map[string][]posting), norm: make([]float32, len(docs))}
+	ix := &Index{n: len(docs), postings: make(map[string][]posting)}
 	ix.scores.New = func() any { return &accumulator{score: make([]float64, len(docs))} }
-	lens := make([]float64, len(docs))
-	total := 0.0
-	tf := make(map[string]float64)
+	// First pass: each document's terms, counted per field, and each
+	// field's length; the second weighs the counts by the lengths.
+	type count struct {
+		term  string
+		field int32
+		n     float32
+	}
+	counts := make([][]count, len(docs))
+	lens := make([][numFields]float32, len(docs))
+	var total [numFields]float64
 	stems := make(map[string]string) // word → its term ("" for a stop word), as Terms makes it
-	add := func(text string, w float64) {
-		if len(text) > maxFieldBytes {
-			text = text[:maxFieldBytes]
-		}
-		for _, word := range Words(text) {
-			t, ok := stems[word]
-			if !ok {
-				t = ""
-				if !stopWords[word] {
-					t = Stem(word)
+	type key struct {
+		term  string
+		field int32
+	}
+	seen := make(map[key]int) // the document's (term, field) → its index in counts
+	for i, d := range docs {
+		var cs []count
+		clear(seen)
+		add := func(text string, f int) {
+			if len(text) > maxFieldBytes {
+				text = text[:maxFieldBytes]
+			}
+			for _, word := range Words(text) {
+				t, ok := stems[word]
+				if !ok {
+					t = ""
+					if !stop(word) {
+						t = Stem(word)
+					}
+					stems[word] = t
 				}
-				stems[word] = t
+				if t == "" {
+					continue
+				}
+				lens[i][f]++
+				if k, ok := seen[key{t, int32(f)}]; ok {
+					cs[k].n++
+				} else {
+					seen[key{t, int32(f)}] = len(cs)
+					cs = append(cs, count{term: t, field: int32(f), n: 1})
+				}
 			}
-			if t != "" {
-				tf[t] += w
-			}
+		}
+		add(strings.TrimPrefix(d.Name, d.Upstream+"__"), fieldName)
+		add(d.Title, fieldTitle)
+		add(d.Upstream, fieldUpstream)
+		add(d.Description, fieldDesc)
+		for _, a := range d.Args {
+			add(a.Name, fieldArgName)
+			add(a.Description, fieldArgDesc)
+		}
+		counts[i] = cs
+		for f := range numFields {
+			total[f] += float64(lens[i][f])
 		}
 	}
-	for i, d := range docs {
-		clear(tf)
-		add(d.Name, weightName)
-		add(d.Title, weightTitle)
-		add(d.Upstream, weightUpstream)
-		add(d.Description, weightDesc)
-		for _, a := range d.Args {
-			add(a.Name, weightArgName)
-			add(a.Description, weightArgDesc)
+	var avg [numFields]float64
+	for f := range numFields {
+		avg[f] = 1
+		if total[f] > 0 {
+			avg[f] = total[f] / float64(len(docs))
 		}
-		l := 0.0
+	}
+	tf := make(map[string]float64)
+	for i, cs := range counts {
+		clear(tf)
+		for _, c := range cs {
+			p := fields[c.field]
+			norm := 1 - p.b + p.b*float64(lens[i][c.field])/avg[c.field]
+			tf[c.term] += p.weight * float64(c.n) / norm
+		}
+		var fw []termFreq
 		for t, f := range tf {
 			ix.postings[t] = append(ix.postings[t], posting{doc: int32(i), tf: float32(f)})
-			l += f
+			fw = append(fw, termFreq{t, float32(f)})
 		}
-		lens[i] = l
-		total += l
+		ix.forward = append(ix.forward, fw)
 	}
-	avg := 1.0
-	if len(docs) > 0 && total > 0 {
-		avg = total / float64(len(docs))
-	}
-	for i, l := range lens {
-		ix.norm[i] = float32(k1 * (1 - b + b*l/avg))
-	}
+	ix.vocab = slices.Sorted(maps.Keys(ix.postings))
 	return ix
 }
 
@@ -167,18 +225,80 @@ func (ix *Index) Search(query string, limit int) []Hit {
 	}
 	acc := ix.scores.Get().(*accumulator)
 	defer ix.scores.Put(acc)
-	for t, w := range queryTerms(query) {
+	qt := ix.queryTerms(query)
+	ix.score(acc, qt)
+	if len(acc.touched) > 0 {
+		// Pseudo relevance feedback: the best document's most telling
+		// terms join the query, and their scores are added.
+		best := ix.top(acc, 1)[0].Doc
+		fb := make([]termFreq, 0, len(ix.forward[best]))
+		for _, tf := range ix.forward[best] {
+			// A term of more than half the documents tells too little
+			// to be worth a pass over its postings.
+			if _, ok := qt[tf.term]; !ok && len(ix.postings[tf.term])*2 <= ix.n {
+				fb = append(fb, termFreq{tf.term, tf.tf * float32(ix.idf(tf.term))})
+			}
+		}
+		slices.SortFunc(fb, func(a, c termFreq) int {
+			if a.tf != c.tf {
+				if a.tf > c.tf {
+					return -1
+				}
+				return 1
+			}
+			return strings.Compare(a.term, c.term)
+		})
+		more := make(map[string]float64, feedbackTerms)
+		for _, tf := range fb[:min(len(fb), feedbackTerms)] {
+			more[tf.term] = feedbackWeight
+		}
+		ix.score(acc, more) // the query's own terms are scored already
+	}
+	out := ix.top(acc, limit)
+	acc.reset()
+	return out
+}
+
+// feedbackTerms is how many terms of the best document pseudo relevance
+// feedback adds to a query, and feedbackWeight how much each counts.
+const (
+	feedbackTerms  = 5
+	feedbackWeight = 0.3
+)
+
+// termFreq is one term of a document and its frequency (BM25F's).
+type termFreq struct {
+	term string
+	tf   float32
+}
+
+// idf is the inverse document frequency of term t.
+func (ix *Index) idf(t string) float64 {
+	df := float64(len(ix.postings[t]))
+	return math.Log(1 + (float64(ix.n)-df+0.5)/(df+0.5))
+}
+
+// score adds to acc the BM25F score of each document for the weighted
+// query terms qt, in the terms' order: floating-point sums in a map's
+// random order could break a tie one way or the other from one search
+// to the next.
+func (ix *Index) score(acc *accumulator, qt map[string]float64) {
+	for _, t := range slices.Sorted(maps.Keys(qt)) {
+		w := qt[t]
 		ps := ix.postings[t]
 		if len(ps) == 0 {
 			continue
 		}
-		df := float64(len(ps))
-		idf := w * math.Log(1+(float64(ix.n)-df+0.5)/(df+0.5))
+		idf := w * ix.idf(t)
 		for _, p := range ps {
 			f := float64(p.tf)
-			acc.add(p.doc, idf*f*(k1+1)/(f+float64(ix.norm[p.doc])))
+			acc.add(p.doc, idf*f*(k1+1)/(f+k1))
 		}
 	}
+}
+
+// top returns the limit best documents acc scored, best first.
+func (ix *Index) top(acc *accumulator, limit int) []Hit {
 	h := make(hitHeap, 0, limit)
 	for _, doc := range acc.touched {
 		hit := Hit{Doc: int(doc), Score: acc.score[doc]}
@@ -189,7 +309,6 @@ func (ix *Index) Search(query string, limit int) []Hit {
 			heap.Fix(&h, 0)
 		}
 	}
-	acc.reset()
 	out := make([]Hit, len(h))
 	for i := len(h) - 1; i >= 0; i-- {
 		out[i] = heap.Pop(&h).(Hit)
@@ -201,10 +320,21 @@ func (ix *Index) Search(query string, limit int) []Hit {
 // against one the query spelled out.
 const synonymWeight = 0.5
 
+// prefixWeight is how much a term found by completing a partial word of
+// the query counts ("env" finds environ, "dir" directori); minPrefix is
+// the shortest partial word completed, maxCompletions how many terms one
+// partial word finds at most (the first in sorted order).
+const (
+	prefixWeight   = 0.5
+	minPrefix      = 3
+	maxCompletions = 8
+)
+
 // queryTerms returns the terms of query with their weights: each term
-// once, 1; each synonym of one (synonyms) that the query does not spell
-// out, synonymWeight.
-func queryTerms(query string) map[string]float64 {
+// once, 1; each synonym of one (synonyms) and each term of the index that
+// one is a prefix of, that the query does not spell out, synonymWeight
+// and prefixWeight.
+func (ix *Index) queryTerms(query string) map[string]float64 {
 	out := make(map[string]float64)
 	terms := Terms(query)
 	for _, t := range terms {
@@ -217,41 +347,90 @@ func queryTerms(query string) map[string]float64 {
 			}
 		}
 	}
+	for _, t := range terms {
+		if len(t) < minPrefix {
+			continue
+		}
+		i, _ := slices.BinarySearch(ix.vocab, t)
+		for n := 0; i < len(ix.vocab) && n < maxCompletions && strings.HasPrefix(ix.vocab[i], t); i++ {
+			if _, ok := out[ix.vocab[i]]; !ok {
+				out[ix.vocab[i]] = prefixWeight
+				n++
+			}
+		}
+	}
 	return out
 }
 
-// synonyms maps the stem of a word people use for a task to the stems
-// tool definitions tend to use for it. It is general vocabulary of files,
-// data and actions, not names of particular tools.
+// synonyms maps a term to the terms of the same meaning (thesaurus):
+// each line of thesaurus is a group of words used for one thing in
+// software, and each word of a group finds the others. It is general
+// vocabulary of actions, files, data and the Unix commands for them,
+// not names of particular tools; a word may be in several groups.
 var synonyms = func() map[string][]string {
 	m := map[string][]string{}
-	for _, line := range strings.Split(`folder: directory
-		remove erase forget drop: delete
-		save store: write
-		rename: move
-		open view display: read
-		show: list read
-		see look: read list search
-		find locate lookup query: search
-		modify change update alter: edit write
-		make new: create
-		remember: create memory store
-		plus total: sum add
-		relationship link connect: relation
-		fact: observation
-		info detail metadata: information
-		size: information
-		picture photo: image
-		zip compress: gzip`, "\n") {
-		words, targets, _ := strings.Cut(line, ":")
-		for _, w := range strings.Fields(words) {
-			for _, t := range strings.Fields(targets) {
-				m[Stem(w)] = append(m[Stem(w)], Stem(t))
+	for _, line := range strings.Split(thesaurus, "\n") {
+		var group []string
+		for _, t := range Terms(line) {
+			if !slices.Contains(group, t) {
+				group = append(group, t)
+			}
+		}
+		for _, t := range group {
+			for _, u := range group {
+				if u != t && !slices.Contains(m[t], u) {
+					m[t] = append(m[t], u)
+				}
 			}
 		}
 	}
 	return m
 }()
+
+const thesaurus = `create make new add generate register insert mkdir
+	read get fetch retrieve load open view show display print cat see look inspect examine
+	write save store put persist overwrite record
+	edit modify change update alter patch replace fix amend rewrite
+	delete remove erase drop destroy purge wipe clear forget discard rm unlink rmdir
+	list ls enumerate browse show
+	search find locate lookup query grep glob seek
+	move rename mv relocate
+	copy duplicate cp clone
+	compress zip gzip archive pack deflate
+	count tally
+	sum add plus total addition calculate compute arithmetic
+	echo repeat reply
+	toggle switch enable disable turn
+	start trigger run launch begin invoke execute
+	stop end cancel halt
+	ask request prompt
+	simulate fake mock emulate demonstrate
+	relation relationship link connect connection associate association
+	note memo
+	remember memory memorize
+	fact observation detail attribute
+	entity node person people thing
+	directory folder dir subdirectory subfolder mkdir rmdir
+	whole entire complete full
+	file document
+	size byte space disk usage big large du
+	metadata info information stat attribute permission timestamp modified
+	image picture photo png jpg jpeg gif icon logo screenshot
+	audio sound mp3 wav recording
+	media image audio video
+	environment env variable configuration config setting
+	log logging
+	progress status
+	notification notify alert event
+	tree hierarchy structure recursive nested
+	sampling completion llm model
+	elicitation form input
+	research investigate study analyze
+	resource uri url
+	subscription subscribe subscriber watch
+	root workspace
+	tool function command
+	text string content message`
 
 // worse reports whether a ranks below c.
 func worse(a, c Hit) bool {
@@ -281,7 +460,7 @@ func Terms(text string) []string {
 	words := Words(text)
 	out := words[:0]
 	for _, w := range words {
-		if stopWords[w] {
+		if stop(w) {
 			continue
 		}
 		out = append(out, Stem(w))
@@ -335,53 +514,11 @@ func Words(text string) []string {
 	return out
 }
 
-// Stem strips a common English inflection from a lower-case word, so that
-// a word and its plural or verb forms meet: files → file; directories →
-// directory; listed, listing, lists → list; matches → match; writing,
-// write → writ; moving, move → move. It is a few of the Porter stemmer's
-// rules, not all of them. Words of three letters or fewer stay.
-func Stem(w string) string {
-	if len(w) <= 3 {
-		return w
-	}
-	switch {
-	case strings.HasSuffix(w, "ies"):
-		w = w[:len(w)-3] + "y"
-	case strings.HasSuffix(w, "sses"), strings.HasSuffix(w, "shes"), strings.HasSuffix(w, "ches"), strings.HasSuffix(w, "xes"), strings.HasSuffix(w, "zes"):
-		w = w[:len(w)-2]
-	case strings.HasSuffix(w, "ss"), strings.HasSuffix(w, "us"), strings.HasSuffix(w, "is"):
-	case strings.HasSuffix(w, "s"):
-		w = w[:len(w)-1]
-	case strings.HasSuffix(w, "ied"):
-		w = w[:len(w)-3] + "y"
-	case strings.HasSuffix(w, "ing") && len(w) >= 6 && hasVowel(w[:len(w)-3]):
-		w = verbStem(w[:len(w)-3])
-	case strings.HasSuffix(w, "ed") && len(w) >= 5 && hasVowel(w[:len(w)-2]):
-		w = verbStem(w[:len(w)-2])
-	}
-	if len(w) >= 5 && w[len(w)-1] == 'e' {
-		w = w[:len(w)-1]
-	}
-	return w
+// stop reports whether word w is left out of the terms: a stop word, or
+// a single letter ("a/b/c", "project X") that tells nothing apart.
+func stop(w string) bool {
+	return stopWords[w] || len(w) == 1 && w[0] >= 'a' && w[0] <= 'z'
 }
-
-// verbStem mends the stem left by stripping -ing or -ed: "gett" → get,
-// "mov" → move.
-func verbStem(stem string) string {
-	n := len(stem)
-	if n >= 4 && stem[n-1] == stem[n-2] && !isVowel(stem[n-1]) && !strings.ContainsRune("lsz", rune(stem[n-1])) {
-		return stem[:n-1]
-	}
-	if n == 3 && !isVowel(stem[0]) && isVowel(stem[1]) && !isVowel(stem[2]) && !strings.ContainsRune("wxy", rune(stem[2])) {
-		return stem + "e"
-	}
-	return stem
-}
-
-func isVowel(c byte) bool { return strings.IndexByte("aeiou", c) >= 0 }
-
-// hasVowel reports whether s holds a vowel: "string" is not "str" + ing.
-func hasVowel(s string) bool { return strings.ContainsAny(s, "aeiouy") }
 
 // stopWords are words too common in tool descriptions and queries to
 // tell tools apart.

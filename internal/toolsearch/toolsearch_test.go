@@ -80,6 +80,11 @@ func TestTermsDropsStopWords(t *testing.T) {
 	if want := []string{"read", "content", "file"}; !slices.Equal(got, want) {
 		t.Errorf("Terms = %v, want %v", got, want)
 	}
+	// Single letters go too; digits stay.
+	got = Terms("mkdir -p a/b/c 2 + 2")
+	if want := []string{"mkdir", "2", "2"}; !slices.Equal(got, want) {
+		t.Errorf("Terms = %v, want %v", got, want)
+	}
 }
 
 func docs() []Doc {
@@ -149,5 +154,74 @@ func TestSearchBounds(t *testing.T) {
 	same := New([]Doc{{Name: "y_tool"}, {Name: "x_tool"}, {Name: "z_tool"}})
 	if hits := same.Search("tool", 3); len(hits) != 3 || hits[0].Doc != 0 || hits[1].Doc != 1 || hits[2].Doc != 2 {
 		t.Errorf("ties: %v", hits)
+	}
+}
+
+// TestStemPorter checks Stem against examples from Porter's paper.
+func TestStemPorter(t *testing.T) {
+	for in, want := range map[string]string{
+		"caresses": "caress", "ponies": "poni", "cats": "cat", "agreed": "agre",
+		"plastered": "plaster", "motoring": "motor", "sing": "sing",
+		"conflated": "conflat", "troubled": "troubl", "sized": "size",
+		"hopping": "hop", "falling": "fall", "filing": "file", "failing": "fail",
+		"happy": "happi", "sky": "sky", "relational": "relat", "conditional": "condit",
+		"valenci": "valenc", "digitizer": "digit", "vietnamization": "vietnam",
+		"operator": "oper", "hopefulness": "hope", "formaliti": "formal",
+		"triplicate": "triplic", "formative": "form", "electrical": "electr",
+		"goodness": "good", "revival": "reviv", "allowance": "allow",
+		"adjustment": "adjust", "adoption": "adopt", "homologou": "homolog",
+		"probate": "probat", "rate": "rate", "cease": "ceas", "controll": "control",
+		"roll": "roll", "generalizations": "gener", "directories": "directori",
+		"utf8": "utf8", "größe": "größe",
+	} {
+		if got := Stem(in); got != want {
+			t.Errorf("Stem(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// TestQueryExpansion: a query finds a tool through a partial word and
+// through the thesaurus, and a word it spells out outranks either.
+func TestQueryExpansion(t *testing.T) {
+	docs := []Doc{
+		{Name: "x__print_environment", Description: "Print the variables."},
+		{Name: "x__delete_file", Description: "Delete a file."},
+		{Name: "x__list_directory", Description: "List a directory."},
+		{Name: "x__env_check", Description: "Check something."},
+	}
+	ix := New(docs)
+	for _, tc := range []struct{ query, top string }{
+		{"environ", "x__print_environment"}, // a prefix of the term
+		{"rm notes.txt", "x__delete_file"},  // thesaurus: rm, delete
+		{"ls", "x__list_directory"},         // thesaurus: ls, list
+		{"env", "x__env_check"},             // spelled out beats completed
+	} {
+		hits := ix.Search(tc.query, 4)
+		if len(hits) == 0 || docs[hits[0].Doc].Name != tc.top {
+			var got []string
+			for _, h := range hits {
+				got = append(got, docs[h.Doc].Name)
+			}
+			t.Errorf("Search(%q) = %v, want %s first", tc.query, got, tc.top)
+		}
+	}
+	if hits := ix.Search("env", 4); len(hits) < 2 || docs[hits[1].Doc].Name != "x__print_environment" {
+		t.Errorf(`Search("env") does not find x__print_environment second: %v`, hits)
+	}
+}
+
+// TestRelevanceFeedback: the best match's telling terms join the query,
+// so a tool that shares them but no word of the query is found after it.
+func TestRelevanceFeedback(t *testing.T) {
+	docs := []Doc{
+		{Name: "a__zorble", Description: "Frobnicate the quux.", Upstream: "a"},
+		{Name: "b__quux_tool", Description: "Quux handling.", Upstream: "b"},
+		{Name: "c__weather", Description: "Forecast for a city.", Upstream: "c"},
+		{Name: "d__clock", Description: "Tell the time.", Upstream: "d"},
+		{Name: "e__dice", Description: "Roll a die.", Upstream: "e"},
+	}
+	hits := New(docs).Search("zorble", 3)
+	if len(hits) != 2 || hits[0].Doc != 0 || hits[1].Doc != 1 {
+		t.Errorf(`Search("zorble") = %v, want a__zorble then b__quux_tool`, hits)
 	}
 }
