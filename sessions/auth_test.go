@@ -343,7 +343,6 @@ func TestOAuthExpiryMidSession(t *testing.T) {
 		t.Error("the GET stream opened with the expired token is still open")
 	}
 
-
 	resp, body := mcpPost(t, hs, "/mcp", short, sid, listBody)
 	got := resp.Header.Get("WWW-Authenticate")
 	if resp.StatusCode != http.StatusUnauthorized || !strings.Contains(got, `error="invalid_token"`) || !strings.Contains(got, testAudience+MetadataPath) {
