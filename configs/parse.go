@@ -67,6 +67,21 @@ type (
 	}
 	rawAuth struct {
 		Tokens []rawToken `toml:"tokens"`
+		OAuth  *rawOAuth  `toml:"oauth"`
+	}
+	rawOAuth struct {
+		Issuer          *string    `toml:"issuer"`
+		Audience        *string    `toml:"audience"`
+		JWKSURL         *string    `toml:"jwks_url"`
+		ScopesSupported []string   `toml:"scopes_supported"`
+		ClockSkew       any        `toml:"clock_skew"`
+		Grants          []rawGrant `toml:"grants"`
+	}
+	rawGrant struct {
+		Claim    string   `toml:"claim"`
+		Value    string   `toml:"value"`
+		Profiles []string `toml:"profiles"`
+		Admin    bool     `toml:"admin"`
 	}
 	rawToken struct {
 		Token    *string  `toml:"token"`
@@ -139,6 +154,10 @@ type (
 		rawRules
 		Rate            rawRate `toml:"rate"`
 		DynamicToolsets *bool   `toml:"dynamic_toolsets"` // nil = inherited through extends
+		// ToolSearch and ToolSearchPinned are inherited through extends
+		// when nil, each on its own.
+		ToolSearch       *bool     `toml:"tool_search"`
+		ToolSearchPinned *[]string `toml:"tool_search_pinned"`
 	}
 	rawRate struct {
 		CallsPerMinute int `toml:"calls_per_minute"`

@@ -892,3 +892,69 @@ extends = "agent"
 		})
 	}
 }
+
+// TestToolSearch checks profiles.NAME.tool_search and tool_search_pinned:
+// off by default, each inherited through extends on its own, and their
+// errors: a bad glob, pins without tool_search, tool_search beside
+// dynamic_toolsets; each names the line and the profile.
+func TestToolSearch(t *testing.T) {
+	cfg := mustParse(t, `
+[upstreams.gh]
+command = "x"
+
+[profiles.plain]
+
+[profiles.agent]
+tool_search = true
+tool_search_pinned = ["gh__get_*"]
+
+[profiles.child]
+extends = "agent"
+read_only = true
+
+[profiles.repinned]
+extends = "agent"
+tool_search_pinned = []
+
+[profiles.off]
+extends = "agent"
+tool_search = false
+`, nil)
+	for _, tt := range []struct {
+		name   string
+		search bool
+		pinned []string
+	}{
+		{"plain", false, nil},
+		{"agent", true, []string{"gh__get_*"}},
+		{"child", true, []string{"gh__get_*"}},
+		{"repinned", true, []string{}},
+		{"off", false, []string{"gh__get_*"}},
+	} {
+		p := cfg.Profiles[tt.name]
+		if p.ToolSearch != tt.search || !slices.Equal(p.ToolSearchPinned, tt.pinned) || (tt.pinned != nil) != (p.ToolSearchPinned != nil) {
+			t.Errorf("profile %q: ToolSearch %v, pinned %q; want %v, %q", tt.name, p.ToolSearch, p.ToolSearchPinned, tt.search, tt.pinned)
+		}
+	}
+	for _, tt := range []struct{ name, text, want string }{
+		{"not a boolean", "[profiles.p]\ntool_search = \"yes\"\n", "tool_search"},
+		{"misspelled", "[profiles.p]\ntool_serch = true\n", `did you mean "tool_search"?`},
+		{"bad glob", "[profiles.p]\ntool_search_pinned = [\"gh__[\"]\ntool_search = true\n", "profiles.p.tool_search_pinned[0]"},
+		{"pins alone", "[profiles.p]\ntool_search_pinned = [\"gh__*\"]\n", `profile "p" sets tool_search_pinned without tool_search`},
+		{"both starts", "[profiles.p]\ntool_search = true\ndynamic_toolsets = true\n", `profile "p" has both tool_search and dynamic_toolsets`},
+		{"both inherited", "[profiles.q]\ndynamic_toolsets = true\n[profiles.p]\nextends = \"q\"\ntool_search = true\n", `profile "p" has both`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse("test.toml", []byte(tt.text), env(nil))
+			if err == nil {
+				t.Fatal("Parse succeeded")
+			}
+			for _, e := range configErrors(t, err) {
+				if e.Line >= 2 && strings.Contains(e.Msg, tt.want) && strings.Contains(e.Error(), "test.toml:") {
+					return
+				}
+			}
+			t.Fatalf("no error naming test.toml:line and containing %q; got:\n%v", tt.want, err)
+		})
+	}
+}

@@ -82,6 +82,54 @@ const (
 // Auth is the [auth] table.
 type Auth struct {
 	Tokens []Token
+	// OAuth is [auth.oauth]; nil when OAuth access tokens are not accepted.
+	OAuth *OAuth
+}
+
+// Required reports whether HTTP requests must carry a bearer token: a
+// static one of Tokens or an OAuth access token.
+func (a Auth) Required() bool { return len(a.Tokens) > 0 || a.OAuth != nil }
+
+// OAuth is the [auth.oauth] table: mcpmux as an OAuth 2.1 resource server
+// that accepts JWT access tokens of one issuer.
+type OAuth struct {
+	// Issuer is the authorization server's issuer identifier, an https
+	// URL (http only on a loopback host). Its metadata is discovered at
+	// RFC 8414's and OpenID Connect's well-known paths.
+	Issuer string
+	// Audience is this resource's identifier (RFC 8707): a token's aud
+	// must hold it, and Protected Resource Metadata names it as the
+	// resource. Default: "http://" + server.listen when that is a
+	// specific host.
+	Audience string
+	// AudienceFromListen reports that Audience was not configured but
+	// derived from server.listen (DefaultAudience), so that a --listen
+	// override derives it again.
+	AudienceFromListen bool
+	// JWKSURL, when set, is where the issuer's keys are read instead of
+	// the jwks_uri of its metadata.
+	JWKSURL string
+	// ScopesSupported is advertised in Protected Resource Metadata.
+	ScopesSupported []string
+	// ClockSkew is how far exp, nbf and iat may be off; default 60s,
+	// at most 5m.
+	ClockSkew time.Duration
+	// Grants map a token's claims to profiles; the first that matches
+	// decides. At least one.
+	Grants []Grant
+	Line   int // line of [auth.oauth], for messages
+}
+
+// Grant is one [[auth.oauth.grants]] entry: a token whose Claim holds
+// Value (one of its values when the claim is a list; one of its
+// space-separated scopes when Claim is "scope" or "scp") may use Profiles
+// (the first is its default), and sees all operational views when Admin.
+type Grant struct {
+	Claim    string
+	Value    string
+	Profiles []string
+	Admin    bool
+	Line     int
 }
 
 // Token binds a bearer token to the profiles it may use. Exactly one of Token
@@ -245,7 +293,14 @@ type Profile struct {
 	// mcpmux's three toolset tools. It is the effective value:
 	// a profile that does not set dynamic_toolsets takes its parent's.
 	DynamicToolsets bool
-	Line            int
+	// ToolSearch starts each session with mcpmux__search_tools and
+	// mcpmux__call_tool (and the tools ToolSearchPinned matches) in place
+	// of the whole view. ToolSearchPinned holds globs on exposed names,
+	// validated. Both are effective values: a profile that does not set
+	// one takes its parent's.
+	ToolSearch       bool
+	ToolSearchPinned []string
+	Line             int
 }
 
 // Rate limits calls per session; zero means unlimited.

@@ -72,6 +72,7 @@ func (v *validator) config(raw *rawConfig) *Config {
 	cfg.Profiles = v.profiles(raw.Profiles, cfg)
 	cfg.Server.DefaultProfile = v.defaultProfile(raw.Server.DefaultProfile, cfg.Profiles)
 	cfg.Auth = v.auth(raw.Auth.Tokens, cfg.Profiles)
+	cfg.Auth.OAuth = v.oauth(raw.Auth.OAuth, cfg.Server.Listen, cfg.Profiles)
 	for _, u := range cfg.Upstreams {
 		if u.OAuth != nil {
 			u.OAuth.StateDir = cfg.Server.StateDir
@@ -654,7 +655,47 @@ func (v *validator) profiles(raw map[string]*rawProfile, cfg *Config) map[string
 	}
 	v.extendsCycles(out, names)
 	v.dynamicToolsets(raw, out, names)
+	v.toolSearch(raw, out, names)
 	return out
+}
+
+// toolSearch sets each profile's effective tool_search and
+// tool_search_pinned (each its own when set, else its nearest
+// ancestor's), validates the pinned globs where they are written, and
+// reports a profile that ends up with both tool_search and
+// dynamic_toolsets (two different starting views), or that sets
+// tool_search_pinned itself without tool_search (it would do nothing).
+func (v *validator) toolSearch(raw map[string]*rawProfile, profiles map[string]*Profile, names []string) {
+	for _, name := range names {
+		if pins := raw[name].ToolSearchPinned; pins != nil {
+			v.globs(keyPath{"profiles", name, "tool_search_pinned"}, *pins)
+		}
+		var search *bool
+		var pinned *[]string
+		seen := map[string]bool{}
+		for n := name; n != "" && raw[n] != nil && !seen[n]; n = raw[n].Extends {
+			seen[n] = true
+			if search == nil {
+				search = raw[n].ToolSearch
+			}
+			if pinned == nil {
+				pinned = raw[n].ToolSearchPinned
+			}
+		}
+		p := profiles[name]
+		if search != nil {
+			p.ToolSearch = *search
+		}
+		if pinned != nil {
+			p.ToolSearchPinned = slices.Clone(*pinned)
+		}
+		switch {
+		case p.ToolSearch && p.DynamicToolsets:
+			v.errorf(keyPath{"profiles", name, "tool_search"}, "profile %q has both tool_search and dynamic_toolsets (one may be inherited through extends); a session starts with one or the other", name)
+		case !p.ToolSearch && raw[name].ToolSearchPinned != nil:
+			v.errorf(keyPath{"profiles", name, "tool_search_pinned"}, "profile %q sets tool_search_pinned without tool_search = true: the pinned tools are listed only in a tool-search session", name)
+		}
+	}
 }
 
 // dynamicToolsets sets each profile's effective dynamic_toolsets: its own

@@ -108,42 +108,49 @@ func (f *Filter) Enabled() []string {
 	return out
 }
 
-// Ceiling returns the filter's stages without its dynamic stage: what a
-// dynamic session can never go beyond. The slice is new.
+// Ceiling returns the filter's stages without its dynamic or tool-search
+// stage: what a dynamic or tool-search session can never go beyond. The
+// slice is new.
 func (f *Filter) Ceiling() []*Rules {
-	return slices.DeleteFunc(slices.Clone(f.stages), func(r *Rules) bool { return r.dynamic != nil })
+	return slices.DeleteFunc(slices.Clone(f.stages), func(r *Rules) bool { return r.dynamic != nil || r.search != nil })
 }
 
 // CeilingKey returns the key of the filter's stages without its dynamic
-// stage: Key for a filter without one. A bound session compares it with a
-// later request's key, which toolsets it enabled since do not change.
+// or tool-search stage: Key for a filter without one. A bound session
+// compares it with a later request's key, which toolsets it enabled or
+// tools it found since do not change.
 func (f *Filter) CeilingKey() string {
-	if f.dynamic() == nil {
+	if f.dynamic() == nil && f.searching() == nil {
 		return f.key
 	}
 	key, _ := filterKey(f.Ceiling())
 	return key
 }
 
-// ownTools returns the entries of mcpmux's own tools a view through f
-// lists first, or nil.
+// ownTools returns the entries of mcpmux's own tools a view through f of
+// the snapshot entries lists first, or nil.
 //
 // A stage that denies one of them by name (a profile's deny or deny_regex,
 // X-MCP-Exclude-Tools) hides it: denying only narrows. Positive selectors
 // and read_only do not hide them, since they select upstream tools and
-// the own tools are read-only.
-func (f *Filter) ownTools() []*Entry {
-	d := f.dynamic()
-	if d == nil {
+// the own tools are read-only, or (mcpmux__call_tool) no stronger than
+// the tools they reach.
+func (f *Filter) ownTools(entries []*Entry) []*Entry {
+	var own []*Entry
+	if d := f.dynamic(); d != nil {
+		own = d.own
+	} else if s := f.searching(); s != nil {
+		own = f.searchOwn(s, entries)
+	} else {
 		return nil
 	}
 	denied := func(e *Entry) bool {
 		return slices.ContainsFunc(f.stages, func(r *Rules) bool { return r.denies(e.Tool.Name) })
 	}
-	if !slices.ContainsFunc(d.own, denied) {
-		return d.own
+	if !slices.ContainsFunc(own, denied) {
+		return own
 	}
-	return slices.DeleteFunc(slices.Clone(d.own), denied)
+	return slices.DeleteFunc(slices.Clone(own), denied)
 }
 
 // WithToolsets returns the filter of f's ceiling with a dynamic stage that

@@ -145,6 +145,10 @@ type View struct {
 	// computed once from the snapshot's Catalog.
 	listingOnce sync.Once
 	listing     *Listing
+
+	// index is the view's tool-search index (search.go), built on its
+	// first search.
+	index viewIndex
 }
 
 // Lookup returns the entry of a tool the view shows, or nil when the tool is
@@ -322,7 +326,7 @@ func (r *Registry) View(version uint64, entries []*Entry, f *Filter) *View {
 
 func buildView(version uint64, entries []*Entry, f *Filter) *View {
 	v := &View{Version: version, Filter: f, Tools: []mcp.Tool{}, byName: make(map[string]*Entry)}
-	own := f.ownTools() // mcpmux's own tools come first (dynamic.go)
+	own := f.ownTools(entries) // mcpmux's own tools come first (dynamic.go, search.go)
 	for _, e := range own {
 		v.Tools = append(v.Tools, e.Tool)
 		v.raws = append(v.raws, e.Definition())

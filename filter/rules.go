@@ -74,6 +74,9 @@ type Rules struct {
 	// stage); see Filter.Approval.
 	approve        []*glob.Glob
 	approveTimeout time.Duration
+	// search, when set, makes this the stage of a tool-search session
+	// (search.go); such a stage has no other selector.
+	search *searchStage
 }
 
 // callRule is one compiled configs.CallRule.
@@ -245,6 +248,9 @@ func (r *Rules) hasPositive() bool {
 func (r *Rules) Match(name string, readOnly bool, toolsets []string) bool {
 	if r.dynamic != nil {
 		return r.dynamic.match(toolsets)
+	}
+	if r.search != nil {
+		return r.search.match(name)
 	}
 	if r.readOnly && !readOnly || r.denies(name) {
 		return false

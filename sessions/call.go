@@ -267,10 +267,10 @@ func (s *Server) await(ctx context.Context, c *call, m *jsonrpc.Message, write f
 // counts it given, so that the session, ended after that, still sends it.
 // Frames the upstream sends after the answer (progress written just after
 // a result) go to late, after the answer, in the order they came.
-func (s *Server) awaitQueued(ctx context.Context, c *call, m *jsonrpc.Message, write func([]byte), late func([]byte) bool) {
+func (s *Server) awaitQueued(ctx context.Context, c *call, m *jsonrpc.Message, write func([]byte), final func(jsonrpc.Frame), late func([]byte) bool) {
 	defer s.flights.leave() // entered by callFor
 	if answer, _ := s.awaitCall(ctx, c, m, write); !answer.Empty() {
-		write(answer.Bytes())
+		final(answer)
 	}
 	c.settle(late)
 }

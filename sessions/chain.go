@@ -164,7 +164,7 @@ func (s *Server) decide(session string, b Binding, view *filter.View, m *jsonrpc
 				Message: fmt.Sprintf("Arguments not allowed for %s: %v", e.Tool.Name, fixErr)}
 		case view.Filter.CheckCall(e, m.Arguments) != nil:
 			reason, refusal = audit.ReasonArguments, &jsonrpc.Error{Code: mcp.INVALID_PARAMS, Message: "Arguments not allowed for " + e.Tool.Name}
-		case !s.limits.Allow(session, b.Rate):
+		case !isRelay(e) && !s.limits.Allow(session, b.Rate): // call_tool counts as the call it relays (relay)
 			reason, refusal = audit.ReasonRate, &jsonrpc.Error{Code: rateLimited,
 				Message: fmt.Sprintf("Rate limit exceeded: profile %q allows %d tool calls per minute per session", b.Profile, b.Rate)}
 		}
@@ -186,10 +186,10 @@ func (s *Server) decide(session string, b Binding, view *filter.View, m *jsonrpc
 	if refusal == nil {
 		return e, nil
 	}
-	s.log.Info("tools/call refused", "session", session, "tool", jsonrpc.Printable(m.Name), "profile", b.Profile, "reason", reason)
+	s.log.Info("tools/call refused", "session", session, "tool", jsonrpc.Printable(m.Name), "profile", b.Profile, "subject", b.Subject, "reason", reason)
 	s.metrics.count(m.Method, outcomeDenied)
 	s.audit.Write(audit.Record{
-		Time: time.Now().UTC(), Session: session, Profile: b.Profile, Tool: jsonrpc.Printable(m.Name),
+		Time: time.Now().UTC(), Session: session, Caller: callerName(b), Profile: b.Profile, Tool: jsonrpc.Printable(m.Name),
 		Decision: audit.Denied, Reason: reason,
 	}, m.Arguments)
 	return nil, refusal
@@ -227,7 +227,10 @@ func (s *Server) restarting(view *filter.View, name string) string {
 func (s *Server) route(ctx context.Context, session string, b Binding, e *filter.Entry, m *jsonrpc.Message, cl *caller) (json.RawMessage, error) {
 	switch m.Method {
 	case string(mcp.MethodToolsCall):
-		if e.Upstream == "" { // one of mcpmux's own tools (dynamic.go)
+		if e.Upstream == "" { // one of mcpmux's own tools (dynamic.go, search.go)
+			if isRelay(e) {
+				return s.relay(ctx, session, b, e, m, cl)
+			}
 			return s.ownCall(session, b, e, m, cl)
 		}
 		// Human approval, the last step of the decision (approve.go).

@@ -1,8 +1,6 @@
 package sessions
 
 import (
-	"crypto/sha256"
-	"crypto/subtle"
 	"errors"
 	"fmt"
 	"net"
@@ -181,10 +179,11 @@ func (s *Server) openDoor(w http.ResponseWriter, r *http.Request) (Binding, Sele
 }
 
 // writeResolveError answers a request whose selection did not resolve, with
-// the status of its sentinel (401 carries WWW-Authenticate: Bearer).
+// the status of its sentinel; a refused token's answer carries its
+// WWW-Authenticate challenge (auth.go).
 func writeResolveError(w http.ResponseWriter, err error) {
-	if errors.Is(err, ErrUnauthorized) {
-		w.Header().Set("WWW-Authenticate", `Bearer realm="mcpmux"`)
+	if c := challengeOf(err); c != "" {
+		w.Header().Set("WWW-Authenticate", c)
 	}
 	writeJSONError(w, statusOf(err), nil, mcp.INVALID_REQUEST, err.Error())
 }
@@ -216,19 +215,4 @@ func isLoopbackName(hostport string) bool {
 	}
 	ip, err := netip.ParseAddr(host)
 	return err == nil && ip.IsLoopback()
-}
-
-// tokenSum is what a session remembers of the bearer token that opened it.
-func tokenSum(sel Selection) [sha256.Size]byte {
-	if !sel.HasToken {
-		return [sha256.Size]byte{}
-	}
-	return sha256.Sum256([]byte(sel.Token))
-}
-
-// sameToken reports, in constant time, whether sel carries the token sum
-// was taken from.
-func sameToken(sum [sha256.Size]byte, sel Selection) bool {
-	got := tokenSum(sel)
-	return subtle.ConstantTimeCompare(got[:], sum[:]) == 1
 }

@@ -108,8 +108,20 @@ func newDynamicSetup(res *Resolver) *dynamicSetup {
 // profile had dynamic_toolsets, and the request did not choose toolsets or
 // tool names itself (Mcp-Toolsets, Mcp-Tools, their query parameters,
 // X-MCP-Toolsets, X-MCP-Tools, /x/{toolsets}).
+//
+// Likewise for tool search (search.go): when b is Search and the
+// tool-search stage is not there yet, effective adds the profile's
+// starting stage.
 func (s *Server) effective(b Binding) *filter.Filter {
-	if b.Filter == nil || b.Filter.Dynamic() || !b.Dynamic {
+	if b.Filter == nil || b.Filter.Dynamic() || b.Filter.Searching() {
+		return b.Filter
+	}
+	if b.Search {
+		if f := s.searching().withSearch(s.registry, b); f != nil {
+			return f
+		}
+	}
+	if !b.Dynamic {
 		return b.Filter
 	}
 	return s.registry.Narrowed(append(b.Filter.Ceiling(), s.dynamic().initial)...)
@@ -289,7 +301,7 @@ func (s *Server) findToolset(f *filter.Filter, args json.RawMessage) (*toolset, 
 func (s *Server) ownCall(session string, b Binding, e *filter.Entry, m *jsonrpc.Message, cl *caller) (json.RawMessage, error) {
 	start := time.Now()
 	res := s.answerOwn(session, b, e, m, cl)
-	rec := audit.Record{Time: start.UTC(), Session: session, Profile: b.Profile, Tool: e.Tool.Name, Upstream: configs.ReservedPrefix,
+	rec := audit.Record{Time: start.UTC(), Session: session, Caller: callerName(b), Profile: b.Profile, Tool: e.Tool.Name, Upstream: configs.ReservedPrefix,
 		Decision: audit.Allowed, Duration: float64(time.Since(start).Microseconds()) / 1000}
 	if res.IsError {
 		rec.Reason = audit.ReasonToolError
@@ -304,6 +316,9 @@ func (s *Server) ownCall(session string, b Binding, e *filter.Entry, m *jsonrpc.
 
 // answerOwn is ownCall's result.
 func (s *Server) answerOwn(session string, b Binding, e *filter.Entry, m *jsonrpc.Message, cl *caller) *mcp.CallToolResult {
+	if e.Original == toolSearchTools {
+		return s.searchCall(session, b, m, cl)
+	}
 	f := s.effective(b)
 	if !f.Dynamic() {
 		return toolError("this session's profile no longer has dynamic_toolsets")
@@ -366,21 +381,7 @@ func (s *Server) enable(session string, ts *toolset, cl *caller) (bool, error) {
 	next := s.registry.EnableToolsets(cur, append(on, ts.selector))
 	sess.binding.Filter = next
 	profile := sess.binding.Profile
-	v := s.registry.View(snap.Version, snap.Tools, next)
-	var notify []string
-	if fp := v.Fingerprint(); fp != sess.listed {
-		sess.listed = fp
-		notify = append(notify, string(mcp.MethodNotificationToolsListChanged))
-	}
-	p, r := v.Listing(snap.Catalog).Fingerprints()
-	if p != sess.listedPrompts {
-		sess.listedPrompts = p
-		notify = append(notify, string(mcp.MethodNotificationPromptsListChanged))
-	}
-	if r != sess.listedResources {
-		sess.listedResources = r
-		notify = append(notify, string(mcp.MethodNotificationResourcesListChanged))
-	}
+	notify := s.relistLocked(sess, s.registry.View(snap.Version, snap.Tools, next), snap.Catalog)
 	s.mu.Unlock()
 	s.log.Info("toolset enabled", "session", session, "profile", profile, "toolset", ts.name)
 	for _, method := range notify {

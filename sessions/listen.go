@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"sync"
+	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
 
@@ -103,6 +104,10 @@ func (s *Server) serveListen(w http.ResponseWriter, r *http.Request, m *jsonrpc.
 	}
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
+	if !b.Expiry.IsZero() { // the stream ends with the access token it was opened with
+		stopTimer := time.AfterFunc(time.Until(b.Expiry.Add(s.Resolver().clockSkew())), cancel)
+		defer stopTimer.Stop()
+	}
 	stop, e := s.listen(ctx, m, b, view, queue, cancel)
 	if e != nil {
 		writeAnswer(w, httpStatus(e.Code), jsonrpc.ErrorResponse(m.ID, e))
@@ -130,7 +135,7 @@ func (s *Server) serveListen(w http.ResponseWriter, r *http.Request, m *jsonrpc.
 func (s *Server) listenStream(ctx context.Context, sess *streamSession, b Binding, view *filter.View, m *jsonrpc.Message) []byte {
 	queue := func(f []byte) bool {
 		select {
-		case sess.out <- f:
+		case sess.out <- jsonrpc.Whole(f):
 			return true
 		default:
 			return false

@@ -2,6 +2,7 @@ package sessions
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -9,6 +10,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/mcpmux/mcpmux/upstream/wire"
 )
@@ -87,5 +89,63 @@ func TestMultilineAnswerStaysOneEvent(t *testing.T) {
 	}
 	if err := json.Unmarshal([]byte(got[1]), &answer); err != nil || answer.ID != 7 || len(answer.Result.Content) != 1 || answer.Result.Content[0].Text != "a\nb" {
 		t.Fatalf("the answer event does not decode whole (%v): %q", err, got[1])
+	}
+}
+
+// TestMultilineAnswerOnStdioDoor: on the stdio door, whose framing is one
+// message per line, an upstream's answer with line breaks between its
+// tokens stays one line the client decodes whole, and a large answer
+// (written in pieces) arrives whole; nothing else appears on the stream.
+func TestMultilineAnswerOnStdioDoor(t *testing.T) {
+	up := multilineUpstream(t)
+	s := newBenchServer(t, up.URL, "")
+	p := startStdio(t, s, context.Background(), "")
+	p.send(t, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
+	p.recv(t)
+	p.send(t, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	p.send(t, `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"up__pretty","arguments":{},"_meta":{"progressToken":"p1"}}}`)
+	var lines []string
+	for len(lines) < 2 {
+		select {
+		case line := <-p.lines:
+			lines = append(lines, line)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("lines so far: %q", lines)
+		}
+	}
+	var answer struct {
+		ID     int `json:"id"`
+		Result struct {
+			Content []struct {
+				Text string `json:"text"`
+			} `json:"content"`
+		} `json:"result"`
+	}
+	if !strings.Contains(lines[0], "notifications/progress") {
+		t.Fatalf("first line is not the progress: %q", lines[0])
+	}
+	if err := json.Unmarshal([]byte(lines[1]), &answer); err != nil || answer.ID != 7 || len(answer.Result.Content) != 1 || answer.Result.Content[0].Text != "a\nb" {
+		t.Fatalf("the answer line does not decode whole (%v): %q", err, lines[1])
+	}
+	select {
+	case extra := <-p.lines:
+		t.Fatalf("a line the client never asked for: %q", extra)
+	case <-time.After(200 * time.Millisecond):
+	}
+
+	big := newBenchServer(t, rawUpstream(t, 3<<20, false).URL, "")
+	q := startStdio(t, big, context.Background(), "")
+	q.send(t, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
+	q.recv(t)
+	q.send(t, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	q.send(t, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"up__big","arguments":{}}}`)
+	m := q.recv(t)
+	var res struct {
+		Content []struct {
+			Text string `json:"text"`
+		} `json:"content"`
+	}
+	if err := json.Unmarshal(m.Result, &res); err != nil || len(res.Content) != 1 || len(res.Content[0].Text) != 3<<20 {
+		t.Fatalf("large answer: %v, %d items", err, len(res.Content))
 	}
 }

@@ -35,6 +35,7 @@ func (s *Server) Reload(cfg *configs.Config) error {
 	if err != nil {
 		return err
 	}
+	res.keepValidator(s.Resolver())
 	s.reloading.Lock()
 	defer s.reloading.Unlock()
 	s.registry.Forget()
@@ -155,7 +156,7 @@ func (s *Server) regrant(res *Resolver, b Binding) (Binding, error) {
 		return Binding{}, err
 	}
 	nb.Who = b.Who // the same caller: its shares stay where they were taken
-	return s.reenable(nb, b.Filter), nil
+	return s.refind(s.reenable(nb, b.Filter), b.Filter), nil
 }
 
 // endSession ends the session id, which a reload ended with cause: a
@@ -209,6 +210,14 @@ func (r *Resolver) Regrant(old Binding) (Binding, error) {
 			return Binding{}, fmt.Errorf("%w: the session was opened without one", ErrUnauthorized)
 		}
 		te := r.tokenBySum(old.Caller)
+		if old.claims != nil {
+			// An OAuth session: its claims are matched against the
+			// new grants.
+			var err error
+			if te, err = r.regrantOAuth(old.claims); err != nil {
+				return Binding{}, err
+			}
+		}
 		if te == nil {
 			return Binding{}, fmt.Errorf("%w: the session's token was removed", ErrUnauthorized)
 		}
@@ -241,6 +250,10 @@ func (r *Resolver) Regrant(old Binding) (Binding, error) {
 	b.Dynamic = false
 	if p := r.cfg.Profiles[old.Profile]; p != nil && p.DynamicToolsets {
 		b.Dynamic = !choosesTools(r, old.Selection)
+	}
+	b.Search = false
+	if p := r.cfg.Profiles[old.Profile]; p != nil && p.ToolSearch {
+		b.Search = !choosesTools(r, old.Selection)
 	}
 	b.Rate = lowerRate(old.Rate, r.RateFor(old.Profile))
 	return b, nil

@@ -10,10 +10,12 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/mcpmux/mcpmux/configs"
 	"github.com/mcpmux/mcpmux/filter"
 	"github.com/mcpmux/mcpmux/internal/glob"
+	"github.com/mcpmux/mcpmux/internal/oauth"
 )
 
 // Sentinel errors of profile resolution. Each maps to one HTTP status.
@@ -68,16 +70,30 @@ type Binding struct {
 	// itself (dynamic.go). It is kept with the binding, not looked up in
 	// the current config.
 	Dynamic bool
+	// Search records, likewise, that the profile had tool_search and the
+	// request chose no toolsets or tools itself (search.go).
+	Search bool
 
 	// Caller, Authed, Local, Rate and Requested complete the grant a
 	// session is bound with: what a reload re-derives it from
 	// (Resolver.Regrant) and what it can only narrow.
 
-	// Caller is the sha256 sum of the bearer token the resolver checked;
-	// Authed reports that it checked one. A binding resolved with no
-	// tokens configured has neither.
+	// Caller is the sha256 sum of the bearer token the resolver checked
+	// (of an OAuth token's issuer and subject: oauthOwner); Authed
+	// reports that it checked one. A binding resolved with no tokens
+	// configured has neither.
 	Caller [sha256.Size]byte
 	Authed bool
+	// Subject names the caller in audit lines, logs and traces: an OAuth
+	// token's sub, or "token:" and 8 hex digits of a static token's
+	// sha256; "" without auth.
+	Subject string
+	// Expiry is when the OAuth token the binding was resolved with
+	// expires; zero for a static token. A stream door (/ws) ends its
+	// session at the first message after it.
+	Expiry time.Time
+	// claims are the OAuth token's claims, for Regrant; nil otherwise.
+	claims *oauth.Claims
 	// Who names the caller for its shares of mcpmux's pools (callerOf,
 	// shares.go), set by the door that resolved the binding: its token,
 	// or its client address without tokens; "" (the stdio door) counts
@@ -418,17 +434,12 @@ type Resolver struct {
 	names    []string                   // known profile names, sorted
 	tokens   []tokenEntry
 	toolsets map[string]string // every valid toolset selector → its upstream's name
-}
-
-type tokenEntry struct {
-	sum      [sha256.Size]byte
-	profiles []string
-	admin    bool // sees all of the gateway's operational views
+	oauth    *oauth.Validator  // nil without [auth.oauth]
 }
 
 // NewResolver compiles cfg's [filter] and profiles. cfg must be valid.
 func NewResolver(cfg *configs.Config, registry *filter.Registry) (*Resolver, error) {
-	r := &Resolver{cfg: cfg, registry: registry, profiles: make(map[string][]*filter.Rules), toolsets: make(map[string]string)}
+	r := &Resolver{cfg: cfg, registry: registry, profiles: make(map[string][]*filter.Rules), toolsets: make(map[string]string), oauth: newOAuth(cfg)}
 	var err error
 	if r.global, err = filter.Compile(cfg.Filter); err != nil {
 		return nil, fmt.Errorf("[filter]: %w", err)
@@ -455,6 +466,7 @@ func NewResolver(cfg *configs.Config, registry *filter.Registry) (*Resolver, err
 			}
 			copy(te.sum[:], b)
 		}
+		te.subject = staticSubject(te.sum)
 		r.tokens = append(r.tokens, te)
 	}
 	for _, u := range cfg.Upstreams {
@@ -475,8 +487,9 @@ func NewResolver(cfg *configs.Config, registry *filter.Registry) (*Resolver, err
 // Profiles returns the known profile names, sorted. Do not modify.
 func (r *Resolver) Profiles() []string { return r.names }
 
-// AuthRequired reports whether requests must carry a bearer token.
-func (r *Resolver) AuthRequired() bool { return len(r.tokens) > 0 }
+// AuthRequired reports whether requests must carry a bearer token: a
+// static one or, with [auth.oauth], an OAuth access token.
+func (r *Resolver) AuthRequired() bool { return len(r.tokens) > 0 || r.oauth != nil }
 
 // token finds the token entry matching tok, comparing against every
 // configured token in constant time.
@@ -547,6 +560,16 @@ func (r *Resolver) Check(sel Selection) (*Checked, error) {
 // Resolver returns the resolver that checked c.
 func (c *Checked) Resolver() *Resolver { return c.r }
 
+// Ends is when what c checked stops being good: the OAuth access token's
+// expiry, with the clock skew the resolver allows; zero for a static token
+// or none, which do not expire.
+func (c *Checked) Ends() time.Time {
+	if c.caller == nil || c.caller.expiry.IsZero() {
+		return time.Time{}
+	}
+	return c.caller.expiry.Add(c.r.clockSkew())
+}
+
 // Profile returns the profile the selection resolves to.
 func (c *Checked) Profile() string { return c.profile }
 
@@ -573,10 +596,10 @@ func (c *Checked) Allows(profile string) error {
 		return nil
 	}
 	if c.caller == nil {
-		return ErrUnauthorized
+		return c.r.missingToken()
 	}
 	if profile != "" && !slices.Contains(c.caller.profiles, profile) {
-		return fmt.Errorf("%w: this session uses %q (allowed: %s)", ErrForbidden, profile, strings.Join(c.caller.profiles, ", "))
+		return c.r.forbiddenProfile(c.caller, profile, "this session uses %q (allowed: %s)", profile, strings.Join(c.caller.profiles, ", "))
 	}
 	return nil
 }
@@ -610,10 +633,14 @@ func (c *Checked) Binding() Binding {
 	if p := r.cfg.Profiles[name]; p != nil && p.DynamicToolsets {
 		dynamic = !choosesTools(r, sel)
 	}
-	b := Binding{Profile: name, Filter: f, Explicit: sel.Profile != "" || sel.Narrowing, Selection: kept, Dynamic: dynamic,
+	search := false
+	if p := r.cfg.Profiles[name]; p != nil && p.ToolSearch {
+		search = !choosesTools(r, sel)
+	}
+	b := Binding{Profile: name, Filter: f, Explicit: sel.Profile != "" || sel.Narrowing, Selection: kept, Dynamic: dynamic, Search: search,
 		Local: !c.auth, Rate: r.RateFor(name), Requested: f.Key(), granter: r}
 	if caller != nil {
-		b.Caller, b.Authed = caller.sum, true
+		b.Caller, b.Authed, b.Subject, b.Expiry, b.claims = caller.sum, true, caller.subject, caller.expiry, caller.claims
 	}
 	return b
 }
@@ -636,10 +663,11 @@ func (r *Resolver) stages(sel Selection, auth bool) (string, []*filter.Rules, *t
 	var te *tokenEntry
 	if auth && r.AuthRequired() {
 		if !sel.HasToken || sel.Token == "" {
-			return "", nil, nil, ErrUnauthorized
+			return "", nil, nil, r.missingToken()
 		}
-		if te = r.token(sel.Token); te == nil {
-			return "", nil, nil, ErrUnauthorized
+		var err error
+		if te, err = r.caller(sel.Token); err != nil {
+			return "", nil, nil, err
 		}
 		allowed = te.profiles
 	}
@@ -662,7 +690,7 @@ func (r *Resolver) stages(sel Selection, auth bool) (string, []*filter.Rules, *t
 			return "", nil, nil, fmt.Errorf("%w %q (known: %s)", ErrUnknownProfile, name, strings.Join(usable, ", "))
 		}
 		if allowed != nil && !slices.Contains(allowed, name) {
-			return "", nil, nil, fmt.Errorf("%w: %q (allowed: %s)", ErrForbidden, name, strings.Join(allowed, ", "))
+			return "", nil, nil, r.forbiddenProfile(te, name, "%q (allowed: %s)", name, strings.Join(allowed, ", "))
 		}
 	}
 	stages, err := r.stagesOf(name, sel)
@@ -753,23 +781,6 @@ func (r *Resolver) RateFor(profile string) int {
 	return limit
 }
 
-// Authorize checks that the request's token may use profile: a bound
-// session's later requests are checked against the profile the session was
-// bound to, so one token cannot act through a session another token opened.
-func (r *Resolver) Authorize(sel Selection, profile string) error {
-	if !r.AuthRequired() {
-		return nil
-	}
-	te := r.token(sel.Token)
-	if !sel.HasToken || te == nil {
-		return ErrUnauthorized
-	}
-	if profile != "" && !slices.Contains(te.profiles, profile) {
-		return fmt.Errorf("%w: this session uses %q (allowed: %s)", ErrForbidden, profile, strings.Join(te.profiles, ", "))
-	}
-	return nil
-}
-
 // statusOf maps a resolution error to its HTTP status.
 func statusOf(err error) int {
 	switch {
@@ -777,6 +788,8 @@ func statusOf(err error) int {
 		return http.StatusUnauthorized
 	case errors.Is(err, ErrForbidden):
 		return http.StatusForbidden
+	case errors.Is(err, ErrAuthUnavailable):
+		return http.StatusServiceUnavailable
 	case errors.Is(err, ErrUnknownProfile), errors.Is(err, ErrUnknownPath):
 		return http.StatusNotFound
 	default:

@@ -61,7 +61,8 @@ type Server struct {
 
 	reloading sync.Mutex // one Reload at a time (reload.go)
 
-	dyn atomic.Pointer[dynamicSetup] // dynamic toolsets of the current resolver (dynamic.go)
+	dyn  atomic.Pointer[dynamicSetup] // dynamic toolsets of the current resolver (dynamic.go)
+	srch atomic.Pointer[searchSetup]  // tool search of the current resolver (search.go)
 
 	streams   streamSet  // live websocket, SSE and stdio sessions (door.go)
 	listening listeners  // open 2026-07-28 subscriptions/listen streams (listen.go)
@@ -462,6 +463,10 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /ws/", s.serveWS)
 	mux.HandleFunc("GET /sse/", s.serveSSE)
 	mux.HandleFunc("POST /message", s.serveMessage) // sse.go
+	// Protected Resource Metadata (auth.go), at the well-known path and
+	// its per-path forms (RFC 9728 §3.1).
+	mux.HandleFunc("GET "+MetadataPath, s.serveMetadata)
+	mux.HandleFunc("GET "+MetadataPath+"/", s.serveMetadata)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		io.WriteString(w, "ok\n")
@@ -554,6 +559,7 @@ func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request) {
 		chk, err = s.Resolver().Check(sel)
 	}
 	if err != nil {
+		s.endExpired(r.Header.Get(mcp.HeaderSessionID), err)
 		writeResolveError(w, err)
 		return
 	}
@@ -668,7 +674,7 @@ func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusOK)
 		return
 	case http.MethodGet:
-		s.serveGET(w, r, id, sess)
+		s.serveGET(w, r, id, sess, chk.Ends())
 		return
 	}
 	if sess == nil && !initialize && !modern {

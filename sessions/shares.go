@@ -23,10 +23,15 @@ import (
 var errCallerShare = errors.New("over this caller's share")
 
 // callerOf names who a request from r with binding b is, for its shares:
-// its bearer token (as the hex of its sum) when one was checked, else its
-// client address, without the port. The stdio door's binding, which no
-// request resolves, is nobody's: "" counts against no share.
+// an OAuth token's subject ("oauth:" and its sub, the same for every token
+// of that subject), a static bearer token (as the hex of its sum) when one
+// was checked, else its client address, without the port. The stdio
+// door's binding, which no request resolves, is nobody's: "" counts
+// against no share.
 func callerOf(r *http.Request, b Binding) string {
+	if b.claims != nil {
+		return "oauth:" + b.Subject
+	}
 	if b.Authed {
 		return "token:" + hex.EncodeToString(b.Caller[:])
 	}

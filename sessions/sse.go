@@ -2,6 +2,7 @@ package sessions
 
 import (
 	"bytes"
+	"crypto/subtle"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mcpmux/mcpmux/internal/audit"
+	"github.com/mcpmux/mcpmux/internal/jsonrpc"
 )
 
 // The legacy HTTP+SSE front door (protocol 2024-11-05), for old clients:
@@ -27,7 +29,7 @@ const (
 
 // serveSSE opens a legacy SSE stream session.
 func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request) {
-	b, sel, ok := s.openDoor(w, r)
+	b, _, ok := s.openDoor(w, r)
 	if !ok {
 		return
 	}
@@ -37,7 +39,8 @@ func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request) {
 	}
 	sw := &sseWriter{w: w, rc: http.NewResponseController(w), timeout: s.writeTimeout}
 	ss := s.newStreamSession(r.Context(), "sse", b, sw)
-	ss.token = tokenSum(sel)
+	// Its owner: a static token's sum, or an OAuth subject's (auth.go).
+	ss.token = b.Caller
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache, no-transform")
@@ -139,12 +142,16 @@ func (s *Server) postMatchesSession(w http.ResponseWriter, r *http.Request, ss *
 	}
 	// Checked by key, building nothing: a narrowed filter may have left the
 	// bounded cache since the stream opened (SPEC §10).
-	_, key, err := res.Probe(probe)
+	chk, err := res.Check(probe)
 	if err != nil {
+		if owner, ok := expiredOwner(err); ok && subtle.ConstantTimeCompare(owner[:], ss.token[:]) == 1 {
+			ss.end(errTokenExpired)
+		}
 		writeResolveError(w, err)
 		return false
 	}
-	if res.AuthRequired() && !sameToken(ss.token, sel) {
+	key := chk.Key()
+	if owner := chk.Owner(); res.AuthRequired() && subtle.ConstantTimeCompare(owner[:], ss.token[:]) != 1 {
 		writeJSONError(w, http.StatusForbidden, nil, mcp.INVALID_REQUEST, "this token did not open the session")
 		return false
 	}
@@ -165,7 +172,17 @@ type sseWriter struct {
 	timeout time.Duration
 }
 
-func (sw *sseWriter) writeFrame(frame []byte) error { return sw.event("message", frame) }
+// writeFrame writes a message as one event: on one data line (line breaks
+// between its tokens become spaces, jsonrpc.OneLine), from its pieces.
+func (sw *sseWriter) writeFrame(frame jsonrpc.Frame) error {
+	sw.mu.Lock()
+	defer sw.mu.Unlock()
+	sw.rc.SetWriteDeadline(time.Now().Add(sw.timeout))
+	if err := writeEvent(sw.w, frame); err != nil {
+		return err
+	}
+	return sw.rc.Flush()
+}
 
 // event writes one event; data may span lines.
 func (sw *sseWriter) event(name string, data []byte) error {

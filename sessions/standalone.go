@@ -53,7 +53,11 @@ func (g *standalone) close() { g.once.Do(func() { close(g.done) }) }
 // in its session's caller's share too, and each
 // write must finish within the write timeout: a client that stops reading
 // loses its stream, not its session.
-func (s *Server) serveGET(w http.ResponseWriter, r *http.Request, id string, sess *session) {
+//
+// A stream opened with an OAuth access token ends when that token expires
+// (ends, zero for none): what the session is told after that needs a
+// fresh token, which the client's next GET brings.
+func (s *Server) serveGET(w http.ResponseWriter, r *http.Request, id string, sess *session, ends time.Time) {
 	if err := s.takeSlot(sess.who); err != nil {
 		s.refuseSession(w, nil, "", sess.binding.Profile, err)
 		return
@@ -97,8 +101,17 @@ func (s *Server) serveGET(w http.ResponseWriter, r *http.Request, id string, ses
 		return
 	}
 	defer rc.SetWriteDeadline(time.Time{})
+	var expired <-chan time.Time
+	if !ends.IsZero() {
+		t := time.NewTimer(time.Until(ends))
+		defer t.Stop()
+		expired = t.C
+	}
 	for {
 		select {
+		case <-expired:
+			s.log.Info("GET stream closed", "session", id, "reason", errTokenExpired.Error())
+			return
 		case f := <-g.frames:
 			rc.SetWriteDeadline(time.Now().Add(s.writeTimeout))
 			err := writeEvent(w, jsonrpc.Whole(f))

@@ -105,7 +105,11 @@ type statusData struct {
 	IdleTimeout string         `json:"session_idle_timeout,omitempty"`
 	Idle        int            `json:"idle_sessions"`
 	NextExpiry  string         `json:"next_idle_expiry,omitempty"`
-	Upstreams   []upstreamRow  `json:"upstreams"`
+	// BySubject counts the bound sessions by who opened them (an OAuth
+	// token's sub, or token:<8 hex> of a static token's sha256), shown
+	// only to a viewer that sees all; never a token.
+	BySubject map[string]int `json:"sessions_by_subject,omitempty"`
+	Upstreams []upstreamRow  `json:"upstreams"`
 	// Profiles and Filters count the same Bound sessions: by the profile
 	// each selected, and by the filter its view is built from. A session
 	// whose profile has no row (no profile while profiles exist, or one a
@@ -181,7 +185,9 @@ type profileRow struct {
 	// Dynamic is set for a profile with dynamic_toolsets; a new session's
 	// tools/list then starts with InitialTools (~InitialTokens), as
 	// `mcpmux check` reports.
-	Dynamic       bool   `json:"dynamic,omitempty"`
+	Dynamic bool `json:"dynamic,omitempty"`
+	// Search is set, likewise, for a profile with tool_search.
+	Search        bool   `json:"tool_search,omitempty"`
 	InitialTools  int    `json:"initial_tools,omitempty"`
 	InitialTokens int    `json:"initial_estimated_tokens,omitempty"`
 	Error         string `json:"error,omitempty"`
@@ -271,6 +277,12 @@ func (p *statusPage) status(v viewer) *statusData {
 		}
 		st.Sessions[door]++
 		st.Bound++
+		if sub := sess.binding.Subject; sub != "" {
+			if st.BySubject == nil {
+				st.BySubject = make(map[string]int)
+			}
+			st.BySubject[sub]++
+		}
 		byProfile[sess.binding.Profile]++
 		byFilter[sess.binding.Filter]++
 		if l := sess.life; l != nil && l.busy.Load() == 0 {
@@ -394,9 +406,15 @@ func (p *statusPage) profiles(snap *aggregator.Snapshot) *profileStatus {
 		if row.Tokens, row.ByUpstream, err = v.Tokens(); err != nil {
 			row.Error = fmt.Sprintf("profile %q: estimating tokens: %v", name, err)
 		}
-		if f := res.DynamicFilter(s.registry, b); f != nil {
+		f := res.DynamicFilter(s.registry, b)
+		row.Dynamic = f != nil
+		if f == nil {
+			f = res.SearchFilter(s.registry, b)
+			row.Search = f != nil
+		}
+		if f != nil {
 			dv := s.registry.View(snap.Version, snap.Tools, f)
-			row.Dynamic, row.InitialTools = true, dv.Len()
+			row.InitialTools = dv.Len()
 			if row.InitialTokens, err = filter.EstimateTokens(dv.Tools); err != nil {
 				row.Error = fmt.Sprintf("profile %q: estimating its initial tokens: %v", name, err)
 			}
@@ -611,7 +629,7 @@ details summary{cursor:pointer}.err{color:#a00;word-break:break-word}
 <thead><tr><th>profile</th><th>tools</th><th>~tokens</th><th>~tokens by upstream</th><th>sessions</th><th>filter</th></tr></thead>
 <tbody>
 {{range .Profiles}}<tr class="profile" data-name="{{.Name}}">
-<td class="name"><b>{{label .Name}}</b>{{if .Dynamic}}<br><span class="meta dynamic">dynamic: a session starts with {{.InitialTools}} tools, ~{{.InitialTokens}} tokens</span>{{end}}</td>
+<td class="name"><b>{{label .Name}}</b>{{if .Dynamic}}<br><span class="meta dynamic">dynamic: a session starts with {{.InitialTools}} tools, ~{{.InitialTokens}} tokens</span>{{end}}{{if .Search}}<br><span class="meta dynamic">tool search: a session starts with {{.InitialTools}} tools, ~{{.InitialTokens}} tokens</span>{{end}}</td>
 <td class="n tools">{{.Tools}}</td>
 <td class="n">{{.Tokens}}</td>
 <td>{{range $i, $u := .ByUpstream}}{{if $i}}, {{end}}{{$u.Upstream}} {{$u.Tokens}} <span class="meta">({{$u.Tools}} tools)</span>{{else}}<span class="meta">none</span>{{end}}{{if .Error}} <span class="err">{{.Error}}</span>{{end}}</td>
@@ -646,7 +664,8 @@ details summary{cursor:pointer}.err{color:#a00;word-break:break-word}
 <h2>Sessions</h2>
 <p id="sessions">{{.Open}} open of at most {{.MaxSessions}} (every door; GET streams and sessions not yet initialized included). Bound to a view, by door:
 {{range $door, $n := .Sessions}} {{$door}} <b>{{$n}}</b>{{else}} none{{end}}</p>
-<p class="meta" id="idle">A /mcp session stays open until its client ends it with DELETE or it has been idle for server.session_idle_timeout ({{or .IdleTimeout "none: never"}}): a client that exits without DELETE leaves its session counted until then. Idle for a minute or more: <b>{{.Idle}}</b>{{if .NextExpiry}}; the longest idle expires in {{.NextExpiry}}{{end}}.</p>
+{{if .BySubject}}<p id="subjects">By caller:{{range $sub, $n := .BySubject}} <span class="name">{{$sub}}</span> <b>{{$n}}</b>{{end}}</p>
+{{end}}<p class="meta" id="idle">A /mcp session stays open until its client ends it with DELETE or it has been idle for server.session_idle_timeout ({{or .IdleTimeout "none: never"}}): a client that exits without DELETE leaves its session counted until then. Idle for a minute or more: <b>{{.Idle}}</b>{{if .NextExpiry}}; the longest idle expires in {{.NextExpiry}}{{end}}.</p>
 </body>
 </html>
 `))

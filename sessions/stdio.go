@@ -184,9 +184,21 @@ func (s *Server) readLines(ss *streamSession, in io.Reader, gate *stdinGate) (er
 // stream.
 type lineWriter struct{ w io.Writer }
 
-func (lw *lineWriter) writeFrame(frame []byte) error {
-	frame = jsonrpc.OneLine(frame)
-	// One Write per message: the line reaches the pipe whole.
-	_, err := lw.w.Write(append(frame[:len(frame):len(frame)], '\n'))
+var newline = []byte("\n")
+
+func (lw *lineWriter) writeFrame(frame jsonrpc.Frame) error {
+	frame = frame.OneLine().Joined()
+	if len(frame[1]) == 0 && len(frame[2]) == 0 {
+		// One Write per message: the line reaches the pipe whole.
+		f := frame[0]
+		_, err := lw.w.Write(append(f[:len(f):len(f)], '\n'))
+		return err
+	}
+	// An answer around a large result: its pieces one after the other
+	// (the session's one writer is the only one on this pipe).
+	if _, err := frame.WriteTo(lw.w); err != nil {
+		return err
+	}
+	_, err := lw.w.Write(newline)
 	return err
 }

@@ -78,7 +78,7 @@ func (e *ClientError) Error() string {
 // calls it from one goroutine at a time; it must return within a bounded
 // time (frameWriteTimeout) even when the client stops reading.
 type frameWriter interface {
-	writeFrame(frame []byte) error
+	writeFrame(frame jsonrpc.Frame) error
 }
 
 // streamSession is one client connected over a message stream. It is
@@ -93,16 +93,16 @@ type streamSession struct {
 	kind    string  // "ws", "sse" or "stdio", for logs
 	binding Binding // as resolved at connect; see grantOf
 	w       frameWriter
-	token   [32]byte // sha256 of the bearer token that opened it (SSE checks posts against it)
+	token   [32]byte // its owner, Binding.Caller: SSE checks posts against it
 
 	ctx    context.Context // done once the session ends
 	cancel context.CancelFunc
 
-	out   chan []byte     // everything the session sends, in order
-	held  *backlog        // the bytes in out and in its calls' frame queues (backlog.go)
-	queue chan *streamJob // requests waiting for a worker
-	wg    sync.WaitGroup  // workers
-	wrote chan struct{}   // closed when the writer has stopped
+	out   chan jsonrpc.Frame // everything the session sends, in order
+	held  *backlog           // the bytes in out and in its calls' frame queues (backlog.go)
+	queue chan *streamJob    // requests waiting for a worker
+	wg    sync.WaitGroup     // workers
+	wrote chan struct{}      // closed when the writer has stopped
 
 	logLevel   atomic.Value // mcp.LoggingLevel
 	clientCaps atomic.Pointer[mcp.ClientCapabilities]
@@ -148,7 +148,7 @@ func (s *Server) newStreamSession(parent context.Context, kind string, b Binding
 		kind:     kind,
 		binding:  b,
 		w:        w,
-		out:      make(chan []byte, outBuffer),
+		out:      make(chan jsonrpc.Frame, outBuffer),
 		held:     newBacklog(s.cfg.Server.MaxPendingBytes, 0), // the worker pool bounds its calls
 		queue:    make(chan *streamJob, streamQueue),
 		wrote:    make(chan struct{}),
@@ -385,15 +385,22 @@ func (ss *streamSession) cancelInflight(raw []byte) {
 // send queues a frame for the writer. It gives up when ctx or the session
 // ends.
 func (ss *streamSession) send(ctx context.Context, frame []byte) error {
-	ss.held.hold(len(frame)) // until the writer has written it
+	return ss.sendFrame(ctx, jsonrpc.Whole(frame))
+}
+
+// sendFrame is send for a frame in pieces (an answer around an upstream's
+// result, which is written out without being joined first).
+func (ss *streamSession) sendFrame(ctx context.Context, frame jsonrpc.Frame) error {
+	n := frame.Len()
+	ss.held.hold(n) // until the writer has written it
 	select {
 	case ss.out <- frame:
 		return nil
 	case <-ctx.Done():
-		ss.held.written(len(frame))
+		ss.held.written(n)
 		return ctx.Err()
 	case <-ss.ctx.Done():
-		ss.held.written(len(frame))
+		ss.held.written(n)
 		return ErrSessionClosed
 	}
 }
@@ -408,7 +415,7 @@ func (ss *streamSession) trySend(frame []byte) bool {
 	}
 	ss.held.hold(len(frame))
 	select {
-	case ss.out <- frame:
+	case ss.out <- jsonrpc.Whole(frame):
 		return true
 	default:
 		ss.held.written(len(frame))
@@ -429,7 +436,7 @@ func (ss *streamSession) writeLoop() {
 		}
 	}()
 	for {
-		var frame []byte
+		var frame jsonrpc.Frame
 		select {
 		case frame = <-ss.out:
 		case <-ss.ctx.Done():
@@ -437,7 +444,7 @@ func (ss *streamSession) writeLoop() {
 			return
 		}
 		err := ss.w.writeFrame(frame)
-		ss.held.written(len(frame))
+		ss.held.written(frame.Len())
 		if err != nil {
 			ss.end(fmt.Errorf("writing to the client: %w", err))
 			return
@@ -451,7 +458,7 @@ func (ss *streamSession) flush() {
 	for {
 		select {
 		case frame := <-ss.out:
-			ss.held.written(len(frame))
+			ss.held.written(frame.Len())
 			if ss.w.writeFrame(frame) != nil {
 				return
 			}
@@ -588,7 +595,7 @@ func (s *Server) handleRouted(ctx context.Context, sess *streamSession, b Bindin
 	}
 	// The answer is queued here rather than by runJob, so that shutdown
 	// knows it is on its way (drain.go).
-	s.awaitQueued(ctx, c, m, func(f []byte) { sess.send(ctx, f) }, sess.trySend)
+	s.awaitQueued(ctx, c, m, func(f []byte) { sess.send(ctx, f) }, func(f jsonrpc.Frame) { sess.sendFrame(ctx, f) }, sess.trySend)
 	return nil
 }
 

@@ -60,7 +60,7 @@ func (ss *streamSession) notifyCancelled(id string, ctx context.Context) {
 		return
 	}
 	select {
-	case ss.out <- frame:
+	case ss.out <- jsonrpc.Whole(frame):
 	default:
 	}
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
+	"github.com/mcpmux/mcpmux/internal/jsonrpc"
 )
 
 // rpcMsg is any JSON-RPC message a test peer receives.
@@ -320,7 +321,7 @@ func TestDispatchFastPathMatchesMCPGo(t *testing.T) {
 
 type frameWriterFunc func([]byte) error
 
-func (f frameWriterFunc) writeFrame(b []byte) error { return f(b) }
+func (f frameWriterFunc) writeFrame(b jsonrpc.Frame) error { return f(b.Bytes()) }
 
 // TestServerToClientRequests drives sampling, elicitation and roots on a
 // stream session: the request goes out with a session-unique id and the

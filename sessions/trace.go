@@ -81,7 +81,7 @@ func (s *Server) decideTraced(ctx context.Context, header http.Header, id string
 		attrs = append(attrs, attrProfile.String(b.Profile))
 	}
 	if b.Authed {
-		attrs = append(attrs, attrSubject.String("token-"+hex.EncodeToString(b.Caller[:4])))
+		attrs = append(attrs, attrSubject.String(traceSubject(b)))
 	}
 	ctx, span := s.tracer.Start(parent, m.Method, trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(attrs...))
 	rs := &routedSpan{span: span}
@@ -179,7 +179,7 @@ func (s *Server) traceAnswer(ctx context.Context, header http.Header, b Binding,
 		attrs = append(attrs, attrProfile.String(b.Profile))
 	}
 	if b.Authed {
-		attrs = append(attrs, attrSubject.String("token-"+hex.EncodeToString(b.Caller[:4])))
+		attrs = append(attrs, attrSubject.String(traceSubject(b)))
 	}
 	outcome := outcomeOK
 	if code != 0 {
@@ -192,4 +192,13 @@ func (s *Server) traceAnswer(ctx context.Context, header http.Header, b Binding,
 		span.SetStatus(codes.Error, "")
 	}
 	span.End()
+}
+
+// traceSubject is a span's subject: an OAuth token's sub, or "token-" and
+// 8 hex digits of a static token's sha256.
+func traceSubject(b Binding) string {
+	if b.claims != nil {
+		return b.Subject
+	}
+	return "token-" + hex.EncodeToString(b.Caller[:4])
 }

@@ -36,8 +36,8 @@ func (s *Server) viewerOf(r *http.Request) (v viewer, ok bool) {
 	if !sel.HasToken {
 		return viewer{}, false
 	}
-	te := res.token(sel.Token)
-	if te == nil {
+	te, err := res.caller(sel.Token)
+	if err != nil {
 		return viewer{}, false
 	}
 	if te.admin {
@@ -75,6 +75,7 @@ func (st *statusData) restrict(v viewer) {
 	}
 	st.Config = ""
 	st.Open = 0 // every caller's sessions and streams
+	st.BySubject = nil
 	st.FilterCount, st.OtherFilters = 0, 0
 	// Pending pins name tools and upstreams of every profile: admins only.
 	st.Pin, st.PendingPins, st.PinsError = "", nil, ""
@@ -102,7 +103,7 @@ func (s *Server) withViewer(serve func(w http.ResponseWriter, r *http.Request, v
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		v, ok := s.viewerOf(r)
 		if !ok {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="mcpmux"`)
+			w.Header().Set("WWW-Authenticate", s.Resolver().challenge("", "", ""))
 			http.Error(w, "a bearer token is required", http.StatusUnauthorized)
 			return
 		}

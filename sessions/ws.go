@@ -12,6 +12,7 @@ import (
 
 	"github.com/coder/websocket"
 	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/mcpmux/mcpmux/internal/jsonrpc"
 )
 
 // The websocket front door, /ws: subprotocol "mcp", one JSON-RPC message per
@@ -27,7 +28,7 @@ const (
 
 // serveWS upgrades a request to a websocket stream session.
 func (s *Server) serveWS(w http.ResponseWriter, r *http.Request) {
-	b, sel, ok := s.openDoor(w, r)
+	b, _, ok := s.openDoor(w, r)
 	if !ok {
 		return
 	}
@@ -67,11 +68,19 @@ func (s *Server) serveWS(w http.ResponseWriter, r *http.Request) {
 	c.SetReadLimit(-1)
 
 	ss := s.newStreamSession(r.Context(), "ws", b, &wsWriter{c: c, timeout: s.writeTimeout})
-	ss.token = tokenSum(sel)
+	// Its owner: a static token's sum, or an OAuth subject's (auth.go).
+	ss.token = b.Caller
 	if err := s.streams.addTaken(ss); err != nil { // gives the slot back
 		ss.close(err)
 		c.Close(websocket.StatusGoingAway, "server shutting down")
 		return
+	}
+	if exp := b.Expiry; !exp.IsZero() {
+		// A websocket cannot bring a fresh token: what the session is
+		// sent stops when the one it opened with expires, not at the
+		// client's next message.
+		stop := time.AfterFunc(time.Until(exp.Add(s.Resolver().clockSkew())), func() { ss.end(errTokenExpired) })
+		defer stop.Stop()
 	}
 	var wg sync.WaitGroup
 	wg.Go(func() { s.closeWSWhenDone(ss, c) })
@@ -109,6 +118,12 @@ func (s *Server) readWS(ctx context.Context, ss *streamSession, c *websocket.Con
 			ss.send(ss.ctx, s.oversizeAnswer(ss, id))
 			continue
 		}
+		if exp := ss.binding.Expiry; !exp.IsZero() && time.Now().After(exp.Add(s.Resolver().clockSkew())) {
+			// The OAuth token the connection was opened with expired:
+			// the client reconnects with a fresh one.
+			ss.end(errTokenExpired)
+			return
+		}
 		if !ss.receive(data) {
 			return
 		}
@@ -137,6 +152,8 @@ func (s *Server) closeWSWhenDone(ss *streamSession, c *websocket.Conn) {
 		code, reason = websocket.StatusUnsupportedData, errUnsupportedFrame.Error()
 	case errors.Is(cause, errServerShutdown):
 		code, reason = websocket.StatusGoingAway, "server shutting down"
+	case errors.Is(cause, errTokenExpired):
+		code, reason = websocket.StatusPolicyViolation, errTokenExpired.Error()
 	case errors.Is(cause, errConfigChanged):
 		// The grant this connection was opened with no longer holds: a
 		// new connection is checked against the new config.
@@ -194,10 +211,22 @@ type wsWriter struct {
 	timeout time.Duration
 }
 
-func (w *wsWriter) writeFrame(frame []byte) error {
+func (w *wsWriter) writeFrame(frame jsonrpc.Frame) error {
 	ctx, cancel := context.WithTimeout(context.Background(), w.timeout)
 	defer cancel()
-	return w.c.Write(ctx, websocket.MessageText, frame)
+	if frame = frame.Joined(); len(frame[1]) == 0 && len(frame[2]) == 0 {
+		return w.c.Write(ctx, websocket.MessageText, frame[0])
+	}
+	// One message from its pieces, not joined first.
+	mw, err := w.c.Writer(ctx, websocket.MessageText)
+	if err != nil {
+		return err
+	}
+	if _, err := frame.WriteTo(mw); err != nil {
+		mw.Close()
+		return err
+	}
+	return mw.Close()
 }
 
 // isWebSocketUpgrade reports whether r asks for a websocket upgrade.

@@ -73,8 +73,12 @@ func TestHTTPKeepAliveAfterNotification(t *testing.T) {
 			t.Fatal("empty echo")
 		}
 	}
-	if n := accepted.Load() - before; n != 0 {
-		t.Errorf("%d calls in a row opened %d new TCP connections to the upstream, want 0", calls, n)
+	// Each call waits streamEndGrace for its stream's end, which puts the
+	// connection back in the pool; on a machine loaded far past its cores
+	// (CI beside other work) that wait has once run out, for one call in
+	// 200. A broken keep-alive opens one connection per call.
+	if n := accepted.Load() - before; n > 2 {
+		t.Errorf("%d calls in a row opened %d new TCP connections to the upstream, want 0 (at most 2 on a loaded machine)", calls, n)
 	}
 
 	// Concurrent calls: after a round at the same concurrency, the pool

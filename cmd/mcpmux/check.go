@@ -251,23 +251,28 @@ func filterView(snap *aggregator.Snapshot, f *filter.Filter) *filter.View {
 }
 
 // dynamicReport is the line `check` and `tools` print for a profile with
-// dynamic_toolsets: what a new session's tools/list costs against the
-// profile's full view (tools and tokens, as given); "" for other profiles.
+// dynamic_toolsets or tool_search: what a new session's tools/list costs
+// against the profile's full view (tools and tokens, as given); "" for
+// other profiles.
 func dynamicReport(res *sessions.Resolver, snap *aggregator.Snapshot, profile string, tools, tokens int) string {
 	b, err := res.ResolveLocal(sessions.Selection{Profile: profile})
 	if err != nil {
 		return ""
 	}
 	reg := filter.NewRegistry()
+	what := "is dynamic"
 	f := res.DynamicFilter(reg, b)
+	if f == nil {
+		what, f = "searches its tools", res.SearchFilter(reg, b)
+	}
 	if f == nil {
 		return ""
 	}
 	v := reg.View(snap.Version, snap.Tools, f)
 	initial, err := estimateTokens(v.Tools)
 	if err != nil {
-		return fmt.Sprintf("profile %q is dynamic: encoding its initial tools/list: %v", profile, err)
+		return fmt.Sprintf("profile %q %s: encoding its initial tools/list: %v", profile, what, err)
 	}
-	return fmt.Sprintf("profile %q is dynamic: initial %s ~%d tokens, full %s ~%d tokens",
-		profile, plural(v.Len(), "tool", "tools"), initial, plural(tools, "tool", "tools"), tokens)
+	return fmt.Sprintf("profile %q %s: initial %s ~%d tokens, full %s ~%d tokens",
+		profile, what, plural(v.Len(), "tool", "tools"), initial, plural(tools, "tool", "tools"), tokens)
 }

@@ -66,6 +66,22 @@ func TestConfigSourceLoad(t *testing.T) {
 		})
 	}
 
+	t.Run("--listen moves a defaulted OAuth audience", func(t *testing.T) {
+		const oauth = "[profiles.all]\n[auth.oauth]\nissuer = \"https://idp.example.com\"\n[[auth.oauth.grants]]\nclaim = \"sub\"\nvalue = \"a\"\nprofiles = [\"all\"]\n"
+		cfg, err := configSource{path: writeConfig(t, oauth), listen: "127.0.0.1:7003", http: true}.load()
+		if err != nil || cfg.Auth.OAuth.Audience != "http://127.0.0.1:7003" {
+			t.Fatalf("load() = %v, audience %q, want http://127.0.0.1:7003", err, cfg.Auth.OAuth.Audience)
+		}
+		cfg, err = configSource{path: writeConfig(t, strings.Replace(oauth, "[[auth", "audience = \"https://mcp.example.com\"\n[[auth", 1)), listen: "0.0.0.0:7003", http: true}.load()
+		if err != nil || cfg.Auth.OAuth.Audience != "https://mcp.example.com" {
+			t.Fatalf("load() = %v, audience %q: a configured audience must stay", err, cfg.Auth.OAuth.Audience)
+		}
+		_, err = configSource{path: writeConfig(t, oauth), listen: "0.0.0.0:7003", http: true}.load()
+		if err == nil || !strings.Contains(err.Error(), "auth.oauth.audience") {
+			t.Fatalf("load() on a wildcard --listen without audience = %v, want an error naming auth.oauth.audience", err)
+		}
+	})
+
 	t.Run("missing file", func(t *testing.T) {
 		_, err := configSource{path: filepath.Join(t.TempDir(), "absent.toml")}.load()
 		var ee *exitError

@@ -133,3 +133,31 @@ approve_timeout = "45s"
 		t.Errorf("demo__write_note: %v, want no approval", r)
 	}
 }
+
+// TestCheckReportsToolSearchProfiles: a tool_search profile's line gives
+// its initial tools/list (the two search tools and the pinned one) against
+// the full one.
+func TestCheckReportsToolSearchProfiles(t *testing.T) {
+	path := writeConfig(t, demoUpstream(t, "demo", "demo-server", "--name", "demo")+`
+[profiles.agent]
+tool_search = true
+tool_search_pinned = ["demo__echo"]
+
+[profiles.static]
+`)
+	line := regexp.MustCompile(`profile "agent" searches its tools: initial (\d+) tools ~(\d+) tokens, full (\d+) tools ~(\d+) tokens`)
+	for _, args := range [][]string{{"check", "--config", path}, {"tools", "--config", path, "--profile", "agent"}} {
+		var stdout, stderr bytes.Buffer
+		if code := run(args, &stdout, &stderr); code != 0 {
+			t.Fatalf("%s: exit %d: %s%s", args[0], code, stdout.String(), stderr.String())
+		}
+		m := line.FindStringSubmatch(stdout.String())
+		if m == nil || strings.Contains(stdout.String(), `profile "static" searches`) {
+			t.Fatalf("%s: no tool_search line for agent alone:\n%s", args[0], stdout.String())
+		}
+		n := func(i int) int { v, _ := strconv.Atoi(m[i]); return v }
+		if n(1) != 2+1 || n(3) != 7 || n(2) <= 0 || n(4) <= 0 {
+			t.Fatalf("%s: %q", args[0], m[0])
+		}
+	}
+}

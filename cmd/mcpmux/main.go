@@ -186,6 +186,14 @@ func (s configSource) load() (*configs.Config, error) {
 	}
 	if s.listen != "" {
 		cfg.Server.Listen = s.listen
+		if o := cfg.Auth.OAuth; o != nil && o.AudienceFromListen {
+			// The audience defaults to the address mcpmux listens on.
+			aud, ok := configs.DefaultAudience(s.listen)
+			if !ok {
+				return nil, configErr(fmt.Errorf("--listen %q names no host clients reach mcpmux at, and [auth.oauth] in %s sets no audience; set auth.oauth.audience to that URL", s.listen, source))
+			}
+			o.Audience = aud
+		}
 	}
 	if s.http {
 		if err := checkExposure(cfg); err != nil {

@@ -130,7 +130,7 @@ func (r httpRun) Run(ctx context.Context) error {
 // checkExposure refuses to serve a non-loopback address without
 // authentication unless the config says so explicitly.
 func checkExposure(cfg *configs.Config) error {
-	if len(cfg.Auth.Tokens) > 0 || cfg.Server.AllowUnauthenticated {
+	if cfg.Auth.Required() || cfg.Server.AllowUnauthenticated {
 		return nil
 	}
 	host, _, err := net.SplitHostPort(cfg.Server.Listen)
@@ -143,7 +143,7 @@ func checkExposure(cfg *configs.Config) error {
 	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
 		return nil
 	}
-	return fmt.Errorf("server.listen %q is not a loopback address and no [[auth.tokens]] are configured; "+
+	return fmt.Errorf("server.listen %q is not a loopback address and neither [[auth.tokens]] nor [auth.oauth] is configured; "+
 		"add tokens or set server.allow_unauthenticated = true", cfg.Server.Listen)
 }
 

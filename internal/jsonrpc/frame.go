@@ -30,6 +30,19 @@ func ResponseFrame(id, result json.RawMessage) Frame {
 
 var closeBrace = []byte("}")
 
+// joinBelow is the size under which Joined makes one piece of a frame:
+// one write of a small message is cheaper than three.
+const joinBelow = 32 << 10
+
+// Joined returns f as one piece when it is small, for a writer that pays
+// per write (a pipe, a websocket frame); a large frame stays in pieces.
+func (f Frame) Joined() Frame {
+	if (len(f[1]) == 0 && len(f[2]) == 0) || f.Len() >= joinBelow {
+		return f
+	}
+	return Whole(f.Bytes())
+}
+
 // Whole is a frame of one piece.
 func Whole(b []byte) Frame { return Frame{b} }
 
