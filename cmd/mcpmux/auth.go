@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -155,6 +156,9 @@ func authLogin(ctx context.Context, uc *configs.Upstream, port int, browser bool
 	scopes := c.Scopes() // a refused call's wider scope, from the stored login
 	rec, err := c.Login(ctx, oauth.LoginOptions{RedirectURI: redirect, Scopes: scopes,
 		Authorize: func(ctx context.Context, authURL string) (*url.URL, error) {
+			if u, err := url.Parse(authURL); err == nil {
+				cb.expect(u.Query().Get("state"))
+			}
 			fmt.Fprintf(stdout, "To log in to %s, open this URL in a browser:\n\n  %s\n\nWaiting for the callback on %s ...\n", uc.Name, authURL, redirect)
 			if browser {
 				if err := openBrowser(authURL); err != nil {
@@ -194,13 +198,23 @@ func describeLogin(expiry time.Time, granted, asked []string) string {
 }
 
 // callback is the loopback redirect URI's handler: the first GET
-// /callback is the answer; the browser is told the outcome once it is
-// known.
+// /callback carrying this login's state is the answer (anything else on
+// the port, another local program's guess included, is refused and the
+// wait goes on); the browser is told the outcome once it is known.
 type callback struct {
-	got  chan *url.URL
-	once sync.Once
-	done chan struct{}
-	err  error
+	got   chan *url.URL
+	once  sync.Once
+	done  chan struct{}
+	err   error
+	mu    sync.Mutex
+	state string // the state the callback must carry; set before the URL is shown
+}
+
+// expect sets the state a callback must carry.
+func (c *callback) expect(state string) {
+	c.mu.Lock()
+	c.state = state
+	c.mu.Unlock()
 }
 
 func newCallback() *callback {
@@ -215,6 +229,13 @@ func (c *callback) finish(err error) {
 func (c *callback) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.URL.Path != "/callback" || r.Method != http.MethodGet {
 		http.NotFound(w, r)
+		return
+	}
+	c.mu.Lock()
+	want := c.state
+	c.mu.Unlock()
+	if want == "" || subtle.ConstantTimeCompare([]byte(r.URL.Query().Get("state")), []byte(want)) != 1 {
+		http.Error(w, "not the answer to this login", http.StatusBadRequest)
 		return
 	}
 	first := false

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -179,4 +180,34 @@ func TestCheckNeedsLogin(t *testing.T) {
 	if s.Unauthenticated+s.Authorized != 0 {
 		t.Fatalf("check sent %d requests without a token", s.Unauthenticated+s.Authorized)
 	}
+}
+
+// TestAuthCallbackWantsTheLoginsState: a request to the loopback callback
+// without the login's state (another local program's guess) is refused
+// and the login keeps waiting for the real one.
+func TestAuthCallbackWantsTheLoginsState(t *testing.T) {
+	cb := newCallback()
+	cb.expect("the-state")
+	for _, target := range []string{"/callback?code=evil", "/callback?code=evil&state=other", "/other?state=the-state"} {
+		rec := httptest.NewRecorder()
+		cb.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, target, nil))
+		if rec.Code == http.StatusOK {
+			t.Errorf("%s answered 200", target)
+		}
+	}
+	select {
+	case u := <-cb.got:
+		t.Fatalf("a forged callback was taken: %s", u)
+	default:
+	}
+	go cb.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, "/callback?code=c&state=the-state", nil))
+	select {
+	case u := <-cb.got:
+		if u.Query().Get("code") != "c" {
+			t.Fatalf("got %s", u)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the real callback was not taken")
+	}
+	cb.finish(nil)
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/mcpmux/mcpmux/configs"
+	"github.com/mcpmux/mcpmux/internal/redact"
 	"github.com/mcpmux/mcpmux/upstream"
 	"github.com/mcpmux/mcpmux/upstream/oauth"
 )
@@ -62,9 +63,12 @@ func cmdOAuthClient(ctx context.Context, args []string, stdout, stderr io.Writer
 	if v := os.Getenv("MCP_CONFORMANCE_PROTOCOL_VERSION"); v != "" {
 		cfg.Protocol = v
 	}
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	// Every token the login obtains is masked in what is logged.
+	secrets := &redact.Live{}
+	log := slog.New(redact.NewHandlerFunc(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelDebug}), secrets.Apply))
 	u := upstream.New(cfg, upstream.Options{
 		Logger:        log,
+		OAuth:         oauth.Options{OnSecret: secrets.Add},
 		ClientVersion: version(),
 		MinBackoff:    time.Minute, // one attempt: Start's
 		OAuthLogin: func(ctx context.Context, c *oauth.Client, ch oauth.Challenge, scopes []string) error {
