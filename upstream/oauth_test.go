@@ -73,3 +73,34 @@ func TestOAuthNeedsLoginThenUp(t *testing.T) {
 		}
 	}
 }
+
+// TestOAuthLegacySSE: a legacy HTTP+SSE upstream behind OAuth gets the
+// token on its GET stream and on every POST, and a refused token is
+// refreshed.
+func TestOAuthLegacySSE(t *testing.T) {
+	s := oauthtest.New(t, server.NewSSEServer(newTestServer()))
+	dir := t.TempDir()
+	url := s.RS.URL + "/sse"
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := oauth.New("leg", url, configs.UpstreamOAuth{StateDir: dir}, oauth.Options{}).Login(ctx,
+		oauth.LoginOptions{RedirectURI: "http://127.0.0.1:1/cb", Authorize: oauth.AutoApprove(nil)}); err != nil {
+		t.Fatal(err)
+	}
+	cfg := &configs.Upstream{Name: "leg", Transport: configs.TransportSSE, URL: url,
+		OAuth: &configs.UpstreamOAuth{StateDir: dir}, ConnectTimeout: 5 * time.Second, CallTimeout: 5 * time.Second}
+	u := New(cfg, fastOptions(&logSink{}))
+	startUpstream(t, u)
+	if got := callText(t, u, "echo", map[string]any{"a": 1}); got != `{"a":1}` {
+		t.Fatalf("echo = %q", got)
+	}
+	s.RevokeAccess()
+	if got := callText(t, u, "echo", map[string]any{"b": 2}); got != `{"b":2}` {
+		t.Fatalf("echo after revocation = %q", got)
+	}
+	s.Lock()
+	defer s.Unlock()
+	if last := s.TokenForms[len(s.TokenForms)-1]; last.Get("grant_type") != "refresh_token" || last.Get("resource") != url {
+		t.Fatalf("last token request %v: want a refresh for %s", last, url)
+	}
+}

@@ -165,9 +165,12 @@ func (s *Server) serveAS(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) resource(mcp http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		prm := s.RS.URL + "/.well-known/oauth-protected-resource/mcp"
-		if r.URL.Path == "/.well-known/oauth-protected-resource/mcp" {
-			writeJSON(w, 200, map[string]any{"resource": s.URL(), "authorization_servers": []string{s.AS.URL}})
+		// Every path is a resource of its own (/mcp, a legacy /sse …),
+		// with its metadata at the path-specific well-known URL.
+		const wellKnown = "/.well-known/oauth-protected-resource"
+		prm := s.RS.URL + wellKnown + r.URL.Path
+		if p, ok := strings.CutPrefix(r.URL.Path, wellKnown+"/"); ok {
+			writeJSON(w, 200, map[string]any{"resource": s.RS.URL + "/" + p, "authorization_servers": []string{s.AS.URL}})
 			return
 		}
 		s.mu.Lock()
