@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 
 	"github.com/mcpmux/mcpmux/configs"
@@ -102,5 +103,35 @@ func TestOAuthLegacySSE(t *testing.T) {
 	defer s.Unlock()
 	if last := s.TokenForms[len(s.TokenForms)-1]; last.Get("grant_type") != "refresh_token" || last.Get("resource") != url {
 		t.Fatalf("last token request %v: want a refresh for %s", last, url)
+	}
+}
+
+// TestOAuthInsufficientScopeFailsOnlyTheCall: a tools/call the upstream
+// refuses with 403 insufficient_scope fails with ErrInsufficientScope
+// naming the scope and the command; the connection stays up.
+func TestOAuthInsufficientScopeFailsOnlyTheCall(t *testing.T) {
+	s := oauthtest.New(t, server.NewStreamableHTTPServer(newTestServer()))
+	s.Lock()
+	s.ToolScope = "mcp:write"
+	s.Unlock()
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := oauth.New("lin", s.URL(), configs.UpstreamOAuth{StateDir: dir}, oauth.Options{}).Login(ctx,
+		oauth.LoginOptions{RedirectURI: "http://127.0.0.1:1/cb", Authorize: oauth.AutoApprove(nil)}); err != nil {
+		t.Fatal(err)
+	}
+	cfg := &configs.Upstream{Name: "lin", Transport: configs.TransportHTTP, URL: s.URL(),
+		OAuth: &configs.UpstreamOAuth{StateDir: dir}, ConnectTimeout: 5 * time.Second, CallTimeout: 5 * time.Second}
+	u := New(cfg, fastOptions(&logSink{}))
+	startUpstream(t, u)
+	var req mcp.CallToolRequest
+	req.Params.Name = "echo"
+	_, err := u.CallTool(ctx, req)
+	if !errors.Is(err, ErrInsufficientScope) || !strings.Contains(err.Error(), "mcp:write") || !strings.Contains(err.Error(), "mcpmux auth login lin") {
+		t.Fatalf("CallTool = %v, want insufficient scope naming mcp:write and the command", err)
+	}
+	if u.State() != StateUp || u.Catalog() == nil {
+		t.Fatalf("state %v after a refused call, want up with its catalog", u.State())
 	}
 }
