@@ -201,6 +201,14 @@ func (c *Client) Unauthorized(ctx context.Context, token string) error {
 // not be made or met a server error, which may succeed later.
 var errRefused = errors.New("refused by the authorization server")
 
+// reject marks token as refused by the upstream: Token answers needs
+// login until the token file changes.
+func (c *Client) reject(token string) {
+	c.mu.Lock()
+	c.rejected = token
+	c.mu.Unlock()
+}
+
 // refresh trades rec's refresh token for new tokens and saves them. It
 // holds the state directory's lock throughout, and first re-reads the
 // file: when another process (a second server on the same state_dir)

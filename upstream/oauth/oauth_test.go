@@ -415,3 +415,41 @@ func TestRefreshFailingForNowIsNotNeedsLogin(t *testing.T) {
 		t.Fatalf("after the token endpoint came back: %v %v", resp, err)
 	}
 }
+
+// TestFreshTokenRefusedIsNeedsLogin: an upstream that refuses even a
+// freshly refreshed token makes the client need a login, and the token is
+// not sent again.
+func TestFreshTokenRefusedIsNeedsLogin(t *testing.T) {
+	s := oauthtest.New(t, okHandler)
+	c := newClient(t, s, t.TempDir())
+	login(t, c)
+	// Every token the server issues from now on is refused at once.
+	hc := &http.Client{Transport: &oauth.Transport{Client: c, Base: revokeBefore{s}}}
+	resp, err := hc.Post(s.URL(), "application/json", strings.NewReader(`{}`))
+	if err == nil {
+		resp.Body.Close()
+	}
+	if !errors.Is(err, oauth.ErrNeedsLogin) || !strings.Contains(err.Error(), "refused a fresh token") {
+		t.Fatalf("err = %v, want needs login after a fresh token was refused", err)
+	}
+	s.Lock()
+	before := s.Unauthenticated
+	s.Unlock()
+	if _, err := post(t, c, s, `{}`); !errors.Is(err, oauth.ErrNeedsLogin) {
+		t.Fatalf("next request: %v", err)
+	}
+	s.Lock()
+	defer s.Unlock()
+	if s.Unauthenticated != before {
+		t.Fatal("the refused token was sent again")
+	}
+}
+
+// revokeBefore revokes every access token before sending a request to
+// the resource (token requests go through the client's own HTTP client).
+type revokeBefore struct{ s *oauthtest.Server }
+
+func (r revokeBefore) RoundTrip(req *http.Request) (*http.Response, error) {
+	r.s.RevokeAccess()
+	return http.DefaultTransport.RoundTrip(req)
+}

@@ -83,6 +83,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		if resp.StatusCode == http.StatusUnauthorized {
 			discard(resp)
+			t.Client.reject(tok) // not sent again until a new login lands
 			return nil, t.Client.needsLogin("the upstream refused a fresh token")
 		}
 	}
