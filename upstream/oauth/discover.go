@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"slices"
@@ -218,8 +219,8 @@ func resourceCovers(r string, su *url.URL) bool {
 // metadata is found.
 func serverMetadata(ctx context.Context, hc *http.Client, issuer string, legacy bool) (*ServerMetadata, error) {
 	iu, err := url.Parse(issuer)
-	if err != nil || iu.Host == "" || (iu.Scheme != "https" && iu.Scheme != "http") {
-		return nil, fmt.Errorf("authorization server %q is not an http(s) URL", issuer)
+	if err != nil || iu.Host == "" || !secureURL(iu) {
+		return nil, fmt.Errorf("authorization server %q is not an https URL (http only on loopback)", issuer)
 	}
 	base := iu.Scheme + "://" + iu.Host
 	var urls []string
@@ -248,6 +249,11 @@ func serverMetadata(ctx context.Context, hc *http.Client, issuer string, legacy 
 		if m.AuthorizationEndpoint == "" || m.TokenEndpoint == "" {
 			return nil, fmt.Errorf("authorization server metadata at %s lacks authorization_endpoint or token_endpoint", u)
 		}
+		for _, e := range []string{m.AuthorizationEndpoint, m.TokenEndpoint, m.RegistrationEndpoint} {
+			if eu, err := url.Parse(e); e != "" && (err != nil || eu.Host == "" || !secureURL(eu)) {
+				return nil, fmt.Errorf("authorization server metadata at %s names an endpoint that is not an https URL (http only on loopback): %q", u, e)
+			}
+		}
 		if !slices.Contains(m.CodeChallengeMethodsSupported, "S256") {
 			return nil, fmt.Errorf("authorization server %s does not list S256 in code_challenge_methods_supported: PKCE cannot be used, so mcpmux does not proceed", issuer)
 		}
@@ -263,6 +269,23 @@ func serverMetadata(ctx context.Context, hc *http.Client, issuer string, legacy 
 		}, nil
 	}
 	return nil, fmt.Errorf("no authorization server metadata for %s (%s)", issuer, strings.Join(tried, "; "))
+}
+
+// secureURL reports whether u may carry OAuth traffic: https, or http to
+// a loopback host (local development and tests).
+func secureURL(u *url.URL) bool {
+	switch u.Scheme {
+	case "https":
+		return true
+	case "http":
+		h := u.Hostname()
+		if h == "localhost" {
+			return true
+		}
+		ip := net.ParseIP(h)
+		return ip != nil && ip.IsLoopback()
+	}
+	return false
 }
 
 // getJSON GETs u and decodes its JSON body into v.

@@ -453,3 +453,23 @@ func (r revokeBefore) RoundTrip(req *http.Request) (*http.Response, error) {
 	r.s.RevokeAccess()
 	return http.DefaultTransport.RoundTrip(req)
 }
+
+// TestPlainHTTPAuthorizationServerRefused: an authorization server on
+// plain http that is not loopback is refused before anything is sent to
+// it.
+func TestPlainHTTPAuthorizationServerRefused(t *testing.T) {
+	rs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, "/.well-known/oauth-protected-resource") {
+			w.Header().Set("Content-Type", "application/json")
+			io.WriteString(w, `{"resource":"http://`+r.Host+`/mcp","authorization_servers":["http://auth.example.com"]}`)
+			return
+		}
+		w.WriteHeader(http.StatusUnauthorized)
+	}))
+	t.Cleanup(rs.Close)
+	c := oauth.New("x", rs.URL+"/mcp", configs.UpstreamOAuth{StateDir: t.TempDir()}, oauth.Options{})
+	_, err := c.Login(context.Background(), oauth.LoginOptions{RedirectURI: "http://127.0.0.1:1/cb", Authorize: oauth.AutoApprove(nil)})
+	if err == nil || !strings.Contains(err.Error(), "not an https URL") {
+		t.Fatalf("err = %v, want the plain-http authorization server refused", err)
+	}
+}
