@@ -160,6 +160,7 @@ func (a *Aggregator) newConn(uc *configs.Upstream, session string, log *slog.Log
 	}
 	uo.Logger = log
 	uo.OnCatalog = onCatalog
+	uo.OAuth.OnSecret = a.secrets.Add // an oauth upstream's tokens are masked like configured secrets
 	l := &connLink{name: uc.Name, session: session}
 	l.spoofLog.Interval = spoofLogEvery
 	uo.OnNotification = func(_ *upstream.Upstream, n mcp.JSONRPCNotification) { a.onNotification(l, n) }

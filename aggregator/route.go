@@ -65,7 +65,11 @@ type UpstreamError struct {
 	// TooLarge is the max_message_bytes the upstream's answer exceeded,
 	// or 0.
 	TooLarge int64
-	Err      error
+	// Login is true when the upstream wants an OAuth login, or a wider
+	// scope than the stored one grants: an operator must run `mcpmux
+	// auth login`; nothing the client does helps.
+	Login bool
+	Err   error
 }
 
 func (e *UpstreamError) Error() string { return e.Err.Error() }
@@ -78,6 +82,8 @@ func (e *UpstreamError) Public() string {
 		return fmt.Sprintf("upstream %s answered %s with a result too large: it exceeds max_message_bytes (%d bytes); ask for less, or raise max_message_bytes", e.Upstream, e.Method, e.TooLarge)
 	case e.Timeout > 0:
 		return fmt.Sprintf("upstream %s did not answer %s within its call_timeout (%s); retry, or raise call_timeout", e.Upstream, e.Method, e.Timeout)
+	case e.Login:
+		return fmt.Sprintf("upstream %s needs an OAuth login with more access for %s: an operator must run `mcpmux auth login %s`", e.Upstream, e.Method, e.Upstream)
 	case e.Temporary:
 		return fmt.Sprintf("upstream %s is restarting or unavailable; retry shortly", e.Upstream)
 	}
@@ -98,6 +104,8 @@ func upstreamErr(name, method string, timeout time.Duration, err error) error {
 		return &UpstreamError{Upstream: name, Method: method, TooLarge: big.Limit, Err: err}
 	case errors.As(err, &rpc), errors.Is(err, context.Canceled) && !errors.Is(err, upstream.ErrDown):
 		return err
+	case errors.Is(err, upstream.ErrNeedsLogin), errors.Is(err, upstream.ErrInsufficientScope):
+		return &UpstreamError{Upstream: name, Method: method, Login: true, Err: err}
 	case errors.Is(err, upstream.ErrTimeout):
 		return &UpstreamError{Upstream: name, Method: method, Timeout: timeout, Err: err}
 	case errors.Is(err, upstream.ErrDown):

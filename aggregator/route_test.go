@@ -25,3 +25,19 @@ func TestUpstreamErrTooLarge(t *testing.T) {
 		t.Error("errors.Is(err, upstream.ErrTooLarge) = false")
 	}
 }
+
+// TestUpstreamErrLogin: a call an oauth upstream refused for lack of
+// scope (or without a usable token) tells the client an operator must
+// log in, not that the upstream is down.
+func TestUpstreamErrLogin(t *testing.T) {
+	for _, cause := range []error{upstream.ErrInsufficientScope, upstream.ErrNeedsLogin} {
+		err := upstreamErr("linear", "tools/call", 0, fmt.Errorf("upstream %q: tools/call %q: Post \"https://mcp.linear.app/mcp\": %w: scope \"write\"", "linear", "create", cause))
+		var ue *UpstreamError
+		if !errors.As(err, &ue) || !ue.Login || ue.Temporary {
+			t.Fatalf("err = %#v", err)
+		}
+		if pub := ue.Public(); !strings.Contains(pub, "mcpmux auth login linear") || strings.Contains(pub, "https://") {
+			t.Errorf("public text %q", pub)
+		}
+	}
+}

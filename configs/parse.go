@@ -102,6 +102,7 @@ type (
 		InheritEnv      []string            `toml:"inherit_env"`
 		URL             *string             `toml:"url"`
 		Headers         map[string]string   `toml:"headers"`
+		OAuth           any                 `toml:"oauth" keys:"self"` // true, false or a table: its keys are checked in upstream_oauth.go
 		Prefix          *string             `toml:"prefix"`
 		Required        bool                `toml:"required"`
 		ConnectTimeout  any                 `toml:"connect_timeout"`
@@ -441,6 +442,9 @@ func firstUnknown(t reflect.Type, key toml.Key) (int, []string) {
 			f, ok := fieldByTag(t, k)
 			if !ok {
 				return i, tags(t)
+			}
+			if f.Tag.Get("keys") == "self" {
+				return -1, nil // the validator checks the keys of this value itself (oauth)
 			}
 			t = f.Type
 		default: // a key inside a scalar, e.g. connect_timeout = { a = 1 }

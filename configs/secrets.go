@@ -41,6 +41,9 @@ func (cfg *Upstream) SecretValues() []string {
 	for _, k := range slices.Sorted(maps.Keys(cfg.Env)) {
 		vs = append(vs, cfg.Env[k])
 	}
+	if cfg.OAuth != nil && cfg.OAuth.ClientSecret != "" {
+		vs = append(vs, cfg.OAuth.ClientSecret)
+	}
 	for _, k := range slices.Sorted(maps.Keys(cfg.Headers)) {
 		v := cfg.Headers[k]
 		vs = append(vs, v)

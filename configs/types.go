@@ -175,6 +175,9 @@ type Upstream struct {
 	// http, sse, websocket
 	URL     string
 	Headers map[string]string // ${ENV}-expanded
+	// OAuth, when set, makes mcpmux an OAuth 2.1 client of this upstream
+	// (oauth = true or a table); nil = no OAuth.
+	OAuth *UpstreamOAuth
 
 	Prefix          string // defaults to Name; "" mounts unprefixed
 	Required        bool

@@ -73,6 +73,11 @@ func (v *validator) config(raw *rawConfig) *Config {
 	cfg.Server.DefaultProfile = v.defaultProfile(raw.Server.DefaultProfile, cfg.Profiles)
 	cfg.Auth = v.auth(raw.Auth.Tokens, cfg.Profiles)
 	cfg.Auth.OAuth = v.oauth(raw.Auth.OAuth, cfg.Server.Listen, cfg.Profiles)
+	for _, u := range cfg.Upstreams {
+		if u.OAuth != nil {
+			u.OAuth.StateDir = cfg.Server.StateDir
+		}
+	}
 	return cfg
 }
 
@@ -369,6 +374,7 @@ func (v *validator) endpoint(p keyPath, r *rawUpstream, u *Upstream) {
 		}
 		u.Headers = v.stringMap(p.key("headers"), r.Headers, checkHeaderName, "\r\n\x00")
 	}
+	u.OAuth = v.upstreamOAuth(p.key("oauth"), r.OAuth, r.Command != nil)
 
 	switch r.Transport {
 	case "":
@@ -391,6 +397,9 @@ func (v *validator) endpoint(p keyPath, r *rawUpstream, u *Upstream) {
 		v.errorf(p.key("transport"), "transport %q needs %s, not %s", r.Transport, want, got)
 	default:
 		v.errorf(p.key("transport"), "unknown transport %q (want stdio, http, sse or websocket, or leave it out to infer it)", r.Transport)
+	}
+	if u.OAuth != nil && u.Transport == TransportWebsocket {
+		v.errorf(p.key("oauth"), "oauth applies to http and sse upstreams, not websocket")
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"html/template"
 	"net/http"
@@ -145,7 +146,7 @@ type upstreamRow struct {
 	Target    string `json:"target"`
 	Required  bool   `json:"required"`
 	Scope     string `json:"scope"`
-	State     string `json:"state"` // up, starting, restarting, down, closed
+	State     string `json:"state"` // up, starting, restarting, down, needs login, closed
 	Protocol  string `json:"protocol,omitempty"`
 	Tools     int    `json:"tools"`           // exposed, after its own rules
 	Hidden    int    `json:"hidden_by_rules"` // removed by its own rules
@@ -433,8 +434,13 @@ func (p *statusPage) profiles(snap *aggregator.Snapshot) *profileStatus {
 }
 
 // stateName is what the page calls an upstream's state: a connection
-// attempt is "starting" before the first and "restarting" after it.
+// attempt is "starting" before the first and "restarting" after it; an
+// oauth upstream without a usable token is "needs login" (its last error
+// names the command to run) until it comes up.
 func stateName(h upstream.Health) string {
+	if (h.State == upstream.StateDown || h.State == upstream.StateConnecting) && errors.Is(h.LastError, upstream.ErrNeedsLogin) {
+		return "needs login"
+	}
 	if h.State == upstream.StateConnecting {
 		if h.Restarts > 0 || h.Connects > 0 {
 			return "restarting"

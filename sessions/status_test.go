@@ -1,6 +1,7 @@
 package sessions
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -12,6 +13,8 @@ import (
 	"time"
 
 	"github.com/mcpmux/mcpmux/configs"
+	"github.com/mcpmux/mcpmux/upstream/oauth"
+	"github.com/mcpmux/mcpmux/upstream/oauth/oauthtest"
 )
 
 // hostileUpstream is an upstream whose child writes markup and a URL with
@@ -606,5 +609,72 @@ func TestStatusPageSessionCountsAgree(t *testing.T) {
 	}
 	if st = status(); st.Bound != 1 || st.Open != 1 || st.Idle != 0 {
 		t.Errorf("after two DELETEs: bound %d, open %d, idle %d; want 1, 1, 0", st.Bound, st.Open, st.Idle)
+	}
+}
+
+// TestStatusPageNeedsLogin: an oauth upstream without a token is "needs
+// login", its error naming the command to run, and the server runs.
+func TestStatusPageNeedsLogin(t *testing.T) {
+	up := newUpstreamServer(t, 1)
+	extra := fmt.Sprintf("[upstreams.lin]\nurl = \"http://127.0.0.1:1/mcp\"\noauth = true\n[server]\nstate_dir = %q\n", t.TempDir())
+	s := newBenchServer(t, up.http.URL, extra)
+	hs := httptest.NewServer(s.Handler())
+	t.Cleanup(hs.Close)
+	_, body := fetchStatus(t, hs, http.MethodGet, "/status.json", nil)
+	var st statusData
+	if err := json.Unmarshal([]byte(body), &st); err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, r := range st.Upstreams {
+		switch r.Name {
+		case "lin":
+			found = true
+			if r.State != "needs login" || !strings.Contains(r.LastError, "run `mcpmux auth login lin`") {
+				t.Errorf("lin = %+v, want needs login naming the command", r)
+			}
+		case "up":
+			if r.State != "up" {
+				t.Errorf("the other upstream is %q, want up", r.State)
+			}
+		}
+	}
+	if !found {
+		t.Fatalf("no row for lin:\n%s", body)
+	}
+	_, page := fetchStatus(t, hs, http.MethodGet, "/", nil)
+	if row := rowOf(t, page, "upstream", "lin"); !strings.Contains(row, "needs login") {
+		t.Errorf("GET / row for lin does not say needs login:\n%s", row)
+	}
+}
+
+// TestOAuthTokensAreMasked: the tokens of a logged-in oauth upstream are
+// masked like configured secrets in what mcpmux shows (Redact: the status
+// page's errors, check, audit), and the page never shows them.
+func TestOAuthTokensAreMasked(t *testing.T) {
+	up := newUpstreamServer(t, 1)
+	as := oauthtest.New(t, up.http.Config.Handler)
+	dir := t.TempDir()
+	rec, err := oauth.New("lin", as.URL(), configs.UpstreamOAuth{StateDir: dir}, oauth.Options{}).Login(context.Background(),
+		oauth.LoginOptions{RedirectURI: "http://127.0.0.1:1/cb", Authorize: oauth.AutoApprove(nil)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	extra := fmt.Sprintf("[upstreams.lin]\nurl = %q\noauth = true\n[server]\nstate_dir = %q\n", as.URL(), dir)
+	s := newBenchServer(t, up.http.URL, extra)
+	hs := httptest.NewServer(s.Handler())
+	t.Cleanup(hs.Close)
+	_, body := fetchStatus(t, hs, http.MethodGet, "/status.json", nil)
+	if !regexp.MustCompile(`"name": "lin",[^}]*"state": "up"`).MatchString(body) {
+		t.Fatalf("lin is not up:\n%s", body)
+	}
+	_, page := fetchStatus(t, hs, http.MethodGet, "/", nil)
+	for _, tok := range []string{rec.AccessToken, rec.RefreshToken} {
+		if got := s.Aggregator().Redact("upstream said: bad token " + tok); strings.Contains(got, tok) {
+			t.Errorf("Redact leaves a token: %s", got)
+		}
+		if strings.Contains(body+page, tok) {
+			t.Error("the status page shows a token")
+		}
 	}
 }

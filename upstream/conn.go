@@ -232,6 +232,7 @@ func shownURL(raw string) string {
 func (u *Upstream) dialSSE(ctx context.Context) (*conn, *Catalog, error) {
 	c := u.newConn(configs.TransportSSE)
 	c.httpc = sseHTTPClient(u.cfg.Headers)
+	c.httpc.Transport = u.withOAuth(c.httpc.Transport)
 	t, err := newSSETransport(u.cfg.URL, sseOptions{
 		Header: u.cfg.Headers,
 		Client: c.httpc,

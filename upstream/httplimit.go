@@ -1,10 +1,13 @@
 package upstream
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"mime"
 	"net/http"
+
+	"github.com/mcpmux/mcpmux/upstream/oauth"
 )
 
 // sseFieldSlack is the room an SSE event gets beyond the message itself for
@@ -31,6 +34,22 @@ func (u *Upstream) httpClient() *http.Client {
 		},
 		CheckRedirect: keepToOrigin(headerNames(u.cfg.Headers)),
 	}
+}
+
+// withOAuth wraps rt, the transport of the streamable HTTP peers
+// (newHTTPPeer) and of the legacy SSE transport, in the upstream's OAuth transport (the access token
+// on every request, refresh on 401); rt itself when there is no OAuth.
+func (u *Upstream) withOAuth(rt http.RoundTripper) http.RoundTripper {
+	if u.oauth == nil {
+		return rt
+	}
+	t := &oauth.Transport{Base: rt, Client: u.oauth}
+	if login := u.opts.OAuthLogin; login != nil {
+		t.Login = func(ctx context.Context, ch oauth.Challenge, scopes []string) error {
+			return login(ctx, u.oauth, ch, scopes)
+		}
+	}
+	return t
 }
 
 // maxIdlePerUpstream bounds the idle connections kept to one upstream host.

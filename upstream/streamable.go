@@ -141,7 +141,7 @@ func (u *Upstream) openStreamable(ctx context.Context) (*conn, *mcp.InitializeRe
 func (c *conn) newHTTPPeer(version string) *httpPeer {
 	p := &httpPeer{
 		c:       c,
-		hc:      &http.Client{Transport: c.httpc.Transport.(*limitTransport).base, CheckRedirect: c.httpc.CheckRedirect}, // one keep-alive pool, one redirect policy
+		hc:      &http.Client{Transport: c.u.withOAuth(c.httpc.Transport.(*limitTransport).base), CheckRedirect: c.httpc.CheckRedirect}, // one keep-alive pool, one redirect policy
 		limit:   c.u.maxMessage(),
 		version: version,
 		calls:   make(map[string]context.Context),

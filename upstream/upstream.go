@@ -21,6 +21,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/mcpmux/mcpmux/configs"
+	"github.com/mcpmux/mcpmux/upstream/oauth"
 )
 
 // Catalog is everything one upstream offers, fetched in full (every page).
@@ -153,7 +154,27 @@ type Options struct {
 	// connection; consecutive failures double it up to 60s. 0 = 1s; it is
 	// capped at 60s.
 	MinBackoff time.Duration
+
+	// OAuthLogin, for an upstream with oauth set, logs in without a
+	// person when a request has no usable token or is refused for lack
+	// of scope (oauth.Transport.Login): the conformance client and tests
+	// set it. nil (mcpmux serve): the upstream waits for `mcpmux auth
+	// login` and is "needs login" until then.
+	OAuthLogin func(ctx context.Context, c *oauth.Client, ch oauth.Challenge, scopes []string) error
+	// OAuth tunes the upstream's OAuth client (oauth.New); its zero
+	// value is usable.
+	OAuth oauth.Options
 }
+
+// ErrNeedsLogin is returned, wrapped with the command to run, by the
+// connection attempts and calls of an oauth upstream that has no usable
+// token (Health.LastError then says so).
+var ErrNeedsLogin = oauth.ErrNeedsLogin
+
+// ErrInsufficientScope is returned, wrapped with the scope wanted and the
+// command to run, by a call an oauth upstream refused with 403
+// insufficient_scope.
+var ErrInsufficientScope = oauth.ErrInsufficientScope
 
 // Upstream is one connection to one upstream MCP server, kept alive by a
 // supervisor goroutine. All methods are safe for concurrent use.
@@ -182,6 +203,8 @@ type Upstream struct {
 	hist history // counters and the newest error, for Health (health.go)
 
 	stderrs stderrRepeats // a failing child's stderr, logged once (stderr_repeat.go); supervisor only
+
+	oauth *oauth.Client // nil = cfg.OAuth is unset
 
 	catalogKick chan struct{} // capacity 1: an OnCatalog call is pending
 	wg          sync.WaitGroup
@@ -220,6 +243,9 @@ func New(cfg *configs.Upstream, opts Options) *Upstream {
 	// Everything the upstream logs (its errors quote URLs, a child's output
 	// may repeat its env) goes out with its configured secrets masked.
 	u.log = slog.New(u.secrets().Handler(logger.Handler())).With("upstream", cfg.Name)
+	if cfg.OAuth != nil {
+		u.oauth = oauth.New(cfg.Name, cfg.URL, *cfg.OAuth, opts.OAuth)
+	}
 	u.life, u.stop = context.WithCancel(context.Background())
 	u.procLife, u.procStop = context.WithCancel(context.Background())
 	return u
@@ -227,6 +253,9 @@ func New(cfg *configs.Upstream, opts Options) *Upstream {
 
 // Name returns the upstream's configured name.
 func (u *Upstream) Name() string { return u.cfg.Name }
+
+// OAuth returns the upstream's OAuth client; nil when cfg.OAuth is unset.
+func (u *Upstream) OAuth() *oauth.Client { return u.oauth }
 
 // Config returns the upstream's configuration; callers must not modify it.
 func (u *Upstream) Config() *configs.Upstream { return u.cfg }
@@ -368,7 +397,13 @@ func (u *Upstream) supervise(startCtx context.Context, first chan<- error) {
 			return
 		}
 		u.state.Store(int32(StateDown))
-		if !sleepCtx(u.life, jitter(delay)) {
+		if errors.Is(err, ErrNeedsLogin) && u.oauth != nil {
+			// A login by `mcpmux auth login` (another process) lands in
+			// the token file: try again as soon as it changes.
+			if !u.oauth.WaitLogin(u.life, jitter(delay)) {
+				return
+			}
+		} else if !sleepCtx(u.life, jitter(delay)) {
 			return
 		}
 		delay = min(2*delay, maxBackoff)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -97,9 +98,15 @@ func cmdCheck(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			// The error names the upstream already; it is printed once,
 			// below the tables, with the child's last stderr lines.
 			problem(err.Error())
-			notes = append(notes, "failed to start: see below")
-			if st.State == upstream.StateConnecting {
-				state = upstream.StateDown.String() // retrying after the failure
+			switch {
+			case errors.Is(err, upstream.ErrNeedsLogin):
+				state = "needs login"
+				notes = append(notes, fmt.Sprintf("run `mcpmux auth login %s`", st.Name))
+			default:
+				notes = append(notes, "failed to start: see below")
+				if st.State == upstream.StateConnecting {
+					state = upstream.StateDown.String() // retrying after the failure
+				}
 			}
 		}
 		tokens := 0

@@ -89,6 +89,20 @@ func commands() []command {
 			run: cmdPins,
 		},
 		{
+			name:    "auth",
+			summary: "log in to an oauth = true upstream, show each one's login, or log out",
+			usage: "mcpmux auth login [--config FILE] [--no-browser] [--port PORT] UPSTREAM\n" +
+				"       mcpmux auth status [--config FILE] [--json]\n" +
+				"       mcpmux auth logout [--config FILE] UPSTREAM",
+			about: "login prints the upstream's authorization URL (and opens a browser when one is\n" +
+				"available; --no-browser only prints it), takes the callback on a loopback\n" +
+				"redirect URI and stores the tokens in server.state_dir (oauth-UPSTREAM.json,\n" +
+				"0600). A running server with the same state_dir uses the new login without a\n" +
+				"restart. status lists each oauth upstream: logged in, expiry, scopes; never a\n" +
+				"token. logout removes the stored tokens.",
+			run: cmdAuth,
+		},
+		{
 			name:    "version",
 			summary: "print the version, commit and Go version",
 			usage:   "mcpmux version\n       mcpmux --version",
@@ -123,6 +137,13 @@ func commands() []command {
 			run: func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				return cmdMan(args, stdout)
 			},
+		},
+		{
+			name:    "oauth-client",
+			summary: "connect to an OAuth-protected MCP server whose authorization server approves by itself (conformance)",
+			usage:   "mcpmux oauth-client [--client-metadata-url URL] [--timeout DURATION] URL",
+			hidden:  true,
+			run:     cmdOAuthClient,
 		},
 		{
 			name:    "demo-server",

@@ -73,6 +73,8 @@ func bashCompletion(w io.Writer, refs []commandRef) error {
 			words = strings.Join(shells, " ")
 		case "pins":
 			words = strings.Join(pinsSubcommands, " ")
+		case "auth":
+			words = strings.Join(authSubcommands, " ")
 		}
 		fmt.Fprintf(&b, "        %s) flags=%s; files=%s; words=%s ;;\n", r.name,
 			shellWord(strings.Join(flags, " ")), shellWord(strings.Join(files, " ")), shellWord(words))
@@ -147,6 +149,8 @@ func zshCompletion(w io.Writer, refs []commandRef) error {
 			b.WriteString(" \\\n                '1:shell:(" + strings.Join(shells, " ") + ")'")
 		case "pins":
 			b.WriteString(" \\\n                '1:subcommand:(" + strings.Join(pinsSubcommands, " ") + ")'")
+		case "auth":
+			b.WriteString(" \\\n                '1:subcommand:(" + strings.Join(authSubcommands, " ") + ")'")
 		case "import":
 			b.WriteString(" \\\n                '*:file:_files'")
 		}
@@ -188,6 +192,8 @@ func fishCompletion(w io.Writer, refs []commandRef) error {
 			fmt.Fprintf(&b, "complete -c mcpmux -n %s -a %s\n", cond, fishQuote(strings.Join(shells, " ")))
 		case "pins":
 			fmt.Fprintf(&b, "complete -c mcpmux -n %s -a %s\n", cond, fishQuote(strings.Join(pinsSubcommands, " ")))
+		case "auth":
+			fmt.Fprintf(&b, "complete -c mcpmux -n %s -a %s\n", cond, fishQuote(strings.Join(authSubcommands, " ")))
 		case "import":
 			fmt.Fprintf(&b, "complete -c mcpmux -n %s -F\n", cond)
 		}

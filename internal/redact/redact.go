@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 )
 
@@ -305,12 +306,21 @@ func (s *Secrets) Handler(next slog.Handler) *Handler {
 
 // Live holds the Secrets of the configuration mcpmux runs now: one set of
 // every configured secret value (configs.Config.SecretValues), which every
-// output masks whoever's secret it is. A reload stores the new set. Its
-// zero value masks nothing (Apply still redacts URLs); it is safe for
-// concurrent use. A nil *Live is usable too, and masks nothing.
+// output masks whoever's secret it is. A reload stores the new set. Values
+// learnt at run time (OAuth tokens an upstream login obtained) are added
+// with Add and outlive reloads. Its zero value masks nothing (Apply still
+// redacts URLs); it is safe for concurrent use. A nil *Live is usable
+// too, and masks nothing.
 type Live struct {
-	p atomic.Pointer[Secrets]
+	mu   sync.Mutex // serializes Store and Add
+	conf *Secrets   // the configuration's set; guarded by mu
+	dyn  []string   // added values, oldest first; guarded by mu
+	p    atomic.Pointer[Secrets]
 }
+
+// maxAdded bounds the values Add keeps: the oldest go first (a token
+// refreshed hourly for weeks would otherwise grow the set without end).
+const maxAdded = 1024
 
 // NewLive returns a Live holding s.
 func NewLive(s *Secrets) *Live {
@@ -319,8 +329,37 @@ func NewLive(s *Secrets) *Live {
 	return l
 }
 
-// Store makes s the set l masks.
-func (l *Live) Store(s *Secrets) { l.p.Store(s) }
+// Store makes s the configuration's set l masks, besides what Add added.
+func (l *Live) Store(s *Secrets) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.conf = s
+	l.p.Store(s.Union(NewSecrets(l.dyn...)))
+}
+
+// Add makes l mask values too (those shorter than MinSecret are
+// ignored), whatever configuration is stored later. A nil *Live ignores
+// it.
+func (l *Live) Add(values ...string) {
+	if l == nil {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := len(l.dyn)
+	for _, v := range values {
+		if len(v) >= MinSecret && !slices.Contains(l.dyn, v) {
+			l.dyn = append(l.dyn, v)
+		}
+	}
+	if len(l.dyn) == n {
+		return
+	}
+	if len(l.dyn) > maxAdded {
+		l.dyn = slices.Clone(l.dyn[len(l.dyn)-maxAdded:])
+	}
+	l.p.Store(l.conf.Union(NewSecrets(l.dyn...)))
+}
 
 // Load returns the set l masks now (nil: none).
 func (l *Live) Load() *Secrets {

@@ -122,3 +122,25 @@ func TestLive(t *testing.T) {
 		t.Errorf("nil Live: %q", got)
 	}
 }
+
+// TestLiveAdd: values added at run time are masked beside the
+// configuration's, and survive a reload's Store.
+func TestLiveAdd(t *testing.T) {
+	l := NewLive(NewSecrets("config-secret"))
+	l.Add("access-token-1234", "short")
+	got := l.Apply("a config-secret and access-token-1234 and short")
+	if want := "a REDACTED and REDACTED and short"; got != want {
+		t.Fatalf("Apply = %q, want %q", got, want)
+	}
+	l.Store(NewSecrets("new-config-secret"))
+	if got := l.Mask("access-token-1234 config-secret new-config-secret"); got != "REDACTED config-secret REDACTED" {
+		t.Fatalf("after Store: %q", got)
+	}
+	var zero Live
+	zero.Add("access-token-5678")
+	if got := zero.Mask("x access-token-5678"); got != "x REDACTED" {
+		t.Fatalf("zero Live: %q", got)
+	}
+	var nilLive *Live
+	nilLive.Add("access-token-5678") // no panic
+}

@@ -1,0 +1,324 @@
+package oauth
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+
+	"golang.org/x/oauth2"
+)
+
+// Authorizer takes the user (or, in tests, an authorization server that
+// approves by itself) through authURL and returns the URL the
+// authorization server redirected back to: the redirect URI with the
+// callback's query.
+type Authorizer func(ctx context.Context, authURL string) (*url.URL, error)
+
+// LoginOptions are the inputs of one Login.
+type LoginOptions struct {
+	// RedirectURI is the redirect URI registered and sent; required.
+	RedirectURI string
+	// Authorize follows the authorization URL; required.
+	Authorize Authorizer
+	// Challenge is the upstream's WWW-Authenticate challenge that asked
+	// for the login; nil = Login asks the upstream for one (an
+	// unauthenticated initialize).
+	Challenge *Challenge
+	// Scopes are asked for besides those chosen from the challenge or
+	// metadata: a step-up's earlier scopes.
+	Scopes []string
+}
+
+// Login runs discovery, registration and the authorization code flow
+// with PKCE, and stores the tokens. It returns the stored record (which
+// holds the tokens: never show or log it).
+func (c *Client) Login(ctx context.Context, o LoginOptions) (*Record, error) {
+	if o.RedirectURI == "" || o.Authorize == nil {
+		return nil, errors.New("oauth login: no redirect URI or authorizer")
+	}
+	if c.store.Dir.Path == "" {
+		return nil, fmt.Errorf("oauth login: %w", errNoStateDir)
+	}
+	ch := o.Challenge
+	if ch == nil {
+		got, err := c.probe(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("oauth login: asking %s for its challenge: %w", c.serverURL, err)
+		}
+		ch = &got
+	}
+	d, err := discover(ctx, c.hc, c.serverURL, *ch)
+	if err != nil {
+		return nil, fmt.Errorf("oauth discovery: %w", err)
+	}
+	sm := d.Server
+
+	scopes := c.chooseScopes(d, *ch, o.Scopes)
+	id, secret, method, err := c.register(ctx, sm, o.RedirectURI, scopes)
+	if err != nil {
+		return nil, fmt.Errorf("oauth client registration at %s: %w", sm.Issuer, err)
+	}
+	if c.onSecret != nil && secret != "" {
+		c.onSecret(secret)
+	}
+
+	verifier := oauth2.GenerateVerifier()
+	state := randomString()
+	conf := c.config(id, secret, method, sm.AuthorizationEndpoint, sm.TokenEndpoint, o.RedirectURI, scopes)
+	opts := []oauth2.AuthCodeOption{oauth2.S256ChallengeOption(verifier)}
+	if d.Resource != "" {
+		opts = append(opts, oauth2.SetAuthURLParam("resource", d.Resource))
+	}
+	cb, err := o.Authorize(ctx, conf.AuthCodeURL(state, opts...))
+	if err != nil {
+		return nil, fmt.Errorf("oauth authorization: %w", err)
+	}
+	code, err := checkCallback(cb, state, sm)
+	if err != nil {
+		return nil, fmt.Errorf("oauth authorization: %w", err)
+	}
+	xopts := []oauth2.AuthCodeOption{oauth2.VerifierOption(verifier)}
+	if d.Resource != "" {
+		xopts = append(xopts, oauth2.SetAuthURLParam("resource", d.Resource))
+	}
+	tok, err := conf.Exchange(context.WithValue(ctx, oauth2.HTTPClient, c.hc), code, xopts...)
+	if err != nil {
+		return nil, fmt.Errorf("oauth: %w", tokenError("exchange", err))
+	}
+	rec := &Record{
+		Upstream: c.name, Resource: d.Resource, ServerURL: c.serverURL,
+		Issuer: sm.Issuer, TokenEndpoint: sm.TokenEndpoint,
+		ClientID: id, ClientSecret: secret, AuthMethod: method,
+		Scopes: scopes, AccessToken: tok.AccessToken, RefreshToken: tok.RefreshToken,
+		TokenType: tok.Type(), Expiry: tok.Expiry, LoggedInAt: c.now().UTC(),
+	}
+	if s, ok := tok.Extra("scope").(string); ok && s != "" {
+		rec.Granted = strings.Fields(s)
+	}
+	c.secret(rec)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.store.Save(rec); err != nil {
+		return nil, fmt.Errorf("oauth: storing the tokens: %w", err)
+	}
+	c.rec, c.rejected = rec, ""
+	if _, mod, err := c.store.Load(c.name); err == nil {
+		c.mod = mod
+	}
+	return rec, nil
+}
+
+var errNoStateDir = errors.New("no state directory for the token file: set server.state_dir, XDG_STATE_HOME or HOME")
+
+// chooseScopes picks the scopes to ask for: the configured ones, else the
+// challenge's, else the PRM's scopes_supported, else none; plus extra,
+// plus offline_access when the authorization server lists it (SEP-2207:
+// a refresh token lets the gateway stay logged in).
+func (c *Client) chooseScopes(d *Discovery, ch Challenge, extra []string) []string {
+	var s []string
+	switch {
+	case len(c.cfg.Scopes) > 0:
+		s = slices.Clone(c.cfg.Scopes)
+	case len(ch.Scope) > 0:
+		s = slices.Clone(ch.Scope)
+	case d.PRM != nil && len(d.PRM.ScopesSupported) > 0:
+		s = slices.Clone(d.PRM.ScopesSupported)
+	}
+	s = union(s, extra)
+	if slices.Contains(d.Server.ScopesSupported, "offline_access") && !slices.Contains(s, "offline_access") &&
+		(len(d.Server.GrantTypesSupported) == 0 || slices.Contains(d.Server.GrantTypesSupported, "refresh_token")) {
+		s = append(s, "offline_access")
+	}
+	return s
+}
+
+// probe sends an unauthenticated initialize and returns the challenge of
+// its 401 (an empty one when the upstream asks for none).
+func (c *Client) probe(ctx context.Context) (Challenge, error) {
+	body := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"mcpmux","version":"login"}}}`
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.serverURL, strings.NewReader(body))
+	if err != nil {
+		return Challenge{}, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return Challenge{}, err
+	}
+	io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	resp.Body.Close()
+	ch, _ := ParseChallenge(resp.Header.Values("WWW-Authenticate"))
+	return ch, nil
+}
+
+// register returns the client to use: the configured one, else a Client
+// ID Metadata Document's URL where the server supports it, else a
+// dynamically registered one. This is the MCP spec's order (a configured
+// client is the operator's explicit choice).
+func (c *Client) register(ctx context.Context, sm *ServerMetadata, redirect string, scopes []string) (id, secret, method string, err error) {
+	supported := sm.TokenEndpointAuthMethodsSupported
+	if c.cfg.ClientID != "" {
+		if c.cfg.ClientSecret == "" {
+			return c.cfg.ClientID, "", "none", nil
+		}
+		if len(supported) == 0 || slices.Contains(supported, "client_secret_basic") || !slices.Contains(supported, "client_secret_post") {
+			return c.cfg.ClientID, c.cfg.ClientSecret, "client_secret_basic", nil
+		}
+		return c.cfg.ClientID, c.cfg.ClientSecret, "client_secret_post", nil
+	}
+	if sm.ClientIDMetadataDocumentSupported && c.cfg.ClientMetadataURL != "" {
+		return c.cfg.ClientMetadataURL, "", "none", nil
+	}
+	if sm.RegistrationEndpoint == "" {
+		return "", "", "", errors.New("the authorization server offers neither dynamic client registration nor (for mcpmux's settings) a Client ID Metadata Document: set client_id (and client_secret) in the upstream's oauth table")
+	}
+	want := "none"
+	if len(supported) > 0 && !slices.Contains(supported, "none") {
+		want = "client_secret_basic"
+		if !slices.Contains(supported, want) && slices.Contains(supported, "client_secret_post") {
+			want = "client_secret_post"
+		}
+	}
+	reqBody := map[string]any{
+		"client_name":                c.clientName,
+		"redirect_uris":              []string{redirect},
+		"grant_types":                []string{"authorization_code", "refresh_token"},
+		"response_types":             []string{"code"},
+		"token_endpoint_auth_method": want,
+		"application_type":           "native",
+	}
+	if len(scopes) > 0 {
+		reqBody["scope"] = strings.Join(scopes, " ")
+	}
+	b, _ := json.Marshal(reqBody)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, sm.RegistrationEndpoint, bytes.NewReader(b))
+	if err != nil {
+		return "", "", "", err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json")
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return "", "", "", err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxMetadataBytes))
+	if err != nil {
+		return "", "", "", err
+	}
+	if resp.StatusCode != http.StatusCreated && resp.StatusCode != http.StatusOK {
+		var e struct {
+			Error string `json:"error"`
+		}
+		json.Unmarshal(body, &e)
+		return "", "", "", fmt.Errorf("dynamic registration answered HTTP %d (%s)", resp.StatusCode, e.Error)
+	}
+	var got struct {
+		ClientID     string `json:"client_id"`
+		ClientSecret string `json:"client_secret"`
+		Method       string `json:"token_endpoint_auth_method"`
+	}
+	if err := json.Unmarshal(body, &got); err != nil || got.ClientID == "" {
+		return "", "", "", errors.New("dynamic registration answered without a client_id")
+	}
+	method = got.Method
+	if method == "" {
+		method = want
+		if got.ClientSecret != "" && want == "none" {
+			method = "client_secret_basic"
+			if len(supported) > 0 && !slices.Contains(supported, method) && slices.Contains(supported, "client_secret_post") {
+				method = "client_secret_post"
+			}
+		}
+	}
+	switch method {
+	case "none", "client_secret_basic", "client_secret_post":
+	default:
+		return "", "", "", fmt.Errorf("the registered token_endpoint_auth_method %q is not one mcpmux supports (none, client_secret_basic, client_secret_post)", method)
+	}
+	return got.ClientID, got.ClientSecret, method, nil
+}
+
+// checkCallback checks the authorization response at cb: its state, the
+// RFC 9207 iss (required when the server advertises it, compared by
+// simple string comparison whenever present), and returns its code.
+func checkCallback(cb *url.URL, state string, sm *ServerMetadata) (string, error) {
+	if cb == nil {
+		return "", errors.New("no callback")
+	}
+	q := cb.Query()
+	if subtle.ConstantTimeCompare([]byte(q.Get("state")), []byte(state)) != 1 {
+		return "", errors.New("the callback's state does not match the request's: not the answer to this login")
+	}
+	iss, hasIss := q["iss"]
+	switch {
+	case hasIss && (len(iss) != 1 || iss[0] != sm.Issuer):
+		return "", fmt.Errorf("the callback's iss is not the issuer %q (RFC 9207): a mix-up attack, or a misconfigured server", sm.Issuer)
+	case !hasIss && sm.IssParameterSupported:
+		return "", fmt.Errorf("the callback has no iss though %q advertises authorization_response_iss_parameter_supported (RFC 9207)", sm.Issuer)
+	}
+	if e := q.Get("error"); e != "" {
+		return "", fmt.Errorf("the authorization server refused: %s", clip(e+": "+q.Get("error_description"), 200))
+	}
+	code := q.Get("code")
+	if code == "" {
+		return "", errors.New("the callback has no code")
+	}
+	return code, nil
+}
+
+// clip cuts s to n bytes.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+// randomString is 32 random bytes, base64url.
+func randomString() string {
+	b := make([]byte, 32)
+	rand.Read(b)
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+// AutoApprove is an Authorizer for authorization servers that approve by
+// themselves (tests, the conformance suite's): it GETs the authorization
+// URL with hc, following no redirect, and returns the redirect's
+// Location. hc nil = a client with a 30 s timeout.
+func AutoApprove(hc *http.Client) Authorizer {
+	return func(ctx context.Context, authURL string) (*url.URL, error) {
+		c := http.Client{Timeout: 30 * time.Second}
+		if hc != nil {
+			c = *hc
+		}
+		c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, authURL, nil)
+		if err != nil {
+			return nil, err
+		}
+		resp, err := c.Do(req)
+		if err != nil {
+			return nil, err
+		}
+		io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+		resp.Body.Close()
+		loc, err := resp.Location()
+		if err != nil {
+			return nil, fmt.Errorf("the authorization endpoint answered HTTP %d without a redirect", resp.StatusCode)
+		}
+		return loc, nil
+	}
+}
