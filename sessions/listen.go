@@ -133,14 +133,7 @@ func (s *Server) serveListen(w http.ResponseWriter, r *http.Request, m *jsonrpc.
 // the frames go through the session's writer until the request is
 // cancelled or the session ends; then no answer is due.
 func (s *Server) listenStream(ctx context.Context, sess *streamSession, b Binding, view *filter.View, m *jsonrpc.Message) []byte {
-	queue := func(f []byte) bool {
-		select {
-		case sess.out <- jsonrpc.Whole(f):
-			return true
-		default:
-			return false
-		}
-	}
+	queue := func(f []byte) bool { return sess.offer(jsonrpc.Whole(f)) }
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	stop, e := s.listen(ctx, m, b, view, queue, cancel)

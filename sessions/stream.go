@@ -98,11 +98,18 @@ type streamSession struct {
 	ctx    context.Context // done once the session ends
 	cancel context.CancelFunc
 
-	out   chan jsonrpc.Frame // everything the session sends, in order
-	held  *backlog           // the bytes in out and in its calls' frame queues (backlog.go)
-	queue chan *streamJob    // requests waiting for a worker
-	wg    sync.WaitGroup     // workers
-	wrote chan struct{}      // closed when the writer has stopped
+	out chan jsonrpc.Frame // everything the session sends, in order
+	// queued counts the frames in out and the one the writer took but has
+	// not written; wmu is held while a frame is written. A frame is
+	// written at once, without the writer goroutine, only when nothing is
+	// queued (sendFrame): whatever a goroutine queued earlier is written
+	// before what it sends next.
+	queued atomic.Int64
+	wmu    sync.Mutex
+	held   *backlog        // the bytes in out and in its calls' frame queues (backlog.go)
+	queue  chan *streamJob // requests waiting for a worker
+	wg     sync.WaitGroup  // workers
+	wrote  chan struct{}   // closed when the writer has stopped
 
 	logLevel   atomic.Value // mcp.LoggingLevel
 	clientCaps atomic.Pointer[mcp.ClientCapabilities]
@@ -393,15 +400,45 @@ func (ss *streamSession) send(ctx context.Context, frame []byte) error {
 func (ss *streamSession) sendFrame(ctx context.Context, frame jsonrpc.Frame) error {
 	n := frame.Len()
 	ss.held.hold(n) // until the writer has written it
+	if ss.queued.Load() == 0 && ss.wmu.TryLock() {
+		// Nothing waits before it: written here, which spares a wake-up
+		// of the writer per answer (the stdio door's latency).
+		if ss.queued.Load() == 0 && ss.ctx.Err() == nil {
+			err := ss.w.writeFrame(frame)
+			ss.wmu.Unlock()
+			ss.held.written(n)
+			if err != nil {
+				ss.end(fmt.Errorf("writing to the client: %w", err))
+				return ErrSessionClosed
+			}
+			return nil
+		}
+		ss.wmu.Unlock()
+	}
+	ss.queued.Add(1)
 	select {
 	case ss.out <- frame:
 		return nil
 	case <-ctx.Done():
+		ss.queued.Add(-1)
 		ss.held.written(n)
 		return ctx.Err()
 	case <-ss.ctx.Done():
+		ss.queued.Add(-1)
 		ss.held.written(n)
 		return ErrSessionClosed
+	}
+}
+
+// offer queues frame for the writer if there is room now.
+func (ss *streamSession) offer(frame jsonrpc.Frame) bool {
+	ss.queued.Add(1)
+	select {
+	case ss.out <- frame:
+		return true
+	default:
+		ss.queued.Add(-1)
+		return false
 	}
 }
 
@@ -414,14 +451,12 @@ func (ss *streamSession) trySend(frame []byte) bool {
 		return false
 	}
 	ss.held.hold(len(frame))
-	select {
-	case ss.out <- jsonrpc.Whole(frame):
+	if ss.offer(jsonrpc.Whole(frame)) {
 		return true
-	default:
-		ss.held.written(len(frame))
-		ss.srv.log.Warn("frame to the client dropped: the session's queue is full", "session", ss.id)
-		return false
 	}
+	ss.held.written(len(frame))
+	ss.srv.log.Warn("frame to the client dropped: the session's queue is full", "session", ss.id)
+	return false
 }
 
 // writeLoop is the session's only writer, in the order frames were
@@ -443,7 +478,10 @@ func (ss *streamSession) writeLoop() {
 			ss.flush()
 			return
 		}
+		ss.wmu.Lock()
 		err := ss.w.writeFrame(frame)
+		ss.wmu.Unlock()
+		ss.queued.Add(-1)
 		ss.held.written(frame.Len())
 		if err != nil {
 			ss.end(fmt.Errorf("writing to the client: %w", err))
@@ -459,7 +497,11 @@ func (ss *streamSession) flush() {
 		select {
 		case frame := <-ss.out:
 			ss.held.written(frame.Len())
-			if ss.w.writeFrame(frame) != nil {
+			ss.wmu.Lock()
+			err := ss.w.writeFrame(frame)
+			ss.wmu.Unlock()
+			ss.queued.Add(-1)
+			if err != nil {
 				return
 			}
 		default:

@@ -59,10 +59,7 @@ func (ss *streamSession) notifyCancelled(id string, ctx context.Context) {
 	if err != nil {
 		return
 	}
-	select {
-	case ss.out <- jsonrpc.Whole(frame):
-	default:
-	}
+	ss.offer(jsonrpc.Whole(frame))
 }
 
 // cancelledFrame is the notifications/cancelled that withdraws the
