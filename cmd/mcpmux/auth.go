@@ -39,20 +39,9 @@ func cmdAuth(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	noBrowser := fs.Bool("no-browser", false, "login: only print the authorization URL; do not open a browser")
 	port := fs.Int("port", 0, "login: take the callback on `PORT` of 127.0.0.1 (0 = any free port); for a client registered with a fixed redirect URI")
 	asJSON := fs.Bool("json", false, "status: print JSON")
-	sub := ""
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		sub, args = args[0], args[1:]
-	}
-	var operands []string
-	for {
-		if err := fs.parseAllowingArgs(args); err != nil {
-			return err
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		operands = append(operands, fs.Arg(0))
-		args = fs.Args()[1:]
+	sub, operands, err := fs.parseSubcommand(args)
+	if err != nil {
+		return err
 	}
 	switch sub {
 	case "login", "logout":

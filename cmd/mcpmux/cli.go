@@ -273,6 +273,26 @@ func (f *flags) parseAllowingArgs(args []string) error {
 	return f.usageErr(errors.New(flagError(err.Error())))
 }
 
+// parseSubcommand parses the args of a command with subcommands (`auth
+// login NAME`, `pins approve TOOL`): the first word, when it is no flag, is
+// the subcommand; flags may come before or after the operands, which are
+// returned in order.
+func (f *flags) parseSubcommand(args []string) (sub string, operands []string, err error) {
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		sub, args = args[0], args[1:]
+	}
+	for {
+		if err := f.parseAllowingArgs(args); err != nil {
+			return "", nil, err
+		}
+		if f.NArg() == 0 {
+			return sub, operands, nil
+		}
+		operands = append(operands, f.Arg(0))
+		args = f.Args()[1:]
+	}
+}
+
 // usageErr is err as a usage error of this command.
 func (f *flags) usageErr(err error) error {
 	name := f.cmd.name

@@ -37,21 +37,9 @@ func cmdPins(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	asJSON := fs.Bool("json", false, "list: print the pending changes as a JSON array")
 	upstream := fs.String("upstream", "", "approve: every pending change of the upstream `NAME`")
 	all := fs.Bool("all", false, "approve: every pending change")
-	sub := ""
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		sub, args = args[0], args[1:]
-	}
-	// Flags may come before or after TOOL.
-	var operands []string
-	for {
-		if err := fs.parseAllowingArgs(args); err != nil {
-			return err
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		operands = append(operands, fs.Arg(0))
-		args = fs.Args()[1:]
+	sub, operands, err := fs.parseSubcommand(args) // flags may come before or after TOOL
+	if err != nil {
+		return err
 	}
 	switch sub {
 	case "list":
