@@ -24,6 +24,12 @@ func (s *syncBuf) Write(p []byte) (int, error) {
 	return s.b.Write(p)
 }
 
+func (s *syncBuf) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
 func (s *syncBuf) records(t *testing.T) []audit.Record {
 	s.mu.Lock()
 	defer s.mu.Unlock()

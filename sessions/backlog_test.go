@@ -207,7 +207,7 @@ func callBody(id int, tool string, args string) string {
 // id then gets 404, and what it held is let go.
 func TestSlowReaderOnMCP(t *testing.T) {
 	bu := newBigUpstream(t)
-	var audit syncWriter
+	var audit syncBuf
 	s := newServerWith(t, bu.url, bigConfig, Options{WriteTimeout: 2 * time.Second, Audit: &audit})
 	hs := httptest.NewServer(s.Handler())
 	t.Cleanup(hs.Close)
@@ -317,22 +317,4 @@ func waitLong(t *testing.T, cond func() bool, what string) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-}
-
-// syncWriter is a bytes buffer safe for concurrent writes.
-type syncWriter struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (w *syncWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.Write(p)
-}
-
-func (w *syncWriter) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.String()
 }

@@ -361,24 +361,7 @@ func TestDynamicToolsetsStateless(t *testing.T) {
 	up := newUpstreamServer(t, 30)
 	s := newBenchServer(t, up.http.URL, dynamicConfig)
 	h := s.Handler()
-	meta := `"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}`
-	modern := func(query, method, name, params string) rpcMsg {
-		t.Helper()
-		body := fmt.Sprintf(`{"jsonrpc":"2.0","id":5,"method":%q,"params":{%s%s}}`, method, params, meta)
-		req := newRequest(query, "", body)
-		req.Header.Set("Mcp-Protocol-Version", "2026-07-28")
-		req.Header.Set("Mcp-Method", method)
-		if name != "" {
-			req.Header.Set("Mcp-Name", name)
-		}
-		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, req)
-		var m rpcMsg
-		if err := json.Unmarshal(rec.Body.Bytes(), &m); err != nil {
-			t.Fatalf("%s: %d %s", method, rec.Code, rec.Body.String())
-		}
-		return m
-	}
+	modern := func(query, method, name, params string) rpcMsg { return postModern(t, h, query, method, name, params) }
 	if got := listedNames(t, modern("?profile=dyn", "tools/list", "", "")); !slices.Equal(got, append(slices.Clone(ownNames), toolRange(20, 29, 1)...)) {
 		t.Fatalf("stateless tools/list = %q", got)
 	}
@@ -490,4 +473,27 @@ func TestDynamicToolsetsReloadWithoutProfile(t *testing.T) {
 	if n := up.requests.Load() - before; n != 0 {
 		t.Fatalf("the upstream got %d requests", n)
 	}
+}
+
+// postModern posts a stateless 2026-07-28 request for method (params: its
+// params' members before _meta, each followed by a comma) to h with the
+// headers that era requires (Mcp-Name when name is set), and decodes the
+// answer.
+func postModern(t *testing.T, h http.Handler, query, method, name, params string) rpcMsg {
+	t.Helper()
+	const meta = `"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}`
+	body := fmt.Sprintf(`{"jsonrpc":"2.0","id":5,"method":%q,"params":{%s%s}}`, method, params, meta)
+	req := newRequest(query, "", body)
+	req.Header.Set("Mcp-Protocol-Version", "2026-07-28")
+	req.Header.Set("Mcp-Method", method)
+	if name != "" {
+		req.Header.Set("Mcp-Name", name)
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	var m rpcMsg
+	if err := json.Unmarshal(rec.Body.Bytes(), &m); err != nil {
+		t.Fatalf("%s: %d %s", method, rec.Code, rec.Body.String())
+	}
+	return m
 }

@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,24 +16,6 @@ import (
 	"github.com/mcpmux/mcpmux/internal/pins"
 	"github.com/mcpmux/mcpmux/upstream"
 )
-
-// lockedBuffer is an io.Writer for the audit log that tests can read.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // TestPinsQuarantineAndStatus: a tool whose description changes after its
 // upstream was pinned is gone from the catalog under quarantine (a call
@@ -62,7 +43,7 @@ profiles = ["all"]
 		t.Fatal(err)
 	}
 	noProbe := func(*configs.Upstream) upstream.Options { return upstream.Options{ProbeInterval: -1} }
-	var auditLog lockedBuffer
+	var auditLog syncBuf
 	s, err := New(cfg, Options{Audit: &auditLog, Aggregator: aggregator.Options{Upstream: noProbe, Pins: pins.New(dir)}})
 	if err != nil {
 		t.Fatal(err)

@@ -291,23 +291,8 @@ func TestToolSearchStateless(t *testing.T) {
 	up := newUpstreamServer(t, 30)
 	s := newBenchServer(t, up.http.URL, searchConfig)
 	h := s.Handler()
-	meta := `"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}`
 	modern := func(method, name, params string) rpcMsg {
-		t.Helper()
-		body := fmt.Sprintf(`{"jsonrpc":"2.0","id":5,"method":%q,"params":{%s%s}}`, method, params, meta)
-		req := newRequest("?profile=agent", "", body)
-		req.Header.Set("Mcp-Protocol-Version", "2026-07-28")
-		req.Header.Set("Mcp-Method", method)
-		if name != "" {
-			req.Header.Set("Mcp-Name", name)
-		}
-		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, req)
-		var m rpcMsg
-		if err := json.Unmarshal(rec.Body.Bytes(), &m); err != nil {
-			t.Fatalf("%s: %d %s", method, rec.Code, rec.Body.String())
-		}
-		return m
+		return postModern(t, h, "?profile=agent", method, name, params)
 	}
 	initial := append(slices.Clone(searchOwn), "up__tool_0000")
 	if got := listedNames(t, modern("tools/list", "", "")); !slices.Equal(got, initial) {
