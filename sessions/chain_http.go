@@ -195,7 +195,10 @@ func (o *eventWriter) fail(err error) {
 	o.broken, o.stalled, o.err = true, true, err
 }
 
-func (o *eventWriter) event(frame []byte) {
+func (o *eventWriter) event(frame []byte) { o.eventFrame(jsonrpc.Whole(frame)) }
+
+// eventFrame writes frame as the next event, opening the stream first.
+func (o *eventWriter) eventFrame(frame jsonrpc.Frame) {
 	if o.broken {
 		return
 	}
@@ -207,7 +210,7 @@ func (o *eventWriter) event(frame []byte) {
 		h.Set("Cache-Control", "no-cache")
 		o.w.WriteHeader(http.StatusOK)
 	}
-	if err := writeEvent(o.w, jsonrpc.Whole(frame)); err != nil {
+	if err := writeEvent(o.w, frame); err != nil {
 		o.fail(err)
 		return
 	}
@@ -220,17 +223,7 @@ func (o *eventWriter) final(status int, frame jsonrpc.Frame) {
 	o.held.hold(frame.Len())
 	defer o.held.written(frame.Len())
 	if o.stream {
-		if o.broken {
-			return
-		}
-		o.deadline()
-		if err := writeEvent(o.w, frame); err != nil {
-			o.fail(err)
-			return
-		}
-		if err := o.rc.Flush(); err != nil {
-			o.fail(err)
-		}
+		o.eventFrame(frame)
 		return
 	}
 	o.deadline()
