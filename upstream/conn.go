@@ -520,12 +520,17 @@ func (c *conn) listenFilter() mcp.SubscriptionFilter {
 // httpPeer also wraps around a session the upstream ended), a stream cut
 // short, or a network error.
 func isConnectionLoss(err error) bool {
+	if errors.Is(err, wire.ErrClosed) {
+		// Whatever closed it: a keepalive's unanswered ping closes the
+		// wire with a cause that wraps context.DeadlineExceeded, and the
+		// call must still be told the connection is down.
+		return true
+	}
 	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return false
 	}
 	var opErr *net.OpError
-	return errors.Is(err, wire.ErrClosed) ||
-		errors.Is(err, io.ErrUnexpectedEOF) ||
+	return errors.Is(err, io.ErrUnexpectedEOF) ||
 		errors.Is(err, syscall.ECONNRESET) ||
 		errors.Is(err, syscall.ECONNREFUSED) ||
 		errors.As(err, &opErr)
