@@ -42,6 +42,11 @@ type Options struct {
 	Now func() time.Time
 	// PollInterval is how often WaitLogin looks at the token file; 0 = 1s.
 	PollInterval time.Duration
+	// User, when set, makes the Client the login of one calling identity
+	// of a per-user upstream (credentials = "per-user"): its token file
+	// is keyed by UserKey(User), and its messages point the user to
+	// mcpmux's connect link instead of `mcpmux auth login`.
+	User string
 	// OnSecret receives the secret values of each login the Client reads
 	// or obtains (access and refresh tokens, a registered client secret),
 	// for every output to mask them (redact.Live.Add). nil = ignored.
@@ -55,6 +60,8 @@ type Options struct {
 // A Client is safe for concurrent use.
 type Client struct {
 	name, serverURL string
+	user            string // UserKey of Options.User; "" = the gateway's login
+	key             string // the store key: storeKey(name, user)
 	cfg             configs.UpstreamOAuth
 	store           Store
 	hc              *http.Client
@@ -74,6 +81,10 @@ type Client struct {
 func New(name, serverURL string, cfg configs.UpstreamOAuth, opts Options) *Client {
 	c := &Client{name: name, serverURL: serverURL, cfg: cfg, store: Store{Dir: statedir.Dir{Path: cfg.StateDir}},
 		hc: opts.HTTP, clientName: opts.ClientName, now: opts.Now, poll: opts.PollInterval, onSecret: opts.OnSecret}
+	if opts.User != "" {
+		c.user = UserKey(opts.User)
+	}
+	c.key = storeKey(name, c.user)
 	if c.hc == nil {
 		c.hc = &http.Client{Timeout: 30 * time.Second}
 	}
@@ -97,18 +108,27 @@ func (c *Client) Store() Store { return c.store }
 
 // needsLogin wraps ErrNeedsLogin with the command to run and why.
 func (c *Client) needsLogin(why string) error {
+	if c.user != "" {
+		return fmt.Errorf("%w: connect your account to upstream %s through mcpmux (%s)", ErrNeedsLogin, c.name, why)
+	}
 	return fmt.Errorf("%w: run `mcpmux auth login %s` (%s)", ErrNeedsLogin, c.name, why)
 }
+
+// PerUser reports whether c is one user's login (Options.User).
+func (c *Client) PerUser() bool { return c.user != "" }
+
+// Path returns c's token file.
+func (c *Client) Path() string { return c.store.Path(c.key) }
 
 // load re-reads the token file when it changed (a stat per call, a read
 // only after a change). c.mu is held.
 func (c *Client) load() (*Record, error) {
 	if c.rec != nil {
-		if fi, err := os.Stat(c.store.Path(c.name)); err == nil && fi.ModTime().Equal(c.mod) {
+		if fi, err := os.Stat(c.store.Path(c.key)); err == nil && fi.ModTime().Equal(c.mod) {
 			return c.rec, nil
 		}
 	}
-	rec, mod, err := c.store.Load(c.name)
+	rec, mod, err := c.store.Load(c.key)
 	if err != nil {
 		return nil, err
 	}
@@ -220,7 +240,7 @@ func (c *Client) refresh(ctx context.Context, rec *Record) error {
 		return err
 	}
 	defer unlock()
-	if cur, mod, err := c.store.Load(c.name); err == nil && cur != nil && cur.AccessToken != rec.AccessToken && cur.ServerURL == rec.ServerURL {
+	if cur, mod, err := c.store.Load(c.key); err == nil && cur != nil && cur.AccessToken != rec.AccessToken && cur.ServerURL == rec.ServerURL {
 		c.rec, c.mod = cur, mod
 		c.secret(cur)
 		return nil
@@ -244,7 +264,7 @@ func (c *Client) refresh(ctx context.Context, rec *Record) error {
 		return err
 	}
 	c.rec = &next
-	if _, mod, err := c.store.Load(c.name); err == nil {
+	if _, mod, err := c.store.Load(c.key); err == nil {
 		c.mod = mod
 	}
 	return nil
@@ -347,7 +367,7 @@ func (c *Client) WantScopes(scopes []string) {
 	next.WantScopes = want
 	if c.store.Save(&next) == nil {
 		c.rec = &next
-		if _, mod, err := c.store.Load(c.name); err == nil {
+		if _, mod, err := c.store.Load(c.key); err == nil {
 			c.mod = mod
 		}
 	}
@@ -396,13 +416,13 @@ func (c *Client) Logout() (removed bool, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.rec, c.mod = nil, time.Time{}
-	return c.store.Delete(c.name)
+	return c.store.Delete(c.key)
 }
 
 // WaitLogin waits until the token file changes (a login landed), d
 // passes, or ctx ends; false only when ctx ended.
 func (c *Client) WaitLogin(ctx context.Context, d time.Duration) bool {
-	_, start, _ := c.store.Load(c.name)
+	_, start, _ := c.store.Load(c.key)
 	deadline := time.NewTimer(d)
 	defer deadline.Stop()
 	tick := time.NewTicker(c.poll)
@@ -414,7 +434,7 @@ func (c *Client) WaitLogin(ctx context.Context, d time.Duration) bool {
 		case <-deadline.C:
 			return true
 		case <-tick.C:
-			if _, mod, err := c.store.Load(c.name); err == nil && !mod.Equal(start) {
+			if _, mod, err := c.store.Load(c.key); err == nil && !mod.Equal(start) {
 				return true
 			}
 		}
