@@ -474,6 +474,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /readyz", s.serveReady)
 	mux.Handle("GET /metrics", s.withViewer(s.serveMetrics)) // views.go
 	s.handleStatus(mux)                                      // GET / and GET /status.json (status.go)
+	s.handleConnect(mux)                                     // /oauth/connect/NAME, /oauth/callback (connect.go)
 	return recoverPanics(s.log, s.guard(mux))
 }
 
@@ -486,7 +487,7 @@ func (s *Server) guard(next http.Handler) http.Handler {
 		if !hostAllowed(w, r) {
 			return
 		}
-		if o := r.Header.Get("Origin"); o != "" && !s.originAllowed(o) {
+		if o := r.Header.Get("Origin"); o != "" && !s.originAllowed(o) && !(strings.HasPrefix(r.URL.Path, "/oauth/") && s.ownOrigin(o)) {
 			writeJSONError(w, http.StatusForbidden, nil, mcp.INVALID_REQUEST, fmt.Sprintf("origin %q is not allowed", o))
 			return
 		}
