@@ -158,14 +158,14 @@ func (a *Aggregator) newConn(uc *configs.Upstream, session string, log *slog.Log
 	return a.newConnFor(uc, session, "", log, onCatalog)
 }
 
-// newConnFor is newConn for the identity user's own OAuth login of a
-// per-user upstream ("" = the gateway's login).
-func (a *Aggregator) newConnFor(uc *configs.Upstream, session, user string, log *slog.Logger, onCatalog func(*upstream.Upstream)) *upstream.Upstream {
+// newConnFor is newConn with the OAuth login of the user whose UserKey
+// is userKey, of a per-user upstream ("" = the gateway's login).
+func (a *Aggregator) newConnFor(uc *configs.Upstream, session, userKey string, log *slog.Logger, onCatalog func(*upstream.Upstream)) *upstream.Upstream {
 	var uo upstream.Options
 	if a.opts.Upstream != nil {
 		uo = a.opts.Upstream(uc)
 	}
-	uo.OAuth.User = user
+	uo.OAuth.UserKey = userKey
 	uo.Logger = log
 	uo.OnCatalog = onCatalog
 	uo.OAuth.OnSecret = a.secrets.Add // an oauth upstream's tokens are masked like configured secrets
@@ -237,6 +237,7 @@ func (a *Aggregator) Start(ctx context.Context) error {
 		})
 	}
 	err := g.Wait().ErrorOrNil()
+	a.openListing() // per-user upstreams without an operator login (peruser.go)
 	a.rebuild()
 	return err
 }

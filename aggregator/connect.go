@@ -116,6 +116,13 @@ func (a *Aggregator) FinishConnect(ctx context.Context, cb *url.URL, nonce strin
 		s.closeConn(a, k, uc) // opened again with the new login
 	}
 	s.mu.Unlock()
+	// The user's connection opens now, not at the first call: its
+	// catalog lists the upstream while no operator login does.
+	if shared := a.perUser(pc.upstream); shared != nil {
+		if _, err := a.openUserConn(k, oauth.UserKey(who), shared); err != nil {
+			a.log.Warn("per-user connection not opened after connecting", "upstream", pc.upstream, "error", err)
+		}
+	}
 	return pc.upstream, who, nil
 }
 

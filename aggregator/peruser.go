@@ -133,55 +133,114 @@ func (a *Aggregator) userConn(ctx context.Context, cl Client, shared *upstream.U
 		return a.awaitUser(ctx, uc)
 	}
 	s.mu.Unlock()
+	var err error
 
 	// Nothing is opened, and nothing sent upstream, for a caller with no
 	// stored login.
-	st, err := userLogin(cfg, who).Status()
-	if err != nil || !st.LoggedIn {
+	if st, err := userLogin(cfg, who).Status(); err != nil || !st.LoggedIn {
 		return nil, a.notConnected(name, who, "no stored login")
 	}
 
+	uc, err = a.openUserConn(k, oauth.UserKey(who), shared)
+	if err != nil {
+		return nil, err
+	}
+	return a.awaitUser(ctx, uc)
+}
+
+// listingPrefix starts the key of a listing connection (userKey.who):
+// one made with a stored user login, for the catalog of a per-user
+// upstream without an operator login. No caller is named so (identified
+// refuses it): no call ever goes over it.
+const listingPrefix = "listing:"
+
+// openUserConn returns the connection under k, opening it (without
+// waiting for it) with the login of the user whose UserKey is hash. A
+// caller's connection counts in its share and the total; a listing
+// connection (k.who starts with listingPrefix) in neither.
+func (a *Aggregator) openUserConn(k userKey, hash string, shared *upstream.Upstream) (*userConn, error) {
+	s := a.users
+	name, who := k.name, k.who
+	listing := strings.HasPrefix(who, listingPrefix)
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	if s.closed {
-		s.mu.Unlock()
 		return nil, fmt.Errorf("upstream %q: mcpmux is shutting down: %w", name, upstream.ErrDown)
 	}
-	uc = s.conns[k]
+	uc := s.conns[k]
 	if uc != nil && uc.shared != shared {
 		s.closeConn(a, k, uc) // a reload restarted the upstream with another config
 		uc = nil
 	}
-	if uc == nil {
+	if uc != nil {
+		uc.last = time.Now()
+		return uc, nil
+	}
+	if !listing {
 		set := a.set.Load()
 		if max := set.cfg.Server.MaxChildrenPerCaller; max > 0 && s.byWho[who] >= max {
-			s.mu.Unlock()
 			return nil, fmt.Errorf("upstream %q: %w: server.max_children_per_caller (%d) per-user connections of this caller are open; retry later", name, ErrCallerShare, max)
 		}
 		if max := set.cfg.Server.MaxSessions; max > 0 && len(s.conns) >= max {
-			s.mu.Unlock()
 			return nil, fmt.Errorf("upstream %q: %w: server.max_sessions (%d) per-user connections are open; retry later", name, upstream.ErrDown, max)
 		}
-		uc = &userConn{shared: shared, ready: make(chan struct{}), who: who, last: time.Now()}
 		s.byWho[who]++
-		// The link's session is a name of the user's, never a client
-		// session's: what the connection sends outside a call (log
-		// messages, resource updates) reaches no other caller.
-		uc.u = a.newConnFor(cfg, "user:"+oauth.UserKey(who)[:16], who, a.log.With("user", oauth.UserKey(who)[:16]), func(*upstream.Upstream) { a.rebuild() })
-		s.conns[k] = uc
-		if !s.sweeping {
-			s.sweeping = true
-			s.wg.Go(a.sweepLoop)
-		}
-		s.wg.Go(func() {
-			defer close(uc.ready)
-			if err := uc.u.Start(context.Background()); err != nil {
-				a.log.Warn("per-user connection failed to start; retrying in the background", "upstream", name, "user", oauth.UserKey(who)[:16], "error", err)
-			}
-		})
-		a.log.Info("per-user connection opened", "upstream", name, "user", oauth.UserKey(who)[:16])
 	}
-	s.mu.Unlock()
-	return a.awaitUser(ctx, uc)
+	uc = &userConn{shared: shared, ready: make(chan struct{}), who: who, last: time.Now()}
+	// The link's session is a name of the user's, never a client
+	// session's: what the connection sends outside a call (log messages,
+	// resource updates) reaches no other caller.
+	short := hash[:16]
+	uc.u = a.newConnFor(shared.Config(), "user:"+short, hash, a.log.With("user", short), func(*upstream.Upstream) { a.rebuild() })
+	s.conns[k] = uc
+	if !s.sweeping {
+		s.sweeping = true
+		s.wg.Go(a.sweepLoop)
+	}
+	s.wg.Go(func() {
+		defer close(uc.ready)
+		if err := uc.u.Start(context.Background()); err != nil {
+			a.log.Warn("per-user connection failed to start; retrying in the background", "upstream", name, "user", short, "error", err)
+		}
+	})
+	if listing {
+		a.log.Info("per-user upstream listed with a stored user login (no operator login)", "upstream", name, "user", short)
+	} else {
+		a.log.Info("per-user connection opened", "upstream", name, "user", short)
+	}
+	return uc, nil
+}
+
+// openListing opens, for each per-user upstream whose shared connection
+// has no catalog (no operator login), a listing connection with its most
+// recently stored user login, unless one is open. Start and each
+// finished connect call it.
+func (a *Aggregator) openListing() {
+	for _, u := range a.set.Load().ups {
+		cfg := u.Config()
+		if !cfg.PerUser() || u.Catalog() != nil || cfg.OAuth == nil {
+			continue
+		}
+		s := a.users
+		s.mu.Lock()
+		open := false
+		for k, uc := range s.conns {
+			if k.name == cfg.Name && strings.HasPrefix(k.who, listingPrefix) && uc.shared == u {
+				open = true
+			}
+		}
+		s.mu.Unlock()
+		if open {
+			continue
+		}
+		users := oauth.New(cfg.Name, cfg.URL, *cfg.OAuth, oauth.Options{}).Store().Users(cfg.Name)
+		if len(users) == 0 {
+			continue
+		}
+		if _, err := a.openUserConn(userKey{cfg.Name, listingPrefix + users[0]}, users[0], u); err != nil {
+			a.log.Warn("per-user upstream: no listing connection", "upstream", cfg.Name, "error", err)
+		}
+	}
 }
 
 // awaitUser waits (within ctx) for uc's first connection attempt. A
@@ -214,10 +273,12 @@ func (a *Aggregator) dropUserConn(uc *userConn) {
 // closeConn forgets and closes uc (in the background). s.mu is held.
 func (s *userConns) closeConn(a *Aggregator, k userKey, uc *userConn) {
 	delete(s.conns, k)
-	if n := s.byWho[uc.who] - 1; n > 0 {
-		s.byWho[uc.who] = n
-	} else {
-		delete(s.byWho, uc.who)
+	if !strings.HasPrefix(uc.who, listingPrefix) { // a listing connection is not counted
+		if n := s.byWho[uc.who] - 1; n > 0 {
+			s.byWho[uc.who] = n
+		} else {
+			delete(s.byWho, uc.who)
+		}
 	}
 	s.wg.Go(func() {
 		if err := uc.u.Close(); err != nil {
@@ -239,6 +300,9 @@ func (a *Aggregator) sweepUsers(now time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for k, uc := range s.conns {
+		if strings.HasPrefix(k.who, listingPrefix) {
+			continue // the catalog's: kept while the upstream is
+		}
 		if now.Sub(uc.last) > max(idle, 2*uc.u.Config().CallTimeout) && a.relay.inflightCount(uc.u) == 0 {
 			s.closeConn(a, k, uc)
 			a.log.Info("per-user connection closed: idle", "upstream", k.name, "user", oauth.UserKey(k.who)[:16])

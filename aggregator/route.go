@@ -108,10 +108,17 @@ func upstreamErr(name, method string, timeout time.Duration, err error) error {
 	var (
 		rpc *upstream.RPCError
 		big *upstream.TooLargeError
+		own *UpstreamError
 	)
 	switch {
 	case err == nil:
 		return nil
+	case errors.As(err, &own):
+		// Classified already (a per-user upstream's refusal, peruser.go).
+		if own.Method == "" {
+			own.Method = method
+		}
+		return own
 	case errors.As(err, &big):
 		return &UpstreamError{Upstream: name, Method: method, TooLarge: big.Limit, Err: err}
 	case errors.As(err, &rpc), errors.Is(err, context.Canceled) && !errors.Is(err, upstream.ErrDown):

@@ -47,6 +47,10 @@ type Options struct {
 	// is keyed by UserKey(User), and its messages point the user to
 	// mcpmux's connect link instead of `mcpmux auth login`.
 	User string
+	// UserKey, when User is "", is the UserKey of the identity whose
+	// login the Client uses (a login found in the state directory, whose
+	// identity is not known).
+	UserKey string
 	// OnSecret receives the secret values of each login the Client reads
 	// or obtains (access and refresh tokens, a registered client secret),
 	// for every output to mask them (redact.Live.Add). nil = ignored.
@@ -81,6 +85,7 @@ type Client struct {
 func New(name, serverURL string, cfg configs.UpstreamOAuth, opts Options) *Client {
 	c := &Client{name: name, serverURL: serverURL, cfg: cfg, store: Store{Dir: statedir.Dir{Path: cfg.StateDir}},
 		hc: opts.HTTP, clientName: opts.ClientName, now: opts.Now, poll: opts.PollInterval, onSecret: opts.OnSecret}
+	c.user = opts.UserKey
 	if opts.User != "" {
 		c.user = UserKey(opts.User)
 	}

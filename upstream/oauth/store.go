@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/mcpmux/mcpmux/internal/statedir"
@@ -165,4 +167,43 @@ func (s Store) Delete(name string) (removed bool, err error) {
 		return false, fmt.Errorf("token file: %w", err)
 	}
 	return true, nil
+}
+
+// Users returns the UserKeys of the users of upstream name with a token
+// file in the store, the most recently written first.
+func (s Store) Users(name string) []string {
+	if s.Dir.Path == "" {
+		return nil
+	}
+	prefix := "oauth-" + name + ".user-"
+	entries, err := os.ReadDir(s.Dir.Path)
+	if err != nil {
+		return nil
+	}
+	type user struct {
+		key string
+		mod time.Time
+	}
+	var us []user
+	for _, e := range entries {
+		k, ok := strings.CutPrefix(e.Name(), prefix)
+		if !ok || !strings.HasSuffix(k, ".json") || !e.Type().IsRegular() {
+			continue
+		}
+		k = strings.TrimSuffix(k, ".json")
+		if len(k) != 2*sha256.Size || strings.Trim(k, "0123456789abcdef") != "" {
+			continue
+		}
+		fi, err := e.Info()
+		if err != nil {
+			continue
+		}
+		us = append(us, user{k, fi.ModTime()})
+	}
+	slices.SortFunc(us, func(a, b user) int { return b.mod.Compare(a.mod) })
+	keys := make([]string, len(us))
+	for i, u := range us {
+		keys[i] = u.key
+	}
+	return keys
 }
