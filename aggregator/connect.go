@@ -129,3 +129,9 @@ func (a *Aggregator) FinishConnect(ctx context.Context, cb *url.URL, nonce strin
 // ConfigPublicBase returns the URL users reach mcpmux at, by the current
 // config (configs.Config.PublicBase).
 func (a *Aggregator) ConfigPublicBase() (string, bool) { return a.set.Load().cfg.PublicBase() }
+
+// ConnectPending returns how many connect tickets and pending logins are
+// held (expired ones until the next sweep).
+func (a *Aggregator) ConnectPending() (tickets, logins int) {
+	return a.users.tickets.Len(), a.users.pending.Len()
+}
