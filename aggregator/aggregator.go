@@ -20,6 +20,7 @@ import (
 	"github.com/mcpmux/mcpmux/internal/pins"
 	"github.com/mcpmux/mcpmux/internal/redact"
 	"github.com/mcpmux/mcpmux/upstream"
+	"github.com/mcpmux/mcpmux/upstream/oauth"
 )
 
 // ErrToolNotFound is returned when a call names a tool the current snapshot
@@ -155,17 +156,19 @@ func (a *Aggregator) newUpstream(uc *configs.Upstream) *upstream.Upstream {
 // (session ""), or the own connection of one client session. What the
 // connection sends back is routed through a connLink naming both.
 func (a *Aggregator) newConn(uc *configs.Upstream, session string, log *slog.Logger, onCatalog func(*upstream.Upstream)) *upstream.Upstream {
-	return a.newConnFor(uc, session, "", log, onCatalog)
+	return a.newConnFor(uc, session, oauth.Options{}, log, onCatalog)
 }
 
-// newConnFor is newConn with the OAuth login of the user whose UserKey
-// is userKey, of a per-user upstream ("" = the gateway's login).
-func (a *Aggregator) newConnFor(uc *configs.Upstream, session, userKey string, log *slog.Logger, onCatalog func(*upstream.Upstream)) *upstream.Upstream {
+// newConnFor is newConn with the OAuth credentials of one caller of a
+// per-user or exchange upstream: user's UserKey (the login of the user
+// with that hash) and Source (an exchanged token); none = the gateway's
+// login.
+func (a *Aggregator) newConnFor(uc *configs.Upstream, session string, user oauth.Options, log *slog.Logger, onCatalog func(*upstream.Upstream)) *upstream.Upstream {
 	var uo upstream.Options
 	if a.opts.Upstream != nil {
 		uo = a.opts.Upstream(uc)
 	}
-	uo.OAuth.UserKey = userKey
+	uo.OAuth.UserKey, uo.OAuth.Source = user.UserKey, user.Source
 	uo.Logger = log
 	uo.OnCatalog = onCatalog
 	uo.OAuth.OnSecret = a.secrets.Add // an oauth upstream's tokens are masked like configured secrets

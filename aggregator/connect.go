@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/url"
 
+	"github.com/mcpmux/mcpmux/configs"
 	"github.com/mcpmux/mcpmux/internal/onetime"
 	"github.com/mcpmux/mcpmux/upstream/oauth"
 )
@@ -53,7 +54,7 @@ func (a *Aggregator) ConnectTicket(ticket string) (upstream, who string, ok bool
 // upstream name (a caller that proved its identity with its bearer
 // token, and wants a link to open in a browser).
 func (a *Aggregator) ConnectTicketFor(name, who string) (string, error) {
-	if a.perUser(name) == nil {
+	if u := a.perUser(name); u == nil || u.Config().Credentials != configs.CredentialsPerUser {
 		return "", fmt.Errorf("upstream %q is not a per-user upstream", name)
 	}
 	if !identified(who) {
@@ -73,7 +74,7 @@ func (a *Aggregator) BeginConnect(ctx context.Context, name, ticket string) (aut
 		return "", "", ErrBadConnect
 	}
 	shared := a.perUser(name)
-	if shared == nil {
+	if shared == nil || shared.Config().Credentials != configs.CredentialsPerUser {
 		return "", "", fmt.Errorf("upstream %q is not a per-user upstream", name)
 	}
 	base, ok := a.set.Load().cfg.PublicBase()
@@ -119,7 +120,7 @@ func (a *Aggregator) FinishConnect(ctx context.Context, cb *url.URL, nonce strin
 	// The user's connection opens now, not at the first call: its
 	// catalog lists the upstream while no operator login does.
 	if shared := a.perUser(pc.upstream); shared != nil {
-		if _, err := a.openUserConn(k, oauth.UserKey(who), shared); err != nil {
+		if _, err := a.openUserConn(k, oauth.UserKey(who), nil, shared); err != nil {
 			a.log.Warn("per-user connection not opened after connecting", "upstream", pc.upstream, "error", err)
 		}
 	}

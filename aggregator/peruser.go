@@ -53,6 +53,8 @@ type userConns struct {
 	errs   *multierror.Error
 	wg     sync.WaitGroup
 
+	exchangers map[*upstream.Upstream]*oauth.Exchanger // of exchange upstreams (exchange.go)
+
 	tickets onetime.Store[connectTicket]
 	pending onetime.Store[*pendingConnect]
 
@@ -68,7 +70,8 @@ type userConn struct {
 	u      *upstream.Upstream
 	ready  chan struct{} // closed once the first connection attempt ended
 	who    string
-	last   time.Time // last use; guarded by userConns.mu
+	last   time.Time       // last use; guarded by userConns.mu
+	src    *exchangeSource // the caller's token to exchange (credentials = "exchange"); nil = a stored login
 }
 
 func newUserConns() *userConns {
@@ -121,7 +124,7 @@ func (a *Aggregator) userConn(ctx context.Context, cl Client, shared *upstream.U
 	}
 	cfg := shared.Config()
 	if cfg.Credentials == configs.CredentialsExchange {
-		return nil, &UpstreamError{Upstream: name, Err: fmt.Errorf("upstream %q: credentials = \"exchange\" is not supported by this build", name)}
+		return a.exchangeConn(ctx, who, shared) // exchange.go
 	}
 	s := a.users
 	k := userKey{name, who}
@@ -141,7 +144,7 @@ func (a *Aggregator) userConn(ctx context.Context, cl Client, shared *upstream.U
 		return nil, a.notConnected(name, who, "no stored login")
 	}
 
-	uc, err = a.openUserConn(k, oauth.UserKey(who), shared)
+	uc, err = a.openUserConn(k, oauth.UserKey(who), nil, shared)
 	if err != nil {
 		return nil, err
 	}
@@ -158,7 +161,7 @@ const listingPrefix = "listing:"
 // waiting for it) with the login of the user whose UserKey is hash. A
 // caller's connection counts in its share and the total; a listing
 // connection (k.who starts with listingPrefix) in neither.
-func (a *Aggregator) openUserConn(k userKey, hash string, shared *upstream.Upstream) (*userConn, error) {
+func (a *Aggregator) openUserConn(k userKey, hash string, src *exchangeSource, shared *upstream.Upstream) (*userConn, error) {
 	s := a.users
 	name, who := k.name, k.who
 	listing := strings.HasPrefix(who, listingPrefix)
@@ -186,12 +189,16 @@ func (a *Aggregator) openUserConn(k userKey, hash string, shared *upstream.Upstr
 		}
 		s.byWho[who]++
 	}
-	uc = &userConn{shared: shared, ready: make(chan struct{}), who: who, last: time.Now()}
+	uc = &userConn{shared: shared, ready: make(chan struct{}), who: who, last: time.Now(), src: src}
+	user := oauth.Options{UserKey: hash}
+	if src != nil {
+		user.Source = src.token
+	}
 	// The link's session is a name of the user's, never a client
 	// session's: what the connection sends outside a call (log messages,
 	// resource updates) reaches no other caller.
 	short := hash[:16]
-	uc.u = a.newConnFor(shared.Config(), "user:"+short, hash, a.log.With("user", short), func(*upstream.Upstream) { a.rebuild() })
+	uc.u = a.newConnFor(shared.Config(), "user:"+short, user, a.log.With("user", short), func(*upstream.Upstream) { a.rebuild() })
 	s.conns[k] = uc
 	if !s.sweeping {
 		s.sweeping = true
@@ -218,7 +225,7 @@ func (a *Aggregator) openUserConn(k userKey, hash string, shared *upstream.Upstr
 func (a *Aggregator) openListing() {
 	for _, u := range a.set.Load().ups {
 		cfg := u.Config()
-		if !cfg.PerUser() || u.Catalog() != nil || cfg.OAuth == nil {
+		if cfg.Credentials != configs.CredentialsPerUser || u.Catalog() != nil || cfg.OAuth == nil {
 			continue
 		}
 		s := a.users
@@ -237,7 +244,7 @@ func (a *Aggregator) openListing() {
 		if len(users) == 0 {
 			continue
 		}
-		if _, err := a.openUserConn(userKey{cfg.Name, listingPrefix + users[0]}, users[0], u); err != nil {
+		if _, err := a.openUserConn(userKey{cfg.Name, listingPrefix + users[0]}, users[0], nil, u); err != nil {
 			a.log.Warn("per-user upstream: no listing connection", "upstream", cfg.Name, "error", err)
 		}
 	}

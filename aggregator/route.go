@@ -10,9 +10,11 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 
+	"github.com/mcpmux/mcpmux/configs"
 	"github.com/mcpmux/mcpmux/filter"
 	"github.com/mcpmux/mcpmux/internal/jsonrpc"
 	"github.com/mcpmux/mcpmux/upstream"
+	"github.com/mcpmux/mcpmux/upstream/oauth"
 )
 
 // Client is the downstream client a routed request comes from. The front
@@ -77,7 +79,10 @@ type UpstreamError struct {
 	// Anonymous is set for a call on a per-user upstream that carries no
 	// identity (ErrNoIdentity).
 	Anonymous bool
-	Err       error
+	// NoOAuth is set for a call on an exchange upstream made without an
+	// OAuth access token (a static token's): there is nothing to exchange.
+	NoOAuth bool
+	Err     error
 }
 
 func (e *UpstreamError) Error() string { return e.Err.Error() }
@@ -86,8 +91,14 @@ func (e *UpstreamError) Unwrap() error { return e.Err }
 // Public returns the message a client is given.
 func (e *UpstreamError) Public() string {
 	switch {
+	case errors.Is(e.Err, oauth.ErrNoExchange):
+		return fmt.Sprintf("upstream %s exchanges callers' tokens, and the identity provider does not offer token exchange (RFC 8693); an operator must change its credentials", e.Upstream)
+	case errors.Is(e.Err, oauth.ErrExchangeRefused):
+		return fmt.Sprintf("upstream %s: the identity provider refused to exchange your access token for one this upstream accepts", e.Upstream)
 	case e.Connect != "":
 		return fmt.Sprintf("upstream %s acts with each user's own account, and yours is not connected: open %s in a browser to connect it (the link works once, for ten minutes), then retry", e.Upstream, e.Connect)
+	case e.NoOAuth:
+		return fmt.Sprintf("upstream %s acts as each caller by exchanging the caller's OAuth access token, and this call was not made with one (a static token cannot be exchanged): sign in with the identity provider", e.Upstream)
 	case e.Anonymous:
 		return fmt.Sprintf("upstream %s acts with each user's own account, and this call carries no identity: mcpmux must be set up with [[auth.tokens]] or [auth.oauth] to tell its users apart", e.Upstream)
 	case e.TooLarge > 0:
@@ -139,7 +150,7 @@ func upstreamErr(name, method string, timeout time.Duration, err error) error {
 // nil for any other err.
 func userErrorResult(err error) json.RawMessage {
 	var ue *UpstreamError
-	if !errors.As(err, &ue) || ue.Connect == "" && !ue.Anonymous {
+	if !errors.As(err, &ue) || ue.Connect == "" && !ue.Anonymous && !ue.NoOAuth {
 		return nil
 	}
 	b, _ := json.Marshal(map[string]any{"content": []map[string]any{{"type": "text", "text": ue.Public()}}, "isError": true})
@@ -299,7 +310,7 @@ func (a *Aggregator) route(ctx context.Context, cl Client, up, method, target st
 	for round := 0; ; round++ {
 		res, err := u.Send(ctx, req)
 		if err != nil {
-			if u.Config().PerUser() && errors.Is(err, upstream.ErrNeedsLogin) {
+			if u.Config().Credentials == configs.CredentialsPerUser && errors.Is(err, upstream.ErrNeedsLogin) {
 				// The user's login no longer works: connect again.
 				return nil, a.notConnected(up, cl.Caller(), "the upstream refused the stored login")
 			}

@@ -51,6 +51,9 @@ func (v *validator) credentialsNeeds(u *Upstream, cfg *Config) {
 		if cfg.Auth.OAuth == nil {
 			v.errorf(k, "credentials \"exchange\" trades the caller's OAuth access token for the upstream's: it needs [auth.oauth], whose tokens callers bring")
 		}
+		if u.OAuth != nil && u.OAuth.ClientID == "" {
+			v.errorf(k, "credentials \"exchange\" needs the client mcpmux is at [auth.oauth]'s identity provider, which exchanges tokens only for a known client: set client_id (and client_secret) in [upstreams.%s.oauth]", u.Name)
+		}
 	case CredentialsPerUser:
 		if _, ok := cfg.PublicBase(); !ok {
 			v.errorf(k, "credentials \"per-user\" sends users to mcpmux's /oauth/connect and the authorization server back to /oauth/callback: set server.public_url to the URL users reach mcpmux at (server.listen %q names no host)", cfg.Server.Listen)

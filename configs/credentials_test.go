@@ -36,9 +36,9 @@ func TestUpstreamCredentialsKey(t *testing.T) {
 		}
 	})
 	t.Run("exchange", func(t *testing.T) {
-		cfg := mustParse(t, head+"credentials = \"exchange\"\n"+oauth, nil)
-		if u := cfg.Upstreams[0]; u.Credentials != CredentialsExchange || !u.PerUser() {
-			t.Fatalf("Credentials = %q", u.Credentials)
+		cfg := mustParse(t, "[upstreams.gh]\nurl = \"https://mcp.example.com/mcp\"\ncredentials = \"exchange\"\n[upstreams.gh.oauth]\nclient_id = \"mux\"\nclient_secret = \"s3cret-value\"\naudience = \"gh-api\"\n"+oauth, nil)
+		if u := cfg.Upstreams[0]; u.Credentials != CredentialsExchange || !u.PerUser() || u.OAuth.Audience != "gh-api" {
+			t.Fatalf("Credentials = %q, oauth %+v", u.Credentials, u.OAuth)
 		}
 	})
 	for _, tt := range []struct{ name, text, want string }{
@@ -47,6 +47,7 @@ func TestUpstreamCredentialsKey(t *testing.T) {
 		{"stdio", "[upstreams.gh]\ncommand = \"x\"\ncredentials = \"per-user\"\n", `test.toml:3: upstreams.gh.credentials: credentials "per-user" applies only to url upstreams`},
 		{"session scope", head + "scope = \"session\"\ncredentials = \"per-user\"\n", `test.toml:5: upstreams.gh.credentials: credentials "per-user" gives each caller a connection of their own already`},
 		{"exchange without auth.oauth", head + "credentials = \"exchange\"\n", `test.toml:4: upstreams.gh.credentials: credentials "exchange" trades the caller's OAuth access token`},
+		{"exchange without client_id", head + "credentials = \"exchange\"\n" + oauth, `test.toml:4: upstreams.gh.credentials: credentials "exchange" needs the client mcpmux is at`},
 		{"per-user without a public URL", "[server]\nlisten = \"0.0.0.0:8931\"\n" + head + "credentials = \"per-user\"\n", `test.toml:6: upstreams.gh.credentials: credentials "per-user" sends users to mcpmux's /oauth/connect`},
 		{"public_url with a path", "[server]\npublic_url = \"https://mux.example.com/mcp\"\n", `test.toml:2: server.public_url: public_url "https://mux.example.com/mcp" must be only a scheme, host and port`},
 		{"public_url http", "[server]\npublic_url = \"http://mux.example.com\"\n", `test.toml:2: server.public_url: public_url "http://mux.example.com" uses http on a host that is not loopback`},

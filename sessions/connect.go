@@ -196,3 +196,15 @@ func connectPage(w http.ResponseWriter, code int, title, msg string, confirm *co
 		io.WriteString(w, "\n")
 	}
 }
+
+// withSubjectToken returns r with its bearer token in its context, where
+// a credentials = "exchange" upstream's connection finds the caller's
+// token to exchange (aggregator.WithSubjectToken). Requests without one
+// are returned as they are.
+func withSubjectToken(r *http.Request) *http.Request {
+	scheme, tok, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(tok) == "" {
+		return r
+	}
+	return r.WithContext(aggregator.WithSubjectToken(r.Context(), strings.TrimSpace(tok)))
+}

@@ -491,6 +491,9 @@ func (s *Server) guard(next http.Handler) http.Handler {
 			writeJSONError(w, http.StatusForbidden, nil, mcp.INVALID_REQUEST, fmt.Sprintf("origin %q is not allowed", o))
 			return
 		}
+		if s.agg.Exchanges() {
+			r = withSubjectToken(r) // connect.go: for credentials = "exchange" upstreams
+		}
 		next.ServeHTTP(w, r)
 	})
 }

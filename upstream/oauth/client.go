@@ -51,6 +51,11 @@ type Options struct {
 	// login the Client uses (a login found in the state directory, whose
 	// identity is not known).
 	UserKey string
+	// Source, when set, gives the access token instead of a stored login:
+	// a token exchanged for the caller (credentials = "exchange",
+	// Exchanger). The Client keeps its answer until a minute before its
+	// expiry or until the upstream refuses it, and stores nothing.
+	Source func(ctx context.Context) (token string, expiry time.Time, err error)
 	// OnSecret receives the secret values of each login the Client reads
 	// or obtains (access and refresh tokens, a registered client secret),
 	// for every output to mask them (redact.Live.Add). nil = ignored.
@@ -74,7 +79,11 @@ type Client struct {
 	poll            time.Duration
 	onSecret        func(values ...string)
 
-	mu       sync.Mutex // guards rec, mod, rejected; held across a refresh
+	source func(ctx context.Context) (string, time.Time, error) // Options.Source
+	srcTok string                                               // Source's last token; "" = none or refused
+	srcExp time.Time
+
+	mu       sync.Mutex // guards rec, mod, rejected, srcTok, srcExp; held across a refresh
 	rec      *Record
 	mod      time.Time
 	rejected string // an access token the upstream refused and refresh could not replace
@@ -84,7 +93,7 @@ type Client struct {
 // effects.
 func New(name, serverURL string, cfg configs.UpstreamOAuth, opts Options) *Client {
 	c := &Client{name: name, serverURL: serverURL, cfg: cfg, store: Store{Dir: statedir.Dir{Path: cfg.StateDir}},
-		hc: opts.HTTP, clientName: opts.ClientName, now: opts.Now, poll: opts.PollInterval, onSecret: opts.OnSecret}
+		hc: opts.HTTP, clientName: opts.ClientName, now: opts.Now, poll: opts.PollInterval, onSecret: opts.OnSecret, source: opts.Source}
 	c.user = opts.UserKey
 	if opts.User != "" {
 		c.user = UserKey(opts.User)
@@ -113,6 +122,9 @@ func (c *Client) Store() Store { return c.store }
 
 // needsLogin wraps ErrNeedsLogin with the command to run and why.
 func (c *Client) needsLogin(why string) error {
+	if c.source != nil {
+		return fmt.Errorf("%w: no exchanged token for this caller (%s)", ErrNeedsLogin, why)
+	}
 	if c.user != "" {
 		return fmt.Errorf("%w: connect your account to upstream %s through mcpmux (%s)", ErrNeedsLogin, c.name, why)
 	}
@@ -161,6 +173,9 @@ func (c *Client) secret(rec *Record) {
 func (c *Client) Token(ctx context.Context) (string, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.source != nil {
+		return c.sourceToken(ctx)
+	}
 	rec, err := c.load()
 	if err != nil {
 		return "", fmt.Errorf("%w (%w)", c.needsLogin("the token file cannot be read"), err)
@@ -199,6 +214,12 @@ func (c *Client) Token(ctx context.Context) (string, error) {
 func (c *Client) Unauthorized(ctx context.Context, token string) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.source != nil {
+		if c.srcTok == token {
+			c.srcTok = "" // exchanged again for the retry
+		}
+		return nil
+	}
 	rec, err := c.load()
 	if err != nil || rec == nil {
 		return c.needsLogin("not logged in")
@@ -231,7 +252,27 @@ var errRefused = errors.New("refused by the authorization server")
 func (c *Client) reject(token string) {
 	c.mu.Lock()
 	c.rejected = token
+	if c.srcTok == token {
+		c.srcTok = ""
+	}
 	c.mu.Unlock()
+}
+
+// sourceToken returns Source's token, asking it again a minute before
+// the last one expires or once the upstream refused it. c.mu is held.
+func (c *Client) sourceToken(ctx context.Context) (string, error) {
+	if c.srcTok != "" && (c.srcExp.IsZero() || c.now().Add(refreshEarly).Before(c.srcExp)) {
+		return c.srcTok, nil
+	}
+	tok, exp, err := c.source(ctx)
+	if err != nil {
+		return "", fmt.Errorf("upstream %q: %w", c.name, err)
+	}
+	if c.onSecret != nil {
+		c.onSecret(tok)
+	}
+	c.srcTok, c.srcExp = tok, exp
+	return tok, nil
 }
 
 // refresh trades rec's refresh token for new tokens and saves them. It
