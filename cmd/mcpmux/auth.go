@@ -75,15 +75,28 @@ func cmdAuth(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		if err != nil {
 			return err
 		}
-		c := oauth.New(uc.Name, uc.URL, *uc.OAuth, oauth.Options{})
+		c := oauth.New(uc.Name, uc.URL, *uc.OAuth, oauth.Options{Headers: uc.Headers})
+		// Revoked at the authorization server first (RFC 7009), where it
+		// offers that; removed here whatever it answers.
+		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		revoked, rerr := c.Revoke(rctx)
+		cancel()
 		removed, err := c.Logout()
 		if err != nil {
 			return fmt.Errorf("upstream %q: logout: %w", uc.Name, err)
 		}
-		if removed {
-			fmt.Fprintf(stdout, "Logged out of %s: removed %s. A running mcpmux stops using the token at its next request.\n", uc.Name, c.Store().Path(uc.Name))
-		} else {
+		if !removed {
 			fmt.Fprintf(stdout, "%s was not logged in.\n", uc.Name)
+			return nil
+		}
+		fmt.Fprintf(stdout, "Logged out of %s: removed %s. A running mcpmux stops using the token at its next request.\n", uc.Name, c.Store().Path(uc.Name))
+		switch {
+		case errors.Is(rerr, oauth.ErrNoRevocation):
+			fmt.Fprintf(stdout, "The authorization server offers no revocation: its tokens stay valid until they expire.\n")
+		case rerr != nil:
+			fmt.Fprintf(stdout, "The tokens could not be revoked at the authorization server (%s): they stay valid until they expire.\n", termsafe.Escape(rerr.Error()))
+		case revoked:
+			fmt.Fprintf(stdout, "The tokens were revoked at the authorization server.\n")
 		}
 		return nil
 	}
@@ -141,7 +154,7 @@ func authLogin(ctx context.Context, uc *configs.Upstream, port int, browser bool
 
 	ctx, cancel := context.WithTimeout(ctx, loginTimeout)
 	defer cancel()
-	c := oauth.New(uc.Name, uc.URL, *uc.OAuth, oauth.Options{})
+	c := oauth.New(uc.Name, uc.URL, *uc.OAuth, oauth.Options{Headers: uc.Headers})
 	scopes := c.Scopes() // a refused call's wider scope, from the stored login
 	rec, err := c.Login(ctx, oauth.LoginOptions{RedirectURI: redirect, Scopes: scopes,
 		Authorize: func(ctx context.Context, authURL string) (*url.URL, error) {

@@ -149,9 +149,13 @@ func TestAuthLoginStatusLogout(t *testing.T) {
 	noSecret("status --json", out)
 
 	code, out = runCLI(t, "auth", "logout", "lin", "--config", cfg)
-	if code != exitOK || !strings.Contains(out, "Logged out of lin") {
+	if code != exitOK || !strings.Contains(out, "Logged out of lin") || !strings.Contains(out, "revoked at the authorization server") {
 		t.Fatalf("logout: exit %d\n%s", code, out)
 	}
+	if _, valid := s.SubjectOf(rec.AccessToken); valid {
+		t.Fatal("logout left the access token valid at the authorization server")
+	}
+	noSecret("logout", out)
 	if _, err := os.Stat(filepath.Join(state, "oauth-lin.json")); !os.IsNotExist(err) {
 		t.Fatalf("token file still there: %v", err)
 	}

@@ -51,6 +51,11 @@ type Options struct {
 	// login the Client uses (a login found in the state directory, whose
 	// identity is not known).
 	UserKey string
+	// Headers are the upstream's configured headers, sent with the
+	// login's probe (an unauthenticated initialize asking for the
+	// upstream's challenge), as every request to the upstream carries
+	// them.
+	Headers map[string]string
 	// Source, when set, gives the access token instead of a stored login:
 	// a token exchanged for the caller (credentials = "exchange",
 	// Exchanger). The Client keeps its answer until a minute before its
@@ -78,6 +83,7 @@ type Client struct {
 	now             func() time.Time
 	poll            time.Duration
 	onSecret        func(values ...string)
+	headers         map[string]string
 
 	source func(ctx context.Context) (string, time.Time, error) // Options.Source
 	srcTok string                                               // Source's last token; "" = none or refused
@@ -93,7 +99,7 @@ type Client struct {
 // effects.
 func New(name, serverURL string, cfg configs.UpstreamOAuth, opts Options) *Client {
 	c := &Client{name: name, serverURL: serverURL, cfg: cfg, store: Store{Dir: statedir.Dir{Path: cfg.StateDir}},
-		hc: opts.HTTP, clientName: opts.ClientName, now: opts.Now, poll: opts.PollInterval, onSecret: opts.OnSecret, source: opts.Source}
+		hc: opts.HTTP, clientName: opts.ClientName, now: opts.Now, poll: opts.PollInterval, onSecret: opts.OnSecret, source: opts.Source, headers: opts.Headers}
 	c.user = opts.UserKey
 	if opts.User != "" {
 		c.user = UserKey(opts.User)

@@ -195,6 +195,11 @@ func (c *Client) probe(ctx context.Context) (Challenge, error) {
 	if err != nil {
 		return Challenge{}, err
 	}
+	for k, v := range c.headers {
+		if !strings.EqualFold(k, "Authorization") { // the login is what gives one
+			req.Header.Set(k, v)
+		}
+	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json, text/event-stream")
 	resp, err := c.hc.Do(req)

@@ -37,10 +37,18 @@ type Server struct {
 	NeverGrant string
 	// TokenDown makes the token endpoint answer 503.
 	TokenDown bool
-	access    map[string][]string // valid access tokens → scopes
-	refresh   map[string][]string // valid refresh tokens → scopes
-	subject   map[string]string   // access and refresh tokens → the subject they were issued to
-	n         int
+	// NoRevocation leaves revocation_endpoint out of the metadata.
+	NoRevocation bool
+	// RevokeForms are the forms of every revocation request, in order
+	// (RFC 7009: each token revoked is invalid from then on).
+	RevokeForms []url.Values
+	// LastUnauthenticated is the header of the last request that reached
+	// /mcp without a valid token.
+	LastUnauthenticated http.Header
+	access              map[string][]string // valid access tokens → scopes
+	refresh             map[string][]string // valid refresh tokens → scopes
+	subject             map[string]string   // access and refresh tokens → the subject they were issued to
+	n                   int
 	// Calls are the tools/call requests the resource let through, in
 	// order: the subject and the access token of each.
 	Calls []Call
@@ -122,7 +130,14 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 func (s *Server) serveAS(w http.ResponseWriter, r *http.Request) {
 	switch r.URL.Path {
 	case "/.well-known/oauth-authorization-server":
+		s.mu.Lock()
+		revocation := s.AS.URL + "/revoke"
+		if s.NoRevocation {
+			revocation = ""
+		}
+		s.mu.Unlock()
 		writeJSON(w, 200, map[string]any{
+			"revocation_endpoint":                            revocation,
 			"issuer":                                         s.AS.URL,
 			"authorization_endpoint":                         s.AS.URL + "/authorize",
 			"token_endpoint":                                 s.AS.URL + "/token",
@@ -133,6 +148,14 @@ func (s *Server) serveAS(w http.ResponseWriter, r *http.Request) {
 			"token_endpoint_auth_methods_supported":          []string{"none"},
 			"authorization_response_iss_parameter_supported": true,
 		})
+	case "/revoke":
+		r.ParseForm()
+		s.mu.Lock()
+		s.RevokeForms = append(s.RevokeForms, r.PostForm)
+		delete(s.access, r.PostForm.Get("token"))
+		delete(s.refresh, r.PostForm.Get("token"))
+		s.mu.Unlock()
+		w.WriteHeader(http.StatusOK)
 	case "/register":
 		writeJSON(w, 201, map[string]any{"client_id": "test-client", "token_endpoint_auth_method": "none"})
 	case "/authorize":
@@ -218,6 +241,7 @@ func (s *Server) resource(mcp http.Handler) http.Handler {
 		scopes, ok := s.access[tok]
 		if !ok {
 			s.Unauthenticated++
+			s.LastUnauthenticated = r.Header.Clone()
 			w.Header().Set("WWW-Authenticate", fmt.Sprintf(`Bearer resource_metadata="%s", scope="%s"`, prm, strings.Join(s.Scopes, " ")))
 			s.mu.Unlock()
 			writeJSON(w, 401, map[string]string{"error": "invalid_token"})
