@@ -82,7 +82,7 @@ func (a *Aggregator) BeginConnect(ctx context.Context, name, ticket string) (aut
 		return "", "", errors.New("no public URL: set server.public_url")
 	}
 	cfg := shared.Config()
-	c := oauth.New(cfg.Name, cfg.URL, *cfg.OAuth, oauth.Options{User: who, OnSecret: a.secrets.Add})
+	c := oauth.New(cfg.Name, cfg.URL, *cfg.OAuth, oauth.Options{User: a.loginIdentity(who), OnSecret: a.secrets.Add})
 	p, authURL, err := c.Begin(ctx, oauth.LoginOptions{RedirectURI: base + CallbackPath})
 	if err != nil {
 		return "", "", fmt.Errorf("upstream %q: %w", name, err)
@@ -120,7 +120,7 @@ func (a *Aggregator) FinishConnect(ctx context.Context, cb *url.URL, nonce strin
 	// The user's connection opens now, not at the first call: its
 	// catalog lists the upstream while no operator login does.
 	if shared := a.perUser(pc.upstream); shared != nil {
-		if _, err := a.openUserConn(k, oauth.UserKey(who), nil, shared); err != nil {
+		if _, err := a.openUserConn(k, oauth.UserKey(a.loginIdentity(who)), nil, shared); err != nil {
 			a.log.Warn("per-user connection not opened after connecting", "upstream", pc.upstream, "error", err)
 		}
 	}

@@ -109,7 +109,7 @@ func (a *Aggregator) exchangeConn(ctx context.Context, who string, shared *upstr
 		src := &exchangeSource{ex: a.exchangerFor(shared)}
 		src.set(tok)
 		var err error
-		if uc, err = a.openUserConn(k, oauth.UserKey(who), src, shared); err != nil {
+		if uc, err = a.openUserConn(k, oauth.UserKey(a.loginIdentity(who)), src, shared); err != nil {
 			return nil, err
 		}
 	}

@@ -93,10 +93,26 @@ func (a *Aggregator) perUser(name string) *upstream.Upstream {
 	return nil
 }
 
+// loginIdentity is the identity a caller's upstream logins are kept
+// under (hashed: oauth.UserKey): a static token's, or an OAuth subject's
+// together with [auth.oauth]'s issuer, since a subject is unique only at
+// its issuer: a config that trusts another issuer must not hand its
+// subjects the logins of the first's.
+func (a *Aggregator) loginIdentity(who string) string {
+	if sub, ok := strings.CutPrefix(who, "oauth:"); ok {
+		issuer := ""
+		if o := a.set.Load().cfg.Auth.OAuth; o != nil {
+			issuer = o.Issuer
+		}
+		return "oauth:" + issuer + "\x00" + sub
+	}
+	return who
+}
+
 // userLogin returns who's OAuth client of the upstream uc: only for
 // reading its stored login.
-func userLogin(uc *configs.Upstream, who string) *oauth.Client {
-	return oauth.New(uc.Name, uc.URL, *uc.OAuth, oauth.Options{User: who})
+func (a *Aggregator) userLogin(uc *configs.Upstream, who string) *oauth.Client {
+	return oauth.New(uc.Name, uc.URL, *uc.OAuth, oauth.Options{User: a.loginIdentity(who)})
 }
 
 // notConnected is the error of a call of who on the per-user upstream
@@ -140,11 +156,11 @@ func (a *Aggregator) userConn(ctx context.Context, cl Client, shared *upstream.U
 
 	// Nothing is opened, and nothing sent upstream, for a caller with no
 	// stored login.
-	if st, err := userLogin(cfg, who).Status(); err != nil || !st.LoggedIn {
+	if st, err := a.userLogin(cfg, who).Status(); err != nil || !st.LoggedIn {
 		return nil, a.notConnected(name, who, "no stored login")
 	}
 
-	uc, err = a.openUserConn(k, oauth.UserKey(who), nil, shared)
+	uc, err = a.openUserConn(k, oauth.UserKey(a.loginIdentity(who)), nil, shared)
 	if err != nil {
 		return nil, err
 	}
@@ -312,7 +328,7 @@ func (a *Aggregator) sweepUsers(now time.Time) {
 		}
 		if now.Sub(uc.last) > max(idle, 2*uc.u.Config().CallTimeout) && a.relay.inflightCount(uc.u) == 0 {
 			s.closeConn(a, k, uc)
-			a.log.Info("per-user connection closed: idle", "upstream", k.name, "user", oauth.UserKey(k.who)[:16])
+			a.log.Info("per-user connection closed: idle", "upstream", k.name, "user", oauth.UserKey(a.loginIdentity(k.who))[:16])
 		}
 	}
 }

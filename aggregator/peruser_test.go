@@ -110,10 +110,10 @@ func TestPerUserRefusesWithoutLogin(t *testing.T) {
 		t.Fatalf("FinishConnect: %q %q %v", up, who, err)
 	}
 	uc := a.set.Load().byName["gh"].Config()
-	if st, _ := userLogin(uc, "oauth:alice").Status(); !st.LoggedIn {
+	if st, _ := a.userLogin(uc, "oauth:alice").Status(); !st.LoggedIn {
 		t.Fatal("alice's login was not stored")
 	}
-	if st, _ := userLogin(uc, "oauth:bob").Status(); st.LoggedIn {
+	if st, _ := a.userLogin(uc, "oauth:bob").Status(); st.LoggedIn {
 		t.Fatal("bob has alice's login")
 	}
 }
@@ -131,4 +131,39 @@ func approveAs(t *testing.T, authURL, sub string) *url.URL {
 		t.Fatal(err)
 	}
 	return cb
+}
+
+// TestPerUserLoginsAreIssuers: an OAuth subject's stored login is kept
+// under its issuer too: a config trusting another issuer does not give
+// its subject of the same name the first's login.
+func TestPerUserLoginsAreIssuers(t *testing.T) {
+	s := oauthtest.New(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.Copy(io.Discard, r.Body) }))
+	cfg := perUserConfig(t, s.URL())
+	cfg.Auth.OAuth = &configs.OAuth{Issuer: "https://idp-one.example"}
+	a := New(cfg, Options{})
+	defer a.Close()
+	ctx := context.Background()
+	link, _ := a.ConnectLink("gh", "oauth:alice")
+	ticket, _ := url.QueryUnescape(link[strings.Index(link, "ticket=")+len("ticket="):])
+	authURL, nonce, err := a.BeginConnect(ctx, "gh", ticket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := a.FinishConnect(ctx, approveAs(t, authURL, "alice"), nonce); err != nil {
+		t.Fatal(err)
+	}
+	uc := cfg.Upstreams[0]
+	if st, _ := a.userLogin(uc, "oauth:alice").Status(); !st.LoggedIn {
+		t.Fatal("alice's login is not found under her issuer")
+	}
+	other := *cfg
+	other.Auth.OAuth = &configs.OAuth{Issuer: "https://idp-two.example"}
+	b := New(&other, Options{})
+	defer b.Close()
+	if st, _ := b.userLogin(uc, "oauth:alice").Status(); st.LoggedIn {
+		t.Fatal("another issuer's alice got the first's login")
+	}
+	if _, err := b.connFor(ctx, &testClient{session: "S", caller: "oauth:alice"}, "gh"); !errors.Is(err, ErrNotConnected) {
+		t.Fatalf("another issuer's alice: %v", err)
+	}
 }
