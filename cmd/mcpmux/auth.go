@@ -308,6 +308,11 @@ type authStatusRow struct {
 	Scopes     []string `json:"scopes,omitempty"`
 	LoggedInAt string   `json:"logged_in_at,omitempty"`
 	Error      string   `json:"error,omitempty"`
+	// Credentials is "per-user" or "exchange" for an upstream each user
+	// reaches as themselves; Users counts the users with a stored login
+	// (per-user). The operator's login then only lists the tools.
+	Credentials string `json:"credentials,omitempty"`
+	Users       int    `json:"users,omitempty"`
 }
 
 // authStatus prints each oauth upstream's login: never a token.
@@ -319,7 +324,14 @@ func authStatus(cfg *configs.Config, asJSON bool, stdout io.Writer) error {
 			continue
 		}
 		row := authStatusRow{Upstream: uc.Name}
-		st, err := oauth.New(uc.Name, uc.URL, *uc.OAuth, oauth.Options{}).Status()
+		c := oauth.New(uc.Name, uc.URL, *uc.OAuth, oauth.Options{})
+		if uc.PerUser() {
+			row.Credentials = uc.Credentials
+			if uc.Credentials == configs.CredentialsPerUser {
+				row.Users = len(c.Store().Users(uc.Name))
+			}
+		}
+		st, err := c.Status()
 		if err != nil {
 			row.Error = err.Error()
 		}
@@ -349,6 +361,12 @@ func authStatus(cfg *configs.Config, asJSON bool, stdout io.Writer) error {
 		return nil
 	}
 	for _, r := range rows {
+		switch r.Credentials {
+		case configs.CredentialsPerUser:
+			fmt.Fprintf(stdout, "%s: per-user credentials: %d user(s) connected through /oauth/connect/%s; the operator's login below only lists the tools\n", r.Upstream, r.Users, r.Upstream)
+		case configs.CredentialsExchange:
+			fmt.Fprintf(stdout, "%s: exchange credentials: each caller's token is exchanged; the operator's login below only lists the tools\n", r.Upstream)
+		}
 		switch {
 		case r.Error != "":
 			fmt.Fprintf(stdout, "%s: %s\n", r.Upstream, termsafe.Escape(r.Error))
