@@ -163,4 +163,23 @@ func TestExchangeCredentials(t *testing.T) {
 	if a.UserConns() != 2 {
 		t.Fatalf("%d connections, want one per caller", a.UserConns())
 	}
+
+	// Idle connections close; the next call opens one again.
+	a.sweepUsers(time.Now().Add(time.Hour))
+	if n := a.UserConns(); n != 0 {
+		t.Fatalf("%d connections after the idle sweep", n)
+	}
+	if _, err := call("oauth:alice", "alice-downstream-token"); err != nil {
+		t.Fatal(err)
+	}
+	// A reload that makes the upstream shared closes the callers'
+	// connections: their calls go over the shared one now.
+	next := *cfg
+	shared := *uc
+	shared.Credentials = configs.CredentialsShared
+	next.Upstreams = []*configs.Upstream{&shared}
+	a.Reload(context.Background(), &next)
+	if n := a.UserConns(); n != 0 {
+		t.Fatalf("%d connections after the upstream became shared", n)
+	}
 }
