@@ -24,9 +24,10 @@ import (
 // exchangeIdP is a small in-test identity provider with an RFC 8693
 // token endpoint: it knows the access tokens it "issued" to callers
 // (subject token → subject) and, for the client mux:mux-secret, exchanges
-// them for tokens the upstream rs accepts as that subject. No identity
-// provider that runs here offers token exchange (Ory Hydra v2.3 does
-// not), hence this stand-in.
+// them for tokens the upstream rs accepts as that subject: a stand-in
+// whose requests the test can read. integration/exchange_test.go runs
+// a real provider (zitadel/oidc's example; Ory Hydra v2.3 has no token
+// exchange).
 type exchangeIdP struct {
 	srv   *httptest.Server
 	rs    *oauthtest.Server

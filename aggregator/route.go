@@ -95,6 +95,8 @@ func (e *UpstreamError) Public() string {
 		return fmt.Sprintf("upstream %s exchanges callers' tokens, and the identity provider does not offer token exchange (RFC 8693); an operator must change its credentials", e.Upstream)
 	case errors.Is(e.Err, oauth.ErrExchangeRefused):
 		return fmt.Sprintf("upstream %s: the identity provider refused to exchange your access token for one this upstream accepts", e.Upstream)
+	case errors.Is(e.Err, oauth.ErrExchange):
+		return fmt.Sprintf("upstream %s: your access token could not be exchanged for one this upstream accepts; see mcpmux's log", e.Upstream)
 	case e.Connect != "":
 		return fmt.Sprintf("upstream %s acts with each user's own account, and yours is not connected: open %s in a browser to connect it (the link works once, for ten minutes), then retry", e.Upstream, e.Connect)
 	case e.NoOAuth:

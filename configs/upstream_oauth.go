@@ -28,8 +28,8 @@ type UpstreamOAuth struct {
 	// server supports it.
 	ClientMetadataURL string
 	// Audience, for credentials = "exchange", is the audience asked of
-	// the identity provider besides the resource (the upstream's URL):
-	// some providers name a target by a client id rather than a URL.
+	// the identity provider beside the resource (the upstream's URL);
+	// "" = that URL. Some providers name a target by a client id.
 	Audience string
 	// StateDir is server.state_dir, where the upstream's token file lives
 	// ("" = none known: logging in then fails with statedir.ErrNoDir).

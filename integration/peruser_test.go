@@ -51,7 +51,13 @@ func puSession(t *testing.T, mux *Mux, token string) *recHTTP {
 // puCall calls lin__lookup and returns the result's text and isError.
 func puCall(t *testing.T, c *recHTTP) (string, bool) {
 	t.Helper()
-	a := c.do(t, "tools/call", `{"name":"lin__lookup","arguments":{"word":"x"}}`)
+	return puCallTool(t, c, "lin__lookup")
+}
+
+// puCallTool calls tool and returns the result's text and isError.
+func puCallTool(t *testing.T, c *recHTTP, tool string) (string, bool) {
+	t.Helper()
+	a := c.do(t, "tools/call", `{"name":"`+tool+`","arguments":{"word":"x"}}`)
 	if a.Msg.Error != nil {
 		t.Fatalf("tools/call: %s", a.Raw)
 	}
@@ -85,14 +91,20 @@ func puTools(t *testing.T, mux *Mux, token string) []string {
 // puAwaitTools waits until the holder of token sees lin__lookup.
 func puAwaitTools(t *testing.T, mux *Mux, token string) {
 	t.Helper()
+	puAwaitTool(t, mux, token, "lin__lookup")
+}
+
+// puAwaitTool waits until the holder of token sees tool.
+func puAwaitTool(t *testing.T, mux *Mux, token, tool string) {
+	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		names := puTools(t, mux, token)
-		if strings.Contains(strings.Join(names, " "), "lin__lookup") {
+		if strings.Contains(strings.Join(names, " "), tool) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("lin__lookup never listed (tools %v)\n%s", names, mux.Stderr())
+			t.Fatalf("%s never listed (tools %v)\n%s", tool, names, mux.Stderr())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

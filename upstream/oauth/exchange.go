@@ -19,6 +19,9 @@ const (
 	TokenTypeAccessToken = "urn:ietf:params:oauth:token-type:access_token"
 )
 
+// ErrExchange is returned, wrapped, by every failed token exchange.
+var ErrExchange = errors.New("token exchange")
+
 // ErrExchangeRefused is returned, wrapped, when the identity provider
 // refuses a token exchange (a 4xx answer).
 var ErrExchangeRefused = errors.New("the identity provider refused the token exchange")
@@ -35,8 +38,10 @@ var ErrNoExchange = errors.New("the identity provider does not offer token excha
 type Exchanger struct {
 	Issuer                 string
 	ClientID, ClientSecret string
-	// Resource is the upstream's URL, sent as resource (RFC 8707);
-	// Audience, when set, is sent as audience too.
+	// Resource is the upstream's URL, sent as resource (RFC 8707).
+	// Audience is sent as audience; "" = Resource (providers differ in
+	// which of the two names the target: zitadel reads audience only,
+	// Keycloak wants a client id there).
 	Resource, Audience string
 	Scopes             []string
 	HTTP               *http.Client // nil = a client with a 30 s timeout
@@ -65,10 +70,10 @@ func (e *Exchanger) tokenEndpoint(ctx context.Context) (endpoint, method string,
 	}
 	sm, err := serverMetadata(ctx, e.hc(), e.Issuer, false)
 	if err != nil {
-		return "", "", fmt.Errorf("token exchange: %w", err)
+		return "", "", fmt.Errorf("%w: %w", ErrExchange, err)
 	}
 	if len(sm.GrantTypesSupported) > 0 && !containsString(sm.GrantTypesSupported, GrantTokenExchange) {
-		return "", "", fmt.Errorf("token exchange: %w: %s does not list %s in grant_types_supported", ErrNoExchange, e.Issuer, GrantTokenExchange)
+		return "", "", fmt.Errorf("%w: %w: %s does not list %s in grant_types_supported", ErrExchange, ErrNoExchange, e.Issuer, GrantTokenExchange)
 	}
 	e.method = "client_secret_basic"
 	if m := sm.TokenEndpointAuthMethodsSupported; len(m) > 0 && !containsString(m, "client_secret_basic") && containsString(m, "client_secret_post") {
@@ -95,7 +100,7 @@ func containsString(list []string, s string) bool {
 // never quote what the provider answered beyond its error code.
 func (e *Exchanger) Exchange(ctx context.Context, subjectToken string) (string, time.Time, error) {
 	if subjectToken == "" {
-		return "", time.Time{}, errors.New("token exchange: no subject token")
+		return "", time.Time{}, fmt.Errorf("%w: no subject token", ErrExchange)
 	}
 	endpoint, method, err := e.tokenEndpoint(ctx)
 	if err != nil {
@@ -110,8 +115,10 @@ func (e *Exchanger) Exchange(ctx context.Context, subjectToken string) (string, 
 	if e.Resource != "" {
 		form.Set("resource", e.Resource)
 	}
-	if e.Audience != "" {
-		form.Set("audience", e.Audience)
+	if aud := e.Audience; aud != "" {
+		form.Set("audience", aud)
+	} else if e.Resource != "" {
+		form.Set("audience", e.Resource)
 	}
 	if len(e.Scopes) > 0 {
 		form.Set("scope", strings.Join(e.Scopes, " "))
@@ -134,12 +141,12 @@ func (e *Exchanger) Exchange(ctx context.Context, subjectToken string) (string, 
 	start := time.Now()
 	resp, err := e.hc().Do(req)
 	if err != nil {
-		return "", time.Time{}, fmt.Errorf("token exchange: %w", err)
+		return "", time.Time{}, fmt.Errorf("%w: %w", ErrExchange, err)
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxMetadataBytes))
 	if err != nil {
-		return "", time.Time{}, fmt.Errorf("token exchange: %w", err)
+		return "", time.Time{}, fmt.Errorf("%w: %w", ErrExchange, err)
 	}
 	var r struct {
 		AccessToken     string `json:"access_token"`
@@ -158,15 +165,15 @@ func (e *Exchanger) Exchange(ctx context.Context, subjectToken string) (string, 
 		if code == "" {
 			code = "no error code"
 		}
-		return "", time.Time{}, fmt.Errorf("token exchange: %w: HTTP %d (%s)", ErrExchangeRefused, resp.StatusCode, clip(code, 64))
+		return "", time.Time{}, fmt.Errorf("%w: %w: HTTP %d (%s)", ErrExchange, ErrExchangeRefused, resp.StatusCode, clip(code, 64))
 	case resp.StatusCode != http.StatusOK:
-		return "", time.Time{}, fmt.Errorf("token exchange: the identity provider answered HTTP %d", resp.StatusCode)
+		return "", time.Time{}, fmt.Errorf("%w: the identity provider answered HTTP %d", ErrExchange, resp.StatusCode)
 	case r.AccessToken == "":
-		return "", time.Time{}, errors.New("token exchange: the answer has no access_token")
+		return "", time.Time{}, fmt.Errorf("%w: the answer has no access_token", ErrExchange)
 	case r.IssuedTokenType != "" && r.IssuedTokenType != TokenTypeAccessToken:
-		return "", time.Time{}, fmt.Errorf("token exchange: the identity provider issued a %q, not an access token", clip(r.IssuedTokenType, 80))
+		return "", time.Time{}, fmt.Errorf("%w: the identity provider issued a %q, not an access token", ErrExchange, clip(r.IssuedTokenType, 80))
 	case !strings.EqualFold(r.TokenType, "bearer"):
-		return "", time.Time{}, fmt.Errorf("token exchange: the issued token's token_type is %q, not Bearer", clip(r.TokenType, 40))
+		return "", time.Time{}, fmt.Errorf("%w: the issued token's token_type is %q, not Bearer", ErrExchange, clip(r.TokenType, 40))
 	}
 	var exp time.Time
 	if r.ExpiresIn > 0 {

@@ -59,7 +59,7 @@ func TestExchanger(t *testing.T) {
 		t.Fatalf("Exchange: %q %v %v", tok, exp, err)
 	}
 	want := url.Values{"grant_type": {oauth.GrantTokenExchange}, "subject_token": {"good"}, "subject_token_type": {oauth.TokenTypeAccessToken},
-		"requested_token_type": {oauth.TokenTypeAccessToken}, "resource": {"https://up.example/mcp"}, "scope": {"a b"},
+		"requested_token_type": {oauth.TokenTypeAccessToken}, "resource": {"https://up.example/mcp"}, "audience": {"https://up.example/mcp"}, "scope": {"a b"},
 		"client_id": {"mux"}, "client_secret": {"s3cret"}}
 	for k, v := range want {
 		if got.Get(k) != v[0] {
