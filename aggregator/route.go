@@ -171,6 +171,9 @@ func (a *Aggregator) CallTool(ctx context.Context, cl Client, e *filter.Entry, p
 	tool := e.Tool
 	tool.Name = e.Original
 	res, err := a.route(ctx, cl, e.Upstream, string(mcp.MethodToolsCall), e.Tool.Name, params, map[string]any{"name": e.Original}, &tool)
+	if ue := notConnectedErr(err); ue != nil && a.elicitConnect(ctx, cl, e.Upstream, ue) { // connect_elicit.go
+		res, err = a.route(ctx, cl, e.Upstream, string(mcp.MethodToolsCall), e.Tool.Name, params, map[string]any{"name": e.Original}, &tool)
+	}
 	if err == nil {
 		a.relay.learnLinks(e.Upstream, res)
 	}
