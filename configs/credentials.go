@@ -37,6 +37,9 @@ func (v *validator) credentials(p keyPath, r *rawUpstream, u *Upstream) string {
 	case r.Scope != nil && *r.Scope == ScopeSession:
 		v.errorf(k, "credentials %q gives each caller a connection of their own already; it does not combine with scope = \"session\"", c)
 		return CredentialsShared
+	case r.Required:
+		v.errorf(k, "credentials %q gives each caller a connection of their own, which no start can wait for: it does not combine with required = true", c)
+		return CredentialsShared
 	}
 	return c
 }

@@ -46,6 +46,7 @@ func TestUpstreamCredentialsKey(t *testing.T) {
 		{"no oauth", "[upstreams.gh]\nurl = \"https://mcp.example.com/mcp\"\ncredentials = \"per-user\"\n", `test.toml:3: upstreams.gh.credentials: credentials "per-user" needs oauth = true`},
 		{"stdio", "[upstreams.gh]\ncommand = \"x\"\ncredentials = \"per-user\"\n", `test.toml:3: upstreams.gh.credentials: credentials "per-user" applies only to url upstreams`},
 		{"session scope", head + "scope = \"session\"\ncredentials = \"per-user\"\n", `test.toml:5: upstreams.gh.credentials: credentials "per-user" gives each caller a connection of their own already`},
+		{"required", head + "required = true\ncredentials = \"per-user\"\n", `test.toml:5: upstreams.gh.credentials: credentials "per-user" gives each caller a connection of their own, which no start can wait for`},
 		{"exchange without auth.oauth", head + "credentials = \"exchange\"\n", `test.toml:4: upstreams.gh.credentials: credentials "exchange" trades the caller's OAuth access token`},
 		{"exchange without client_id", head + "credentials = \"exchange\"\n" + oauth, `test.toml:4: upstreams.gh.credentials: credentials "exchange" needs the client mcpmux is at`},
 		{"per-user without a public URL", "[server]\nlisten = \"0.0.0.0:8931\"\n" + head + "credentials = \"per-user\"\n", `test.toml:6: upstreams.gh.credentials: credentials "per-user" sends users to mcpmux's /oauth/connect`},
