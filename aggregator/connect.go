@@ -123,6 +123,7 @@ func (a *Aggregator) FinishConnect(ctx context.Context, cb *url.URL, nonce strin
 		if _, err := a.openUserConn(k, oauth.UserKey(a.loginIdentity(who)), nil, shared); err != nil {
 			a.log.Warn("per-user connection not opened after connecting", "upstream", pc.upstream, "error", err)
 		}
+		a.openListing()
 	}
 	return pc.upstream, who, nil
 }

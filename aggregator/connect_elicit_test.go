@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
@@ -96,5 +97,54 @@ func TestConnectByElicitation(t *testing.T) {
 	}
 	if len(accepts.notice) != 1 || accepts.notice[0] != string(mcp.MethodNotificationElicitationComplete) {
 		t.Fatalf("notifications: %v", accepts.notice)
+	}
+}
+
+// TestListingOutlivesIdleUsers: with no operator login, the tools of a
+// per-user upstream are listed from a stored user login once a user has
+// connected, and stay listed when that user's own connection closes for
+// idleness.
+func TestListingOutlivesIdleUsers(t *testing.T) {
+	mcpSrv := server.NewMCPServer("up", "1.0.0", server.WithToolCapabilities(true))
+	mcpSrv.AddTool(mcp.NewTool("lookup"), func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return mcp.NewToolResultText("lookup ran"), nil
+	})
+	rs := oauthtest.New(t, server.NewStreamableHTTPServer(mcpSrv))
+	a := New(perUserConfig(t, rs.URL()), Options{})
+	defer a.Close()
+	ctx := context.Background()
+	if err := a.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(a.Snapshot().Tools); n != 0 {
+		t.Fatalf("%d tools listed before anyone connected", n)
+	}
+	link, _ := a.ConnectLink("gh", "oauth:alice")
+	u, _ := url.Parse(link)
+	authURL, nonce, err := a.BeginConnect(ctx, "gh", u.Query().Get("ticket"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := a.FinishConnect(ctx, approveAs(t, authURL, "alice"), nonce); err != nil {
+		t.Fatal(err)
+	}
+	listed := func() bool { return len(a.Snapshot().Tools) > 0 }
+	waitFor(t, "the tools listed after alice connected", listed)
+	a.sweepUsers(time.Now().Add(time.Hour))
+	a.rebuild()
+	if !listed() {
+		t.Fatal("the tools vanished when alice's own connection closed")
+	}
+}
+
+// waitFor polls cond for up to 10 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

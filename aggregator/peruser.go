@@ -236,8 +236,9 @@ func (a *Aggregator) openUserConn(k userKey, hash string, src *exchangeSource, s
 
 // openListing opens, for each per-user upstream whose shared connection
 // has no catalog (no operator login), a listing connection with its most
-// recently stored user login, unless one is open. Start and each
-// finished connect call it.
+// recently stored user login, unless one is open (and its login still
+// works). Start, reloads and each finished connect call it: the listing
+// outlives any user's own connection, which closes when idle.
 func (a *Aggregator) openListing() {
 	for _, u := range a.set.Load().ups {
 		cfg := u.Config()
@@ -248,9 +249,14 @@ func (a *Aggregator) openListing() {
 		s.mu.Lock()
 		open := false
 		for k, uc := range s.conns {
-			if k.name == cfg.Name && strings.HasPrefix(k.who, listingPrefix) && uc.shared == u {
-				open = true
+			if k.name != cfg.Name || !strings.HasPrefix(k.who, listingPrefix) {
+				continue
 			}
+			if h := uc.u.Health(); uc.shared != u || h.State != upstream.StateUp && errors.Is(h.LastError, upstream.ErrNeedsLogin) {
+				s.closeConn(a, k, uc) // its login no longer works: the newest stored one lists
+				continue
+			}
+			open = true
 		}
 		s.mu.Unlock()
 		if open {

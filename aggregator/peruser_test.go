@@ -21,7 +21,7 @@ func perUserConfig(t *testing.T, url string) *configs.Config {
 		OAuth: &configs.UpstreamOAuth{StateDir: t.TempDir()}, Credentials: configs.CredentialsPerUser,
 		Scope: configs.ScopeShared, ConnectTimeout: 5 * time.Second, CallTimeout: 5 * time.Second,
 		MaxMessageBytes: 1 << 20, MaxCatalogItems: 100, MaxCatalogBytes: 1 << 20}
-	return &configs.Config{Server: configs.Server{Listen: "127.0.0.1:8931", MaxChildrenPerCaller: 2, MaxSessions: 10},
+	return &configs.Config{Server: configs.Server{Listen: "127.0.0.1:8931", MaxChildrenPerCaller: 2, MaxSessions: 10, Separator: "__", MaxNameLength: 64},
 		Upstreams: []*configs.Upstream{uc}}
 }
 
