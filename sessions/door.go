@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/mcpmux/mcpmux/sessions/grant"
 )
 
 // This file holds what the connection-oriented HTTP front doors (/ws, /sse
@@ -155,16 +156,16 @@ func (set *streamSet) watchShutdown(r *http.Request) {
 // exactly as /mcp resolves them (Host and Origin were checked by
 // Server.guard, for every path). On failure it has answered r and returns
 // false.
-func (s *Server) openDoor(w http.ResponseWriter, r *http.Request) (Binding, Selection, bool) {
+func (s *Server) openDoor(w http.ResponseWriter, r *http.Request) (grant.Binding, grant.Selection, bool) {
 	s.waitStarted(r.Context())
-	sel, err := SelectionFromRequest(r)
-	var b Binding
+	sel, err := grant.SelectionFromRequest(r)
+	var b grant.Binding
 	if err == nil {
 		b, err = s.Resolver().Resolve(sel)
 	}
 	if err != nil {
 		writeResolveError(w, err)
-		return Binding{}, Selection{}, false
+		return grant.Binding{}, grant.Selection{}, false
 	}
 	b.Who = callerOf(r, b)
 	// Refused before the upgrade or the stream's first byte; the door
@@ -172,7 +173,7 @@ func (s *Server) openDoor(w http.ResponseWriter, r *http.Request) (Binding, Sele
 	// websocket's upgrade).
 	if err := s.slotsFull(b.Who); err != nil {
 		s.refuseSession(w, nil, "", b.Profile, err)
-		return Binding{}, Selection{}, false
+		return grant.Binding{}, grant.Selection{}, false
 	}
 	s.streams.watchShutdown(r)
 	return b, sel, true
@@ -182,10 +183,10 @@ func (s *Server) openDoor(w http.ResponseWriter, r *http.Request) (Binding, Sele
 // the status of its sentinel; a refused token's answer carries its
 // WWW-Authenticate challenge (auth.go).
 func writeResolveError(w http.ResponseWriter, err error) {
-	if c := challengeOf(err); c != "" {
+	if c := grant.ChallengeOf(err); c != "" {
 		w.Header().Set("WWW-Authenticate", c)
 	}
-	writeJSONError(w, statusOf(err), nil, mcp.INVALID_REQUEST, err.Error())
+	writeJSONError(w, grant.StatusOf(err), nil, mcp.INVALID_REQUEST, err.Error())
 }
 
 // hostAllowed applies the DNS-rebinding rule (SPEC §10): a request that

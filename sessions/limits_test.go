@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/mcpmux/mcpmux/sessions/grant"
 )
 
 // TestNarrowingBounds: a narrowing over MaxNarrowNames names, or with a
@@ -49,14 +50,14 @@ func TestNarrowingBounds(t *testing.T) {
 			for k, v := range tt.header {
 				r.Header[k] = v
 			}
-			sel, err := SelectionFromRequest(r)
+			sel, err := grant.SelectionFromRequest(r)
 			if tt.want == "" {
 				if err != nil || len(sel.Tools) != 256 {
 					t.Fatalf("err = %v, %d tools; want accepted with 256", err, len(sel.Tools))
 				}
 				return
 			}
-			if !errors.Is(err, ErrBadNarrowing) || !strings.Contains(err.Error(), tt.want) || statusOf(err) != http.StatusBadRequest {
+			if !errors.Is(err, grant.ErrBadNarrowing) || !strings.Contains(err.Error(), tt.want) || grant.StatusOf(err) != http.StatusBadRequest {
 				t.Fatalf("err = %v, want ErrBadNarrowing (400) containing %q", err, tt.want)
 			}
 		})
@@ -437,7 +438,7 @@ func TestNarrowedSessionAfterEviction(t *testing.T) {
 	p := mustOpenSSE(t, hs, narrow, nil)
 	initializeAs(t, p, map[string]any{})
 	for i := range 300 {
-		sel := Selection{Profile: "all", Tools: []string{fmt.Sprint("x", i)}, Narrowing: true}
+		sel := grant.Selection{Profile: "all", Tools: []string{fmt.Sprint("x", i)}, Narrowing: true}
 		if _, err := s.Resolver().Resolve(sel); err != nil {
 			t.Fatal(err)
 		}

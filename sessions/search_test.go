@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/mcpmux/mcpmux/sessions/grant"
 )
 
 // searchConfig gives the one upstream "up" (30 tools, tool_0000 …
@@ -462,9 +464,9 @@ func BenchmarkSearchTools10k(b *testing.B) {
 }
 
 // mustBinding resolves profile as a request naming it would.
-func mustBinding(tb testing.TB, s *Server, profile string) Binding {
+func mustBinding(tb testing.TB, s *Server, profile string) grant.Binding {
 	tb.Helper()
-	b, err := s.Resolver().ResolveLocal(Selection{Profile: profile})
+	b, err := s.Resolver().ResolveLocal(grant.Selection{Profile: profile})
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -30,6 +30,7 @@ import (
 	"github.com/mcpmux/mcpmux/internal/glob"
 	"github.com/mcpmux/mcpmux/internal/jsonrpc"
 	"github.com/mcpmux/mcpmux/internal/ratelimit"
+	"github.com/mcpmux/mcpmux/sessions/grant"
 	"github.com/mcpmux/mcpmux/upstream"
 )
 
@@ -39,7 +40,7 @@ type Server struct {
 	cfg      *configs.Config
 	agg      *aggregator.Aggregator
 	registry *filter.Registry
-	resolver atomic.Pointer[Resolver]
+	resolver atomic.Pointer[grant.Resolver]
 	log      *slog.Logger
 	version  string
 	// writeTimeout bounds each write to a client (Options.WriteTimeout).
@@ -114,7 +115,7 @@ func (s *Server) maxConnectTimeout() time.Duration {
 // door: the one registry list_changed, logs, resource updates and reloads
 // go through.
 type session struct {
-	binding Binding
+	binding grant.Binding
 	// owner is the sum of the bearer token that opened the session (zero
 	// without one): a request carrying another token is answered as if the
 	// session did not exist (SPEC §6).
@@ -203,7 +204,7 @@ func New(cfg *configs.Config, opts Options) (*Server, error) {
 	s.flights.perCaller = cfg.Server.MaxSessionsPerCaller
 	s.slots.max = int64(cfg.Server.MaxSessions)
 	s.slots.callers.max = cfg.Server.MaxSessionsPerCaller
-	res, err := NewResolver(cfg, s.registry)
+	res, err := grant.NewResolver(cfg, s.registry)
 	if err != nil {
 		return nil, err
 	}
@@ -241,10 +242,10 @@ func (s *Server) Aggregator() *aggregator.Aggregator { return s.agg }
 func (s *Server) Registry() *filter.Registry { return s.registry }
 
 // Resolver returns the current profile resolver.
-func (s *Server) Resolver() *Resolver { return s.resolver.Load() }
+func (s *Server) Resolver() *grant.Resolver { return s.resolver.Load() }
 
 // View returns the current view through b's filter.
-func (s *Server) View(b Binding) *filter.View {
+func (s *Server) View(b grant.Binding) *filter.View {
 	snap := s.agg.Snapshot()
 	return s.registry.View(snap.Version, snap.Tools, s.effective(b))
 }
@@ -254,7 +255,7 @@ func (s *Server) onSnapshot(prev, next *aggregator.Snapshot) {
 	s.metrics.setUpstreams(s.agg.Upstreams())
 	s.recordPins(next.PinEvents)
 
-	prints := func(b Binding) viewPrints {
+	prints := func(b grant.Binding) viewPrints {
 		v := s.registry.View(next.Version, next.Tools, s.effective(b))
 		p, r := v.Listing(next.Catalog).Fingerprints()
 		return viewPrints{tools: v.Fingerprint(), prompts: p, resources: r}
@@ -378,11 +379,11 @@ func (s *Server) resourceUpdated(from, uri string) {
 // reload came since b was resolved, the grant is re-derived here, as the
 // reload did for every session it saw (reload.go); one the reload ends is
 // bound ended, and revoked says why.
-func (s *Server) bind(id string, b Binding, owner [32]byte, hs *handshake, ss *streamSession) (revoked error) {
+func (s *Server) bind(id string, b grant.Binding, owner [32]byte, hs *handshake, ss *streamSession) (revoked error) {
 	v := s.View(b)
 	lp, lr := s.listing(b).Fingerprints()
 	s.mu.Lock()
-	if res := s.Resolver(); b.granter != nil && b.granter != res {
+	if res := s.Resolver(); b.Granter != nil && b.Granter != res {
 		if nb, err := s.regrant(res, b); err != nil {
 			revoked = fmt.Errorf("%w: %w", errConfigChanged, err)
 		} else {
@@ -465,8 +466,8 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST /message", s.serveMessage) // sse.go
 	// Protected Resource Metadata (auth.go), at the well-known path and
 	// its per-path forms (RFC 9728 §3.1).
-	mux.HandleFunc("GET "+MetadataPath, s.serveMetadata)
-	mux.HandleFunc("GET "+MetadataPath+"/", s.serveMetadata)
+	mux.HandleFunc("GET "+grant.MetadataPath, s.serveMetadata)
+	mux.HandleFunc("GET "+grant.MetadataPath+"/", s.serveMetadata)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		io.WriteString(w, "ok\n")
@@ -553,8 +554,8 @@ func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request) {
 	// The token, profile and toolsets are checked here, once, by one
 	// resolver; every later decision of the request is taken from chk. The
 	// filter of a narrowing is built only once the session is (SPEC §10).
-	sel, err := SelectionFromRequest(r)
-	var chk *Checked
+	sel, err := grant.SelectionFromRequest(r)
+	var chk *grant.Checked
 	if err == nil {
 		chk, err = s.Resolver().Check(sel)
 	}
@@ -624,9 +625,9 @@ func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var sess *session
-	var b Binding
+	var b grant.Binding
 	if id != "" && !initialize && !modern {
-		var bound Binding // read under the lock: enabling a toolset (dynamic.go) or a reload replaces it
+		var bound grant.Binding // read under the lock: enabling a toolset (dynamic.go) or a reload replaces it
 		var revoked error
 		s.mu.Lock()
 		sess = s.bound[id]
@@ -646,7 +647,7 @@ func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if err := chk.Allows(bound.Profile); err != nil {
-			writeJSONError(w, statusOf(err), m.ID, mcp.INVALID_REQUEST, err.Error())
+			writeJSONError(w, grant.StatusOf(err), m.ID, mcp.INVALID_REQUEST, err.Error())
 			return
 		}
 		key := chk.Key()
@@ -750,7 +751,7 @@ func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request) {
 // serveInitialize opens a /mcp session: it takes a server.max_sessions
 // slot, answers the handshake, and binds the session under a new id,
 // which the answer carries in its Mcp-Session-Id header.
-func (s *Server) serveInitialize(w http.ResponseWriter, m *jsonrpc.Message, chk *Checked, b Binding, view *filter.View) {
+func (s *Server) serveInitialize(w http.ResponseWriter, m *jsonrpc.Message, chk *grant.Checked, b grant.Binding, view *filter.View) {
 	if err := s.takeSlot(b.Who); err != nil {
 		s.refuseSession(w, m.ID, m.Method, b.Profile, err)
 		return

@@ -21,6 +21,7 @@ import (
 	"github.com/mcpmux/mcpmux/configs"
 	"github.com/mcpmux/mcpmux/filter"
 	"github.com/mcpmux/mcpmux/internal/pins"
+	"github.com/mcpmux/mcpmux/sessions/grant"
 	"github.com/mcpmux/mcpmux/upstream"
 )
 
@@ -75,7 +76,7 @@ type statusPage struct {
 
 // profileStatus is the cached per-profile part of the page.
 type profileStatus struct {
-	resolver *Resolver
+	resolver *grant.Resolver
 	version  uint64
 	profiles []profileRow
 	filters  []filterRow
@@ -395,7 +396,7 @@ func (p *statusPage) profiles(snap *aggregator.Snapshot) *profileStatus {
 	}
 	for _, name := range names {
 		row := profileRow{Name: name}
-		b, err := res.ResolveLocal(Selection{Profile: name})
+		b, err := res.ResolveLocal(grant.Selection{Profile: name})
 		if err != nil {
 			row.Error = err.Error()
 			c.profiles = append(c.profiles, row)
@@ -406,10 +407,10 @@ func (p *statusPage) profiles(snap *aggregator.Snapshot) *profileStatus {
 		if row.Tokens, row.ByUpstream, err = v.Tokens(); err != nil {
 			row.Error = fmt.Sprintf("profile %q: estimating tokens: %v", name, err)
 		}
-		f := res.DynamicFilter(s.registry, b)
+		f := DynamicFilter(res, s.registry, b)
 		row.Dynamic = f != nil
 		if f == nil {
-			f = res.SearchFilter(s.registry, b)
+			f = SearchFilter(res, s.registry, b)
 			row.Search = f != nil
 		}
 		if f != nil {

@@ -19,6 +19,7 @@ import (
 	"github.com/mcpmux/mcpmux/filter"
 	"github.com/mcpmux/mcpmux/internal/audit"
 	"github.com/mcpmux/mcpmux/internal/jsonrpc"
+	"github.com/mcpmux/mcpmux/sessions/grant"
 )
 
 // This file holds what the message-stream front doors (websocket, legacy
@@ -90,8 +91,8 @@ type frameWriter interface {
 type streamSession struct {
 	srv     *Server
 	id      string
-	kind    string  // "ws", "sse" or "stdio", for logs
-	binding Binding // as resolved at connect; see grantOf
+	kind    string        // "ws", "sse" or "stdio", for logs
+	binding grant.Binding // as resolved at connect; see grantOf
 	w       frameWriter
 	token   [32]byte // its owner, Binding.Caller: SSE checks posts against it
 
@@ -126,7 +127,7 @@ type streamSession struct {
 	// regranted is the binding a reload re-derived for the session before
 	// it registered (nil: none did), and revoked why a reload ended it.
 	// Both are under Server.mu (reload.go).
-	regranted *Binding
+	regranted *grant.Binding
 	revoked   error
 }
 
@@ -148,7 +149,7 @@ type pendingReply struct {
 // newStreamSession starts a session of kind for b, writing through w. The
 // session lives until end is called or parent is done; its writer runs from
 // now on, but nothing is sent before the client's first message.
-func (s *Server) newStreamSession(parent context.Context, kind string, b Binding, w frameWriter) *streamSession {
+func (s *Server) newStreamSession(parent context.Context, kind string, b grant.Binding, w frameWriter) *streamSession {
 	ss := &streamSession{
 		srv:      s,
 		id:       replicaPrefix(s.cfg) + kind + "-" + rand.Text(),
@@ -259,7 +260,7 @@ func (ss *streamSession) receive(raw []byte) bool {
 	}
 	m, err := jsonrpc.Parse(raw)
 	if err != nil {
-		resp, _, _ := ss.srv.respond(Binding{}, nil, nil, err)
+		resp, _, _ := ss.srv.respond(grant.Binding{}, nil, nil, err)
 		ss.send(ss.ctx, resp)
 		return true
 	}
@@ -553,7 +554,7 @@ func (ss *streamSession) clientCapabilities() mcp.ClientCapabilities {
 func (s *Server) dispatch(ctx context.Context, sess *streamSession, raw []byte) []byte {
 	m, err := jsonrpc.Parse(raw)
 	if err != nil {
-		resp, _, _ := s.respond(Binding{}, nil, nil, err)
+		resp, _, _ := s.respond(grant.Binding{}, nil, nil, err)
 		return resp
 	}
 	if m.IsResponse() {
@@ -603,7 +604,7 @@ func (s *Server) handle(ctx context.Context, sess *streamSession, raw []byte, m 
 // Its frames (progress, log messages, server→client requests) and then its
 // answer go through the session's one writer, in that order; it returns
 // only a refusal, having queued any other answer itself.
-func (s *Server) handleRouted(ctx context.Context, sess *streamSession, b Binding, view *filter.View, m *jsonrpc.Message) []byte {
+func (s *Server) handleRouted(ctx context.Context, sess *streamSession, b grant.Binding, view *filter.View, m *jsonrpc.Message) []byte {
 	ctx, e, refusal := s.decideTraced(ctx, nil, sess.id, b, view, m)
 	defer s.endSpan(ctx)
 	if refusal != nil {

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/mcpmux/mcpmux/sessions/grant"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	dto "github.com/prometheus/client_model/go"
@@ -32,22 +33,22 @@ func (s *Server) viewerOf(r *http.Request) (v viewer, ok bool) {
 	if !res.AuthRequired() {
 		return viewer{all: true}, true
 	}
-	sel, _ := SelectionFromRequest(r)
+	sel, _ := grant.SelectionFromRequest(r)
 	if !sel.HasToken {
 		return viewer{}, false
 	}
-	te, err := res.caller(sel.Token)
+	profiles, admin, err := res.Access(sel.Token)
 	if err != nil {
 		return viewer{}, false
 	}
-	if te.admin {
+	if admin {
 		return viewer{all: true}, true
 	}
-	v = viewer{profiles: make(map[string]bool, len(te.profiles)), upstreams: make(map[string]bool)}
+	v = viewer{profiles: make(map[string]bool, len(profiles)), upstreams: make(map[string]bool)}
 	ups := s.agg.Upstreams()
-	for _, p := range te.profiles {
+	for _, p := range profiles {
 		v.profiles[p] = true
-		b, err := res.ResolveLocal(Selection{Profile: p})
+		b, err := res.ResolveLocal(grant.Selection{Profile: p})
 		if err != nil {
 			continue
 		}
@@ -103,7 +104,7 @@ func (s *Server) withViewer(serve func(w http.ResponseWriter, r *http.Request, v
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		v, ok := s.viewerOf(r)
 		if !ok {
-			w.Header().Set("WWW-Authenticate", s.Resolver().challenge("", "", ""))
+			w.Header().Set("WWW-Authenticate", s.Resolver().Challenge("", "", ""))
 			http.Error(w, "a bearer token is required", http.StatusUnauthorized)
 			return
 		}
