@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/mcpmux/mcpmux/sessions/grant"
+	"github.com/mcpmux/mcpmux/sessions/status"
 )
 
 // searchConfig gives the one upstream "up" (30 tools, tool_0000 …
@@ -352,7 +353,7 @@ func TestToolSearchStatusAndNarrowing(t *testing.T) {
 	t.Cleanup(hs.Close)
 	_, body := fetchStatus(t, hs, "GET", "/status.json", nil)
 	var st struct {
-		Profiles []profileRow `json:"profiles"`
+		Profiles []status.ProfileRow `json:"profiles"`
 	}
 	if err := json.Unmarshal([]byte(body), &st); err != nil {
 		t.Fatalf("status.json: %v", err)

@@ -474,7 +474,7 @@ func (s *Server) Handler() http.Handler {
 	})
 	mux.HandleFunc("GET /readyz", s.serveReady)
 	mux.Handle("GET /metrics", s.withViewer(s.serveMetrics)) // views.go
-	s.handleStatus(mux)                                      // GET / and GET /status.json (status.go)
+	s.handleStatus(mux)                                      // GET / and GET /status.json (statuspage.go)
 	return recoverPanics(s.log, s.guard(mux))
 }
 
@@ -514,7 +514,7 @@ func (s *Server) serveReady(w http.ResponseWriter, r *http.Request) {
 	}
 	if len(down) > 0 {
 		w.WriteHeader(http.StatusServiceUnavailable)
-		if v, ok := s.viewerOf(r); !ok || !v.all {
+		if v, ok := s.viewerOf(r); !ok || !v.All {
 			io.WriteString(w, "not ready: a required upstream is down\n")
 			return
 		}
