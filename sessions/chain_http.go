@@ -64,8 +64,11 @@ func (s *Server) serveRouted(w http.ResponseWriter, r *http.Request, m *jsonrpc.
 		writeAnswer(w, status, jsonrpc.ErrorResponse(m.ID, refusal))
 		return
 	}
-	ctx, untrack := s.trackRouted(ctx, sess, m.ID)
-	defer untrack()
+	if sess != nil {
+		var forget func()
+		ctx, forget = sess.inflight.track(ctx, m.ID)
+		defer forget()
+	}
 	var held *backlog
 	overflow := func() {}
 	if sess != nil {

@@ -61,9 +61,7 @@ func (s *Server) Reload(cfg *configs.Config) error {
 		if err != nil {
 			// Refused from now on (serveMCP, grantOf), ended below.
 			sess.revoked = fmt.Errorf("%w: %w", errConfigChanged, err)
-			for _, cancel := range sess.inflight {
-				cancel()
-			}
+			sess.inflight.cancelAll()
 			ends = append(ends, ending{id: id, profile: sess.binding.Profile, stream: sess.stream, cause: sess.revoked})
 			continue
 		}

@@ -140,9 +140,9 @@ type session struct {
 	get *standalone
 	// pending are this session's server→client requests sent on /mcp.
 	pending pendingSet
-	// inflight cancels this session's routed requests on /mcp, by the id
-	// the client gave them, for notifications/cancelled.
-	inflight map[string]context.CancelFunc
+	// inflight are this session's routed requests on /mcp in progress,
+	// for notifications/cancelled (a stream session keeps its own in ss).
+	inflight inflight
 	// listed is the fingerprint of the view the session last had; a catalog
 	// change notifies the session only when it differs. listedPrompts and
 	// listedResources are the same for its prompts, and its resources and
@@ -424,9 +424,7 @@ func (s *Server) unbind(id string) {
 		sess.get.close()
 		sess.get = nil
 	}
-	for _, cancel := range sess.inflight {
-		cancel()
-	}
+	sess.inflight.cancelAll()
 	sess.pending.fail() // its server→client requests get no answer now
 	subs := make([]string, 0, len(sess.subs))
 	for uri := range sess.subs {
@@ -690,7 +688,7 @@ func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request) {
 		case sess != nil && m.IsResponse():
 			sess.pending.deliver(m)
 		case sess != nil && m.Method == string(mcp.MethodNotificationCancelled):
-			s.cancelRouted(sess, m)
+			sess.inflight.cancelNamed(m.Params)
 		}
 		w.WriteHeader(http.StatusAccepted)
 		return
@@ -778,44 +776,6 @@ func writeHTTPError(w http.ResponseWriter, status int, msg string) {
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(status)
 	io.WriteString(w, msg+"\n")
-}
-
-// cancelRouted cancels the routed request a notifications/cancelled names.
-func (s *Server) cancelRouted(sess *session, m *jsonrpc.Message) {
-	var p struct {
-		RequestID json.RawMessage `json:"requestId"`
-	}
-	if json.Unmarshal(m.Params, &p) != nil || len(p.RequestID) == 0 {
-		return
-	}
-	s.mu.Lock()
-	cancel := sess.inflight[string(p.RequestID)]
-	s.mu.Unlock()
-	if cancel != nil {
-		cancel()
-	}
-}
-
-// trackRouted records a routed request of sess as cancellable and returns
-// its ctx and the function that forgets it.
-func (s *Server) trackRouted(ctx context.Context, sess *session, id json.RawMessage) (context.Context, func()) {
-	ctx, cancel := context.WithCancel(ctx)
-	if sess == nil {
-		return ctx, cancel
-	}
-	key := string(id)
-	s.mu.Lock()
-	if sess.inflight == nil {
-		sess.inflight = make(map[string]context.CancelFunc)
-	}
-	sess.inflight[key] = cancel
-	s.mu.Unlock()
-	return ctx, func() {
-		s.mu.Lock()
-		delete(sess.inflight, key)
-		s.mu.Unlock()
-		cancel()
-	}
 }
 
 // Shutdown shuts the server down (SPEC §8). Calls that arrive from now on

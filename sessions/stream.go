@@ -119,10 +119,11 @@ type streamSession struct {
 	mu         sync.Mutex
 	ended      bool
 	cause      error
-	registered bool                          // bound (Server.bind), after initialize
-	workers    int                           // running workers
-	inflight   map[string]context.CancelFunc // client request id → cancel
-	pending    pendingSet                    // server→client requests waiting for the client
+	registered bool       // bound (Server.bind), after initialize
+	workers    int        // running workers
+	pending    pendingSet // server→client requests waiting for the client
+
+	inflight inflight // client requests queued or running, for notifications/cancelled
 
 	// regranted is the binding a reload re-derived for the session before
 	// it registered (nil: none did), and revoked why a reload ended it.
@@ -135,7 +136,6 @@ type streamSession struct {
 type streamJob struct {
 	ctx    context.Context
 	cancel context.CancelFunc
-	key    string // the request id as sent
 	raw    []byte
 	msg    *jsonrpc.Message
 	done   func() // records its end in the session's life
@@ -151,16 +151,15 @@ type pendingReply struct {
 // now on, but nothing is sent before the client's first message.
 func (s *Server) newStreamSession(parent context.Context, kind string, b grant.Binding, w frameWriter) *streamSession {
 	ss := &streamSession{
-		srv:      s,
-		id:       replicaPrefix(s.cfg) + kind + "-" + rand.Text(),
-		kind:     kind,
-		binding:  b,
-		w:        w,
-		out:      make(chan jsonrpc.Frame, outBuffer),
-		held:     newBacklog(s.cfg.Server.MaxPendingBytes, 0), // the worker pool bounds its calls
-		queue:    make(chan *streamJob, streamQueue),
-		wrote:    make(chan struct{}),
-		inflight: make(map[string]context.CancelFunc),
+		srv:     s,
+		id:      replicaPrefix(s.cfg) + kind + "-" + rand.Text(),
+		kind:    kind,
+		binding: b,
+		w:       w,
+		out:     make(chan jsonrpc.Frame, outBuffer),
+		held:    newBacklog(s.cfg.Server.MaxPendingBytes, 0), // the worker pool bounds its calls
+		queue:   make(chan *streamJob, streamQueue),
+		wrote:   make(chan struct{}),
 	}
 	ss.ctx, ss.cancel = context.WithCancel(parent)
 	context.AfterFunc(ss.ctx, func() { ss.end(context.Cause(parent)) })
@@ -271,7 +270,7 @@ func (ss *streamSession) receive(raw []byte) bool {
 		ss.enqueue(raw, m)
 	default:
 		if m.Method == string(mcp.MethodNotificationCancelled) {
-			ss.cancelInflight(raw)
+			ss.inflight.cancelNamed(m.Params)
 		}
 		if resp := ss.srv.handle(ss.ctx, ss, raw, m); resp != nil {
 			ss.send(ss.ctx, resp)
@@ -283,29 +282,31 @@ func (ss *streamSession) receive(raw []byte) bool {
 // enqueue queues a request for the worker pool, starting a worker if fewer
 // than streamWorkers run. A full queue answers the request at once.
 func (ss *streamSession) enqueue(raw []byte, m *jsonrpc.Message) {
-	ctx, cancel := context.WithCancel(ss.ctx)
-	job := &streamJob{ctx: ctx, cancel: cancel, key: string(m.ID), raw: raw, msg: m}
+	// Tracked from now on, so that a notifications/cancelled cancels it even
+	// while it is queued.
+	ctx, cancel := ss.inflight.track(ss.ctx, m.ID)
+	job := &streamJob{ctx: ctx, cancel: cancel, raw: raw, msg: m}
 	ss.mu.Lock()
 	if ss.ended {
 		ss.mu.Unlock()
 		cancel()
 		return
 	}
+	job.done = func() {}
+	if l := ss.life.Load(); l != nil {
+		job.done = l.enter() // not idle while it is queued or runs
+	}
 	select {
 	case ss.queue <- job:
 	default:
 		ss.mu.Unlock()
 		cancel()
+		job.done()
 		ss.srv.metrics.count(m.Method, outcomeError)
 		ss.srv.auditLimit(ss.id, ss.binding.Profile, m.Method, m.Name, audit.ReasonBusy)
 		ss.send(ss.ctx, errorFrame(m.ID, errBusyCode,
 			fmt.Sprintf("too many requests in flight on this session (limit %d)", streamWorkers+streamQueue)))
 		return
-	}
-	ss.inflight[job.key] = cancel
-	job.done = func() {}
-	if l := ss.life.Load(); l != nil {
-		job.done = l.enter() // not idle while it is queued or runs
 	}
 	if ss.workers < streamWorkers {
 		ss.workers++
@@ -341,10 +342,7 @@ func (ss *streamSession) work() {
 // asks.
 func (ss *streamSession) runJob(job *streamJob) {
 	defer func() {
-		ss.mu.Lock()
-		delete(ss.inflight, job.key)
-		ss.mu.Unlock()
-		job.cancel()
+		job.cancel() // forgets it too
 		job.done()
 	}()
 	if job.ctx.Err() != nil {
@@ -367,25 +365,6 @@ func (ss *streamSession) safeHandle(job *streamJob) (resp []byte) {
 		}
 	}()
 	return ss.srv.handle(job.ctx, ss, job.raw, job.msg)
-}
-
-// cancelInflight cancels the request a notifications/cancelled names, even
-// while it is still queued.
-func (ss *streamSession) cancelInflight(raw []byte) {
-	var n struct {
-		Params struct {
-			RequestID json.RawMessage `json:"requestId"`
-		} `json:"params"`
-	}
-	if json.Unmarshal(raw, &n) != nil || len(n.Params.RequestID) == 0 {
-		return
-	}
-	ss.mu.Lock()
-	cancel := ss.inflight[string(n.Params.RequestID)]
-	ss.mu.Unlock()
-	if cancel != nil {
-		cancel()
-	}
 }
 
 // --- sending ---
