@@ -2,11 +2,7 @@ package sessions
 
 import (
 	"errors"
-	"fmt"
-	"net"
 	"net/http"
-	"net/netip"
-	"strings"
 	"sync"
 	"time"
 
@@ -187,33 +183,4 @@ func writeResolveError(w http.ResponseWriter, err error) {
 		w.Header().Set("WWW-Authenticate", c)
 	}
 	writeJSONError(w, grant.StatusOf(err), nil, mcp.INVALID_REQUEST, err.Error())
-}
-
-// hostAllowed applies the DNS-rebinding rule (SPEC §10): a request that
-// reached a loopback address must name a loopback host. On failure it has
-// answered 403. Server.guard runs it for every path.
-func hostAllowed(w http.ResponseWriter, r *http.Request) bool {
-	local, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
-	if !ok || local == nil {
-		return true
-	}
-	if isLoopbackName(local.String()) && !isLoopbackName(r.Host) {
-		writeJSONError(w, http.StatusForbidden, nil, mcp.INVALID_REQUEST, fmt.Sprintf("Host %q is not a loopback name", r.Host))
-		return false
-	}
-	return true
-}
-
-// isLoopbackName reports whether hostport (with or without a port) is
-// "localhost" or a loopback IP address.
-func isLoopbackName(hostport string) bool {
-	host, _, err := net.SplitHostPort(hostport)
-	if err != nil {
-		host = strings.TrimSuffix(strings.TrimPrefix(hostport, "["), "]")
-	}
-	if strings.EqualFold(host, "localhost") {
-		return true
-	}
-	ip, err := netip.ParseAddr(host)
-	return err == nil && ip.IsLoopback()
 }

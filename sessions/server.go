@@ -31,6 +31,7 @@ import (
 	"github.com/mcpmux/mcpmux/internal/jsonrpc"
 	"github.com/mcpmux/mcpmux/internal/ratelimit"
 	"github.com/mcpmux/mcpmux/sessions/grant"
+	"github.com/mcpmux/mcpmux/sessions/httpd"
 	"github.com/mcpmux/mcpmux/upstream"
 )
 
@@ -473,24 +474,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /readyz", s.serveReady)
 	mux.Handle("GET /metrics", s.withViewer(s.serveMetrics)) // views.go
 	s.handleStatus(mux)                                      // GET / and GET /status.json (statuspage.go)
-	return recoverPanics(s.log, s.guard(mux))
-}
-
-// guard runs the checks every path shares, before any of them looks at
-// the request (SPEC §10): the loopback Host rule against DNS rebinding, and
-// Origin. No path is exempt: not the /mcp fast paths, not /metrics or the
-// health probes, which would otherwise tell a rebinding page what runs here.
-func (s *Server) guard(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !hostAllowed(w, r) {
-			return
-		}
-		if o := r.Header.Get("Origin"); o != "" && !s.originAllowed(o) {
-			writeJSONError(w, http.StatusForbidden, nil, mcp.INVALID_REQUEST, fmt.Sprintf("origin %q is not allowed", o))
-			return
-		}
-		next.ServeHTTP(w, r)
-	})
+	return httpd.RecoverPanics(s.log, httpd.Guard(s.origins, mux))
 }
 
 // serveReady answers 200 when every required upstream is up. It names the
@@ -520,15 +504,6 @@ func (s *Server) serveReady(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	io.WriteString(w, "ready\n")
-}
-
-func (s *Server) originAllowed(o string) bool {
-	for _, g := range s.origins {
-		if g.Match(o) {
-			return true
-		}
-	}
-	return false
 }
 
 // serveMCP is the /mcp door (streamable HTTP): it resolves the request's
@@ -799,91 +774,18 @@ func (s *Server) Shutdown(ctx context.Context) error {
 // and answers the rest with an error (see Shutdown), and returns once the
 // connections are closed, at most a few answerWaits after the grace.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
-	read := s.cfg.Server.ReadTimeout
-	headerTimeout := 10 * time.Second
-	if read > 0 {
-		headerTimeout = min(headerTimeout, read)
-	}
-	hs := &http.Server{
-		// Bodies must arrive within read_timeout (a per-request deadline:
-		// http.Server.ReadTimeout would cut long-lived streams), keep-alive
-		// connections close after read_timeout idle, and headers, the
-		// narrowing ones included, are refused past 64 KiB with 431
-		// before any handler runs (SPEC §10).
-		Handler:           withReadTimeout(read, s.Handler()),
-		ReadHeaderTimeout: headerTimeout,
-		IdleTimeout:       read,
-		MaxHeaderBytes:    maxHeaderBytes,
-		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
-		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
-	}
-	ln = &closeOnce{Listener: ln}
-	var fresh freshConns
-	hs.ConnState = fresh.track
-	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(ln) }()
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
-	}
-	// Stop accepting, and close each keep-alive connection once it has
-	// answered, but leave the requests and streams in flight alone:
-	// http.Server.Shutdown would end the stream sessions at once (door.go
-	// hooks it), cutting their calls off without answers.
-	ln.Close()
-	hs.SetKeepAlivesEnabled(false)
-	gctx, cancel := context.WithTimeout(context.Background(), s.cfg.Server.ShutdownGrace)
-	defer cancel()
-	errs := []error{s.Shutdown(gctx)}
-	// Every call is answered now; the handlers of /mcp requests write
-	// their answers and return. Connections that never sent a request are
-	// closed now; long-lived streams (GET /mcp, listens) never finish on
-	// their own: they are closed after answerWait.
-	fresh.close()
-	cctx, ccancel := context.WithTimeout(context.Background(), answerWait)
-	defer ccancel()
-	if err := hs.Shutdown(cctx); err != nil {
-		errs = append(errs, hs.Close())
-	}
-	if err := <-errc; !errors.Is(err, net.ErrClosed) && !errors.Is(err, http.ErrServerClosed) {
-		errs = append(errs, err)
-	}
-	return errors.Join(errs...)
-}
-
-// closeOnce is a listener that closes once: Serve closes it before the
-// http.Server does.
-type closeOnce struct {
-	net.Listener
-	once sync.Once
-	err  error
-}
-
-func (l *closeOnce) Close() error {
-	l.once.Do(func() { l.err = l.Listener.Close() })
-	return l.err
+	return httpd.Serve(ctx, ln, httpd.Config{
+		Handler:       s.Handler(),
+		ReadTimeout:   s.cfg.Server.ReadTimeout,
+		ShutdownGrace: s.cfg.Server.ShutdownGrace,
+		Drain:         s.Shutdown,
+		CloseWait:     answerWait,
+		Log:           s.log,
+	})
 }
 
 func writeJSONError(w http.ResponseWriter, status int, id json.RawMessage, code int, msg string) {
 	writeAnswer(w, status, errorFrame(id, code, msg))
-}
-
-// recoverPanics is the outermost handler: a panic anywhere below answers 500
-// and is logged instead of killing the connection's goroutine silently.
-func recoverPanics(log *slog.Logger, next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		defer func() {
-			if v := recover(); v != nil {
-				if v == http.ErrAbortHandler {
-					panic(v)
-				}
-				log.Error("panic in HTTP handler", "method", r.Method, "path", r.URL.Path, "panic", v)
-				http.Error(w, "internal error", http.StatusInternalServerError)
-			}
-		}()
-		next.ServeHTTP(w, r)
-	})
 }
 
 // maskedLines writes each line (audit.Log writes one per Write) with every
