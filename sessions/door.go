@@ -150,7 +150,7 @@ func (set *streamSet) watchShutdown(r *http.Request) {
 // openDoor runs the checks a connection-oriented front door makes before it
 // takes a client: the profile, narrowing and bearer token of r, resolved
 // exactly as /mcp resolves them (Host and Origin were checked by
-// Server.guard, for every path). On failure it has answered r and returns
+// httpd.Guard, for every path). On failure it has answered r and returns
 // false.
 func (s *Server) openDoor(w http.ResponseWriter, r *http.Request) (grant.Binding, grant.Selection, bool) {
 	s.waitStarted(r.Context())
