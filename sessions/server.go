@@ -474,7 +474,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /readyz", s.serveReady)
 	mux.Handle("GET /metrics", s.withViewer(s.serveMetrics)) // views.go
 	s.handleStatus(mux)                                      // GET / and GET /status.json (statuspage.go)
-	return httpd.RecoverPanics(s.log, httpd.Guard(s.origins, mux))
+	return httpd.RecoverPanics(s.log, httpd.Guard(s.originAllowed, mux))
 }
 
 // serveReady answers 200 when every required upstream is up. It names the
@@ -504,6 +504,12 @@ func (s *Server) serveReady(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	io.WriteString(w, "ready\n")
+}
+
+// originAllowed reports whether a request r may come from origin: one of
+// server.allowed_origins (httpd.Guard).
+func (s *Server) originAllowed(r *http.Request, origin string) bool {
+	return httpd.Origins(s.origins, origin)
 }
 
 // serveMCP is the /mcp door (streamable HTTP): it resolves the request's

@@ -30,15 +30,16 @@ const MaxHeaderBytes = 64 << 10
 
 // Guard runs the checks every path shares, before any of them looks at the
 // request (SPEC §10): the loopback Host rule against DNS rebinding, and
-// Origin, which must match one of origins when the request carries one. No
-// path is exempt: not the /mcp fast paths, not /metrics or the health
-// probes, which would otherwise tell a rebinding page what runs here.
-func Guard(origins []*glob.Glob, next http.Handler) http.Handler {
+// Origin, which a request that carries one must be allowed (allowed
+// reports whether r may come from origin). No path is exempt: not the /mcp
+// fast paths, not /metrics or the health probes, which would otherwise
+// tell a rebinding page what runs here.
+func Guard(allowed func(r *http.Request, origin string) bool, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !hostAllowed(w, r) {
 			return
 		}
-		if o := r.Header.Get("Origin"); o != "" && !originAllowed(origins, o) {
+		if o := r.Header.Get("Origin"); o != "" && !allowed(r, o) {
 			refuse(w, fmt.Sprintf("origin %q is not allowed", o))
 			return
 		}
@@ -46,9 +47,11 @@ func Guard(origins []*glob.Glob, next http.Handler) http.Handler {
 	})
 }
 
-func originAllowed(origins []*glob.Glob, o string) bool {
-	for _, g := range origins {
-		if g.Match(o) {
+// Origins reports whether origin matches one of globs: the allowed(r,
+// origin) of Guard for server.allowed_origins.
+func Origins(globs []*glob.Glob, origin string) bool {
+	for _, g := range globs {
+		if g.Match(origin) {
 			return true
 		}
 	}
