@@ -299,7 +299,7 @@ func (r *Rules) denies(name string) bool {
 // it is not in deny_upstreams and, when the stage names upstreams, it is
 // one of them. It is the upstream half of both the tool decision
 // (Filter.Allows) and upstream visibility (Filter.ShowsUpstream), and it
-// decides which toolsets a request may name (sessions.Resolver).
+// decides which toolsets a request may name (the Resolver of sessions/grant).
 func (r *Rules) AdmitsUpstream(name string) bool {
 	if _, denied := r.denyUpstreams[name]; denied {
 		return false

@@ -16,6 +16,7 @@ import (
 	"github.com/mcpmux/mcpmux/internal/audit"
 	"github.com/mcpmux/mcpmux/internal/jsonrpc"
 	"github.com/mcpmux/mcpmux/internal/termsafe"
+	"github.com/mcpmux/mcpmux/sessions/grant"
 )
 
 // This file holds human approval (docs/profiles-and-filters.md): a call
@@ -44,7 +45,7 @@ const maxShownArguments = 2048
 // cannot ask its user. Nothing goes upstream in those cases. Every
 // outcome but "" and accepted is audited here; route audits an accepted
 // call with its forward.
-func (s *Server) approve(ctx context.Context, session string, b Binding, e *filter.Entry, m *jsonrpc.Message, cl *caller) (string, *routedAnswer) {
+func (s *Server) approve(ctx context.Context, session string, b grant.Binding, e *filter.Entry, m *jsonrpc.Message, cl *caller) (string, *routedAnswer) {
 	if b.Filter == nil {
 		return "", nil
 	}
@@ -216,7 +217,7 @@ func (s *Server) notApproved(modern bool, text string) *routedAnswer {
 // callerName is who a binding's requests come from, for the audit: its
 // token (as the hex of its sum) or client address (Binding.Who), or
 // "local" for the stdio door, whose client launched mcpmux.
-func callerName(b Binding) string {
+func callerName(b grant.Binding) string {
 	if b.Who == "" && b.Local {
 		return "local"
 	}

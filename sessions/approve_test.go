@@ -9,6 +9,7 @@ import (
 
 	"github.com/mcpmux/mcpmux/configs"
 	"github.com/mcpmux/mcpmux/filter"
+	"github.com/mcpmux/mcpmux/sessions/grant"
 )
 
 // TestApprovalQuestion checks what the approval question shows: mcpmux's
@@ -86,26 +87,26 @@ func TestFormElicitation(t *testing.T) {
 // parent's, and a reload that drops approve leaves it on for a session
 // bound before it, while one that adds it applies at once.
 func TestApprovalSurvivesNarrowingAndReload(t *testing.T) {
-	parse := func(text string) *Resolver {
+	parse := func(text string) *grant.Resolver {
 		t.Helper()
 		cfg, err := configs.Parse("approve.toml", []byte("[upstreams.up]\nurl = \"http://127.0.0.1:1/mcp\"\n"+text), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		res, err := NewResolver(cfg, filter.NewRegistry())
+		res, err := grant.NewResolver(cfg, filter.NewRegistry())
 		if err != nil {
 			t.Fatal(err)
 		}
 		return res
 	}
 	del := &filter.Entry{Tool: mcp.Tool{Name: "up__delete_all"}, Upstream: "up", ReadOnly: true, Toolsets: []string{"up"}}
-	needs := func(b Binding) bool {
+	needs := func(b grant.Binding) bool {
 		need, _ := b.Filter.Approval(del)
 		return need
 	}
 	with := parse("[profiles.agent]\napprove = [\"*__delete_*\"]\n[profiles.child]\nextends = \"agent\"\nread_only = true\n")
 	without := parse("[profiles.agent]\n[profiles.child]\nextends = \"agent\"\nread_only = true\n")
-	for _, sel := range []Selection{
+	for _, sel := range []grant.Selection{
 		{Profile: "agent"},
 		{Profile: "child"},
 		{Profile: "agent", ReadOnly: true, Narrowing: true},

@@ -18,6 +18,7 @@ import (
 
 	"github.com/mcpmux/mcpmux/configs"
 	"github.com/mcpmux/mcpmux/internal/oauth/hydratest"
+	"github.com/mcpmux/mcpmux/sessions/grant"
 )
 
 // The resource identifier the OAuth tests' tokens are minted for.
@@ -113,10 +114,10 @@ func TestOAuthResourceServer(t *testing.T) {
 	_, _, hs, audit := oauthServer(t, h, oauthGrants+fmt.Sprintf("[[auth.oauth.grants]]\nclaim = \"client_id\"\nvalue = %q\nprofiles = [\"all\"]\n", id3))
 	tools := h.Token(t, id, secret, "mcp:tools", testAudience)
 	all := h.Token(t, id, secret, "mcp:all", testAudience)
-	metadata := testAudience + MetadataPath
+	metadata := testAudience + grant.MetadataPath
 
 	t.Run("protected resource metadata", func(t *testing.T) {
-		for _, path := range []string{MetadataPath, MetadataPath + "/mcp", MetadataPath + "/sse", MetadataPath + "/ws"} {
+		for _, path := range []string{grant.MetadataPath, grant.MetadataPath + "/mcp", grant.MetadataPath + "/sse", grant.MetadataPath + "/ws"} {
 			code, hdr, body := getStatus(t, hs.URL+path, nil)
 			if code != http.StatusOK || hdr.Get("Content-Type") != "application/json" {
 				t.Fatalf("GET %s: %d %s", path, code, body)
@@ -273,7 +274,7 @@ func TestOAuthResourceServer(t *testing.T) {
 			BySubject map[string]int `json:"sessions_by_subject"`
 		}
 		json.Unmarshal([]byte(body), &st)
-		if st.BySubject[id] == 0 || st.BySubject[staticSubject(sha256.Sum256([]byte("tok-static")))] == 0 {
+		if st.BySubject[id] == 0 || st.BySubject[grant.StaticSubject(sha256.Sum256([]byte("tok-static")))] == 0 {
 			t.Errorf("status.json sessions by subject = %v, want %s and the static token's", st.BySubject, id)
 		}
 		if strings.Contains(body, all[:40]) || strings.Contains(body, "tok-static") {
@@ -345,7 +346,7 @@ func TestOAuthExpiryMidSession(t *testing.T) {
 
 	resp, body := mcpPost(t, hs, "/mcp", short, sid, listBody)
 	got := resp.Header.Get("WWW-Authenticate")
-	if resp.StatusCode != http.StatusUnauthorized || !strings.Contains(got, `error="invalid_token"`) || !strings.Contains(got, testAudience+MetadataPath) {
+	if resp.StatusCode != http.StatusUnauthorized || !strings.Contains(got, `error="invalid_token"`) || !strings.Contains(got, testAudience+grant.MetadataPath) {
 		t.Fatalf("expired token: %d %q %s", resp.StatusCode, got, body)
 	}
 	fresh := h.Token(t, id, secret, "mcp:tools", testAudience)
@@ -410,11 +411,11 @@ func TestOAuthReload(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	before := s.Resolver().oauth
+	before := s.Resolver().Validator()
 	if err := s.Reload(cfg); err != nil {
 		t.Fatal(err)
 	}
-	if s.Resolver().oauth != before {
+	if s.Resolver().Validator() != before {
 		t.Errorf("a reload that changed only grants dropped the cached keys")
 	}
 	if resp, body := mcpPost(t, hs, "/mcp", all, onAll, listBody); resp.StatusCode != http.StatusNotFound {

@@ -20,6 +20,7 @@ import (
 	"github.com/mcpmux/mcpmux/filter"
 	"github.com/mcpmux/mcpmux/internal/audit"
 	"github.com/mcpmux/mcpmux/internal/jsonrpc"
+	"github.com/mcpmux/mcpmux/sessions/grant"
 )
 
 // call is one routed request in flight. route runs on a goroutine of its
@@ -155,7 +156,7 @@ func (c *call) askClient(ctx context.Context, method string, params any) (json.R
 // newCall prepares a call of m; start runs it. Its frames count in held,
 // and overflow is called when they take held past its limit (nil held: not
 // counted).
-func newCall(m *jsonrpc.Message, b Binding, modern bool, owner string, held *backlog, overflow func()) *call {
+func newCall(m *jsonrpc.Message, b grant.Binding, modern bool, owner string, held *backlog, overflow func()) *call {
 	name := m.Name
 	if m.Method == string(mcp.MethodResourcesRead) {
 		name = m.URI
@@ -169,7 +170,7 @@ func newCall(m *jsonrpc.Message, b Binding, modern bool, owner string, held *bac
 // may be held); await ties it to each request that waits for it. Any other
 // call runs inline in await, on the request's own goroutine, and costs no
 // goroutine unless it has frames to write before its answer.
-func (s *Server) start(parent context.Context, c *call, id string, b Binding, e *filter.Entry, m *jsonrpc.Message, cl *caller) {
+func (s *Server) start(parent context.Context, c *call, id string, b grant.Binding, e *filter.Entry, m *jsonrpc.Message, cl *caller) {
 	ctx := parent
 	if c.modern {
 		ctx = context.WithoutCancel(parent)
@@ -354,7 +355,7 @@ const inputKey = "mcpmux"
 // hands it the client's answer, and returns it for await. ok is false when
 // m's requestState is not one of mcpmux's (an upstream's own, which passes
 // through).
-func (s *Server) resume(m *jsonrpc.Message, b Binding, owner string) (c *call, ok bool, refusal *jsonrpc.Error) {
+func (s *Server) resume(m *jsonrpc.Message, b grant.Binding, owner string) (c *call, ok bool, refusal *jsonrpc.Error) {
 	var p struct {
 		RequestState   string                     `json:"requestState"`
 		InputResponses map[string]json.RawMessage `json:"inputResponses"`

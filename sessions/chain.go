@@ -13,6 +13,7 @@ import (
 	"github.com/mcpmux/mcpmux/filter"
 	"github.com/mcpmux/mcpmux/internal/audit"
 	"github.com/mcpmux/mcpmux/internal/jsonrpc"
+	"github.com/mcpmux/mcpmux/sessions/grant"
 	"github.com/mcpmux/mcpmux/upstream"
 )
 
@@ -133,7 +134,7 @@ func isModern(m *jsonrpc.Message) bool {
 // resources/read, resources/subscribe and completion/complete names only
 // the upstream serving the target (Upstream, "" when none does), which
 // route pins the request to.
-func (s *Server) decide(session string, b Binding, view *filter.View, m *jsonrpc.Message) (*filter.Entry, *jsonrpc.Error) {
+func (s *Server) decide(session string, b grant.Binding, view *filter.View, m *jsonrpc.Message) (*filter.Entry, *jsonrpc.Error) {
 	var e *filter.Entry
 	var refusal *jsonrpc.Error
 	reason := ""
@@ -224,7 +225,7 @@ func (s *Server) restarting(view *filter.View, name string) string {
 
 // route forwards a routed request that decide allowed (e is its checked
 // entry) and returns the result bytes or the error to answer with.
-func (s *Server) route(ctx context.Context, session string, b Binding, e *filter.Entry, m *jsonrpc.Message, cl *caller) (json.RawMessage, error) {
+func (s *Server) route(ctx context.Context, session string, b grant.Binding, e *filter.Entry, m *jsonrpc.Message, cl *caller) (json.RawMessage, error) {
 	switch m.Method {
 	case string(mcp.MethodToolsCall):
 		if e.Upstream == "" { // one of mcpmux's own tools (dynamic.go, search.go)

@@ -20,6 +20,7 @@ import (
 	"github.com/mcpmux/mcpmux/filter"
 	"github.com/mcpmux/mcpmux/internal/audit"
 	"github.com/mcpmux/mcpmux/internal/jsonrpc"
+	"github.com/mcpmux/mcpmux/sessions/grant"
 )
 
 // callFrames bounds the notifications and server→client requests queued
@@ -40,7 +41,7 @@ type routedAnswer struct {
 // call produces (progress, log messages, server→client requests) are
 // written as they come, on an event stream, and the answer last, so what
 // an upstream sent before its result reaches the client before it.
-func (s *Server) serveRouted(w http.ResponseWriter, r *http.Request, m *jsonrpc.Message, sel Selection, b Binding, view *filter.View, id string, sess *session) {
+func (s *Server) serveRouted(w http.ResponseWriter, r *http.Request, m *jsonrpc.Message, sel grant.Selection, b grant.Binding, view *filter.View, id string, sess *session) {
 	modern := sess == nil
 	if modern {
 		if e := validateModern(r, m, view); e != nil {
@@ -63,8 +64,11 @@ func (s *Server) serveRouted(w http.ResponseWriter, r *http.Request, m *jsonrpc.
 		writeAnswer(w, status, jsonrpc.ErrorResponse(m.ID, refusal))
 		return
 	}
-	ctx, untrack := s.trackRouted(ctx, sess, m.ID)
-	defer untrack()
+	if sess != nil {
+		var forget func()
+		ctx, forget = sess.inflight.track(ctx, m.ID)
+		defer forget()
+	}
 	var held *backlog
 	overflow := func() {}
 	if sess != nil {
@@ -111,7 +115,7 @@ func (s *Server) stalled(id string, cause error) {
 // as busy, and its frames count in it; overflow ends the session when
 // they go past its limit. Unless it refuses, the caller must await the
 // call (await or awaitQueued), which ends what callFor began.
-func (s *Server) callFor(ctx context.Context, m *jsonrpc.Message, b Binding, e *filter.Entry, id string,
+func (s *Server) callFor(ctx context.Context, m *jsonrpc.Message, b grant.Binding, e *filter.Entry, id string,
 	held *backlog, overflow func(), newCaller func(*call, func(string, ...any)) *caller) (*call, *jsonrpc.Error) {
 	modern := isModern(m)
 	if modern {
@@ -148,7 +152,7 @@ func (s *Server) callFor(ctx context.Context, m *jsonrpc.Message, b Binding, e *
 // logs and audit (SPEC §6): its token and profile, or without a token its
 // client address and profile. A token appears only as 8 hex digits of its
 // hash.
-func statelessKey(r *http.Request, sel Selection, b Binding) string {
+func statelessKey(r *http.Request, sel grant.Selection, b grant.Binding) string {
 	who := r.RemoteAddr
 	if host, _, err := net.SplitHostPort(who); err == nil {
 		who = host

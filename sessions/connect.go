@@ -2,7 +2,6 @@ package sessions
 
 import (
 	"context"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"html/template"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/mcpmux/mcpmux/aggregator"
 	"github.com/mcpmux/mcpmux/internal/onetime"
+	"github.com/mcpmux/mcpmux/sessions/grant"
 )
 
 // This file serves the browser step of per-user upstream credentials
@@ -68,22 +68,33 @@ func identityName(who string) string {
 	return who
 }
 
-// whoOf returns the identity of r's bearer token, as callerOf names it.
+// whoOf returns the identity of r's bearer token, as callerOf names it
+// for the doors; an error when r carries none, or one mcpmux does not
+// take.
 func (s *Server) whoOf(r *http.Request) (string, error) {
 	res := s.Resolver()
-	scheme, tok, ok := strings.Cut(r.Header.Get("Authorization"), " ")
-	if !ok || !strings.EqualFold(scheme, "Bearer") || !res.AuthRequired() {
-		return "", ErrUnauthorized
+	if !res.AuthRequired() {
+		return "", errNoBearer
 	}
-	te, err := res.caller(strings.TrimSpace(tok))
+	sel, err := grant.SelectionFromRequest(r)
 	if err != nil {
 		return "", err
 	}
-	if te.claims != nil {
-		return "oauth:" + te.subject, nil
+	if !sel.HasToken {
+		return "", errNoBearer
 	}
-	return "token:" + hex.EncodeToString(te.sum[:]), nil
+	b, err := res.Resolve(grant.Selection{Token: sel.Token, HasToken: true})
+	if err != nil {
+		return "", err
+	}
+	if !b.Authed {
+		return "", errNoBearer
+	}
+	return callerOf(r, b), nil
 }
+
+// errNoBearer is why a connect link was not given: no bearer token.
+var errNoBearer = errors.New("no bearer token")
 
 func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("upstream")
@@ -92,7 +103,7 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request) {
 	if ticket == "" {
 		who, err := s.whoOf(r)
 		if err != nil {
-			w.Header().Set("WWW-Authenticate", s.Resolver().challenge("", "", ""))
+			w.Header().Set("WWW-Authenticate", s.Resolver().Challenge("", "", ""))
 			http.Error(w, "connecting an account needs your bearer token (or the link a tool error gave you)", http.StatusUnauthorized)
 			return
 		}
@@ -196,6 +207,18 @@ func connectPage(w http.ResponseWriter, code int, title, msg string, confirm *co
 	if err := connectTmpl.Execute(w, map[string]any{"Title": title, "Message": msg, "Confirm": confirm}); err != nil {
 		io.WriteString(w, "\n")
 	}
+}
+
+// subjectTokens hands each request's bearer token down to
+// credentials = "exchange" upstreams (withSubjectToken), when one is
+// configured.
+func (s *Server) subjectTokens(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.agg.Exchanges() {
+			r = withSubjectToken(r)
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // withSubjectToken returns r with its bearer token in its context, where

@@ -2,15 +2,12 @@ package sessions
 
 import (
 	"errors"
-	"fmt"
-	"net"
 	"net/http"
-	"net/netip"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/mcpmux/mcpmux/sessions/grant"
 )
 
 // This file holds what the connection-oriented HTTP front doors (/ws, /sse
@@ -153,18 +150,18 @@ func (set *streamSet) watchShutdown(r *http.Request) {
 // openDoor runs the checks a connection-oriented front door makes before it
 // takes a client: the profile, narrowing and bearer token of r, resolved
 // exactly as /mcp resolves them (Host and Origin were checked by
-// Server.guard, for every path). On failure it has answered r and returns
+// httpd.Guard, for every path). On failure it has answered r and returns
 // false.
-func (s *Server) openDoor(w http.ResponseWriter, r *http.Request) (Binding, Selection, bool) {
+func (s *Server) openDoor(w http.ResponseWriter, r *http.Request) (grant.Binding, grant.Selection, bool) {
 	s.waitStarted(r.Context())
-	sel, err := SelectionFromRequest(r)
-	var b Binding
+	sel, err := grant.SelectionFromRequest(r)
+	var b grant.Binding
 	if err == nil {
 		b, err = s.Resolver().Resolve(sel)
 	}
 	if err != nil {
 		writeResolveError(w, err)
-		return Binding{}, Selection{}, false
+		return grant.Binding{}, grant.Selection{}, false
 	}
 	b.Who = callerOf(r, b)
 	// Refused before the upgrade or the stream's first byte; the door
@@ -172,7 +169,7 @@ func (s *Server) openDoor(w http.ResponseWriter, r *http.Request) (Binding, Sele
 	// websocket's upgrade).
 	if err := s.slotsFull(b.Who); err != nil {
 		s.refuseSession(w, nil, "", b.Profile, err)
-		return Binding{}, Selection{}, false
+		return grant.Binding{}, grant.Selection{}, false
 	}
 	s.streams.watchShutdown(r)
 	return b, sel, true
@@ -182,37 +179,8 @@ func (s *Server) openDoor(w http.ResponseWriter, r *http.Request) (Binding, Sele
 // the status of its sentinel; a refused token's answer carries its
 // WWW-Authenticate challenge (auth.go).
 func writeResolveError(w http.ResponseWriter, err error) {
-	if c := challengeOf(err); c != "" {
+	if c := grant.ChallengeOf(err); c != "" {
 		w.Header().Set("WWW-Authenticate", c)
 	}
-	writeJSONError(w, statusOf(err), nil, mcp.INVALID_REQUEST, err.Error())
-}
-
-// hostAllowed applies the DNS-rebinding rule (SPEC §10): a request that
-// reached a loopback address must name a loopback host. On failure it has
-// answered 403. Server.guard runs it for every path.
-func hostAllowed(w http.ResponseWriter, r *http.Request) bool {
-	local, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
-	if !ok || local == nil {
-		return true
-	}
-	if isLoopbackName(local.String()) && !isLoopbackName(r.Host) {
-		writeJSONError(w, http.StatusForbidden, nil, mcp.INVALID_REQUEST, fmt.Sprintf("Host %q is not a loopback name", r.Host))
-		return false
-	}
-	return true
-}
-
-// isLoopbackName reports whether hostport (with or without a port) is
-// "localhost" or a loopback IP address.
-func isLoopbackName(hostport string) bool {
-	host, _, err := net.SplitHostPort(hostport)
-	if err != nil {
-		host = strings.TrimSuffix(strings.TrimPrefix(hostport, "["), "]")
-	}
-	if strings.EqualFold(host, "localhost") {
-		return true
-	}
-	ip, err := netip.ParseAddr(host)
-	return err == nil && ip.IsLoopback()
+	writeJSONError(w, grant.StatusOf(err), nil, mcp.INVALID_REQUEST, err.Error())
 }

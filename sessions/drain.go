@@ -3,8 +3,6 @@ package sessions
 import (
 	"context"
 	"errors"
-	"net"
-	"net/http"
 	"sync"
 	"time"
 
@@ -218,39 +216,5 @@ func (s *Server) closeStreams(ctx context.Context) {
 	s.streams.shutdown()
 	for _, ss := range live {
 		ss.wait(ctx)
-	}
-}
-
-// freshConns is the HTTP connections that have not sent a request yet.
-// http.Server.Shutdown counts such a connection as busy for its first five
-// seconds (a client's spare connection may stay that way for good), so
-// shutdown closes them itself once the calls are answered. Its track is an
-// http.Server's ConnState hook. Its zero value is ready to use; it is safe
-// for concurrent use.
-type freshConns struct {
-	mu    sync.Mutex
-	conns map[net.Conn]struct{}
-}
-
-func (f *freshConns) track(c net.Conn, state http.ConnState) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if state == http.StateNew {
-		if f.conns == nil {
-			f.conns = make(map[net.Conn]struct{})
-		}
-		f.conns[c] = struct{}{}
-		return
-	}
-	delete(f.conns, c)
-}
-
-// close closes every connection that has not sent a request.
-func (f *freshConns) close() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	for c := range f.conns {
-		c.Close()
-		delete(f.conns, c)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/mcpmux/mcpmux/filter"
 	"github.com/mcpmux/mcpmux/internal/audit"
 	"github.com/mcpmux/mcpmux/internal/jsonrpc"
+	"github.com/mcpmux/mcpmux/sessions/grant"
 )
 
 // This file holds dynamic toolsets (SPEC §6). A session of a profile with
@@ -43,7 +44,7 @@ type toolset struct {
 // dynamicSetup is what one resolver's config says about dynamic toolsets.
 // It is immutable.
 type dynamicSetup struct {
-	res  *Resolver
+	res  *grant.Resolver
 	sets []*toolset          // sorted by name
 	refs map[string]*toolset // every name a client may give a toolset by: its name and its selectors by name and by prefix
 	// outside names the upstreams that declare toolsets: their tools in
@@ -66,8 +67,8 @@ func (s *Server) dynamic() *dynamicSetup {
 	return d
 }
 
-func newDynamicSetup(res *Resolver) *dynamicSetup {
-	cfg := res.cfg
+func newDynamicSetup(res *grant.Resolver) *dynamicSetup {
+	cfg := res.Config()
 	d := &dynamicSetup{res: res, refs: make(map[string]*toolset), sep: cfg.Server.Separator}
 	for _, u := range cfg.Upstreams {
 		shown := u.Name
@@ -112,7 +113,7 @@ func newDynamicSetup(res *Resolver) *dynamicSetup {
 // Likewise for tool search (search.go): when b is Search and the
 // tool-search stage is not there yet, effective adds the profile's
 // starting stage.
-func (s *Server) effective(b Binding) *filter.Filter {
+func (s *Server) effective(b grant.Binding) *filter.Filter {
 	if b.Filter == nil || b.Filter.Dynamic() || b.Filter.Searching() {
 		return b.Filter
 	}
@@ -127,26 +128,11 @@ func (s *Server) effective(b Binding) *filter.Filter {
 	return s.registry.Narrowed(append(b.Filter.Ceiling(), s.dynamic().initial)...)
 }
 
-// choosesTools reports whether sel names toolsets or tools itself, as
-// res reads them: GitHub's "all" and "default" name none (narrowingRules).
-func choosesTools(res *Resolver, sel Selection) bool {
-	for _, n := range sel.narrowings() {
-		everything := slices.ContainsFunc(n.Toolsets, func(ts string) bool {
-			_, known := res.toolsets[ts]
-			return !known && (ts == "all" || ts == "default")
-		})
-		if !everything && (len(n.Toolsets) > 0 || len(n.Tools) > 0) {
-			return true
-		}
-	}
-	return false
-}
-
 // reenable returns b with the toolsets the filter old had on enabled again,
 // for a session whose rules a reload resolved anew: those that no longer
 // exist are dropped, and so is everything when b's profile is no longer
 // dynamic.
-func (s *Server) reenable(b Binding, old *filter.Filter) Binding {
+func (s *Server) reenable(b grant.Binding, old *filter.Filter) grant.Binding {
 	on := old.Enabled()
 	if len(on) == 0 {
 		return b
@@ -298,7 +284,7 @@ func (s *Server) findToolset(f *filter.Filter, args json.RawMessage) (*toolset, 
 
 // ownCall answers a call of one of mcpmux's own tools (e, from decide) and
 // audits it like any call. It never reaches an upstream.
-func (s *Server) ownCall(session string, b Binding, e *filter.Entry, m *jsonrpc.Message, cl *caller) (json.RawMessage, error) {
+func (s *Server) ownCall(session string, b grant.Binding, e *filter.Entry, m *jsonrpc.Message, cl *caller) (json.RawMessage, error) {
 	start := time.Now()
 	res := s.answerOwn(session, b, e, m, cl)
 	rec := audit.Record{Time: start.UTC(), Session: session, Caller: callerName(b), Profile: b.Profile, Tool: e.Tool.Name, Upstream: configs.ReservedPrefix,
@@ -315,7 +301,7 @@ func (s *Server) ownCall(session string, b Binding, e *filter.Entry, m *jsonrpc.
 }
 
 // answerOwn is ownCall's result.
-func (s *Server) answerOwn(session string, b Binding, e *filter.Entry, m *jsonrpc.Message, cl *caller) *mcp.CallToolResult {
+func (s *Server) answerOwn(session string, b grant.Binding, e *filter.Entry, m *jsonrpc.Message, cl *caller) *mcp.CallToolResult {
 	if e.Original == toolSearchTools {
 		return s.searchCall(session, b, m, cl)
 	}
@@ -413,7 +399,7 @@ func structured(v any) *mcp.CallToolResult {
 // itself: its toolsets off and mcpmux's own tools listed. Otherwise it
 // returns nil. It is for commands that hold a resolver but no Server
 // (check, tools); registry is theirs.
-func (r *Resolver) DynamicFilter(registry *filter.Registry, b Binding) *filter.Filter {
+func DynamicFilter(r *grant.Resolver, registry *filter.Registry, b grant.Binding) *filter.Filter {
 	if b.Filter == nil || !b.Dynamic {
 		return nil
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/mark3labs/mcp-go/server"
 
 	"github.com/mcpmux/mcpmux/internal/jsonrpc"
+	"github.com/mcpmux/mcpmux/sessions/grant"
 )
 
 // fuzzProfile is FuzzDecide's profile: the call rules of integration's
@@ -97,7 +98,7 @@ func FuzzDecide(f *testing.F) {
 	h := httptest.NewServer(server.NewStreamableHTTPServer(up))
 	f.Cleanup(h.Close)
 	s := newServerWith(f, h.URL+"/mcp", fuzzProfile, Options{})
-	b, err := s.Resolver().ResolveLocal(Selection{Profile: "agent"})
+	b, err := s.Resolver().ResolveLocal(grant.Selection{Profile: "agent"})
 	if err != nil {
 		f.Fatal(err)
 	}

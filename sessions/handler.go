@@ -9,6 +9,7 @@ import (
 
 	"github.com/mcpmux/mcpmux/filter"
 	"github.com/mcpmux/mcpmux/internal/jsonrpc"
+	"github.com/mcpmux/mcpmux/sessions/grant"
 )
 
 // This file is the one handler for the messages mcpmux answers itself on
@@ -62,7 +63,7 @@ const (
 // and, for a successful initialize, what the client said of itself, which
 // the door records for its session. code is the JSON-RPC error code of
 // an error answer, else 0.
-func (s *Server) respond(b Binding, view *filter.View, m *jsonrpc.Message, parseErr error) (resp []byte, hs *handshake, code int) {
+func (s *Server) respond(b grant.Binding, view *filter.View, m *jsonrpc.Message, parseErr error) (resp []byte, hs *handshake, code int) {
 	if parseErr != nil {
 		s.metrics.count("", outcomeError)
 		return errorFrame(nil, mcp.PARSE_ERROR, "Failed to parse message"), nil, mcp.PARSE_ERROR
@@ -108,7 +109,7 @@ func modernMeta(m *jsonrpc.Message, modern bool) *jsonrpc.Error {
 }
 
 // result is respond's result for a request of either era.
-func (s *Server) result(b Binding, view *filter.View, m *jsonrpc.Message, modern bool) (json.RawMessage, *handshake, *jsonrpc.Error) {
+func (s *Server) result(b grant.Binding, view *filter.View, m *jsonrpc.Message, modern bool) (json.RawMessage, *handshake, *jsonrpc.Error) {
 	quoted := fmt.Sprintf("%q", m.Method)
 	switch mcp.MCPMethod(m.Method) {
 	case mcp.MethodInitialize:
@@ -189,7 +190,7 @@ func encodeErr(err error) *jsonrpc.Error {
 // name after which to start, as the first page's answer would have made
 // it; one that does not decode is invalid params. A 2026-07-28 listing
 // carries that era's result fields.
-func (s *Server) list(b Binding, view *filter.View, m *jsonrpc.Message, modern bool) (json.RawMessage, *jsonrpc.Error) {
+func (s *Server) list(b grant.Binding, view *filter.View, m *jsonrpc.Message, modern bool) (json.RawMessage, *jsonrpc.Error) {
 	if m.Cursor == nil && !modern {
 		if m.Method == string(mcp.MethodToolsList) {
 			return view.Encoded(), nil

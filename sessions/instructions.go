@@ -1,6 +1,10 @@
 package sessions
 
-import "strings"
+import (
+	"strings"
+
+	"github.com/mcpmux/mcpmux/sessions/grant"
+)
 
 // instructions returns what mcpmux's initialize and server/discover
 // results carry as instructions for the request's session (SPEC §7): the
@@ -9,7 +13,7 @@ import "strings"
 // each under a heading with its prefix (its name when it has none), in
 // config order; "" when none of them has any. Without a filter it is ""
 // (fail closed).
-func (s *Server) instructions(b Binding) string {
+func (s *Server) instructions(b grant.Binding) string {
 	if b.Filter == nil {
 		return ""
 	}

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -220,50 +219,3 @@ func (s *Server) checkIdle(l *sessionLife) {
 
 // expire ends the /mcp session id, as a DELETE from its client would.
 func (s *Server) expire(id string) { s.unbind(id) }
-
-// --- request bodies ---
-
-// withReadTimeout bounds the time a request's body may take to arrive to d
-// from the start of the request (server.read_timeout, SPEC §10), so that a
-// client trickling a body cannot hold a connection forever. It is a
-// per-request read deadline, lifted once the body has been read to its
-// end, rather than http.Server.ReadTimeout: that one also ends the
-// connection's background read, which cancels long-lived responses (GET
-// /mcp, /sse, listen streams) d after they start. A body that is still
-// incomplete at the deadline fails to read, and the connection closes.
-func withReadTimeout(d time.Duration, next http.Handler) http.Handler {
-	if d <= 0 {
-		return next
-	}
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Body != nil && r.Body != http.NoBody {
-			rc := http.NewResponseController(w)
-			if rc.SetReadDeadline(time.Now().Add(d)) == nil {
-				r.Body = &deadlineBody{ReadCloser: r.Body, rc: rc}
-			}
-		}
-		next.ServeHTTP(w, r)
-	})
-}
-
-// deadlineBody lifts the connection's read deadline when the body has been
-// read to its end; a body that failed keeps it, so the connection closes.
-type deadlineBody struct {
-	io.ReadCloser
-	rc   *http.ResponseController
-	done bool
-}
-
-func (b *deadlineBody) Read(p []byte) (int, error) {
-	n, err := b.ReadCloser.Read(p)
-	if errors.Is(err, io.EOF) && !b.done {
-		b.done = true
-		b.rc.SetReadDeadline(time.Time{})
-	}
-	return n, err
-}
-
-// maxHeaderBytes bounds a request's header (http.Server.MaxHeaderBytes): a
-// client may not make mcpmux hold more for one request's narrowing, token
-// and profile.
-const maxHeaderBytes = 64 << 10

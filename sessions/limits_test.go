@@ -1,13 +1,11 @@
 package sessions
 
 import (
-	"bufio"
 	"context"
 	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -15,6 +13,7 @@ import (
 	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/mcpmux/mcpmux/sessions/grant"
 )
 
 // TestNarrowingBounds: a narrowing over MaxNarrowNames names, or with a
@@ -49,14 +48,14 @@ func TestNarrowingBounds(t *testing.T) {
 			for k, v := range tt.header {
 				r.Header[k] = v
 			}
-			sel, err := SelectionFromRequest(r)
+			sel, err := grant.SelectionFromRequest(r)
 			if tt.want == "" {
 				if err != nil || len(sel.Tools) != 256 {
 					t.Fatalf("err = %v, %d tools; want accepted with 256", err, len(sel.Tools))
 				}
 				return
 			}
-			if !errors.Is(err, ErrBadNarrowing) || !strings.Contains(err.Error(), tt.want) || statusOf(err) != http.StatusBadRequest {
+			if !errors.Is(err, grant.ErrBadNarrowing) || !strings.Contains(err.Error(), tt.want) || grant.StatusOf(err) != http.StatusBadRequest {
 				t.Fatalf("err = %v, want ErrBadNarrowing (400) containing %q", err, tt.want)
 			}
 		})
@@ -138,69 +137,6 @@ func TestStreamSessionsExpire(t *testing.T) {
 		t.Fatalf("an initialized stream idle past session_idle_timeout: cause %v", ready.endCause())
 	}
 	waitFor(t, func() bool { return s.slots.live() == 0 && s.streams.len() == 0 }, "the expired streams' slots to come back")
-}
-
-// TestReadTimeout serves a handler behind withReadTimeout on a real
-// loopback server: a body trickled slower than the deadline fails to read
-// and the connection is closed, while a response streamed for longer than
-// the deadline, after its body was read, is not cut.
-func TestReadTimeout(t *testing.T) {
-	const d = 300 * time.Millisecond
-	h := withReadTimeout(d, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if _, err := io.ReadAll(r.Body); err != nil {
-			http.Error(w, "reading the body: "+err.Error(), http.StatusBadRequest)
-			return
-		}
-		w.Header().Set("Content-Type", "text/event-stream")
-		for i := range 5 {
-			fmt.Fprintf(w, "data: %d\n\n", i)
-			w.(http.Flusher).Flush()
-			select {
-			case <-r.Context().Done():
-				return
-			case <-time.After(d):
-			}
-		}
-	}))
-	hs := httptest.NewServer(h)
-	t.Cleanup(hs.Close)
-
-	t.Run("a long response after the body is whole", func(t *testing.T) {
-		resp, err := http.Post(hs.URL, "application/json", strings.NewReader(`{}`))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		body, err := io.ReadAll(resp.Body)
-		if err != nil || strings.Count(string(body), "data:") != 5 {
-			t.Fatalf("streamed answer cut short: %q, %v", body, err)
-		}
-	})
-	t.Run("a body that does not arrive", func(t *testing.T) {
-		c, err := net.Dial("tcp", hs.Listener.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		fmt.Fprintf(c, "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{")
-		c.SetReadDeadline(time.Now().Add(30 * time.Second)) // far beyond d: only a hang fails
-		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-		if err != nil {
-			t.Fatalf("no answer to a trickled body: %v", err)
-		}
-		body, _ := io.ReadAll(resp.Body)
-		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(body), "timeout") {
-			t.Fatalf("trickled body: %d %s, want 400 naming the timeout", resp.StatusCode, body)
-		}
-		if _, err := c.Read(make([]byte, 1)); err == nil || isTimeout(err) {
-			t.Fatalf("the connection stayed open after the body timed out: %v", err)
-		}
-	})
-}
-
-func isTimeout(err error) bool {
-	var ne net.Error
-	return errors.As(err, &ne) && ne.Timeout()
 }
 
 // waitFor polls cond until it holds, failing the test after 10 seconds.
@@ -437,7 +373,7 @@ func TestNarrowedSessionAfterEviction(t *testing.T) {
 	p := mustOpenSSE(t, hs, narrow, nil)
 	initializeAs(t, p, map[string]any{})
 	for i := range 300 {
-		sel := Selection{Profile: "all", Tools: []string{fmt.Sprint("x", i)}, Narrowing: true}
+		sel := grant.Selection{Profile: "all", Tools: []string{fmt.Sprint("x", i)}, Narrowing: true}
 		if _, err := s.Resolver().Resolve(sel); err != nil {
 			t.Fatal(err)
 		}

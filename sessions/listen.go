@@ -13,13 +13,14 @@ import (
 	"github.com/mcpmux/mcpmux/aggregator"
 	"github.com/mcpmux/mcpmux/filter"
 	"github.com/mcpmux/mcpmux/internal/jsonrpc"
+	"github.com/mcpmux/mcpmux/sessions/grant"
 )
 
 // listener is one 2026-07-28 client's open subscriptions/listen stream on
 // /mcp: it gets list_changed when its own view changes, and
 // resources/updated for the URIs it listed.
 type listener struct {
-	binding Binding
+	binding grant.Binding
 	want    mcp.SubscriptionFilter
 	// queue hands a frame to the stream's writer without blocking; a full
 	// writer drops it.
@@ -36,7 +37,7 @@ type listener struct {
 type viewPrints struct{ tools, prompts, resources string }
 
 // printsOf returns the fingerprints of b's view now.
-func (s *Server) printsOf(b Binding, view *filter.View) viewPrints {
+func (s *Server) printsOf(b grant.Binding, view *filter.View) viewPrints {
 	p, r := s.listing(b).Fingerprints()
 	return viewPrints{tools: view.Fingerprint(), prompts: p, resources: r}
 }
@@ -82,7 +83,7 @@ func (l *listener) send(method string, params any) {
 // serveListen answers a 2026-07-28 subscriptions/listen on /mcp with an
 // event stream: the acknowledgement, then its view's list_changed and its
 // subscribed resources' updates, until the client closes the request.
-func (s *Server) serveListen(w http.ResponseWriter, r *http.Request, m *jsonrpc.Message, b Binding, view *filter.View) {
+func (s *Server) serveListen(w http.ResponseWriter, r *http.Request, m *jsonrpc.Message, b grant.Binding, view *filter.View) {
 	if e := validateModern(r, m, view); e != nil {
 		writeAnswer(w, httpStatus(e.Code), jsonrpc.ErrorResponse(m.ID, e))
 		return
@@ -105,7 +106,7 @@ func (s *Server) serveListen(w http.ResponseWriter, r *http.Request, m *jsonrpc.
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	if !b.Expiry.IsZero() { // the stream ends with the access token it was opened with
-		stopTimer := time.AfterFunc(time.Until(b.Expiry.Add(s.Resolver().clockSkew())), cancel)
+		stopTimer := time.AfterFunc(time.Until(b.Expiry.Add(s.Resolver().ClockSkew())), cancel)
 		defer stopTimer.Stop()
 	}
 	stop, e := s.listen(ctx, m, b, view, queue, cancel)
@@ -132,7 +133,7 @@ func (s *Server) serveListen(w http.ResponseWriter, r *http.Request, m *jsonrpc.
 // listenStream answers a 2026-07-28 subscriptions/listen on a stream door:
 // the frames go through the session's writer until the request is
 // cancelled or the session ends; then no answer is due.
-func (s *Server) listenStream(ctx context.Context, sess *streamSession, b Binding, view *filter.View, m *jsonrpc.Message) []byte {
+func (s *Server) listenStream(ctx context.Context, sess *streamSession, b grant.Binding, view *filter.View, m *jsonrpc.Message) []byte {
 	queue := func(f []byte) bool { return sess.offer(jsonrpc.Whole(f)) }
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -149,7 +150,7 @@ func (s *Server) listenStream(ctx context.Context, sess *streamSession, b Bindin
 // resources m lists, registers the listener, and queues the
 // acknowledgement. The returned func closes it all again; end ends the
 // stream's request (ctx).
-func (s *Server) listen(ctx context.Context, m *jsonrpc.Message, b Binding, view *filter.View, queue func([]byte) bool, end context.CancelFunc) (func(), *jsonrpc.Error) {
+func (s *Server) listen(ctx context.Context, m *jsonrpc.Message, b grant.Binding, view *filter.View, queue func([]byte) bool, end context.CancelFunc) (func(), *jsonrpc.Error) {
 	var p struct {
 		Notifications mcp.SubscriptionFilter `json:"notifications"`
 	}
@@ -211,7 +212,7 @@ const maxListenURIs = 1000
 // gives a binding's fingerprints now) the lists that changed, or, when uri
 // is not "", each one subscribed to uri whose view shows the upstream
 // serving it that uri was updated.
-func (s *Server) notifyListeners(prints func(Binding) viewPrints, uri string) {
+func (s *Server) notifyListeners(prints func(grant.Binding) viewPrints, uri string) {
 	var up string
 	var routed bool
 	if uri != "" {

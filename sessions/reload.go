@@ -3,11 +3,11 @@ package sessions
 import (
 	"errors"
 	"fmt"
-	"slices"
 
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/mcpmux/mcpmux/configs"
+	"github.com/mcpmux/mcpmux/sessions/grant"
 )
 
 // This file holds what a config reload does to live sessions
@@ -31,11 +31,11 @@ var errConfigChanged = errors.New("the config changed")
 // (see the comment at the top of this file). Settings under [server]
 // (listen address, origins, limits) take effect only on restart.
 func (s *Server) Reload(cfg *configs.Config) error {
-	res, err := NewResolver(cfg, s.registry)
+	res, err := grant.NewResolver(cfg, s.registry)
 	if err != nil {
 		return err
 	}
-	res.keepValidator(s.Resolver())
+	res.KeepValidator(s.Resolver())
 	s.reloading.Lock()
 	defer s.reloading.Unlock()
 	s.registry.Forget()
@@ -61,9 +61,7 @@ func (s *Server) Reload(cfg *configs.Config) error {
 		if err != nil {
 			// Refused from now on (serveMCP, grantOf), ended below.
 			sess.revoked = fmt.Errorf("%w: %w", errConfigChanged, err)
-			for _, cancel := range sess.inflight {
-				cancel()
-			}
+			sess.inflight.cancelAll()
 			ends = append(ends, ending{id: id, profile: sess.binding.Profile, stream: sess.stream, cause: sess.revoked})
 			continue
 		}
@@ -119,29 +117,29 @@ func (s *Server) Reload(cfg *configs.Config) error {
 // registered, that is the binding the server keeps for it (which a reload
 // or an enabled toolset may have replaced); before, the one it connected
 // with, re-derived first when a reload came since.
-func (s *Server) grantOf(ss *streamSession) (Binding, error) {
+func (s *Server) grantOf(ss *streamSession) (grant.Binding, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.grantLocked(ss)
 }
 
 // grantLocked is grantOf with s.mu held.
-func (s *Server) grantLocked(ss *streamSession) (Binding, error) {
+func (s *Server) grantLocked(ss *streamSession) (grant.Binding, error) {
 	if sess := s.bound[ss.id]; sess != nil {
 		return sess.binding, sess.revoked
 	}
 	if ss.revoked != nil {
-		return Binding{}, ss.revoked
+		return grant.Binding{}, ss.revoked
 	}
 	b := ss.binding
 	if ss.regranted != nil {
 		b = *ss.regranted
 	}
-	if res := s.Resolver(); b.granter != nil && b.granter != res {
+	if res := s.Resolver(); b.Granter != nil && b.Granter != res {
 		nb, err := s.regrant(res, b)
 		if err != nil {
 			ss.revoked = fmt.Errorf("%w: %w", errConfigChanged, err)
-			return Binding{}, ss.revoked
+			return grant.Binding{}, ss.revoked
 		}
 		ss.regranted, b = &nb, nb
 	}
@@ -150,10 +148,10 @@ func (s *Server) grantLocked(ss *streamSession) (Binding, error) {
 
 // regrant re-derives b under res (Resolver.Regrant), with the toolsets a
 // dynamic session had on enabled again where they still exist.
-func (s *Server) regrant(res *Resolver, b Binding) (Binding, error) {
+func (s *Server) regrant(res *grant.Resolver, b grant.Binding) (grant.Binding, error) {
 	nb, err := res.Regrant(b)
 	if err != nil {
-		return Binding{}, err
+		return grant.Binding{}, err
 	}
 	nb.Who = b.Who // the same caller: its shares stay where they were taken
 	return s.refind(s.reenable(nb, b.Filter), b.Filter), nil
@@ -176,7 +174,7 @@ func (s *Server) endSession(id, profile string, stream bool, cause error) {
 
 // reloadListeners re-derives the grant of every open listen stream under
 // res, and closes those whose grant no longer holds.
-func (s *Server) reloadListeners(res *Resolver) {
+func (s *Server) reloadListeners(res *grant.Resolver) {
 	s.listening.each(func(l *listener) {
 		b, err := s.regrant(res, l.binding)
 		if err != nil {
@@ -186,87 +184,4 @@ func (s *Server) reloadListeners(res *Resolver) {
 		}
 		l.binding = b
 	})
-}
-
-// Regrant re-derives the grant of a live session bound with old under r's
-// rules, for a reload: from old's own caller and profile, never
-// from a token's default or server.default_profile that changed since.
-// It fails, wrapping ErrUnauthorized, ErrForbidden or ErrUnknownProfile
-// (or ErrBadNarrowing, for a narrowing the new rules refuse), when the
-// session must end: its token is gone, or tokens are now required and it
-// was opened without one, or its profile is gone or no longer allowed to
-// its token. A Local binding (stdio) is checked for its profile only.
-//
-// Otherwise the binding returned is never wider than old. Its filter is
-// the conjunction of old's rule stages and the new ones, and equal stages
-// count once, so an edit that changed none of them (a comment) gives a
-// filter of the same key as before; a narrowed profile narrows it. Its
-// rate is the lower non-zero limit of the two. The filter has no dynamic
-// stage: Server.regrant enables again what old had on.
-func (r *Resolver) Regrant(old Binding) (Binding, error) {
-	var allowed []string
-	if !old.Local && r.AuthRequired() {
-		if !old.Authed {
-			return Binding{}, fmt.Errorf("%w: the session was opened without one", ErrUnauthorized)
-		}
-		te := r.tokenBySum(old.Caller)
-		if old.claims != nil {
-			// An OAuth session: its claims are matched against the
-			// new grants.
-			var err error
-			if te, err = r.regrantOAuth(old.claims); err != nil {
-				return Binding{}, err
-			}
-		}
-		if te == nil {
-			return Binding{}, fmt.Errorf("%w: the session's token was removed", ErrUnauthorized)
-		}
-		allowed = te.profiles
-	}
-	if old.Profile != "" {
-		if _, ok := r.profiles[old.Profile]; !ok {
-			return Binding{}, fmt.Errorf("%w %q: it was removed", ErrUnknownProfile, old.Profile)
-		}
-		if allowed != nil && !slices.Contains(allowed, old.Profile) {
-			return Binding{}, fmt.Errorf("%w: %q", ErrForbidden, old.Profile)
-		}
-	}
-	stages, err := r.stagesOf(old.Profile, old.Selection)
-	if err != nil {
-		return Binding{}, fmt.Errorf("profile %q: %w", old.Profile, err)
-	}
-	b := old
-	b.granter = r
-	b.Requested = r.registry.Key(stages...)
-	both := stages
-	if old.Filter != nil {
-		both = append(old.Filter.Ceiling(), stages...)
-	}
-	if r.registry.Key(both...) == b.Requested && !old.Selection.Narrowing {
-		b.Filter = r.registry.Filter(stages...) // nothing of the old rules is left out: the profile's own, interned filter
-	} else {
-		b.Filter = r.registry.Narrowed(both...)
-	}
-	b.Dynamic = false
-	if p := r.cfg.Profiles[old.Profile]; p != nil && p.DynamicToolsets {
-		b.Dynamic = !choosesTools(r, old.Selection)
-	}
-	b.Search = false
-	if p := r.cfg.Profiles[old.Profile]; p != nil && p.ToolSearch {
-		b.Search = !choosesTools(r, old.Selection)
-	}
-	b.Rate = lowerRate(old.Rate, r.RateFor(old.Profile))
-	return b, nil
-}
-
-// lowerRate is the stricter of two calls-per-minute limits, 0 meaning
-// none.
-func lowerRate(a, b int) int {
-	switch {
-	case a == 0:
-		return b
-	case b == 0:
-		return a
-	}
-	return min(a, b)
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/mcpmux/mcpmux/configs"
+	"github.com/mcpmux/mcpmux/sessions/grant"
 )
 
 // This file tests the rule that a reload can only narrow a live
@@ -867,7 +868,7 @@ func TestReloadBeforeInitialize(t *testing.T) {
 func TestReloadRacingABind(t *testing.T) {
 	removed := strings.Replace(authBase, `token = "tok-ro"`, `token = "tok-new"`, 1)
 	widened := replace("read_only = true\n", "")(authBase)
-	tok := Selection{Token: "tok-ro", HasToken: true}
+	tok := grant.Selection{Token: "tok-ro", HasToken: true}
 	for _, tt := range []struct {
 		name, edit string
 		ends       bool

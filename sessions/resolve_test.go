@@ -14,6 +14,7 @@ import (
 	"github.com/mcpmux/mcpmux/configs"
 	"github.com/mcpmux/mcpmux/filter"
 	"github.com/mcpmux/mcpmux/internal/jsonrpc"
+	"github.com/mcpmux/mcpmux/sessions/grant"
 )
 
 func TestHTTPResolution(t *testing.T) {
@@ -375,19 +376,19 @@ deny_upstreams = ["secretive"]
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := NewResolver(cfg, filter.NewRegistry())
+	res, err := grant.NewResolver(cfg, filter.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
-	sources := map[string]func(profile, toolset string) Selection{
-		"Mcp-Toolsets": func(p, ts string) Selection {
-			return Selection{Profile: p, Toolsets: []string{ts}, Narrowing: true}
+	sources := map[string]func(profile, toolset string) grant.Selection{
+		"Mcp-Toolsets": func(p, ts string) grant.Selection {
+			return grant.Selection{Profile: p, Toolsets: []string{ts}, Narrowing: true}
 		},
-		"X-MCP-Toolsets": func(p, ts string) Selection {
-			return Selection{Profile: p, Alias: Narrowing{Toolsets: []string{ts}}, Narrowing: true}
+		"X-MCP-Toolsets": func(p, ts string) grant.Selection {
+			return grant.Selection{Profile: p, Alias: grant.Narrowing{Toolsets: []string{ts}}, Narrowing: true}
 		},
-		"/x/{toolsets}": func(p, ts string) Selection {
-			return Selection{Profile: p, Path: Narrowing{Toolsets: []string{ts}}, Narrowing: true}
+		"/x/{toolsets}": func(p, ts string) grant.Selection {
+			return grant.Selection{Profile: p, Path: grant.Narrowing{Toolsets: []string{ts}}, Narrowing: true}
 		},
 	}
 	for from, sel := range sources {
@@ -396,7 +397,7 @@ deny_upstreams = ["secretive"]
 			if err == nil {
 				return ""
 			}
-			if !errors.Is(err, ErrBadNarrowing) {
+			if !errors.Is(err, grant.ErrBadNarrowing) {
 				t.Fatalf("%s: profile %s, toolset %s: %v", from, profile, toolset, err)
 			}
 			return strings.ReplaceAll(err.Error(), toolset, "NAME")
@@ -414,21 +415,6 @@ deny_upstreams = ["secretive"]
 		}
 		if got := refusal("all", "hush/admin"); got != "" {
 			t.Errorf("%s: profile all: a visible upstream's toolset was refused: %s", from, got)
-		}
-	}
-}
-
-// TestHeaderKeysAreCanonical checks that the keys mcpmux looks request
-// headers up by are net/http's canonical forms of the headers' names.
-func TestHeaderKeysAreCanonical(t *testing.T) {
-	for name, key := range map[string]string{
-		HeaderXToolsets: keyXToolsets, HeaderXReadOnly: keyXReadOnly,
-		HeaderXTools: keyXTools, HeaderXExcludeTools: keyXExcludeTools,
-		HeaderProfile: HeaderProfile, HeaderToolsets: HeaderToolsets,
-		HeaderReadOnly: HeaderReadOnly, HeaderTools: HeaderTools,
-	} {
-		if c := http.CanonicalHeaderKey(name); c != key {
-			t.Errorf("%s is looked up as %q; its canonical key is %q", name, key, c)
 		}
 	}
 }

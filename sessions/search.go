@@ -16,6 +16,7 @@ import (
 	"github.com/mcpmux/mcpmux/filter"
 	"github.com/mcpmux/mcpmux/internal/audit"
 	"github.com/mcpmux/mcpmux/internal/jsonrpc"
+	"github.com/mcpmux/mcpmux/sessions/grant"
 )
 
 // This file holds tool search (progressive disclosure). A session of a
@@ -48,7 +49,7 @@ const (
 // searchSetup is what one resolver's config says about tool search: the
 // starting stage of each tool_search profile. It is immutable.
 type searchSetup struct {
-	res           *Resolver
+	res           *grant.Resolver
 	search, relay *filter.Entry
 	initial       map[string]*filter.Rules // by profile; absent: the profile has no tool_search
 }
@@ -65,10 +66,10 @@ func (s *Server) searching() *searchSetup {
 	return d
 }
 
-func newSearchSetup(res *Resolver) *searchSetup {
-	search, relay := searchTools(res.cfg.Server.Separator)
+func newSearchSetup(res *grant.Resolver) *searchSetup {
+	search, relay := searchTools(res.Config().Server.Separator)
 	d := &searchSetup{res: res, search: search, relay: relay, initial: make(map[string]*filter.Rules)}
-	for name, p := range res.cfg.Profiles {
+	for name, p := range res.Config().Profiles {
 		if !p.ToolSearch {
 			continue
 		}
@@ -112,7 +113,7 @@ func searchTools(sep string) (search, relay *filter.Entry) {
 // withSearch returns the filter a tool-search session of b starts with,
 // or nil when b is not one (its profile has no tool_search, or its
 // request chose tools itself).
-func (d *searchSetup) withSearch(registry *filter.Registry, b Binding) *filter.Filter {
+func (d *searchSetup) withSearch(registry *filter.Registry, b grant.Binding) *filter.Filter {
 	stage := d.initial[b.Profile]
 	if b.Filter == nil || !b.Search || stage == nil {
 		return nil
@@ -125,7 +126,7 @@ func (d *searchSetup) withSearch(registry *filter.Registry, b Binding) *filter.F
 // itself: mcpmux's two search tools and the pinned tools. Otherwise it
 // returns nil. It is for commands that hold a resolver but no Server;
 // registry is theirs.
-func (r *Resolver) SearchFilter(registry *filter.Registry, b Binding) *filter.Filter {
+func SearchFilter(r *grant.Resolver, registry *filter.Registry, b grant.Binding) *filter.Filter {
 	return newSearchSetup(r).withSearch(registry, b)
 }
 
@@ -133,7 +134,7 @@ func (r *Resolver) SearchFilter(registry *filter.Registry, b Binding) *filter.Fi
 // for a session whose rules a reload resolved anew (they show only where
 // the new ceiling does); nothing when b's profile no longer has
 // tool_search.
-func (s *Server) refind(b Binding, old *filter.Filter) Binding {
+func (s *Server) refind(b grant.Binding, old *filter.Filter) grant.Binding {
 	found := old.Found()
 	if len(found) == 0 {
 		return b
@@ -240,7 +241,7 @@ func searchResult(query string, found []*filter.Entry, added bool, sep string) *
 // b's filter and, for a session, adds what it found to the session's
 // view. A stateless (2026-07-28) request has no session: the found tools
 // are returned, and remembered nowhere.
-func (s *Server) searchCall(session string, b Binding, m *jsonrpc.Message, cl *caller) *mcp.CallToolResult {
+func (s *Server) searchCall(session string, b grant.Binding, m *jsonrpc.Message, cl *caller) *mcp.CallToolResult {
 	f := s.effective(b)
 	if !f.Searching() {
 		return toolError("this session's profile no longer has tool_search")
@@ -261,7 +262,7 @@ func (s *Server) searchCall(session string, b Binding, m *jsonrpc.Message, cl *c
 		}
 		added = true
 	}
-	return searchResult(query, found, added, s.Resolver().cfg.Server.Separator)
+	return searchResult(query, found, added, s.Resolver().Config().Server.Separator)
 }
 
 // addFound adds the tools named names to session's tool-search filter
@@ -362,7 +363,7 @@ func relayed(m *jsonrpc.Message) (*jsonrpc.Message, string) {
 
 // relayAudit records a call_tool call answered with a tool error before
 // it named a tool to check.
-func (s *Server) relayAudit(session string, b Binding, e *filter.Entry, m *jsonrpc.Message, start time.Time) {
+func (s *Server) relayAudit(session string, b grant.Binding, e *filter.Entry, m *jsonrpc.Message, start time.Time) {
 	s.audit.Write(audit.Record{Time: start.UTC(), Session: session, Profile: b.Profile, Tool: e.Tool.Name, Upstream: configs.ReservedPrefix,
 		Decision: audit.Allowed, Reason: audit.ReasonToolError, Duration: float64(time.Since(start).Microseconds()) / 1000}, m.Arguments)
 }
@@ -372,7 +373,7 @@ func (s *Server) relayAudit(session string, b Binding, e *filter.Entry, m *jsonr
 // ceiling (listed or not, never beyond), and then route, exactly as a
 // direct tools/call of that tool would; its refusal or answer is the
 // call's. A hidden tool answers as an unknown one, whatever its spelling.
-func (s *Server) relay(ctx context.Context, session string, b Binding, e *filter.Entry, m *jsonrpc.Message, cl *caller) (json.RawMessage, error) {
+func (s *Server) relay(ctx context.Context, session string, b grant.Binding, e *filter.Entry, m *jsonrpc.Message, cl *caller) (json.RawMessage, error) {
 	start := time.Now()
 	inner, bad := relayed(m)
 	if bad != "" {

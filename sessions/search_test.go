@@ -9,6 +9,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/mcpmux/mcpmux/sessions/grant"
+	"github.com/mcpmux/mcpmux/sessions/status"
 )
 
 // searchConfig gives the one upstream "up" (30 tools, tool_0000 …
@@ -350,7 +353,7 @@ func TestToolSearchStatusAndNarrowing(t *testing.T) {
 	t.Cleanup(hs.Close)
 	_, body := fetchStatus(t, hs, "GET", "/status.json", nil)
 	var st struct {
-		Profiles []profileRow `json:"profiles"`
+		Profiles []status.ProfileRow `json:"profiles"`
 	}
 	if err := json.Unmarshal([]byte(body), &st); err != nil {
 		t.Fatalf("status.json: %v", err)
@@ -462,9 +465,9 @@ func BenchmarkSearchTools10k(b *testing.B) {
 }
 
 // mustBinding resolves profile as a request naming it would.
-func mustBinding(tb testing.TB, s *Server, profile string) Binding {
+func mustBinding(tb testing.TB, s *Server, profile string) grant.Binding {
 	tb.Helper()
-	b, err := s.Resolver().ResolveLocal(Selection{Profile: profile})
+	b, err := s.Resolver().ResolveLocal(grant.Selection{Profile: profile})
 	if err != nil {
 		tb.Fatal(err)
 	}

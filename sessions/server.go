@@ -30,6 +30,8 @@ import (
 	"github.com/mcpmux/mcpmux/internal/glob"
 	"github.com/mcpmux/mcpmux/internal/jsonrpc"
 	"github.com/mcpmux/mcpmux/internal/ratelimit"
+	"github.com/mcpmux/mcpmux/sessions/grant"
+	"github.com/mcpmux/mcpmux/sessions/httpd"
 	"github.com/mcpmux/mcpmux/upstream"
 )
 
@@ -39,7 +41,7 @@ type Server struct {
 	cfg      *configs.Config
 	agg      *aggregator.Aggregator
 	registry *filter.Registry
-	resolver atomic.Pointer[Resolver]
+	resolver atomic.Pointer[grant.Resolver]
 	log      *slog.Logger
 	version  string
 	// writeTimeout bounds each write to a client (Options.WriteTimeout).
@@ -114,7 +116,7 @@ func (s *Server) maxConnectTimeout() time.Duration {
 // door: the one registry list_changed, logs, resource updates and reloads
 // go through.
 type session struct {
-	binding Binding
+	binding grant.Binding
 	// owner is the sum of the bearer token that opened the session (zero
 	// without one): a request carrying another token is answered as if the
 	// session did not exist (SPEC §6).
@@ -139,9 +141,9 @@ type session struct {
 	get *standalone
 	// pending are this session's server→client requests sent on /mcp.
 	pending pendingSet
-	// inflight cancels this session's routed requests on /mcp, by the id
-	// the client gave them, for notifications/cancelled.
-	inflight map[string]context.CancelFunc
+	// inflight are this session's routed requests on /mcp in progress,
+	// for notifications/cancelled (a stream session keeps its own in ss).
+	inflight inflight
 	// listed is the fingerprint of the view the session last had; a catalog
 	// change notifies the session only when it differs. listedPrompts and
 	// listedResources are the same for its prompts, and its resources and
@@ -203,7 +205,7 @@ func New(cfg *configs.Config, opts Options) (*Server, error) {
 	s.flights.perCaller = cfg.Server.MaxSessionsPerCaller
 	s.slots.max = int64(cfg.Server.MaxSessions)
 	s.slots.callers.max = cfg.Server.MaxSessionsPerCaller
-	res, err := NewResolver(cfg, s.registry)
+	res, err := grant.NewResolver(cfg, s.registry)
 	if err != nil {
 		return nil, err
 	}
@@ -241,10 +243,10 @@ func (s *Server) Aggregator() *aggregator.Aggregator { return s.agg }
 func (s *Server) Registry() *filter.Registry { return s.registry }
 
 // Resolver returns the current profile resolver.
-func (s *Server) Resolver() *Resolver { return s.resolver.Load() }
+func (s *Server) Resolver() *grant.Resolver { return s.resolver.Load() }
 
 // View returns the current view through b's filter.
-func (s *Server) View(b Binding) *filter.View {
+func (s *Server) View(b grant.Binding) *filter.View {
 	snap := s.agg.Snapshot()
 	return s.registry.View(snap.Version, snap.Tools, s.effective(b))
 }
@@ -254,7 +256,7 @@ func (s *Server) onSnapshot(prev, next *aggregator.Snapshot) {
 	s.metrics.setUpstreams(s.agg.Upstreams())
 	s.recordPins(next.PinEvents)
 
-	prints := func(b Binding) viewPrints {
+	prints := func(b grant.Binding) viewPrints {
 		v := s.registry.View(next.Version, next.Tools, s.effective(b))
 		p, r := v.Listing(next.Catalog).Fingerprints()
 		return viewPrints{tools: v.Fingerprint(), prompts: p, resources: r}
@@ -378,11 +380,11 @@ func (s *Server) resourceUpdated(from, uri string) {
 // reload came since b was resolved, the grant is re-derived here, as the
 // reload did for every session it saw (reload.go); one the reload ends is
 // bound ended, and revoked says why.
-func (s *Server) bind(id string, b Binding, owner [32]byte, hs *handshake, ss *streamSession) (revoked error) {
+func (s *Server) bind(id string, b grant.Binding, owner [32]byte, hs *handshake, ss *streamSession) (revoked error) {
 	v := s.View(b)
 	lp, lr := s.listing(b).Fingerprints()
 	s.mu.Lock()
-	if res := s.Resolver(); b.granter != nil && b.granter != res {
+	if res := s.Resolver(); b.Granter != nil && b.Granter != res {
 		if nb, err := s.regrant(res, b); err != nil {
 			revoked = fmt.Errorf("%w: %w", errConfigChanged, err)
 		} else {
@@ -423,9 +425,7 @@ func (s *Server) unbind(id string) {
 		sess.get.close()
 		sess.get = nil
 	}
-	for _, cancel := range sess.inflight {
-		cancel()
-	}
+	sess.inflight.cancelAll()
 	sess.pending.fail() // its server→client requests get no answer now
 	subs := make([]string, 0, len(sess.subs))
 	for uri := range sess.subs {
@@ -465,37 +465,17 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST /message", s.serveMessage) // sse.go
 	// Protected Resource Metadata (auth.go), at the well-known path and
 	// its per-path forms (RFC 9728 §3.1).
-	mux.HandleFunc("GET "+MetadataPath, s.serveMetadata)
-	mux.HandleFunc("GET "+MetadataPath+"/", s.serveMetadata)
+	mux.HandleFunc("GET "+grant.MetadataPath, s.serveMetadata)
+	mux.HandleFunc("GET "+grant.MetadataPath+"/", s.serveMetadata)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		io.WriteString(w, "ok\n")
 	})
 	mux.HandleFunc("GET /readyz", s.serveReady)
 	mux.Handle("GET /metrics", s.withViewer(s.serveMetrics)) // views.go
-	s.handleStatus(mux)                                      // GET / and GET /status.json (status.go)
+	s.handleStatus(mux)                                      // GET / and GET /status.json (statuspage.go)
 	s.handleConnect(mux)                                     // /oauth/connect/NAME, /oauth/callback (connect.go)
-	return recoverPanics(s.log, s.guard(mux))
-}
-
-// guard runs the checks every path shares, before any of them looks at
-// the request (SPEC §10): the loopback Host rule against DNS rebinding, and
-// Origin. No path is exempt: not the /mcp fast paths, not /metrics or the
-// health probes, which would otherwise tell a rebinding page what runs here.
-func (s *Server) guard(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !hostAllowed(w, r) {
-			return
-		}
-		if o := r.Header.Get("Origin"); o != "" && !s.originAllowed(o) && !(strings.HasPrefix(r.URL.Path, "/oauth/") && s.ownOrigin(o)) {
-			writeJSONError(w, http.StatusForbidden, nil, mcp.INVALID_REQUEST, fmt.Sprintf("origin %q is not allowed", o))
-			return
-		}
-		if s.agg.Exchanges() {
-			r = withSubjectToken(r) // connect.go: for credentials = "exchange" upstreams
-		}
-		next.ServeHTTP(w, r)
-	})
+	return httpd.RecoverPanics(s.log, httpd.Guard(s.originAllowed, s.subjectTokens(mux)))
 }
 
 // serveReady answers 200 when every required upstream is up. It names the
@@ -517,7 +497,7 @@ func (s *Server) serveReady(w http.ResponseWriter, r *http.Request) {
 	}
 	if len(down) > 0 {
 		w.WriteHeader(http.StatusServiceUnavailable)
-		if v, ok := s.viewerOf(r); !ok || !v.all {
+		if v, ok := s.viewerOf(r); !ok || !v.All {
 			io.WriteString(w, "not ready: a required upstream is down\n")
 			return
 		}
@@ -527,13 +507,12 @@ func (s *Server) serveReady(w http.ResponseWriter, r *http.Request) {
 	io.WriteString(w, "ready\n")
 }
 
-func (s *Server) originAllowed(o string) bool {
-	for _, g := range s.origins {
-		if g.Match(o) {
-			return true
-		}
-	}
-	return false
+// originAllowed reports whether a request r may come from origin: one of
+// server.allowed_origins (httpd.Guard).
+func (s *Server) originAllowed(r *http.Request, origin string) bool {
+	// The connect pages' own form posts from mcpmux's public URL
+	// (connect.go).
+	return httpd.Origins(s.origins, origin) || strings.HasPrefix(r.URL.Path, "/oauth/") && s.ownOrigin(origin)
 }
 
 // serveMCP is the /mcp door (streamable HTTP): it resolves the request's
@@ -557,8 +536,8 @@ func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request) {
 	// The token, profile and toolsets are checked here, once, by one
 	// resolver; every later decision of the request is taken from chk. The
 	// filter of a narrowing is built only once the session is (SPEC §10).
-	sel, err := SelectionFromRequest(r)
-	var chk *Checked
+	sel, err := grant.SelectionFromRequest(r)
+	var chk *grant.Checked
 	if err == nil {
 		chk, err = s.Resolver().Check(sel)
 	}
@@ -628,9 +607,9 @@ func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var sess *session
-	var b Binding
+	var b grant.Binding
 	if id != "" && !initialize && !modern {
-		var bound Binding // read under the lock: enabling a toolset (dynamic.go) or a reload replaces it
+		var bound grant.Binding // read under the lock: enabling a toolset (dynamic.go) or a reload replaces it
 		var revoked error
 		s.mu.Lock()
 		sess = s.bound[id]
@@ -650,7 +629,7 @@ func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if err := chk.Allows(bound.Profile); err != nil {
-			writeJSONError(w, statusOf(err), m.ID, mcp.INVALID_REQUEST, err.Error())
+			writeJSONError(w, grant.StatusOf(err), m.ID, mcp.INVALID_REQUEST, err.Error())
 			return
 		}
 		key := chk.Key()
@@ -693,7 +672,7 @@ func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request) {
 		case sess != nil && m.IsResponse():
 			sess.pending.deliver(m)
 		case sess != nil && m.Method == string(mcp.MethodNotificationCancelled):
-			s.cancelRouted(sess, m)
+			sess.inflight.cancelNamed(m.Params)
 		}
 		w.WriteHeader(http.StatusAccepted)
 		return
@@ -754,7 +733,7 @@ func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request) {
 // serveInitialize opens a /mcp session: it takes a server.max_sessions
 // slot, answers the handshake, and binds the session under a new id,
 // which the answer carries in its Mcp-Session-Id header.
-func (s *Server) serveInitialize(w http.ResponseWriter, m *jsonrpc.Message, chk *Checked, b Binding, view *filter.View) {
+func (s *Server) serveInitialize(w http.ResponseWriter, m *jsonrpc.Message, chk *grant.Checked, b grant.Binding, view *filter.View) {
 	if err := s.takeSlot(b.Who); err != nil {
 		s.refuseSession(w, m.ID, m.Method, b.Profile, err)
 		return
@@ -783,44 +762,6 @@ func writeHTTPError(w http.ResponseWriter, status int, msg string) {
 	io.WriteString(w, msg+"\n")
 }
 
-// cancelRouted cancels the routed request a notifications/cancelled names.
-func (s *Server) cancelRouted(sess *session, m *jsonrpc.Message) {
-	var p struct {
-		RequestID json.RawMessage `json:"requestId"`
-	}
-	if json.Unmarshal(m.Params, &p) != nil || len(p.RequestID) == 0 {
-		return
-	}
-	s.mu.Lock()
-	cancel := sess.inflight[string(p.RequestID)]
-	s.mu.Unlock()
-	if cancel != nil {
-		cancel()
-	}
-}
-
-// trackRouted records a routed request of sess as cancellable and returns
-// its ctx and the function that forgets it.
-func (s *Server) trackRouted(ctx context.Context, sess *session, id json.RawMessage) (context.Context, func()) {
-	ctx, cancel := context.WithCancel(ctx)
-	if sess == nil {
-		return ctx, cancel
-	}
-	key := string(id)
-	s.mu.Lock()
-	if sess.inflight == nil {
-		sess.inflight = make(map[string]context.CancelFunc)
-	}
-	sess.inflight[key] = cancel
-	s.mu.Unlock()
-	return ctx, func() {
-		s.mu.Lock()
-		delete(sess.inflight, key)
-		s.mu.Unlock()
-		cancel()
-	}
-}
-
 // Shutdown shuts the server down (SPEC §8). Calls that arrive from now on
 // are answered at once with a JSON-RPC error; calls in flight get until ctx
 // is done to finish with their results, and the rest are then cancelled
@@ -842,91 +783,18 @@ func (s *Server) Shutdown(ctx context.Context) error {
 // and answers the rest with an error (see Shutdown), and returns once the
 // connections are closed, at most a few answerWaits after the grace.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
-	read := s.cfg.Server.ReadTimeout
-	headerTimeout := 10 * time.Second
-	if read > 0 {
-		headerTimeout = min(headerTimeout, read)
-	}
-	hs := &http.Server{
-		// Bodies must arrive within read_timeout (a per-request deadline:
-		// http.Server.ReadTimeout would cut long-lived streams), keep-alive
-		// connections close after read_timeout idle, and headers, the
-		// narrowing ones included, are refused past 64 KiB with 431
-		// before any handler runs (SPEC §10).
-		Handler:           withReadTimeout(read, s.Handler()),
-		ReadHeaderTimeout: headerTimeout,
-		IdleTimeout:       read,
-		MaxHeaderBytes:    maxHeaderBytes,
-		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
-		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
-	}
-	ln = &closeOnce{Listener: ln}
-	var fresh freshConns
-	hs.ConnState = fresh.track
-	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(ln) }()
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
-	}
-	// Stop accepting, and close each keep-alive connection once it has
-	// answered, but leave the requests and streams in flight alone:
-	// http.Server.Shutdown would end the stream sessions at once (door.go
-	// hooks it), cutting their calls off without answers.
-	ln.Close()
-	hs.SetKeepAlivesEnabled(false)
-	gctx, cancel := context.WithTimeout(context.Background(), s.cfg.Server.ShutdownGrace)
-	defer cancel()
-	errs := []error{s.Shutdown(gctx)}
-	// Every call is answered now; the handlers of /mcp requests write
-	// their answers and return. Connections that never sent a request are
-	// closed now; long-lived streams (GET /mcp, listens) never finish on
-	// their own: they are closed after answerWait.
-	fresh.close()
-	cctx, ccancel := context.WithTimeout(context.Background(), answerWait)
-	defer ccancel()
-	if err := hs.Shutdown(cctx); err != nil {
-		errs = append(errs, hs.Close())
-	}
-	if err := <-errc; !errors.Is(err, net.ErrClosed) && !errors.Is(err, http.ErrServerClosed) {
-		errs = append(errs, err)
-	}
-	return errors.Join(errs...)
-}
-
-// closeOnce is a listener that closes once: Serve closes it before the
-// http.Server does.
-type closeOnce struct {
-	net.Listener
-	once sync.Once
-	err  error
-}
-
-func (l *closeOnce) Close() error {
-	l.once.Do(func() { l.err = l.Listener.Close() })
-	return l.err
+	return httpd.Serve(ctx, ln, httpd.Config{
+		Handler:       s.Handler(),
+		ReadTimeout:   s.cfg.Server.ReadTimeout,
+		ShutdownGrace: s.cfg.Server.ShutdownGrace,
+		Drain:         s.Shutdown,
+		CloseWait:     answerWait,
+		Log:           s.log,
+	})
 }
 
 func writeJSONError(w http.ResponseWriter, status int, id json.RawMessage, code int, msg string) {
 	writeAnswer(w, status, errorFrame(id, code, msg))
-}
-
-// recoverPanics is the outermost handler: a panic anywhere below answers 500
-// and is logged instead of killing the connection's goroutine silently.
-func recoverPanics(log *slog.Logger, next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		defer func() {
-			if v := recover(); v != nil {
-				if v == http.ErrAbortHandler {
-					panic(v)
-				}
-				log.Error("panic in HTTP handler", "method", r.Method, "path", r.URL.Path, "panic", v)
-				http.Error(w, "internal error", http.StatusInternalServerError)
-			}
-		}()
-		next.ServeHTTP(w, r)
-	})
 }
 
 // maskedLines writes each line (audit.Log writes one per Write) with every

@@ -7,6 +7,8 @@ import (
 	"net"
 	"net/http"
 	"sync"
+
+	"github.com/mcpmux/mcpmux/sessions/grant"
 )
 
 // This file holds the per-caller shares of mcpmux's pools (SPEC §10):
@@ -28,8 +30,8 @@ var errCallerShare = errors.New("over this caller's share")
 // was checked, else its client address, without the port. The stdio
 // door's binding, which no request resolves, is nobody's: "" counts
 // against no share.
-func callerOf(r *http.Request, b Binding) string {
-	if b.claims != nil {
+func callerOf(r *http.Request, b grant.Binding) string {
+	if b.Claims != nil {
 		return "oauth:" + b.Subject
 	}
 	if b.Authed {

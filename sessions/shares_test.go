@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/mcpmux/mcpmux/sessions/grant"
 )
 
 // sharesConfig has a guest and an admin token, each its own caller, under
@@ -134,7 +135,7 @@ func newTestHTTP(t *testing.T, h http.Handler) *httptest.Server {
 
 // callerOfToken is callerOf for a request with the bearer token token.
 func callerOfToken(token string) string {
-	return callerOf(&http.Request{}, Binding{Authed: true, Caller: sha256.Sum256([]byte(token))})
+	return callerOf(&http.Request{}, grant.Binding{Authed: true, Caller: sha256.Sum256([]byte(token))})
 }
 
 // getStreamWith opens the GET stream of session with a bearer token and

@@ -14,6 +14,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mcpmux/mcpmux/internal/audit"
 	"github.com/mcpmux/mcpmux/internal/jsonrpc"
+	"github.com/mcpmux/mcpmux/sessions/grant"
 )
 
 // The legacy HTTP+SSE front door (protocol 2024-11-05), for old clients:
@@ -118,7 +119,7 @@ func (s *Server) serveMessage(w http.ResponseWriter, r *http.Request) {
 // with another); a POST that names a profile or narrowing must resolve to
 // the stream's own view (else 400). On failure it has answered.
 func (s *Server) postMatchesSession(w http.ResponseWriter, r *http.Request, ss *streamSession) bool {
-	sel, err := SelectionFromRequest(r)
+	sel, err := grant.SelectionFromRequest(r)
 	if err != nil {
 		writeResolveError(w, err)
 		return false
@@ -136,7 +137,7 @@ func (s *Server) postMatchesSession(w http.ResponseWriter, r *http.Request, ss *
 	}
 	// The endpoint's URL carries neither the stream's path nor its query:
 	// what the POST does not say is the stream's.
-	probe := sel.over(bound.Selection)
+	probe := sel.Over(bound.Selection)
 	if probe.Profile == "" {
 		probe.Profile = bound.Profile
 	}
@@ -144,8 +145,8 @@ func (s *Server) postMatchesSession(w http.ResponseWriter, r *http.Request, ss *
 	// bounded cache since the stream opened (SPEC §10).
 	chk, err := res.Check(probe)
 	if err != nil {
-		if owner, ok := expiredOwner(err); ok && subtle.ConstantTimeCompare(owner[:], ss.token[:]) == 1 {
-			ss.end(errTokenExpired)
+		if owner, ok := grant.ExpiredOwner(err); ok && subtle.ConstantTimeCompare(owner[:], ss.token[:]) == 1 {
+			ss.end(grant.ErrTokenExpired)
 		}
 		writeResolveError(w, err)
 		return false

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/mcpmux/mcpmux/internal/jsonrpc"
+	"github.com/mcpmux/mcpmux/sessions/grant"
 )
 
 // standaloneQueue bounds the frames waiting for a GET stream's writer; past
@@ -110,7 +111,7 @@ func (s *Server) serveGET(w http.ResponseWriter, r *http.Request, id string, ses
 	for {
 		select {
 		case <-expired:
-			s.log.Info("GET stream closed", "session", id, "reason", errTokenExpired.Error())
+			s.log.Info("GET stream closed", "session", id, "reason", grant.ErrTokenExpired.Error())
 			return
 		case f := <-g.frames:
 			rc.SetWriteDeadline(time.Now().Add(s.writeTimeout))

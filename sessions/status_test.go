@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/mcpmux/mcpmux/configs"
+	"github.com/mcpmux/mcpmux/sessions/status"
 	"github.com/mcpmux/mcpmux/upstream/oauth"
 	"github.com/mcpmux/mcpmux/upstream/oauth/oauthtest"
 )
@@ -177,7 +178,7 @@ dynamic_toolsets = true
 		if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "application/json" {
 			t.Fatalf("GET /status.json: %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
 		}
-		var st statusData
+		var st status.Data
 		if err := json.Unmarshal([]byte(body), &st); err != nil {
 			t.Fatal(err)
 		}
@@ -264,35 +265,6 @@ profiles = ["all"]
 	}
 }
 
-// TestStatusProfilesAreCached checks that the per-profile part (which
-// encodes every view to estimate tokens) is computed once per snapshot
-// version and resolver, not once per request.
-func TestStatusProfilesAreCached(t *testing.T) {
-	up := newUpstreamServer(t, 3)
-	s := newBenchServer(t, up.http.URL, "[profiles.a]\n[profiles.b]\nread_only = true\n")
-	p := &statusPage{srv: s, start: time.Now()}
-	// One snapshot for every call: the upstream's own start-up (its GET
-	// stream, a list_changed) may replace the aggregator's meanwhile.
-	snap := s.agg.Snapshot()
-	first := p.profiles(snap)
-	for range 100 {
-		if p.profiles(snap) != first {
-			t.Fatal("the profiles were computed again for the same snapshot and resolver")
-		}
-	}
-	cfg, err := configs.Parse("bench.toml", []byte(fmt.Sprintf("[upstreams.up]\nurl = %q\n[profiles.a]\n[profiles.c]\n", up.http.URL)), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Reload(cfg); err != nil {
-		t.Fatal(err)
-	}
-	after := p.profiles(s.agg.Snapshot())
-	if after == first || len(after.profiles) != 2 || after.profiles[1].Name != "c" {
-		t.Fatalf("after a reload: %+v, want profiles a and c", after.profiles)
-	}
-}
-
 func TestLatencyWindow(t *testing.T) {
 	var l latencies
 	if _, _, n := l.quantiles("up"); n != 0 {
@@ -322,8 +294,8 @@ func TestLatencyWindow(t *testing.T) {
 
 // BenchmarkStatusPage is what a client reloading GET / in a loop costs
 // mcpmux per request (1,000 tools, three profiles, a full latency
-// window), against what each request would cost if the per-profile part
-// (token estimates) were not cached per snapshot.
+// window). What each request would cost if the per-profile part (token
+// estimates) were not cached per snapshot is status.BenchmarkProfiles.
 func BenchmarkStatusPage(b *testing.B) {
 	up := newUpstreamServer(b, 1000)
 	s := newBenchServer(b, up.http.URL, "[profiles.a]\n[profiles.b]\nread_only = true\n[profiles.c]\ndeny = [\"up__tool_00*\"]\n")
@@ -340,17 +312,6 @@ func BenchmarkStatusPage(b *testing.B) {
 			h.ServeHTTP(rec, req)
 			if rec.Code != http.StatusOK {
 				b.Fatalf("GET /: %d", rec.Code)
-			}
-		}
-	})
-	b.Run("profiles uncached", func(b *testing.B) {
-		p := &statusPage{srv: s, start: time.Now()}
-		snap := s.agg.Snapshot()
-		b.ReportAllocs()
-		for b.Loop() {
-			p.cached = nil
-			if ps := p.profiles(snap); len(ps.profiles) != 3 {
-				b.Fatalf("profiles: %+v", ps.profiles)
 			}
 		}
 	})
@@ -395,11 +356,11 @@ func TestStatusPageHidesConfiguredSecrets(t *testing.T) {
 			}
 		}
 	}
-	var st statusData
+	var st status.Data
 	if err := json.Unmarshal([]byte(body), &st); err != nil {
 		t.Fatal(err)
 	}
-	rows := make(map[string]upstreamRow)
+	rows := make(map[string]status.UpstreamRow)
 	for _, r := range st.Upstreams {
 		rows[r.Name] = r
 		if all := r.Target + r.LastError + strings.Join(r.Stderr, "\n"); strings.Contains(all, "ab'cd") {
@@ -427,41 +388,6 @@ func TestStatusPageHidesConfiguredSecrets(t *testing.T) {
 	t.Logf("path's error: %s", rows["path"].LastError)
 	t.Logf("query's error: %s", rows["query"].LastError)
 	t.Logf("password's error: %s", rows["password"].LastError)
-}
-
-// TestStatusTarget is issue 18, item 5: four upstreams run by node showed
-// the same target, "node". The target names the script or package the
-// first argument names, and never a secret an argument may carry.
-func TestStatusTarget(t *testing.T) {
-	for _, tc := range []struct {
-		name    string
-		command string
-		args    []string
-		want    string
-	}{
-		{"node script", "node", []string{"/srv/mcp/server-filesystem/dist/index.js", "/tmp"}, "node /srv/mcp/server-filesystem/dist/index.js"},
-		{"npx package", "npx", []string{"-y", "@modelcontextprotocol/server-everything"}, "npx @modelcontextprotocol/server-everything"},
-		{"python module", "python3", []string{"-m", "mcp_server_time", "--local-timezone", "UTC"}, "python3 mcp_server_time"},
-		{"uvx", "uvx", []string{"mcp-server-fetch"}, "uvx mcp-server-fetch"},
-		{"flags with values are skipped", "node", []string{"--api-key=sk-live-0123456789abcdef0123", "server.js"}, "node server.js"},
-		{"long path keeps its end", "node", []string{"/home/someone/projects/mcp/servers/very-long-directory-name/packages/filesystem/dist/index.js"}, "node …s/very-long-directory-name/packages/filesystem/dist/index.js"},
-		{"shell script text", "sh", []string{"-c", "echo hi; exec server --token abc"}, "sh"},
-		{"token-like argument", "npx", []string{"ghp_16C7e42F292c6912E7710c838347Ae178B4a"}, "npx"},
-		{"URL argument", "mcp-remote", []string{"https://user:pw@example.com/mcp?key=k"}, "mcp-remote"},
-		{"assignment", "env", []string{"TOKEN=abc", "server"}, "env"},
-		{"no arguments", "/usr/local/bin/mcp-server", nil, "/usr/local/bin/mcp-server"},
-		{"url upstream", "", nil, "https://mcp.example.com"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			cfg := &configs.Upstream{Command: tc.command, Args: tc.args}
-			if tc.command == "" {
-				cfg.URL = "https://user:pw@mcp.example.com/sk-path-key/mcp?key=q"
-			}
-			if got := target(cfg); got != tc.want {
-				t.Errorf("target = %q, want %q", got, tc.want)
-			}
-		})
-	}
 }
 
 // TestStatusPageTellsNodeUpstreamsApart: two upstreams with the same
@@ -515,7 +441,7 @@ func TestStatusPageSummarizesHTMLErrors(t *testing.T) {
 	t.Cleanup(hs.Close)
 
 	_, body := fetchStatus(t, hs, http.MethodGet, "/status.json", nil)
-	var st statusData
+	var st status.Data
 	if err := json.Unmarshal([]byte(body), &st); err != nil {
 		t.Fatal(err)
 	}
@@ -542,8 +468,8 @@ func TestStatusPageSummarizesHTMLErrors(t *testing.T) {
 	if strings.Contains(summary, "&lt;") || strings.Contains(summary, "<") {
 		t.Errorf("summary %q shows markup", summary)
 	}
-	if n := len([]rune(summary)); n > maxErrorShown+20 { // escaping adds a little
-		t.Errorf("summary is %d characters, want about %d at most: %q", n, maxErrorShown, summary)
+	if n := len([]rune(summary)); n > status.MaxErrorShown+20 { // escaping adds a little
+		t.Errorf("summary is %d characters, want about %d at most: %q", n, status.MaxErrorShown, summary)
 	}
 	if !strings.Contains(title, "&lt;title&gt;501 Not Implemented&lt;/title&gt;") {
 		t.Errorf("the title does not hold the whole text, escaped: %q", title)
@@ -564,9 +490,9 @@ func TestStatusPageSessionCountsAgree(t *testing.T) {
 	narrowed := openSession(t, h, "?profile=all&tools=up__tool_0001")
 	openSession(t, h, "?profile=readonly")
 
-	status := func() statusData {
+	status := func() status.Data {
 		_, body := fetchStatus(t, hs, http.MethodGet, "/status.json", nil)
-		var st statusData
+		var st status.Data
 		if err := json.Unmarshal([]byte(body), &st); err != nil {
 			t.Fatal(err)
 		}
@@ -632,7 +558,7 @@ func TestStatusPageNeedsLogin(t *testing.T) {
 	hs := httptest.NewServer(s.Handler())
 	t.Cleanup(hs.Close)
 	_, body := fetchStatus(t, hs, http.MethodGet, "/status.json", nil)
-	var st statusData
+	var st status.Data
 	if err := json.Unmarshal([]byte(body), &st); err != nil {
 		t.Fatal(err)
 	}

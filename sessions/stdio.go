@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/mcpmux/mcpmux/internal/jsonrpc"
+	"github.com/mcpmux/mcpmux/sessions/grant"
 )
 
 // The stdio front door: `mcpmux serve --stdio` serves the one client that
@@ -41,7 +42,7 @@ const stdinBuffer = 64 << 10
 // It is meant to be called once per process, with in and out that nothing
 // else uses.
 func (s *Server) ServeStdio(ctx context.Context, profile string, in io.Reader, out io.Writer) error {
-	b, err := s.Resolver().ResolveLocal(Selection{Profile: profile})
+	b, err := s.Resolver().ResolveLocal(grant.Selection{Profile: profile})
 	if err != nil {
 		return fmt.Errorf("stdio: %w", err)
 	}

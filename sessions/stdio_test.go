@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/mcpmux/mcpmux/sessions/grant"
 )
 
 // stdioPeer drives Server.ServeStdio through pipes.
@@ -89,7 +91,7 @@ func TestStdio(t *testing.T) {
 
 	t.Run("unknown profile", func(t *testing.T) {
 		err := s.ServeStdio(context.Background(), "nope", strings.NewReader(""), io.Discard)
-		if !errors.Is(err, ErrUnknownProfile) {
+		if !errors.Is(err, grant.ErrUnknownProfile) {
 			t.Fatalf("err = %v, want ErrUnknownProfile", err)
 		}
 	})

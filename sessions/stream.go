@@ -19,6 +19,7 @@ import (
 	"github.com/mcpmux/mcpmux/filter"
 	"github.com/mcpmux/mcpmux/internal/audit"
 	"github.com/mcpmux/mcpmux/internal/jsonrpc"
+	"github.com/mcpmux/mcpmux/sessions/grant"
 )
 
 // This file holds what the message-stream front doors (websocket, legacy
@@ -90,8 +91,8 @@ type frameWriter interface {
 type streamSession struct {
 	srv     *Server
 	id      string
-	kind    string  // "ws", "sse" or "stdio", for logs
-	binding Binding // as resolved at connect; see grantOf
+	kind    string        // "ws", "sse" or "stdio", for logs
+	binding grant.Binding // as resolved at connect; see grantOf
 	w       frameWriter
 	token   [32]byte // its owner, Binding.Caller: SSE checks posts against it
 
@@ -118,15 +119,16 @@ type streamSession struct {
 	mu         sync.Mutex
 	ended      bool
 	cause      error
-	registered bool                          // bound (Server.bind), after initialize
-	workers    int                           // running workers
-	inflight   map[string]context.CancelFunc // client request id → cancel
-	pending    pendingSet                    // server→client requests waiting for the client
+	registered bool       // bound (Server.bind), after initialize
+	workers    int        // running workers
+	pending    pendingSet // server→client requests waiting for the client
+
+	inflight inflight // client requests queued or running, for notifications/cancelled
 
 	// regranted is the binding a reload re-derived for the session before
 	// it registered (nil: none did), and revoked why a reload ended it.
 	// Both are under Server.mu (reload.go).
-	regranted *Binding
+	regranted *grant.Binding
 	revoked   error
 }
 
@@ -134,7 +136,6 @@ type streamSession struct {
 type streamJob struct {
 	ctx    context.Context
 	cancel context.CancelFunc
-	key    string // the request id as sent
 	raw    []byte
 	msg    *jsonrpc.Message
 	done   func() // records its end in the session's life
@@ -148,18 +149,17 @@ type pendingReply struct {
 // newStreamSession starts a session of kind for b, writing through w. The
 // session lives until end is called or parent is done; its writer runs from
 // now on, but nothing is sent before the client's first message.
-func (s *Server) newStreamSession(parent context.Context, kind string, b Binding, w frameWriter) *streamSession {
+func (s *Server) newStreamSession(parent context.Context, kind string, b grant.Binding, w frameWriter) *streamSession {
 	ss := &streamSession{
-		srv:      s,
-		id:       replicaPrefix(s.cfg) + kind + "-" + rand.Text(),
-		kind:     kind,
-		binding:  b,
-		w:        w,
-		out:      make(chan jsonrpc.Frame, outBuffer),
-		held:     newBacklog(s.cfg.Server.MaxPendingBytes, 0), // the worker pool bounds its calls
-		queue:    make(chan *streamJob, streamQueue),
-		wrote:    make(chan struct{}),
-		inflight: make(map[string]context.CancelFunc),
+		srv:     s,
+		id:      replicaPrefix(s.cfg) + kind + "-" + rand.Text(),
+		kind:    kind,
+		binding: b,
+		w:       w,
+		out:     make(chan jsonrpc.Frame, outBuffer),
+		held:    newBacklog(s.cfg.Server.MaxPendingBytes, 0), // the worker pool bounds its calls
+		queue:   make(chan *streamJob, streamQueue),
+		wrote:   make(chan struct{}),
 	}
 	ss.ctx, ss.cancel = context.WithCancel(parent)
 	context.AfterFunc(ss.ctx, func() { ss.end(context.Cause(parent)) })
@@ -259,7 +259,7 @@ func (ss *streamSession) receive(raw []byte) bool {
 	}
 	m, err := jsonrpc.Parse(raw)
 	if err != nil {
-		resp, _, _ := ss.srv.respond(Binding{}, nil, nil, err)
+		resp, _, _ := ss.srv.respond(grant.Binding{}, nil, nil, err)
 		ss.send(ss.ctx, resp)
 		return true
 	}
@@ -270,7 +270,7 @@ func (ss *streamSession) receive(raw []byte) bool {
 		ss.enqueue(raw, m)
 	default:
 		if m.Method == string(mcp.MethodNotificationCancelled) {
-			ss.cancelInflight(raw)
+			ss.inflight.cancelNamed(m.Params)
 		}
 		if resp := ss.srv.handle(ss.ctx, ss, raw, m); resp != nil {
 			ss.send(ss.ctx, resp)
@@ -282,29 +282,31 @@ func (ss *streamSession) receive(raw []byte) bool {
 // enqueue queues a request for the worker pool, starting a worker if fewer
 // than streamWorkers run. A full queue answers the request at once.
 func (ss *streamSession) enqueue(raw []byte, m *jsonrpc.Message) {
-	ctx, cancel := context.WithCancel(ss.ctx)
-	job := &streamJob{ctx: ctx, cancel: cancel, key: string(m.ID), raw: raw, msg: m}
+	// Tracked from now on, so that a notifications/cancelled cancels it even
+	// while it is queued.
+	ctx, cancel := ss.inflight.track(ss.ctx, m.ID)
+	job := &streamJob{ctx: ctx, cancel: cancel, raw: raw, msg: m}
 	ss.mu.Lock()
 	if ss.ended {
 		ss.mu.Unlock()
 		cancel()
 		return
 	}
+	job.done = func() {}
+	if l := ss.life.Load(); l != nil {
+		job.done = l.enter() // not idle while it is queued or runs
+	}
 	select {
 	case ss.queue <- job:
 	default:
 		ss.mu.Unlock()
 		cancel()
+		job.done()
 		ss.srv.metrics.count(m.Method, outcomeError)
 		ss.srv.auditLimit(ss.id, ss.binding.Profile, m.Method, m.Name, audit.ReasonBusy)
 		ss.send(ss.ctx, errorFrame(m.ID, errBusyCode,
 			fmt.Sprintf("too many requests in flight on this session (limit %d)", streamWorkers+streamQueue)))
 		return
-	}
-	ss.inflight[job.key] = cancel
-	job.done = func() {}
-	if l := ss.life.Load(); l != nil {
-		job.done = l.enter() // not idle while it is queued or runs
 	}
 	if ss.workers < streamWorkers {
 		ss.workers++
@@ -340,10 +342,7 @@ func (ss *streamSession) work() {
 // asks.
 func (ss *streamSession) runJob(job *streamJob) {
 	defer func() {
-		ss.mu.Lock()
-		delete(ss.inflight, job.key)
-		ss.mu.Unlock()
-		job.cancel()
+		job.cancel() // forgets it too
 		job.done()
 	}()
 	if job.ctx.Err() != nil {
@@ -366,25 +365,6 @@ func (ss *streamSession) safeHandle(job *streamJob) (resp []byte) {
 		}
 	}()
 	return ss.srv.handle(job.ctx, ss, job.raw, job.msg)
-}
-
-// cancelInflight cancels the request a notifications/cancelled names, even
-// while it is still queued.
-func (ss *streamSession) cancelInflight(raw []byte) {
-	var n struct {
-		Params struct {
-			RequestID json.RawMessage `json:"requestId"`
-		} `json:"params"`
-	}
-	if json.Unmarshal(raw, &n) != nil || len(n.Params.RequestID) == 0 {
-		return
-	}
-	ss.mu.Lock()
-	cancel := ss.inflight[string(n.Params.RequestID)]
-	ss.mu.Unlock()
-	if cancel != nil {
-		cancel()
-	}
 }
 
 // --- sending ---
@@ -553,7 +533,7 @@ func (ss *streamSession) clientCapabilities() mcp.ClientCapabilities {
 func (s *Server) dispatch(ctx context.Context, sess *streamSession, raw []byte) []byte {
 	m, err := jsonrpc.Parse(raw)
 	if err != nil {
-		resp, _, _ := s.respond(Binding{}, nil, nil, err)
+		resp, _, _ := s.respond(grant.Binding{}, nil, nil, err)
 		return resp
 	}
 	if m.IsResponse() {
@@ -603,7 +583,7 @@ func (s *Server) handle(ctx context.Context, sess *streamSession, raw []byte, m 
 // Its frames (progress, log messages, server→client requests) and then its
 // answer go through the session's one writer, in that order; it returns
 // only a refusal, having queued any other answer itself.
-func (s *Server) handleRouted(ctx context.Context, sess *streamSession, b Binding, view *filter.View, m *jsonrpc.Message) []byte {
+func (s *Server) handleRouted(ctx context.Context, sess *streamSession, b grant.Binding, view *filter.View, m *jsonrpc.Message) []byte {
 	ctx, e, refusal := s.decideTraced(ctx, nil, sess.id, b, view, m)
 	defer s.endSpan(ctx)
 	if refusal != nil {

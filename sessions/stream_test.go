@@ -16,6 +16,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 	"github.com/mcpmux/mcpmux/internal/jsonrpc"
+	"github.com/mcpmux/mcpmux/sessions/grant"
 )
 
 // rpcMsg is any JSON-RPC message a test peer receives.
@@ -289,7 +290,7 @@ func TestReadLine(t *testing.T) {
 func TestDispatchFastPathMatchesMCPGo(t *testing.T) {
 	up := newUpstreamServer(t, 6)
 	s := newBenchServer(t, up.http.URL, "[profiles.readonly]\nread_only = true\n")
-	b, err := s.Resolver().ResolveLocal(Selection{Profile: "readonly"})
+	b, err := s.Resolver().ResolveLocal(grant.Selection{Profile: "readonly"})
 	if err != nil {
 		t.Fatal(err)
 	}

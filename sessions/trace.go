@@ -16,6 +16,7 @@ import (
 	"github.com/mcpmux/mcpmux/filter"
 	"github.com/mcpmux/mcpmux/internal/jsonrpc"
 	"github.com/mcpmux/mcpmux/internal/tracing"
+	"github.com/mcpmux/mcpmux/sessions/grant"
 	"github.com/mcpmux/mcpmux/upstream"
 )
 
@@ -66,7 +67,7 @@ type spanKey struct{}
 // it returns in ctx; the door ends it with endSpan. header is the HTTP
 // request's (nil on a stream door): its traceparent is the span's parent
 // when m's _meta has none. Without a tracer it is decide.
-func (s *Server) decideTraced(ctx context.Context, header http.Header, id string, b Binding, view *filter.View, m *jsonrpc.Message) (context.Context, *filter.Entry, *jsonrpc.Error) {
+func (s *Server) decideTraced(ctx context.Context, header http.Header, id string, b grant.Binding, view *filter.View, m *jsonrpc.Message) (context.Context, *filter.Entry, *jsonrpc.Error) {
 	if s.tracer == nil {
 		e, refusal := s.decide(id, b, view, m)
 		return ctx, e, refusal
@@ -161,7 +162,7 @@ func (s *Server) endSpan(ctx context.Context) {
 // decision: from start until now, with the JSON-RPC error code it was
 // answered with (0: a result). header is as for decideTraced. It does
 // nothing without a tracer, or for a message that is not a request.
-func (s *Server) traceAnswer(ctx context.Context, header http.Header, b Binding, m *jsonrpc.Message, start time.Time, code int) {
+func (s *Server) traceAnswer(ctx context.Context, header http.Header, b grant.Binding, m *jsonrpc.Message, start time.Time, code int) {
 	if s.tracer == nil || !m.IsRequest() {
 		return
 	}
@@ -196,8 +197,8 @@ func (s *Server) traceAnswer(ctx context.Context, header http.Header, b Binding,
 
 // traceSubject is a span's subject: an OAuth token's sub, or "token-" and
 // 8 hex digits of a static token's sha256.
-func traceSubject(b Binding) string {
-	if b.claims != nil {
+func traceSubject(b grant.Binding) string {
+	if b.Claims != nil {
 		return b.Subject
 	}
 	return "token-" + hex.EncodeToString(b.Caller[:4])

@@ -2,9 +2,10 @@ package sessions
 
 import (
 	"net/http"
-	"slices"
 	"strings"
 
+	"github.com/mcpmux/mcpmux/sessions/grant"
+	"github.com/mcpmux/mcpmux/sessions/status"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	dto "github.com/prometheus/client_model/go"
@@ -18,92 +19,49 @@ import (
 // profiles themselves and their sessions, and nothing of the rest of the
 // config (its path, other profiles, other callers' sessions).
 
-// viewer is who asks for an operational view.
-type viewer struct {
-	all       bool
-	profiles  map[string]bool // the token's profiles
-	upstreams map[string]bool // the upstreams any of them shows
-}
-
 // viewerOf returns the viewer of r; ok is false when tokens are configured
 // and r carries none of them.
-func (s *Server) viewerOf(r *http.Request) (v viewer, ok bool) {
+func (s *Server) viewerOf(r *http.Request) (v status.Viewer, ok bool) {
 	res := s.Resolver()
 	if !res.AuthRequired() {
-		return viewer{all: true}, true
+		return status.Viewer{All: true}, true
 	}
-	sel, _ := SelectionFromRequest(r)
+	sel, _ := grant.SelectionFromRequest(r)
 	if !sel.HasToken {
-		return viewer{}, false
+		return status.Viewer{}, false
 	}
-	te, err := res.caller(sel.Token)
+	profiles, admin, err := res.Access(sel.Token)
 	if err != nil {
-		return viewer{}, false
+		return status.Viewer{}, false
 	}
-	if te.admin {
-		return viewer{all: true}, true
+	if admin {
+		return status.Viewer{All: true}, true
 	}
-	v = viewer{profiles: make(map[string]bool, len(te.profiles)), upstreams: make(map[string]bool)}
+	v = status.Viewer{Profiles: make(map[string]bool, len(profiles)), Upstreams: make(map[string]bool)}
 	ups := s.agg.Upstreams()
-	for _, p := range te.profiles {
-		v.profiles[p] = true
-		b, err := res.ResolveLocal(Selection{Profile: p})
+	for _, p := range profiles {
+		v.Profiles[p] = true
+		b, err := res.ResolveLocal(grant.Selection{Profile: p})
 		if err != nil {
 			continue
 		}
 		listing := s.listing(b)
 		for _, u := range ups {
 			if listing.Shows(u.Name()) {
-				v.upstreams[u.Name()] = true
+				v.Upstreams[u.Name()] = true
 			}
 		}
 	}
 	return v, true
 }
 
-// seesProfile reports whether v may see profile p and its sessions.
-func (v viewer) seesProfile(p string) bool { return v.all || v.profiles[p] }
-
-// seesUpstream reports whether v may see the upstream named up.
-func (v viewer) seesUpstream(up string) bool { return v.all || v.upstreams[up] }
-
-// restrict narrows st, built for everyone, to what v may see. The session
-// counts are v's own already (status counts only the sessions v sees).
-func (st *statusData) restrict(v viewer) {
-	if v.all {
-		return
-	}
-	st.Config = ""
-	st.Open = 0 // every caller's sessions and streams
-	st.BySubject = nil
-	st.FilterCount, st.OtherFilters = 0, 0
-	// Pending pins name tools and upstreams of every profile: admins only.
-	st.Pin, st.PendingPins, st.PinsError = "", nil, ""
-	for i := range st.Upstreams {
-		st.Upstreams[i].Quarantined = 0
-	}
-	st.Upstreams = slices.DeleteFunc(st.Upstreams, func(u upstreamRow) bool { return !v.seesUpstream(u.Name) })
-	st.Profiles = slices.DeleteFunc(st.Profiles, func(p profileRow) bool { return !v.seesProfile(p.Name) })
-	var filters []filterRow
-	for _, f := range st.Filters {
-		f.Profiles = slices.DeleteFunc(slices.Clone(f.Profiles), func(p string) bool { return !v.seesProfile(p) })
-		// A filter's key spells out its rules, which may name upstreams
-		// the viewer does not see (deny_upstreams): only its digest.
-		f.Key = ""
-		if len(f.Profiles) > 0 {
-			filters = append(filters, f)
-		}
-	}
-	st.Filters = filters
-}
-
 // withViewer serves an operational view to the viewer of r, or answers 401
 // when tokens are configured and r carries none of them.
-func (s *Server) withViewer(serve func(w http.ResponseWriter, r *http.Request, v viewer)) http.Handler {
+func (s *Server) withViewer(serve func(w http.ResponseWriter, r *http.Request, v status.Viewer)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		v, ok := s.viewerOf(r)
 		if !ok {
-			w.Header().Set("WWW-Authenticate", s.Resolver().challenge("", "", ""))
+			w.Header().Set("WWW-Authenticate", s.Resolver().Challenge("", "", ""))
 			http.Error(w, "a bearer token is required", http.StatusUnauthorized)
 			return
 		}
@@ -115,8 +73,8 @@ func (s *Server) withViewer(serve func(w http.ResponseWriter, r *http.Request, v
 // another, the process's own metrics and the series of the upstreams it
 // sees, without the gateway-wide counts of sessions, requests and
 // filters.
-func (s *Server) serveMetrics(w http.ResponseWriter, r *http.Request, v viewer) {
-	if v.all {
+func (s *Server) serveMetrics(w http.ResponseWriter, r *http.Request, v status.Viewer) {
+	if v.All {
 		s.metrics.handler().ServeHTTP(w, r)
 		return
 	}
@@ -135,7 +93,7 @@ func (s *Server) serveMetrics(w http.ResponseWriter, r *http.Request, v viewer) 
 			var kept []*dto.Metric
 			for _, m := range mf.GetMetric() {
 				for _, l := range m.GetLabel() {
-					if l.GetName() == "upstream" && v.seesUpstream(l.GetValue()) {
+					if l.GetName() == "upstream" && v.SeesUpstream(l.GetValue()) {
 						kept = append(kept, m)
 						break
 					}

@@ -11,6 +11,7 @@ import (
 	"github.com/mcpmux/mcpmux/aggregator"
 	"github.com/mcpmux/mcpmux/filter"
 	"github.com/mcpmux/mcpmux/internal/jsonrpc"
+	"github.com/mcpmux/mcpmux/sessions/grant"
 )
 
 // This file applies upstream-level visibility (SPEC §5) on every door:
@@ -23,11 +24,11 @@ import (
 
 // listing returns what b's view of the current snapshot lists besides
 // tools, cached per view.
-func (s *Server) listing(b Binding) *filter.Listing { return s.listingOf(nil, b) }
+func (s *Server) listing(b grant.Binding) *filter.Listing { return s.listingOf(nil, b) }
 
 // listingOf is listing for a request that already holds its view: that
 // view's listing when it is of the current snapshot.
-func (s *Server) listingOf(view *filter.View, b Binding) *filter.Listing {
+func (s *Server) listingOf(view *filter.View, b grant.Binding) *filter.Listing {
 	snap := s.agg.Snapshot()
 	if view == nil || view.Version != snap.Version {
 		view = s.View(b)
@@ -94,7 +95,7 @@ func pin(ctx context.Context, e *filter.Entry, m *jsonrpc.Message) context.Conte
 
 // shownURI reports whether b's view shows the upstream that serves uri. A
 // URI no upstream serves is not shown.
-func (s *Server) shownURI(b Binding, uri string) bool {
+func (s *Server) shownURI(b grant.Binding, uri string) bool {
 	up, _, ok := s.agg.RouteURI(uri)
 	return ok && s.listing(b).Shows(up)
 }
@@ -103,7 +104,7 @@ func (s *Server) shownURI(b Binding, uri string) bool {
 // resources/list or resources/templates/list request without a cursor
 // from a client before 2026-07-28, else nil: the doors answer it from the
 // view's Listing as they answer tools/list, in pieces, without copying it.
-func (s *Server) listed(b Binding, view *filter.View, m *jsonrpc.Message) []byte {
+func (s *Server) listed(b grant.Binding, view *filter.View, m *jsonrpc.Message) []byte {
 	switch mcp.MCPMethod(m.Method) {
 	case mcp.MethodPromptsList, mcp.MethodResourcesList, mcp.MethodResourcesTemplatesList:
 		if m.IsRequest() && m.Cursor == nil && !isModern(m) {

@@ -13,6 +13,7 @@ import (
 	"github.com/coder/websocket"
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mcpmux/mcpmux/internal/jsonrpc"
+	"github.com/mcpmux/mcpmux/sessions/grant"
 )
 
 // The websocket front door, /ws: subprotocol "mcp", one JSON-RPC message per
@@ -79,7 +80,7 @@ func (s *Server) serveWS(w http.ResponseWriter, r *http.Request) {
 		// A websocket cannot bring a fresh token: what the session is
 		// sent stops when the one it opened with expires, not at the
 		// client's next message.
-		stop := time.AfterFunc(time.Until(exp.Add(s.Resolver().clockSkew())), func() { ss.end(errTokenExpired) })
+		stop := time.AfterFunc(time.Until(exp.Add(s.Resolver().ClockSkew())), func() { ss.end(grant.ErrTokenExpired) })
 		defer stop.Stop()
 	}
 	var wg sync.WaitGroup
@@ -118,10 +119,10 @@ func (s *Server) readWS(ctx context.Context, ss *streamSession, c *websocket.Con
 			ss.send(ss.ctx, s.oversizeAnswer(ss, id))
 			continue
 		}
-		if exp := ss.binding.Expiry; !exp.IsZero() && time.Now().After(exp.Add(s.Resolver().clockSkew())) {
+		if exp := ss.binding.Expiry; !exp.IsZero() && time.Now().After(exp.Add(s.Resolver().ClockSkew())) {
 			// The OAuth token the connection was opened with expired:
 			// the client reconnects with a fresh one.
-			ss.end(errTokenExpired)
+			ss.end(grant.ErrTokenExpired)
 			return
 		}
 		if !ss.receive(data) {
@@ -152,8 +153,8 @@ func (s *Server) closeWSWhenDone(ss *streamSession, c *websocket.Conn) {
 		code, reason = websocket.StatusUnsupportedData, errUnsupportedFrame.Error()
 	case errors.Is(cause, errServerShutdown):
 		code, reason = websocket.StatusGoingAway, "server shutting down"
-	case errors.Is(cause, errTokenExpired):
-		code, reason = websocket.StatusPolicyViolation, errTokenExpired.Error()
+	case errors.Is(cause, grant.ErrTokenExpired):
+		code, reason = websocket.StatusPolicyViolation, grant.ErrTokenExpired.Error()
 	case errors.Is(cause, errConfigChanged):
 		// The grant this connection was opened with no longer holds: a
 		// new connection is checked against the new config.

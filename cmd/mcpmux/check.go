@@ -16,6 +16,7 @@ import (
 	"github.com/mcpmux/mcpmux/filter"
 	"github.com/mcpmux/mcpmux/internal/termsafe"
 	"github.com/mcpmux/mcpmux/sessions"
+	"github.com/mcpmux/mcpmux/sessions/grant"
 	"github.com/mcpmux/mcpmux/upstream"
 )
 
@@ -52,7 +53,7 @@ func cmdCheck(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		fmt.Fprintln(stdout, "warning:", w)
 	}
 	fmt.Fprintln(stdout)
-	res, err := sessions.NewResolver(cfg, filter.NewRegistry())
+	res, err := grant.NewResolver(cfg, filter.NewRegistry())
 	if err != nil {
 		return configErr(err)
 	}
@@ -160,7 +161,7 @@ func cmdCheck(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	var rows []row
 	for _, name := range names {
-		b, err := res.ResolveLocal(sessions.Selection{Profile: name})
+		b, err := res.ResolveLocal(grant.Selection{Profile: name})
 		if err != nil {
 			problem(fmt.Sprintf("profile %q: %v", name, err))
 			continue
@@ -220,7 +221,7 @@ func cmdCheck(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 
 // checkOffline is `check --no-connect`: what the config declares, with
 // nothing contacted.
-func checkOffline(stdout io.Writer, cfg *configs.Config, res *sessions.Resolver) error {
+func checkOffline(stdout io.Writer, cfg *configs.Config, res *grant.Resolver) error {
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "UPSTREAM\tTRANSPORT\tSCOPE\tNOTE")
 	for _, u := range cfg.Upstreams {
@@ -264,16 +265,16 @@ func filterView(snap *aggregator.Snapshot, f *filter.Filter) *filter.View {
 // dynamic_toolsets or tool_search: what a new session's tools/list costs
 // against the profile's full view (tools and tokens, as given); "" for
 // other profiles.
-func dynamicReport(res *sessions.Resolver, snap *aggregator.Snapshot, profile string, tools, tokens int) string {
-	b, err := res.ResolveLocal(sessions.Selection{Profile: profile})
+func dynamicReport(res *grant.Resolver, snap *aggregator.Snapshot, profile string, tools, tokens int) string {
+	b, err := res.ResolveLocal(grant.Selection{Profile: profile})
 	if err != nil {
 		return ""
 	}
 	reg := filter.NewRegistry()
 	what := "is dynamic"
-	f := res.DynamicFilter(reg, b)
+	f := sessions.DynamicFilter(res, reg, b)
 	if f == nil {
-		what, f = "searches its tools", res.SearchFilter(reg, b)
+		what, f = "searches its tools", sessions.SearchFilter(res, reg, b)
 	}
 	if f == nil {
 		return ""

@@ -16,7 +16,7 @@ import (
 
 	"github.com/mcpmux/mcpmux/configs"
 	"github.com/mcpmux/mcpmux/filter"
-	"github.com/mcpmux/mcpmux/sessions"
+	"github.com/mcpmux/mcpmux/sessions/grant"
 )
 
 // importTestdata holds one realistic config file per supported client.
@@ -330,15 +330,15 @@ func TestImportTBXarkTokenFromEnv(t *testing.T) {
 	if err != nil {
 		t.Fatalf("does not load with AUTH_TOKEN set: %v\n%s", err, toml)
 	}
-	res, err := sessions.NewResolver(cfg, filter.NewRegistry())
+	res, err := grant.NewResolver(cfg, filter.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := res.Resolve(sessions.Selection{Token: real, HasToken: true}); err != nil {
+	if _, err := res.Resolve(grant.Selection{Token: real, HasToken: true}); err != nil {
 		t.Errorf("the real token is refused: %v\n%s", err, toml)
 	}
-	if _, err := res.Resolve(sessions.Selection{Token: "${AUTH_TOKEN}", HasToken: true}); !errors.Is(err, sessions.ErrUnauthorized) {
-		t.Errorf("the placeholder's text as a token: err = %v, want %v\n%s", err, sessions.ErrUnauthorized, toml)
+	if _, err := res.Resolve(grant.Selection{Token: "${AUTH_TOKEN}", HasToken: true}); !errors.Is(err, grant.ErrUnauthorized) {
+		t.Errorf("the placeholder's text as a token: err = %v, want %v\n%s", err, grant.ErrUnauthorized, toml)
 	}
 }
 

@@ -10,7 +10,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/mcpmux/mcpmux/sessions"
+	"github.com/mcpmux/mcpmux/sessions/grant"
 )
 
 // serveStdio is `mcpmux serve --stdio`: it serves the one client that
@@ -41,8 +41,8 @@ func serveStdio(ctx context.Context, configPath, profile string, logs logFlags, 
 		return err
 	}
 	// An unknown profile is a usage error, found before any upstream starts.
-	if _, err := srv.Resolver().ResolveLocal(sessions.Selection{Profile: profile}); err != nil {
-		if errors.Is(err, sessions.ErrUnknownProfile) {
+	if _, err := srv.Resolver().ResolveLocal(grant.Selection{Profile: profile}); err != nil {
+		if errors.Is(err, grant.ErrUnknownProfile) {
 			return configErr(fmt.Errorf("--profile: %w", err))
 		}
 		return configErr(err)

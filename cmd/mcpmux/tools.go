@@ -12,7 +12,7 @@ import (
 
 	"github.com/mcpmux/mcpmux/filter"
 	"github.com/mcpmux/mcpmux/internal/termsafe"
-	"github.com/mcpmux/mcpmux/sessions"
+	"github.com/mcpmux/mcpmux/sessions/grant"
 	"github.com/mcpmux/mcpmux/upstream"
 )
 
@@ -38,11 +38,11 @@ func cmdTools(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	res, err := sessions.NewResolver(cfg, filter.NewRegistry())
+	res, err := grant.NewResolver(cfg, filter.NewRegistry())
 	if err != nil {
 		return configErr(err)
 	}
-	sel := sessions.Selection{Profile: *profile, ReadOnly: *readOnly}
+	sel := grant.Selection{Profile: *profile, ReadOnly: *readOnly}
 	sel.Toolsets = splitComma(*toolsets)
 	sel.Tools = splitComma(*tools)
 	sel.Narrowing = len(sel.Toolsets) > 0 || len(sel.Tools) > 0 || sel.ReadOnly

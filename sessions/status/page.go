@@ -1,4 +1,4 @@
-package sessions
+package status
 
 import (
 	"bytes"
@@ -21,6 +21,7 @@ import (
 	"github.com/mcpmux/mcpmux/configs"
 	"github.com/mcpmux/mcpmux/filter"
 	"github.com/mcpmux/mcpmux/internal/pins"
+	"github.com/mcpmux/mcpmux/sessions/grant"
 	"github.com/mcpmux/mcpmux/upstream"
 )
 
@@ -31,10 +32,10 @@ const statusRefresh = 5
 // a key spells out every name its rules list.
 const maxKeyShown = 160
 
-// maxErrorShown bounds the summary of an upstream's last error in the
+// MaxErrorShown bounds the summary of an upstream's last error in the
 // page's narrow "last error" cell; the whole text is in the cell's title,
 // under it when opened, and in /status.json.
-const maxErrorShown = 160
+const MaxErrorShown = 160
 
 // maxArgShown bounds the script or package argument the target column
 // shows after a command; a longer one keeps its end ("…/dist/index.js").
@@ -44,29 +45,15 @@ const maxArgShown = 60
 // page counts it idle.
 const idleShown = time.Minute
 
-// handleStatus registers the status page for people, GET / (exact root),
-// and the same data as JSON, GET /status.json (SPEC §9). Both are
-// protected like /metrics: Host and Origin by guard, and a bearer token
-// when tokens are configured. What they show never includes a secret: a
-// URL upstream shows as scheme://host[:port], and its error and stderr
-// lines pass through Aggregator.Redact, which masks every configured secret
-// value, whoever's (auth tokens, every upstream's env and header values and
-// URL keys), and redacts URLs.
-func (s *Server) handleStatus(mux *http.ServeMux) {
-	p := &statusPage{srv: s, start: time.Now()}
-	mux.Handle("GET /{$}", s.withViewer(p.serveHTML))
-	mux.Handle("GET /status.json", s.withViewer(p.serveJSON))
-}
-
-// statusPage renders the status of one Server. Rendering reads the
+// Page renders the status of one server. Rendering reads the
 // upstreams' Health, the recent call latencies and the live sessions on
 // every request; the per-profile part (filters, tool counts and token
 // estimates, which encode the views' tools) is computed once per
 // (resolver, snapshot version) and cached, so a client reloading the page
 // in a loop costs one template execution per request, not one encoding of
 // every catalog. It is safe for concurrent use.
-type statusPage struct {
-	srv   *Server
+type Page struct {
+	src   Source
 	start time.Time
 
 	mu     sync.Mutex // guards the cache; held while it is recomputed
@@ -75,15 +62,15 @@ type statusPage struct {
 
 // profileStatus is the cached per-profile part of the page.
 type profileStatus struct {
-	resolver *Resolver
+	resolver *grant.Resolver
 	version  uint64
-	profiles []profileRow
-	filters  []filterRow
+	profiles []ProfileRow
+	filters  []FilterRow
 	byFilter map[*filter.Filter]int // → index in filters
 }
 
-// statusData is everything the page shows; GET /status.json returns it.
-type statusData struct {
+// Data is everything the page shows; GET /status.json returns it.
+type Data struct {
 	Version  string `json:"version"`
 	Replica  string `json:"replica_id"`
 	Config   string `json:"config"`
@@ -109,20 +96,20 @@ type statusData struct {
 	// token's sub, or token:<8 hex> of a static token's sha256), shown
 	// only to a viewer that sees all; never a token.
 	BySubject map[string]int `json:"sessions_by_subject,omitempty"`
-	Upstreams []upstreamRow  `json:"upstreams"`
+	Upstreams []UpstreamRow  `json:"upstreams"`
 	// Profiles and Filters count the same Bound sessions: by the profile
 	// each selected, and by the filter its view is built from. A session
 	// whose profile has no row (no profile while profiles exist, or one a
 	// reload removed) is counted in OtherProfileSessions; one whose view
 	// has a filter no profile resolves to (a request narrowing, a token's
 	// own rules, a dynamic session's toolsets) in OtherFilterSessions.
-	Profiles             []profileRow `json:"profiles"`
+	Profiles             []ProfileRow `json:"profiles"`
 	OtherProfileSessions int          `json:"other_profile_sessions"`
 	// FilterCount is every filter instance the registry holds: the
 	// Filters rows and OtherFilters more (request narrowings, tokens' own
 	// rules, dynamic toolset views, cached up to filter.NarrowedCap).
 	FilterCount         int         `json:"filter_instances"`
-	Filters             []filterRow `json:"profile_filters"`
+	Filters             []FilterRow `json:"profile_filters"`
 	OtherFilters        int         `json:"other_filter_instances"`
 	OtherFilterSessions int         `json:"other_filter_sessions"`
 	RefreshSecond       int         `json:"-"`
@@ -135,8 +122,8 @@ type statusData struct {
 	PinsError   string         `json:"pins_error,omitempty"`
 }
 
-// upstreamRow is one row of the upstreams table.
-type upstreamRow struct {
+// UpstreamRow is one row of the upstreams table.
+type UpstreamRow struct {
 	Name      string `json:"name"`
 	Prefix    string `json:"prefix"`
 	Transport string `json:"transport"`
@@ -177,14 +164,14 @@ type upstreamRow struct {
 	detail  string // LastError without the stderr lines shown apart; "" = summary says it all
 }
 
-// profileRow is one row of the profiles table.
-type profileRow struct {
+// ProfileRow is one row of the profiles table.
+type ProfileRow struct {
 	Name       string                  `json:"name"` // "" = no profile applies
 	Tools      int                     `json:"tools"`
 	Tokens     int                     `json:"estimated_tokens"`
 	ByUpstream []filter.UpstreamTokens `json:"estimated_tokens_by_upstream"`
 	Sessions   int                     `json:"sessions"`
-	Filter     int                     `json:"filter"` // its filter instance, 1-based index in statusData.Filters
+	Filter     int                     `json:"filter"` // its filter instance, 1-based index in Data.Filters
 	// Dynamic is set for a profile with dynamic_toolsets; a new session's
 	// tools/list then starts with InitialTools (~InitialTokens), as
 	// `mcpmux check` reports.
@@ -196,19 +183,19 @@ type profileRow struct {
 	Error         string `json:"error,omitempty"`
 }
 
-// filterRow is one distinct filter instance that profiles resolve to.
-type filterRow struct {
+// FilterRow is one distinct filter instance that profiles resolve to.
+type FilterRow struct {
 	ID       string   `json:"id"`  // a short digest of Key
 	Key      string   `json:"key"` // the canonical key, cut to maxKeyShown bytes
 	Profiles []string `json:"profiles"`
 	Sessions int      `json:"sessions"` // live sessions bound to it
 }
 
-func (p *statusPage) serveHTML(w http.ResponseWriter, r *http.Request, v viewer) {
-	st := p.status(v)
+func (p *Page) ServeHTML(w http.ResponseWriter, r *http.Request, v Viewer) {
+	st := p.Status(v)
 	var b bytes.Buffer
 	if err := statusTemplate.Execute(&b, st); err != nil {
-		p.srv.log.Error("status page not rendered", "error", err)
+		p.src.Log().Error("status page not rendered", "error", err)
 		http.Error(w, "status page: "+err.Error(), http.StatusInternalServerError)
 		return
 	}
@@ -218,8 +205,8 @@ func (p *statusPage) serveHTML(w http.ResponseWriter, r *http.Request, v viewer)
 	w.Write(b.Bytes())
 }
 
-func (p *statusPage) serveJSON(w http.ResponseWriter, r *http.Request, v viewer) {
-	b, err := json.MarshalIndent(p.status(v), "", "  ")
+func (p *Page) ServeJSON(w http.ResponseWriter, r *http.Request, v Viewer) {
+	b, err := json.MarshalIndent(p.Status(v), "", "  ")
 	if err != nil {
 		http.Error(w, "status: "+err.Error(), http.StatusInternalServerError)
 		return
@@ -239,23 +226,24 @@ func statusHeaders(h http.Header) {
 	h.Set("Referrer-Policy", "no-referrer")
 }
 
-// status gathers what the page shows v, now (views.go).
-func (p *statusPage) status(v viewer) *statusData {
-	s := p.srv
+// Status gathers what the page shows v, now.
+func (p *Page) Status(v Viewer) *Data {
+	src := p.src
+	cfg := src.Config()
 	now := time.Now()
-	snap := s.agg.Snapshot()
-	st := &statusData{
-		Version:       s.version,
-		Replica:       s.cfg.Server.ReplicaID,
-		Config:        s.cfg.Source,
+	snap := src.Aggregator().Snapshot()
+	st := &Data{
+		Version:       src.Version(),
+		Replica:       cfg.Server.ReplicaID,
+		Config:        cfg.Source,
 		Started:       p.start.UTC().Format(time.RFC3339),
 		Uptime:        roundDuration(now.Sub(p.start)).String(),
 		Snapshot:      snap.Version,
-		Open:          s.slots.live(),
-		MaxSessions:   s.cfg.Server.MaxSessions,
+		Open:          src.OpenSessions(),
+		MaxSessions:   cfg.Server.MaxSessions,
 		RefreshSecond: statusRefresh,
 	}
-	if d := s.cfg.Server.SessionIdleTimeout; d > 0 {
+	if d := cfg.Server.SessionIdleTimeout; d > 0 {
 		st.IdleTimeout = d.String()
 	}
 	st.Upstreams = p.upstreams(snap, now)
@@ -263,40 +251,32 @@ func (p *statusPage) status(v viewer) *statusData {
 	ps := p.profiles(snap)
 	st.Profiles = slices.Clone(ps.profiles)
 	st.Filters = slices.Clone(ps.filters)
-	st.FilterCount = s.registry.Instances()
+	st.FilterCount = src.Registry().Instances()
 	st.OtherFilters = max(0, st.FilterCount-len(st.Filters))
 	byProfile := make(map[string]int)
 	byFilter := make(map[*filter.Filter]int)
 	st.Sessions = make(map[string]int)
 	var longest time.Duration // the longest idle /mcp session's idle time
-	s.mu.Lock()
-	for _, sess := range s.bound {
-		if !v.seesProfile(sess.binding.Profile) {
-			continue // another caller's
+	src.Sessions(func(sess Session) {
+		if !v.SeesProfile(sess.Profile) {
+			return // another caller's
 		}
-		door := "mcp"
-		if sess.ss != nil {
-			door = sess.ss.kind
-		}
-		st.Sessions[door]++
+		st.Sessions[sess.Door]++
 		st.Bound++
-		if sub := sess.binding.Subject; sub != "" {
+		if sess.Subject != "" {
 			if st.BySubject == nil {
 				st.BySubject = make(map[string]int)
 			}
-			st.BySubject[sub]++
+			st.BySubject[sess.Subject]++
 		}
-		byProfile[sess.binding.Profile]++
-		byFilter[sess.binding.Filter]++
-		if l := sess.life; l != nil && l.busy.Load() == 0 {
-			if idle := now.Sub(time.Unix(0, l.seen.Load())); idle >= idleShown {
-				st.Idle++
-				longest = max(longest, idle)
-			}
+		byProfile[sess.Profile]++
+		byFilter[sess.Filter]++
+		if sess.Idle >= idleShown {
+			st.Idle++
+			longest = max(longest, sess.Idle)
 		}
-	}
-	s.mu.Unlock()
-	if ttl := s.cfg.Server.SessionIdleTimeout; ttl > 0 && st.Idle > 0 {
+	})
+	if ttl := cfg.Server.SessionIdleTimeout; ttl > 0 && st.Idle > 0 {
 		st.NextExpiry = roundDuration(max(ttl-longest, 0)).String()
 	}
 	st.OtherProfileSessions = st.Bound
@@ -309,7 +289,7 @@ func (p *statusPage) status(v viewer) *statusData {
 		st.Filters[i].Sessions = byFilter[f]
 		st.OtherFilterSessions -= byFilter[f]
 	}
-	if v.all {
+	if v.All {
 		p.pins(st)
 	}
 	st.restrict(v)
@@ -317,36 +297,37 @@ func (p *statusPage) status(v viewer) *statusData {
 }
 
 // pins fills in the pending changes to pinned definitions, for admins.
-func (p *statusPage) pins(st *statusData) {
-	store := p.srv.agg.Pins()
-	if store == nil || p.srv.cfg.Server.Pin == configs.PinOff {
+func (p *Page) pins(st *Data) {
+	agg, cfg := p.src.Aggregator(), p.src.Config()
+	store := agg.Pins()
+	if store == nil || cfg.Server.Pin == configs.PinOff {
 		return
 	}
-	st.Pin = p.srv.cfg.Server.Pin
+	st.Pin = cfg.Server.Pin
 	pending, err := store.Pending()
 	if err != nil {
-		st.PinsError = p.srv.agg.Redact(err.Error())
+		st.PinsError = agg.Redact(err.Error())
 		return
 	}
 	st.PendingPins = pending
 }
 
 // upstreams builds the upstreams table.
-func (p *statusPage) upstreams(snap *aggregator.Snapshot, now time.Time) []upstreamRow {
-	s := p.srv
+func (p *Page) upstreams(snap *aggregator.Snapshot, now time.Time) []UpstreamRow {
+	agg := p.src.Aggregator()
 	exposed := make(map[string]aggregator.UpstreamStatus, len(snap.Upstreams))
 	for _, us := range snap.Upstreams {
 		exposed[us.Name] = us
 	}
-	ups := s.agg.Upstreams()
+	ups := agg.Upstreams()
 	names := make(map[string]bool, len(ups))
-	rows := make([]upstreamRow, 0, len(ups))
+	rows := make([]UpstreamRow, 0, len(ups))
 	for _, u := range ups {
 		cfg := u.Config()
 		h := u.Health()
 		names[cfg.Name] = true
-		row := upstreamRow{
-			Name: cfg.Name, Prefix: cfg.Prefix, Transport: cfg.Transport, Target: s.agg.Redact(target(cfg)),
+		row := UpstreamRow{
+			Name: cfg.Name, Prefix: cfg.Prefix, Transport: cfg.Transport, Target: agg.Redact(target(cfg)),
 			Required: cfg.Required, Scope: cfg.Scope, State: stateName(h), Protocol: h.Protocol,
 			Tools: exposed[cfg.Name].Tools, Hidden: exposed[cfg.Name].Dropped,
 			Connects: h.Connects, Restarts: h.Restarts, Quarantined: exposed[cfg.Name].Quarantined,
@@ -371,31 +352,30 @@ func (p *statusPage) upstreams(snap *aggregator.Snapshot, now time.Time) []upstr
 			row.Prompts, row.Resources, row.Templates = len(cat.Prompts), len(cat.Resources), len(cat.ResourceTemplates)
 		}
 		if h.LastError != nil {
-			row.LastError = s.agg.Redact(h.LastError.Error()) // every configured secret, whoever's
+			row.LastError = agg.Redact(h.LastError.Error()) // every configured secret, whoever's
 			row.LastErrorAt = h.LastErrorAt.UTC().Format(time.RFC3339)
 			row.ago = roundDuration(now.Sub(h.LastErrorAt)).String()
 			for _, l := range h.Stderr {
-				row.Stderr = append(row.Stderr, s.agg.Redact(l))
+				row.Stderr = append(row.Stderr, agg.Redact(l))
 			}
 			row.summary = errorSummary(row.LastError)
 			if d := withoutStderr(row.LastError, len(row.Stderr) > 0); d != row.summary {
 				row.detail = d
 			}
 		}
-		if p50, p99, n := s.metrics.recent.quantiles(cfg.Name); n > 0 {
+		if p50, p99, n := p.src.Latency(cfg.Name); n > 0 {
 			row.Calls, row.P50, row.P99 = n, roundLatency(p50).String(), roundLatency(p99).String()
 		}
 		rows = append(rows, row)
 	}
-	s.metrics.recent.retain(names) // a reload may have removed some
+	p.src.RetainLatency(names) // a reload may have removed some
 	return rows
 }
 
 // profiles returns the per-profile part of the page, from the cache when
 // neither the resolver (a reload) nor the snapshot changed.
-func (p *statusPage) profiles(snap *aggregator.Snapshot) *profileStatus {
-	s := p.srv
-	res := s.Resolver()
+func (p *Page) profiles(snap *aggregator.Snapshot) *profileStatus {
+	res, registry := p.src.Resolver(), p.src.Registry()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if c := p.cached; c != nil && c.resolver == res && c.version == snap.Version {
@@ -407,26 +387,23 @@ func (p *statusPage) profiles(snap *aggregator.Snapshot) *profileStatus {
 		names = []string{""}
 	}
 	for _, name := range names {
-		row := profileRow{Name: name}
-		b, err := res.ResolveLocal(Selection{Profile: name})
+		row := ProfileRow{Name: name}
+		b, err := res.ResolveLocal(grant.Selection{Profile: name})
 		if err != nil {
 			row.Error = err.Error()
 			c.profiles = append(c.profiles, row)
 			continue
 		}
-		v := s.registry.View(snap.Version, snap.Tools, b.Filter)
+		v := registry.View(snap.Version, snap.Tools, b.Filter)
 		row.Tools = v.Len()
 		if row.Tokens, row.ByUpstream, err = v.Tokens(); err != nil {
 			row.Error = fmt.Sprintf("profile %q: estimating tokens: %v", name, err)
 		}
-		f := res.DynamicFilter(s.registry, b)
-		row.Dynamic = f != nil
-		if f == nil {
-			f = res.SearchFilter(s.registry, b)
-			row.Search = f != nil
-		}
+		f, dynamic := p.src.InitialFilter(res, b)
+		row.Dynamic = f != nil && dynamic
+		row.Search = f != nil && !dynamic
 		if f != nil {
-			dv := s.registry.View(snap.Version, snap.Tools, f)
+			dv := registry.View(snap.Version, snap.Tools, f)
 			row.InitialTools = dv.Len()
 			if row.InitialTokens, err = filter.EstimateTokens(dv.Tools); err != nil {
 				row.Error = fmt.Sprintf("profile %q: estimating its initial tokens: %v", name, err)
@@ -436,7 +413,7 @@ func (p *statusPage) profiles(snap *aggregator.Snapshot) *profileStatus {
 		if !seen {
 			i = len(c.filters)
 			c.byFilter[b.Filter] = i
-			c.filters = append(c.filters, filterRow{ID: keyDigest(b.Filter.Key()), Key: cut(b.Filter.Key(), maxKeyShown)})
+			c.filters = append(c.filters, FilterRow{ID: keyDigest(b.Filter.Key()), Key: cut(b.Filter.Key(), maxKeyShown)})
 		}
 		c.filters[i].Profiles = append(c.filters[i].Profiles, name)
 		row.Filter = i + 1
@@ -536,7 +513,7 @@ func namesScript(a string) bool {
 func errorSummary(text string) string {
 	line, _, _ := strings.Cut(text, "\n")
 	line = markupTag.ReplaceAllString(line, " ")
-	return cut(strings.Join(strings.Fields(line), " "), maxErrorShown)
+	return cut(strings.Join(strings.Fields(line), " "), MaxErrorShown)
 }
 
 // markupTag matches an HTML tag, comment or doctype.
@@ -587,9 +564,9 @@ var statusTemplate = template.Must(template.New("status").Funcs(template.FuncMap
 	"join":    func(s []string) string { return strings.Join(s, ", ") },
 	"label":   func(s string) string { return cmp.Or(s, "(none)") },
 	"inc":     func(i int) int { return i + 1 },
-	"ago":     func(u upstreamRow) string { return u.ago },
-	"summary": func(u upstreamRow) string { return u.summary },
-	"detail":  func(u upstreamRow) string { return u.detail },
+	"ago":     func(u UpstreamRow) string { return u.ago },
+	"summary": func(u UpstreamRow) string { return u.summary },
+	"detail":  func(u UpstreamRow) string { return u.detail },
 }).Parse(`<!DOCTYPE html>
 <html lang="en">
 <head>

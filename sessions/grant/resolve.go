@@ -1,4 +1,4 @@
-package sessions
+package grant
 
 import (
 	"crypto/sha256"
@@ -67,11 +67,11 @@ type Binding struct {
 	Selection Selection
 	// Dynamic records that the profile had dynamic_toolsets when the
 	// binding was resolved and the request chose no toolsets or tools
-	// itself (dynamic.go). It is kept with the binding, not looked up in
+	// itself (sessions/dynamic.go). It is kept with the binding, not looked up in
 	// the current config.
 	Dynamic bool
 	// Search records, likewise, that the profile had tool_search and the
-	// request chose no toolsets or tools itself (search.go).
+	// request chose no toolsets or tools itself (sessions/search.go).
 	Search bool
 
 	// Caller, Authed, Local, Rate and Requested complete the grant a
@@ -92,12 +92,12 @@ type Binding struct {
 	// expires; zero for a static token. A stream door (/ws) ends its
 	// session at the first message after it.
 	Expiry time.Time
-	// claims are the OAuth token's claims, for Regrant; nil otherwise.
-	claims *oauth.Claims
-	// Who names the caller for its shares of mcpmux's pools (callerOf,
-	// shares.go), set by the door that resolved the binding: its token,
+	// Claims are the OAuth token's claims, for Regrant; nil otherwise.
+	Claims *oauth.Claims
+	// Who names the caller for its shares of mcpmux's pools (callerOf in
+	// sessions/shares.go), set by the door that resolved the binding: its token,
 	// or its client address without tokens; "" (the stdio door) counts
-	// against no share. A reload keeps it (Server.regrant).
+	// against no share. A reload keeps it (sessions.Server.regrant).
 	Who string
 	// Local reports a binding resolved with no token check at all, for
 	// whoever holds the config file (ResolveLocal: the stdio door).
@@ -110,10 +110,10 @@ type Binding struct {
 	// its intersection with the new rules. A later request on the session
 	// that names a profile or narrowing is compared with it.
 	Requested string
-	// granter is the resolver that granted or last re-derived the binding;
+	// Granter is the resolver that granted or last re-derived the binding;
 	// a session registered with a binding of an older resolver than the
-	// current one is re-derived then (Server.onRegister).
-	granter *Resolver
+	// current one is re-derived then (sessions.Server.onRegister).
+	Granter *Resolver
 }
 
 // Selection is what one request asks for, before it is checked.
@@ -137,11 +137,11 @@ type Selection struct {
 	HasToken    bool
 }
 
-// over returns base with every part sel names put in its place: the
+// Over returns base with every part sel names put in its place: the
 // profile, and each list and read-only flag sel gives. The path stays
 // base's. It is what a message POSTed to an SSE stream's endpoint, whose
 // URL carries neither the stream's path nor its query, is compared as.
-func (sel Selection) over(base Selection) Selection {
+func (sel Selection) Over(base Selection) Selection {
 	out := base
 	out.Token, out.HasToken = sel.Token, sel.HasToken
 	if sel.Profile != "" {
@@ -466,7 +466,7 @@ func NewResolver(cfg *configs.Config, registry *filter.Registry) (*Resolver, err
 			}
 			copy(te.sum[:], b)
 		}
-		te.subject = staticSubject(te.sum)
+		te.subject = StaticSubject(te.sum)
 		r.tokens = append(r.tokens, te)
 	}
 	for _, u := range cfg.Upstreams {
@@ -567,7 +567,7 @@ func (c *Checked) Ends() time.Time {
 	if c.caller == nil || c.caller.expiry.IsZero() {
 		return time.Time{}
 	}
-	return c.caller.expiry.Add(c.r.clockSkew())
+	return c.caller.expiry.Add(c.r.ClockSkew())
 }
 
 // Profile returns the profile the selection resolves to.
@@ -631,16 +631,16 @@ func (c *Checked) Binding() Binding {
 	}
 	dynamic := false
 	if p := r.cfg.Profiles[name]; p != nil && p.DynamicToolsets {
-		dynamic = !choosesTools(r, sel)
+		dynamic = !ChoosesTools(r, sel)
 	}
 	search := false
 	if p := r.cfg.Profiles[name]; p != nil && p.ToolSearch {
-		search = !choosesTools(r, sel)
+		search = !ChoosesTools(r, sel)
 	}
 	b := Binding{Profile: name, Filter: f, Explicit: sel.Profile != "" || sel.Narrowing, Selection: kept, Dynamic: dynamic, Search: search,
-		Local: !c.auth, Rate: r.RateFor(name), Requested: f.Key(), granter: r}
+		Local: !c.auth, Rate: r.RateFor(name), Requested: f.Key(), Granter: r}
 	if caller != nil {
-		b.Caller, b.Authed, b.Subject, b.Expiry, b.claims = caller.sum, true, caller.subject, caller.expiry, caller.claims
+		b.Caller, b.Authed, b.Subject, b.Expiry, b.Claims = caller.sum, true, caller.subject, caller.expiry, caller.claims
 	}
 	return b
 }
@@ -781,8 +781,8 @@ func (r *Resolver) RateFor(profile string) int {
 	return limit
 }
 
-// statusOf maps a resolution error to its HTTP status.
-func statusOf(err error) int {
+// StatusOf maps a resolution error to its HTTP status.
+func StatusOf(err error) int {
 	switch {
 	case errors.Is(err, ErrUnauthorized):
 		return http.StatusUnauthorized
@@ -796,3 +796,104 @@ func statusOf(err error) int {
 		return http.StatusBadRequest
 	}
 }
+
+// ChoosesTools reports whether sel names toolsets or tools itself, as
+// res reads them: GitHub's "all" and "default" name none (narrowingRules).
+func ChoosesTools(res *Resolver, sel Selection) bool {
+	for _, n := range sel.narrowings() {
+		everything := slices.ContainsFunc(n.Toolsets, func(ts string) bool {
+			_, known := res.toolsets[ts]
+			return !known && (ts == "all" || ts == "default")
+		})
+		if !everything && (len(n.Toolsets) > 0 || len(n.Tools) > 0) {
+			return true
+		}
+	}
+	return false
+}
+
+// Regrant re-derives the grant of a live session bound with old under r's
+// rules, for a reload: from old's own caller and profile, never
+// from a token's default or server.default_profile that changed since.
+// It fails, wrapping ErrUnauthorized, ErrForbidden or ErrUnknownProfile
+// (or ErrBadNarrowing, for a narrowing the new rules refuse), when the
+// session must end: its token is gone, or tokens are now required and it
+// was opened without one, or its profile is gone or no longer allowed to
+// its token. A Local binding (stdio) is checked for its profile only.
+//
+// Otherwise the binding returned is never wider than old. Its filter is
+// the conjunction of old's rule stages and the new ones, and equal stages
+// count once, so an edit that changed none of them (a comment) gives a
+// filter of the same key as before; a narrowed profile narrows it. Its
+// rate is the lower non-zero limit of the two. The filter has no dynamic
+// stage: sessions.Server.regrant enables again what old had on.
+func (r *Resolver) Regrant(old Binding) (Binding, error) {
+	var allowed []string
+	if !old.Local && r.AuthRequired() {
+		if !old.Authed {
+			return Binding{}, fmt.Errorf("%w: the session was opened without one", ErrUnauthorized)
+		}
+		te := r.tokenBySum(old.Caller)
+		if old.Claims != nil {
+			// An OAuth session: its claims are matched against the
+			// new grants.
+			var err error
+			if te, err = r.regrantOAuth(old.Claims); err != nil {
+				return Binding{}, err
+			}
+		}
+		if te == nil {
+			return Binding{}, fmt.Errorf("%w: the session's token was removed", ErrUnauthorized)
+		}
+		allowed = te.profiles
+	}
+	if old.Profile != "" {
+		if _, ok := r.profiles[old.Profile]; !ok {
+			return Binding{}, fmt.Errorf("%w %q: it was removed", ErrUnknownProfile, old.Profile)
+		}
+		if allowed != nil && !slices.Contains(allowed, old.Profile) {
+			return Binding{}, fmt.Errorf("%w: %q", ErrForbidden, old.Profile)
+		}
+	}
+	stages, err := r.stagesOf(old.Profile, old.Selection)
+	if err != nil {
+		return Binding{}, fmt.Errorf("profile %q: %w", old.Profile, err)
+	}
+	b := old
+	b.Granter = r
+	b.Requested = r.registry.Key(stages...)
+	both := stages
+	if old.Filter != nil {
+		both = append(old.Filter.Ceiling(), stages...)
+	}
+	if r.registry.Key(both...) == b.Requested && !old.Selection.Narrowing {
+		b.Filter = r.registry.Filter(stages...) // nothing of the old rules is left out: the profile's own, interned filter
+	} else {
+		b.Filter = r.registry.Narrowed(both...)
+	}
+	b.Dynamic = false
+	if p := r.cfg.Profiles[old.Profile]; p != nil && p.DynamicToolsets {
+		b.Dynamic = !ChoosesTools(r, old.Selection)
+	}
+	b.Search = false
+	if p := r.cfg.Profiles[old.Profile]; p != nil && p.ToolSearch {
+		b.Search = !ChoosesTools(r, old.Selection)
+	}
+	b.Rate = lowerRate(old.Rate, r.RateFor(old.Profile))
+	return b, nil
+}
+
+// lowerRate is the stricter of two calls-per-minute limits, 0 meaning
+// none.
+func lowerRate(a, b int) int {
+	switch {
+	case a == 0:
+		return b
+	case b == 0:
+		return a
+	}
+	return min(a, b)
+}
+
+// Config is the config r was built from.
+func (r *Resolver) Config() *configs.Config { return r.cfg }

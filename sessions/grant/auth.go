@@ -1,14 +1,11 @@
-package sessions
+package grant
 
 import (
 	"context"
 	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"net/url"
 	"slices"
 	"strings"
@@ -56,8 +53,8 @@ type tokenEntry struct {
 	expiry time.Time // an OAuth token's exp; zero for a static token
 }
 
-// staticSubject is the subject of a static token with sum.
-func staticSubject(sum [sha256.Size]byte) string {
+// StaticSubject is the subject of a static token with sum.
+func StaticSubject(sum [sha256.Size]byte) string {
 	return "token:" + hex.EncodeToString(sum[:4])
 }
 
@@ -82,9 +79,9 @@ type authError struct {
 func (e *authError) Error() string { return e.err.Error() }
 func (e *authError) Unwrap() error { return e.err }
 
-// expiredOwner returns the owner of the session an expired token belongs
+// ExpiredOwner returns the owner of the session an expired token belongs
 // to, when err is the refusal of one.
-func expiredOwner(err error) ([sha256.Size]byte, bool) {
+func ExpiredOwner(err error) ([sha256.Size]byte, bool) {
 	var ae *authError
 	if errors.As(err, &ae) && ae.expired {
 		return ae.owner, true
@@ -92,9 +89,9 @@ func expiredOwner(err error) ([sha256.Size]byte, bool) {
 	return [sha256.Size]byte{}, false
 }
 
-// challengeOf returns the WWW-Authenticate challenge of a refusal, ""
+// ChallengeOf returns the WWW-Authenticate challenge of a refusal, ""
 // when it needs none.
-func challengeOf(err error) string {
+func ChallengeOf(err error) string {
 	var ae *authError
 	if errors.As(err, &ae) {
 		return ae.challenge
@@ -132,10 +129,10 @@ func (r *Resolver) MetadataURL() string {
 	return u.String()
 }
 
-// challenge builds a Bearer challenge: realm, then, with [auth.oauth],
+// Challenge builds a Bearer Challenge: realm, then, with [auth.oauth],
 // resource_metadata, then the error, its description and scope when
 // given (RFC 6750 §3, RFC 9728 §5.1).
-func (r *Resolver) challenge(code, desc, scope string) string {
+func (r *Resolver) Challenge(code, desc, scope string) string {
 	var b strings.Builder
 	b.WriteString(`Bearer realm="mcpmux"`)
 	if u := r.MetadataURL(); u != "" {
@@ -167,12 +164,12 @@ func quotable(s string) string {
 
 // missingToken is the refusal of a request without a token.
 func (r *Resolver) missingToken() error {
-	return &authError{err: ErrUnauthorized, challenge: r.challenge("", "", "")}
+	return &authError{err: ErrUnauthorized, challenge: r.Challenge("", "", "")}
 }
 
 // invalidToken is the refusal of a token that is not valid.
 func (r *Resolver) invalidToken(why string) error {
-	return &authError{err: fmt.Errorf("%w: %s", ErrUnauthorized, why), challenge: r.challenge("invalid_token", why, "")}
+	return &authError{err: fmt.Errorf("%w: %s", ErrUnauthorized, why), challenge: r.Challenge("invalid_token", why, "")}
 }
 
 // forbidden is the refusal of a profile te may not use. To an OAuth
@@ -183,7 +180,7 @@ func (r *Resolver) forbidden(te *tokenEntry, format string, args ...any) error {
 	if te == nil || te.claims == nil {
 		return err
 	}
-	return &authError{err: err, challenge: r.challenge("insufficient_scope", strings.TrimPrefix(err.Error(), ErrForbidden.Error()+": "), "")}
+	return &authError{err: err, challenge: r.Challenge("insufficient_scope", strings.TrimPrefix(err.Error(), ErrForbidden.Error()+": "), "")}
 }
 
 // forbiddenProfile is forbidden for profile, naming in the challenge's
@@ -193,7 +190,7 @@ func (r *Resolver) forbiddenProfile(te *tokenEntry, profile string, format strin
 	var ae *authError
 	if errors.As(err, &ae) {
 		desc := "this token's grant does not allow profile " + profile
-		ae.challenge = r.challenge("insufficient_scope", desc, strings.Join(r.scopesFor(profile), " "))
+		ae.challenge = r.Challenge("insufficient_scope", desc, strings.Join(r.scopesFor(profile), " "))
 	}
 	return err
 }
@@ -230,7 +227,7 @@ func (r *Resolver) caller(tok string) (*tokenEntry, error) {
 		e.expired, e.owner = true, oauthOwner(r.oauth.Issuer(), claims.Subject)
 		return nil, e
 	case errors.Is(err, oauth.ErrUnavailable):
-		return nil, &authError{err: fmt.Errorf("%w: %v", ErrAuthUnavailable, err), challenge: r.challenge("", "", "")}
+		return nil, &authError{err: fmt.Errorf("%w: %v", ErrAuthUnavailable, err), challenge: r.Challenge("", "", "")}
 	case err != nil:
 		return nil, r.invalidToken(err.Error())
 	}
@@ -254,7 +251,7 @@ func (r *Resolver) grantOf(c *oauth.Claims) (*tokenEntry, error) {
 		}
 	}
 	err := fmt.Errorf("%w: no grant of [auth.oauth] matches subject %q", ErrForbidden, c.Subject)
-	return nil, &authError{err: err, challenge: r.challenge("insufficient_scope", "no grant of this server matches the token", strings.Join(scopes, " "))}
+	return nil, &authError{err: err, challenge: r.Challenge("insufficient_scope", "no grant of this server matches the token", strings.Join(scopes, " "))}
 }
 
 // regrantOAuth re-derives the grant of a session opened with an OAuth
@@ -266,77 +263,21 @@ func (r *Resolver) regrantOAuth(c *oauth.Claims) (*tokenEntry, error) {
 	return r.grantOf(c)
 }
 
-// protectedResource is the Protected Resource Metadata document (RFC 9728
-// §2).
-type protectedResource struct {
-	Resource               string   `json:"resource"`
-	AuthorizationServers   []string `json:"authorization_servers"`
-	BearerMethodsSupported []string `json:"bearer_methods_supported"`
-	ScopesSupported        []string `json:"scopes_supported,omitempty"`
-	ResourceName           string   `json:"resource_name,omitempty"`
-}
+// ErrTokenExpired ends a stream session whose OAuth token expired.
+var ErrTokenExpired = errors.New("access token expired")
 
-// serveMetadata serves Protected Resource Metadata at MetadataPath and
-// every path under it (a client derives the document's URL from the URL
-// it connects to: …/mcp, …/sse, …/ws, a profile's path). It needs no
-// token; without [auth.oauth] it is 404.
-func (s *Server) serveMetadata(w http.ResponseWriter, r *http.Request) {
-	o := s.Resolver().cfg.Auth.OAuth
-	if o == nil || r.Method != http.MethodGet && r.Method != http.MethodHead {
-		http.NotFound(w, r)
-		return
-	}
-	doc := protectedResource{
-		Resource:               o.Audience,
-		AuthorizationServers:   []string{o.Issuer},
-		BearerMethodsSupported: []string{"header"},
-		ScopesSupported:        o.ScopesSupported,
-		ResourceName:           "mcpmux",
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "max-age=300")
-	w.Header().Set("Access-Control-Allow-Origin", "*") // public, and read by browser-based clients
-	json.NewEncoder(w).Encode(doc)
-}
-
-// endExpired ends the /mcp session id when err refuses an expired access
-// token of the subject that owns it: the client gets the 401, refreshes
-// its token and initializes again. A token of another subject, or one
-// that is not genuine, ends nothing.
-func (s *Server) endExpired(id string, err error) {
-	owner, ok := expiredOwner(err)
-	if !ok || id == "" {
-		return
-	}
-	s.mu.Lock()
-	sess := s.bound[id]
-	var b Binding
-	if sess != nil {
-		b = sess.binding
-	}
-	s.mu.Unlock()
-	if sess == nil || sess.stream || subtle.ConstantTimeCompare(owner[:], sess.owner[:]) != 1 {
-		return
-	}
-	s.log.Info("session ended", "session", id, "profile", b.Profile, "subject", b.Subject, "reason", "access token expired")
-	s.unbind(id)
-}
-
-// errTokenExpired ends a stream session whose OAuth token expired.
-var errTokenExpired = errors.New("access token expired")
-
-// clockSkew is how far past its exp a token is still accepted.
-func (r *Resolver) clockSkew() time.Duration {
+// ClockSkew is how far past its exp a token is still accepted.
+func (r *Resolver) ClockSkew() time.Duration {
 	if o := r.cfg.Auth.OAuth; o != nil {
 		return o.ClockSkew
 	}
 	return 0
 }
 
-// keepValidator makes r use old's token validator when both check tokens
+// KeepValidator makes r use old's token validator when both check tokens
 // the same way, so that a reload keeps the cached keys and the rate limit
 // of their reads.
-func (r *Resolver) keepValidator(old *Resolver) {
+func (r *Resolver) KeepValidator(old *Resolver) {
 	if old == nil || old.oauth == nil || r.oauth == nil {
 		return
 	}
@@ -345,3 +286,18 @@ func (r *Resolver) keepValidator(old *Resolver) {
 		r.oauth = old.oauth
 	}
 }
+
+// Access checks a bearer token as a request would and returns what it
+// grants: the profiles it may use, and whether it is an admin's.
+func (r *Resolver) Access(tok string) (profiles []string, admin bool, err error) {
+	te, err := r.caller(tok)
+	if err != nil {
+		return nil, false, err
+	}
+	return te.profiles, te.admin, nil
+}
+
+// Validator is r's OAuth access-token validator, nil without
+// [auth.oauth]. A reload that checks tokens the same way keeps it, with
+// its cached keys (KeepValidator).
+func (r *Resolver) Validator() *oauth.Validator { return r.oauth }

@@ -1,0 +1,71 @@
+package sessions
+
+import (
+	"context"
+	"encoding/json"
+	"sync"
+)
+
+// inflight are one session's client requests in progress, by the id the
+// client gave them, so that a notifications/cancelled naming one cancels
+// it: on /mcp and on the stream doors alike, one kind of map with one
+// lock of its own. The zero value is ready to use; it is safe for
+// concurrent use.
+type inflight struct {
+	mu sync.Mutex
+	m  map[string]*tracked
+}
+
+// tracked is one request's entry; its address tells a request from a later
+// one that reused its id.
+type tracked struct{ cancel context.CancelFunc }
+
+// track derives from ctx the context of the request id and records it as
+// cancellable. forget (which also cancels the context) must be called when
+// the request ends; it forgets only this request's entry, never that of a
+// later request with the same id.
+func (in *inflight) track(ctx context.Context, id json.RawMessage) (_ context.Context, forget func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	key, t := string(id), &tracked{cancel: cancel}
+	in.mu.Lock()
+	if in.m == nil {
+		in.m = make(map[string]*tracked)
+	}
+	in.m[key] = t
+	in.mu.Unlock()
+	return ctx, func() {
+		in.mu.Lock()
+		if in.m[key] == t {
+			delete(in.m, key)
+		}
+		in.mu.Unlock()
+		cancel()
+	}
+}
+
+// cancelNamed cancels the request whose id the params of a
+// notifications/cancelled name; params that name none cancel nothing.
+func (in *inflight) cancelNamed(params json.RawMessage) {
+	var p struct {
+		RequestID json.RawMessage `json:"requestId"`
+	}
+	if json.Unmarshal(params, &p) != nil || len(p.RequestID) == 0 {
+		return
+	}
+	in.mu.Lock()
+	t := in.m[string(p.RequestID)]
+	in.mu.Unlock()
+	if t != nil {
+		t.cancel()
+	}
+}
+
+// cancelAll cancels every request in progress (the session ended or lost
+// its grant); each still forgets itself.
+func (in *inflight) cancelAll() {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	for _, t := range in.m {
+		t.cancel()
+	}
+}
