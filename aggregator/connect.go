@@ -9,6 +9,7 @@ import (
 
 	"github.com/mcpmux/mcpmux/configs"
 	"github.com/mcpmux/mcpmux/internal/onetime"
+	"github.com/mcpmux/mcpmux/upstream"
 	"github.com/mcpmux/mcpmux/upstream/oauth"
 )
 
@@ -83,7 +84,7 @@ func (a *Aggregator) BeginConnect(ctx context.Context, name, ticket string) (aut
 	}
 	cfg := shared.Config()
 	c := oauth.New(cfg.Name, cfg.URL, *cfg.OAuth, oauth.Options{User: a.loginIdentity(who), OnSecret: a.secrets.Add})
-	p, authURL, err := c.Begin(ctx, oauth.LoginOptions{RedirectURI: base + CallbackPath})
+	p, authURL, err := c.Begin(ctx, oauth.LoginOptions{RedirectURI: base + CallbackPath, Registrations: a.registrationsFor(shared)})
 	if err != nil {
 		return "", "", fmt.Errorf("upstream %q: %w", name, err)
 	}
@@ -136,4 +137,27 @@ func (a *Aggregator) ConfigPublicBase() (string, bool) { return a.set.Load().cfg
 // held (expired ones until the next sweep).
 func (a *Aggregator) ConnectPending() (tickets, logins int) {
 	return a.users.tickets.Len(), a.users.pending.Len()
+}
+
+// registrationsFor returns the clients registered for the per-user
+// upstream shared's logins: one dynamic registration serves every user
+// (and repeating the connect step does not register a client each time).
+func (a *Aggregator) registrationsFor(shared *upstream.Upstream) *oauth.Registrations {
+	s := a.users
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.regs == nil {
+		s.regs = make(map[*upstream.Upstream]*oauth.Registrations)
+	}
+	for u := range s.regs { // of upstreams a reload replaced
+		if a.set.Load().byName[u.Name()] != u {
+			delete(s.regs, u)
+		}
+	}
+	r := s.regs[shared]
+	if r == nil {
+		r = &oauth.Registrations{}
+		s.regs[shared] = r
+	}
+	return r
 }

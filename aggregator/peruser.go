@@ -53,7 +53,8 @@ type userConns struct {
 	errs   *multierror.Error
 	wg     sync.WaitGroup
 
-	exchangers map[*upstream.Upstream]*oauth.Exchanger // of exchange upstreams (exchange.go)
+	exchangers map[*upstream.Upstream]*oauth.Exchanger     // of exchange upstreams (exchange.go)
+	regs       map[*upstream.Upstream]*oauth.Registrations // clients registered for per-user logins (connect.go)
 
 	tickets onetime.Store[connectTicket]
 	pending onetime.Store[*pendingConnect]

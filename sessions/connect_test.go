@@ -15,7 +15,7 @@ import (
 
 // connectServer is mcpmux with a per-user upstream lin behind the test
 // authorization server, and static tokens for alice and bob.
-func connectServer(t *testing.T) *Server {
+func connectServer(t *testing.T) (*Server, *oauthtest.Server) {
 	t.Helper()
 	as := oauthtest.New(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.Copy(io.Discard, r.Body) }))
 	return newBenchServer(t, newUpstreamServer(t, 1).http.URL, fmt.Sprintf(`
@@ -32,7 +32,7 @@ profiles = ["p"]
 [[auth.tokens]]
 token = "tok-bob"
 profiles = ["p"]
-`, as.URL(), t.TempDir()))
+`, as.URL(), t.TempDir())), as
 }
 
 var ticketRE = regexp.MustCompile(`/oauth/connect/lin\?ticket=([A-Za-z0-9_-]+)`)
@@ -61,7 +61,7 @@ func connectPost(h http.Handler, ticket, origin string) *httptest.ResponseRecord
 // the oldest of the same identity), and repeated confirmations at most a
 // handful of pending logins; memory does not grow with the repetitions.
 func TestConnectIsBounded(t *testing.T) {
-	s := connectServer(t)
+	s, as := connectServer(t)
 	h := s.Handler()
 	for i := range 100_000 {
 		rec := connectGet(h, "/oauth/connect/lin", "tok-alice")
@@ -81,6 +81,14 @@ func TestConnectIsBounded(t *testing.T) {
 	if tickets, logins := s.Aggregator().ConnectPending(); tickets > 4 || logins > 4 {
 		t.Fatalf("%d tickets and %d pending logins held after 20 confirmations", tickets, logins)
 	}
+	// One client is registered with the upstream's authorization server
+	// for all of them.
+	as.Lock()
+	registered := as.Registered
+	as.Unlock()
+	if registered != 1 {
+		t.Fatalf("%d client registrations for 20 confirmations", registered)
+	}
 }
 
 // TestConnectPages: asking for a link needs a bearer token; the ticket's
@@ -89,7 +97,7 @@ func TestConnectIsBounded(t *testing.T) {
 // is good once; the callback needs the cookie of the browser that began
 // the login.
 func TestConnectPages(t *testing.T) {
-	s := connectServer(t)
+	s, _ := connectServer(t)
 	h := s.Handler()
 	if rec := connectGet(h, "/oauth/connect/lin", ""); rec.Code != http.StatusUnauthorized {
 		t.Fatalf("no token: %d", rec.Code)

@@ -14,6 +14,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/oauth2"
@@ -38,6 +39,43 @@ type LoginOptions struct {
 	// Scopes are asked for besides those chosen from the challenge or
 	// metadata: a step-up's earlier scopes.
 	Scopes []string
+	// Registrations, when set, keeps the clients Begin registered, by
+	// authorization server and redirect URI, and Begin reuses them: the
+	// logins of many users of one upstream register one client, not one
+	// each. nil = register at every login.
+	Registrations *Registrations
+}
+
+// Registrations are clients registered (dynamic registration) with
+// authorization servers, by issuer and redirect URI. Safe for concurrent
+// use; the zero value is empty.
+type Registrations struct {
+	mu sync.Mutex
+	m  map[[2]string]registration
+}
+
+type registration struct{ id, secret, method string }
+
+func (r *Registrations) get(issuer, redirect string) (registration, bool) {
+	if r == nil {
+		return registration{}, false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	reg, ok := r.m[[2]string{issuer, redirect}]
+	return reg, ok
+}
+
+func (r *Registrations) put(issuer, redirect string, reg registration) {
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.m == nil {
+		r.m = make(map[[2]string]registration)
+	}
+	r.m[[2]string{issuer, redirect}] = reg
 }
 
 // Login runs discovery, registration and the authorization code flow
@@ -105,10 +143,17 @@ func (c *Client) Begin(ctx context.Context, o LoginOptions) (*Pending, string, e
 	sm := d.Server
 
 	scopes := c.chooseScopes(d, *ch, o.Scopes)
-	id, secret, method, err := c.register(ctx, sm, o.RedirectURI, scopes)
-	if err != nil {
-		return nil, "", fmt.Errorf("oauth client registration at %s: %w", sm.Issuer, err)
+	reg, ok := o.Registrations.get(sm.Issuer, o.RedirectURI)
+	if !ok {
+		var err error
+		if reg.id, reg.secret, reg.method, err = c.register(ctx, sm, o.RedirectURI, scopes); err != nil {
+			return nil, "", fmt.Errorf("oauth client registration at %s: %w", sm.Issuer, err)
+		}
+		if c.cfg.ClientID == "" && sm.RegistrationEndpoint != "" && reg.id != c.cfg.ClientMetadataURL {
+			o.Registrations.put(sm.Issuer, o.RedirectURI, reg) // a dynamic registration: worth keeping
+		}
 	}
+	id, secret, method := reg.id, reg.secret, reg.method
 	if c.onSecret != nil && secret != "" {
 		c.onSecret(secret)
 	}

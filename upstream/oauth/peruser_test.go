@@ -126,3 +126,41 @@ func TestFinishChecksTheCallback(t *testing.T) {
 		t.Fatal("a refused callback stored a login")
 	}
 }
+
+// TestRegistrationsReused: logins sharing Registrations register one
+// client with the authorization server, however many users log in or
+// how often a login is begun; without them, each login registers.
+func TestRegistrationsReused(t *testing.T) {
+	s := oauthtest.New(t, okHandler)
+	dir := t.TempDir()
+	ctx := context.Background()
+	regs := &oauth.Registrations{}
+	for i, who := range []string{"oauth:a", "oauth:b", "oauth:a"} {
+		c := oauth.New("lin", s.URL(), configs.UpstreamOAuth{StateDir: dir}, oauth.Options{User: who})
+		p, authURL, err := c.Begin(ctx, oauth.LoginOptions{RedirectURI: "http://127.0.0.1:1/oauth/callback", Registrations: regs})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i < 2 {
+			if _, err := c.Finish(ctx, p, approveAs(t, authURL, who)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	s.Lock()
+	n := s.Registered
+	s.Unlock()
+	if n != 1 {
+		t.Fatalf("%d registrations for three logins sharing Registrations", n)
+	}
+	c := oauth.New("lin", s.URL(), configs.UpstreamOAuth{StateDir: dir}, oauth.Options{User: "oauth:c"})
+	if _, _, err := c.Begin(ctx, oauth.LoginOptions{RedirectURI: "http://127.0.0.1:1/oauth/callback"}); err != nil {
+		t.Fatal(err)
+	}
+	s.Lock()
+	n = s.Registered
+	s.Unlock()
+	if n != 2 {
+		t.Fatalf("%d registrations, want a second one for a login without Registrations", n)
+	}
+}

@@ -37,6 +37,8 @@ type Server struct {
 	NeverGrant string
 	// TokenDown makes the token endpoint answer 503.
 	TokenDown bool
+	// Registered counts the dynamic client registrations.
+	Registered int
 	// NoRevocation leaves revocation_endpoint out of the metadata.
 	NoRevocation bool
 	// RevokeForms are the forms of every revocation request, in order
@@ -157,6 +159,9 @@ func (s *Server) serveAS(w http.ResponseWriter, r *http.Request) {
 		s.mu.Unlock()
 		w.WriteHeader(http.StatusOK)
 	case "/register":
+		s.mu.Lock()
+		s.Registered++
+		s.mu.Unlock()
 		writeJSON(w, 201, map[string]any{"client_id": "test-client", "token_endpoint_auth_method": "none"})
 	case "/authorize":
 		q := r.URL.Query()
