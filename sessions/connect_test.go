@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mcpmux/mcpmux/internal/oauth/hydratest"
 	"github.com/mcpmux/mcpmux/upstream/oauth/oauthtest"
 )
 
@@ -147,5 +148,40 @@ func TestConnectPages(t *testing.T) {
 	cb := connectGet(h, "/oauth/callback?state="+url.QueryEscape(loc.Query().Get("state"))+"&code=code:x", "")
 	if cb.Code != http.StatusBadRequest || !strings.Contains(cb.Body.String(), "did not start it") {
 		t.Fatalf("callback without the cookie: %d %s", cb.Code, cb.Body)
+	}
+}
+
+// TestConnectLinkForOAuthToken: a caller with an [auth.oauth] access
+// token (Ory Hydra's) gets a connect link for its subject; an expired
+// or foreign token gets none.
+func TestConnectLinkForOAuthToken(t *testing.T) {
+	h := hydratest.Start(t, 0)
+	id, secret := h.Client(t, "mcp:tools mcp:all", testAudience)
+	tok := h.Token(t, id, secret, "mcp:all", testAudience)
+	as := oauthtest.New(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.Copy(io.Discard, r.Body) }))
+	s := newBenchServer(t, newUpstreamServer(t, 1).http.URL, fmt.Sprintf(`
+[upstreams.lin]
+url = %q
+oauth = true
+credentials = "per-user"
+[server]
+state_dir = %q
+public_url = "http://127.0.0.1:8931"
+`, as.URL(), t.TempDir())+oauthConfig(h.Issuer, oauthGrants))
+	h2 := s.Handler()
+	rec := connectGet(h2, "/oauth/connect/lin", tok)
+	m := ticketRE.FindStringSubmatch(rec.Body.String())
+	if rec.Code != http.StatusOK || m == nil {
+		t.Fatalf("link for an OAuth token: %d %s", rec.Code, rec.Body)
+	}
+	if up, who, ok := s.Aggregator().ConnectTicket(m[1]); !ok || up != "lin" || who != "oauth:"+id {
+		t.Fatalf("the ticket is for %q %q %v, want oauth:%s", up, who, ok, id)
+	}
+	page := connectGet(h2, "/oauth/connect/lin?ticket="+m[1], "")
+	if !strings.Contains(page.Body.String(), "the OAuth subject "+id) {
+		t.Fatalf("confirmation page: %s", page.Body)
+	}
+	if rec := connectGet(h2, "/oauth/connect/lin", tok[:len(tok)-4]+"AAAA"); rec.Code != http.StatusUnauthorized {
+		t.Fatalf("a forged token: %d", rec.Code)
 	}
 }
