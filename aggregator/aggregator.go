@@ -20,6 +20,7 @@ import (
 	"github.com/mcpmux/mcpmux/internal/pins"
 	"github.com/mcpmux/mcpmux/internal/redact"
 	"github.com/mcpmux/mcpmux/upstream"
+	"github.com/mcpmux/mcpmux/upstream/oauth"
 )
 
 // ErrToolNotFound is returned when a call names a tool the current snapshot
@@ -48,6 +49,7 @@ type Aggregator struct {
 
 	relay   *relay
 	scoped  *sessionConns // connections of scope = "session" upstreams
+	users   *userConns    // connections of per-user upstreams (peruser.go)
 	pinMode string        // server.pin at New (pins.go)
 
 	startMu   sync.Mutex
@@ -116,7 +118,7 @@ func New(cfg *configs.Config, opts Options) *Aggregator {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	a := &Aggregator{opts: opts, relay: newRelay(), scoped: newSessionConns(), secrets: opts.Secrets, pinMode: cfg.Server.Pin}
+	a := &Aggregator{opts: opts, relay: newRelay(), scoped: newSessionConns(), users: newUserConns(), secrets: opts.Secrets, pinMode: cfg.Server.Pin}
 	if a.secrets == nil {
 		a.secrets = &redact.Live{}
 	}
@@ -154,10 +156,19 @@ func (a *Aggregator) newUpstream(uc *configs.Upstream) *upstream.Upstream {
 // (session ""), or the own connection of one client session. What the
 // connection sends back is routed through a connLink naming both.
 func (a *Aggregator) newConn(uc *configs.Upstream, session string, log *slog.Logger, onCatalog func(*upstream.Upstream)) *upstream.Upstream {
+	return a.newConnFor(uc, session, oauth.Options{}, log, onCatalog)
+}
+
+// newConnFor is newConn with the OAuth credentials of one caller of a
+// per-user or exchange upstream: user's UserKey (the login of the user
+// with that hash) and Source (an exchanged token); none = the gateway's
+// login.
+func (a *Aggregator) newConnFor(uc *configs.Upstream, session string, user oauth.Options, log *slog.Logger, onCatalog func(*upstream.Upstream)) *upstream.Upstream {
 	var uo upstream.Options
 	if a.opts.Upstream != nil {
 		uo = a.opts.Upstream(uc)
 	}
+	uo.OAuth.UserKey, uo.OAuth.Source = user.UserKey, user.Source
 	uo.Logger = log
 	uo.OnCatalog = onCatalog
 	uo.OAuth.OnSecret = a.secrets.Add // an oauth upstream's tokens are masked like configured secrets
@@ -229,6 +240,7 @@ func (a *Aggregator) Start(ctx context.Context) error {
 		})
 	}
 	err := g.Wait().ErrorOrNil()
+	a.openListing() // per-user upstreams without an operator login (peruser.go)
 	a.rebuild()
 	return err
 }
@@ -267,6 +279,13 @@ func (a *Aggregator) Close() error {
 				mu.Unlock()
 			}
 		})
+		wg.Go(func() {
+			if err := a.users.close(a); err != nil {
+				mu.Lock()
+				errs = multierror.Append(errs, err)
+				mu.Unlock()
+			}
+		})
 		for _, u := range a.set.Load().ups {
 			wg.Go(func() {
 				if err := u.Close(); err != nil {
@@ -296,6 +315,12 @@ func (a *Aggregator) rebuild() {
 	for i, u := range set.ups {
 		set.sources[i].state = u.State()
 		set.sources[i].catalog = u.Catalog()
+		if set.sources[i].catalog == nil && u.Config().PerUser() {
+			// No operator login: a connected user's listing, if any.
+			if cat, st := a.userCatalog(u.Name()); cat != nil {
+				set.sources[i].catalog, set.sources[i].state = cat, st
+			}
+		}
 	}
 	a.version++
 	round := a.pinRound(set)
@@ -311,4 +336,5 @@ func (a *Aggregator) rebuild() {
 		fn(prev, next)
 	}
 	a.retireSessionConns(set)
+	a.retireUserConns(set)
 }

@@ -80,7 +80,8 @@ func (a *Aggregator) Reload(ctx context.Context, cfg *configs.Config) ReloadResu
 		})
 	}
 	wg.Wait()
-	a.rebuild()
+	a.rebuild()     // retires the per-user connections of changed upstreams
+	a.openListing() // then lists the per-user upstreams that need it (peruser.go)
 	return res
 }
 

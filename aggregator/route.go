@@ -10,9 +10,11 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 
+	"github.com/mcpmux/mcpmux/configs"
 	"github.com/mcpmux/mcpmux/filter"
 	"github.com/mcpmux/mcpmux/internal/jsonrpc"
 	"github.com/mcpmux/mcpmux/upstream"
+	"github.com/mcpmux/mcpmux/upstream/oauth"
 )
 
 // Client is the downstream client a routed request comes from. The front
@@ -69,7 +71,18 @@ type UpstreamError struct {
 	// scope than the stored one grants: an operator must run `mcpmux
 	// auth login`; nothing the client does helps.
 	Login bool
-	Err   error
+	// Connect, on a per-user upstream, is the link the caller connects
+	// its account with (ErrNotConnected): a ticket good once, for this
+	// caller only. It is in Public, never in Err, so that it is not
+	// logged.
+	Connect string
+	// Anonymous is set for a call on a per-user upstream that carries no
+	// identity (ErrNoIdentity).
+	Anonymous bool
+	// NoOAuth is set for a call on an exchange upstream made without an
+	// OAuth access token (a static token's): there is nothing to exchange.
+	NoOAuth bool
+	Err     error
 }
 
 func (e *UpstreamError) Error() string { return e.Err.Error() }
@@ -78,6 +91,18 @@ func (e *UpstreamError) Unwrap() error { return e.Err }
 // Public returns the message a client is given.
 func (e *UpstreamError) Public() string {
 	switch {
+	case errors.Is(e.Err, oauth.ErrNoExchange):
+		return fmt.Sprintf("upstream %s exchanges callers' tokens, and the identity provider does not offer token exchange (RFC 8693); an operator must change its credentials", e.Upstream)
+	case errors.Is(e.Err, oauth.ErrExchangeRefused):
+		return fmt.Sprintf("upstream %s: the identity provider refused to exchange your access token for one this upstream accepts", e.Upstream)
+	case errors.Is(e.Err, oauth.ErrExchange):
+		return fmt.Sprintf("upstream %s: your access token could not be exchanged for one this upstream accepts; see mcpmux's log", e.Upstream)
+	case e.Connect != "":
+		return fmt.Sprintf("upstream %s acts with each user's own account, and yours is not connected: open %s in a browser to connect it (the link works once, for ten minutes), then retry", e.Upstream, e.Connect)
+	case e.NoOAuth:
+		return fmt.Sprintf("upstream %s acts as each caller by exchanging the caller's OAuth access token, and this call was not made with one (a static token cannot be exchanged): sign in with the identity provider", e.Upstream)
+	case e.Anonymous:
+		return fmt.Sprintf("upstream %s acts with each user's own account, and this call carries no identity: mcpmux must be set up with [[auth.tokens]] or [auth.oauth] to tell its users apart", e.Upstream)
 	case e.TooLarge > 0:
 		return fmt.Sprintf("upstream %s answered %s with a result too large: it exceeds max_message_bytes (%d bytes); ask for less, or raise max_message_bytes", e.Upstream, e.Method, e.TooLarge)
 	case e.Timeout > 0:
@@ -96,10 +121,17 @@ func upstreamErr(name, method string, timeout time.Duration, err error) error {
 	var (
 		rpc *upstream.RPCError
 		big *upstream.TooLargeError
+		own *UpstreamError
 	)
 	switch {
 	case err == nil:
 		return nil
+	case errors.As(err, &own):
+		// Classified already (a per-user upstream's refusal, peruser.go).
+		if own.Method == "" {
+			own.Method = method
+		}
+		return own
 	case errors.As(err, &big):
 		return &UpstreamError{Upstream: name, Method: method, TooLarge: big.Limit, Err: err}
 	case errors.As(err, &rpc), errors.Is(err, context.Canceled) && !errors.Is(err, upstream.ErrDown):
@@ -114,6 +146,19 @@ func upstreamErr(name, method string, timeout time.Duration, err error) error {
 	return &UpstreamError{Upstream: name, Method: method, Err: err}
 }
 
+// userErrorResult returns the tools/call result of a per-user upstream's
+// refusal to act for this caller (not connected, or no identity): a tool
+// error (isError) the model and the user can read, that says what to do.
+// nil for any other err.
+func userErrorResult(err error) json.RawMessage {
+	var ue *UpstreamError
+	if !errors.As(err, &ue) || ue.Connect == "" && !ue.Anonymous && !ue.NoOAuth {
+		return nil
+	}
+	b, _ := json.Marshal(map[string]any{"content": []map[string]any{{"type": "text", "text": ue.Public()}}, "isError": true})
+	return b
+}
+
 // MaxInputRounds bounds how many times mcpmux answers an upstream's
 // input_required result for a client that cannot (one before 2026-07-28).
 const MaxInputRounds = 10
@@ -126,8 +171,14 @@ func (a *Aggregator) CallTool(ctx context.Context, cl Client, e *filter.Entry, p
 	tool := e.Tool
 	tool.Name = e.Original
 	res, err := a.route(ctx, cl, e.Upstream, string(mcp.MethodToolsCall), e.Tool.Name, params, map[string]any{"name": e.Original}, &tool)
+	if ue := notConnectedErr(err); ue != nil && a.elicitConnect(ctx, cl, e.Upstream, ue) { // connect_elicit.go
+		res, err = a.route(ctx, cl, e.Upstream, string(mcp.MethodToolsCall), e.Tool.Name, params, map[string]any{"name": e.Original}, &tool)
+	}
 	if err == nil {
 		a.relay.learnLinks(e.Upstream, res)
+	}
+	if r := userErrorResult(err); r != nil {
+		return r, nil
 	}
 	return res, err
 }
@@ -264,6 +315,10 @@ func (a *Aggregator) route(ctx context.Context, cl Client, up, method, target st
 	for round := 0; ; round++ {
 		res, err := u.Send(ctx, req)
 		if err != nil {
+			if u.Config().Credentials == configs.CredentialsPerUser && errors.Is(err, upstream.ErrNeedsLogin) {
+				// The user's login no longer works: connect again.
+				return nil, a.notConnected(up, cl.Caller(), "the upstream refused the stored login")
+			}
 			return nil, upstreamErr(up, method, u.Config().CallTimeout, err)
 		}
 		// The result's own members, read once: a large text in it is
@@ -470,6 +525,11 @@ func (a *Aggregator) Subscribe(ctx context.Context, session, who, uri string) er
 		return fmt.Errorf("resource %q: %w", uri, ErrResourceNotFound)
 	}
 	method, params := string(mcp.MethodResourcesSubscribe), map[string]any{"uri": original}
+	if a.perUser(up) != nil {
+		// Updates of one user's resources must reach that user only;
+		// mcpmux does not route them per user yet.
+		return &jsonrpc.Error{Code: mcp.INVALID_PARAMS, Message: fmt.Sprintf("resources/subscribe: upstream %s acts with each user's own account, and mcpmux does not relay its resource updates; read the resource instead", up)}
+	}
 	if shared := a.sessionScoped(session, up); shared != nil {
 		u, err := a.sessionConn(ctx, session, who, shared)
 		if err != nil {
@@ -498,6 +558,9 @@ func (a *Aggregator) Unsubscribe(ctx context.Context, session, uri string) error
 		return nil
 	}
 	method, params := string(mcp.MethodResourcesUnsubscribe), map[string]any{"uri": original}
+	if a.perUser(up) != nil {
+		return nil // never subscribed (Subscribe)
+	}
 	if a.sessionScoped(session, up) != nil {
 		if u := a.openSessionConn(session, up); u != nil {
 			return a.sendOn(ctx, u, method, uri, params)

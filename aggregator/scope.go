@@ -82,6 +82,9 @@ func (a *Aggregator) connFor(ctx context.Context, cl Client, name string) (*upst
 	if shared := a.sessionScoped(cl.Session(), name); shared != nil {
 		return a.sessionConn(ctx, cl.Session(), cl.Caller(), shared)
 	}
+	if shared := a.perUser(name); shared != nil {
+		return a.userConn(ctx, cl, shared) // peruser.go
+	}
 	return a.upstream(name)
 }
 

@@ -64,6 +64,7 @@ type (
 		ReplicaID            *string   `toml:"replica_id"`
 		StateDir             *string   `toml:"state_dir"`
 		Pin                  *string   `toml:"pin"`
+		PublicURL            *string   `toml:"public_url"`
 	}
 	rawAuth struct {
 		Tokens []rawToken `toml:"tokens"`
@@ -112,6 +113,7 @@ type (
 		MaxCatalogItems *int                `toml:"max_catalog_items"`
 		MaxCatalogBytes any                 `toml:"max_catalog_bytes"`
 		Scope           *string             `toml:"scope"`
+		Credentials     *string             `toml:"credentials"`
 		Tools           []string            `toml:"tools"`
 		Allow           []string            `toml:"allow"`
 		AllowRegex      []string            `toml:"allow_regex"`

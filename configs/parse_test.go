@@ -335,7 +335,7 @@ func TestDefaults(t *testing.T) {
 		Name: "a", Transport: TransportStdio, Command: "srv", Prefix: "a",
 		ConnectTimeout: 10 * time.Second, CallTimeout: 60 * time.Second,
 		MaxMessageBytes: 16 << 20, MaxCatalogItems: 10000, MaxCatalogBytes: 8 << 20,
-		Scope: ScopeShared, Line: 1,
+		Scope: ScopeShared, Credentials: CredentialsShared, Line: 1,
 	}
 	if len(cfg.Upstreams) != 1 || !reflect.DeepEqual(cfg.Upstreams[0], wantUp) {
 		t.Errorf("Upstreams = %+v, want [%+v]", cfg.Upstreams, wantUp)
@@ -436,7 +436,7 @@ deny = ["x"]
 		Name: "zeta", Transport: TransportSSE, URL: "https://example.com/mcp", Prefix: "",
 		Required: true, ConnectTimeout: time.Second, CallTimeout: 2 * time.Minute,
 		Protocol: "2025-11-25", MaxMessageBytes: 512000, MaxCatalogItems: 300, MaxCatalogBytes: 1 << 20,
-		Scope: ScopeShared,
+		Scope: ScopeShared, Credentials: CredentialsShared,
 		Rules: RuleSet{Tools: []string{"a"}, Allow: []string{"b*"}, AllowRegex: []string{"^c"},
 			Deny: []string{"d*"}, DenyRegex: []string{"e$"}},
 		ReadOnlyTools: []string{"get_*"},

@@ -70,6 +70,10 @@ type Server struct {
 	// Pin is what a changed or new tool definition does after the first
 	// sight of its upstream: PinOff (default), PinWarn or PinQuarantine.
 	Pin string
+	// PublicURL is the URL users reach mcpmux at (scheme, host, port, no
+	// path), for the links and the OAuth callback of per-user upstream
+	// credentials (PublicBase); "" = not configured.
+	PublicURL string
 }
 
 // Values of Server.Pin (server.pin).
@@ -156,6 +160,19 @@ const (
 	ScopeSession = "session" // one connection per client session, closed with it
 )
 
+// Upstream credentials (upstreams.NAME.credentials).
+const (
+	CredentialsShared   = "shared"   // one login for the gateway
+	CredentialsPerUser  = "per-user" // each calling identity logs in through /oauth/connect
+	CredentialsExchange = "exchange" // the caller's OAuth token, exchanged (RFC 8693)
+)
+
+// PerUser reports whether each caller reaches u with credentials of
+// their own (per-user or exchange) rather than the gateway's.
+func (u *Upstream) PerUser() bool {
+	return u.Credentials == CredentialsPerUser || u.Credentials == CredentialsExchange
+}
+
 // Upstream is one [upstreams.NAME] table with defaults applied and the
 // transport inferred.
 type Upstream struct {
@@ -192,6 +209,12 @@ type Upstream struct {
 	MaxCatalogItems int
 	MaxCatalogBytes int64
 	Scope           string // ScopeShared (default) or ScopeSession
+	// Credentials is whose OAuth login reaches the upstream:
+	// CredentialsShared (default, the gateway's one login),
+	// CredentialsPerUser (each calling identity's own) or
+	// CredentialsExchange (the caller's OAuth token exchanged, RFC 8693).
+	// Anything but shared needs OAuth.
+	Credentials string
 
 	Rules         RuleSet             // per-upstream rules, on ORIGINAL names
 	ReadOnlyTools []string            // globs on original names: annotation override

@@ -27,13 +27,17 @@ type UpstreamOAuth struct {
 	// Metadata Document, used as the client_id where the authorization
 	// server supports it.
 	ClientMetadataURL string
+	// Audience, for credentials = "exchange", is the audience asked of
+	// the identity provider beside the resource (the upstream's URL);
+	// "" = that URL. Some providers name a target by a client id.
+	Audience string
 	// StateDir is server.state_dir, where the upstream's token file lives
 	// ("" = none known: logging in then fails with statedir.ErrNoDir).
 	StateDir string
 }
 
 // upstreamOAuthKeys are the keys of an upstream's oauth table.
-var upstreamOAuthKeys = []string{"client_id", "client_secret", "client_metadata_url", "scopes"}
+var upstreamOAuthKeys = []string{"client_id", "client_secret", "client_metadata_url", "scopes", "audience"}
 
 // upstreamOAuth checks an upstream's oauth key: a boolean, or a table of
 // upstreamOAuthKeys. stdio upstreams cannot have one (they take credentials
@@ -83,6 +87,8 @@ func (v *validator) upstreamOAuth(p keyPath, raw any, stdio bool) *UpstreamOAuth
 				o.ClientID = str
 			case "client_secret":
 				o.ClientSecret = str
+			case "audience":
+				o.Audience = str
 			case "client_metadata_url":
 				o.ClientMetadataURL = str
 				if u, err := url.Parse(str); err != nil || u.Scheme != "https" || u.Host == "" || u.Path == "" || u.Path == "/" {
@@ -94,7 +100,7 @@ func (v *validator) upstreamOAuth(p keyPath, raw any, stdio bool) *UpstreamOAuth
 			v.errorf(p.key("client_secret"), "client_secret needs client_id")
 		}
 	default:
-		v.errorf(p, "oauth must be true, false or a table (client_id, client_secret, scopes, client_metadata_url), not %s", tomlKind(raw))
+		v.errorf(p, "oauth must be true, false or a table (client_id, client_secret, scopes, client_metadata_url, audience), not %s", tomlKind(raw))
 		return nil
 	}
 	if stdio {

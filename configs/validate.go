@@ -77,6 +77,7 @@ func (v *validator) config(raw *rawConfig) *Config {
 		if u.OAuth != nil {
 			u.OAuth.StateDir = cfg.Server.StateDir
 		}
+		v.credentialsNeeds(u, cfg)
 	}
 	return cfg
 }
@@ -156,6 +157,15 @@ func (v *validator) server(r *rawServer) Server {
 		s.ReplicaID = DefaultReplicaID(host)
 	}
 	s.Pin, s.StateDir = v.pins(p, r)
+	if r.PublicURL != nil {
+		if u, ok := v.expand(p.key("public_url"), *r.PublicURL); ok {
+			if msg := checkPublicURL(u); msg != "" {
+				v.errorf(p.key("public_url"), "%s", msg)
+			} else {
+				s.PublicURL = strings.TrimSuffix(u, "/")
+			}
+		}
+	}
 	return s
 }
 
@@ -375,6 +385,7 @@ func (v *validator) endpoint(p keyPath, r *rawUpstream, u *Upstream) {
 		u.Headers = v.stringMap(p.key("headers"), r.Headers, checkHeaderName, "\r\n\x00")
 	}
 	u.OAuth = v.upstreamOAuth(p.key("oauth"), r.OAuth, r.Command != nil)
+	u.Credentials = v.credentials(p, r, u)
 
 	switch r.Transport {
 	case "":

@@ -474,7 +474,8 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /readyz", s.serveReady)
 	mux.Handle("GET /metrics", s.withViewer(s.serveMetrics)) // views.go
 	s.handleStatus(mux)                                      // GET / and GET /status.json (statuspage.go)
-	return httpd.RecoverPanics(s.log, httpd.Guard(s.originAllowed, mux))
+	s.handleConnect(mux)                                     // /oauth/connect/NAME, /oauth/callback (connect.go)
+	return httpd.RecoverPanics(s.log, httpd.Guard(s.originAllowed, s.subjectTokens(mux)))
 }
 
 // serveReady answers 200 when every required upstream is up. It names the
@@ -509,7 +510,9 @@ func (s *Server) serveReady(w http.ResponseWriter, r *http.Request) {
 // originAllowed reports whether a request r may come from origin: one of
 // server.allowed_origins (httpd.Guard).
 func (s *Server) originAllowed(r *http.Request, origin string) bool {
-	return httpd.Origins(s.origins, origin)
+	// The connect pages' own form posts from mcpmux's public URL
+	// (connect.go).
+	return httpd.Origins(s.origins, origin) || strings.HasPrefix(r.URL.Path, "/oauth/") && s.ownOrigin(origin)
 }
 
 // serveMCP is the /mcp door (streamable HTTP): it resolves the request's

@@ -244,7 +244,9 @@ func New(cfg *configs.Upstream, opts Options) *Upstream {
 	// may repeat its env) goes out with its configured secrets masked.
 	u.log = slog.New(u.secrets().Handler(logger.Handler())).With("upstream", cfg.Name)
 	if cfg.OAuth != nil {
-		u.oauth = oauth.New(cfg.Name, cfg.URL, *cfg.OAuth, opts.OAuth)
+		oo := opts.OAuth
+		oo.Headers = cfg.Headers // a login's probe carries them too
+		u.oauth = oauth.New(cfg.Name, cfg.URL, *cfg.OAuth, oo)
 	}
 	u.life, u.stop = context.WithCancel(context.Background())
 	u.procLife, u.procStop = context.WithCancel(context.Background())

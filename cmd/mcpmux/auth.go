@@ -75,15 +75,28 @@ func cmdAuth(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		if err != nil {
 			return err
 		}
-		c := oauth.New(uc.Name, uc.URL, *uc.OAuth, oauth.Options{})
+		c := oauth.New(uc.Name, uc.URL, *uc.OAuth, oauth.Options{Headers: uc.Headers})
+		// Revoked at the authorization server first (RFC 7009), where it
+		// offers that; removed here whatever it answers.
+		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		revoked, rerr := c.Revoke(rctx)
+		cancel()
 		removed, err := c.Logout()
 		if err != nil {
 			return fmt.Errorf("upstream %q: logout: %w", uc.Name, err)
 		}
-		if removed {
-			fmt.Fprintf(stdout, "Logged out of %s: removed %s. A running mcpmux stops using the token at its next request.\n", uc.Name, c.Store().Path(uc.Name))
-		} else {
+		if !removed {
 			fmt.Fprintf(stdout, "%s was not logged in.\n", uc.Name)
+			return nil
+		}
+		fmt.Fprintf(stdout, "Logged out of %s: removed %s. A running mcpmux stops using the token at its next request.\n", uc.Name, c.Store().Path(uc.Name))
+		switch {
+		case errors.Is(rerr, oauth.ErrNoRevocation):
+			fmt.Fprintf(stdout, "The authorization server offers no revocation: its tokens stay valid until they expire.\n")
+		case rerr != nil:
+			fmt.Fprintf(stdout, "The tokens could not be revoked at the authorization server (%s): they stay valid until they expire.\n", termsafe.Escape(rerr.Error()))
+		case revoked:
+			fmt.Fprintf(stdout, "The tokens were revoked at the authorization server.\n")
 		}
 		return nil
 	}
@@ -141,7 +154,7 @@ func authLogin(ctx context.Context, uc *configs.Upstream, port int, browser bool
 
 	ctx, cancel := context.WithTimeout(ctx, loginTimeout)
 	defer cancel()
-	c := oauth.New(uc.Name, uc.URL, *uc.OAuth, oauth.Options{})
+	c := oauth.New(uc.Name, uc.URL, *uc.OAuth, oauth.Options{Headers: uc.Headers})
 	scopes := c.Scopes() // a refused call's wider scope, from the stored login
 	rec, err := c.Login(ctx, oauth.LoginOptions{RedirectURI: redirect, Scopes: scopes,
 		Authorize: func(ctx context.Context, authURL string) (*url.URL, error) {
@@ -295,6 +308,11 @@ type authStatusRow struct {
 	Scopes     []string `json:"scopes,omitempty"`
 	LoggedInAt string   `json:"logged_in_at,omitempty"`
 	Error      string   `json:"error,omitempty"`
+	// Credentials is "per-user" or "exchange" for an upstream each user
+	// reaches as themselves; Users counts the users with a stored login
+	// (per-user). The operator's login then only lists the tools.
+	Credentials string `json:"credentials,omitempty"`
+	Users       int    `json:"users,omitempty"`
 }
 
 // authStatus prints each oauth upstream's login: never a token.
@@ -306,7 +324,14 @@ func authStatus(cfg *configs.Config, asJSON bool, stdout io.Writer) error {
 			continue
 		}
 		row := authStatusRow{Upstream: uc.Name}
-		st, err := oauth.New(uc.Name, uc.URL, *uc.OAuth, oauth.Options{}).Status()
+		c := oauth.New(uc.Name, uc.URL, *uc.OAuth, oauth.Options{})
+		if uc.PerUser() {
+			row.Credentials = uc.Credentials
+			if uc.Credentials == configs.CredentialsPerUser {
+				row.Users = len(c.Store().Users(uc.Name))
+			}
+		}
+		st, err := c.Status()
 		if err != nil {
 			row.Error = err.Error()
 		}
@@ -336,6 +361,12 @@ func authStatus(cfg *configs.Config, asJSON bool, stdout io.Writer) error {
 		return nil
 	}
 	for _, r := range rows {
+		switch r.Credentials {
+		case configs.CredentialsPerUser:
+			fmt.Fprintf(stdout, "%s: per-user credentials: %d user(s) connected through /oauth/connect/%s; the operator's login below only lists the tools\n", r.Upstream, r.Users, r.Upstream)
+		case configs.CredentialsExchange:
+			fmt.Fprintf(stdout, "%s: exchange credentials: each caller's token is exchanged; the operator's login below only lists the tools\n", r.Upstream)
+		}
 		switch {
 		case r.Error != "":
 			fmt.Fprintf(stdout, "%s: %s\n", r.Upstream, termsafe.Escape(r.Error))

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcpmux/mcpmux/upstream/oauth"
 	"github.com/mcpmux/mcpmux/upstream/oauth/oauthtest"
 )
 
@@ -149,9 +150,13 @@ func TestAuthLoginStatusLogout(t *testing.T) {
 	noSecret("status --json", out)
 
 	code, out = runCLI(t, "auth", "logout", "lin", "--config", cfg)
-	if code != exitOK || !strings.Contains(out, "Logged out of lin") {
+	if code != exitOK || !strings.Contains(out, "Logged out of lin") || !strings.Contains(out, "revoked at the authorization server") {
 		t.Fatalf("logout: exit %d\n%s", code, out)
 	}
+	if _, valid := s.SubjectOf(rec.AccessToken); valid {
+		t.Fatal("logout left the access token valid at the authorization server")
+	}
+	noSecret("logout", out)
 	if _, err := os.Stat(filepath.Join(state, "oauth-lin.json")); !os.IsNotExist(err) {
 		t.Fatalf("token file still there: %v", err)
 	}
@@ -210,4 +215,30 @@ func TestAuthCallbackWantsTheLoginsState(t *testing.T) {
 		t.Fatal("the real callback was not taken")
 	}
 	cb.finish(nil)
+}
+
+// TestAuthStatusPerUser: status says an upstream is per-user and how
+// many users have connected (stored logins), naming none.
+func TestAuthStatusPerUser(t *testing.T) {
+	dir := t.TempDir()
+	state := filepath.Join(dir, "state")
+	cfg := filepath.Join(dir, "mcpmux.toml")
+	text := "[server]\nstate_dir = " + tomlQuote(state) + "\n[upstreams.gh]\nurl = \"http://127.0.0.1:1/mcp\"\noauth = true\ncredentials = \"per-user\"\n"
+	if err := os.WriteFile(cfg, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(state, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for _, who := range []string{"token:aa", "oauth:x\x00bob"} {
+		rec := `{"upstream":"gh","access_token":"secret-token-of-a-user","server_url":"http://127.0.0.1:1/mcp"}`
+		if err := os.WriteFile(filepath.Join(state, "oauth-gh.user-"+oauth.UserKey(who)+".json"), []byte(rec), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	code, out := runCLI(t, "auth", "status", "--config", cfg)
+	if code != exitOK || !strings.Contains(out, "gh: per-user credentials: 2 user(s) connected through /oauth/connect/gh") ||
+		strings.Contains(out, "secret-token") || strings.Contains(out, "bob") {
+		t.Fatalf("status: exit %d\n%s", code, out)
+	}
 }

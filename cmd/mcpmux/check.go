@@ -95,7 +95,17 @@ func cmdCheck(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			notes = append(notes, fmt.Sprintf("%d quarantined: changed since pinned (mcpmux pins list)", st.Quarantined))
 		}
 		state := st.State.String()
-		if err := agg.StartError(st.Name); err != nil {
+		if err := agg.StartError(st.Name); err != nil && uc.PerUser() && errors.Is(err, upstream.ErrNeedsLogin) {
+			// Each user connects at /oauth/connect/NAME: no problem.
+			// Without the operator's login the tool list waits for the
+			// first user's.
+			state = "per-user"
+			if uc.Credentials == configs.CredentialsExchange {
+				notes = append(notes, fmt.Sprintf("each caller's OAuth token is exchanged; tools listed after `mcpmux auth login %s`, or once a caller has called", st.Name))
+			} else {
+				notes = append(notes, fmt.Sprintf("users connect at /oauth/connect/%s; tools listed once one has, or after `mcpmux auth login %s`", st.Name, st.Name))
+			}
+		} else if err != nil {
 			// The error names the upstream already; it is printed once,
 			// below the tables, with the child's last stderr lines.
 			problem(err.Error())

@@ -130,19 +130,22 @@ type UpstreamRow struct {
 	// Target is the URL's scheme://host[:port] (its userinfo, path and
 	// query may carry secrets), or the command and its first argument when
 	// that names a script or package (see scriptArg).
-	Target    string `json:"target"`
-	Required  bool   `json:"required"`
-	Scope     string `json:"scope"`
-	State     string `json:"state"` // up, starting, restarting, down, needs login, closed
-	Protocol  string `json:"protocol,omitempty"`
-	Tools     int    `json:"tools"`           // exposed, after its own rules
-	Hidden    int    `json:"hidden_by_rules"` // removed by its own rules
-	Prompts   int    `json:"prompts"`
-	Resources int    `json:"resources"`
-	Templates int    `json:"resource_templates"`
-	Connects  int    `json:"connects"`
-	Restarts  int    `json:"restarts"`
-	LastError string `json:"last_error,omitempty"`
+	Target   string `json:"target"`
+	Required bool   `json:"required"`
+	Scope    string `json:"scope"`
+	State    string `json:"state"` // up, starting, restarting, down, needs login, per-user, closed
+	// Credentials is "per-user" or "exchange" for an upstream each user
+	// reaches with their own login; omitted for the gateway's one login.
+	Credentials string `json:"credentials,omitempty"`
+	Protocol    string `json:"protocol,omitempty"`
+	Tools       int    `json:"tools"`           // exposed, after its own rules
+	Hidden      int    `json:"hidden_by_rules"` // removed by its own rules
+	Prompts     int    `json:"prompts"`
+	Resources   int    `json:"resources"`
+	Templates   int    `json:"resource_templates"`
+	Connects    int    `json:"connects"`
+	Restarts    int    `json:"restarts"`
+	LastError   string `json:"last_error,omitempty"`
 	// LastErrorAt is RFC 3339, UTC.
 	LastErrorAt string   `json:"last_error_at,omitempty"`
 	Stderr      []string `json:"stderr,omitempty"`
@@ -331,6 +334,16 @@ func (p *Page) upstreams(snap *aggregator.Snapshot, now time.Time) []UpstreamRow
 		}
 		if row.Scope == "" {
 			row.Scope = configs.ScopeShared
+		}
+		if cfg.PerUser() {
+			row.Credentials = cfg.Credentials
+			if row.State == "needs login" {
+				// Users connect themselves: the shared connection, with no
+				// operator login, only lacks the tool list, which a
+				// connected user's connection gives.
+				row.State = "per-user"
+				h.LastError = nil
+			}
 		}
 		if h.Transport != "" && h.Transport != cfg.Transport {
 			row.Transport = cfg.Transport + " → " + h.Transport
@@ -583,7 +596,7 @@ details summary{cursor:pointer}.err{color:#a00;word-break:break-word}
 <thead><tr><th>name</th><th>prefix</th><th>transport</th><th>target</th><th>state</th><th>protocol</th><th>tools</th><th>prompts</th><th>resources</th><th>restarts</th><th>calls p50 / p99</th><th>last error</th></tr></thead>
 <tbody>
 {{range .Upstreams}}<tr class="upstream" data-name="{{.Name}}">
-<td class="name"><b>{{.Name}}</b>{{if .Required}} <span class="meta">required</span>{{end}}{{if eq .Scope "session"}} <span class="meta">per session</span>{{end}}</td>
+<td class="name"><b>{{.Name}}</b>{{if .Required}} <span class="meta">required</span>{{end}}{{if eq .Scope "session"}} <span class="meta">per session</span>{{end}}{{if .Credentials}} <span class="meta">{{.Credentials}} credentials</span>{{end}}</td>
 <td>{{.Prefix}}</td>
 <td>{{.Transport}}</td>
 <td><code>{{.Target}}</code></td>

@@ -42,6 +42,25 @@ type Options struct {
 	Now func() time.Time
 	// PollInterval is how often WaitLogin looks at the token file; 0 = 1s.
 	PollInterval time.Duration
+	// User, when set, makes the Client the login of one calling identity
+	// of a per-user upstream (credentials = "per-user"): its token file
+	// is keyed by UserKey(User), and its messages point the user to
+	// mcpmux's connect link instead of `mcpmux auth login`.
+	User string
+	// UserKey, when User is "", is the UserKey of the identity whose
+	// login the Client uses (a login found in the state directory, whose
+	// identity is not known).
+	UserKey string
+	// Headers are the upstream's configured headers, sent with the
+	// login's probe (an unauthenticated initialize asking for the
+	// upstream's challenge), as every request to the upstream carries
+	// them.
+	Headers map[string]string
+	// Source, when set, gives the access token instead of a stored login:
+	// a token exchanged for the caller (credentials = "exchange",
+	// Exchanger). The Client keeps its answer until a minute before its
+	// expiry or until the upstream refuses it, and stores nothing.
+	Source func(ctx context.Context) (token string, expiry time.Time, err error)
 	// OnSecret receives the secret values of each login the Client reads
 	// or obtains (access and refresh tokens, a registered client secret),
 	// for every output to mask them (redact.Live.Add). nil = ignored.
@@ -55,6 +74,8 @@ type Options struct {
 // A Client is safe for concurrent use.
 type Client struct {
 	name, serverURL string
+	user            string // UserKey of Options.User; "" = the gateway's login
+	key             string // the store key: storeKey(name, user)
 	cfg             configs.UpstreamOAuth
 	store           Store
 	hc              *http.Client
@@ -62,8 +83,13 @@ type Client struct {
 	now             func() time.Time
 	poll            time.Duration
 	onSecret        func(values ...string)
+	headers         map[string]string
 
-	mu       sync.Mutex // guards rec, mod, rejected; held across a refresh
+	source func(ctx context.Context) (string, time.Time, error) // Options.Source
+	srcTok string                                               // Source's last token; "" = none or refused
+	srcExp time.Time
+
+	mu       sync.Mutex // guards rec, mod, rejected, srcTok, srcExp; held across a refresh
 	rec      *Record
 	mod      time.Time
 	rejected string // an access token the upstream refused and refresh could not replace
@@ -73,7 +99,12 @@ type Client struct {
 // effects.
 func New(name, serverURL string, cfg configs.UpstreamOAuth, opts Options) *Client {
 	c := &Client{name: name, serverURL: serverURL, cfg: cfg, store: Store{Dir: statedir.Dir{Path: cfg.StateDir}},
-		hc: opts.HTTP, clientName: opts.ClientName, now: opts.Now, poll: opts.PollInterval, onSecret: opts.OnSecret}
+		hc: opts.HTTP, clientName: opts.ClientName, now: opts.Now, poll: opts.PollInterval, onSecret: opts.OnSecret, source: opts.Source, headers: opts.Headers}
+	c.user = opts.UserKey
+	if opts.User != "" {
+		c.user = UserKey(opts.User)
+	}
+	c.key = storeKey(name, c.user)
 	if c.hc == nil {
 		c.hc = &http.Client{Timeout: 30 * time.Second}
 	}
@@ -97,18 +128,30 @@ func (c *Client) Store() Store { return c.store }
 
 // needsLogin wraps ErrNeedsLogin with the command to run and why.
 func (c *Client) needsLogin(why string) error {
+	if c.source != nil {
+		return fmt.Errorf("%w: no exchanged token for this caller (%s)", ErrNeedsLogin, why)
+	}
+	if c.user != "" {
+		return fmt.Errorf("%w: connect your account to upstream %s through mcpmux (%s)", ErrNeedsLogin, c.name, why)
+	}
 	return fmt.Errorf("%w: run `mcpmux auth login %s` (%s)", ErrNeedsLogin, c.name, why)
 }
+
+// PerUser reports whether c is one user's login (Options.User).
+func (c *Client) PerUser() bool { return c.user != "" }
+
+// Path returns c's token file.
+func (c *Client) Path() string { return c.store.Path(c.key) }
 
 // load re-reads the token file when it changed (a stat per call, a read
 // only after a change). c.mu is held.
 func (c *Client) load() (*Record, error) {
 	if c.rec != nil {
-		if fi, err := os.Stat(c.store.Path(c.name)); err == nil && fi.ModTime().Equal(c.mod) {
+		if fi, err := os.Stat(c.store.Path(c.key)); err == nil && fi.ModTime().Equal(c.mod) {
 			return c.rec, nil
 		}
 	}
-	rec, mod, err := c.store.Load(c.name)
+	rec, mod, err := c.store.Load(c.key)
 	if err != nil {
 		return nil, err
 	}
@@ -136,6 +179,9 @@ func (c *Client) secret(rec *Record) {
 func (c *Client) Token(ctx context.Context) (string, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.source != nil {
+		return c.sourceToken(ctx)
+	}
 	rec, err := c.load()
 	if err != nil {
 		return "", fmt.Errorf("%w (%w)", c.needsLogin("the token file cannot be read"), err)
@@ -174,6 +220,12 @@ func (c *Client) Token(ctx context.Context) (string, error) {
 func (c *Client) Unauthorized(ctx context.Context, token string) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.source != nil {
+		if c.srcTok == token {
+			c.srcTok = "" // exchanged again for the retry
+		}
+		return nil
+	}
 	rec, err := c.load()
 	if err != nil || rec == nil {
 		return c.needsLogin("not logged in")
@@ -206,7 +258,27 @@ var errRefused = errors.New("refused by the authorization server")
 func (c *Client) reject(token string) {
 	c.mu.Lock()
 	c.rejected = token
+	if c.srcTok == token {
+		c.srcTok = ""
+	}
 	c.mu.Unlock()
+}
+
+// sourceToken returns Source's token, asking it again a minute before
+// the last one expires or once the upstream refused it. c.mu is held.
+func (c *Client) sourceToken(ctx context.Context) (string, error) {
+	if c.srcTok != "" && (c.srcExp.IsZero() || c.now().Add(refreshEarly).Before(c.srcExp)) {
+		return c.srcTok, nil
+	}
+	tok, exp, err := c.source(ctx)
+	if err != nil {
+		return "", fmt.Errorf("upstream %q: %w", c.name, err)
+	}
+	if c.onSecret != nil {
+		c.onSecret(tok)
+	}
+	c.srcTok, c.srcExp = tok, exp
+	return tok, nil
 }
 
 // refresh trades rec's refresh token for new tokens and saves them. It
@@ -220,7 +292,7 @@ func (c *Client) refresh(ctx context.Context, rec *Record) error {
 		return err
 	}
 	defer unlock()
-	if cur, mod, err := c.store.Load(c.name); err == nil && cur != nil && cur.AccessToken != rec.AccessToken && cur.ServerURL == rec.ServerURL {
+	if cur, mod, err := c.store.Load(c.key); err == nil && cur != nil && cur.AccessToken != rec.AccessToken && cur.ServerURL == rec.ServerURL {
 		c.rec, c.mod = cur, mod
 		c.secret(cur)
 		return nil
@@ -244,7 +316,7 @@ func (c *Client) refresh(ctx context.Context, rec *Record) error {
 		return err
 	}
 	c.rec = &next
-	if _, mod, err := c.store.Load(c.name); err == nil {
+	if _, mod, err := c.store.Load(c.key); err == nil {
 		c.mod = mod
 	}
 	return nil
@@ -347,7 +419,7 @@ func (c *Client) WantScopes(scopes []string) {
 	next.WantScopes = want
 	if c.store.Save(&next) == nil {
 		c.rec = &next
-		if _, mod, err := c.store.Load(c.name); err == nil {
+		if _, mod, err := c.store.Load(c.key); err == nil {
 			c.mod = mod
 		}
 	}
@@ -396,13 +468,13 @@ func (c *Client) Logout() (removed bool, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.rec, c.mod = nil, time.Time{}
-	return c.store.Delete(c.name)
+	return c.store.Delete(c.key)
 }
 
 // WaitLogin waits until the token file changes (a login landed), d
 // passes, or ctx ends; false only when ctx ended.
 func (c *Client) WaitLogin(ctx context.Context, d time.Duration) bool {
-	_, start, _ := c.store.Load(c.name)
+	_, start, _ := c.store.Load(c.key)
 	deadline := time.NewTimer(d)
 	defer deadline.Stop()
 	tick := time.NewTicker(c.poll)
@@ -414,7 +486,7 @@ func (c *Client) WaitLogin(ctx context.Context, d time.Duration) bool {
 		case <-deadline.C:
 			return true
 		case <-tick.C:
-			if _, mod, err := c.store.Load(c.name); err == nil && !mod.Equal(start) {
+			if _, mod, err := c.store.Load(c.key); err == nil && !mod.Equal(start) {
 				return true
 			}
 		}

@@ -124,6 +124,7 @@ type ServerMetadata struct {
 	AuthorizationEndpoint             string   `json:"authorization_endpoint"`
 	TokenEndpoint                     string   `json:"token_endpoint"`
 	RegistrationEndpoint              string   `json:"registration_endpoint"`
+	RevocationEndpoint                string   `json:"revocation_endpoint"`
 	ScopesSupported                   []string `json:"scopes_supported"`
 	GrantTypesSupported               []string `json:"grant_types_supported"`
 	CodeChallengeMethodsSupported     []string `json:"code_challenge_methods_supported"`
@@ -249,7 +250,7 @@ func serverMetadata(ctx context.Context, hc *http.Client, issuer string, legacy 
 		if m.AuthorizationEndpoint == "" || m.TokenEndpoint == "" {
 			return nil, fmt.Errorf("authorization server metadata at %s lacks authorization_endpoint or token_endpoint", u)
 		}
-		for _, e := range []string{m.AuthorizationEndpoint, m.TokenEndpoint, m.RegistrationEndpoint} {
+		for _, e := range []string{m.AuthorizationEndpoint, m.TokenEndpoint, m.RegistrationEndpoint, m.RevocationEndpoint} {
 			if eu, err := url.Parse(e); e != "" && (err != nil || eu.Host == "" || !secureURL(eu)) {
 				return nil, fmt.Errorf("authorization server metadata at %s names an endpoint that is not an https URL (http only on loopback): %q", u, e)
 			}

@@ -14,6 +14,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/oauth2"
@@ -38,69 +39,157 @@ type LoginOptions struct {
 	// Scopes are asked for besides those chosen from the challenge or
 	// metadata: a step-up's earlier scopes.
 	Scopes []string
+	// Registrations, when set, keeps the clients Begin registered, by
+	// authorization server and redirect URI, and Begin reuses them: the
+	// logins of many users of one upstream register one client, not one
+	// each. nil = register at every login.
+	Registrations *Registrations
+}
+
+// Registrations are clients registered (dynamic registration) with
+// authorization servers, by issuer and redirect URI. Safe for concurrent
+// use; the zero value is empty.
+type Registrations struct {
+	mu sync.Mutex
+	m  map[[2]string]registration
+}
+
+type registration struct{ id, secret, method string }
+
+func (r *Registrations) get(issuer, redirect string) (registration, bool) {
+	if r == nil {
+		return registration{}, false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	reg, ok := r.m[[2]string{issuer, redirect}]
+	return reg, ok
+}
+
+func (r *Registrations) put(issuer, redirect string, reg registration) {
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.m == nil {
+		r.m = make(map[[2]string]registration)
+	}
+	r.m[[2]string{issuer, redirect}] = reg
 }
 
 // Login runs discovery, registration and the authorization code flow
 // with PKCE, and stores the tokens. It returns the stored record (which
 // holds the tokens: never show or log it).
 func (c *Client) Login(ctx context.Context, o LoginOptions) (*Record, error) {
-	if o.RedirectURI == "" || o.Authorize == nil {
+	if o.Authorize == nil {
 		return nil, errors.New("oauth login: no redirect URI or authorizer")
 	}
+	p, authURL, err := c.Begin(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	cb, err := o.Authorize(ctx, authURL)
+	if err != nil {
+		return nil, fmt.Errorf("oauth authorization: %w", err)
+	}
+	return c.Finish(ctx, p, cb)
+}
+
+// Pending is a login Begin started and Finish completes: what the
+// authorization response is checked against and the code exchanged
+// with. It holds the PKCE verifier: never show or log it.
+type Pending struct {
+	state, verifier, resource string
+	conf                      *oauth2.Config
+	sm                        *ServerMetadata
+	scopes                    []string
+	secret, method            string
+}
+
+// State returns the login's state parameter, which the authorization
+// response carries back.
+func (p *Pending) State() string { return p.state }
+
+// String never shows the verifier.
+func (p *Pending) String() string { return "pending oauth login at " + p.sm.Issuer }
+
+// GoString never shows it either (%#v).
+func (p *Pending) GoString() string { return p.String() }
+
+// Begin runs discovery and registration and returns the login to finish
+// and the authorization URL to send the user to (o.Authorize is not
+// used): for a flow whose callback arrives as a request of its own
+// (mcpmux's /oauth/callback).
+func (c *Client) Begin(ctx context.Context, o LoginOptions) (*Pending, string, error) {
+	if o.RedirectURI == "" {
+		return nil, "", errors.New("oauth login: no redirect URI or authorizer")
+	}
 	if c.store.Dir.Path == "" {
-		return nil, fmt.Errorf("oauth login: %w", errNoStateDir)
+		return nil, "", fmt.Errorf("oauth login: %w", errNoStateDir)
 	}
 	ch := o.Challenge
 	if ch == nil {
 		got, err := c.probe(ctx)
 		if err != nil {
-			return nil, fmt.Errorf("oauth login: asking %s for its challenge: %w", c.serverURL, err)
+			return nil, "", fmt.Errorf("oauth login: asking %s for its challenge: %w", c.serverURL, err)
 		}
 		ch = &got
 	}
 	d, err := discover(ctx, c.hc, c.serverURL, *ch)
 	if err != nil {
-		return nil, fmt.Errorf("oauth discovery: %w", err)
+		return nil, "", fmt.Errorf("oauth discovery: %w", err)
 	}
 	sm := d.Server
 
 	scopes := c.chooseScopes(d, *ch, o.Scopes)
-	id, secret, method, err := c.register(ctx, sm, o.RedirectURI, scopes)
-	if err != nil {
-		return nil, fmt.Errorf("oauth client registration at %s: %w", sm.Issuer, err)
+	reg, ok := o.Registrations.get(sm.Issuer, o.RedirectURI)
+	if !ok {
+		var err error
+		if reg.id, reg.secret, reg.method, err = c.register(ctx, sm, o.RedirectURI, scopes); err != nil {
+			return nil, "", fmt.Errorf("oauth client registration at %s: %w", sm.Issuer, err)
+		}
+		if c.cfg.ClientID == "" && sm.RegistrationEndpoint != "" && reg.id != c.cfg.ClientMetadataURL {
+			o.Registrations.put(sm.Issuer, o.RedirectURI, reg) // a dynamic registration: worth keeping
+		}
 	}
+	id, secret, method := reg.id, reg.secret, reg.method
 	if c.onSecret != nil && secret != "" {
 		c.onSecret(secret)
 	}
 
-	verifier := oauth2.GenerateVerifier()
-	state := randomString()
-	conf := c.config(id, secret, method, sm.AuthorizationEndpoint, sm.TokenEndpoint, o.RedirectURI, scopes)
-	opts := []oauth2.AuthCodeOption{oauth2.S256ChallengeOption(verifier)}
+	p := &Pending{state: randomString(), verifier: oauth2.GenerateVerifier(), resource: d.Resource, sm: sm, scopes: scopes, secret: secret, method: method}
+	p.conf = c.config(id, secret, method, sm.AuthorizationEndpoint, sm.TokenEndpoint, o.RedirectURI, scopes)
+	opts := []oauth2.AuthCodeOption{oauth2.S256ChallengeOption(p.verifier)}
 	if d.Resource != "" {
 		opts = append(opts, oauth2.SetAuthURLParam("resource", d.Resource))
 	}
-	cb, err := o.Authorize(ctx, conf.AuthCodeURL(state, opts...))
+	return p, p.conf.AuthCodeURL(p.state, opts...), nil
+}
+
+// Finish checks the authorization response at cb against p (state, the
+// RFC 9207 iss), exchanges its code with p's PKCE verifier, and stores
+// the tokens under c's key. It returns the stored record (which holds
+// the tokens: never show or log it).
+func (c *Client) Finish(ctx context.Context, p *Pending, cb *url.URL) (*Record, error) {
+	sm := p.sm
+	code, err := checkCallback(cb, p.state, sm)
 	if err != nil {
 		return nil, fmt.Errorf("oauth authorization: %w", err)
 	}
-	code, err := checkCallback(cb, state, sm)
-	if err != nil {
-		return nil, fmt.Errorf("oauth authorization: %w", err)
+	xopts := []oauth2.AuthCodeOption{oauth2.VerifierOption(p.verifier)}
+	if p.resource != "" {
+		xopts = append(xopts, oauth2.SetAuthURLParam("resource", p.resource))
 	}
-	xopts := []oauth2.AuthCodeOption{oauth2.VerifierOption(verifier)}
-	if d.Resource != "" {
-		xopts = append(xopts, oauth2.SetAuthURLParam("resource", d.Resource))
-	}
-	tok, err := conf.Exchange(context.WithValue(ctx, oauth2.HTTPClient, c.hc), code, xopts...)
+	tok, err := p.conf.Exchange(context.WithValue(ctx, oauth2.HTTPClient, c.hc), code, xopts...)
 	if err != nil {
 		return nil, fmt.Errorf("oauth: %w", tokenError("exchange", err))
 	}
 	rec := &Record{
-		Upstream: c.name, Resource: d.Resource, ServerURL: c.serverURL,
+		Upstream: c.name, User: c.user, Resource: p.resource, ServerURL: c.serverURL,
 		Issuer: sm.Issuer, TokenEndpoint: sm.TokenEndpoint,
-		ClientID: id, ClientSecret: secret, AuthMethod: method,
-		Scopes: scopes, AccessToken: tok.AccessToken, RefreshToken: tok.RefreshToken,
+		ClientID: p.conf.ClientID, ClientSecret: p.secret, AuthMethod: p.method,
+		Scopes: p.scopes, AccessToken: tok.AccessToken, RefreshToken: tok.RefreshToken,
 		TokenType: tok.Type(), Expiry: tok.Expiry, LoggedInAt: c.now().UTC(),
 	}
 	if s, ok := tok.Extra("scope").(string); ok && s != "" {
@@ -113,7 +202,7 @@ func (c *Client) Login(ctx context.Context, o LoginOptions) (*Record, error) {
 		return nil, fmt.Errorf("oauth: storing the tokens: %w", err)
 	}
 	c.rec, c.rejected = rec, ""
-	if _, mod, err := c.store.Load(c.name); err == nil {
+	if _, mod, err := c.store.Load(c.key); err == nil {
 		c.mod = mod
 	}
 	return rec, nil
@@ -150,6 +239,11 @@ func (c *Client) probe(ctx context.Context) (Challenge, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.serverURL, strings.NewReader(body))
 	if err != nil {
 		return Challenge{}, err
+	}
+	for k, v := range c.headers {
+		if !strings.EqualFold(k, "Authorization") { // the login is what gives one
+			req.Header.Set(k, v)
+		}
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json, text/event-stream")

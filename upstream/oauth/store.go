@@ -1,10 +1,14 @@
 package oauth
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/mcpmux/mcpmux/internal/statedir"
@@ -14,6 +18,9 @@ import (
 // tokens and everything needed to refresh them without discovery.
 type Record struct {
 	Upstream string `json:"upstream"`
+	// User, for a per-user login (credentials = "per-user"), is the hash
+	// of the identity it belongs to (UserKey); "" for the gateway's own.
+	User string `json:"user,omitempty"`
 	// Resource is the resource indicator the tokens were issued for.
 	Resource string `json:"resource,omitempty"`
 	// ServerURL is the upstream's url at login: a login for another URL
@@ -43,24 +50,51 @@ type Record struct {
 
 // String never shows the tokens or the client secret.
 func (r *Record) String() string {
+	if r.User != "" {
+		return fmt.Sprintf("oauth login of a user of upstream %q at %s", r.Upstream, r.Issuer)
+	}
 	return fmt.Sprintf("oauth login of upstream %q at %s", r.Upstream, r.Issuer)
+}
+
+// key is the store key of r's token file: its upstream's name, and for a
+// user's login that user's hash.
+func (r *Record) key() string { return storeKey(r.Upstream, r.User) }
+
+// storeKey is the store key of upstream name's login of the user with
+// hash user ("" = the gateway's own login).
+func storeKey(name, user string) string {
+	if user == "" {
+		return name
+	}
+	return name + ".user-" + user
+}
+
+// UserKey is the hash a user's token file is keyed by: the identity
+// (Client.Caller: "oauth:" and a subject, "token:" and a token's hash)
+// never appears in a file name, and no identity can name a path.
+func UserKey(identity string) string {
+	sum := sha256.Sum256([]byte("mcpmux upstream user\x00" + identity))
+	return hex.EncodeToString(sum[:])
 }
 
 // GoString never shows the tokens either (%#v).
 func (r *Record) GoString() string { return r.String() }
 
-// Store is the token files in one state directory: oauth-NAME.json, 0600,
+// Store is the token files in one state directory: oauth-NAME.json (and
+// oauth-NAME.user-HASH.json for each user of a per-user upstream), 0600,
 // each replaced atomically. A Store is a value, safe for concurrent use
 // (and by several processes: writes take the directory's lock).
 type Store struct {
 	Dir statedir.Dir
 }
 
-// fileName is the token file of upstream name (a config name: A-Z a-z
-// 0-9 _ . -, never a path).
+// fileName is the token file of the store key name (a config name, A-Z
+// a-z 0-9 _ . -, and for a user's login ".user-" and a hex hash: never a
+// path).
 func fileName(name string) string { return "oauth-" + name + ".json" }
 
-// Path returns the token file of upstream name.
+// Path returns the token file of the store key name (an upstream's name
+// for the gateway's login).
 func (s Store) Path(name string) string { return s.Dir.File(fileName(name)) }
 
 // Load returns the record of upstream name and the file's modification
@@ -111,7 +145,7 @@ func (s Store) write(r *Record) error {
 	if err != nil {
 		return err
 	}
-	return s.Dir.WriteFile(fileName(r.Upstream), append(b, '\n'))
+	return s.Dir.WriteFile(fileName(r.key()), append(b, '\n'))
 }
 
 // Delete removes the record of upstream name; a missing one is no error.
@@ -133,4 +167,43 @@ func (s Store) Delete(name string) (removed bool, err error) {
 		return false, fmt.Errorf("token file: %w", err)
 	}
 	return true, nil
+}
+
+// Users returns the UserKeys of the users of upstream name with a token
+// file in the store, the most recently written first.
+func (s Store) Users(name string) []string {
+	if s.Dir.Path == "" {
+		return nil
+	}
+	prefix := "oauth-" + name + ".user-"
+	entries, err := os.ReadDir(s.Dir.Path)
+	if err != nil {
+		return nil
+	}
+	type user struct {
+		key string
+		mod time.Time
+	}
+	var us []user
+	for _, e := range entries {
+		k, ok := strings.CutPrefix(e.Name(), prefix)
+		if !ok || !strings.HasSuffix(k, ".json") || !e.Type().IsRegular() {
+			continue
+		}
+		k = strings.TrimSuffix(k, ".json")
+		if len(k) != 2*sha256.Size || strings.Trim(k, "0123456789abcdef") != "" {
+			continue
+		}
+		fi, err := e.Info()
+		if err != nil {
+			continue
+		}
+		us = append(us, user{k, fi.ModTime()})
+	}
+	slices.SortFunc(us, func(a, b user) int { return b.mod.Compare(a.mod) })
+	keys := make([]string, len(us))
+	for i, u := range us {
+		keys[i] = u.key
+	}
+	return keys
 }

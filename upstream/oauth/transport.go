@@ -95,6 +95,10 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if t.Login == nil || !canRetry(req) {
 			discard(resp)
 			t.Client.WantScopes(ch.Scope)
+			if t.Client.PerUser() {
+				return nil, fmt.Errorf("%w: the upstream wants scope %q for this request; connect your account to upstream %s through mcpmux again to grant it",
+					ErrInsufficientScope, strings.Join(ch.Scope, " "), t.Client.name)
+			}
 			return nil, fmt.Errorf("%w: the upstream wants scope %q for this request; run `mcpmux auth login %s` to log in again with it",
 				ErrInsufficientScope, strings.Join(ch.Scope, " "), t.Client.name)
 		}

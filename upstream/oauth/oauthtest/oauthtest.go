@@ -37,9 +37,23 @@ type Server struct {
 	NeverGrant string
 	// TokenDown makes the token endpoint answer 503.
 	TokenDown bool
-	access    map[string][]string // valid access tokens → scopes
-	refresh   map[string][]string // valid refresh tokens → scopes
-	n         int
+	// Registered counts the dynamic client registrations.
+	Registered int
+	// NoRevocation leaves revocation_endpoint out of the metadata.
+	NoRevocation bool
+	// RevokeForms are the forms of every revocation request, in order
+	// (RFC 7009: each token revoked is invalid from then on).
+	RevokeForms []url.Values
+	// LastUnauthenticated is the header of the last request that reached
+	// /mcp without a valid token.
+	LastUnauthenticated http.Header
+	access              map[string][]string // valid access tokens → scopes
+	refresh             map[string][]string // valid refresh tokens → scopes
+	subject             map[string]string   // access and refresh tokens → the subject they were issued to
+	n                   int
+	// Calls are the tools/call requests the resource let through, in
+	// order: the subject and the access token of each.
+	Calls []Call
 	// TokenForms are the forms of every token request, in order.
 	TokenForms []url.Values
 	// Authorized counts the requests the resource let through.
@@ -49,9 +63,19 @@ type Server struct {
 	Unauthenticated int
 }
 
+// Call is one tools/call the resource let through.
+type Call struct {
+	Subject, Token string
+}
+
+// LoginAsParam is the query parameter a test adds to an authorization
+// URL to log in as a subject of its choosing (a person would type their
+// credentials there); without it the subject is "".
+const LoginAsParam = "login_as"
+
 // New starts a Server whose resource serves mcp (with bearer checks).
 func New(t testing.TB, mcp http.Handler) *Server {
-	s := &Server{access: map[string][]string{}, refresh: map[string][]string{}, Scopes: []string{"mcp:tools"}}
+	s := &Server{access: map[string][]string{}, refresh: map[string][]string{}, subject: map[string]string{}, Scopes: []string{"mcp:tools"}}
 	s.AS = httptest.NewServer(http.HandlerFunc(s.serveAS))
 	s.RS = httptest.NewServer(s.resource(mcp))
 	t.Cleanup(func() { s.AS.Close(); s.RS.Close() })
@@ -64,6 +88,24 @@ func (s *Server) URL() string { return s.RS.URL + "/mcp" }
 // Lock and Unlock guard the fields.
 func (s *Server) Lock()   { s.mu.Lock() }
 func (s *Server) Unlock() { s.mu.Unlock() }
+
+// SubjectOf returns the subject the token tok was issued to, and whether
+// it is a valid access token.
+func (s *Server) SubjectOf(tok string) (string, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.access[tok]
+	return s.subject[tok], ok
+}
+
+// Issue makes tok a valid access token of subject sub (with the scopes
+// the challenge names), as another issuer's token exchange would.
+func (s *Server) Issue(tok, sub string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.access[tok] = s.Scopes
+	s.subject[tok] = sub
+}
 
 // RevokeAccess makes every access token issued so far invalid (refresh
 // tokens stay valid).
@@ -90,7 +132,14 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 func (s *Server) serveAS(w http.ResponseWriter, r *http.Request) {
 	switch r.URL.Path {
 	case "/.well-known/oauth-authorization-server":
+		s.mu.Lock()
+		revocation := s.AS.URL + "/revoke"
+		if s.NoRevocation {
+			revocation = ""
+		}
+		s.mu.Unlock()
 		writeJSON(w, 200, map[string]any{
+			"revocation_endpoint":                            revocation,
 			"issuer":                                         s.AS.URL,
 			"authorization_endpoint":                         s.AS.URL + "/authorize",
 			"token_endpoint":                                 s.AS.URL + "/token",
@@ -101,7 +150,18 @@ func (s *Server) serveAS(w http.ResponseWriter, r *http.Request) {
 			"token_endpoint_auth_methods_supported":          []string{"none"},
 			"authorization_response_iss_parameter_supported": true,
 		})
+	case "/revoke":
+		r.ParseForm()
+		s.mu.Lock()
+		s.RevokeForms = append(s.RevokeForms, r.PostForm)
+		delete(s.access, r.PostForm.Get("token"))
+		delete(s.refresh, r.PostForm.Get("token"))
+		s.mu.Unlock()
+		w.WriteHeader(http.StatusOK)
 	case "/register":
+		s.mu.Lock()
+		s.Registered++
+		s.mu.Unlock()
 		writeJSON(w, 201, map[string]any{"client_id": "test-client", "token_endpoint_auth_method": "none"})
 	case "/authorize":
 		q := r.URL.Query()
@@ -111,7 +171,11 @@ func (s *Server) serveAS(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		v := cb.Query()
-		v.Set("code", "code:"+q.Get("scope"))
+		code := "code:" + q.Get("scope")
+		if as := q.Get(LoginAsParam); as != "" {
+			code += "#sub=" + as
+		}
+		v.Set("code", code)
 		v.Set("state", q.Get("state"))
 		v.Set("iss", s.AS.URL)
 		cb.RawQuery = v.Encode()
@@ -126,6 +190,7 @@ func (s *Server) serveAS(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		var scopes []string
+		var sub string
 		switch r.PostForm.Get("grant_type") {
 		case "authorization_code":
 			code, ok := strings.CutPrefix(r.PostForm.Get("code"), "code:")
@@ -133,6 +198,7 @@ func (s *Server) serveAS(w http.ResponseWriter, r *http.Request) {
 				writeJSON(w, 400, map[string]string{"error": "invalid_grant"})
 				return
 			}
+			code, sub, _ = strings.Cut(code, "#sub=")
 			for _, sc := range strings.Fields(code) {
 				if sc != s.NeverGrant {
 					scopes = append(scopes, sc)
@@ -144,6 +210,7 @@ func (s *Server) serveAS(w http.ResponseWriter, r *http.Request) {
 				writeJSON(w, 400, map[string]string{"error": "invalid_grant", "error_description": "unknown refresh token " + r.PostForm.Get("refresh_token")})
 				return
 			}
+			sub = s.subject[r.PostForm.Get("refresh_token")]
 			delete(s.refresh, r.PostForm.Get("refresh_token"))
 			scopes = sc
 		default:
@@ -153,6 +220,7 @@ func (s *Server) serveAS(w http.ResponseWriter, r *http.Request) {
 		s.n++
 		at, rt := fmt.Sprintf("access-token-%04d-secret", s.n), fmt.Sprintf("refresh-token-%04d-secret", s.n)
 		s.access[at], s.refresh[rt] = scopes, scopes
+		s.subject[at], s.subject[rt] = sub, sub
 		exp := s.ExpiresIn
 		if exp == 0 {
 			exp = 3600
@@ -178,6 +246,7 @@ func (s *Server) resource(mcp http.Handler) http.Handler {
 		scopes, ok := s.access[tok]
 		if !ok {
 			s.Unauthenticated++
+			s.LastUnauthenticated = r.Header.Clone()
 			w.Header().Set("WWW-Authenticate", fmt.Sprintf(`Bearer resource_metadata="%s", scope="%s"`, prm, strings.Join(s.Scopes, " ")))
 			s.mu.Unlock()
 			writeJSON(w, 401, map[string]string{"error": "invalid_token"})
@@ -192,6 +261,15 @@ func (s *Server) resource(mcp http.Handler) http.Handler {
 				w.Header().Set("WWW-Authenticate", fmt.Sprintf(`Bearer error="insufficient_scope", scope="%s", resource_metadata="%s"`, need, prm))
 				writeJSON(w, 403, map[string]string{"error": "insufficient_scope"})
 				return
+			}
+		}
+		if r.Method == http.MethodPost && r.Body != nil {
+			body, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+			r.Body = io.NopCloser(bytes.NewReader(body))
+			if strings.Contains(string(body), `"tools/call"`) {
+				s.mu.Lock()
+				s.Calls = append(s.Calls, Call{Subject: s.subject[tok], Token: tok})
+				s.mu.Unlock()
 			}
 		}
 		s.mu.Lock()
