@@ -130,6 +130,18 @@ func TestListingOutlivesIdleUsers(t *testing.T) {
 	}
 	listed := func() bool { return len(a.Snapshot().Tools) > 0 }
 	waitFor(t, "the tools listed after alice connected", listed)
+	// Alice's own connection may list first; the listing connection, opened
+	// beside it, must be up before hers closes.
+	waitFor(t, "the listing connection's catalog", func() bool {
+		a.users.mu.Lock()
+		defer a.users.mu.Unlock()
+		for k, uc := range a.users.conns {
+			if strings.HasPrefix(k.who, listingPrefix) && uc.u.Catalog() != nil {
+				return true
+			}
+		}
+		return false
+	})
 	a.sweepUsers(time.Now().Add(time.Hour))
 	a.rebuild()
 	if !listed() {
