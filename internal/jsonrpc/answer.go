@@ -340,10 +340,16 @@ func Lookup(obj []byte, key string) []byte { return Fields(obj, key)[0] }
 func Fields(obj []byte, keys ...string) [][]byte {
 	out := make([][]byte, len(keys))
 	s := &scanner{b: obj, noCheck: true}
-	i := s.ws(0)
-	if i >= len(obj) || obj[i] != '{' {
-		return out
+	if i := s.ws(0); i < len(obj) && obj[i] == '{' {
+		s.fields(i, keys, out)
 	}
+	return out
+}
+
+// fields is Fields of the object at i, into out (which holds nil for
+// each key); it returns the index after the object.
+func (s *scanner) fields(i int, keys []string, out [][]byte) int {
+	obj := s.b
 	for i = s.ws(i + 1); i < len(obj) && obj[i] == '"'; {
 		end, esc := s.str(i)
 		vs := s.ws(s.ws(end) + 1) // past ':'
@@ -361,7 +367,36 @@ func Fields(obj []byte, keys ...string) [][]byte {
 			i = s.ws(i + 1)
 		}
 	}
-	return out
+	if i < len(obj) && obj[i] == '}' {
+		return i + 1
+	}
+	return i
+}
+
+// ElementFields calls fn with Fields(elem, keys...) of each element of the
+// valid JSON array arr that is an object, crossing each element once
+// (Elements and then Fields cross it twice); other elements are skipped.
+// fn must not keep its slice, which is reused.
+func ElementFields(arr []byte, keys []string, fn func(fields [][]byte)) {
+	s := &scanner{b: arr, noCheck: true}
+	i := s.ws(0)
+	if i >= len(arr) || arr[i] != '[' {
+		return
+	}
+	out := make([][]byte, len(keys))
+	for i = s.ws(i + 1); i < len(arr) && arr[i] != ']'; {
+		var end int
+		if arr[i] == '{' {
+			clear(out)
+			end = s.fields(i, keys, out)
+			fn(out)
+		} else {
+			end = s.skipValue(i)
+		}
+		if i = s.ws(end); i < len(arr) && arr[i] == ',' {
+			i = s.ws(i + 1)
+		}
+	}
 }
 
 // Elements calls fn with each element of the valid JSON array arr, without

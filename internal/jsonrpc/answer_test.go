@@ -173,6 +173,30 @@ func FuzzFields(f *testing.F) {
 	})
 }
 
+// FuzzElementFields: ElementFields finds, in each object element, what
+// Fields finds in it, element by element as Elements gives them.
+func FuzzElementFields(f *testing.F) {
+	f.Add([]byte(`[{"type":"text","text":"a\\\"}"},1,"x",{"uri":"u","type":"resource_link"},[{"type":"no"}],{}]`), "type", "uri")
+	f.Add([]byte(`[{"a":{"type":"x"},"type":"y"}, {"type":"z","type":"w"}]`), "type", "a")
+	f.Fuzz(func(t *testing.T, b []byte, k1, k2 string) {
+		if !json.Valid(b) {
+			return
+		}
+		keys := []string{k1, k2}
+		var want []string
+		Elements(b, func(elem []byte) {
+			if elem[0] == '{' {
+				want = append(want, fmt.Sprintf("%q", Fields(elem, keys...)))
+			}
+		})
+		var got []string
+		ElementFields(b, keys, func(f [][]byte) { got = append(got, fmt.Sprintf("%q", f)) })
+		if strings.Join(got, "|") != strings.Join(want, "|") {
+			t.Fatalf("ElementFields(%q, %q) = %v, Elements and Fields: %v", b, keys, got, want)
+		}
+	})
+}
+
 // hasDupKey reports whether key appears more than once in b's text (the
 // first and the last of two differ by design: Fields takes the first).
 func hasDupKey(b []byte, key string) bool {
