@@ -21,6 +21,7 @@ import (
 	"github.com/mcpmux/mcpmux/internal/audit"
 	"github.com/mcpmux/mcpmux/internal/jsonrpc"
 	"github.com/mcpmux/mcpmux/sessions/grant"
+	"github.com/mcpmux/mcpmux/upstream"
 )
 
 // call is one routed request in flight. route runs on a goroutine of its
@@ -173,7 +174,8 @@ func newCall(m *jsonrpc.Message, b grant.Binding, modern bool, owner string, hel
 func (s *Server) start(parent context.Context, c *call, id string, b grant.Binding, e *filter.Entry, m *jsonrpc.Message, cl *caller) {
 	ctx := parent
 	if c.modern {
-		ctx = context.WithoutCancel(parent)
+		// It may outlive the request: no loan of the request's.
+		ctx = upstream.WithLoan(context.WithoutCancel(parent), nil)
 		cl.ask = c.askClient
 	}
 	ctx, c.abort = context.WithCancelCause(ctx)
