@@ -331,7 +331,7 @@ func (a *Aggregator) route(ctx context.Context, cl Client, up, method, target st
 		// crossed, not looked into.
 		top = jsonrpc.Fields(res, topKeys...)
 		if cl.Modern() || !needsInput(top[topResultType]) {
-			return a.finishResult(res, top, cl.Modern(), method == string(mcp.MethodResourcesRead)), top, nil
+			return a.finishResult(upstream.LoanFrom(ctx), res, top, cl.Modern(), method == string(mcp.MethodResourcesRead)), top, nil
 		}
 		if round == MaxInputRounds {
 			return nil, nil, &UpstreamError{Upstream: up, Method: method,
@@ -445,7 +445,7 @@ func (a *Aggregator) hopMeta(u *upstream.Upstream, cl Client, meta map[string]js
 // 0 and cacheScope "private", the fail-closed defaults (a shared gateway
 // must not let one principal's data be served to another). Other bytes
 // are kept.
-func (a *Aggregator) finishResult(res json.RawMessage, top [][]byte, modern, cacheable bool) json.RawMessage {
+func (a *Aggregator) finishResult(loan *upstream.Loan, res json.RawMessage, top [][]byte, modern, cacheable bool) json.RawMessage {
 	if !modern && top[topResultType] == nil && !bytes.Contains(top[topMeta], []byte("io.modelcontextprotocol/")) {
 		return res // nothing of another era's and no reserved _meta: as sent
 	}
@@ -487,8 +487,9 @@ func (a *Aggregator) finishResult(res json.RawMessage, top [][]byte, modern, cac
 		add = append(add, jsonrpc.Member{Key: "_meta", Value: metaBytes})
 	}
 	// The envelope's members change; every other member keeps its bytes
-	// and its place (a large content is copied once, not decoded).
-	return jsonrpc.Edit(res, func(key string, v []byte) []byte {
+	// and its place (a large content is copied once, not decoded), into a
+	// buffer of the caller's loan, if any (upstream.Loan).
+	return jsonrpc.AppendEdit(loan.Buffer(len(res)+len(metaBytes)+editRoom), res, func(key string, v []byte) []byte {
 		switch key {
 		case "resultType":
 			if !modern && rt == string(mcp.ResultTypeComplete) {
@@ -500,6 +501,10 @@ func (a *Aggregator) finishResult(res json.RawMessage, top [][]byte, modern, cac
 		return v
 	}, add...)
 }
+
+// editRoom is what finishResult's edits may add to a result besides its
+// _meta: resultType and the caching hints.
+const editRoom = 64
 
 // renameContents gives resources/read contents that the upstream returned
 // under original the URI the client asked for.

@@ -33,9 +33,24 @@ func WithLoan(ctx context.Context, l *Loan) context.Context {
 	return context.WithValue(ctx, loanKey{}, l)
 }
 
-func loanFrom(ctx context.Context) *Loan {
+// LoanFrom returns the loan ctx carries, or nil.
+func LoanFrom(ctx context.Context) *Loan {
 	l, _ := ctx.Value(loanKey{}).(*Loan)
 	return l
+}
+
+// Buffer returns an empty slice with room for n bytes, for a result
+// rewritten on its way to the caller: from the pool and lent to l when n
+// is large enough to be pooled, else (or for a nil or released loan) a new
+// one. What the caller builds in it is under the loan like a result read
+// under it.
+func (l *Loan) Buffer(n int) []byte {
+	if l != nil {
+		if b := getBuffer(n); b != nil && l.lend(b) {
+			return (*b)[:0]
+		}
+	}
+	return make([]byte, 0, n)
 }
 
 // lendable reports whether the result of method may be read under a loan.

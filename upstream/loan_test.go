@@ -127,3 +127,27 @@ func TestLoanedResult(t *testing.T) {
 		wrongID.Store(false)
 	}
 }
+
+// TestLoanBuffer: a large buffer asked of a loan is lent (taken back and,
+// in tests, poisoned on Release); a small one, or one asked of no loan or
+// of a released one, is the caller's own.
+func TestLoanBuffer(t *testing.T) {
+	fill := func(b []byte, n int) []byte { return append(b, bytes.Repeat([]byte("y"), n)...) }
+	loan := new(Loan)
+	big := fill(loan.Buffer(200<<10), 200<<10)
+	small := fill(loan.Buffer(100), 100)
+	loan.Release()
+	if bytes.Count(big, []byte("#")) != len(big) {
+		t.Error("a large buffer of a loan was not taken back on Release")
+	}
+	if bytes.Count(small, []byte("y")) != len(small) {
+		t.Error("a small buffer of a loan was taken back")
+	}
+	var none *Loan
+	own := fill(none.Buffer(200<<10), 200<<10)
+	late := fill(loan.Buffer(200<<10), 200<<10)
+	loan.Release()
+	if bytes.Count(own, []byte("y")) != len(own) || bytes.Count(late, []byte("y")) != len(late) {
+		t.Error("a buffer of no loan, or of a released one, was taken back")
+	}
+}

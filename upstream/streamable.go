@@ -245,7 +245,7 @@ func (p *httpPeer) call(ctx context.Context, method string, params json.RawMessa
 	stop := context.AfterFunc(ctx, cancelReq)
 	var loan *Loan
 	if lendable(method) {
-		loan = loanFrom(ctx)
+		loan = LoanFrom(ctx)
 	}
 	res, rest, err := p.exchange(reqCtx, loan, id, method, params, header)
 	stop()
