@@ -47,7 +47,7 @@ func LoanFrom(ctx context.Context) *Loan {
 func (l *Loan) Buffer(n int) []byte {
 	if l != nil {
 		if b := getBuffer(n); b != nil && l.lend(b) {
-			return (*b)[:0]
+			return (*b)[:0:n] // what an earlier result left past n stays out of reach
 		}
 	}
 	return make([]byte, 0, n)
