@@ -10,13 +10,22 @@ import (
 
 // TestLargeResultsReuseBuffers: large results through /mcp, from several
 // sessions and stateless 2026-07-28 requests at once, and one after
-// another, each arrive whole. Their buffers go back to upstream's pool
+// another, each arrive whole, from an upstream answering JSON or event
+// streams. Their buffers go back to upstream's pool
 // once written (upstream.Loan), and in tests the pool overwrites what it
 // takes back with '#': an answer written from a buffer already given
 // back, or from one another call took since, would show it.
 func TestLargeResultsReuseBuffers(t *testing.T) {
+	for _, sse := range []bool{false, true} {
+		t.Run(map[bool]string{false: "json", true: "sse"}[sse], func(t *testing.T) { largeResultsReuseBuffers(t, sse) })
+	}
+}
+
+// largeResultsReuseBuffers is TestLargeResultsReuseBuffers with an
+// upstream that answers JSON bodies, or event streams (sse).
+func largeResultsReuseBuffers(t *testing.T, sse bool) {
 	const size = 300 << 10
-	up := rawUpstream(t, size, false)
+	up := rawUpstream(t, size, sse)
 	h := newBenchServer(t, up.URL, "").Handler()
 	want := strings.Repeat("x", size)
 	check := func(who string, body []byte, modern bool) bool {

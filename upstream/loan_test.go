@@ -30,10 +30,11 @@ func TestBufClass(t *testing.T) {
 	}
 }
 
-// TestLoanedResult: a large tools/call result read under a loan is in a
-// pooled buffer the loan takes back on Release (tests poison what is taken
+// TestLoanedResult: a large tools/call result read under a loan, from a
+// JSON body (of known length or not) or an event stream, is in a pooled
+// buffer the loan takes back on Release (tests poison what is taken
 // back); without a loan, or for a method whose result mcpmux keeps, or for
-// an answer that is not the request's, the result is the caller's own.
+// a message that is not the request's answer, it is the caller's own.
 func TestLoanedResult(t *testing.T) {
 	text := strings.Repeat("x", 200<<10)
 	result := `{"content":[{"type":"text","text":"` + text + `"}]}`
@@ -66,6 +67,13 @@ func TestLoanedResult(t *testing.T) {
 		default:
 			body += `{}}`
 		}
+		if r.URL.Query().Has("sse") && m.Method == "tools/call" {
+			// A large message that is not the answer comes first.
+			w.Header().Set("Content-Type", "text/event-stream")
+			io.WriteString(w, `event: message`+"\ndata: "+`{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"`+text+`"}}`+"\n\n")
+			io.WriteString(w, "data: "+body+"\n\n")
+			return
+		}
 		w.Header().Set("Content-Type", "application/json")
 		if r.URL.Query().Has("chunked") {
 			w.WriteHeader(http.StatusOK)
@@ -77,7 +85,7 @@ func TestLoanedResult(t *testing.T) {
 	}))
 	t.Cleanup(ts.Close)
 
-	for _, path := range []string{"/mcp", "/mcp?chunked"} {
+	for _, path := range []string{"/mcp", "/mcp?chunked", "/mcp?sse"} {
 		cfg := &configs.Upstream{Name: "big", Transport: configs.TransportHTTP, URL: ts.URL + path,
 			ConnectTimeout: 10 * time.Second, CallTimeout: 30 * time.Second, MaxMessageBytes: 16 << 20}
 		opts := fastOptions(&logSink{})
@@ -96,6 +104,9 @@ func TestLoanedResult(t *testing.T) {
 
 		loan := new(Loan)
 		res := call(WithLoan(context.Background(), loan), "tools/call")
+		if len(loan.bufs) != 1 {
+			t.Errorf("%s: %d buffers lent for one result", path, len(loan.bufs))
+		}
 		loan.Release()
 		if !poisoned(res) {
 			t.Errorf("%s: a result read under a loan was not taken back on Release", path)

@@ -325,7 +325,7 @@ func (p *httpPeer) exchange(ctx context.Context, loan *Loan, id, method string, 
 	switch {
 	case resp.StatusCode == http.StatusOK && mediaType == "text/event-stream":
 		rest := newEventStream(resp.Body)
-		res, err, more := p.readAnswer(rest.br, id)
+		res, err, more := p.readAnswer(loan, rest.br, id)
 		if more {
 			return res, rest, err
 		}
@@ -424,10 +424,24 @@ var errLoanReleased = errors.New("the caller no longer waits for the answer (its
 
 // readAnswer reads a call's event stream up to its answer; every other
 // message on it is handed to the engine tied to the call. more reports
-// that the stream may hold more (the caller reads the rest).
-func (p *httpPeer) readAnswer(br *bufio.Reader, id string) (res json.RawMessage, err error, more bool) {
+// that the stream may hold more (the caller reads the rest). With loan, a
+// large message is read into a pooled buffer, which the loan takes back
+// if the message is the answer (any other is left to the collector: the
+// engine may keep it).
+func (p *httpPeer) readAnswer(loan *Loan, br *bufio.Reader, id string) (res json.RawMessage, err error, more bool) {
+	var buf *[]byte // the pooled buffer of the last message read, if any
+	var dst func(n int) []byte
+	if loan != nil {
+		dst = func(n int) []byte {
+			if buf = getBuffer(n); buf == nil {
+				return nil
+			}
+			return (*buf)[:0:n]
+		}
+	}
 	for {
-		f, err := wire.ReadEvent(br, p.limit)
+		buf = nil
+		f, err := wire.ReadEventInto(br, p.limit, dst)
 		if err != nil {
 			if errors.Is(err, io.EOF) {
 				err = errors.New("the upstream's event stream ended without an answer")
@@ -446,6 +460,9 @@ func (p *httpPeer) readAnswer(br *bufio.Reader, id string) (res json.RawMessage,
 		m, perr := jsonrpc.ParseUpstream(f.Data)
 		if perr == nil && m.Method == "" && idIs(m.ID, id) {
 			res, err := answerOf(m)
+			if buf != nil && err == nil && len(f.Data) > 0 && &f.Data[0] == &(*buf)[0] && !loan.lend(buf) {
+				return nil, errLoanReleased, true
+			}
 			return res, err, true
 		}
 		p.w.Dispatch(f, id)
