@@ -62,8 +62,8 @@ func TestConnectByElicitation(t *testing.T) {
 	e := &filter.Entry{Tool: mcp.Tool{Name: "gh__lookup"}, Upstream: "gh", Original: "lookup"}
 
 	declines := &elicitClient{testClient: testClient{session: "S1", caller: "oauth:bob"}, answer: func(mcp.ElicitationParams) string { return "decline" }}
-	res, err := a.CallTool(ctx, declines, e, json.RawMessage(`{"name":"gh__lookup","arguments":{}}`))
-	if err != nil || !strings.Contains(string(res), `"isError":true`) || len(declines.asked) != 1 {
+	res, isError, err := a.CallTool(ctx, declines, e, json.RawMessage(`{"name":"gh__lookup","arguments":{}}`))
+	if err != nil || !isError || !strings.Contains(string(res), `"isError":true`) || len(declines.asked) != 1 {
 		t.Fatalf("declined: %s %v (asked %d)", res, err, len(declines.asked))
 	}
 
@@ -85,8 +85,8 @@ func TestConnectByElicitation(t *testing.T) {
 		}
 		return "accept"
 	}
-	res, err = a.CallTool(ctx, accepts, e, json.RawMessage(`{"name":"gh__lookup","arguments":{}}`))
-	if err != nil || !strings.Contains(string(res), "lookup ran") {
+	res, isError, err = a.CallTool(ctx, accepts, e, json.RawMessage(`{"name":"gh__lookup","arguments":{}}`))
+	if err != nil || isError || !strings.Contains(string(res), "lookup ran") {
 		t.Fatalf("after connecting: %s %v", res, err)
 	}
 	rs.Lock()

@@ -108,7 +108,8 @@ func TestExchangeCredentials(t *testing.T) {
 		if token != "" {
 			ctx = WithSubjectToken(ctx, token)
 		}
-		return a.route(ctx, &testClient{session: "S-" + who, caller: who}, "gh", "tools/call", "lookup", json.RawMessage(`{"name":"lookup","arguments":{}}`), map[string]any{"name": "lookup"}, nil)
+		res, _, err := a.route(ctx, &testClient{session: "S-" + who, caller: who}, "gh", "tools/call", "lookup", json.RawMessage(`{"name":"lookup","arguments":{}}`), map[string]any{"name": "lookup"}, nil)
+		return res, err
 	}
 	for _, c := range []struct{ who, token string }{
 		{"token:0123abcd", "static-token-value"},

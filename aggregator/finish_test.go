@@ -21,7 +21,7 @@ func TestFinishResultKeepsBytes(t *testing.T) {
 	content := `"content":[{"type":"text","text":"<b>a & b</b> \u00e9"}]`
 	finish := func(res string, modern, cacheable bool) string {
 		raw := json.RawMessage(res)
-		return string(a.finishResult(raw, jsonrpc.Fields(raw, "resultType", "_meta"), modern, cacheable))
+		return string(a.finishResult(nil, raw, jsonrpc.Fields(raw, "resultType", "_meta"), modern, cacheable))
 	}
 
 	got := finish(`{"zeta":1,`+content+`,"resultType":"complete","_meta":{"io.modelcontextprotocol/related-task":{"taskId":"t"},"mine":true}}`, false, false)

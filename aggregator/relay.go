@@ -305,15 +305,15 @@ func (r *relay) addSubscriber(key string, delta int) int {
 	return n
 }
 
-// learnLinks records the URIs of resource links in a tools/call result,
-// so that reading them is routed back to the upstream that returned them.
-func (r *relay) learnLinks(upstream string, res json.RawMessage) {
+// learnLinks records the URIs of resource links in the content of a
+// tools/call result, so that reading them is routed back to the upstream
+// that returned them.
+func (r *relay) learnLinks(upstream string, content []byte) {
 	// The content items' own members only, in one pass that crosses a
 	// large text or blob with bytes.IndexByte (bytes.Contains of a long
 	// word is several times slower on it).
 	var uris []string
-	jsonrpc.Elements(jsonrpc.Lookup(res, "content"), func(item []byte) {
-		f := jsonrpc.Fields(item, "type", "uri")
+	jsonrpc.ElementFields(content, linkKeys, func(f [][]byte) {
 		var uri string
 		if string(f[0]) == `"resource_link"` && json.Unmarshal(f[1], &uri) == nil && uri != "" {
 			uris = append(uris, uri)
@@ -330,6 +330,9 @@ func (r *relay) learnLinks(upstream string, res json.RawMessage) {
 		}
 	}
 }
+
+// linkKeys are the members of a content item learnLinks reads.
+var linkKeys = []string{"type", "uri"}
 
 // maxLinks bounds the link table; links past it are simply not routable.
 const maxLinks = 100000

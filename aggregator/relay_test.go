@@ -283,7 +283,7 @@ func TestResourceUpdatedOwnership(t *testing.T) {
 	a := &Aggregator{log: slog.New(slog.DiscardHandler), relay: newRelay(),
 		opts: Options{Hooks: Hooks{ResourceUpdated: func(_, uri string) { got = append(got, uri) }}}}
 	a.snap.Store(build(1, namer, sources))
-	a.relay.learnLinks("gamma", json.RawMessage(`{"content":[{"type":"resource_link","uri":"link://g"}]}`))
+	a.relay.learnLinks("gamma", []byte(`[{"type":"resource_link","uri":"link://g"}]`))
 	send := func(from, uri string) {
 		l := testLink(from, configs.TransportStdio, "")
 		n := mcp.JSONRPCNotification{JSONRPC: mcp.JSONRPC_VERSION}

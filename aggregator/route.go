@@ -166,26 +166,29 @@ const MaxInputRounds = 10
 // CallTool forwards a tools/call of the exposed tool e, which the caller
 // has checked, to e's upstream. params are the client's params bytes: only
 // the name and the hop's _meta are rewritten. The result bytes come back
-// with the upstream hop's _meta removed (see finishResult).
-func (a *Aggregator) CallTool(ctx context.Context, cl Client, e *filter.Entry, params json.RawMessage) (json.RawMessage, error) {
+// with the upstream hop's _meta removed (see finishResult); isError
+// reports whether the result says isError.
+func (a *Aggregator) CallTool(ctx context.Context, cl Client, e *filter.Entry, params json.RawMessage) (res json.RawMessage, isError bool, err error) {
 	tool := e.Tool
 	tool.Name = e.Original
-	res, err := a.route(ctx, cl, e.Upstream, string(mcp.MethodToolsCall), e.Tool.Name, params, map[string]any{"name": e.Original}, &tool)
+	res, top, err := a.route(ctx, cl, e.Upstream, string(mcp.MethodToolsCall), e.Tool.Name, params, map[string]any{"name": e.Original}, &tool)
 	if ue := notConnectedErr(err); ue != nil && a.elicitConnect(ctx, cl, e.Upstream, ue) { // connect_elicit.go
-		res, err = a.route(ctx, cl, e.Upstream, string(mcp.MethodToolsCall), e.Tool.Name, params, map[string]any{"name": e.Original}, &tool)
-	}
-	if err == nil {
-		a.relay.learnLinks(e.Upstream, res)
+		res, top, err = a.route(ctx, cl, e.Upstream, string(mcp.MethodToolsCall), e.Tool.Name, params, map[string]any{"name": e.Original}, &tool)
 	}
 	if r := userErrorResult(err); r != nil {
-		return r, nil
+		return r, true, nil
 	}
-	return res, err
+	if err != nil {
+		return nil, false, err
+	}
+	a.relay.learnLinks(e.Upstream, top[topContent])
+	return res, string(top[topIsError]) == "true", nil
 }
 
 // GetPrompt forwards prompts/get of the exposed prompt p.
 func (a *Aggregator) GetPrompt(ctx context.Context, cl Client, p *Prompt, params json.RawMessage) (json.RawMessage, error) {
-	return a.route(ctx, cl, p.Upstream, string(mcp.MethodPromptsGet), p.Prompt.Name, params, map[string]any{"name": p.Original}, nil)
+	res, _, err := a.route(ctx, cl, p.Upstream, string(mcp.MethodPromptsGet), p.Prompt.Name, params, map[string]any{"name": p.Original}, nil)
+	return res, err
 }
 
 // ReadResource forwards resources/read of uri (as the client named it) to
@@ -196,7 +199,7 @@ func (a *Aggregator) ReadResource(ctx context.Context, cl Client, uri string, pa
 	if !ok {
 		return nil, fmt.Errorf("resource %q: %w", uri, ErrResourceNotFound)
 	}
-	res, err := a.route(ctx, cl, up, string(mcp.MethodResourcesRead), uri, params, map[string]any{"uri": original}, nil)
+	res, _, err := a.route(ctx, cl, up, string(mcp.MethodResourcesRead), uri, params, map[string]any{"uri": original}, nil)
 	if err != nil || original == uri {
 		return res, err
 	}
@@ -227,7 +230,8 @@ func (a *Aggregator) Complete(ctx context.Context, cl Client, params json.RawMes
 	if cat := u.Catalog(); cat != nil && cat.Capabilities.Completions == nil {
 		return json.RawMessage(`{"completion":{"values":[]}}`), nil
 	}
-	return a.route(ctx, cl, up, string(mcp.MethodCompletionComplete), target, params, map[string]any{"ref": ref}, nil)
+	res, _, err := a.route(ctx, cl, up, string(mcp.MethodCompletionComplete), target, params, map[string]any{"ref": ref}, nil)
+	return res, err
 }
 
 // CompletionUpstream returns the upstream a completion/complete with these
@@ -287,13 +291,15 @@ func (s *Snapshot) completionRef(params json.RawMessage) (up, target string, ref
 // route is the one way a client's request reaches an upstream: params are
 // rewritten (set, plus the hop's _meta), sent with upstream.Send, and an
 // input_required result is answered by mcpmux for a client that cannot.
-func (a *Aggregator) route(ctx context.Context, cl Client, up, method, target string, params json.RawMessage, set map[string]any, tool *mcp.Tool) (json.RawMessage, error) {
+// top holds the values of the upstream's result members named by the top*
+// indexes, read in the one pass that crosses the result.
+func (a *Aggregator) route(ctx context.Context, cl Client, up, method, target string, params json.RawMessage, set map[string]any, tool *mcp.Tool) (res json.RawMessage, top [][]byte, err error) {
 	if err := checkPin(ctx, up); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	u, err := a.connFor(ctx, cl, up)
 	if err != nil {
-		return nil, upstreamErr(up, method, 0, err)
+		return nil, nil, upstreamErr(up, method, 0, err)
 	}
 	var forget func()
 	out, err := jsonrpc.Rewrite(params, set, func(meta map[string]json.RawMessage) map[string]json.RawMessage {
@@ -304,7 +310,7 @@ func (a *Aggregator) route(ctx context.Context, cl Client, up, method, target st
 		defer forget()
 	}
 	if err != nil {
-		return nil, &jsonrpc.Error{Code: mcp.INVALID_PARAMS, Message: method + ": " + err.Error()}
+		return nil, nil, &jsonrpc.Error{Code: mcp.INVALID_PARAMS, Message: method + ": " + err.Error()}
 	}
 	req := upstream.Request{Method: method, Target: target, Params: out, LogLevel: cl.LogLevel(), Tool: tool, Modern: cl.Modern()}
 	caps := cl.Capabilities()
@@ -313,29 +319,40 @@ func (a *Aggregator) route(ctx context.Context, cl Client, up, method, target st
 	defer end()
 	ctx = withCall(ctx, call)
 	for round := 0; ; round++ {
-		res, err := u.Send(ctx, req)
+		res, err = u.Send(ctx, req)
 		if err != nil {
 			if u.Config().Credentials == configs.CredentialsPerUser && errors.Is(err, upstream.ErrNeedsLogin) {
 				// The user's login no longer works: connect again.
-				return nil, a.notConnected(up, cl.Caller(), "the upstream refused the stored login")
+				return nil, nil, a.notConnected(up, cl.Caller(), "the upstream refused the stored login")
 			}
-			return nil, upstreamErr(up, method, u.Config().CallTimeout, err)
+			return nil, nil, upstreamErr(up, method, u.Config().CallTimeout, err)
 		}
 		// The result's own members, read once: a large text in it is
 		// crossed, not looked into.
-		top := jsonrpc.Fields(res, "resultType", "_meta")
-		if cl.Modern() || !needsInput(top[0]) {
-			return a.finishResult(res, top, cl.Modern(), method == string(mcp.MethodResourcesRead)), nil
+		top = jsonrpc.Fields(res, topKeys...)
+		if cl.Modern() || !needsInput(top[topResultType]) {
+			return a.finishResult(upstream.LoanFrom(ctx), res, top, cl.Modern(), method == string(mcp.MethodResourcesRead)), top, nil
 		}
 		if round == MaxInputRounds {
-			return nil, &UpstreamError{Upstream: up, Method: method,
+			return nil, nil, &UpstreamError{Upstream: up, Method: method,
 				Err: fmt.Errorf("upstream %q: %s %q: still asking for input after %d rounds", up, method, target, MaxInputRounds)}
 		}
 		if req.Params, err = a.answerInput(ctx, cl, out, res); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 }
+
+// topKeys are the members of a result that route reads, at the indexes
+// named top*.
+var topKeys = []string{"resultType", "_meta", "content", "isError"}
+
+const (
+	topResultType = iota
+	topMeta
+	topContent
+	topIsError
+)
 
 // needsInput reports whether a result whose resultType member is
 // resultType is an input_required result.
@@ -428,15 +445,15 @@ func (a *Aggregator) hopMeta(u *upstream.Upstream, cl Client, meta map[string]js
 // 0 and cacheScope "private", the fail-closed defaults (a shared gateway
 // must not let one principal's data be served to another). Other bytes
 // are kept.
-func (a *Aggregator) finishResult(res json.RawMessage, top [][]byte, modern, cacheable bool) json.RawMessage {
-	if !modern && top[0] == nil && !bytes.Contains(top[1], []byte("io.modelcontextprotocol/")) {
+func (a *Aggregator) finishResult(loan *upstream.Loan, res json.RawMessage, top [][]byte, modern, cacheable bool) json.RawMessage {
+	if !modern && top[topResultType] == nil && !bytes.Contains(top[topMeta], []byte("io.modelcontextprotocol/")) {
 		return res // nothing of another era's and no reserved _meta: as sent
 	}
 	var rt string
-	json.Unmarshal(top[0], &rt)
+	json.Unmarshal(top[topResultType], &rt)
 	meta := map[string]json.RawMessage{}
-	if len(top[1]) > 0 {
-		json.Unmarshal(top[1], &meta)
+	if len(top[topMeta]) > 0 {
+		json.Unmarshal(top[topMeta], &meta)
 	}
 	for k := range meta {
 		if upstream.IsReservedMeta(k) {
@@ -466,12 +483,13 @@ func (a *Aggregator) finishResult(res json.RawMessage, top [][]byte, modern, cac
 			add = append(add, jsonrpc.Member{Key: "cacheScope", Value: json.RawMessage(`"private"`)})
 		}
 	}
-	if top[1] == nil && metaBytes != nil {
+	if top[topMeta] == nil && metaBytes != nil {
 		add = append(add, jsonrpc.Member{Key: "_meta", Value: metaBytes})
 	}
 	// The envelope's members change; every other member keeps its bytes
-	// and its place (a large content is copied once, not decoded).
-	return jsonrpc.Edit(res, func(key string, v []byte) []byte {
+	// and its place (a large content is copied once, not decoded), into a
+	// buffer of the caller's loan, if any (upstream.Loan).
+	return jsonrpc.AppendEdit(loan.Buffer(len(res)+len(metaBytes)+editRoom), res, func(key string, v []byte) []byte {
 		switch key {
 		case "resultType":
 			if !modern && rt == string(mcp.ResultTypeComplete) {
@@ -483,6 +501,10 @@ func (a *Aggregator) finishResult(res json.RawMessage, top [][]byte, modern, cac
 		return v
 	}, add...)
 }
+
+// editRoom is what finishResult's edits may add to a result besides its
+// _meta: resultType and the caching hints.
+const editRoom = 64
 
 // renameContents gives resources/read contents that the upstream returned
 // under original the URI the client asked for.

@@ -21,6 +21,7 @@ import (
 	"github.com/mcpmux/mcpmux/internal/audit"
 	"github.com/mcpmux/mcpmux/internal/jsonrpc"
 	"github.com/mcpmux/mcpmux/sessions/grant"
+	"github.com/mcpmux/mcpmux/upstream"
 )
 
 // call is one routed request in flight. route runs on a goroutine of its
@@ -52,7 +53,11 @@ type call struct {
 	release func()
 	// final is set once the call has its last answer (not an
 	// input_required that holds it): frames after it are settled.
-	final  atomic.Bool
+	final atomic.Bool
+	// loan takes back the buffers of a 2026-07-28 call's result once the
+	// request that writes its final answer has written it (nil: none; a
+	// call before 2026-07-28 uses its request's, see serveRouted).
+	loan   *upstream.Loan
 	modern bool
 	method string
 	name   string         // the tool or prompt name, or URI, a retry must repeat
@@ -173,7 +178,12 @@ func newCall(m *jsonrpc.Message, b grant.Binding, modern bool, owner string, hel
 func (s *Server) start(parent context.Context, c *call, id string, b grant.Binding, e *filter.Entry, m *jsonrpc.Message, cl *caller) {
 	ctx := parent
 	if c.modern {
-		ctx = context.WithoutCancel(parent)
+		// It may outlive the request: not the request's loan, but one of
+		// its own when the request's door gives loans back.
+		if upstream.LoanFrom(parent) != nil {
+			c.loan = new(upstream.Loan)
+		}
+		ctx = upstream.WithLoan(context.WithoutCancel(parent), c.loan)
 		cl.ask = c.askClient
 	}
 	ctx, c.abort = context.WithCancelCause(ctx)

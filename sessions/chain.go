@@ -240,9 +240,8 @@ func (s *Server) route(ctx context.Context, session string, b grant.Binding, e *
 			return refused.result, refused.err
 		}
 		start := time.Now()
-		res, err := s.agg.CallTool(ctx, cl, e, m.Params)
+		res, toolError, err := s.agg.CallTool(ctx, cl, e, m.Params)
 		d := time.Since(start)
-		toolError := err == nil && isErrorResult(res)
 		s.metrics.observeCall(e.Upstream, toolError, err, d)
 		rec := audit.Record{Time: start.UTC(), Session: session, Caller: callerName(b), Profile: b.Profile, Tool: e.Tool.Name, Upstream: e.Upstream,
 			Decision: audit.Allowed, Approval: approval, Duration: float64(d.Microseconds()) / 1000}
@@ -285,12 +284,6 @@ func (s *Server) route(ctx context.Context, session string, b grant.Binding, e *
 }
 
 var emptyResult = json.RawMessage(`{}`)
-
-// isErrorResult reports whether a tools/call result says isError, read
-// from the result's own members without looking into its content.
-func isErrorResult(res json.RawMessage) bool {
-	return string(jsonrpc.Lookup(res, "isError")) == "true"
-}
 
 // errorFor is the JSON-RPC error a client gets for err from route: an
 // upstream's own error unchanged but for configured secrets, which are

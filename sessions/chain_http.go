@@ -21,6 +21,7 @@ import (
 	"github.com/mcpmux/mcpmux/internal/audit"
 	"github.com/mcpmux/mcpmux/internal/jsonrpc"
 	"github.com/mcpmux/mcpmux/sessions/grant"
+	"github.com/mcpmux/mcpmux/upstream"
 )
 
 // callFrames bounds the notifications and server→client requests queued
@@ -77,6 +78,14 @@ func (s *Server) serveRouted(w http.ResponseWriter, r *http.Request, m *jsonrpc.
 	}
 	out := s.newEventWriter(w, held)
 	defer out.done()
+	// A call's answer is written here, after which nothing refers to its
+	// result: the buffers the result was read and rewritten into go back
+	// to the pool (upstream.Loan). A call before 2026-07-28 runs inline,
+	// under this request's loan; a 2026-07-28 call may outlive the request
+	// and has a loan of its own (start), given back by the request that
+	// writes its final answer.
+	loan := new(upstream.Loan)
+	ctx = upstream.WithLoan(ctx, loan)
 	c, refusal := s.callFor(ctx, m, b, e, id, held, overflow, func(c *call, logf func(string, ...any)) *caller {
 		if modern {
 			return modernCaller(m, c.queue, logf)
@@ -96,6 +105,15 @@ func (s *Server) serveRouted(w http.ResponseWriter, r *http.Request, m *jsonrpc.
 		status = httpStatus(code)
 	}
 	out.final(status, answer)
+	if !out.broken {
+		// Written in full: no writer holds any of it (a failed write may
+		// leave an HTTP/2 frame writer holding it, so then it is left to
+		// the garbage collector).
+		loan.Release()
+		if c.final.Load() { // not an input_required answer of a held call, which goes on
+			c.loan.Release()
+		}
+	}
 	if out.stalled && sess != nil {
 		s.stalled(id, fmt.Errorf("writing to the client: %w", out.err))
 	}

@@ -243,7 +243,11 @@ func (p *httpPeer) call(ctx context.Context, method string, params json.RawMessa
 	// stream is still read to its end.
 	reqCtx, cancelReq := context.WithCancel(p.c.ctx)
 	stop := context.AfterFunc(ctx, cancelReq)
-	res, rest, err := p.exchange(reqCtx, id, method, params, header)
+	var loan *Loan
+	if lendable(method) {
+		loan = LoanFrom(ctx)
+	}
+	res, rest, err := p.exchange(reqCtx, loan, id, method, params, header)
 	stop()
 	if rest != nil {
 		drained := make(chan struct{})
@@ -304,8 +308,8 @@ func (s *eventStream) close() {
 
 // exchange POSTs one request and reads the answer. rest, when not nil, is
 // the remainder of the answer's event stream, which the caller reads (and
-// closes).
-func (p *httpPeer) exchange(ctx context.Context, id, method string, params json.RawMessage, header http.Header) (json.RawMessage, *eventStream, error) {
+// closes). A JSON answer is read under loan (nil: none).
+func (p *httpPeer) exchange(ctx context.Context, loan *Loan, id, method string, params json.RawMessage, header http.Header) (json.RawMessage, *eventStream, error) {
 	resp, err := p.send(ctx, http.MethodPost, requestBytes(id, method, params), header, method)
 	if err != nil {
 		return nil, nil, err
@@ -321,7 +325,7 @@ func (p *httpPeer) exchange(ctx context.Context, id, method string, params json.
 	switch {
 	case resp.StatusCode == http.StatusOK && mediaType == "text/event-stream":
 		rest := newEventStream(resp.Body)
-		res, err, more := p.readAnswer(rest.br, id)
+		res, err, more := p.readAnswer(loan, rest.br, id)
 		if more {
 			return res, rest, err
 		}
@@ -329,7 +333,7 @@ func (p *httpPeer) exchange(ctx context.Context, id, method string, params json.
 		return res, nil, err
 	case resp.StatusCode/100 == 2 && resp.StatusCode != http.StatusAccepted:
 		defer resp.Body.Close()
-		return p.readJSON(resp.Body, resp.ContentLength, id)
+		return p.readJSON(loan, resp.Body, resp.ContentLength, id)
 	case resp.StatusCode == http.StatusAccepted:
 		resp.Body.Close()
 		return nil, nil, errors.New("the upstream answered the request with 202 Accepted and no result")
@@ -387,9 +391,10 @@ func urlNotFound(err error) bool {
 }
 
 // readJSON reads a JSON body of size bytes (-1: unknown) answering
-// request id.
-func (p *httpPeer) readJSON(body io.Reader, size int64, id string) (json.RawMessage, *eventStream, error) {
-	data, err := readAll(body, size, p.limit+1)
+// request id. With loan, an answer to id is read into a pooled buffer the
+// loan takes back.
+func (p *httpPeer) readJSON(loan *Loan, body io.Reader, size int64, id string) (json.RawMessage, *eventStream, error) {
+	data, buf, err := readAll(body, size, p.limit+1, loan != nil)
 	if err != nil {
 		return nil, nil, fmt.Errorf("reading the answer: %w", err)
 	}
@@ -403,19 +408,40 @@ func (p *httpPeer) readJSON(body io.Reader, size int64, id string) (json.RawMess
 		return nil, nil, fmt.Errorf("the upstream's answer is not a JSON-RPC message: %w", err)
 	}
 	if m.Method != "" || !idIs(m.ID, id) {
-		p.w.Dispatch(wire.Frame{Data: data}, id)
+		p.w.Dispatch(wire.Frame{Data: data}, id) // not lent: the engine may keep it
 		return nil, nil, errors.New("the upstream's JSON answer is not the answer to the request")
 	}
 	res, err := answerOf(m)
+	if buf != nil && err == nil && !loan.lend(buf) {
+		return nil, nil, errLoanReleased
+	}
 	return res, nil, err
 }
 
+// errLoanReleased is the error of a result read under a loan its caller
+// had released already: that caller has answered and gone.
+var errLoanReleased = errors.New("the caller no longer waits for the answer (its loan was released)")
+
 // readAnswer reads a call's event stream up to its answer; every other
 // message on it is handed to the engine tied to the call. more reports
-// that the stream may hold more (the caller reads the rest).
-func (p *httpPeer) readAnswer(br *bufio.Reader, id string) (res json.RawMessage, err error, more bool) {
+// that the stream may hold more (the caller reads the rest). With loan, a
+// large message is read into a pooled buffer, which the loan takes back
+// if the message is the answer (any other is left to the collector: the
+// engine may keep it).
+func (p *httpPeer) readAnswer(loan *Loan, br *bufio.Reader, id string) (res json.RawMessage, err error, more bool) {
+	var buf *[]byte // the pooled buffer of the last message read, if any
+	var dst func(n int) []byte
+	if loan != nil {
+		dst = func(n int) []byte {
+			if buf = getBuffer(n); buf == nil {
+				return nil
+			}
+			return (*buf)[:0:n]
+		}
+	}
 	for {
-		f, err := wire.ReadEvent(br, p.limit)
+		buf = nil
+		f, err := wire.ReadEventInto(br, p.limit, dst)
 		if err != nil {
 			if errors.Is(err, io.EOF) {
 				err = errors.New("the upstream's event stream ended without an answer")
@@ -434,6 +460,9 @@ func (p *httpPeer) readAnswer(br *bufio.Reader, id string) (res json.RawMessage,
 		m, perr := jsonrpc.ParseUpstream(f.Data)
 		if perr == nil && m.Method == "" && idIs(m.ID, id) {
 			res, err := answerOf(m)
+			if buf != nil && err == nil && len(f.Data) > 0 && &f.Data[0] == &(*buf)[0] && !loan.lend(buf) {
+				return nil, errLoanReleased, true
+			}
 			return res, err, true
 		}
 		p.w.Dispatch(f, id)
@@ -658,24 +687,34 @@ var chunkPool = sync.Pool{New: func() any { return new([64 << 10]byte) }}
 // readAll reads r to its end, at most max bytes, into one slice: of size
 // bytes when the length is known (size ≥ 0), else read in pooled chunks
 // and joined once, so that a large body is copied once rather than at
-// every doubling of a growing buffer.
-func readAll(r io.Reader, size, max int64) ([]byte, error) {
+// every doubling of a growing buffer. With pooled, the slice is in a
+// buffer from the pool when it is large enough to be pooled; buf is that
+// buffer (nil: none).
+func readAll(r io.Reader, size, max int64, pooled bool) (data []byte, buf *[]byte, err error) {
 	r = io.LimitReader(r, max)
 	if size >= 0 && size < max {
-		buf := make([]byte, size, size+1)
-		n, err := io.ReadFull(r, buf)
+		if pooled {
+			buf = getBuffer(int(size) + 1)
+		}
+		var b []byte
+		if buf != nil {
+			b = (*buf)[: size : size+1]
+		} else {
+			b = make([]byte, size, size+1)
+		}
+		n, err := io.ReadFull(r, b)
 		if err == io.ErrUnexpectedEOF || err == io.EOF {
-			return buf[:n], nil
+			return b[:n:n], buf, nil
 		}
 		if err != nil {
-			return buf[:n], err
+			return b[:n:n], buf, err
 		}
 		var one [1]byte // a body longer than it said: read on
 		if m, _ := r.Read(one[:]); m == 0 {
-			return buf, nil
+			return b[:size:size], buf, nil
 		}
-		rest, err := readAll(r, -1, max-size-1)
-		return append(append(buf, one[0]), rest...), err
+		rest, _, err := readAll(r, -1, max-size-1, false)
+		return append(append(b, one[0]), rest...), nil, err // a copy: not in buf
 	}
 	var chunks []*[64 << 10]byte
 	defer func() {
@@ -684,7 +723,6 @@ func readAll(r io.Reader, size, max int64) ([]byte, error) {
 		}
 	}()
 	total, last := 0, 0
-	var err error
 	for {
 		c := chunkPool.Get().(*[64 << 10]byte)
 		chunks = append(chunks, c)
@@ -703,8 +741,18 @@ func readAll(r io.Reader, size, max int64) ([]byte, error) {
 		parts[i] = c[:]
 	}
 	parts[len(parts)-1] = parts[len(parts)-1][:last]
+	if pooled {
+		buf = getBuffer(total)
+	}
+	if buf != nil {
+		data = (*buf)[:0:total]
+		for _, p := range parts {
+			data = append(data, p...)
+		}
+		return data, buf, err
+	}
 	if len(parts) == 1 {
 		parts = append(parts, nil) // bytes.Join copies without zeroing first only for two or more
 	}
-	return bytes.Join(parts, nil), err
+	return bytes.Join(parts, nil), nil, err
 }

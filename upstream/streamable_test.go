@@ -234,9 +234,14 @@ func TestReadAll(t *testing.T) {
 		{"past max, known", int64(len(body)), 70000, 70000},
 		{"empty", 0, 1 << 20, len(body)},
 	} {
-		got, err := readAll(bytes.NewReader(body), tt.size, tt.max)
-		if err != nil || len(got) != tt.want || !bytes.Equal(got, body[:tt.want]) {
-			t.Errorf("%s: %d bytes, %v; want the body's first %d", tt.name, len(got), err, tt.want)
+		for _, pooled := range []bool{false, true} {
+			got, buf, err := readAll(bytes.NewReader(body), tt.size, tt.max, pooled)
+			if err != nil || len(got) != tt.want || !bytes.Equal(got, body[:tt.want]) {
+				t.Errorf("%s (pooled %v): %d bytes, %v; want the body's first %d", tt.name, pooled, len(got), err, tt.want)
+			}
+			if buf != nil && (!pooled || &got[0] != &(*buf)[0] || cap(got) > len(got)+1) {
+				t.Errorf("%s (pooled %v): the bytes are not at the start of the pooled buffer, or can grow into it", tt.name, pooled)
+			}
 		}
 	}
 }

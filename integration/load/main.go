@@ -46,6 +46,7 @@ type options struct {
 	tools       int
 	progress    int
 	stdio       bool
+	small       bool
 	waitBar     time.Duration
 	muxLogLevel string
 	timeout     time.Duration
@@ -96,6 +97,7 @@ func main() {
 	flag.IntVar(&o.tools, "tools", 0, "extra filler tools on the upstream (e.g. 1000 for a 1,000-tool catalog)")
 	flag.IntVar(&o.progress, "progress", 5, "progress notifications per call in the notifying series (1–1000)")
 	flag.BoolVar(&o.stdio, "stdio", true, "also measure a stdio upstream (mcpmux demo-server) directly and through mcpmux serve --stdio")
+	flag.BoolVar(&o.small, "small", true, "measure the small-call series (latency and throughput); false runs the large-result series alone")
 	flag.DurationVar(&o.waitBar, "wait-bar", 500*time.Microsecond, "a notifying call may cost mcpmux at most this much more than it costs the floor (a sleep or poll shows as more)")
 	flag.StringVar(&o.muxLogLevel, "mux-log-level", "info", "mcpmux --log-level (info is its default; denied calls log a line each)")
 	flag.StringVar(&o.big, "big", "1MiB,10MiB,50MiB", "large-result series: result sizes (KiB, MiB or bytes, comma-separated); \"\" skips them")
@@ -325,46 +327,48 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 				add("mcpmux ping", rc, pingCaller, &res.ping),
 				add("direct ping", dc, pingCaller, &res.directPing))
 		}
-		c0, err := up.counts()
-		if err != nil {
-			return fmt.Errorf("upstream counts: %w", err)
-		}
-		if err := latency(ctx, ss, o.warmup, o.n, o.block); err != nil {
-			return err
-		}
-		c1, err := up.counts()
-		if err != nil {
-			return fmt.Errorf("upstream counts: %w", err)
-		}
-		for _, s := range ss {
-			*s.into = percentiles(s.d)
-		}
-		if err := m.alive(); err != nil {
-			return err
-		}
+		if o.small {
+			c0, err := up.counts()
+			if err != nil {
+				return fmt.Errorf("upstream counts: %w", err)
+			}
+			if err := latency(ctx, ss, o.warmup, o.n, o.block); err != nil {
+				return err
+			}
+			c1, err := up.counts()
+			if err != nil {
+				return fmt.Errorf("upstream counts: %w", err)
+			}
+			for _, s := range ss {
+				*s.into = percentiles(s.d)
+			}
+			if err := m.alive(); err != nil {
+				return err
+			}
 
-		tp, err := throughputRun(ctx, o, []tputSide{
-			{cs: dcs, call: direct, pid: up.pid},
-			{cs: fcs, call: viaFloor, pid: fl.pid},
-			{cs: mcs, call: via, pid: m.cmd.Process.Pid},
-		}, up.counts)
-		if err != nil {
-			return err
+			tp, err := throughputRun(ctx, o, []tputSide{
+				{cs: dcs, call: direct, pid: up.pid},
+				{cs: fcs, call: viaFloor, pid: fl.pid},
+				{cs: mcs, call: via, pid: m.cmd.Process.Pid},
+			}, up.counts)
+			if err != nil {
+				return err
+			}
+			res.directRate, res.floorRate, res.muxRate = tp[0].rate, tp[1].rate, tp[2].rate
+			res.upCPU, res.floorCPU, res.muxCPU = tp[0].cpu, tp[1].cpu, tp[2].cpu
+			res.directConns, res.floorConns, res.muxConns = tp[0].conns, tp[1].conns, tp[2].conns
+			res.directSSE, res.floorSSE, res.muxSSE = tp[0].sse, tp[1].sse, tp[2].sse
+			if err := m.alive(); err != nil {
+				return err
+			}
+			c2, err := up.counts()
+			if err != nil {
+				return fmt.Errorf("upstream counts: %w", err)
+			}
+			res.latConns, res.tputConns = c1.Conns-c0.Conns, c2.Conns-c1.Conns
+			results = append(results, res)
+			printRun(out, r+1, res, o.stdio)
 		}
-		res.directRate, res.floorRate, res.muxRate = tp[0].rate, tp[1].rate, tp[2].rate
-		res.upCPU, res.floorCPU, res.muxCPU = tp[0].cpu, tp[1].cpu, tp[2].cpu
-		res.directConns, res.floorConns, res.muxConns = tp[0].conns, tp[1].conns, tp[2].conns
-		res.directSSE, res.floorSSE, res.muxSSE = tp[0].sse, tp[1].sse, tp[2].sse
-		if err := m.alive(); err != nil {
-			return err
-		}
-		c2, err := up.counts()
-		if err != nil {
-			return fmt.Errorf("upstream counts: %w", err)
-		}
-		res.latConns, res.tputConns = c1.Conns-c0.Conns, c2.Conns-c1.Conns
-		results = append(results, res)
-		printRun(out, r+1, res, o.stdio)
 
 		var big []bigResult
 		for _, size := range o.bigSizes {
@@ -402,7 +406,9 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 	if gotNote != wantNote {
 		return fmt.Errorf("the upstream counted %d notify calls, the clients %d", gotNote, wantNote)
 	}
-	printSummary(out, o, results, &tally, leaked, pings)
+	if o.small {
+		printSummary(out, o, results, &tally, leaked, pings)
+	}
 	printBig(out, bigs)
 	return nil
 }

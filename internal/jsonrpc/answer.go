@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/bits"
 )
 
 // This file is the pass mcpmux makes over what an upstream sends, which
@@ -216,17 +217,24 @@ func (v *validator) number(i int) (int, error) {
 	return i, nil
 }
 
+// strBlock is how many bytes of a string str looks at in one go: each
+// block is searched for a quote, then for a backslash and a control
+// character while it is still in the CPU's cache, so that a string of many
+// megabytes is read from memory once rather than three times.
+const strBlock = 16 << 10
+
 // str checks the string starting at i and returns the index after it: its
 // runs of plain bytes are crossed with bytes.IndexByte, then checked for
 // control characters, which JSON allows only escaped.
 func (v *validator) str(i int) (int, error) {
 	i++
 	for {
-		q := bytes.IndexByte(v.b[i:], '"')
-		if q < 0 {
-			return len(v.b), errEnd
+		end := min(len(v.b), i+strBlock)
+		run := v.b[i:end]
+		q := bytes.IndexByte(run, '"')
+		if q >= 0 {
+			run = run[:q]
 		}
-		run := v.b[i : i+q]
 		bs := bytes.IndexByte(run, '\\')
 		if bs >= 0 {
 			run = run[:bs]
@@ -234,8 +242,15 @@ func (v *validator) str(i int) (int, error) {
 		if j := controlByte(run); j >= 0 {
 			return i + j, fmt.Errorf("invalid control character %#x in string", run[j])
 		}
-		if bs < 0 {
+		switch {
+		case bs >= 0:
+		case q >= 0:
 			return i + q + 1, nil
+		case end == len(v.b):
+			return end, errEnd
+		default:
+			i = end // no quote in this block: the next one
+			continue
 		}
 		i += bs + 1 // the byte after the backslash
 		if i >= len(v.b) {
@@ -325,10 +340,16 @@ func Lookup(obj []byte, key string) []byte { return Fields(obj, key)[0] }
 func Fields(obj []byte, keys ...string) [][]byte {
 	out := make([][]byte, len(keys))
 	s := &scanner{b: obj, noCheck: true}
-	i := s.ws(0)
-	if i >= len(obj) || obj[i] != '{' {
-		return out
+	if i := s.ws(0); i < len(obj) && obj[i] == '{' {
+		s.fields(i, keys, out)
 	}
+	return out
+}
+
+// fields is Fields of the object at i, into out (which holds nil for
+// each key); it returns the index after the object.
+func (s *scanner) fields(i int, keys []string, out [][]byte) int {
+	obj := s.b
 	for i = s.ws(i + 1); i < len(obj) && obj[i] == '"'; {
 		end, esc := s.str(i)
 		vs := s.ws(s.ws(end) + 1) // past ':'
@@ -346,7 +367,36 @@ func Fields(obj []byte, keys ...string) [][]byte {
 			i = s.ws(i + 1)
 		}
 	}
-	return out
+	if i < len(obj) && obj[i] == '}' {
+		return i + 1
+	}
+	return i
+}
+
+// ElementFields calls fn with Fields(elem, keys...) of each element of the
+// valid JSON array arr that is an object, crossing each element once
+// (Elements and then Fields cross it twice); other elements are skipped.
+// fn must not keep its slice, which is reused.
+func ElementFields(arr []byte, keys []string, fn func(fields [][]byte)) {
+	s := &scanner{b: arr, noCheck: true}
+	i := s.ws(0)
+	if i >= len(arr) || arr[i] != '[' {
+		return
+	}
+	out := make([][]byte, len(keys))
+	for i = s.ws(i + 1); i < len(arr) && arr[i] != ']'; {
+		var end int
+		if arr[i] == '{' {
+			clear(out)
+			end = s.fields(i, keys, out)
+			fn(out)
+		} else {
+			end = s.skipValue(i)
+		}
+		if i = s.ws(end); i < len(arr) && arr[i] == ',' {
+			i = s.ws(i + 1)
+		}
+	}
 }
 
 // Elements calls fn with each element of the valid JSON array arr, without
@@ -367,15 +417,27 @@ func Elements(arr []byte, fn func(elem []byte)) {
 }
 
 // controlByte returns the index of the first byte below 0x20 in b, or -1.
-// It looks at eight bytes at a time: a word has such a byte when
-// subtracting 0x20 from every byte borrows into a byte whose top bit was
-// clear.
+// It looks at eight bytes at a time, four words per step: a word has such
+// a byte when subtracting 0x20 from every byte borrows into a byte whose
+// top bit was clear. The lowest byte flagged is always a true one (a
+// borrow only flags bytes above a true one).
 func controlByte(b []byte) int {
 	const lo, hi = 0x2020202020202020, 0x8080808080808080
 	i := 0
-	for ; i+8 <= len(b); i += 8 {
-		if x := binary.LittleEndian.Uint64(b[i:]); (x-lo)&^x&hi != 0 {
+	for ; i+32 <= len(b); i += 32 {
+		w := b[i : i+32 : i+32]
+		x0 := binary.LittleEndian.Uint64(w)
+		x1 := binary.LittleEndian.Uint64(w[8:])
+		x2 := binary.LittleEndian.Uint64(w[16:])
+		x3 := binary.LittleEndian.Uint64(w[24:])
+		if ((x0-lo)&^x0|(x1-lo)&^x1|(x2-lo)&^x2|(x3-lo)&^x3)&hi != 0 {
 			break
+		}
+	}
+	for ; i+8 <= len(b); i += 8 {
+		x := binary.LittleEndian.Uint64(b[i:])
+		if m := (x - lo) &^ x & hi; m != 0 {
+			return i + bits.TrailingZeros64(m)/8
 		}
 	}
 	for ; i < len(b); i++ {

@@ -39,7 +39,40 @@ func FuzzValid(f *testing.F) {
 		if got, want := Valid(b) == nil, json.Valid(b); got != want && !(want && bytes.Count(b, []byte("[")) > maxValidDepth) {
 			t.Fatalf("Valid(%q) = %v, encoding/json says %v", b, got, want)
 		}
+		// The same bytes inside a long string, across the end of the
+		// first block str looks at.
+		in := acrossBlock(len(b)%9, b)
+		if got, want := Valid(in) == nil, json.Valid(in); got != want && !(want && bytes.Count(in, []byte("[")) > maxValidDepth) {
+			t.Fatalf("Valid(%q…%q) = %v, encoding/json says %v", in[:8], in[strBlock-16:], got, want)
+		}
 	})
+}
+
+// acrossBlock returns a JSON string's opening quote and plain bytes up to
+// k bytes before the end of str's first block, followed by tail.
+func acrossBlock(k int, tail []byte) []byte {
+	in := append([]byte{'"'}, bytes.Repeat([]byte("x"), strBlock-k)...)
+	return append(in, tail...)
+}
+
+// TestValidAcrossBlocks: a string longer than one block of str is checked
+// as a whole: a quote, an escape or a control character just before, on
+// or just after a block's end is where encoding/json finds it.
+func TestValidAcrossBlocks(t *testing.T) {
+	tails := []string{`"`, `\"`, `\\\"`, `\\"`, `\u0041"`, `\u00"`, `\x"`, "\x01\"", `ab"`, `\`, ``, `"x`, `",1`}
+	for k := 0; k <= 8; k++ {
+		for _, tail := range tails {
+			for _, in := range [][]byte{
+				acrossBlock(k, []byte(tail)),
+				append([]byte(`{"a":[`), append(acrossBlock(k, []byte(tail)), `]}`...)...),
+				acrossBlock(k-strBlock, []byte(tail)), // the second block's end
+			} {
+				if got, want := Valid(in) == nil, json.Valid(in); got != want {
+					t.Errorf("k=%d tail %q (%d bytes): Valid = %v, encoding/json says %v", k, tail, len(in), got, want)
+				}
+			}
+		}
+	}
 }
 
 // TestParseUpstream: a response's envelope is read without looking into
@@ -136,6 +169,30 @@ func FuzzFields(f *testing.F) {
 			if !bytes.Equal(bytes.TrimSpace(got), bytes.TrimSpace(v)) && !hasDupKey(b, k) {
 				t.Fatalf("Fields(%q, %q) = %q, encoding/json: %q", b, k, got, v)
 			}
+		}
+	})
+}
+
+// FuzzElementFields: ElementFields finds, in each object element, what
+// Fields finds in it, element by element as Elements gives them.
+func FuzzElementFields(f *testing.F) {
+	f.Add([]byte(`[{"type":"text","text":"a\\\"}"},1,"x",{"uri":"u","type":"resource_link"},[{"type":"no"}],{}]`), "type", "uri")
+	f.Add([]byte(`[{"a":{"type":"x"},"type":"y"}, {"type":"z","type":"w"}]`), "type", "a")
+	f.Fuzz(func(t *testing.T, b []byte, k1, k2 string) {
+		if !json.Valid(b) {
+			return
+		}
+		keys := []string{k1, k2}
+		var want []string
+		Elements(b, func(elem []byte) {
+			if elem[0] == '{' {
+				want = append(want, fmt.Sprintf("%q", Fields(elem, keys...)))
+			}
+		})
+		var got []string
+		ElementFields(b, keys, func(f [][]byte) { got = append(got, fmt.Sprintf("%q", f)) })
+		if strings.Join(got, "|") != strings.Join(want, "|") {
+			t.Fatalf("ElementFields(%q, %q) = %v, Elements and Fields: %v", b, keys, got, want)
 		}
 	})
 }

@@ -154,15 +154,22 @@ func mergeMeta(base json.RawMessage, meta []Member) json.RawMessage {
 // ParseUpstream), whose envelope alone changes. obj that is not an object
 // is returned as it is.
 func Edit(obj []byte, fn func(key string, value []byte) []byte, add ...Member) []byte {
+	return AppendEdit(make([]byte, 0, len(obj)+64), obj, fn, add...)
+}
+
+// AppendEdit is Edit appending the edited object to dst (which should
+// have room for it), for a caller that brings its own buffer. obj that is
+// not an object is returned as it is.
+func AppendEdit(dst, obj []byte, fn func(key string, value []byte) []byte, add ...Member) []byte {
 	s := &scanner{b: obj, noCheck: true}
 	i := s.ws(0)
 	if i >= len(obj) || obj[i] != '{' {
 		return obj
 	}
-	out := make([]byte, 0, len(obj)+64)
-	out = append(out, '{')
+	start := len(dst)
+	out := append(dst, '{')
 	sep := func() {
-		if len(out) > 1 {
+		if len(out) > start+1 {
 			out = append(out, ',')
 		}
 	}

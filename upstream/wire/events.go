@@ -16,6 +16,13 @@ import (
 // oversize Frame carrying its id, like ReadMessage's. The stream ending,
 // even in the middle of an event, is an error (io.EOF at a clean end).
 func ReadEvent(r *bufio.Reader, limit int64) (Frame, error) {
+	return ReadEventInto(r, limit, nil)
+}
+
+// ReadEventInto is ReadEvent putting a message's data into dst(n) when dst
+// is set and returns room for its n bytes (an empty slice with that
+// capacity), else into a new slice.
+func ReadEventInto(r *bufio.Reader, limit int64, dst func(n int) []byte) (Frame, error) {
 	var (
 		data      blocks
 		s         idScanner
@@ -68,7 +75,7 @@ func ReadEvent(r *bufio.Reader, limit int64) (Frame, error) {
 					return Frame{Oversize: true, ID: s.ID(), Method: s.hasMethod}, nil
 				}
 				if !data.blank() {
-					return Frame{Data: data.join()}, nil
+					return Frame{Data: data.join(dst)}, nil
 				}
 			}
 			data.release()
@@ -148,9 +155,15 @@ func (d *blocks) blank() bool {
 	return blank
 }
 
-// join returns the data in one new slice (bytes.Join: not zeroed before
-// it is copied into).
-func (d *blocks) join() []byte {
+// join returns the data in one slice: dst(n) when dst gives room for it,
+// else a new one (bytes.Join: not zeroed before it is copied into).
+func (d *blocks) join(dst func(n int) []byte) []byte {
+	if dst != nil {
+		if out := dst(d.n); cap(out) >= d.n && len(out) == 0 {
+			d.each(func(b []byte) { out = append(out, b...) })
+			return out
+		}
+	}
 	parts := make([][]byte, 0, len(d.full)+1)
 	d.each(func(b []byte) { parts = append(parts, b) })
 	if len(parts) < 2 {
