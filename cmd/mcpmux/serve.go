@@ -36,6 +36,7 @@ func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer, impl
 	if err := logs.check(fs); err != nil {
 		return err
 	}
+	tuneGC() // gc.go
 	switch {
 	case *stdio && *listen != "":
 		return fs.usageErr(errors.New("--stdio and --listen cannot be combined"))
