@@ -32,26 +32,6 @@ import (
 // Ory Hydra v2.3, the provider of the other OAuth tests, has no token
 // exchange.
 
-// zitadelOPBinary builds integration/zitadelop (the build cache makes
-// later builds quick). Without the module proxy or a cache holding
-// zitadel/oidc the test skips, or fails under CI=true: .ci/run builds it
-// first.
-func zitadelOPBinary(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(harness.tmp, "zitadelop")
-	if _, err := os.Stat(bin); err == nil {
-		return bin
-	}
-	cmd := exec.Command("go", "-C", filepath.Join(harness.dir, "zitadelop"), "build", "-o", bin, ".")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("CI=true and the OpenID provider (integration/zitadelop) cannot be built: %v\n%s", err, out)
-		}
-		t.Skipf("skipping: the OpenID provider (integration/zitadelop) cannot be built: %v\n%s", err, out)
-	}
-	return bin
-}
-
 // zop is a running zitadelop with one web client.
 type zop struct {
 	Issuer, ClientID, Secret string
@@ -61,7 +41,7 @@ const zopRedirect = "http://127.0.0.1:9/callback"
 
 func startZitadelOP(t *testing.T, clientID, secret string) *zop {
 	t.Helper()
-	cmd := exec.Command(zitadelOPBinary(t), "-client-id", clientID, "-client-secret", secret, "-redirect", zopRedirect)
+	cmd := exec.Command(moduleBinary(t, "zitadelop", "the OpenID provider"), "-client-id", clientID, "-client-secret", secret, "-redirect", zopRedirect)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -40,22 +40,23 @@ type otlpSink struct {
 	spans []sinkSpan
 }
 
-// otlpSinkBinary builds integration/otlpsink (the Go build cache makes
-// later builds quick). Without the module proxy or a module cache that
-// holds the collector, the test skips, or fails under CI=true: .ci/run
-// builds it first.
-func otlpSinkBinary(t *testing.T) string {
+// moduleBinary builds the test tool in integration/DIR, a Go module of
+// its own (the build cache makes later builds quick), naming it what in
+// messages. Without the module proxy or a module cache that holds its
+// dependencies, the test skips, or fails under CI=true: .ci/run builds
+// each such tool first.
+func moduleBinary(t *testing.T, dir, what string) string {
 	t.Helper()
-	bin := filepath.Join(harness.tmp, "otlpsink")
+	bin := filepath.Join(harness.tmp, dir)
 	if _, err := os.Stat(bin); err == nil {
 		return bin
 	}
-	cmd := exec.Command("go", "-C", filepath.Join(harness.dir, "otlpsink"), "build", "-o", bin, ".")
+	cmd := exec.Command("go", "-C", filepath.Join(harness.dir, dir), "build", "-o", bin, ".")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		if os.Getenv("CI") == "true" {
-			t.Fatalf("CI=true and the OTLP receiver (integration/otlpsink) cannot be built: %v\n%s", err, out)
+			t.Fatalf("CI=true and %s (integration/%s) cannot be built: %v\n%s", what, dir, err, out)
 		}
-		t.Skipf("skipping: the OTLP receiver (integration/otlpsink) cannot be built: %v\n%s", err, out)
+		t.Skipf("skipping: %s (integration/%s) cannot be built: %v\n%s", what, dir, err, out)
 	}
 	return bin
 }
@@ -64,7 +65,7 @@ func otlpSinkBinary(t *testing.T) string {
 // ends.
 func startOTLPSink(t *testing.T) *otlpSink {
 	t.Helper()
-	bin := otlpSinkBinary(t)
+	bin := moduleBinary(t, "otlpsink", "the OTLP receiver")
 	for attempt := 1; ; attempt++ {
 		s := &otlpSink{HTTP: freeAddr(t), GRPC: freeAddr(t)}
 		cmd := exec.Command(bin, "-http", s.HTTP, "-grpc", s.GRPC)
