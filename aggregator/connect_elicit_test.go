@@ -51,11 +51,7 @@ func (c *elicitClient) Notify(method string, params any) {
 // and reaches the upstream as that user. A declined request gets the
 // tool error, and nothing is sent.
 func TestConnectByElicitation(t *testing.T) {
-	mcpSrv := server.NewMCPServer("up", "1.0.0", server.WithToolCapabilities(true))
-	mcpSrv.AddTool(mcp.NewTool("lookup"), func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		return mcp.NewToolResultText("lookup ran"), nil
-	})
-	rs := oauthtest.New(t, server.NewStreamableHTTPServer(mcpSrv))
+	rs := lookupUpstream(t)
 	a := New(perUserConfig(t, rs.URL()), Options{})
 	defer a.Close()
 	ctx := context.Background()
@@ -105,11 +101,7 @@ func TestConnectByElicitation(t *testing.T) {
 // connected, and stay listed when that user's own connection closes for
 // idleness.
 func TestListingOutlivesIdleUsers(t *testing.T) {
-	mcpSrv := server.NewMCPServer("up", "1.0.0", server.WithToolCapabilities(true))
-	mcpSrv.AddTool(mcp.NewTool("lookup"), func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		return mcp.NewToolResultText("lookup ran"), nil
-	})
-	rs := oauthtest.New(t, server.NewStreamableHTTPServer(mcpSrv))
+	rs := lookupUpstream(t)
 	a := New(perUserConfig(t, rs.URL()), Options{})
 	defer a.Close()
 	ctx := context.Background()
@@ -159,4 +151,15 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// lookupUpstream is an OAuth-protected MCP server (oauthtest) with one
+// tool, "lookup", answering "lookup ran"; it records each call's subject.
+func lookupUpstream(t *testing.T) *oauthtest.Server {
+	t.Helper()
+	mcpSrv := server.NewMCPServer("up", "1.0.0", server.WithToolCapabilities(true))
+	mcpSrv.AddTool(mcp.NewTool("lookup"), func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return mcp.NewToolResultText("lookup ran"), nil
+	})
+	return oauthtest.New(t, server.NewStreamableHTTPServer(mcpSrv))
 }

@@ -13,9 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mark3labs/mcp-go/mcp"
-	"github.com/mark3labs/mcp-go/server"
-
 	"github.com/mcpmux/mcpmux/configs"
 	"github.com/mcpmux/mcpmux/upstream/oauth"
 	"github.com/mcpmux/mcpmux/upstream/oauth/oauthtest"
@@ -88,11 +85,7 @@ func (idp *exchangeIdP) serve(w http.ResponseWriter, r *http.Request) {
 // reaches the upstream; a static-token caller, a call without a token
 // and a token the provider refuses get errors, and nothing is sent.
 func TestExchangeCredentials(t *testing.T) {
-	mcpSrv := server.NewMCPServer("up", "1.0.0", server.WithToolCapabilities(true))
-	mcpSrv.AddTool(mcp.NewTool("lookup"), func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		return mcp.NewToolResultText("lookup ran"), nil
-	})
-	rs := oauthtest.New(t, server.NewStreamableHTTPServer(mcpSrv))
+	rs := lookupUpstream(t)
 	idp := newExchangeIdP(t, rs)
 	cfg := perUserConfig(t, rs.URL())
 	uc := cfg.Upstreams[0]
