@@ -13,6 +13,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/mcpmux/mcpmux/configs"
+	"github.com/mcpmux/mcpmux/internal/jsonrpc"
 	"github.com/mcpmux/mcpmux/upstream"
 )
 
@@ -314,5 +315,45 @@ func TestResourceUpdatedOwnership(t *testing.T) {
 		case tc.want != "" && (len(got) != 1 || got[0] != tc.want):
 			t.Errorf("%s's update of %s delivered %v, want [%s]", tc.from, tc.uri, got, tc.want)
 		}
+	}
+}
+
+// TestHopMeta: what the upstream hop gets of each member of a client's
+// _meta. A progress token is minted anew; a key only case-folding decoders
+// read as progressToken is dropped, so no client can hand an upstream a
+// token mcpmux did not mint (one that could be another session's); the
+// client's own hop keys are dropped; anything else passes as sent.
+func TestHopMeta(t *testing.T) {
+	a := New(&configs.Config{}, Options{})
+	u := testLink("u", configs.TransportStdio, "").u
+	cl := &testClient{name: "A", session: "A"}
+	params := json.RawMessage(`{"name":"t","_meta":{"ProgressToken":"mcpmux-p-1","trace":{"x":1},"io.modelcontextprotocol/protocolVersion":"x","progressToken":"mine"}}`)
+	var forget func()
+	out, err := jsonrpc.Rewrite(params, map[string]any{"name": "t"}, func(k string, v json.RawMessage) json.RawMessage {
+		v, f := a.hopMeta(u, cl, k, v)
+		if f != nil {
+			forget = f
+		}
+		return v
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if forget == nil {
+		t.Fatal("the progress token was not minted")
+	}
+	defer forget()
+	var got struct {
+		Meta map[string]json.RawMessage `json:"_meta"`
+	}
+	if err := json.Unmarshal(out, &got); err != nil {
+		t.Fatal(err)
+	}
+	tok := string(got.Meta["progressToken"])
+	if tok == "" || tok == `"mine"` || tok == `"mcpmux-p-1"` {
+		t.Errorf("progressToken = %s, want a minted one", tok)
+	}
+	if string(got.Meta["trace"]) != `{"x":1}` || len(got.Meta) != 2 || strings.Contains(string(out), "ProgressToken") || strings.Contains(string(out), "io.modelcontextprotocol") {
+		t.Errorf("hop _meta = %s", out)
 	}
 }
