@@ -54,7 +54,7 @@ func TestOwnerSharedUntied(t *testing.T) {
 			r := newRelay()
 			l := testLink("late", transport, "")
 			victim := &testClient{name: "victim", session: "B"}
-			_, end := r.begin(l.u, victim)
+			_, end := beginCall(r, l.u, victim)
 			defer end()
 			cl, _, err := r.owner(context.Background(), l)
 			if cl != nil {
@@ -79,7 +79,7 @@ func TestOwnerSharedOfSessionScope(t *testing.T) {
 	r := newRelay()
 	uc := &configs.Upstream{Name: "late", Transport: configs.TransportStdio, Command: "unused", Scope: configs.ScopeSession}
 	l := &connLink{name: "late", u: upstream.New(uc, upstream.Options{})}
-	_, end := r.begin(l.u, &testClient{name: "stateless"})
+	_, end := beginCall(r, l.u, &testClient{name: "stateless"})
 	defer end()
 	cl, _, err := r.owner(context.Background(), l)
 	if cl != nil || !errors.Is(err, ErrAmbiguousCaller) {
@@ -98,8 +98,8 @@ func TestOwnerTied(t *testing.T) {
 	l := testLink("h", configs.TransportHTTP, "")
 	other := testLink("h2", configs.TransportHTTP, "")
 	a, b := &testClient{name: "A"}, &testClient{name: "B"}
-	callA, endA := r.begin(l.u, a)
-	_, endB := r.begin(l.u, b)
+	callA, endA := beginCall(r, l.u, a)
+	_, endB := beginCall(r, l.u, b)
 	defer endB()
 	ctx := withCall(context.Background(), callA)
 	if cl, wide, err := r.owner(ctx, l); err != nil || cl != a || wide {
@@ -124,8 +124,8 @@ func TestOwnerSessionConnection(t *testing.T) {
 		t.Fatalf("with no call in flight the request reached %v", cl.(*testClient).name)
 	}
 	first, second := &testClient{name: "first", session: "A"}, &testClient{name: "second", session: "A"}
-	_, end1 := r.begin(l.u, first)
-	_, end2 := r.begin(l.u, second)
+	_, end1 := beginCall(r, l.u, first)
+	_, end2 := beginCall(r, l.u, second)
 	defer end2()
 	if cl, wide, err := r.owner(context.Background(), l); err != nil || cl != first || !wide {
 		t.Fatalf("owner = %v, %v, %v; want the oldest call, for the session as a whole", cl, wide, err)
@@ -188,8 +188,8 @@ func TestCallNotificationReachesItsCall(t *testing.T) {
 	a := New(&configs.Config{}, Options{})
 	l := testLink("h", configs.TransportHTTP, "")
 	ca, cb := &testClient{name: "A", session: "A"}, &testClient{name: "B", session: "B"}
-	callA, endA := a.relay.begin(l.u, ca)
-	_, endB := a.relay.begin(l.u, cb)
+	callA, endA := beginCall(a.relay, l.u, ca)
+	_, endB := beginCall(a.relay, l.u, cb)
 	defer endB()
 	logMsg := mcp.JSONRPCNotification{}
 	logMsg.Method = string(mcp.MethodNotificationMessage)
@@ -251,7 +251,7 @@ func TestUnaskedRequestIsNotAWarning(t *testing.T) {
 		t.Errorf("with no call in flight, logged %q, want %q", got, want)
 	}
 
-	_, end := a.relay.begin(h.l.u, &testClient{name: "other", session: "B"})
+	_, end := beginCall(a.relay, h.l.u, &testClient{name: "other", session: "B"})
 	defer end()
 	if _, err := h.relay(context.Background(), "roots/list", nil); !errors.Is(err, ErrAmbiguousCaller) {
 		t.Fatalf("err = %v, want ErrAmbiguousCaller", err)
@@ -356,4 +356,11 @@ func TestHopMeta(t *testing.T) {
 	if string(got.Meta["trace"]) != `{"x":1}` || len(got.Meta) != 2 || strings.Contains(string(out), "ProgressToken") || strings.Contains(string(out), "io.modelcontextprotocol") {
 		t.Errorf("hop _meta = %s", out)
 	}
+}
+
+// beginCall begins a call on u and returns it and the function that ends
+// it.
+func beginCall(r *relay, u *upstream.Upstream, cl Client) (*inflightCall, func()) {
+	c := r.begin(u, cl)
+	return c, func() { r.end(u, c) }
 }

@@ -318,8 +318,8 @@ func (a *Aggregator) route(ctx context.Context, cl Client, up, method, target st
 	req := upstream.Request{Method: method, Target: target, Params: out, LogLevel: cl.LogLevel(), Tool: tool, Modern: cl.Modern()}
 	caps := cl.Capabilities()
 	req.Caps = &caps
-	call, end := a.relay.begin(u, cl)
-	defer end()
+	call := a.relay.begin(u, cl)
+	defer a.relay.end(u, call)
 	ctx = withCall(ctx, call)
 	for round := 0; ; round++ {
 		res, err = u.Send(ctx, req)
