@@ -65,11 +65,6 @@ func (s *Server) serveRouted(w http.ResponseWriter, r *http.Request, m *jsonrpc.
 		writeAnswer(w, status, jsonrpc.ErrorResponse(m.ID, refusal))
 		return
 	}
-	if sess != nil {
-		var forget func()
-		ctx, forget = sess.inflight.track(ctx, m.ID)
-		defer forget()
-	}
 	var held *backlog
 	overflow := func() {}
 	if sess != nil {
@@ -95,6 +90,11 @@ func (s *Server) serveRouted(w http.ResponseWriter, r *http.Request, m *jsonrpc.
 	if refusal != nil {
 		writeAnswer(w, httpStatus(refusal.Code), jsonrpc.ErrorResponse(m.ID, refusal))
 		return
+	}
+	if sess != nil {
+		// notifications/cancelled naming m cancels the call. Until await,
+		// nothing of it has run (it runs inline).
+		defer sess.inflight.remove(sess.inflight.add(m.ID, c.abort))
 	}
 	answer, code := s.await(ctx, c, m, out.event)
 	if answer.Empty() {
