@@ -371,12 +371,8 @@ func protocolError(err error) *jsonrpc.Error {
 // serveMCP hands to deliver.
 func (s *Server) sessionCaller(sess *session, call *call, logf func(string, ...any)) *caller {
 	c := &caller{queue: call.queue, log: logf}
-	c.caps = sess.caps
-	c.level = func() mcp.LoggingLevel {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		return sess.logLevel
-	}
+	c.caps = sess.capabilities()
+	c.level = sess.level
 	c.ask = func(ctx context.Context, method string, params any) (json.RawMessage, error) {
 		// A request of the call's own ends with the call. One of the
 		// session's as a whole (aggregator.SessionWide) is awaited while

@@ -11,46 +11,36 @@ import (
 )
 
 // This file holds what the connection-oriented HTTP front doors (/ws, /sse
-// and /message) check before they take a client, and the set of live stream
-// sessions they share.
+// and /message) check before they take a client, and how a stream door's
+// session enters and leaves the one registry (Server.sessions).
 
-// streamSet is the live stream sessions of one Server: a POST to /message
-// finds its SSE session here, and the HTTP server's shutdown ends them all.
-// Each holds a server.max_sessions slot, and each but stdio's ends once it
-// has been idle for server.session_idle_timeout (read_timeout before it
-// initialized), by the same sessionLife as a /mcp session's. Its zero
-// value is ready to use; it is safe for concurrent use. Lock order:
-// streamSet.mu before streamSession.mu.
-type streamSet struct {
-	mu      sync.Mutex
-	byID    map[string]*streamSession
-	closing bool
-	hooked  map[*http.Server]bool
-}
-
-// add records ss and takes its max_sessions slot. It fails once the server
-// is shutting down, when every slot is taken (errTooManySessions), or when
-// ss has already ended (its end ran before add, so nothing would remove
-// it).
-func (set *streamSet) add(ss *streamSession) error {
-	if err := ss.srv.takeSlot(ss.binding.Who); err != nil {
+// admit adds the stream session ss to the registry and takes its
+// max_sessions slot. Every stream session but stdio's ends once it has
+// been idle for server.session_idle_timeout (read_timeout before it
+// initialized), by the same sessionLife as a /mcp session's. admit fails
+// once the server is shutting down, when every slot is taken
+// (errTooManySessions), or when ss has already ended (its end ran before
+// admit, so nothing would remove it).
+func (s *Server) admit(ss *streamSession) error {
+	if err := s.takeSlot(ss.sess.who); err != nil {
 		return err
 	}
-	return set.addTaken(ss)
+	return s.admitTaken(ss)
 }
 
-// addTaken is add for ss whose slot its door has taken already (the
+// admitTaken is admit for ss whose slot its door has taken already (the
 // websocket door takes it before the upgrade, so that a client never
 // sees its connection accepted and then closed for want of one). On
 // failure it gives the slot back.
-func (set *streamSet) addTaken(ss *streamSession) error {
-	set.mu.Lock()
-	defer set.mu.Unlock()
+func (s *Server) admitTaken(ss *streamSession) error {
+	sess := ss.sess
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	fail := func(err error) error {
-		ss.srv.giveSlot(ss.binding.Who)
+		s.giveSlot(sess.who)
 		return err
 	}
-	if set.closing {
+	if s.closing {
 		return fail(errServerShutdown)
 	}
 	ss.mu.Lock()
@@ -59,92 +49,85 @@ func (set *streamSet) addTaken(ss *streamSession) error {
 	if ended {
 		return fail(ErrSessionClosed)
 	}
-	if set.byID == nil {
-		set.byID = make(map[string]*streamSession)
+	if sess.kind != "stdio" { // the one client that launched mcpmux
+		sess.life = s.newLife(func(time.Duration) { ss.end(errSessionIdle) })
 	}
-	set.byID[ss.id] = ss
-	if ss.kind != "stdio" { // the one client that launched mcpmux
-		ss.life.Store(ss.srv.newLife(func(time.Duration) { ss.end(errSessionIdle) }))
-	}
+	s.sessions[sess.id] = sess
 	return nil
-}
-
-// remove forgets ss and gives its slot back (end calls it).
-func (set *streamSet) remove(ss *streamSession) {
-	set.mu.Lock()
-	defer set.mu.Unlock()
-	if set.byID[ss.id] == ss {
-		delete(set.byID, ss.id)
-		if l := ss.life.Load(); l != nil {
-			l.stop()
-		}
-		ss.srv.giveSlot(ss.binding.Who)
-	}
 }
 
 // errSessionIdle ends a stream session that was idle too long.
 var errSessionIdle = errors.New("session idle for longer than server.session_idle_timeout")
 
-// get returns the live session with id, or nil.
-func (set *streamSet) get(id string) *streamSession {
-	set.mu.Lock()
-	defer set.mu.Unlock()
-	return set.byID[id]
+// stream returns the live stream session with id, or nil.
+func (s *Server) stream(id string) *streamSession {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if sess := s.sessions[id]; sess != nil {
+		return sess.ss
+	}
+	return nil
 }
 
-// list returns the live stream sessions, in a new slice.
-func (set *streamSet) list() []*streamSession {
-	set.mu.Lock()
-	defer set.mu.Unlock()
-	out := make([]*streamSession, 0, len(set.byID))
-	for _, ss := range set.byID {
-		out = append(out, ss)
+// streams returns the live stream sessions, in a new slice.
+func (s *Server) streams() []*streamSession {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.streamsLocked()
+}
+
+// streamsLocked is streams with s.mu held.
+func (s *Server) streamsLocked() []*streamSession {
+	var out []*streamSession
+	for _, sess := range s.sessions {
+		if sess.ss != nil {
+			out = append(out, sess.ss)
+		}
 	}
 	return out
 }
 
-// len returns the number of live stream sessions.
-func (set *streamSet) len() int {
-	set.mu.Lock()
-	defer set.mu.Unlock()
-	return len(set.byID)
-}
-
-// shutdown refuses new sessions and ends every live one. Each front door's
-// handler then closes its connection (websocket: 1001 going away) and
-// returns.
-func (set *streamSet) shutdown() {
-	set.mu.Lock()
-	set.closing = true
-	live := make([]*streamSession, 0, len(set.byID))
-	for _, ss := range set.byID {
-		live = append(live, ss)
-	}
-	set.mu.Unlock()
+// shutdownStreams refuses new stream sessions and ends every live one.
+// Each front door's handler then closes its connection (websocket: 1001
+// going away) and returns.
+func (s *Server) shutdownStreams() {
+	s.mu.Lock()
+	s.closing = true
+	live := s.streamsLocked()
+	s.mu.Unlock()
 	for _, ss := range live {
 		ss.end(errServerShutdown)
 	}
+}
+
+// shutdownHooks are the http.Servers whose Shutdown ends every stream
+// session (watchShutdown). Its zero value is ready to use; it is safe for
+// concurrent use.
+type shutdownHooks struct {
+	mu     sync.Mutex
+	hooked map[*http.Server]bool
 }
 
 // watchShutdown makes the Shutdown of the http.Server serving r end every
 // stream session, once per http.Server. Shutdown neither waits for hijacked
 // (websocket) connections nor ends long-lived SSE responses by itself;
 // RegisterOnShutdown is its hook for exactly that.
-func (set *streamSet) watchShutdown(r *http.Request) {
+func (s *Server) watchShutdown(r *http.Request) {
 	hs, ok := r.Context().Value(http.ServerContextKey).(*http.Server)
 	if !ok || hs == nil {
 		return
 	}
-	set.mu.Lock()
-	defer set.mu.Unlock()
-	if set.hooked[hs] {
+	h := &s.hooks
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.hooked[hs] {
 		return
 	}
-	if set.hooked == nil {
-		set.hooked = make(map[*http.Server]bool)
+	if h.hooked == nil {
+		h.hooked = make(map[*http.Server]bool)
 	}
-	set.hooked[hs] = true
-	hs.RegisterOnShutdown(set.shutdown)
+	h.hooked[hs] = true
+	hs.RegisterOnShutdown(s.shutdownStreams)
 }
 
 // openDoor runs the checks a connection-oriented front door makes before it
@@ -165,13 +148,13 @@ func (s *Server) openDoor(w http.ResponseWriter, r *http.Request) (grant.Binding
 	}
 	b.Who = callerOf(r, b)
 	// Refused before the upgrade or the stream's first byte; the door
-	// takes the slot itself (streamSet.add, or takeSlot before a
+	// takes the slot itself (admit, or takeSlot before a
 	// websocket's upgrade).
 	if err := s.slotsFull(b.Who); err != nil {
 		s.refuseSession(w, nil, "", b.Profile, err)
 		return grant.Binding{}, grant.Selection{}, false
 	}
-	s.streams.watchShutdown(r)
+	s.watchShutdown(r)
 	return b, sel, true
 }
 

@@ -161,31 +161,20 @@ func (l *sessionLife) enter() func() {
 	}
 }
 
-// startLife starts the expiry of the /mcp session id; s.mu must be held.
-func (s *Server) startLife(id string, sess *session) {
+// startLife starts the expiry of the /mcp session sess, which ends as a
+// DELETE would end it; s.mu must be held.
+func (s *Server) startLife(sess *session) {
+	id := sess.id
 	sess.life = s.newLife(func(idle time.Duration) {
 		s.log.Info("session expired", "session", id, "idle", idle.Round(time.Second))
 		s.expire(id)
 	})
 }
 
-// endLife stops the expiry of the /mcp session id, which ended, and gives
-// its slot back; s.mu must be held.
-func (s *Server) endLife(id string, sess *session) {
-	if sess.life == nil {
-		return
-	}
-	sess.life.stop()
-	s.giveSlot(sess.who)
-	sess.life = nil
-}
-
 // touch records a request of the /mcp session sess (any message after
 // initialize makes it initialized); the returned func records its end.
 func (s *Server) touch(sess *session) func() {
-	s.mu.Lock()
-	l := sess.life
-	s.mu.Unlock()
+	l := sess.life // set before sess entered the registry, and never again
 	if l == nil {
 		return func() {}
 	}

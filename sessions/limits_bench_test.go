@@ -60,7 +60,7 @@ func BenchmarkIdleStreamSession(b *testing.B) {
 		open := make([]*streamSession, 0, idleSessions)
 		for range idleSessions {
 			ss := s.newStreamSession(context.Background(), "sse", bind, discard)
-			if err := s.streams.add(ss); err != nil {
+			if err := s.admit(ss); err != nil {
 				b.Fatal(err)
 			}
 			ss.receive([]byte(initializeBody))

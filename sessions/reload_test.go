@@ -643,7 +643,7 @@ func filterKeys(s *Server) []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var keys []string
-	for _, sess := range s.bound {
+	for _, sess := range s.sessions {
 		keys = append(keys, sess.binding.Filter.Key())
 	}
 	slices.Sort(keys)
@@ -885,9 +885,9 @@ func TestReloadRacingABind(t *testing.T) {
 			}
 			reloadWith(t, s, up, tt.edit)
 			s.takeSlot(stale.Who) // as serveInitialize does
-			s.bind("stub-session", stale, [32]byte{}, &handshake{}, nil)
+			s.bind(s.newSession("stub-session", "mcp", stale, [32]byte{}, nil), &handshake{})
 			s.mu.Lock()
-			sess := s.bound["stub-session"]
+			sess := s.sessions["stub-session"]
 			s.mu.Unlock()
 			if tt.ends {
 				if sess != nil {
@@ -916,7 +916,7 @@ func TestReloadRacingABind(t *testing.T) {
 				return nil
 			}))
 			t.Cleanup(func() { ss.close(nil) })
-			if err := s.streams.add(ss); err != nil {
+			if err := s.admit(ss); err != nil {
 				t.Fatal(err)
 			}
 			ss.receive([]byte(initializeBody))

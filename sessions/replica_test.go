@@ -54,8 +54,8 @@ func TestSessionIDsNameTheReplica(t *testing.T) {
 		initializeAs(t, p, map[string]any{})
 		var ws []string
 		for _, ss := range allStreams(s) {
-			if ss.kind == "ws" {
-				ws = append(ws, ss.id)
+			if ss.sess.kind == "ws" {
+				ws = append(ws, ss.id())
 			}
 		}
 		if len(ws) != 1 || !strings.HasPrefix(ws[0], prefix+"ws-") {

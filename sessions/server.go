@@ -58,18 +58,25 @@ type Server struct {
 	startedCh chan struct{} // closed by MarkStarted
 	startOnce sync.Once
 
-	mu    sync.Mutex
-	bound map[string]*session // every initialized session, of every door, by id
+	mu sync.Mutex
+	// sessions is the one registry of sessions, of every door, by id: a
+	// stream door's from its connection (unbound until it initializes),
+	// a /mcp session's from its initialize. Each holds a max_sessions slot
+	// while it is here. nbound counts those that initialized (bound).
+	sessions map[string]*session
+	nbound   int
+	// closing is set once shutdown began: no stream session is admitted.
+	closing bool
 
 	reloading sync.Mutex // one Reload at a time (reload.go)
 
 	dyn  atomic.Pointer[dynamicSetup] // dynamic toolsets of the current resolver (dynamic.go)
 	srch atomic.Pointer[searchSetup]  // tool search of the current resolver (search.go)
 
-	streams   streamSet  // live websocket, SSE and stdio sessions (door.go)
-	listening listeners  // open 2026-07-28 subscriptions/listen streams (listen.go)
-	held      *heldCalls // 2026-07-28 calls waiting for their client's input (call.go)
-	flights   flights    // routed calls running and awaited, for shutdown (drain.go)
+	hooks     shutdownHooks // the http.Servers whose Shutdown ends the stream sessions (door.go)
+	listening listeners     // open 2026-07-28 subscriptions/listen streams (listen.go)
+	held      *heldCalls    // 2026-07-28 calls waiting for their client's input (call.go)
+	flights   flights       // routed calls running and awaited, for shutdown (drain.go)
 }
 
 // replicaPrefix starts every session id this replica mints, on every
@@ -112,54 +119,107 @@ func (s *Server) maxConnectTimeout() time.Duration {
 	return d
 }
 
-// session is one initialized legacy (initialize-based) session, of any
-// door: the one registry list_changed, logs, resource updates and reloads
-// go through.
+// session is one legacy (initialize-based) session, of any door: the one
+// registry list_changed, logs, resource updates, reloads and shutdown go
+// through, and the one copy of what a session is, whatever its wire. A
+// stream door's session (/ws, /sse, stdio) is made when its client
+// connects and bound when it initializes; a /mcp session is made and bound
+// by its initialize. What belongs to a stream's wire (its writer, its
+// queue of frames, its workers) is in ss.
 type session struct {
-	binding grant.Binding
+	id string
+	// kind is its door: "mcp", "ws", "sse" or "stdio".
+	kind string
 	// owner is the sum of the bearer token that opened the session (zero
 	// without one): a request carrying another token is answered as if the
 	// session did not exist (SPEC §6).
 	owner [32]byte
 	// who is the caller whose shares the session's slot, streams and
-	// calls count in (Binding.Who when it bound); it never changes.
+	// calls count in (Binding.Who when it connected); it never changes.
 	who string
-	// stream is true for sessions of the /ws, /sse and stdio doors: their
-	// ids must not be usable on /mcp.
-	stream bool
-	// logLevel is what the session set with logging/setLevel; "" = it
-	// asked for no log messages.
-	logLevel mcp.LoggingLevel
-	subs     map[string]bool // resource URIs this session subscribed to
-	// caps are the capabilities the client declared at initialize.
-	caps mcp.ClientCapabilities
-	// ss is the stream session of a /ws, /sse or stdio session; nil for a
-	// /mcp session.
+	// ss is the wire half of a /ws, /sse or stdio session; nil for a /mcp
+	// session. Its ids must not be usable on /mcp.
 	ss *streamSession
+
+	// binding is the session's grant, decided once when it connected or
+	// initialized: re-derived by a reload (reload.go), narrowed by what
+	// the session turns on (dynamic.go, search.go). Under Server.mu, as
+	// are the fields down to revoked.
+	binding grant.Binding
+	// bound is true once it initialized (Server.bind): from then on it is
+	// told list_changed, logs and resource updates.
+	bound bool
+	subs  map[string]bool // resource URIs this session subscribed to
 	// get is the open GET stream of a /mcp session, where what belongs to
 	// no call of it goes; nil when none is open.
 	get *standalone
-	// pending are this session's server→client requests sent on /mcp.
-	pending pendingSet
-	// inflight are this session's routed requests on /mcp in progress,
-	// for notifications/cancelled (a stream session keeps its own in ss).
-	inflight inflight
 	// listed is the fingerprint of the view the session last had; a catalog
 	// change notifies the session only when it differs. listedPrompts and
 	// listedResources are the same for its prompts, and its resources and
 	// templates (filter.Listing.Fingerprints).
 	listed                         string
 	listedPrompts, listedResources string
-	// life expires a /mcp session opened by initialize and holds its
-	// max_sessions slot (limits.go); nil for the others.
-	life *sessionLife
-	// held is what mcpmux holds for the client of a /mcp session, its
-	// calls in flight and their unread frames and answers (backlog.go);
-	// nil for stream sessions, which keep their own.
-	held *backlog
 	// revoked is why a reload ended the session (reload.go): from then on
 	// it is refused, until it is gone. nil while its grant holds.
 	revoked error
+
+	// logLevel is what the session set with logging/setLevel; nil = it
+	// asked for no log messages.
+	logLevel atomic.Pointer[mcp.LoggingLevel]
+	// caps are the capabilities the client declared at initialize; nil
+	// before.
+	caps atomic.Pointer[mcp.ClientCapabilities]
+	// pending are the session's server→client requests waiting for the
+	// client, on whichever of its streams they went out.
+	pending pendingSet
+	// inflight are the session's routed requests queued or in progress,
+	// for notifications/cancelled.
+	inflight inflight
+	// life expires the session when idle; set when it enters the
+	// registry, and never for stdio's (whose one client launched mcpmux).
+	life *sessionLife
+	// held is what mcpmux holds for the session's client: the bytes of
+	// its unread frames and answers, and on /mcp its calls in flight
+	// (backlog.go).
+	held *backlog
+}
+
+// newSession makes the session id of door kind, for b, opened by owner.
+// It is in no registry yet.
+func (s *Server) newSession(id, kind string, b grant.Binding, owner [32]byte, held *backlog) *session {
+	return &session{id: id, kind: kind, owner: owner, who: b.Who, binding: b, held: held}
+}
+
+// level returns the session's log level, "" for none.
+func (sess *session) level() mcp.LoggingLevel {
+	if l := sess.logLevel.Load(); l != nil {
+		return *l
+	}
+	return ""
+}
+
+// capabilities returns what the client declared at initialize.
+func (sess *session) capabilities() mcp.ClientCapabilities {
+	if c := sess.caps.Load(); c != nil {
+		return *c
+	}
+	return mcp.ClientCapabilities{}
+}
+
+// boundLocked returns the session id once it initialized, or nil; s.mu
+// must be held.
+func (s *Server) boundLocked(id string) *session {
+	if sess := s.sessions[id]; sess != nil && sess.bound {
+		return sess
+	}
+	return nil
+}
+
+// profileOf returns the profile sess is bound to.
+func (s *Server) profileOf(sess *session) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return sess.binding.Profile
 }
 
 // Options configure a Server.
@@ -186,7 +246,7 @@ type Options struct {
 // starts no goroutines. The caller starts the aggregator and closes it
 // after Shutdown.
 func New(cfg *configs.Config, opts Options) (*Server, error) {
-	s := &Server{cfg: cfg, registry: opts.Registry, log: opts.Logger, version: opts.Version, bound: make(map[string]*session), startedCh: make(chan struct{})}
+	s := &Server{cfg: cfg, registry: opts.Registry, log: opts.Logger, version: opts.Version, sessions: make(map[string]*session), startedCh: make(chan struct{})}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -263,7 +323,10 @@ func (s *Server) onSnapshot(prev, next *aggregator.Snapshot) {
 	}
 	s.mu.Lock()
 	var toolsIDs, promptsIDs, resourcesIDs []string
-	for id, sess := range s.bound {
+	for id, sess := range s.sessions {
+		if !sess.bound {
+			continue
+		}
 		fp := prints(sess.binding)
 		if fp.tools != sess.listed {
 			sess.listed = fp.tools
@@ -306,7 +369,7 @@ func (s *Server) notify(ids []string, method string, params map[string]any) {
 	}
 	for _, id := range ids {
 		s.mu.Lock()
-		sess := s.bound[id]
+		sess := s.boundLocked(id)
 		s.mu.Unlock()
 		if sess == nil {
 			continue
@@ -345,8 +408,8 @@ func (s *Server) logRecipients(up string, level mcp.LoggingLevel) []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var ids []string
-	for id, sess := range s.bound {
-		if sess.logLevel != "" && level.ShouldSendTo(sess.logLevel) && s.listing(sess.binding).Shows(up) {
+	for id, sess := range s.sessions {
+		if l := sess.level(); sess.bound && l != "" && level.ShouldSendTo(l) && s.listing(sess.binding).Shows(up) {
 			ids = append(ids, id)
 		}
 	}
@@ -361,8 +424,8 @@ func (s *Server) resourceUpdated(from, uri string) {
 	up, _, routed := s.agg.RouteURI(uri)
 	s.mu.Lock()
 	var ids []string
-	for id, sess := range s.bound {
-		if sess.subs[uri] && routed && s.listing(sess.binding).Shows(up) && (from == "" || id == from) {
+	for id, sess := range s.sessions {
+		if sess.bound && sess.subs[uri] && routed && s.listing(sess.binding).Shows(up) && (from == "" || id == from) {
 			ids = append(ids, id)
 		}
 	}
@@ -373,65 +436,89 @@ func (s *Server) resourceUpdated(from, uri string) {
 	}
 }
 
-// bind registers the session id, which has just initialized with hs under
-// b: ss is its stream session, or nil for a /mcp session, which holds the
-// max_sessions slot its initialize took from now on, and expires when
-// idle (limits.go). owner is the sum of the token that opened it. When a
-// reload came since b was resolved, the grant is re-derived here, as the
-// reload did for every session it saw (reload.go); one the reload ends is
-// bound ended, and revoked says why.
-func (s *Server) bind(id string, b grant.Binding, owner [32]byte, hs *handshake, ss *streamSession) (revoked error) {
-	v := s.View(b)
-	lp, lr := s.listing(b).Fingerprints()
+// bind binds sess, which has just initialized with hs: from now on it is
+// told list_changed, logs and resource updates. A /mcp session enters the
+// registry here, holding the max_sessions slot its initialize took, and
+// expires when idle (limits.go); a stream session is in it since it
+// connected, and one that ended since is not bound. When a reload came
+// since the session's grant was resolved, the grant is re-derived here, as
+// the reload did for every session it saw (reload.go); one the reload ends
+// is bound ended, and revoked says why. A /mcp session is then ended here;
+// a stream session ends itself (streamSession.register).
+func (s *Server) bind(sess *session, hs *handshake) (revoked error) {
+	caps := hs.caps // a copy: a pointer into hs would keep all of hs
+	sess.caps.Store(&caps)
 	s.mu.Lock()
-	if res := s.Resolver(); b.Granter != nil && b.Granter != res {
+	if sess.ss != nil && s.sessions[sess.id] != sess {
+		s.mu.Unlock()
+		return nil // it ended before it bound
+	}
+	b, revoked := sess.binding, sess.revoked
+	if res := s.Resolver(); revoked == nil && b.Granter != nil && b.Granter != res {
 		if nb, err := s.regrant(res, b); err != nil {
 			revoked = fmt.Errorf("%w: %w", errConfigChanged, err)
+			sess.revoked = revoked
 		} else {
 			b = nb
-			v = s.View(b)
-			lp, lr = s.listing(b).Fingerprints()
+			sess.binding = b
 		}
 	}
-	sess := &session{binding: b, owner: owner, who: b.Who, listed: v.Fingerprint(), listedPrompts: lp, listedResources: lr,
-		stream: ss != nil, ss: ss, caps: hs.caps, revoked: revoked}
-	if ss == nil {
-		sess.held = newBacklog(s.cfg.Server.MaxPendingBytes, maxCallsPerSession)
-		s.startLife(id, sess)
+	lp, lr := s.listing(b).Fingerprints()
+	sess.listed, sess.listedPrompts, sess.listedResources = s.View(b).Fingerprint(), lp, lr
+	sess.bound = true
+	s.nbound++
+	if sess.ss == nil {
+		s.startLife(sess)
+		s.sessions[sess.id] = sess
 	}
-	s.bound[id] = sess
 	s.mu.Unlock()
-	s.log.Info("session started", "session", id, "profile", b.Profile)
-	if revoked != nil && ss == nil { // a stream session ends itself (streamSession.register)
-		s.endSession(id, b.Profile, false, revoked)
+	s.log.Info("session started", "session", sess.id, "profile", b.Profile)
+	if revoked != nil && sess.ss == nil {
+		s.endSession(sess.id, b.Profile, false, revoked)
 	}
 	return revoked
 }
 
-// unbind forgets the session id, which ended: its calls on /mcp are
-// cancelled, its GET stream closes, its slot, limiter bucket and scope =
-// "session" connections are released, and its resource subscriptions
-// given up.
+// unbind ends the /mcp session id (release).
 func (s *Server) unbind(id string) {
 	s.mu.Lock()
-	sess := s.bound[id]
-	if sess == nil {
-		s.mu.Unlock()
-		return
+	sess := s.sessions[id]
+	s.mu.Unlock()
+	if sess != nil {
+		s.release(sess)
 	}
-	delete(s.bound, id)
-	s.endLife(id, sess)
-	if sess.get != nil {
-		sess.get.close()
-		sess.get = nil
-	}
-	sess.inflight.cancelAll()
-	sess.pending.fail() // its server→client requests get no answer now
-	subs := make([]string, 0, len(sess.subs))
-	for uri := range sess.subs {
-		subs = append(subs, uri)
+}
+
+// release forgets sess, which ended, of whatever door: it leaves the
+// registry and gives its slot back, its calls are cancelled, its
+// server→client requests fail, its GET stream closes, its limiter bucket
+// and scope = "session" connections are released, and its resource
+// subscriptions given up. A stream session is released by its end.
+func (s *Server) release(sess *session) {
+	id := sess.id
+	s.mu.Lock()
+	var subs []string
+	if s.sessions[id] == sess {
+		delete(s.sessions, id)
+		if sess.bound {
+			s.nbound--
+		}
+		if sess.life != nil {
+			sess.life.stop()
+		}
+		s.giveSlot(sess.who)
+		if sess.get != nil {
+			sess.get.close()
+			sess.get = nil
+		}
+		subs = make([]string, 0, len(sess.subs))
+		for uri := range sess.subs {
+			subs = append(subs, uri)
+		}
 	}
 	s.mu.Unlock()
+	sess.inflight.cancelAll()
+	sess.pending.fail() // its server→client requests get no answer now
 	s.limits.Forget(id)
 	s.agg.EndSession(id) // closes its scope = "session" connections
 	for _, uri := range subs {
@@ -441,11 +528,11 @@ func (s *Server) unbind(id string) {
 	}
 }
 
-// Sessions returns the number of bound legacy sessions.
+// Sessions returns the number of bound legacy sessions, of every door.
 func (s *Server) Sessions() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return len(s.bound)
+	return s.nbound
 }
 
 // Handler returns the HTTP handler: /mcp (streamable HTTP), /ws
@@ -612,7 +699,7 @@ func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request) {
 		var bound grant.Binding // read under the lock: enabling a toolset (dynamic.go) or a reload replaces it
 		var revoked error
 		s.mu.Lock()
-		sess = s.bound[id]
+		sess = s.sessions[id]
 		if sess != nil {
 			bound, revoked = sess.binding, sess.revoked
 		}
@@ -624,7 +711,7 @@ func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request) {
 		// bucket or stream is made for it. A session a reload ended
 		// answers the same, so that its client initializes again, under
 		// the new config (reload.go).
-		if owner := chk.Owner(); sess == nil || revoked != nil || sess.stream || subtle.ConstantTimeCompare(owner[:], sess.owner[:]) != 1 {
+		if owner := chk.Owner(); sess == nil || revoked != nil || sess.ss != nil || subtle.ConstantTimeCompare(owner[:], sess.owner[:]) != 1 {
 			writeJSONError(w, http.StatusNotFound, m.ID, mcp.INVALID_REQUEST, "unknown session")
 			return
 		}
@@ -744,9 +831,10 @@ func (s *Server) serveInitialize(w http.ResponseWriter, m *jsonrpc.Message, chk 
 		writeAnswer(w, http.StatusOK, resp)
 		return
 	}
-	id := replicaPrefix(s.cfg) + sessionIDPrefix + rand.Text()
-	s.bind(id, b, chk.Owner(), hs, nil)
-	w.Header().Set(mcp.HeaderSessionID, id)
+	sess := s.newSession(replicaPrefix(s.cfg)+sessionIDPrefix+rand.Text(), "mcp", b, chk.Owner(),
+		newBacklog(s.cfg.Server.MaxPendingBytes, maxCallsPerSession))
+	s.bind(sess, hs)
+	w.Header().Set(mcp.HeaderSessionID, sess.id)
 	writeAnswer(w, http.StatusOK, resp)
 }
 

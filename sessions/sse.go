@@ -40,21 +40,19 @@ func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request) {
 	}
 	sw := &sseWriter{w: w, rc: http.NewResponseController(w), timeout: s.writeTimeout}
 	ss := s.newStreamSession(r.Context(), "sse", b, sw)
-	// Its owner: a static token's sum, or an OAuth subject's (auth.go).
-	ss.token = b.Caller
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache, no-transform")
 	h.Set("X-Accel-Buffering", "no") // nginx: do not buffer the stream
 	// Findable before the client can know its id: the endpoint event is
 	// still the first, as nothing is sent before the client's first POST.
-	if err := s.streams.add(ss); err != nil {
+	if err := s.admit(ss); err != nil {
 		ss.close(err)
 		writeJSONError(w, http.StatusServiceUnavailable, nil, mcp.INTERNAL_ERROR, err.Error())
 		return
 	}
 	w.WriteHeader(http.StatusOK)
-	if err := sw.event("endpoint", []byte(sseMessagePath+"?sessionId="+ss.id)); err != nil {
+	if err := sw.event("endpoint", []byte(sseMessagePath+"?sessionId="+ss.id())); err != nil {
 		ss.close(fmt.Errorf("writing the endpoint event: %w", err))
 		return
 	}
@@ -86,8 +84,8 @@ func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request) {
 // serveMessage takes one client message for an SSE session and answers
 // 202; the answer to the message goes onto the session's stream.
 func (s *Server) serveMessage(w http.ResponseWriter, r *http.Request) {
-	ss := s.streams.get(r.URL.Query().Get("sessionId"))
-	if ss == nil || ss.kind != "sse" {
+	ss := s.stream(r.URL.Query().Get("sessionId"))
+	if ss == nil || ss.sess.kind != "sse" {
 		writeJSONError(w, http.StatusNotFound, nil, mcp.INVALID_REQUEST, "unknown or ended session: open a new stream at /sse")
 		return
 	}
@@ -98,7 +96,7 @@ func (s *Server) serveMessage(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			s.auditLimit(ss.id, ss.binding.Profile, "", "", audit.ReasonSize)
+			s.auditLimit(ss.id(), s.profileOf(ss.sess), "", "", audit.ReasonSize)
 			writeJSONError(w, http.StatusRequestEntityTooLarge, nil, mcp.INVALID_REQUEST,
 				fmt.Sprintf("request body exceeds server.max_body_bytes (%d bytes)", s.cfg.Server.MaxBodyBytes))
 			return
@@ -129,7 +127,7 @@ func (s *Server) postMatchesSession(w http.ResponseWriter, r *http.Request, ss *
 	if !res.AuthRequired() && !explicit {
 		return true
 	}
-	bound, revoked := s.grantOf(ss)
+	bound, revoked := s.grantOf(ss.sess)
 	if revoked != nil {
 		ss.end(revoked)
 		writeJSONError(w, http.StatusNotFound, nil, mcp.INVALID_REQUEST, "unknown or ended session: open a new stream at /sse")
@@ -145,14 +143,14 @@ func (s *Server) postMatchesSession(w http.ResponseWriter, r *http.Request, ss *
 	// bounded cache since the stream opened (SPEC §10).
 	chk, err := res.Check(probe)
 	if err != nil {
-		if owner, ok := grant.ExpiredOwner(err); ok && subtle.ConstantTimeCompare(owner[:], ss.token[:]) == 1 {
+		if owner, ok := grant.ExpiredOwner(err); ok && subtle.ConstantTimeCompare(owner[:], ss.sess.owner[:]) == 1 {
 			ss.end(grant.ErrTokenExpired)
 		}
 		writeResolveError(w, err)
 		return false
 	}
 	key := chk.Key()
-	if owner := chk.Owner(); res.AuthRequired() && subtle.ConstantTimeCompare(owner[:], ss.token[:]) != 1 {
+	if owner := chk.Owner(); res.AuthRequired() && subtle.ConstantTimeCompare(owner[:], ss.sess.owner[:]) != 1 {
 		writeJSONError(w, http.StatusForbidden, nil, mcp.INVALID_REQUEST, "this token did not open the session")
 		return false
 	}

@@ -67,7 +67,7 @@ func (s *Server) serveGET(w http.ResponseWriter, r *http.Request, id string, ses
 	rc := http.NewResponseController(w)
 	g := &standalone{frames: make(chan []byte, standaloneQueue), held: sess.held, done: make(chan struct{})}
 	s.mu.Lock()
-	if s.bound[id] != sess {
+	if s.sessions[id] != sess {
 		s.mu.Unlock()
 		writeJSONError(w, http.StatusNotFound, nil, -32600, "unknown session")
 		return
@@ -137,8 +137,8 @@ func (s *Server) serveGET(w http.ResponseWriter, r *http.Request, id string, ses
 func (s *Server) closeSessions() {
 	s.mu.Lock()
 	var ids []string
-	for id, sess := range s.bound {
-		if !sess.stream {
+	for id, sess := range s.sessions {
+		if sess.ss == nil {
 			ids = append(ids, id)
 		}
 	}

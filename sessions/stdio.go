@@ -48,11 +48,11 @@ func (s *Server) ServeStdio(ctx context.Context, profile string, in io.Reader, o
 	}
 	// The session outlives ctx, so that what was read is still answered.
 	ss := s.newStreamSession(context.WithoutCancel(ctx), "stdio", b, &lineWriter{w: out})
-	if err := s.streams.add(ss); err != nil {
+	if err := s.admit(ss); err != nil {
 		ss.close(err)
 		return nil
 	}
-	defer s.flights.forget(ss.id)
+	defer s.flights.forget(ss.id())
 	gate := &stdinGate{}
 	read := make(chan error, 1)
 	go func() { read <- s.readLines(ss, in, gate) }()
@@ -68,14 +68,14 @@ func (s *Server) ServeStdio(ctx context.Context, profile string, in io.Reader, o
 		// mcpmux is stopping: requests read from now on are refused, and
 		// no new call of this client starts.
 		gate.close()
-		s.flights.close(ss.id)
+		s.flights.close(ss.id())
 		s.finishStdio(ss, errServerShutdown)
 	case <-ss.done():
 	}
 	wctx, cancel := context.WithTimeout(context.Background(), answerWait)
 	defer cancel()
 	if err := ss.wait(wctx); err != nil {
-		s.log.Warn("stdio session did not write its last answers in time", "session", ss.id, "duration", answerWait)
+		s.log.Warn("stdio session did not write its last answers in time", "session", ss.id(), "duration", answerWait)
 	}
 	if !readerDone {
 		if d, ok := in.(interface{ SetReadDeadline(time.Time) error }); ok && d.SetReadDeadline(time.Now()) == nil {
@@ -106,9 +106,9 @@ func (s *Server) finishStdio(ss *streamSession, cause error) {
 	late := gctx.Err() != nil
 	cancel()
 	if late {
-		s.flights.close(ss.id)
-		n := s.flights.abort(ss.id)
-		s.log.Info("calls still running at the end of server.shutdown_grace are answered with an error", "session", ss.id, "calls", n, "duration", grace)
+		s.flights.close(ss.id())
+		n := s.flights.abort(ss.id())
+		s.log.Info("calls still running at the end of server.shutdown_grace are answered with an error", "session", ss.id(), "calls", n, "duration", grace)
 		actx, acancel := context.WithTimeout(context.Background(), answerWait)
 		ss.idle(actx)
 		acancel()
@@ -149,7 +149,7 @@ func (g *stdinGate) close() {
 func (s *Server) readLines(ss *streamSession, in io.Reader, gate *stdinGate) (err error) {
 	defer func() {
 		if v := recover(); v != nil {
-			s.log.Error("panic reading stdin", "session", ss.id, "panic", v)
+			s.log.Error("panic reading stdin", "session", ss.id(), "panic", v)
 			err = fmt.Errorf("reader panic: %v", v)
 		}
 	}()

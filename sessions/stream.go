@@ -82,19 +82,17 @@ type frameWriter interface {
 	writeFrame(frame jsonrpc.Frame) error
 }
 
-// streamSession is one client connected over a message stream. It is
-// mcp-go's ClientSession for that client, bound for its whole life to what
-// its connection asked for (a reload re-derives that grant, as for /mcp
-// sessions, or ends the session; see grantOf). Requests run on a bounded
-// pool of workers; one writer goroutine serializes everything sent back,
-// responses and notifications alike. It is safe for concurrent use.
+// streamSession is the wire half of a session of a message-stream door
+// (/ws, /sse, stdio): the frame writer, the ordered queue of what goes
+// out and its one writer goroutine, and the pool of workers its requests
+// run on. What the session is, whatever its wire (its grant, log level,
+// capabilities, pending server→client requests, requests in flight,
+// expiry and backlog), is in sess, the one session type. It is safe for
+// concurrent use.
 type streamSession struct {
-	srv     *Server
-	id      string
-	kind    string        // "ws", "sse" or "stdio", for logs
-	binding grant.Binding // as resolved at connect; see grantOf
-	w       frameWriter
-	token   [32]byte // its owner, Binding.Caller: SSE checks posts against it
+	srv  *Server
+	sess *session // the session; its ss is this
+	w    frameWriter
 
 	ctx    context.Context // done once the session ends
 	cancel context.CancelFunc
@@ -107,29 +105,15 @@ type streamSession struct {
 	// before what it sends next.
 	queued atomic.Int64
 	wmu    sync.Mutex
-	held   *backlog        // the bytes in out and in its calls' frame queues (backlog.go)
 	queue  chan *streamJob // requests waiting for a worker
 	wg     sync.WaitGroup  // workers
 	wrote  chan struct{}   // closed when the writer has stopped
 
-	logLevel   atomic.Value // mcp.LoggingLevel
-	clientCaps atomic.Pointer[mcp.ClientCapabilities]
-	life       atomic.Pointer[sessionLife] // its expiry once added to the stream set; nil for stdio
-
-	mu         sync.Mutex
-	ended      bool
-	cause      error
-	registered bool       // bound (Server.bind), after initialize
-	workers    int        // running workers
-	pending    pendingSet // server→client requests waiting for the client
-
-	inflight inflight // client requests queued or running, for notifications/cancelled
-
-	// regranted is the binding a reload re-derived for the session before
-	// it registered (nil: none did), and revoked why a reload ended it.
-	// Both are under Server.mu (reload.go).
-	regranted *grant.Binding
-	revoked   error
+	// mu is a leaf lock: nothing else is locked while it is held.
+	mu      sync.Mutex
+	ended   bool
+	cause   error
+	workers int // running workers
 }
 
 // streamJob is one client request waiting for or running on a worker.
@@ -146,27 +130,33 @@ type pendingReply struct {
 	err    error
 }
 
-// newStreamSession starts a session of kind for b, writing through w. The
-// session lives until end is called or parent is done; its writer runs from
-// now on, but nothing is sent before the client's first message.
+// newStreamSession starts a session of door kind for b, writing through
+// w, opened by b.Caller (a static token's sum, or an OAuth subject's). It
+// is in the registry once its door admits it (Server.admit). The session
+// lives until end is called or parent is done; its writer runs from now
+// on, but nothing is sent before the client's first message.
 func (s *Server) newStreamSession(parent context.Context, kind string, b grant.Binding, w frameWriter) *streamSession {
+	id := replicaPrefix(s.cfg) + kind + "-" + rand.Text()
+	// The worker pool bounds its calls.
+	sess := s.newSession(id, kind, b, b.Caller, newBacklog(s.cfg.Server.MaxPendingBytes, 0))
 	ss := &streamSession{
-		srv:     s,
-		id:      replicaPrefix(s.cfg) + kind + "-" + rand.Text(),
-		kind:    kind,
-		binding: b,
-		w:       w,
-		out:     make(chan jsonrpc.Frame, outBuffer),
-		held:    newBacklog(s.cfg.Server.MaxPendingBytes, 0), // the worker pool bounds its calls
-		queue:   make(chan *streamJob, streamQueue),
-		wrote:   make(chan struct{}),
+		srv:   s,
+		sess:  sess,
+		w:     w,
+		out:   make(chan jsonrpc.Frame, outBuffer),
+		queue: make(chan *streamJob, streamQueue),
+		wrote: make(chan struct{}),
 	}
+	sess.ss = ss
 	ss.ctx, ss.cancel = context.WithCancel(parent)
 	context.AfterFunc(ss.ctx, func() { ss.end(context.Cause(parent)) })
 	go ss.writeLoop()
-	s.log.Info("session connected", "session", ss.id, "profile", b.Profile)
+	s.log.Info("session connected", "session", id, "profile", b.Profile)
 	return ss
 }
+
+// id returns the session's id.
+func (ss *streamSession) id() string { return ss.sess.id }
 
 // done returns a channel closed when the session has ended.
 func (ss *streamSession) done() <-chan struct{} { return ss.ctx.Done() }
@@ -183,18 +173,14 @@ func (ss *streamSession) end(cause error) {
 	}
 	ss.ended = true
 	ss.cause = cause
-	registered := ss.registered
 	ss.mu.Unlock()
 	ss.cancel()
-	if registered {
-		ss.srv.unbind(ss.id)
-	}
-	ss.srv.streams.remove(ss)
-	ss.srv.limits.Forget(ss.id) // it may have called tools without registering
-	// Likewise for its scope = "session" connections.
-	ss.srv.agg.EndSession(ss.id)
+	// Out of the registry, whether it bound or not; its limiter bucket
+	// and scope = "session" connections too, as it may have called tools
+	// before it initialized.
+	ss.srv.release(ss.sess)
 	level := slogLevelFor(cause)
-	ss.srv.log.Log(context.Background(), level, "session ended", "session", ss.id, "profile", ss.binding.Profile, "reason", causeText(cause))
+	ss.srv.log.Log(context.Background(), level, "session ended", "session", ss.id(), "profile", ss.srv.profileOf(ss.sess), "reason", causeText(cause))
 }
 
 // wait waits until the session's workers and writer have stopped, or ctx
@@ -253,8 +239,7 @@ func (ss *streamSession) receive(raw []byte) bool {
 	if ss.ctx.Err() != nil {
 		return false
 	}
-	l := ss.life.Load()
-	if l != nil {
+	if l := ss.sess.life; l != nil { // set when it was admitted, before its door read from it
 		l.saw()
 	}
 	m, err := jsonrpc.Parse(raw)
@@ -270,7 +255,7 @@ func (ss *streamSession) receive(raw []byte) bool {
 		ss.enqueue(raw, m)
 	default:
 		if m.Method == string(mcp.MethodNotificationCancelled) {
-			ss.inflight.cancelNamed(m.Params)
+			ss.sess.inflight.cancelNamed(m.Params)
 		}
 		if resp := ss.srv.handle(ss.ctx, ss, raw, m); resp != nil {
 			ss.send(ss.ctx, resp)
@@ -284,7 +269,7 @@ func (ss *streamSession) receive(raw []byte) bool {
 func (ss *streamSession) enqueue(raw []byte, m *jsonrpc.Message) {
 	// Tracked from now on, so that a notifications/cancelled cancels it even
 	// while it is queued.
-	ctx, cancel := ss.inflight.track(ss.ctx, m.ID)
+	ctx, cancel := ss.sess.inflight.track(ss.ctx, m.ID)
 	job := &streamJob{ctx: ctx, cancel: cancel, raw: raw, msg: m}
 	ss.mu.Lock()
 	if ss.ended {
@@ -293,7 +278,7 @@ func (ss *streamSession) enqueue(raw []byte, m *jsonrpc.Message) {
 		return
 	}
 	job.done = func() {}
-	if l := ss.life.Load(); l != nil {
+	if l := ss.sess.life; l != nil {
 		job.done = l.enter() // not idle while it is queued or runs
 	}
 	select {
@@ -303,7 +288,7 @@ func (ss *streamSession) enqueue(raw []byte, m *jsonrpc.Message) {
 		cancel()
 		job.done()
 		ss.srv.metrics.count(m.Method, outcomeError)
-		ss.srv.auditLimit(ss.id, ss.binding.Profile, m.Method, m.Name, audit.ReasonBusy)
+		ss.srv.auditLimit(ss.id(), ss.srv.profileOf(ss.sess), m.Method, m.Name, audit.ReasonBusy)
 		ss.send(ss.ctx, errorFrame(m.ID, errBusyCode,
 			fmt.Sprintf("too many requests in flight on this session (limit %d)", streamWorkers+streamQueue)))
 		return
@@ -360,7 +345,7 @@ func (ss *streamSession) runJob(job *streamJob) {
 func (ss *streamSession) safeHandle(job *streamJob) (resp []byte) {
 	defer func() {
 		if v := recover(); v != nil {
-			ss.srv.log.Error("panic handling a request", "session", ss.id, "method", job.msg.Method, "panic", v, "stack", string(debug.Stack()))
+			ss.srv.log.Error("panic handling a request", "session", ss.id(), "method", job.msg.Method, "panic", v, "stack", string(debug.Stack()))
 			resp = errorFrame(job.msg.ID, mcp.INTERNAL_ERROR, "internal error")
 		}
 	}()
@@ -379,14 +364,14 @@ func (ss *streamSession) send(ctx context.Context, frame []byte) error {
 // result, which is written out without being joined first).
 func (ss *streamSession) sendFrame(ctx context.Context, frame jsonrpc.Frame) error {
 	n := frame.Len()
-	ss.held.hold(n) // until the writer has written it
+	ss.sess.held.hold(n) // until the writer has written it
 	if ss.queued.Load() == 0 && ss.wmu.TryLock() {
 		// Nothing waits before it: written here, which spares a wake-up
 		// of the writer per answer (the stdio door's latency).
 		if ss.queued.Load() == 0 && ss.ctx.Err() == nil {
 			err := ss.w.writeFrame(frame)
 			ss.wmu.Unlock()
-			ss.held.written(n)
+			ss.sess.held.written(n)
 			if err != nil {
 				ss.end(fmt.Errorf("writing to the client: %w", err))
 				return ErrSessionClosed
@@ -401,11 +386,11 @@ func (ss *streamSession) sendFrame(ctx context.Context, frame jsonrpc.Frame) err
 		return nil
 	case <-ctx.Done():
 		ss.queued.Add(-1)
-		ss.held.written(n)
+		ss.sess.held.written(n)
 		return ctx.Err()
 	case <-ss.ctx.Done():
 		ss.queued.Add(-1)
-		ss.held.written(n)
+		ss.sess.held.written(n)
 		return ErrSessionClosed
 	}
 }
@@ -430,12 +415,12 @@ func (ss *streamSession) trySend(frame []byte) bool {
 	if ss.ctx.Err() != nil {
 		return false
 	}
-	ss.held.hold(len(frame))
+	ss.sess.held.hold(len(frame))
 	if ss.offer(jsonrpc.Whole(frame)) {
 		return true
 	}
-	ss.held.written(len(frame))
-	ss.srv.log.Warn("frame to the client dropped: the session's queue is full", "session", ss.id)
+	ss.sess.held.written(len(frame))
+	ss.srv.log.Warn("frame to the client dropped: the session's queue is full", "session", ss.id())
 	return false
 }
 
@@ -446,7 +431,7 @@ func (ss *streamSession) writeLoop() {
 	defer close(ss.wrote)
 	defer func() {
 		if v := recover(); v != nil {
-			ss.srv.log.Error("panic in session writer", "session", ss.id, "panic", v, "stack", string(debug.Stack()))
+			ss.srv.log.Error("panic in session writer", "session", ss.id(), "panic", v, "stack", string(debug.Stack()))
 			ss.end(fmt.Errorf("writer panic: %v", v))
 		}
 	}()
@@ -462,7 +447,7 @@ func (ss *streamSession) writeLoop() {
 		err := ss.w.writeFrame(frame)
 		ss.wmu.Unlock()
 		ss.queued.Add(-1)
-		ss.held.written(frame.Len())
+		ss.sess.held.written(frame.Len())
 		if err != nil {
 			ss.end(fmt.Errorf("writing to the client: %w", err))
 			return
@@ -476,7 +461,7 @@ func (ss *streamSession) flush() {
 	for {
 		select {
 		case frame := <-ss.out:
-			ss.held.written(frame.Len())
+			ss.sess.held.written(frame.Len())
 			ss.wmu.Lock()
 			err := ss.w.writeFrame(frame)
 			ss.wmu.Unlock()
@@ -495,33 +480,19 @@ func (ss *streamSession) flush() {
 // ended is not bound; one a reload ended (before, or while it bound) ends
 // now.
 func (ss *streamSession) register(hs *handshake) {
-	ss.clientCaps.Store(&hs.caps)
-	if l := ss.life.Load(); l != nil {
+	if l := ss.sess.life; l != nil {
 		l.ready.Store(true)
 	}
-	b, revoked := ss.srv.grantOf(ss)
+	_, revoked := ss.srv.grantOf(ss.sess)
 	if revoked == nil {
-		ss.mu.Lock()
-		if !ss.registered && !ss.ended {
-			ss.registered = true
-			revoked = ss.srv.bind(ss.id, b, ss.token, hs, ss)
-		}
-		ss.mu.Unlock()
+		revoked = ss.srv.bind(ss.sess, hs)
 		if revoked == nil {
-			_, revoked = ss.srv.grantOf(ss)
+			_, revoked = ss.srv.grantOf(ss.sess)
 		}
 	}
 	if revoked != nil {
 		ss.end(revoked)
 	}
-}
-
-// clientCapabilities returns what the client declared at initialize.
-func (ss *streamSession) clientCapabilities() mcp.ClientCapabilities {
-	if p := ss.clientCaps.Load(); p != nil {
-		return *p
-	}
-	return mcp.ClientCapabilities{}
 }
 
 // --- the one message path ---
@@ -547,7 +518,7 @@ func (s *Server) dispatch(ctx context.Context, sess *streamSession, raw []byte) 
 // through the chain (chain.go), everything else through the one handler
 // (handler.go).
 func (s *Server) handle(ctx context.Context, sess *streamSession, raw []byte, m *jsonrpc.Message) []byte {
-	b, revoked := s.grantOf(sess)
+	b, revoked := s.grantOf(sess.sess)
 	if revoked != nil {
 		sess.end(revoked) // the session's connection closes, saying why
 		return nil
@@ -584,22 +555,16 @@ func (s *Server) handle(ctx context.Context, sess *streamSession, raw []byte, m 
 // answer go through the session's one writer, in that order; it returns
 // only a refusal, having queued any other answer itself.
 func (s *Server) handleRouted(ctx context.Context, sess *streamSession, b grant.Binding, view *filter.View, m *jsonrpc.Message) []byte {
-	ctx, e, refusal := s.decideTraced(ctx, nil, sess.id, b, view, m)
+	ctx, e, refusal := s.decideTraced(ctx, nil, sess.id(), b, view, m)
 	defer s.endSpan(ctx)
 	if refusal != nil {
 		return jsonrpc.ErrorResponse(m.ID, refusal)
 	}
-	c, refusal := s.callFor(ctx, m, b, e, sess.id, sess.held, func() { sess.end(errSlowClient) }, func(c *call, logf func(string, ...any)) *caller {
+	c, refusal := s.callFor(ctx, m, b, e, sess.id(), sess.sess.held, func() { sess.end(errSlowClient) }, func(c *call, logf func(string, ...any)) *caller {
 		if isModern(m) {
 			return modernCaller(m, c.queue, logf)
 		}
-		return &caller{caps: sess.clientCapabilities(), queue: c.queue, log: logf,
-			level: func() mcp.LoggingLevel {
-				if l, ok := sess.logLevel.Load().(mcp.LoggingLevel); ok {
-					return l
-				}
-				return ""
-			},
+		return &caller{caps: sess.sess.capabilities(), queue: c.queue, log: logf, level: sess.sess.level,
 			ask: func(ctx context.Context, method string, params any) (json.RawMessage, error) {
 				if aggregator.SessionWide(ctx) {
 					// The session's as a whole: sent by the session's
@@ -626,7 +591,7 @@ func (s *Server) handleRouted(ctx context.Context, sess *streamSession, b grant.
 // transport could find it, else null.
 func (s *Server) oversizeAnswer(ss *streamSession, id json.RawMessage) []byte {
 	s.metrics.count("", outcomeError)
-	s.auditLimit(ss.id, ss.binding.Profile, "", "", audit.ReasonSize)
+	s.auditLimit(ss.id(), s.profileOf(ss.sess), "", "", audit.ReasonSize)
 	return errorFrame(id, mcp.INVALID_REQUEST,
 		fmt.Sprintf("message exceeds server.max_body_bytes (%d bytes)", s.cfg.Server.MaxBodyBytes))
 }

@@ -430,22 +430,16 @@ func onlyStream(t *testing.T, s *Server) *streamSession {
 }
 
 func allStreams(s *Server) []*streamSession {
-	s.streams.mu.Lock()
-	defer s.streams.mu.Unlock()
-	var out []*streamSession
-	for _, ss := range s.streams.byID {
-		out = append(out, ss)
-	}
-	return out
+	return s.streams()
 }
 
 // waitStreams waits until the server has n live stream sessions.
 func waitStreams(t *testing.T, s *Server, n int) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
-	for s.streams.len() != n {
+	for len(s.streams()) != n {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d stream sessions, want %d", s.streams.len(), n)
+			t.Fatalf("%d stream sessions, want %d", len(s.streams()), n)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

@@ -69,9 +69,7 @@ func (s *Server) serveWS(w http.ResponseWriter, r *http.Request) {
 	c.SetReadLimit(-1)
 
 	ss := s.newStreamSession(r.Context(), "ws", b, &wsWriter{c: c, timeout: s.writeTimeout})
-	// Its owner: a static token's sum, or an OAuth subject's (auth.go).
-	ss.token = b.Caller
-	if err := s.streams.addTaken(ss); err != nil { // gives the slot back
+	if err := s.admitTaken(ss); err != nil { // gives the slot back
 		ss.close(err)
 		c.Close(websocket.StatusGoingAway, "server shutting down")
 		return
@@ -86,17 +84,18 @@ func (s *Server) serveWS(w http.ResponseWriter, r *http.Request) {
 	var wg sync.WaitGroup
 	wg.Go(func() { s.closeWSWhenDone(ss, c) })
 	wg.Go(func() { ss.keepalive(c) })
-	s.readWS(r.Context(), ss, c)
+	s.readWS(r.Context(), ss, c, b.Expiry)
 	ss.close(errClientGone)
 	wg.Wait()
 }
 
 // readWS reads the client's frames into the session until the connection
-// or the session ends.
-func (s *Server) readWS(ctx context.Context, ss *streamSession, c *websocket.Conn) {
+// or the session ends, or the token it was opened with expires (exp; zero
+// for none).
+func (s *Server) readWS(ctx context.Context, ss *streamSession, c *websocket.Conn, exp time.Time) {
 	defer func() {
 		if v := recover(); v != nil {
-			s.log.Error("panic reading a websocket", "session", ss.id, "panic", v)
+			s.log.Error("panic reading a websocket", "session", ss.id(), "panic", v)
 			ss.end(fmt.Errorf("reader panic: %v", v))
 		}
 	}()
@@ -119,7 +118,7 @@ func (s *Server) readWS(ctx context.Context, ss *streamSession, c *websocket.Con
 			ss.send(ss.ctx, s.oversizeAnswer(ss, id))
 			continue
 		}
-		if exp := ss.binding.Expiry; !exp.IsZero() && time.Now().After(exp.Add(s.Resolver().ClockSkew())) {
+		if !exp.IsZero() && time.Now().After(exp.Add(s.Resolver().ClockSkew())) {
 			// The OAuth token the connection was opened with expired:
 			// the client reconnects with a fresh one.
 			ss.end(grant.ErrTokenExpired)
@@ -164,7 +163,7 @@ func (s *Server) closeWSWhenDone(ss *streamSession, c *websocket.Conn) {
 		code, reason = websocket.StatusInternalError, "session ended"
 	}
 	if err := c.Close(code, reason); err != nil {
-		s.log.Debug("websocket close", "session", ss.id, "error", err)
+		s.log.Debug("websocket close", "session", ss.id(), "error", err)
 	}
 }
 
