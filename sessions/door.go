@@ -1,104 +1,18 @@
 package sessions
 
 import (
-	"errors"
 	"net/http"
 	"sync"
-	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
+
 	"github.com/mcpmux/mcpmux/sessions/grant"
 )
 
 // This file holds what the connection-oriented HTTP front doors (/ws, /sse
-// and /message) check before they take a client, and how a stream door's
-// session enters and leaves the one registry (Server.sessions).
-
-// admit adds the stream session ss to the registry and takes its
-// max_sessions slot. Every stream session but stdio's ends once it has
-// been idle for server.session_idle_timeout (read_timeout before it
-// initialized), by the same sessionLife as a /mcp session's. admit fails
-// once the server is shutting down, when every slot is taken
-// (errTooManySessions), or when ss has already ended (its end ran before
-// admit, so nothing would remove it).
-func (s *Server) admit(ss *streamSession) error {
-	if err := s.takeSlot(ss.sess.who); err != nil {
-		return err
-	}
-	return s.admitTaken(ss)
-}
-
-// admitTaken is admit for ss whose slot its door has taken already (the
-// websocket door takes it before the upgrade, so that a client never
-// sees its connection accepted and then closed for want of one). On
-// failure it gives the slot back.
-func (s *Server) admitTaken(ss *streamSession) error {
-	sess := ss.sess
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	fail := func(err error) error {
-		s.giveSlot(sess.who)
-		return err
-	}
-	if s.closing {
-		return fail(errServerShutdown)
-	}
-	ss.mu.Lock()
-	ended := ss.ended
-	ss.mu.Unlock()
-	if ended {
-		return fail(ErrSessionClosed)
-	}
-	if sess.kind != "stdio" { // the one client that launched mcpmux
-		sess.life = s.newLife(func(time.Duration) { ss.end(errSessionIdle) })
-	}
-	s.sessions[sess.id] = sess
-	return nil
-}
-
-// errSessionIdle ends a stream session that was idle too long.
-var errSessionIdle = errors.New("session idle for longer than server.session_idle_timeout")
-
-// stream returns the live stream session with id, or nil.
-func (s *Server) stream(id string) *streamSession {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if sess := s.sessions[id]; sess != nil {
-		return sess.ss
-	}
-	return nil
-}
-
-// streams returns the live stream sessions, in a new slice.
-func (s *Server) streams() []*streamSession {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.streamsLocked()
-}
-
-// streamsLocked is streams with s.mu held.
-func (s *Server) streamsLocked() []*streamSession {
-	var out []*streamSession
-	for _, sess := range s.sessions {
-		if sess.ss != nil {
-			out = append(out, sess.ss)
-		}
-	}
-	return out
-}
-
-// shutdownStreams refuses new stream sessions and ends every live one.
-// Each front door's handler then closes its connection (websocket: 1001
-// going away) and returns.
-func (s *Server) shutdownStreams() {
-	s.mu.Lock()
-	s.closing = true
-	live := s.streamsLocked()
-	s.mu.Unlock()
-	for _, ss := range live {
-		ss.end(errServerShutdown)
-	}
-}
+// and /message) check before they take a client, and the hook that ends
+// their sessions when the HTTP server shuts down. How a stream door's
+// session enters and leaves the one registry is in session.go.
 
 // shutdownHooks are the http.Servers whose Shutdown ends every stream
 // session (watchShutdown). Its zero value is ready to use; it is safe for

@@ -23,11 +23,12 @@ import (
 )
 
 // This file holds what the message-stream front doors (websocket, legacy
-// SSE, stdio) share: streamSession, one client connection (what mcp-go sees
-// of it is in stream_client.go), and Server.dispatch, the single path every
-// message from those clients takes. The transports only move frames: ws.go, sse.go and
-// stdio.go read messages and hand them to receive, and give the session a
-// frameWriter for what goes back.
+// SSE, stdio) share: streamSession, the wire half of one client's session
+// (its session is the one type every door shares, session.go), and
+// Server.dispatch, the single path every message from those clients takes.
+// The transports only move frames: ws.go, sse.go and stdio.go read
+// messages and hand them to receive, and give the session a frameWriter
+// for what goes back.
 
 // Limits of one stream session.
 const (
