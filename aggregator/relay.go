@@ -70,8 +70,8 @@ func newRelay() *relay {
 }
 
 // begin records a client request in flight on the connection u and returns
-// it, and the function that ends it.
-func (r *relay) begin(u *upstream.Upstream, cl Client) (*inflightCall, func()) {
+// it; end ends it.
+func (r *relay) begin(u *upstream.Upstream, cl Client) *inflightCall {
 	c := &inflightCall{client: cl, seq: r.seq.Add(1)}
 	r.mu.Lock()
 	m := r.inflight[u]
@@ -81,14 +81,17 @@ func (r *relay) begin(u *upstream.Upstream, cl Client) (*inflightCall, func()) {
 	}
 	m[c] = struct{}{}
 	r.mu.Unlock()
-	return c, func() {
-		r.mu.Lock()
-		delete(r.inflight[u], c)
-		if len(r.inflight[u]) == 0 {
-			delete(r.inflight, u)
-		}
-		r.mu.Unlock()
+	return c
+}
+
+// end ends the call c on u that begin returned.
+func (r *relay) end(u *upstream.Upstream, c *inflightCall) {
+	r.mu.Lock()
+	delete(r.inflight[u], c)
+	if len(r.inflight[u]) == 0 {
+		delete(r.inflight, u)
 	}
+	r.mu.Unlock()
 }
 
 // inflightCount returns how many client requests are in flight on u.

@@ -228,8 +228,8 @@ func (o *eventWriter) eventFrame(frame jsonrpc.Frame) {
 	if !o.stream {
 		o.stream = true
 		h := o.w.Header()
-		h.Set("Content-Type", "text/event-stream")
-		h.Set("Cache-Control", "no-cache")
+		h["Content-Type"] = contentTypeEvents
+		h["Cache-Control"] = noCache
 		o.w.WriteHeader(http.StatusOK)
 	}
 	if err := writeEvent(o.w, frame); err != nil {
@@ -250,8 +250,8 @@ func (o *eventWriter) final(status int, frame jsonrpc.Frame) {
 	}
 	o.deadline()
 	h := o.w.Header()
-	h.Set("Content-Type", "application/json")
-	h.Set("Content-Length", strconv.Itoa(frame.Len())) // not chunked: written as it is
+	h["Content-Type"] = contentTypeJSON
+	h["Content-Length"] = []string{strconv.Itoa(frame.Len())} // not chunked: written as it is
 	o.w.WriteHeader(status)
 	if _, err := frame.WriteTo(o.w); err != nil {
 		o.fail(err)
@@ -265,6 +265,13 @@ func (o *eventWriter) done() {
 		o.rc.SetWriteDeadline(time.Time{})
 	}
 }
+
+// Header values of every answer, shared: net/http only reads them.
+var (
+	contentTypeJSON   = []string{"application/json"}
+	contentTypeEvents = []string{"text/event-stream"}
+	noCache           = []string{"no-cache"}
+)
 
 // writeEvent writes frame as one server-sent event, in pieces: a large
 // answer is not copied again on its way out.
@@ -281,7 +288,7 @@ func writeEvent(w io.Writer, frame jsonrpc.Frame) error {
 }
 
 func writeAnswer(w http.ResponseWriter, status int, frame []byte) {
-	w.Header().Set("Content-Type", "application/json")
+	w.Header()["Content-Type"] = contentTypeJSON
 	w.WriteHeader(status)
 	w.Write(frame)
 }
