@@ -210,6 +210,6 @@ func (s *Server) closeStreams(ctx context.Context) {
 	live := s.streams()
 	s.shutdownStreams()
 	for _, ss := range live {
-		ss.wait(ctx)
+		ss.Wait(ctx)
 	}
 }

@@ -56,18 +56,6 @@ func (s *Server) giveSlot(who string) {
 	s.slots.callers.give(who)
 }
 
-// slotsFull returns why takeSlot(who) would fail now, or nil.
-func (s *Server) slotsFull(who string) error {
-	sl := &s.slots
-	switch {
-	case sl.max > 0 && sl.n.Load() >= sl.max:
-		return s.tooManySessions()
-	case sl.callers.full(who):
-		return s.overShare()
-	}
-	return nil
-}
-
 // live returns the number of slots taken.
 func (sl *sessionSlots) live() int { return int(sl.n.Load()) }
 
@@ -82,7 +70,7 @@ func (s *Server) tooManySessions() error {
 
 // refuseSession answers a request that would open a session or stream over
 // server.max_sessions or its caller's share: 503 with a JSON-RPC error
-// naming the limit (why, from takeSlot or slotsFull), audited as busy.
+// naming the limit (why, from takeSlot), audited as busy.
 func (s *Server) refuseSession(w http.ResponseWriter, id json.RawMessage, method, profile string, why error) {
 	s.metrics.count(method, outcomeError)
 	s.auditLimit("", profile, method, "", audit.ReasonBusy)

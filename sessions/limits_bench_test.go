@@ -63,8 +63,8 @@ func BenchmarkIdleStreamSession(b *testing.B) {
 			if err := s.admit(ss); err != nil {
 				b.Fatal(err)
 			}
-			ss.receive([]byte(initializeBody))
-			ss.receive([]byte(`{"jsonrpc":"2.0","method":"notifications/initialized"}`))
+			ss.Receive([]byte(initializeBody))
+			ss.Receive([]byte(`{"jsonrpc":"2.0","method":"notifications/initialized"}`))
 			open = append(open, ss)
 		}
 		runtime.GC()
@@ -74,7 +74,7 @@ func BenchmarkIdleStreamSession(b *testing.B) {
 		}
 		b.ReportMetric(float64(int64(m1.HeapAlloc)-int64(m0.HeapAlloc)-int64(cap(open))*8)/idleSessions, "heap-B/session")
 		for _, ss := range open {
-			ss.close(nil)
+			ss.Close(nil)
 		}
 	}
 }

@@ -115,8 +115,8 @@ func TestStreamSessionsExpire(t *testing.T) {
 	}
 	ago(fresh, 31*time.Second)
 	s.checkIdle(fresh.sess.life)
-	if !errors.Is(fresh.endCause(), errSessionIdle) {
-		t.Fatalf("a stream that never initialized, idle past read_timeout: cause %v, want errSessionIdle", fresh.endCause())
+	if !errors.Is(fresh.Cause(), errSessionIdle) {
+		t.Fatalf("a stream that never initialized, idle past read_timeout: cause %v, want errSessionIdle", fresh.Cause())
 	}
 
 	p, ready := open()
@@ -133,8 +133,8 @@ func TestStreamSessionsExpire(t *testing.T) {
 	}
 	ago(ready, 11*time.Minute)
 	s.checkIdle(ready.sess.life)
-	if !errors.Is(ready.endCause(), errSessionIdle) {
-		t.Fatalf("an initialized stream idle past session_idle_timeout: cause %v", ready.endCause())
+	if !errors.Is(ready.Cause(), errSessionIdle) {
+		t.Fatalf("an initialized stream idle past session_idle_timeout: cause %v", ready.Cause())
 	}
 	waitFor(t, func() bool { return s.slots.live() == 0 && len(s.streams()) == 0 }, "the expired streams' slots to come back")
 }

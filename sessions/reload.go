@@ -149,7 +149,7 @@ func (s *Server) regrant(res *grant.Resolver, b grant.Binding) (grant.Binding, e
 func (s *Server) endSession(id, profile string, stream bool, cause error) {
 	if stream {
 		if ss := s.stream(id); ss != nil {
-			ss.end(cause) // logged by end
+			ss.End(cause) // logged by end
 		}
 		return
 	}

@@ -1,7 +1,8 @@
-// Package sessions owns downstream sessions and the front doors clients
-// reach mcpmux through: profile resolution and auth, binding each session to
-// its shared view, the gate that answers hidden and unknown tools, and
-// notification fan-out when the catalog changes.
+// Package sessions owns downstream sessions, one model for every door: the
+// registry, binding each session to its shared view, the /mcp and stdio
+// doors and the host of the stream doors (package door: /ws, /sse), the
+// gate that answers hidden and unknown tools, and notification fan-out
+// when the catalog changes.
 package sessions
 
 import (
@@ -30,6 +31,7 @@ import (
 	"github.com/mcpmux/mcpmux/internal/glob"
 	"github.com/mcpmux/mcpmux/internal/jsonrpc"
 	"github.com/mcpmux/mcpmux/internal/ratelimit"
+	"github.com/mcpmux/mcpmux/sessions/door"
 	"github.com/mcpmux/mcpmux/sessions/grant"
 	"github.com/mcpmux/mcpmux/sessions/httpd"
 	"github.com/mcpmux/mcpmux/upstream"
@@ -73,7 +75,8 @@ type Server struct {
 	dyn  atomic.Pointer[dynamicSetup] // dynamic toolsets of the current resolver (dynamic.go)
 	srch atomic.Pointer[searchSetup]  // tool search of the current resolver (search.go)
 
-	hooks     shutdownHooks // the http.Servers whose Shutdown ends the stream sessions (door.go)
+	doors     *door.Doors   // /ws, /sse and /message (doors.go)
+	hooks     shutdownHooks // the http.Servers whose Shutdown ends the stream sessions (doors.go)
 	listening listeners     // open 2026-07-28 subscriptions/listen streams (listen.go)
 	held      *heldCalls    // 2026-07-28 calls waiting for their client's input (call.go)
 	flights   flights       // routed calls running and awaited, for shutdown (drain.go)
@@ -188,6 +191,7 @@ func New(cfg *configs.Config, opts Options) (*Server, error) {
 		})
 	}
 	s.metrics = newMetrics(s)
+	s.doors = s.newDoors()
 	s.onSnapshot(nil, agg.Snapshot())
 	return s, nil
 }
@@ -340,14 +344,14 @@ func (s *Server) resourceUpdated(from, uri string) {
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/mcp", s.serveMCP)
-	mux.HandleFunc("GET /ws", s.serveWS)   // ws.go
-	mux.HandleFunc("GET /sse", s.serveSSE) // sse.go
+	mux.HandleFunc("GET /ws", s.doors.ServeWS)   // door/ws.go
+	mux.HandleFunc("GET /sse", s.doors.ServeSSE) // door/sse.go
 	// The path forms that select a profile or narrow the view
 	// (resolve.go, PathForms); any other path under a door is 404.
 	mux.HandleFunc("/mcp/", s.serveMCP)
-	mux.HandleFunc("GET /ws/", s.serveWS)
-	mux.HandleFunc("GET /sse/", s.serveSSE)
-	mux.HandleFunc("POST /message", s.serveMessage) // sse.go
+	mux.HandleFunc("GET /ws/", s.doors.ServeWS)
+	mux.HandleFunc("GET /sse/", s.doors.ServeSSE)
+	mux.HandleFunc("POST /message", s.doors.ServeMessage) // door/sse.go
 	// Protected Resource Metadata (auth.go), at the well-known path and
 	// its per-path forms (RFC 9728 §3.1).
 	mux.HandleFunc("GET "+grant.MetadataPath, s.serveMetadata)

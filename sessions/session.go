@@ -254,7 +254,7 @@ func (s *Server) admitTaken(ss *streamSession) error {
 		return fail(ErrSessionClosed)
 	}
 	if sess.kind != "stdio" { // the one client that launched mcpmux
-		sess.life = s.newLife(func(time.Duration) { ss.end(errSessionIdle) })
+		sess.life = s.newLife(func(time.Duration) { ss.End(errSessionIdle) })
 	}
 	s.sessions[sess.id] = sess
 	return nil
@@ -300,6 +300,6 @@ func (s *Server) shutdownStreams() {
 	live := s.streamsLocked()
 	s.mu.Unlock()
 	for _, ss := range live {
-		ss.end(errServerShutdown)
+		ss.End(errServerShutdown)
 	}
 }

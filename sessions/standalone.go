@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/mcpmux/mcpmux/internal/jsonrpc"
+	"github.com/mcpmux/mcpmux/sessions/door"
 	"github.com/mcpmux/mcpmux/sessions/grant"
 )
 
@@ -115,7 +116,7 @@ func (s *Server) serveGET(w http.ResponseWriter, r *http.Request, id string, ses
 			return
 		case f := <-g.frames:
 			rc.SetWriteDeadline(time.Now().Add(s.writeTimeout))
-			err := writeEvent(w, jsonrpc.Whole(f))
+			err := door.WriteEvent(w, jsonrpc.Whole(f))
 			if err == nil {
 				err = rc.Flush()
 			}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/mcpmux/mcpmux/internal/jsonrpc"
+	"github.com/mcpmux/mcpmux/sessions/door"
 	"github.com/mcpmux/mcpmux/sessions/grant"
 )
 
@@ -49,10 +50,10 @@ func (s *Server) ServeStdio(ctx context.Context, profile string, in io.Reader, o
 	// The session outlives ctx, so that what was read is still answered.
 	ss := s.newStreamSession(context.WithoutCancel(ctx), "stdio", b, &lineWriter{w: out})
 	if err := s.admit(ss); err != nil {
-		ss.close(err)
+		ss.Close(err)
 		return nil
 	}
-	defer s.flights.forget(ss.id())
+	defer s.flights.forget(ss.ID())
 	gate := &stdinGate{}
 	read := make(chan error, 1)
 	go func() { read <- s.readLines(ss, in, gate) }()
@@ -68,14 +69,14 @@ func (s *Server) ServeStdio(ctx context.Context, profile string, in io.Reader, o
 		// mcpmux is stopping: requests read from now on are refused, and
 		// no new call of this client starts.
 		gate.close()
-		s.flights.close(ss.id())
+		s.flights.close(ss.ID())
 		s.finishStdio(ss, errServerShutdown)
-	case <-ss.done():
+	case <-ss.Done():
 	}
 	wctx, cancel := context.WithTimeout(context.Background(), answerWait)
 	defer cancel()
-	if err := ss.wait(wctx); err != nil {
-		s.log.Warn("stdio session did not write its last answers in time", "session", ss.id(), "duration", answerWait)
+	if err := ss.Wait(wctx); err != nil {
+		s.log.Warn("stdio session did not write its last answers in time", "session", ss.ID(), "duration", answerWait)
 	}
 	if !readerDone {
 		if d, ok := in.(interface{ SetReadDeadline(time.Time) error }); ok && d.SetReadDeadline(time.Now()) == nil {
@@ -85,7 +86,7 @@ func (s *Server) ServeStdio(ctx context.Context, profile string, in io.Reader, o
 			}
 		}
 	}
-	if cause := ss.endCause(); errors.Is(cause, errConfigChanged) {
+	if cause := ss.Cause(); errors.Is(cause, errConfigChanged) {
 		// The client is told by the end of stdout; the user, by this.
 		return fmt.Errorf("stdio: session ended: %w", cause)
 	}
@@ -106,14 +107,14 @@ func (s *Server) finishStdio(ss *streamSession, cause error) {
 	late := gctx.Err() != nil
 	cancel()
 	if late {
-		s.flights.close(ss.id())
-		n := s.flights.abort(ss.id())
-		s.log.Info("calls still running at the end of server.shutdown_grace are answered with an error", "session", ss.id(), "calls", n, "duration", grace)
+		s.flights.close(ss.ID())
+		n := s.flights.abort(ss.ID())
+		s.log.Info("calls still running at the end of server.shutdown_grace are answered with an error", "session", ss.ID(), "calls", n, "duration", grace)
 		actx, acancel := context.WithTimeout(context.Background(), answerWait)
 		ss.idle(actx)
 		acancel()
 	}
-	ss.end(cause)
+	ss.End(cause)
 }
 
 // stdinGate stops the stdin reader from handing requests to the session:
@@ -149,13 +150,13 @@ func (g *stdinGate) close() {
 func (s *Server) readLines(ss *streamSession, in io.Reader, gate *stdinGate) (err error) {
 	defer func() {
 		if v := recover(); v != nil {
-			s.log.Error("panic reading stdin", "session", ss.id(), "panic", v)
+			s.log.Error("panic reading stdin", "session", ss.ID(), "panic", v)
 			err = fmt.Errorf("reader panic: %v", v)
 		}
 	}()
 	br := bufio.NewReaderSize(in, stdinBuffer)
 	for {
-		line, id, over, err := readLine(br, s.cfg.Server.MaxBodyBytes)
+		line, id, over, err := door.ReadLine(br, s.cfg.Server.MaxBodyBytes)
 		if err != nil {
 			return err
 		}
@@ -166,7 +167,7 @@ func (s *Server) readLines(ss *streamSession, in io.Reader, gate *stdinGate) (er
 		if len(bytes.TrimSpace(line)) == 0 {
 			continue
 		}
-		handed, ok := gate.pass(line, ss.receive)
+		handed, ok := gate.pass(line, ss.Receive)
 		if !handed {
 			m, _ := jsonrpc.Parse(line)
 			ss.send(ss.ctx, jsonrpc.ErrorResponse(m.ID, shutdownError()))
@@ -187,7 +188,7 @@ type lineWriter struct{ w io.Writer }
 
 var newline = []byte("\n")
 
-func (lw *lineWriter) writeFrame(frame jsonrpc.Frame) error {
+func (lw *lineWriter) WriteFrame(frame jsonrpc.Frame) error {
 	frame = frame.OneLine().Joined()
 	if len(frame[1]) == 0 && len(frame[2]) == 0 {
 		// One Write per message: the line reaches the pipe whole.

@@ -19,6 +19,7 @@ import (
 	"github.com/mcpmux/mcpmux/filter"
 	"github.com/mcpmux/mcpmux/internal/audit"
 	"github.com/mcpmux/mcpmux/internal/jsonrpc"
+	"github.com/mcpmux/mcpmux/sessions/door"
 	"github.com/mcpmux/mcpmux/sessions/grant"
 )
 
@@ -57,10 +58,10 @@ var (
 	// ended before the client answered.
 	ErrSessionClosed = errors.New("client session closed")
 
-	// Causes a session can end with; transports map them to close codes.
-	errServerShutdown   = errors.New("server shutting down")
-	errClientGone       = errors.New("client closed the connection")
-	errUnsupportedFrame = errors.New("binary frames are not supported: send JSON-RPC messages as UTF-8 text frames")
+	// Causes a session can end with that come from its wire; the doors
+	// map them to their close.
+	errServerShutdown = door.ErrServerShutdown
+	errClientGone     = door.ErrClientGone
 )
 
 // ClientError is a JSON-RPC error a client answered a server→client request
@@ -76,13 +77,6 @@ func (e *ClientError) Error() string {
 	return fmt.Sprintf("client answered %s with error %d: %s", e.Method, e.Code, e.Message)
 }
 
-// frameWriter sends one complete JSON-RPC message to the client. A session
-// calls it from one goroutine at a time; it must return within a bounded
-// time (frameWriteTimeout) even when the client stops reading.
-type frameWriter interface {
-	writeFrame(frame jsonrpc.Frame) error
-}
-
 // streamSession is the wire half of a session of a message-stream door
 // (/ws, /sse, stdio): the frame writer, the ordered queue of what goes
 // out and its one writer goroutine, and the pool of workers its requests
@@ -93,7 +87,7 @@ type frameWriter interface {
 type streamSession struct {
 	srv  *Server
 	sess *session // the session; its ss is this
-	w    frameWriter
+	w    door.FrameWriter
 
 	ctx    context.Context // done once the session ends
 	cancel context.CancelFunc
@@ -136,7 +130,7 @@ type pendingReply struct {
 // is in the registry once its door admits it (Server.admit). The session
 // lives until end is called or parent is done; its writer runs from now
 // on, but nothing is sent before the client's first message.
-func (s *Server) newStreamSession(parent context.Context, kind string, b grant.Binding, w frameWriter) *streamSession {
+func (s *Server) newStreamSession(parent context.Context, kind string, b grant.Binding, w door.FrameWriter) *streamSession {
 	id := replicaPrefix(s.cfg) + kind + "-" + rand.Text()
 	// The worker pool bounds its calls.
 	sess := s.newSession(id, kind, b, b.Caller, newBacklog(s.cfg.Server.MaxPendingBytes, 0))
@@ -150,23 +144,23 @@ func (s *Server) newStreamSession(parent context.Context, kind string, b grant.B
 	}
 	sess.ss = ss
 	ss.ctx, ss.cancel = context.WithCancel(parent)
-	context.AfterFunc(ss.ctx, func() { ss.end(context.Cause(parent)) })
+	context.AfterFunc(ss.ctx, func() { ss.End(context.Cause(parent)) })
 	go ss.writeLoop()
 	s.log.Info("session connected", "session", id, "profile", b.Profile)
 	return ss
 }
 
-// id returns the session's id.
-func (ss *streamSession) id() string { return ss.sess.id }
+// ID returns the session's ID.
+func (ss *streamSession) ID() string { return ss.sess.id }
 
-// done returns a channel closed when the session has ended.
-func (ss *streamSession) done() <-chan struct{} { return ss.ctx.Done() }
+// Done returns a channel closed when the session has ended.
+func (ss *streamSession) Done() <-chan struct{} { return ss.ctx.Done() }
 
-// end stops the session: no new requests, in-flight handlers and pending
+// End stops the session: no new requests, in-flight handlers and pending
 // server→client requests are cancelled, and it is unbound and removed from
 // the server's stream set. Frames already queued are still written.
 // It does not wait; the first cause wins. It is idempotent.
-func (ss *streamSession) end(cause error) {
+func (ss *streamSession) End(cause error) {
 	ss.mu.Lock()
 	if ss.ended {
 		ss.mu.Unlock()
@@ -181,12 +175,12 @@ func (ss *streamSession) end(cause error) {
 	// before it initialized.
 	ss.srv.release(ss.sess)
 	level := slogLevelFor(cause)
-	ss.srv.log.Log(context.Background(), level, "session ended", "session", ss.id(), "profile", ss.srv.profileOf(ss.sess), "reason", causeText(cause))
+	ss.srv.log.Log(context.Background(), level, "session ended", "session", ss.ID(), "profile", ss.srv.profileOf(ss.sess), "reason", causeText(cause))
 }
 
-// wait waits until the session's workers and writer have stopped, or ctx
+// Wait waits until the session's workers and writer have stopped, or ctx
 // is done. Call it after end.
-func (ss *streamSession) wait(ctx context.Context) error {
+func (ss *streamSession) Wait(ctx context.Context) error {
 	done := make(chan struct{})
 	go func() {
 		ss.wg.Wait()
@@ -201,15 +195,15 @@ func (ss *streamSession) wait(ctx context.Context) error {
 	}
 }
 
-// close ends the session and waits for it.
-func (ss *streamSession) close(cause error) {
-	ss.end(cause)
-	ss.wait(context.Background())
+// Close ends the session and waits for it.
+func (ss *streamSession) Close(cause error) {
+	ss.End(cause)
+	ss.Wait(context.Background())
 }
 
-// endCause returns why the session ended (nil while it runs or when it ended
+// Cause returns why the session ended (nil while it runs or when it ended
 // normally).
-func (ss *streamSession) endCause() error {
+func (ss *streamSession) Cause() error {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	return ss.cause
@@ -231,12 +225,12 @@ func (ss *streamSession) idle(ctx context.Context) {
 
 // --- receiving ---
 
-// receive takes one message from the client. Responses and notifications
+// Receive takes one message from the client. Responses and notifications
 // are handled on the caller's goroutine (so notifications/cancelled is never
 // stuck behind running calls); requests go to the worker pool. It must be
 // called from one goroutine at a time, the transport's reader. It reports
 // false once the session has ended.
-func (ss *streamSession) receive(raw []byte) bool {
+func (ss *streamSession) Receive(raw []byte) bool {
 	if ss.ctx.Err() != nil {
 		return false
 	}
@@ -289,7 +283,7 @@ func (ss *streamSession) enqueue(raw []byte, m *jsonrpc.Message) {
 		cancel()
 		job.done()
 		ss.srv.metrics.count(m.Method, outcomeError)
-		ss.srv.auditLimit(ss.id(), ss.srv.profileOf(ss.sess), m.Method, m.Name, audit.ReasonBusy)
+		ss.srv.auditLimit(ss.ID(), ss.srv.profileOf(ss.sess), m.Method, m.Name, audit.ReasonBusy)
 		ss.send(ss.ctx, errorFrame(m.ID, errBusyCode,
 			fmt.Sprintf("too many requests in flight on this session (limit %d)", streamWorkers+streamQueue)))
 		return
@@ -346,7 +340,7 @@ func (ss *streamSession) runJob(job *streamJob) {
 func (ss *streamSession) safeHandle(job *streamJob) (resp []byte) {
 	defer func() {
 		if v := recover(); v != nil {
-			ss.srv.log.Error("panic handling a request", "session", ss.id(), "method", job.msg.Method, "panic", v, "stack", string(debug.Stack()))
+			ss.srv.log.Error("panic handling a request", "session", ss.ID(), "method", job.msg.Method, "panic", v, "stack", string(debug.Stack()))
 			resp = errorFrame(job.msg.ID, mcp.INTERNAL_ERROR, "internal error")
 		}
 	}()
@@ -370,11 +364,11 @@ func (ss *streamSession) sendFrame(ctx context.Context, frame jsonrpc.Frame) err
 		// Nothing waits before it: written here, which spares a wake-up
 		// of the writer per answer (the stdio door's latency).
 		if ss.queued.Load() == 0 && ss.ctx.Err() == nil {
-			err := ss.w.writeFrame(frame)
+			err := ss.w.WriteFrame(frame)
 			ss.wmu.Unlock()
 			ss.sess.held.written(n)
 			if err != nil {
-				ss.end(fmt.Errorf("writing to the client: %w", err))
+				ss.End(fmt.Errorf("writing to the client: %w", err))
 				return ErrSessionClosed
 			}
 			return nil
@@ -421,7 +415,7 @@ func (ss *streamSession) trySend(frame []byte) bool {
 		return true
 	}
 	ss.sess.held.written(len(frame))
-	ss.srv.log.Warn("frame to the client dropped: the session's queue is full", "session", ss.id())
+	ss.srv.log.Warn("frame to the client dropped: the session's queue is full", "session", ss.ID())
 	return false
 }
 
@@ -432,8 +426,8 @@ func (ss *streamSession) writeLoop() {
 	defer close(ss.wrote)
 	defer func() {
 		if v := recover(); v != nil {
-			ss.srv.log.Error("panic in session writer", "session", ss.id(), "panic", v, "stack", string(debug.Stack()))
-			ss.end(fmt.Errorf("writer panic: %v", v))
+			ss.srv.log.Error("panic in session writer", "session", ss.ID(), "panic", v, "stack", string(debug.Stack()))
+			ss.End(fmt.Errorf("writer panic: %v", v))
 		}
 	}()
 	for {
@@ -445,12 +439,12 @@ func (ss *streamSession) writeLoop() {
 			return
 		}
 		ss.wmu.Lock()
-		err := ss.w.writeFrame(frame)
+		err := ss.w.WriteFrame(frame)
 		ss.wmu.Unlock()
 		ss.queued.Add(-1)
 		ss.sess.held.written(frame.Len())
 		if err != nil {
-			ss.end(fmt.Errorf("writing to the client: %w", err))
+			ss.End(fmt.Errorf("writing to the client: %w", err))
 			return
 		}
 	}
@@ -464,7 +458,7 @@ func (ss *streamSession) flush() {
 		case frame := <-ss.out:
 			ss.sess.held.written(frame.Len())
 			ss.wmu.Lock()
-			err := ss.w.writeFrame(frame)
+			err := ss.w.WriteFrame(frame)
 			ss.wmu.Unlock()
 			ss.queued.Add(-1)
 			if err != nil {
@@ -492,7 +486,7 @@ func (ss *streamSession) register(hs *handshake) {
 		}
 	}
 	if revoked != nil {
-		ss.end(revoked)
+		ss.End(revoked)
 	}
 }
 
@@ -521,7 +515,7 @@ func (s *Server) dispatch(ctx context.Context, sess *streamSession, raw []byte) 
 func (s *Server) handle(ctx context.Context, sess *streamSession, raw []byte, m *jsonrpc.Message) []byte {
 	b, revoked := s.grantOf(sess.sess)
 	if revoked != nil {
-		sess.end(revoked) // the session's connection closes, saying why
+		sess.End(revoked) // the session's connection closes, saying why
 		return nil
 	}
 	start := time.Now()
@@ -556,12 +550,12 @@ func (s *Server) handle(ctx context.Context, sess *streamSession, raw []byte, m 
 // answer go through the session's one writer, in that order; it returns
 // only a refusal, having queued any other answer itself.
 func (s *Server) handleRouted(ctx context.Context, sess *streamSession, b grant.Binding, view *filter.View, m *jsonrpc.Message) []byte {
-	ctx, e, refusal := s.decideTraced(ctx, nil, sess.id(), b, view, m)
+	ctx, e, refusal := s.decideTraced(ctx, nil, sess.ID(), b, view, m)
 	defer s.endSpan(ctx)
 	if refusal != nil {
 		return jsonrpc.ErrorResponse(m.ID, refusal)
 	}
-	c, refusal := s.callFor(ctx, m, b, e, sess.id(), sess.sess.held, func() { sess.end(errSlowClient) }, func(c *call, logf func(string, ...any)) *caller {
+	c, refusal := s.callFor(ctx, m, b, e, sess.ID(), sess.sess.held, func() { sess.End(errSlowClient) }, func(c *call, logf func(string, ...any)) *caller {
 		if isModern(m) {
 			return modernCaller(m, c.queue, logf)
 		}
@@ -592,7 +586,7 @@ func (s *Server) handleRouted(ctx context.Context, sess *streamSession, b grant.
 // transport could find it, else null.
 func (s *Server) oversizeAnswer(ss *streamSession, id json.RawMessage) []byte {
 	s.metrics.count("", outcomeError)
-	s.auditLimit(ss.id(), s.profileOf(ss.sess), "", "", audit.ReasonSize)
+	s.auditLimit(ss.ID(), s.profileOf(ss.sess), "", "", audit.ReasonSize)
 	return errorFrame(id, mcp.INVALID_REQUEST,
 		fmt.Sprintf("message exceeds server.max_body_bytes (%d bytes)", s.cfg.Server.MaxBodyBytes))
 }
