@@ -16,7 +16,7 @@ import (
 )
 
 // This file is the host of the stream doors of package door (/ws, and /sse
-// with /message): it checks who may open a session, admits it into the one
+// with /message; stdio's own part is in stdio.go): it checks who may open a session, admits it into the one
 // registry once its wire is up, finds an SSE session for a POST to
 // /message, and ends every stream session when the HTTP server shuts down.
 // The doors only move frames.
@@ -29,6 +29,7 @@ func (s *Server) newDoors() *door.Doors {
 		WriteTimeout:    s.writeTimeout,
 		Expired:         grant.ErrTokenExpired,
 		Revoked:         errConfigChanged,
+		AnswerWait:      answerWait,
 		Log:             s.log,
 	})
 }

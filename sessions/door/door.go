@@ -1,7 +1,7 @@
-// Package door holds the message-stream front doors of mcpmux's HTTP
-// server: /ws (websocket) and /sse with /message (legacy HTTP+SSE), and
-// the bounded reading of one message that every stream door shares
-// (ReadMessage, ReadLine). A door converts between its wire and JSON-RPC
+// Package door holds the message-stream front doors: /ws (websocket) and
+// /sse with /message (legacy HTTP+SSE) of mcpmux's HTTP server, and stdio
+// (`mcpmux serve --stdio`), with the bounded reading of one message they
+// share (ReadMessage, ReadLine). A door converts between its wire and JSON-RPC
 // messages and nothing more: the Host behind it (package sessions) decides
 // who may open a session, admits it, handles every message and says when
 // the session ends. A door only maps that end onto its wire's way of
@@ -49,6 +49,12 @@ type Host interface {
 	// and checks r against it (the token that opened it, the view it
 	// asks for). When it refuses, it has answered r and reports false.
 	Post(w http.ResponseWriter, r *http.Request, id string) (Stream, bool)
+	// Local makes and admits the session of the one client that launched
+	// mcpmux (the stdio door), bound to profile ("" = the default) without
+	// a token, writing through fw. It outlives ctx. It is nil, with a nil
+	// error, when the session could not be admitted (the server is
+	// shutting down).
+	Local(ctx context.Context, profile string, fw FrameWriter) (Local, error)
 }
 
 // Admission is a stream session Host.Admit let in, whose wire is not up
@@ -107,6 +113,9 @@ type Config struct {
 	// opened with expires; Revoked wraps the cause of a session a config
 	// reload ended. A websocket closes with a policy violation for both.
 	Expired, Revoked error
+	// AnswerWait bounds how long the stdio door waits for its session's
+	// last answers to be written once it has finished.
+	AnswerWait time.Duration
 	// Log receives what the doors log; nil = discard.
 	Log *slog.Logger
 }
