@@ -65,11 +65,6 @@ func (s *Server) serveRouted(w http.ResponseWriter, r *http.Request, m *jsonrpc.
 		writeAnswer(w, status, jsonrpc.ErrorResponse(m.ID, refusal))
 		return
 	}
-	if sess != nil {
-		var forget func()
-		ctx, forget = sess.inflight.track(ctx, m.ID)
-		defer forget()
-	}
 	var held *backlog
 	overflow := func() {}
 	if sess != nil {
@@ -86,6 +81,13 @@ func (s *Server) serveRouted(w http.ResponseWriter, r *http.Request, m *jsonrpc.
 	// writes its final answer.
 	loan := new(upstream.Loan)
 	ctx = upstream.WithLoan(ctx, loan)
+	if sess != nil && !s.takesLateFrames(sess, m) {
+		// Nothing the upstream sends after the answer could reach this
+		// client before it: the answer goes out first, and the end of
+		// the upstream's stream is awaited after (upstream.Loan).
+		loan.AnswerFirst()
+		defer loan.Settle()
+	}
 	c, refusal := s.callFor(ctx, m, b, e, id, held, overflow, func(c *call, logf func(string, ...any)) *caller {
 		if modern {
 			return modernCaller(m, c.queue, logf)
@@ -96,6 +98,11 @@ func (s *Server) serveRouted(w http.ResponseWriter, r *http.Request, m *jsonrpc.
 		writeAnswer(w, httpStatus(refusal.Code), jsonrpc.ErrorResponse(m.ID, refusal))
 		return
 	}
+	if sess != nil {
+		// notifications/cancelled naming m cancels the call. Until await,
+		// nothing of it has run (it runs inline).
+		defer sess.inflight.remove(sess.inflight.add(m.ID, c.abort))
+	}
 	answer, code := s.await(ctx, c, m, out.event)
 	if answer.Empty() {
 		return
@@ -105,6 +112,9 @@ func (s *Server) serveRouted(w http.ResponseWriter, r *http.Request, m *jsonrpc.
 		status = httpStatus(code)
 	}
 	out.final(status, answer)
+	if loan.Pending() {
+		out.flush() // the client has its answer while Settle waits
+	}
 	if !out.broken {
 		// Written in full: no writer holds any of it (a failed write may
 		// leave an HTTP/2 frame writer holding it, so then it is left to
@@ -256,6 +266,26 @@ func (o *eventWriter) final(status int, frame jsonrpc.Frame) {
 	if _, err := frame.WriteTo(o.w); err != nil {
 		o.fail(err)
 	}
+}
+
+// flush sends what was written to the client now.
+func (o *eventWriter) flush() {
+	if !o.broken {
+		if err := o.rc.Flush(); err != nil {
+			o.fail(err)
+		}
+	}
+}
+
+// takesLateFrames reports whether frames an upstream sends just after the
+// answer to m would still reach the client of sess, before that answer:
+// progress, when m asked for it, and log messages, when the session set
+// a level.
+func (s *Server) takesLateFrames(sess *session, m *jsonrpc.Message) bool {
+	if tok, ok := m.Meta["progressToken"]; ok && string(tok) != "null" {
+		return true
+	}
+	return sess.level() != ""
 }
 
 // done lifts the write deadline, so that a keep-alive connection's next

@@ -51,7 +51,7 @@ const drainAfterAnswer = 30 * time.Second
 // it open waits this long. On a loaded machine the stream's last bytes can
 // take a few milliseconds to be read: 20 ms lost the connection about once
 // in ten runs of TestHTTPKeepAliveAfterNotification.
-const streamEndGrace = 50 * time.Millisecond
+var streamEndGrace = 50 * time.Millisecond // a var for tests
 
 // closeSessionTimeout bounds the DELETE that ends a session.
 const closeSessionTimeout = 2 * time.Second
@@ -263,12 +263,15 @@ func (p *httpPeer) call(ctx context.Context, method string, params json.RawMessa
 		// A server closes the stream right after the answer: waiting a
 		// moment for that end puts the connection back in the pool before
 		// the caller's next request, which would otherwise open another.
-		t := time.NewTimer(streamEndGrace)
-		select {
-		case <-drained:
-		case <-t.C:
+		// A caller that allows it waits after writing the answer instead.
+		if !loan.deferEnd(drained) {
+			t := time.NewTimer(streamEndGrace)
+			select {
+			case <-drained:
+			case <-t.C:
+			}
+			t.Stop()
 		}
-		t.Stop()
 	} else {
 		cancelReq()
 	}

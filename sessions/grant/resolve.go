@@ -211,7 +211,10 @@ const (
 // ErrBadNarrowing that names the header, parameter or path and the limit;
 // a path under a front door that is none of PathForms, with ErrUnknownPath.
 func SelectionFromRequest(r *http.Request) (Selection, error) {
-	q := r.URL.Query()
+	var q url.Values // most requests carry no query: none is parsed
+	if r.URL.RawQuery != "" {
+		q = r.URL.Query()
+	}
 	var sel Selection
 	pathProfile, path, err := selectionFromPath(r.URL)
 	if err != nil {
@@ -393,7 +396,10 @@ func narrowing(r *http.Request, q url.Values, header, param string) (string, str
 	if v := strings.Join(r.Header.Values(header), ","); strings.Trim(v, ", \t") != "" {
 		return v, header + " header"
 	}
-	return q.Get(param), "?" + param + "="
+	if v := q.Get(param); v != "" {
+		return v, "?" + param + "="
+	}
+	return "", ""
 }
 
 // boundedList splits a comma-separated narrowing list, refusing one over
