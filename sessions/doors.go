@@ -16,10 +16,10 @@ import (
 )
 
 // This file is the host of the stream doors of package door (/ws, and /sse
-// with /message; stdio's own part is in stdio.go): it checks who may open a session, admits it into the one
-// registry once its wire is up, finds an SSE session for a POST to
-// /message, and ends every stream session when the HTTP server shuts down.
-// The doors only move frames.
+// with /message; stdio's own part is in stdio.go): it checks who may open
+// a session, admits it into the one registry once its wire is up, finds an
+// SSE session for a POST to /message, and ends every stream session when
+// the HTTP server shuts down. The doors only move frames.
 
 // newDoors builds the stream doors of s.
 func (s *Server) newDoors() *door.Doors {

@@ -27,9 +27,9 @@ import (
 // SSE, stdio) share: streamSession, the wire half of one client's session
 // (its session is the one type every door shares, session.go), and
 // Server.dispatch, the single path every message from those clients takes.
-// The transports only move frames: ws.go, sse.go and stdio.go read
-// messages and hand them to receive, and give the session a frameWriter
-// for what goes back.
+// The transports (package door) only move frames: they read messages and
+// hand them to Receive, and give the session a door.FrameWriter for what
+// goes back.
 
 // Limits of one stream session.
 const (
@@ -157,8 +157,8 @@ func (ss *streamSession) ID() string { return ss.sess.id }
 func (ss *streamSession) Done() <-chan struct{} { return ss.ctx.Done() }
 
 // End stops the session: no new requests, in-flight handlers and pending
-// server→client requests are cancelled, and it is unbound and removed from
-// the server's stream set. Frames already queued are still written.
+// server→client requests are cancelled, and it leaves the registry
+// (Server.release). Frames already queued are still written.
 // It does not wait; the first cause wins. It is idempotent.
 func (ss *streamSession) End(cause error) {
 	ss.mu.Lock()
