@@ -215,7 +215,7 @@ func TestSlowReaderOnMCP(t *testing.T) {
 	held := func() int64 {
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		if sess := s.bound[id]; sess != nil {
+		if sess := s.sessions[id]; sess != nil {
 			return sess.held.held()
 		}
 		return -1
@@ -289,21 +289,19 @@ func TestSlowReaderOnWebsocket(t *testing.T) {
 	initializeAs(t, p, map[string]any{})
 	var ss *streamSession
 	waitFor(t, func() bool {
-		s.streams.mu.Lock()
-		defer s.streams.mu.Unlock()
-		for _, x := range s.streams.byID {
+		for _, x := range s.streams() {
 			ss = x
 		}
 		return ss != nil
 	}, "the session is listed")
 	p.send(t, callBody(2, "big", fmt.Sprintf(`{"bytes":%d}`, bigAnswer)))
-	waitLong(t, func() bool { return ss.held.held() > 1<<20 }, "the unread answer is held")
+	waitLong(t, func() bool { return ss.sess.held.held() > 1<<20 }, "the unread answer is held")
 	for i := range 5 {
 		p.send(t, callBody(3+i, "quick", "{}"))
 	}
 	waitLong(t, func() bool { return ss.ctx.Err() != nil }, "the stalled session ends")
 	if n := bu.count("quick"); n != 0 {
-		t.Fatalf("calls sent while the session held %d unread bytes reached the upstream %d times", ss.held.held(), n)
+		t.Fatalf("calls sent while the session held %d unread bytes reached the upstream %d times", ss.sess.held.held(), n)
 	}
 }
 

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"strconv"
@@ -20,6 +19,7 @@ import (
 	"github.com/mcpmux/mcpmux/filter"
 	"github.com/mcpmux/mcpmux/internal/audit"
 	"github.com/mcpmux/mcpmux/internal/jsonrpc"
+	"github.com/mcpmux/mcpmux/sessions/door"
 	"github.com/mcpmux/mcpmux/sessions/grant"
 	"github.com/mcpmux/mcpmux/upstream"
 )
@@ -242,7 +242,7 @@ func (o *eventWriter) eventFrame(frame jsonrpc.Frame) {
 		h["Cache-Control"] = noCache
 		o.w.WriteHeader(http.StatusOK)
 	}
-	if err := writeEvent(o.w, frame); err != nil {
+	if err := door.WriteEvent(o.w, frame); err != nil {
 		o.fail(err)
 		return
 	}
@@ -285,9 +285,7 @@ func (s *Server) takesLateFrames(sess *session, m *jsonrpc.Message) bool {
 	if tok, ok := m.Meta["progressToken"]; ok && string(tok) != "null" {
 		return true
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return sess.logLevel != ""
+	return sess.level() != ""
 }
 
 // done lifts the write deadline, so that a keep-alive connection's next
@@ -304,20 +302,6 @@ var (
 	contentTypeEvents = []string{"text/event-stream"}
 	noCache           = []string{"no-cache"}
 )
-
-// writeEvent writes frame as one server-sent event, in pieces: a large
-// answer is not copied again on its way out.
-func writeEvent(w io.Writer, frame jsonrpc.Frame) error {
-	frame = frame.OneLine() // a line break would end the data line early
-	if _, err := io.WriteString(w, "event: message\ndata: "); err != nil {
-		return err
-	}
-	if _, err := frame.WriteTo(w); err != nil {
-		return err
-	}
-	_, err := io.WriteString(w, "\n\n")
-	return err
-}
 
 func writeAnswer(w http.ResponseWriter, status int, frame []byte) {
 	w.Header()["Content-Type"] = contentTypeJSON
@@ -410,12 +394,8 @@ func protocolError(err error) *jsonrpc.Error {
 // serveMCP hands to deliver.
 func (s *Server) sessionCaller(sess *session, call *call, logf func(string, ...any)) *caller {
 	c := &caller{queue: call.queue, log: logf}
-	c.caps = sess.caps
-	c.level = func() mcp.LoggingLevel {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		return sess.logLevel
-	}
+	c.caps = sess.capabilities()
+	c.level = sess.level
 	c.ask = func(ctx context.Context, method string, params any) (json.RawMessage, error) {
 		// A request of the call's own ends with the call. One of the
 		// session's as a whole (aggregator.SessionWide) is awaited while

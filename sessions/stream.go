@@ -19,15 +19,17 @@ import (
 	"github.com/mcpmux/mcpmux/filter"
 	"github.com/mcpmux/mcpmux/internal/audit"
 	"github.com/mcpmux/mcpmux/internal/jsonrpc"
+	"github.com/mcpmux/mcpmux/sessions/door"
 	"github.com/mcpmux/mcpmux/sessions/grant"
 )
 
 // This file holds what the message-stream front doors (websocket, legacy
-// SSE, stdio) share: streamSession, one client connection (what mcp-go sees
-// of it is in stream_client.go), and Server.dispatch, the single path every
-// message from those clients takes. The transports only move frames: ws.go, sse.go and
-// stdio.go read messages and hand them to receive, and give the session a
-// frameWriter for what goes back.
+// SSE, stdio) share: streamSession, the wire half of one client's session
+// (its session is the one type every door shares, session.go), and
+// Server.dispatch, the single path every message from those clients takes.
+// The transports (package door) only move frames: they read messages and
+// hand them to Receive, and give the session a door.FrameWriter for what
+// goes back.
 
 // Limits of one stream session.
 const (
@@ -56,10 +58,10 @@ var (
 	// ended before the client answered.
 	ErrSessionClosed = errors.New("client session closed")
 
-	// Causes a session can end with; transports map them to close codes.
-	errServerShutdown   = errors.New("server shutting down")
-	errClientGone       = errors.New("client closed the connection")
-	errUnsupportedFrame = errors.New("binary frames are not supported: send JSON-RPC messages as UTF-8 text frames")
+	// Causes a session can end with that come from its wire; the doors
+	// map them to their close.
+	errServerShutdown = door.ErrServerShutdown
+	errClientGone     = door.ErrClientGone
 )
 
 // ClientError is a JSON-RPC error a client answered a server→client request
@@ -75,26 +77,17 @@ func (e *ClientError) Error() string {
 	return fmt.Sprintf("client answered %s with error %d: %s", e.Method, e.Code, e.Message)
 }
 
-// frameWriter sends one complete JSON-RPC message to the client. A session
-// calls it from one goroutine at a time; it must return within a bounded
-// time (frameWriteTimeout) even when the client stops reading.
-type frameWriter interface {
-	writeFrame(frame jsonrpc.Frame) error
-}
-
-// streamSession is one client connected over a message stream. It is
-// mcp-go's ClientSession for that client, bound for its whole life to what
-// its connection asked for (a reload re-derives that grant, as for /mcp
-// sessions, or ends the session; see grantOf). Requests run on a bounded
-// pool of workers; one writer goroutine serializes everything sent back,
-// responses and notifications alike. It is safe for concurrent use.
+// streamSession is the wire half of a session of a message-stream door
+// (/ws, /sse, stdio): the frame writer, the ordered queue of what goes
+// out and its one writer goroutine, and the pool of workers its requests
+// run on. What the session is, whatever its wire (its grant, log level,
+// capabilities, pending server→client requests, requests in flight,
+// expiry and backlog), is in sess, the one session type. It is safe for
+// concurrent use.
 type streamSession struct {
-	srv     *Server
-	id      string
-	kind    string        // "ws", "sse" or "stdio", for logs
-	binding grant.Binding // as resolved at connect; see grantOf
-	w       frameWriter
-	token   [32]byte // its owner, Binding.Caller: SSE checks posts against it
+	srv  *Server
+	sess *session // the session; its ss is this
+	w    door.FrameWriter
 
 	ctx    context.Context // done once the session ends
 	cancel context.CancelFunc
@@ -107,29 +100,15 @@ type streamSession struct {
 	// before what it sends next.
 	queued atomic.Int64
 	wmu    sync.Mutex
-	held   *backlog        // the bytes in out and in its calls' frame queues (backlog.go)
 	queue  chan *streamJob // requests waiting for a worker
 	wg     sync.WaitGroup  // workers
 	wrote  chan struct{}   // closed when the writer has stopped
 
-	logLevel   atomic.Value // mcp.LoggingLevel
-	clientCaps atomic.Pointer[mcp.ClientCapabilities]
-	life       atomic.Pointer[sessionLife] // its expiry once added to the stream set; nil for stdio
-
-	mu         sync.Mutex
-	ended      bool
-	cause      error
-	registered bool       // bound (Server.bind), after initialize
-	workers    int        // running workers
-	pending    pendingSet // server→client requests waiting for the client
-
-	inflight inflight // client requests queued or running, for notifications/cancelled
-
-	// regranted is the binding a reload re-derived for the session before
-	// it registered (nil: none did), and revoked why a reload ended it.
-	// Both are under Server.mu (reload.go).
-	regranted *grant.Binding
-	revoked   error
+	// mu is a leaf lock: nothing else is locked while it is held.
+	mu      sync.Mutex
+	ended   bool
+	cause   error
+	workers int // running workers
 }
 
 // streamJob is one client request waiting for or running on a worker.
@@ -146,36 +125,42 @@ type pendingReply struct {
 	err    error
 }
 
-// newStreamSession starts a session of kind for b, writing through w. The
-// session lives until end is called or parent is done; its writer runs from
-// now on, but nothing is sent before the client's first message.
-func (s *Server) newStreamSession(parent context.Context, kind string, b grant.Binding, w frameWriter) *streamSession {
+// newStreamSession starts a session of door kind for b, writing through
+// w, opened by b.Caller (a static token's sum, or an OAuth subject's). It
+// is in the registry once its door admits it (Server.admit). The session
+// lives until end is called or parent is done; its writer runs from now
+// on, but nothing is sent before the client's first message.
+func (s *Server) newStreamSession(parent context.Context, kind string, b grant.Binding, w door.FrameWriter) *streamSession {
+	id := replicaPrefix(s.cfg) + kind + "-" + rand.Text()
+	// The worker pool bounds its calls.
+	sess := s.newSession(id, kind, b, b.Caller, newBacklog(s.cfg.Server.MaxPendingBytes, 0))
 	ss := &streamSession{
-		srv:     s,
-		id:      replicaPrefix(s.cfg) + kind + "-" + rand.Text(),
-		kind:    kind,
-		binding: b,
-		w:       w,
-		out:     make(chan jsonrpc.Frame, outBuffer),
-		held:    newBacklog(s.cfg.Server.MaxPendingBytes, 0), // the worker pool bounds its calls
-		queue:   make(chan *streamJob, streamQueue),
-		wrote:   make(chan struct{}),
+		srv:   s,
+		sess:  sess,
+		w:     w,
+		out:   make(chan jsonrpc.Frame, outBuffer),
+		queue: make(chan *streamJob, streamQueue),
+		wrote: make(chan struct{}),
 	}
+	sess.ss = ss
 	ss.ctx, ss.cancel = context.WithCancel(parent)
-	context.AfterFunc(ss.ctx, func() { ss.end(context.Cause(parent)) })
+	context.AfterFunc(ss.ctx, func() { ss.End(context.Cause(parent)) })
 	go ss.writeLoop()
-	s.log.Info("session connected", "session", ss.id, "profile", b.Profile)
+	s.log.Info("session connected", "session", id, "profile", b.Profile)
 	return ss
 }
 
-// done returns a channel closed when the session has ended.
-func (ss *streamSession) done() <-chan struct{} { return ss.ctx.Done() }
+// ID returns the session's ID.
+func (ss *streamSession) ID() string { return ss.sess.id }
 
-// end stops the session: no new requests, in-flight handlers and pending
-// server→client requests are cancelled, and it is unbound and removed from
-// the server's stream set. Frames already queued are still written.
+// Done returns a channel closed when the session has ended.
+func (ss *streamSession) Done() <-chan struct{} { return ss.ctx.Done() }
+
+// End stops the session: no new requests, in-flight handlers and pending
+// server→client requests are cancelled, and it leaves the registry
+// (Server.release). Frames already queued are still written.
 // It does not wait; the first cause wins. It is idempotent.
-func (ss *streamSession) end(cause error) {
+func (ss *streamSession) End(cause error) {
 	ss.mu.Lock()
 	if ss.ended {
 		ss.mu.Unlock()
@@ -183,23 +168,19 @@ func (ss *streamSession) end(cause error) {
 	}
 	ss.ended = true
 	ss.cause = cause
-	registered := ss.registered
 	ss.mu.Unlock()
 	ss.cancel()
-	if registered {
-		ss.srv.unbind(ss.id)
-	}
-	ss.srv.streams.remove(ss)
-	ss.srv.limits.Forget(ss.id) // it may have called tools without registering
-	// Likewise for its scope = "session" connections.
-	ss.srv.agg.EndSession(ss.id)
+	// Out of the registry, whether it bound or not; its limiter bucket
+	// and scope = "session" connections too, as it may have called tools
+	// before it initialized.
+	ss.srv.release(ss.sess)
 	level := slogLevelFor(cause)
-	ss.srv.log.Log(context.Background(), level, "session ended", "session", ss.id, "profile", ss.binding.Profile, "reason", causeText(cause))
+	ss.srv.log.Log(context.Background(), level, "session ended", "session", ss.ID(), "profile", ss.srv.profileOf(ss.sess), "reason", causeText(cause))
 }
 
-// wait waits until the session's workers and writer have stopped, or ctx
+// Wait waits until the session's workers and writer have stopped, or ctx
 // is done. Call it after end.
-func (ss *streamSession) wait(ctx context.Context) error {
+func (ss *streamSession) Wait(ctx context.Context) error {
 	done := make(chan struct{})
 	go func() {
 		ss.wg.Wait()
@@ -214,15 +195,15 @@ func (ss *streamSession) wait(ctx context.Context) error {
 	}
 }
 
-// close ends the session and waits for it.
-func (ss *streamSession) close(cause error) {
-	ss.end(cause)
-	ss.wait(context.Background())
+// Close ends the session and waits for it.
+func (ss *streamSession) Close(cause error) {
+	ss.End(cause)
+	ss.Wait(context.Background())
 }
 
-// endCause returns why the session ended (nil while it runs or when it ended
+// Cause returns why the session ended (nil while it runs or when it ended
 // normally).
-func (ss *streamSession) endCause() error {
+func (ss *streamSession) Cause() error {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	return ss.cause
@@ -244,17 +225,16 @@ func (ss *streamSession) idle(ctx context.Context) {
 
 // --- receiving ---
 
-// receive takes one message from the client. Responses and notifications
+// Receive takes one message from the client. Responses and notifications
 // are handled on the caller's goroutine (so notifications/cancelled is never
 // stuck behind running calls); requests go to the worker pool. It must be
 // called from one goroutine at a time, the transport's reader. It reports
 // false once the session has ended.
-func (ss *streamSession) receive(raw []byte) bool {
+func (ss *streamSession) Receive(raw []byte) bool {
 	if ss.ctx.Err() != nil {
 		return false
 	}
-	l := ss.life.Load()
-	if l != nil {
+	if l := ss.sess.life; l != nil { // set when it was admitted, before its door read from it
 		l.saw()
 	}
 	m, err := jsonrpc.Parse(raw)
@@ -270,7 +250,7 @@ func (ss *streamSession) receive(raw []byte) bool {
 		ss.enqueue(raw, m)
 	default:
 		if m.Method == string(mcp.MethodNotificationCancelled) {
-			ss.inflight.cancelNamed(m.Params)
+			ss.sess.inflight.cancelNamed(m.Params)
 		}
 		if resp := ss.srv.handle(ss.ctx, ss, raw, m); resp != nil {
 			ss.send(ss.ctx, resp)
@@ -284,7 +264,7 @@ func (ss *streamSession) receive(raw []byte) bool {
 func (ss *streamSession) enqueue(raw []byte, m *jsonrpc.Message) {
 	// Tracked from now on, so that a notifications/cancelled cancels it even
 	// while it is queued.
-	ctx, cancel := ss.inflight.track(ss.ctx, m.ID)
+	ctx, cancel := ss.sess.inflight.track(ss.ctx, m.ID)
 	job := &streamJob{ctx: ctx, cancel: cancel, raw: raw, msg: m}
 	ss.mu.Lock()
 	if ss.ended {
@@ -293,7 +273,7 @@ func (ss *streamSession) enqueue(raw []byte, m *jsonrpc.Message) {
 		return
 	}
 	job.done = func() {}
-	if l := ss.life.Load(); l != nil {
+	if l := ss.sess.life; l != nil {
 		job.done = l.enter() // not idle while it is queued or runs
 	}
 	select {
@@ -303,7 +283,7 @@ func (ss *streamSession) enqueue(raw []byte, m *jsonrpc.Message) {
 		cancel()
 		job.done()
 		ss.srv.metrics.count(m.Method, outcomeError)
-		ss.srv.auditLimit(ss.id, ss.binding.Profile, m.Method, m.Name, audit.ReasonBusy)
+		ss.srv.auditLimit(ss.ID(), ss.srv.profileOf(ss.sess), m.Method, m.Name, audit.ReasonBusy)
 		ss.send(ss.ctx, errorFrame(m.ID, errBusyCode,
 			fmt.Sprintf("too many requests in flight on this session (limit %d)", streamWorkers+streamQueue)))
 		return
@@ -360,7 +340,7 @@ func (ss *streamSession) runJob(job *streamJob) {
 func (ss *streamSession) safeHandle(job *streamJob) (resp []byte) {
 	defer func() {
 		if v := recover(); v != nil {
-			ss.srv.log.Error("panic handling a request", "session", ss.id, "method", job.msg.Method, "panic", v, "stack", string(debug.Stack()))
+			ss.srv.log.Error("panic handling a request", "session", ss.ID(), "method", job.msg.Method, "panic", v, "stack", string(debug.Stack()))
 			resp = errorFrame(job.msg.ID, mcp.INTERNAL_ERROR, "internal error")
 		}
 	}()
@@ -379,16 +359,16 @@ func (ss *streamSession) send(ctx context.Context, frame []byte) error {
 // result, which is written out without being joined first).
 func (ss *streamSession) sendFrame(ctx context.Context, frame jsonrpc.Frame) error {
 	n := frame.Len()
-	ss.held.hold(n) // until the writer has written it
+	ss.sess.held.hold(n) // until the writer has written it
 	if ss.queued.Load() == 0 && ss.wmu.TryLock() {
 		// Nothing waits before it: written here, which spares a wake-up
 		// of the writer per answer (the stdio door's latency).
 		if ss.queued.Load() == 0 && ss.ctx.Err() == nil {
-			err := ss.w.writeFrame(frame)
+			err := ss.w.WriteFrame(frame)
 			ss.wmu.Unlock()
-			ss.held.written(n)
+			ss.sess.held.written(n)
 			if err != nil {
-				ss.end(fmt.Errorf("writing to the client: %w", err))
+				ss.End(fmt.Errorf("writing to the client: %w", err))
 				return ErrSessionClosed
 			}
 			return nil
@@ -401,11 +381,11 @@ func (ss *streamSession) sendFrame(ctx context.Context, frame jsonrpc.Frame) err
 		return nil
 	case <-ctx.Done():
 		ss.queued.Add(-1)
-		ss.held.written(n)
+		ss.sess.held.written(n)
 		return ctx.Err()
 	case <-ss.ctx.Done():
 		ss.queued.Add(-1)
-		ss.held.written(n)
+		ss.sess.held.written(n)
 		return ErrSessionClosed
 	}
 }
@@ -430,12 +410,12 @@ func (ss *streamSession) trySend(frame []byte) bool {
 	if ss.ctx.Err() != nil {
 		return false
 	}
-	ss.held.hold(len(frame))
+	ss.sess.held.hold(len(frame))
 	if ss.offer(jsonrpc.Whole(frame)) {
 		return true
 	}
-	ss.held.written(len(frame))
-	ss.srv.log.Warn("frame to the client dropped: the session's queue is full", "session", ss.id)
+	ss.sess.held.written(len(frame))
+	ss.srv.log.Warn("frame to the client dropped: the session's queue is full", "session", ss.ID())
 	return false
 }
 
@@ -446,8 +426,8 @@ func (ss *streamSession) writeLoop() {
 	defer close(ss.wrote)
 	defer func() {
 		if v := recover(); v != nil {
-			ss.srv.log.Error("panic in session writer", "session", ss.id, "panic", v, "stack", string(debug.Stack()))
-			ss.end(fmt.Errorf("writer panic: %v", v))
+			ss.srv.log.Error("panic in session writer", "session", ss.ID(), "panic", v, "stack", string(debug.Stack()))
+			ss.End(fmt.Errorf("writer panic: %v", v))
 		}
 	}()
 	for {
@@ -459,12 +439,12 @@ func (ss *streamSession) writeLoop() {
 			return
 		}
 		ss.wmu.Lock()
-		err := ss.w.writeFrame(frame)
+		err := ss.w.WriteFrame(frame)
 		ss.wmu.Unlock()
 		ss.queued.Add(-1)
-		ss.held.written(frame.Len())
+		ss.sess.held.written(frame.Len())
 		if err != nil {
-			ss.end(fmt.Errorf("writing to the client: %w", err))
+			ss.End(fmt.Errorf("writing to the client: %w", err))
 			return
 		}
 	}
@@ -476,9 +456,9 @@ func (ss *streamSession) flush() {
 	for {
 		select {
 		case frame := <-ss.out:
-			ss.held.written(frame.Len())
+			ss.sess.held.written(frame.Len())
 			ss.wmu.Lock()
-			err := ss.w.writeFrame(frame)
+			err := ss.w.WriteFrame(frame)
 			ss.wmu.Unlock()
 			ss.queued.Add(-1)
 			if err != nil {
@@ -495,33 +475,19 @@ func (ss *streamSession) flush() {
 // ended is not bound; one a reload ended (before, or while it bound) ends
 // now.
 func (ss *streamSession) register(hs *handshake) {
-	ss.clientCaps.Store(&hs.caps)
-	if l := ss.life.Load(); l != nil {
+	if l := ss.sess.life; l != nil {
 		l.ready.Store(true)
 	}
-	b, revoked := ss.srv.grantOf(ss)
+	_, revoked := ss.srv.grantOf(ss.sess)
 	if revoked == nil {
-		ss.mu.Lock()
-		if !ss.registered && !ss.ended {
-			ss.registered = true
-			revoked = ss.srv.bind(ss.id, b, ss.token, hs, ss)
-		}
-		ss.mu.Unlock()
+		revoked = ss.srv.bind(ss.sess, hs)
 		if revoked == nil {
-			_, revoked = ss.srv.grantOf(ss)
+			_, revoked = ss.srv.grantOf(ss.sess)
 		}
 	}
 	if revoked != nil {
-		ss.end(revoked)
+		ss.End(revoked)
 	}
-}
-
-// clientCapabilities returns what the client declared at initialize.
-func (ss *streamSession) clientCapabilities() mcp.ClientCapabilities {
-	if p := ss.clientCaps.Load(); p != nil {
-		return *p
-	}
-	return mcp.ClientCapabilities{}
 }
 
 // --- the one message path ---
@@ -547,9 +513,9 @@ func (s *Server) dispatch(ctx context.Context, sess *streamSession, raw []byte) 
 // through the chain (chain.go), everything else through the one handler
 // (handler.go).
 func (s *Server) handle(ctx context.Context, sess *streamSession, raw []byte, m *jsonrpc.Message) []byte {
-	b, revoked := s.grantOf(sess)
+	b, revoked := s.grantOf(sess.sess)
 	if revoked != nil {
-		sess.end(revoked) // the session's connection closes, saying why
+		sess.End(revoked) // the session's connection closes, saying why
 		return nil
 	}
 	start := time.Now()
@@ -584,22 +550,16 @@ func (s *Server) handle(ctx context.Context, sess *streamSession, raw []byte, m 
 // answer go through the session's one writer, in that order; it returns
 // only a refusal, having queued any other answer itself.
 func (s *Server) handleRouted(ctx context.Context, sess *streamSession, b grant.Binding, view *filter.View, m *jsonrpc.Message) []byte {
-	ctx, e, refusal := s.decideTraced(ctx, nil, sess.id, b, view, m)
+	ctx, e, refusal := s.decideTraced(ctx, nil, sess.ID(), b, view, m)
 	defer s.endSpan(ctx)
 	if refusal != nil {
 		return jsonrpc.ErrorResponse(m.ID, refusal)
 	}
-	c, refusal := s.callFor(ctx, m, b, e, sess.id, sess.held, func() { sess.end(errSlowClient) }, func(c *call, logf func(string, ...any)) *caller {
+	c, refusal := s.callFor(ctx, m, b, e, sess.ID(), sess.sess.held, func() { sess.End(errSlowClient) }, func(c *call, logf func(string, ...any)) *caller {
 		if isModern(m) {
 			return modernCaller(m, c.queue, logf)
 		}
-		return &caller{caps: sess.clientCapabilities(), queue: c.queue, log: logf,
-			level: func() mcp.LoggingLevel {
-				if l, ok := sess.logLevel.Load().(mcp.LoggingLevel); ok {
-					return l
-				}
-				return ""
-			},
+		return &caller{caps: sess.sess.capabilities(), queue: c.queue, log: logf, level: sess.sess.level,
 			ask: func(ctx context.Context, method string, params any) (json.RawMessage, error) {
 				if aggregator.SessionWide(ctx) {
 					// The session's as a whole: sent by the session's
@@ -626,7 +586,7 @@ func (s *Server) handleRouted(ctx context.Context, sess *streamSession, b grant.
 // transport could find it, else null.
 func (s *Server) oversizeAnswer(ss *streamSession, id json.RawMessage) []byte {
 	s.metrics.count("", outcomeError)
-	s.auditLimit(ss.id, ss.binding.Profile, "", "", audit.ReasonSize)
+	s.auditLimit(ss.ID(), s.profileOf(ss.sess), "", "", audit.ReasonSize)
 	return errorFrame(id, mcp.INVALID_REQUEST,
 		fmt.Sprintf("message exceeds server.max_body_bytes (%d bytes)", s.cfg.Server.MaxBodyBytes))
 }

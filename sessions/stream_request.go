@@ -27,16 +27,16 @@ func (ss *streamSession) requestVia(ctx context.Context, method mcp.MCPMethod, p
 	ended := ss.ended
 	ss.mu.Unlock()
 	if ended {
-		return nil, fmt.Errorf("session %s: %s: %w", ss.id, method, ErrSessionClosed)
+		return nil, fmt.Errorf("session %s: %s: %w", ss.ID(), method, ErrSessionClosed)
 	}
-	id, reply := ss.pending.open()
-	defer ss.pending.close(id)
+	id, reply := ss.sess.pending.open()
+	defer ss.sess.pending.close(id)
 	frame, err := jsonrpc.Request(jsonrpc.StringID(id), string(method), params)
 	if err != nil {
-		return nil, fmt.Errorf("session %s: encoding %s: %w", ss.id, method, err)
+		return nil, fmt.Errorf("session %s: encoding %s: %w", ss.ID(), method, err)
 	}
 	if err := send(ctx, frame); err != nil {
-		return nil, fmt.Errorf("session %s: %s: %w", ss.id, method, err)
+		return nil, fmt.Errorf("session %s: %s: %w", ss.ID(), method, err)
 	}
 	select {
 	case r := <-reply:
@@ -48,7 +48,7 @@ func (ss *streamSession) requestVia(ctx context.Context, method mcp.MCPMethod, p
 		ss.notifyCancelled(id, ctx)
 		return nil, ctx.Err()
 	case <-ss.ctx.Done():
-		return nil, fmt.Errorf("session %s: %s: %w", ss.id, method, ErrSessionClosed)
+		return nil, fmt.Errorf("session %s: %s: %w", ss.ID(), method, ErrSessionClosed)
 	}
 }
 
@@ -81,7 +81,7 @@ func cancelledFrame(id string, ctx context.Context) ([]byte, error) {
 // deliver hands a client's response to the server→client request waiting
 // for it. A response nobody waits for (late, or never asked) is dropped.
 func (ss *streamSession) deliver(m *jsonrpc.Message) {
-	if !ss.pending.deliver(m) {
-		ss.srv.log.Debug("response to no pending request dropped", "session", ss.id)
+	if !ss.sess.pending.deliver(m) {
+		ss.srv.log.Debug("response to no pending request dropped", "session", ss.ID())
 	}
 }
