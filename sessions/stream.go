@@ -92,7 +92,7 @@ type streamSession struct {
 	ctx    context.Context // done once the session ends
 	cancel context.CancelFunc
 
-	out chan jsonrpc.Frame // everything the session sends, in order
+	out outQueue // everything the session sends, in order
 	// queued counts the frames in out and the one the writer took but has
 	// not written; wmu is held while a frame is written. A frame is
 	// written at once, without the writer goroutine, only when nothing is
@@ -138,7 +138,7 @@ func (s *Server) newStreamSession(parent context.Context, kind string, b grant.B
 		srv:   s,
 		sess:  sess,
 		w:     w,
-		out:   make(chan jsonrpc.Frame, outBuffer),
+		out:   newOutQueue(),
 		queue: make(chan *streamJob, streamQueue),
 		wrote: make(chan struct{}),
 	}
@@ -376,30 +376,30 @@ func (ss *streamSession) sendFrame(ctx context.Context, frame jsonrpc.Frame) err
 		ss.wmu.Unlock()
 	}
 	ss.queued.Add(1)
-	select {
-	case ss.out <- frame:
-		return nil
-	case <-ctx.Done():
-		ss.queued.Add(-1)
-		ss.sess.held.written(n)
-		return ctx.Err()
-	case <-ss.ctx.Done():
-		ss.queued.Add(-1)
-		ss.sess.held.written(n)
-		return ErrSessionClosed
+	for !ss.out.tryPut(frame) {
+		select {
+		case <-ss.out.room:
+		case <-ctx.Done():
+			ss.queued.Add(-1)
+			ss.sess.held.written(n)
+			return ctx.Err()
+		case <-ss.ctx.Done():
+			ss.queued.Add(-1)
+			ss.sess.held.written(n)
+			return ErrSessionClosed
+		}
 	}
+	return nil
 }
 
 // offer queues frame for the writer if there is room now.
 func (ss *streamSession) offer(frame jsonrpc.Frame) bool {
 	ss.queued.Add(1)
-	select {
-	case ss.out <- frame:
+	if ss.out.tryPut(frame) {
 		return true
-	default:
-		ss.queued.Add(-1)
-		return false
 	}
+	ss.queued.Add(-1)
+	return false
 }
 
 // trySend queues a frame for the writer if there is room now; it reports
@@ -431,12 +431,15 @@ func (ss *streamSession) writeLoop() {
 		}
 	}()
 	for {
-		var frame jsonrpc.Frame
-		select {
-		case frame = <-ss.out:
-		case <-ss.ctx.Done():
-			ss.flush()
-			return
+		frame, ok := ss.out.take()
+		if !ok {
+			select {
+			case <-ss.out.ready:
+			case <-ss.ctx.Done():
+				ss.flush()
+				return
+			}
+			continue
 		}
 		ss.wmu.Lock()
 		err := ss.w.WriteFrame(frame)
@@ -454,19 +457,88 @@ func (ss *streamSession) writeLoop() {
 // for more.
 func (ss *streamSession) flush() {
 	for {
-		select {
-		case frame := <-ss.out:
-			ss.sess.held.written(frame.Len())
-			ss.wmu.Lock()
-			err := ss.w.WriteFrame(frame)
-			ss.wmu.Unlock()
-			ss.queued.Add(-1)
-			if err != nil {
-				return
-			}
-		default:
+		frame, ok := ss.out.take()
+		if !ok {
 			return
 		}
+		ss.sess.held.written(frame.Len())
+		ss.wmu.Lock()
+		err := ss.w.WriteFrame(frame)
+		ss.wmu.Unlock()
+		ss.queued.Add(-1)
+		if err != nil {
+			return
+		}
+	}
+}
+
+// outQueue is a stream session's queue of frames for its writer: at most
+// outBuffer of them, in order. Its room is taken only while frames wait,
+// so an idle session holds none of it (a channel of outBuffer frames was
+// most of an idle stream session's memory). Safe for concurrent use by
+// producers and one writer.
+type outQueue struct {
+	mu     sync.Mutex
+	frames []jsonrpc.Frame
+	head   int           // frames[head:] wait
+	ready  chan struct{} // capacity 1: a frame was queued since the writer looked
+	room   chan struct{} // capacity 1: a frame was taken since a producer found the queue full
+}
+
+func newOutQueue() outQueue {
+	return outQueue{ready: make(chan struct{}, 1), room: make(chan struct{}, 1)}
+}
+
+// tryPut queues f unless outBuffer frames wait already.
+func (q *outQueue) tryPut(f jsonrpc.Frame) bool {
+	q.mu.Lock()
+	n := len(q.frames) - q.head
+	if n >= outBuffer {
+		q.mu.Unlock()
+		return false
+	}
+	if q.head > 0 && len(q.frames) == cap(q.frames) {
+		copy(q.frames, q.frames[q.head:]) // reuse the room taken frames left
+		clear(q.frames[n:])
+		q.frames, q.head = q.frames[:n], 0
+	}
+	q.frames = append(q.frames, f)
+	more := n+1 < outBuffer
+	q.mu.Unlock()
+	signal(q.ready)
+	if more {
+		signal(q.room) // another producer waiting for room may go on too
+	}
+	return true
+}
+
+// take returns the oldest waiting frame, if any.
+func (q *outQueue) take() (jsonrpc.Frame, bool) {
+	q.mu.Lock()
+	if q.head == len(q.frames) {
+		q.mu.Unlock()
+		return jsonrpc.Frame{}, false
+	}
+	f := q.frames[q.head]
+	q.frames[q.head] = jsonrpc.Frame{}
+	q.head++
+	if q.head == len(q.frames) {
+		q.head = 0
+		q.frames = q.frames[:0]
+		if cap(q.frames) > 16 {
+			q.frames = nil // a burst's room goes back
+		}
+	}
+	q.mu.Unlock()
+	signal(q.room)
+	return f, true
+}
+
+// signal sends on a channel of capacity 1 without waiting.
+func signal(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
 	}
 }
 
