@@ -299,7 +299,7 @@ func TestSlowReaderOnWebsocket(t *testing.T) {
 	for i := range 5 {
 		p.send(t, callBody(3+i, "quick", "{}"))
 	}
-	waitLong(t, func() bool { return ss.ctx.Err() != nil }, "the stalled session ends")
+	waitLong(t, func() bool { return ss.ctx().Err() != nil }, "the stalled session ends")
 	if n := bu.count("quick"); n != 0 {
 		t.Fatalf("calls sent while the session held %d unread bytes reached the upstream %d times", ss.sess.held.held(), n)
 	}

@@ -115,7 +115,7 @@ func (a *admission) Start(ctx context.Context, kind string, fw door.FrameWriter)
 }
 
 // Send queues frame for the client (door.Stream).
-func (ss *streamSession) Send(frame []byte) { ss.send(ss.ctx, frame) }
+func (ss *streamSession) Send(frame []byte) { ss.send(ss.ctx(), frame) }
 
 // Oversize is the answer to a message of ss over server.max_body_bytes,
 // which it audits (door.Stream).

@@ -110,7 +110,7 @@ func TestStreamSessionsExpire(t *testing.T) {
 	_, fresh := open()
 	ago(fresh, 20*time.Second)
 	s.checkIdle(fresh.sess.life)
-	if fresh.ctx.Err() != nil {
+	if fresh.ctx().Err() != nil {
 		t.Fatal("a stream idle for less than read_timeout was ended")
 	}
 	ago(fresh, 31*time.Second)
@@ -122,13 +122,11 @@ func TestStreamSessionsExpire(t *testing.T) {
 	p, ready := open()
 	initializeAs(t, p, map[string]any{})
 	waitFor(t, func() bool {
-		ready.mu.Lock()
-		defer ready.mu.Unlock()
 		return ready.sess.life.ready.Load() && ready.sess.life.busy.Load() == 0
 	}, "the session to be initialized, with its initialize done")
 	ago(ready, 5*time.Minute)
 	s.checkIdle(ready.sess.life)
-	if ready.ctx.Err() != nil {
+	if ready.ctx().Err() != nil {
 		t.Fatal("an initialized stream idle for less than session_idle_timeout was ended")
 	}
 	ago(ready, 11*time.Minute)

@@ -247,10 +247,7 @@ func (s *Server) admitTaken(ss *streamSession) error {
 	if s.closing {
 		return fail(errServerShutdown)
 	}
-	ss.mu.Lock()
-	ended := ss.ended
-	ss.mu.Unlock()
-	if ended {
+	if ss.conn.Ended() {
 		return fail(ErrSessionClosed)
 	}
 	if sess.kind != "stdio" { // the one client that launched mcpmux

@@ -80,7 +80,7 @@ func (ss *streamSession) Finish(cause error) { ss.srv.finishStdio(ss, cause) }
 func (s *Server) finishStdio(ss *streamSession, cause error) {
 	grace := s.cfg.Server.ShutdownGrace
 	gctx, cancel := context.WithTimeout(context.Background(), grace)
-	ss.idle(gctx)
+	ss.conn.Idle(gctx)
 	late := gctx.Err() != nil
 	cancel()
 	if late {
@@ -88,7 +88,7 @@ func (s *Server) finishStdio(ss *streamSession, cause error) {
 		n := s.flights.abort(ss.ID())
 		s.log.Info("calls still running at the end of server.shutdown_grace are answered with an error", "session", ss.ID(), "calls", n, "duration", grace)
 		actx, acancel := context.WithTimeout(context.Background(), answerWait)
-		ss.idle(actx)
+		ss.conn.Idle(actx)
 		acancel()
 	}
 	ss.End(cause)

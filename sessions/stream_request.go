@@ -23,10 +23,7 @@ func (ss *streamSession) request(ctx context.Context, method mcp.MCPMethod, para
 // requestVia is request with the frame handed to send: a routed call's
 // writer, so that the request follows the call's earlier frames.
 func (ss *streamSession) requestVia(ctx context.Context, method mcp.MCPMethod, params any, send func(context.Context, []byte) error) (json.RawMessage, error) {
-	ss.mu.Lock()
-	ended := ss.ended
-	ss.mu.Unlock()
-	if ended {
+	if ss.conn.Ended() {
 		return nil, fmt.Errorf("session %s: %s: %w", ss.ID(), method, ErrSessionClosed)
 	}
 	id, reply := ss.sess.pending.open()
@@ -47,7 +44,7 @@ func (ss *streamSession) requestVia(ctx context.Context, method mcp.MCPMethod, p
 	case <-ctx.Done():
 		ss.notifyCancelled(id, ctx)
 		return nil, ctx.Err()
-	case <-ss.ctx.Done():
+	case <-ss.Done():
 		return nil, fmt.Errorf("session %s: %s: %w", ss.ID(), method, ErrSessionClosed)
 	}
 }
