@@ -36,6 +36,7 @@ type relay struct {
 
 	mu       sync.Mutex
 	inflight map[*upstream.Upstream]map[*inflightCall]struct{} // connection → its calls
+	spare    map[*inflightCall]struct{}                        // an empty one of inflight's, for reuse
 	progress map[string]progressRoute                          // minted token → route
 	links    map[string]string                                 // resource link URI → upstream
 	subs     map[string]int                                    // "upstream\x00uri" → subscribers
@@ -76,7 +77,9 @@ func (r *relay) begin(u *upstream.Upstream, cl Client) *inflightCall {
 	r.mu.Lock()
 	m := r.inflight[u]
 	if m == nil {
-		m = make(map[*inflightCall]struct{})
+		if m, r.spare = r.spare, nil; m == nil {
+			m = make(map[*inflightCall]struct{})
+		}
 		r.inflight[u] = m
 	}
 	m[c] = struct{}{}
@@ -87,9 +90,11 @@ func (r *relay) begin(u *upstream.Upstream, cl Client) *inflightCall {
 // end ends the call c on u that begin returned.
 func (r *relay) end(u *upstream.Upstream, c *inflightCall) {
 	r.mu.Lock()
-	delete(r.inflight[u], c)
-	if len(r.inflight[u]) == 0 {
+	m := r.inflight[u]
+	delete(m, c)
+	if len(m) == 0 {
 		delete(r.inflight, u)
+		r.spare = m // the next connection's first call reuses it
 	}
 	r.mu.Unlock()
 }

@@ -151,6 +151,9 @@ func upstreamErr(name, method string, timeout time.Duration, err error) error {
 // error (isError) the model and the user can read, that says what to do.
 // nil for any other err.
 func userErrorResult(err error) json.RawMessage {
+	if err == nil {
+		return nil
+	}
 	var ue *UpstreamError
 	if !errors.As(err, &ue) || ue.Connect == "" && !ue.Anonymous && !ue.NoOAuth {
 		return nil

@@ -268,10 +268,11 @@ func (o *eventWriter) final(status int, frame jsonrpc.Frame) {
 	}
 }
 
-// flush sends what was written to the client now.
+// flush sends what was written to the client now. A writer that cannot
+// flush (ErrNotSupported) sends it when the handler returns, as before.
 func (o *eventWriter) flush() {
 	if !o.broken {
-		if err := o.rc.Flush(); err != nil {
+		if err := o.rc.Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
 			o.fail(err)
 		}
 	}
