@@ -241,7 +241,7 @@ func TestDispatchFastPathMatchesMCPGo(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ss := s.newStreamSession(context.Background(), "test", b, frameWriterFunc(func([]byte) error { return nil }))
+	ss := s.newStreamSession(context.Background(), doorWS, b, frameWriterFunc(func([]byte) error { return nil }))
 	defer ss.Close(nil)
 	fast := s.dispatch(ss.ctx(), ss, []byte(`{"jsonrpc":"2.0","id":5,"method":"tools/list"}`))
 	// A cursor takes the request to mcp-go.
@@ -367,7 +367,7 @@ func TestServerToClientRequests(t *testing.T) {
 }
 
 // onlyStream returns the server's one live stream session.
-func onlyStream(t *testing.T, s *Server) *streamSession {
+func onlyStream(t *testing.T, s *Server) *session {
 	t.Helper()
 	all := allStreams(s)
 	if len(all) != 1 {
@@ -376,7 +376,7 @@ func onlyStream(t *testing.T, s *Server) *streamSession {
 	return all[0]
 }
 
-func allStreams(s *Server) []*streamSession {
+func allStreams(s *Server) []*session {
 	return s.streams()
 }
 

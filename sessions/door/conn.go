@@ -79,11 +79,8 @@ type Job struct {
 // Conn is the wire half of one stream session: the FrameWriter it writes
 // through, the ordered queue of what goes out and its one writer
 // goroutine, and the pool of workers its requests run on. It lives from
-// Start until End is called or the parent context of Start is done.
-//
-// A Conn is a field of its session, so that an idle session costs one
-// allocation: its zero value is not usable until Start, and it must not
-// be copied. Its methods are safe for concurrent use.
+// NewConn until End is called or the parent context of NewConn is done.
+// Its methods are safe for concurrent use.
 type Conn struct {
 	w     FrameWriter
 	owner Owner
@@ -110,17 +107,21 @@ type Conn struct {
 	cause   error
 }
 
-// Start starts c, writing through w, for owner; c ends when parent is
-// done, at the latest. Its writer runs from now on. Start is called once,
-// before any other method.
-func (c *Conn) Start(parent context.Context, w FrameWriter, owner Owner) {
-	c.w, c.owner = w, owner
-	c.out = newOutQueue()
-	c.queue = make(chan *Job, QueueLen)
-	c.wrote = make(chan struct{})
+// NewConn starts the Conn of owner, writing through w; it ends when
+// parent is done, at the latest. Its writer runs from now on; End and
+// Wait stop it.
+func NewConn(parent context.Context, w FrameWriter, owner Owner) *Conn {
+	c := &Conn{
+		w:     w,
+		owner: owner,
+		out:   newOutQueue(),
+		queue: make(chan *Job, QueueLen),
+		wrote: make(chan struct{}),
+	}
 	c.ctx, c.cancel = context.WithCancel(parent)
 	context.AfterFunc(c.ctx, func() { c.End(context.Cause(parent)) })
 	go c.writeLoop()
+	return c
 }
 
 // Context returns the Conn's context, done once it has ended.
