@@ -310,14 +310,17 @@ func (c *Conn) SendFrame(ctx context.Context, frame jsonrpc.Frame) error {
 	return nil
 }
 
-// Offer queues frame for the writer if there is room now, without
-// counting it in the Owner's held bytes.
+// Offer queues frame for the writer if there is room now. Like every
+// frame, it counts in the Owner's held bytes until it is written.
 func (c *Conn) Offer(frame jsonrpc.Frame) bool {
+	n := frame.Len()
+	c.owner.Hold(n)
 	c.queued.Add(1)
 	if c.out.tryPut(frame) {
 		return true
 	}
 	c.queued.Add(-1)
+	c.owner.Written(n)
 	return false
 }
 
@@ -328,11 +331,9 @@ func (c *Conn) TrySend(frame []byte) error {
 	if c.ctx.Err() != nil {
 		return ErrClosed
 	}
-	c.owner.Hold(len(frame))
 	if c.Offer(jsonrpc.Whole(frame)) {
 		return nil
 	}
-	c.owner.Written(len(frame))
 	return ErrBusy
 }
 

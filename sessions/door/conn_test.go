@@ -209,3 +209,32 @@ func eventually(t *testing.T, cond func() bool, what string) {
 		}
 	}
 }
+
+// TestConnOfferHolds: a frame offered without waiting counts in the
+// owner's held bytes like any other until it is written, so the count
+// neither drifts below zero nor stays up once the frame is out.
+func TestConnOfferHolds(t *testing.T) {
+	w := &recorder{gate: make(chan struct{})}
+	o := &testOwner{}
+	c := NewConn(context.Background(), w, o)
+	first := make(chan error, 1)
+	go func() { first <- c.Send(context.Background(), []byte("first")) }()
+	eventually(t, func() bool { return w.waiting.Load() == 1 }, "the first write to start")
+	if !c.Offer(jsonrpc.Whole([]byte("offered"))) {
+		t.Fatal("an offer to an empty queue was refused")
+	}
+	if h := o.held.Load(); h != int64(len("first")+len("offered")) {
+		t.Fatalf("%d bytes held while two frames wait, want %d", h, len("first")+len("offered"))
+	}
+	close(w.gate)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	c.Close(nil)
+	if got := w.frames(); len(got) != 2 || got[1] != "offered" {
+		t.Fatalf("wrote %q", got)
+	}
+	if h := o.held.Load(); h != 0 {
+		t.Fatalf("%d bytes held once every frame was written, want 0", h)
+	}
+}
