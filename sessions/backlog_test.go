@@ -287,7 +287,7 @@ func TestSlowReaderOnWebsocket(t *testing.T) {
 	t.Cleanup(hs.Close)
 	p := dialWSPeer(t, hs, "", nil)
 	initializeAs(t, p, map[string]any{})
-	var ss *streamSession
+	var ss *session
 	waitFor(t, func() bool {
 		for _, x := range s.streams() {
 			ss = x
@@ -295,13 +295,13 @@ func TestSlowReaderOnWebsocket(t *testing.T) {
 		return ss != nil
 	}, "the session is listed")
 	p.send(t, callBody(2, "big", fmt.Sprintf(`{"bytes":%d}`, bigAnswer)))
-	waitLong(t, func() bool { return ss.sess.held.held() > 1<<20 }, "the unread answer is held")
+	waitLong(t, func() bool { return ss.held.held() > 1<<20 }, "the unread answer is held")
 	for i := range 5 {
 		p.send(t, callBody(3+i, "quick", "{}"))
 	}
-	waitLong(t, func() bool { return ss.ctx.Err() != nil }, "the stalled session ends")
+	waitLong(t, func() bool { return ss.ctx().Err() != nil }, "the stalled session ends")
 	if n := bu.count("quick"); n != 0 {
-		t.Fatalf("calls sent while the session held %d unread bytes reached the upstream %d times", ss.sess.held.held(), n)
+		t.Fatalf("calls sent while the session held %d unread bytes reached the upstream %d times", ss.held.held(), n)
 	}
 }
 

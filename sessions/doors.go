@@ -74,7 +74,7 @@ func (h doorHost) Admit(w http.ResponseWriter, r *http.Request) (door.Admission,
 // against it (postMatchesSession).
 func (h doorHost) Post(w http.ResponseWriter, r *http.Request, id string) (door.Stream, bool) {
 	ss := h.s.stream(id)
-	if ss == nil || ss.sess.kind != "sse" {
+	if ss == nil || ss.kind != doorSSE {
 		writeJSONError(w, http.StatusNotFound, nil, mcp.INVALID_REQUEST, "unknown or ended session: open a new stream at /sse")
 		return nil, false
 	}
@@ -94,7 +94,7 @@ type admission struct {
 
 var (
 	_ door.Admission = (*admission)(nil)
-	_ door.Stream    = (*streamSession)(nil)
+	_ door.Stream    = (*session)(nil)
 )
 
 // Expiry is when the session's token stops being accepted; zero for none.
@@ -105,7 +105,12 @@ func (a *admission) Cancel() { a.s.giveSlot(a.b.Who) }
 
 // Start makes the stream session, under the grant Admit resolved, and
 // admits it into the registry with the slot Admit took.
-func (a *admission) Start(ctx context.Context, kind string, fw door.FrameWriter) (door.Stream, error) {
+func (a *admission) Start(ctx context.Context, name string, fw door.FrameWriter) (door.Stream, error) {
+	kind, ok := doorNamed(name)
+	if !ok {
+		a.Cancel()
+		return nil, fmt.Errorf("no stream door is named %q", name)
+	}
 	ss := a.s.newStreamSession(ctx, kind, a.b, fw)
 	if err := a.s.admitTaken(ss); err != nil { // gives the slot back
 		ss.Close(err)
@@ -115,18 +120,18 @@ func (a *admission) Start(ctx context.Context, kind string, fw door.FrameWriter)
 }
 
 // Send queues frame for the client (door.Stream).
-func (ss *streamSession) Send(frame []byte) { ss.send(ss.ctx, frame) }
+func (sess *session) Send(frame []byte) { sess.send(sess.ctx(), frame) }
 
-// Oversize is the answer to a message of ss over server.max_body_bytes,
+// Oversize is the answer to a message of sess over server.max_body_bytes,
 // which it audits (door.Stream).
-func (ss *streamSession) Oversize(id json.RawMessage) []byte { return ss.srv.oversizeAnswer(ss, id) }
+func (sess *session) Oversize(id json.RawMessage) []byte { return sess.srv.oversizeAnswer(sess, id) }
 
 // postMatchesSession checks a POST against the stream it names, as /mcp
 // checks a request against its bound session: with auth configured the POST
 // must carry the token that opened the stream (401 without a valid one, 403
 // with another); a POST that names a profile or narrowing must resolve to
 // the stream's own view (else 400). On failure it has answered.
-func (s *Server) postMatchesSession(w http.ResponseWriter, r *http.Request, ss *streamSession) bool {
+func (s *Server) postMatchesSession(w http.ResponseWriter, r *http.Request, sess *session) bool {
 	sel, err := grant.SelectionFromRequest(r)
 	if err != nil {
 		writeResolveError(w, err)
@@ -137,9 +142,9 @@ func (s *Server) postMatchesSession(w http.ResponseWriter, r *http.Request, ss *
 	if !res.AuthRequired() && !explicit {
 		return true
 	}
-	bound, revoked := s.grantOf(ss.sess)
+	bound, revoked := s.grantOf(sess)
 	if revoked != nil {
-		ss.End(revoked)
+		sess.End(revoked)
 		writeJSONError(w, http.StatusNotFound, nil, mcp.INVALID_REQUEST, "unknown or ended session: open a new stream at /sse")
 		return false
 	}
@@ -153,14 +158,14 @@ func (s *Server) postMatchesSession(w http.ResponseWriter, r *http.Request, ss *
 	// bounded cache since the stream opened (SPEC §10).
 	chk, err := res.Check(probe)
 	if err != nil {
-		if owner, ok := grant.ExpiredOwner(err); ok && subtle.ConstantTimeCompare(owner[:], ss.sess.owner[:]) == 1 {
-			ss.End(grant.ErrTokenExpired)
+		if owner, ok := grant.ExpiredOwner(err); ok && subtle.ConstantTimeCompare(owner[:], sess.owner[:]) == 1 {
+			sess.End(grant.ErrTokenExpired)
 		}
 		writeResolveError(w, err)
 		return false
 	}
 	key := chk.Key()
-	if owner := chk.Owner(); res.AuthRequired() && subtle.ConstantTimeCompare(owner[:], ss.sess.owner[:]) != 1 {
+	if owner := chk.Owner(); res.AuthRequired() && subtle.ConstantTimeCompare(owner[:], sess.owner[:]) != 1 {
 		writeJSONError(w, http.StatusForbidden, nil, mcp.INVALID_REQUEST, "this token did not open the session")
 		return false
 	}

@@ -57,9 +57,9 @@ func BenchmarkIdleStreamSession(b *testing.B) {
 		var m0, m1 runtime.MemStats
 		runtime.GC()
 		runtime.ReadMemStats(&m0)
-		open := make([]*streamSession, 0, idleSessions)
+		open := make([]*session, 0, idleSessions)
 		for range idleSessions {
-			ss := s.newStreamSession(context.Background(), "sse", bind, discard)
+			ss := s.newStreamSession(context.Background(), doorSSE, bind, discard)
 			if err := s.admit(ss); err != nil {
 				b.Fatal(err)
 			}

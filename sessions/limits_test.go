@@ -96,7 +96,7 @@ func TestStreamDoorsCountAgainstMaxSessions(t *testing.T) {
 // initialized one only after session_idle_timeout.
 func TestStreamSessionsExpire(t *testing.T) {
 	s, _, hs := newDoorServer(t, "[server]\nread_timeout = \"30s\"\nsession_idle_timeout = \"10m\"\n")
-	open := func() (*ssePeer, *streamSession) {
+	open := func() (*ssePeer, *session) {
 		p := mustOpenSSE(t, hs, "?profile=all", nil)
 		_, id, _ := strings.Cut(p.endpoint, "sessionId=")
 		ss := s.stream(id)
@@ -105,16 +105,16 @@ func TestStreamSessionsExpire(t *testing.T) {
 		}
 		return p, ss
 	}
-	ago := func(ss *streamSession, d time.Duration) { ss.sess.life.seen.Store(time.Now().Add(-d).UnixNano()) }
+	ago := func(ss *session, d time.Duration) { ss.life.seen.Store(time.Now().Add(-d).UnixNano()) }
 
 	_, fresh := open()
 	ago(fresh, 20*time.Second)
-	s.checkIdle(fresh.sess.life)
-	if fresh.ctx.Err() != nil {
+	s.checkIdle(fresh.life)
+	if fresh.ctx().Err() != nil {
 		t.Fatal("a stream idle for less than read_timeout was ended")
 	}
 	ago(fresh, 31*time.Second)
-	s.checkIdle(fresh.sess.life)
+	s.checkIdle(fresh.life)
 	if !errors.Is(fresh.Cause(), errSessionIdle) {
 		t.Fatalf("a stream that never initialized, idle past read_timeout: cause %v, want errSessionIdle", fresh.Cause())
 	}
@@ -122,17 +122,15 @@ func TestStreamSessionsExpire(t *testing.T) {
 	p, ready := open()
 	initializeAs(t, p, map[string]any{})
 	waitFor(t, func() bool {
-		ready.mu.Lock()
-		defer ready.mu.Unlock()
-		return ready.sess.life.ready.Load() && ready.sess.life.busy.Load() == 0
+		return ready.life.ready.Load() && ready.life.busy.Load() == 0
 	}, "the session to be initialized, with its initialize done")
 	ago(ready, 5*time.Minute)
-	s.checkIdle(ready.sess.life)
-	if ready.ctx.Err() != nil {
+	s.checkIdle(ready.life)
+	if ready.ctx().Err() != nil {
 		t.Fatal("an initialized stream idle for less than session_idle_timeout was ended")
 	}
 	ago(ready, 11*time.Minute)
-	s.checkIdle(ready.sess.life)
+	s.checkIdle(ready.life)
 	if !errors.Is(ready.Cause(), errSessionIdle) {
 		t.Fatalf("an initialized stream idle past session_idle_timeout: cause %v", ready.Cause())
 	}

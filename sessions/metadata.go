@@ -57,7 +57,7 @@ func (s *Server) endExpired(id string, err error) {
 		b = sess.binding
 	}
 	s.mu.Unlock()
-	if sess == nil || sess.ss != nil || subtle.ConstantTimeCompare(owner[:], sess.owner[:]) != 1 {
+	if sess == nil || sess.conn != nil || subtle.ConstantTimeCompare(owner[:], sess.owner[:]) != 1 {
 		return
 	}
 	s.log.Info("session ended", "session", id, "profile", b.Profile, "subject", b.Subject, "reason", "access token expired")

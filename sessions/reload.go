@@ -72,7 +72,7 @@ func (s *Server) Reload(cfg *configs.Config) error {
 			// Refused from now on (serveMCP, grantOf), ended below.
 			sess.revoked = fmt.Errorf("%w: %w", errConfigChanged, err)
 			sess.inflight.cancelAll()
-			ends = append(ends, ending{id: id, profile: sess.binding.Profile, stream: sess.ss != nil, cause: sess.revoked})
+			ends = append(ends, ending{id: id, profile: sess.binding.Profile, stream: sess.conn != nil, cause: sess.revoked})
 			continue
 		}
 		sess.binding = b

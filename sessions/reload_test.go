@@ -885,7 +885,7 @@ func TestReloadRacingABind(t *testing.T) {
 			}
 			reloadWith(t, s, up, tt.edit)
 			s.takeSlot(stale.Who) // as serveInitialize does
-			s.bind(s.newSession("stub-session", "mcp", stale, [32]byte{}, nil), &handshake{})
+			s.bind(s.newSession("stub-session", doorMCP, stale, [32]byte{}, nil), &handshake{})
 			s.mu.Lock()
 			sess := s.sessions["stub-session"]
 			s.mu.Unlock()
@@ -911,7 +911,7 @@ func TestReloadRacingABind(t *testing.T) {
 			}
 			reloadWith(t, s, up, tt.edit)
 			frames := make(chan []byte, 16)
-			ss := s.newStreamSession(context.Background(), "ws", stale, frameWriterFunc(func(b []byte) error {
+			ss := s.newStreamSession(context.Background(), doorWS, stale, frameWriterFunc(func(b []byte) error {
 				frames <- b
 				return nil
 			}))

@@ -54,7 +54,7 @@ func TestSessionIDsNameTheReplica(t *testing.T) {
 		initializeAs(t, p, map[string]any{})
 		var ws []string
 		for _, ss := range allStreams(s) {
-			if ss.sess.kind == "ws" {
+			if ss.kind == doorWS {
 				ws = append(ws, ss.ID())
 			}
 		}

@@ -285,8 +285,8 @@ func (s *Server) notify(ids []string, method string, params map[string]any) {
 // push hands frame to the writer of sess for what belongs to none of its
 // calls, without waiting, and reports whether it was taken.
 func (s *Server) push(sess *session, frame []byte) bool {
-	if sess.ss != nil {
-		return sess.ss.trySend(frame)
+	if sess.conn != nil {
+		return sess.trySend(frame)
 	}
 	s.mu.Lock()
 	g := sess.get
@@ -513,7 +513,7 @@ func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request) {
 		// bucket or stream is made for it. A session a reload ended
 		// answers the same, so that its client initializes again, under
 		// the new config (reload.go).
-		if owner := chk.Owner(); sess == nil || revoked != nil || sess.ss != nil || subtle.ConstantTimeCompare(owner[:], sess.owner[:]) != 1 {
+		if owner := chk.Owner(); sess == nil || revoked != nil || sess.conn != nil || subtle.ConstantTimeCompare(owner[:], sess.owner[:]) != 1 {
 			writeJSONError(w, http.StatusNotFound, m.ID, mcp.INVALID_REQUEST, "unknown session")
 			return
 		}
@@ -633,7 +633,7 @@ func (s *Server) serveInitialize(w http.ResponseWriter, m *jsonrpc.Message, chk 
 		writeAnswer(w, http.StatusOK, resp)
 		return
 	}
-	sess := s.newSession(replicaPrefix(s.cfg)+sessionIDPrefix+rand.Text(), "mcp", b, chk.Owner(),
+	sess := s.newSession(replicaPrefix(s.cfg)+sessionIDPrefix+rand.Text(), doorMCP, b, chk.Owner(),
 		newBacklog(s.cfg.Server.MaxPendingBytes, maxCallsPerSession))
 	s.bind(sess, hs)
 	w.Header().Set(mcp.HeaderSessionID, sess.id)

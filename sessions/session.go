@@ -9,6 +9,7 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 
+	"github.com/mcpmux/mcpmux/sessions/door"
 	"github.com/mcpmux/mcpmux/sessions/grant"
 )
 
@@ -22,11 +23,9 @@ import (
 // stream door's session (/ws, /sse, stdio) is made when its client
 // connects and bound when it initializes; a /mcp session is made and bound
 // by its initialize. What belongs to a stream's wire (its writer, its
-// queue of frames, its workers) is in ss.
+// queue of frames, its workers) is in conn.
 type session struct {
 	id string
-	// kind is its door: "mcp", "ws", "sse" or "stdio".
-	kind string
 	// owner is the sum of the bearer token that opened the session (zero
 	// without one): a request carrying another token is answered as if the
 	// session did not exist (SPEC §6).
@@ -34,9 +33,13 @@ type session struct {
 	// who is the caller whose shares the session's slot, streams and
 	// calls count in (Binding.Who when it connected); it never changes.
 	who string
-	// ss is the wire half of a /ws, /sse or stdio session; nil for a /mcp
-	// session. Its ids must not be usable on /mcp.
-	ss *streamSession
+	srv *Server
+	// conn is the wire half of a /ws, /sse or stdio session (its frame
+	// writer, its ordered queue of frames, its workers; stream.go); nil
+	// for a /mcp session, whose ids must not be usable on /mcp. The
+	// methods of stream.go and stream_request.go are for sessions with a
+	// conn.
+	conn *door.Conn
 
 	// binding is the session's grant, decided once when it connected or
 	// initialized: re-derived by a reload (reload.go), narrowed by what
@@ -46,7 +49,10 @@ type session struct {
 	// bound is true once it initialized (Server.bind): from then on it is
 	// told list_changed, logs and resource updates.
 	bound bool
-	subs  map[string]bool // resource URIs this session subscribed to
+	// kind is its door. It never changes; it is here, beside bound, as a
+	// string would take the session's struct past its size class.
+	kind doorKind
+	subs map[string]bool // resource URIs this session subscribed to
 	// get is the open GET stream of a /mcp session, where what belongs to
 	// no call of it goes; nil when none is open.
 	get *standalone
@@ -81,10 +87,36 @@ type session struct {
 	held *backlog
 }
 
+// doorKind is the front door a session came through.
+type doorKind uint8
+
+const (
+	doorMCP doorKind = iota
+	doorWS
+	doorSSE
+	doorStdio
+)
+
+// doorNames are the names of the doorKinds: in ids, logs and the status
+// page.
+var doorNames = [...]string{doorMCP: "mcp", doorWS: "ws", doorSSE: "sse", doorStdio: "stdio"}
+
+func (k doorKind) String() string { return doorNames[k] }
+
+// doorNamed returns the stream door named name, as package door names it.
+func doorNamed(name string) (doorKind, bool) {
+	for k, n := range doorNames {
+		if n == name && doorKind(k) != doorMCP {
+			return doorKind(k), true
+		}
+	}
+	return 0, false
+}
+
 // newSession makes the session id of door kind, for b, opened by owner.
 // It is in no registry yet.
-func (s *Server) newSession(id, kind string, b grant.Binding, owner [32]byte, held *backlog) *session {
-	return &session{id: id, kind: kind, owner: owner, who: b.Who, binding: b, held: held}
+func (s *Server) newSession(id string, kind doorKind, b grant.Binding, owner [32]byte, held *backlog) *session {
+	return &session{srv: s, id: id, kind: kind, owner: owner, who: b.Who, binding: b, held: held}
 }
 
 // level returns the session's log level, "" for none.
@@ -127,12 +159,12 @@ func (s *Server) profileOf(sess *session) string {
 // since the session's grant was resolved, the grant is re-derived here, as
 // the reload did for every session it saw (reload.go); one the reload ends
 // is bound ended, and revoked says why. A /mcp session is then ended here;
-// a stream session ends itself (streamSession.register).
+// a stream session ends itself (session.register).
 func (s *Server) bind(sess *session, hs *handshake) (revoked error) {
 	caps := hs.caps // a copy: a pointer into hs would keep all of hs
 	sess.caps.Store(&caps)
 	s.mu.Lock()
-	if sess.ss != nil && s.sessions[sess.id] != sess {
+	if sess.conn != nil && s.sessions[sess.id] != sess {
 		s.mu.Unlock()
 		return nil // it ended before it bound
 	}
@@ -150,13 +182,13 @@ func (s *Server) bind(sess *session, hs *handshake) (revoked error) {
 	sess.listed, sess.listedPrompts, sess.listedResources = s.View(b).Fingerprint(), lp, lr
 	sess.bound = true
 	s.nbound++
-	if sess.ss == nil {
+	if sess.conn == nil {
 		s.startLife(sess)
 		s.sessions[sess.id] = sess
 	}
 	s.mu.Unlock()
 	s.log.Info("session started", "session", sess.id, "profile", b.Profile)
-	if revoked != nil && sess.ss == nil {
+	if revoked != nil && sess.conn == nil {
 		s.endSession(sess.id, b.Profile, false, revoked)
 	}
 	return revoked
@@ -225,19 +257,18 @@ func (s *Server) Sessions() int {
 // once the server is shutting down, when every slot is taken
 // (errTooManySessions), or when ss has already ended (its end ran before
 // admit, so nothing would remove it).
-func (s *Server) admit(ss *streamSession) error {
-	if err := s.takeSlot(ss.sess.who); err != nil {
+func (s *Server) admit(ss *session) error {
+	if err := s.takeSlot(ss.who); err != nil {
 		return err
 	}
 	return s.admitTaken(ss)
 }
 
-// admitTaken is admit for ss whose slot its door has taken already (the
+// admitTaken is admit for sess whose slot its door has taken already (the
 // websocket door takes it before the upgrade, so that a client never
 // sees its connection accepted and then closed for want of one). On
 // failure it gives the slot back.
-func (s *Server) admitTaken(ss *streamSession) error {
-	sess := ss.sess
+func (s *Server) admitTaken(sess *session) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	fail := func(err error) error {
@@ -247,14 +278,11 @@ func (s *Server) admitTaken(ss *streamSession) error {
 	if s.closing {
 		return fail(errServerShutdown)
 	}
-	ss.mu.Lock()
-	ended := ss.ended
-	ss.mu.Unlock()
-	if ended {
+	if sess.conn.Ended() {
 		return fail(ErrSessionClosed)
 	}
-	if sess.kind != "stdio" { // the one client that launched mcpmux
-		sess.life = s.newLife(func(time.Duration) { ss.End(errSessionIdle) })
+	if sess.kind != doorStdio { // the one client that launched mcpmux
+		sess.life = s.newLife(func(time.Duration) { sess.End(errSessionIdle) })
 	}
 	s.sessions[sess.id] = sess
 	return nil
@@ -264,28 +292,28 @@ func (s *Server) admitTaken(ss *streamSession) error {
 var errSessionIdle = errors.New("session idle for longer than server.session_idle_timeout")
 
 // stream returns the live stream session with id, or nil.
-func (s *Server) stream(id string) *streamSession {
+func (s *Server) stream(id string) *session {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if sess := s.sessions[id]; sess != nil {
-		return sess.ss
+	if sess := s.sessions[id]; sess != nil && sess.conn != nil {
+		return sess
 	}
 	return nil
 }
 
 // streams returns the live stream sessions, in a new slice.
-func (s *Server) streams() []*streamSession {
+func (s *Server) streams() []*session {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.streamsLocked()
 }
 
 // streamsLocked is streams with s.mu held.
-func (s *Server) streamsLocked() []*streamSession {
-	var out []*streamSession
+func (s *Server) streamsLocked() []*session {
+	var out []*session
 	for _, sess := range s.sessions {
-		if sess.ss != nil {
-			out = append(out, sess.ss)
+		if sess.conn != nil {
+			out = append(out, sess)
 		}
 	}
 	return out

@@ -139,7 +139,7 @@ func (s *Server) closeSessions() {
 	s.mu.Lock()
 	var ids []string
 	for id, sess := range s.sessions {
-		if sess.ss == nil {
+		if sess.conn == nil {
 			ids = append(ids, id)
 		}
 	}

@@ -41,7 +41,7 @@ func (s statusSource) Sessions(visit func(status.Session)) {
 		if !sess.bound {
 			continue
 		}
-		st := status.Session{Door: sess.kind, Profile: sess.binding.Profile, Subject: sess.binding.Subject, Filter: sess.binding.Filter}
+		st := status.Session{Door: sess.kind.String(), Profile: sess.binding.Profile, Subject: sess.binding.Subject, Filter: sess.binding.Filter}
 		if l := sess.life; l != nil && l.busy.Load() == 0 {
 			st.Idle = now.Sub(time.Unix(0, l.seen.Load()))
 		}

@@ -48,7 +48,7 @@ func (h doorHost) Local(ctx context.Context, profile string, fw door.FrameWriter
 	if err != nil {
 		return nil, err
 	}
-	ss := s.newStreamSession(context.WithoutCancel(ctx), "stdio", b, fw)
+	ss := s.newStreamSession(context.WithoutCancel(ctx), doorStdio, b, fw)
 	if err := s.admit(ss); err != nil {
 		ss.Close(err)
 		return nil, nil
@@ -56,40 +56,40 @@ func (h doorHost) Local(ctx context.Context, profile string, fw door.FrameWriter
 	return ss, nil
 }
 
-var _ door.Local = (*streamSession)(nil)
+var _ door.Local = (*session)(nil)
 
 // Refusal is the answer to a request read once mcpmux began to stop
 // (door.Local).
-func (ss *streamSession) Refusal(id json.RawMessage) []byte {
+func (sess *session) Refusal(id json.RawMessage) []byte {
 	return jsonrpc.ErrorResponse(id, shutdownError())
 }
 
 // Stop makes the new calls of ss fail, as shutdown does (door.Local).
-func (ss *streamSession) Stop() { ss.srv.flights.close(ss.ID()) }
+func (sess *session) Stop() { sess.srv.flights.close(sess.ID()) }
 
 // Release forgets the mark Stop left (door.Local).
-func (ss *streamSession) Release() { ss.srv.flights.forget(ss.ID()) }
+func (sess *session) Release() { sess.srv.flights.forget(sess.ID()) }
 
 // Finish is finishStdio (door.Local).
-func (ss *streamSession) Finish(cause error) { ss.srv.finishStdio(ss, cause) }
+func (sess *session) Finish(cause error) { sess.srv.finishStdio(sess, cause) }
 
-// finishStdio ends ss once the requests it has taken are answered: they
+// finishStdio ends sess once the requests it has taken are answered: they
 // get server.shutdown_grace to finish; then its calls still running are
 // cancelled and answered with shutdownError, and its new calls refused,
-// before it ends with cause. Nothing may hand ss new requests meanwhile.
-func (s *Server) finishStdio(ss *streamSession, cause error) {
+// before it ends with cause. Nothing may hand sess new requests meanwhile.
+func (s *Server) finishStdio(sess *session, cause error) {
 	grace := s.cfg.Server.ShutdownGrace
 	gctx, cancel := context.WithTimeout(context.Background(), grace)
-	ss.idle(gctx)
+	sess.conn.Idle(gctx)
 	late := gctx.Err() != nil
 	cancel()
 	if late {
-		s.flights.close(ss.ID())
-		n := s.flights.abort(ss.ID())
-		s.log.Info("calls still running at the end of server.shutdown_grace are answered with an error", "session", ss.ID(), "calls", n, "duration", grace)
+		s.flights.close(sess.ID())
+		n := s.flights.abort(sess.ID())
+		s.log.Info("calls still running at the end of server.shutdown_grace are answered with an error", "session", sess.ID(), "calls", n, "duration", grace)
 		actx, acancel := context.WithTimeout(context.Background(), answerWait)
-		ss.idle(actx)
+		sess.conn.Idle(actx)
 		acancel()
 	}
-	ss.End(cause)
+	sess.End(cause)
 }

@@ -241,11 +241,11 @@ func TestDispatchFastPathMatchesMCPGo(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ss := s.newStreamSession(context.Background(), "test", b, frameWriterFunc(func([]byte) error { return nil }))
+	ss := s.newStreamSession(context.Background(), doorWS, b, frameWriterFunc(func([]byte) error { return nil }))
 	defer ss.Close(nil)
-	fast := s.dispatch(ss.ctx, ss, []byte(`{"jsonrpc":"2.0","id":5,"method":"tools/list"}`))
+	fast := s.dispatch(ss.ctx(), ss, []byte(`{"jsonrpc":"2.0","id":5,"method":"tools/list"}`))
 	// A cursor takes the request to mcp-go.
-	slow := s.dispatch(ss.ctx, ss, []byte(`{"jsonrpc":"2.0","id":5,"method":"tools/list","params":{"cursor":""}}`))
+	slow := s.dispatch(ss.ctx(), ss, []byte(`{"jsonrpc":"2.0","id":5,"method":"tools/list","params":{"cursor":""}}`))
 	var a, c any
 	if err := json.Unmarshal(fast, &a); err != nil {
 		t.Fatalf("fast path: %v: %s", err, fast)
@@ -256,13 +256,13 @@ func TestDispatchFastPathMatchesMCPGo(t *testing.T) {
 	if fa, sl := mustMarshal(a), mustMarshal(c); string(fa) != string(sl) {
 		t.Fatalf("fast path differs from mcp-go:\nfast:   %.300s\nmcp-go: %.300s", fa, sl)
 	}
-	if got := s.dispatch(ss.ctx, ss, []byte(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)); got != nil {
+	if got := s.dispatch(ss.ctx(), ss, []byte(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)); got != nil {
 		t.Fatalf("a notification was answered: %s", got)
 	}
-	if got := string(s.dispatch(ss.ctx, ss, []byte(`{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"name":"up__tool_0001"}}`))); !strings.Contains(got, `"code":-32601`) {
+	if got := string(s.dispatch(ss.ctx(), ss, []byte(`{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"name":"up__tool_0001"}}`))); !strings.Contains(got, `"code":-32601`) {
 		t.Fatalf("hidden tool: %s", got)
 	}
-	if got := string(s.dispatch(ss.ctx, ss, []byte(`{not json`))); !strings.Contains(got, `"code":-32700`) {
+	if got := string(s.dispatch(ss.ctx(), ss, []byte(`{not json`))); !strings.Contains(got, `"code":-32700`) {
 		t.Fatalf("malformed message: %s", got)
 	}
 }
@@ -367,7 +367,7 @@ func TestServerToClientRequests(t *testing.T) {
 }
 
 // onlyStream returns the server's one live stream session.
-func onlyStream(t *testing.T, s *Server) *streamSession {
+func onlyStream(t *testing.T, s *Server) *session {
 	t.Helper()
 	all := allStreams(s)
 	if len(all) != 1 {
@@ -376,7 +376,7 @@ func onlyStream(t *testing.T, s *Server) *streamSession {
 	return all[0]
 }
 
-func allStreams(s *Server) []*streamSession {
+func allStreams(s *Server) []*session {
 	return s.streams()
 }
 

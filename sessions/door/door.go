@@ -1,11 +1,12 @@
 // Package door holds the message-stream front doors: /ws (websocket) and
 // /sse with /message (legacy HTTP+SSE) of mcpmux's HTTP server, and stdio
 // (`mcpmux serve --stdio`), with the bounded reading of one message they
-// share (ReadMessage, ReadLine). A door converts between its wire and JSON-RPC
-// messages and nothing more: the Host behind it (package sessions) decides
-// who may open a session, admits it, handles every message and says when
-// the session ends. A door only maps that end onto its wire's way of
-// closing.
+// share (ReadMessage, ReadLine) and Conn, the wire half of a stream
+// session (its one writer, its worker pool, its end). A door converts
+// between its wire and JSON-RPC messages and nothing more: the Host behind
+// it (package sessions) decides who may open a session, admits it, handles
+// every message and says when the session ends. A door only maps that end
+// onto its wire's way of closing.
 package door
 
 import (

@@ -1,4 +1,4 @@
-package sessions
+package door
 
 import (
 	"fmt"
@@ -8,7 +8,7 @@ import (
 	"github.com/mcpmux/mcpmux/internal/jsonrpc"
 )
 
-// TestOutQueue: a stream session's out queue keeps order, holds at most
+// TestOutQueue: a Conn's out queue keeps order, holds at most
 // outBuffer frames, and gives its room back once drained, so an idle
 // session holds none; producers that found it full go on as the writer
 // takes frames, and none is lost.
