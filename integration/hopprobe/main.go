@@ -1,0 +1,239 @@
+// Command hopprobe measures what one proxy process adds to a small
+// tools/call, one call at a time, for four paths to the same mcp-go
+// upstream (in this process): directly, through an httputil reverse proxy
+// in a process of its own (integration/load's floor), through `mcpmux
+// serve`, and through a process that runs only mcpmux's session server
+// (sessions.New and Server.Serve, none of cmd/mcpmux's setup). The last
+// two differing says the cost is in how `mcpmux serve` runs, not in the
+// request path; the bare process against the floor compares the request
+// paths as processes.
+//
+//	go build -o /tmp/mcpmux ./cmd/mcpmux && go run ./integration/hopprobe --mcpmux /tmp/mcpmux
+//
+// It prints each round's added p50 per path, and the medians.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"github.com/mark3labs/mcp-go/client"
+	"github.com/mark3labs/mcp-go/client/transport"
+	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
+
+	"github.com/mcpmux/mcpmux/configs"
+	"github.com/mcpmux/mcpmux/sessions"
+)
+
+// Set in a child's environment: the upstream's URL, and the address the
+// child serves on.
+const (
+	envFloor = "HOPPROBE_FLOOR"
+	envBare  = "HOPPROBE_BARE"
+	envAddr  = "HOPPROBE_ADDR"
+)
+
+func main() {
+	if up := os.Getenv(envFloor); up != "" {
+		exit(serveFloor(up, os.Getenv(envAddr)))
+	}
+	if up := os.Getenv(envBare); up != "" {
+		exit(serveBare(up, os.Getenv(envAddr)))
+	}
+	bin := flag.String("mcpmux", "", "mcpmux binary (required)")
+	rounds := flag.Int("rounds", 5, "rounds, each timing every path in turn")
+	n := flag.Int("n", 1000, "timed calls per path per round")
+	flag.Parse()
+	if *bin == "" {
+		exit(errors.New("--mcpmux is required"))
+	}
+	exit(run(*bin, *rounds, *n))
+}
+
+func exit(err error) {
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "hopprobe:", err)
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
+
+// serveFloor is the floor: a byte-for-byte reverse proxy.
+func serveFloor(up, addr string) error {
+	target, err := url.Parse(up)
+	if err != nil {
+		return err
+	}
+	rp := httputil.NewSingleHostReverseProxy(target)
+	rp.Transport = &http.Transport{MaxIdleConnsPerHost: 64}
+	rp.FlushInterval = -1
+	return http.ListenAndServe(addr, rp)
+}
+
+// serveBare runs mcpmux's session server alone over the upstream.
+func serveBare(up, addr string) error {
+	ctx := context.Background()
+	cfg, err := configs.Parse("hopprobe.toml", []byte(fmt.Sprintf("[upstreams.up]\nurl = %q\n", up+"/mcp")), nil)
+	if err != nil {
+		return err
+	}
+	s, err := sessions.New(cfg, sessions.Options{})
+	if err != nil {
+		return err
+	}
+	if err := s.Aggregator().Start(ctx); err != nil {
+		return err
+	}
+	s.MarkStarted()
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	return s.Serve(ctx, ln)
+}
+
+func run(bin string, rounds, n int) error {
+	ctx := context.Background()
+	up := server.NewMCPServer("hopprobe", "1", server.WithToolCapabilities(true))
+	up.AddTool(mcp.NewTool("echo"), func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return mcp.NewToolResultText("ok"), nil
+	})
+	ts := httptest.NewServer(server.NewStreamableHTTPServer(up))
+	defer ts.Close()
+
+	addrs := make([]string, 3)
+	for i := range addrs {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return err
+		}
+		addrs[i] = ln.Addr().String()
+		ln.Close()
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	dir, err := os.MkdirTemp("", "hopprobe")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	// The config gets a directory of its own: mcpmux watches it.
+	cfgDir := filepath.Join(dir, "config")
+	cfgPath := filepath.Join(cfgDir, "mcpmux.toml")
+	if err := os.Mkdir(cfgDir, 0o700); err != nil {
+		return err
+	}
+	if err := os.WriteFile(cfgPath, []byte(fmt.Sprintf("[upstreams.up]\nurl = %q\n", ts.URL+"/mcp")), 0o600); err != nil {
+		return err
+	}
+	children := []*exec.Cmd{
+		exec.Command(self),
+		exec.Command(self),
+		exec.Command(bin, "serve", "--config", cfgPath, "--listen", addrs[2]),
+	}
+	children[0].Env = append(os.Environ(), envFloor+"="+ts.URL, envAddr+"="+addrs[0])
+	children[1].Env = append(os.Environ(), envBare+"="+ts.URL, envAddr+"="+addrs[1])
+	for _, c := range children {
+		if err := c.Start(); err != nil {
+			return err
+		}
+		defer func() { c.Process.Kill(); c.Wait() }()
+	}
+
+	paths := []struct {
+		name, url, tool string
+		c               *client.Client
+		added           []time.Duration
+	}{
+		{name: "direct", url: ts.URL + "/mcp", tool: "echo"},
+		{name: "floor", url: "http://" + addrs[0] + "/mcp", tool: "echo"},
+		{name: "bare session server", url: "http://" + addrs[1] + "/mcp", tool: "up__echo"},
+		{name: "mcpmux serve", url: "http://" + addrs[2] + "/mcp", tool: "up__echo"},
+	}
+	for i := range paths {
+		if paths[i].c, err = dial(ctx, paths[i].url, 30*time.Second); err != nil {
+			return fmt.Errorf("%s: %w", paths[i].name, err)
+		}
+	}
+	for r := range rounds {
+		var direct time.Duration
+		fmt.Printf("round %d: added p50", r+1)
+		for i := range paths {
+			p50, err := timeCalls(ctx, paths[i].c, paths[i].tool, n)
+			if err != nil {
+				return fmt.Errorf("%s: %w", paths[i].name, err)
+			}
+			if i == 0 {
+				direct = p50
+				continue
+			}
+			paths[i].added = append(paths[i].added, p50-direct)
+			fmt.Printf("  %s %v", paths[i].name, (p50 - direct).Round(time.Microsecond))
+		}
+		fmt.Println()
+	}
+	fmt.Print("median added p50:")
+	for _, p := range paths[1:] {
+		slices.Sort(p.added)
+		fmt.Printf("  %s %v", p.name, p.added[len(p.added)/2].Round(time.Microsecond))
+	}
+	fmt.Println()
+	return nil
+}
+
+// dial connects and initializes a client, retrying until the path's
+// server listens.
+func dial(ctx context.Context, url string, wait time.Duration) (*client.Client, error) {
+	deadline := time.Now().Add(wait)
+	for {
+		tr, err := transport.NewStreamableHTTP(url)
+		if err != nil {
+			return nil, err
+		}
+		c := client.NewClient(tr)
+		err = c.Start(ctx)
+		if err == nil {
+			var req mcp.InitializeRequest
+			req.Params.ProtocolVersion = "2025-06-18"
+			if _, err = c.Initialize(ctx, req); err == nil {
+				return c, nil
+			}
+		}
+		c.Close()
+		if time.Now().After(deadline) {
+			return nil, err
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// timeCalls makes n calls of tool one at a time and returns their p50.
+func timeCalls(ctx context.Context, c *client.Client, tool string, n int) (time.Duration, error) {
+	var req mcp.CallToolRequest
+	req.Params.Name = tool
+	d := make([]time.Duration, 0, n)
+	for range n {
+		t0 := time.Now()
+		if _, err := c.CallTool(ctx, req); err != nil {
+			return 0, err
+		}
+		d = append(d, time.Since(t0))
+	}
+	slices.Sort(d)
+	return d[len(d)/2], nil
+}
