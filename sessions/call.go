@@ -17,6 +17,7 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 
+	"github.com/mcpmux/mcpmux/aggregator"
 	"github.com/mcpmux/mcpmux/filter"
 	"github.com/mcpmux/mcpmux/internal/audit"
 	"github.com/mcpmux/mcpmux/internal/jsonrpc"
@@ -57,7 +58,10 @@ type call struct {
 	// loan takes back the buffers of a 2026-07-28 call's result once the
 	// request that writes its final answer has written it (nil: none; a
 	// call before 2026-07-28 uses its request's, see serveRouted).
-	loan   *upstream.Loan
+	loan *upstream.Loan
+	// stream is the call's result when it is written as it is read
+	// (aggregator.ResultStream), set by answer; its writer closes it.
+	stream *aggregator.ResultStream
 	modern bool
 	method string
 	name   string         // the tool or prompt name, or URI, a retry must repeat
@@ -208,7 +212,7 @@ func (s *Server) start(parent context.Context, c *call, id string, b grant.Bindi
 			}
 		}()
 		res, err := s.route(ctx, id, b, e, m, cl)
-		return routedAnswer{res, err}
+		return routedAnswer{res, err, cl.stream}
 	}
 	if !c.modern {
 		c.run = run
@@ -342,6 +346,13 @@ func (s *Server) answer(ctx context.Context, c *call, m *jsonrpc.Message, a rout
 	s.spanOutcome(ctx, outcomeFor(a.err), a.err)
 	if a.err == nil {
 		s.metrics.count(m.Method, outcomeOK)
+		if a.stream != nil {
+			c.stream = a.stream
+			if ctx.Err() != nil {
+				return jsonrpc.Frame{}, 0 // nobody to write it to: closed by the writer
+			}
+			return jsonrpc.ResponseHead(m.ID), 0
+		}
 		return jsonrpc.ResponseFrame(m.ID, a.result), 0
 	}
 	s.metrics.count(m.Method, outcomeError)
