@@ -247,7 +247,7 @@ func (p *httpPeer) call(ctx context.Context, method string, params json.RawMessa
 	var tailAbove int64
 	if lendable(method) {
 		loan = LoanFrom(ctx)
-		if ctx.Value(tailKey{}) != nil {
+		if ctx.Value(tailKey{}) != nil && p.limit > WholeLimit {
 			tailAbove = loan.tailLimit()
 		}
 	}
@@ -307,6 +307,8 @@ func (p *httpPeer) call(ctx context.Context, method string, params json.RawMessa
 type eventStream struct {
 	br   *bufio.Reader
 	body io.Closer
+	// under are readers br reads through (replay), given back with it.
+	under []*bufio.Reader
 }
 
 // readerPool holds the readers of event streams: every call answered as a
@@ -322,9 +324,11 @@ func newEventStream(body io.ReadCloser) *eventStream {
 // close closes the stream's body and gives its reader back.
 func (s *eventStream) close() {
 	s.body.Close()
-	s.br.Reset(nil)
-	readerPool.Put(s.br)
-	s.br = nil
+	for _, br := range append(s.under, s.br) {
+		br.Reset(nil)
+		readerPool.Put(br)
+	}
+	s.br, s.under = nil, nil
 }
 
 // exchange POSTs one request and reads the answer. rest, when not nil, is
@@ -350,7 +354,10 @@ func (p *httpPeer) exchange(ctx context.Context, loan *Loan, tailAbove int64, id
 	switch {
 	case resp.StatusCode == http.StatusOK && mediaType == "text/event-stream":
 		rest := newEventStream(resp.Body)
-		res, err, more := p.readAnswer(loan, rest.br, id)
+		res, tail, err, more := p.readAnswer(loan, rest, tailAbove, id)
+		if tail != nil {
+			return nil, nil, tail, nil
+		}
 		if more {
 			return res, rest, nil, err
 		}
@@ -513,7 +520,10 @@ var errLoanReleased = errors.New("the caller no longer waits for the answer (its
 // large message is read into a pooled buffer, which the loan takes back
 // if the message is the answer (any other is left to the collector: the
 // engine may keep it).
-func (p *httpPeer) readAnswer(loan *Loan, br *bufio.Reader, id string) (res json.RawMessage, err error, more bool) {
+//
+// With above > 0, an event larger than above bytes that is the answer is
+// not read: tail is its result (eventTail), which reads on the stream.
+func (p *httpPeer) readAnswer(loan *Loan, s *eventStream, above int64, id string) (res json.RawMessage, tail *Tail, err error, more bool) {
 	var buf *[]byte // the pooled buffer of the last message read, if any
 	var dst func(n int) []byte
 	if loan != nil {
@@ -526,18 +536,21 @@ func (p *httpPeer) readAnswer(loan *Loan, br *bufio.Reader, id string) (res json
 	}
 	for {
 		buf = nil
-		f, err := wire.ReadEventInto(br, p.limit, dst)
+		if above > 0 {
+			if t := p.eventTail(s, above, id); t != nil {
+				return nil, t, nil, true
+			}
+		}
+		f, err := wire.ReadEventInto(s.br, p.limit, dst)
 		if err != nil {
 			if errors.Is(err, io.EOF) {
 				err = errors.New("the upstream's event stream ended without an answer")
 			}
-			return nil, fmt.Errorf("reading the answer: %w", err), false
+			return nil, nil, fmt.Errorf("reading the answer: %w", err), false
 		}
 		if f.Oversize {
 			if !f.Method && idIs(f.ID, id) {
-				tooLarge := &wire.TooLargeError{Limit: p.limit}
-				p.c.u.log.Warn("failing the call the upstream's answer is too large for; the connection stays up", "err", tooLarge)
-				return nil, tooLarge, true
+				return nil, nil, p.tooLarge(), true
 			}
 			p.w.Dispatch(f, id)
 			continue
@@ -546,9 +559,9 @@ func (p *httpPeer) readAnswer(loan *Loan, br *bufio.Reader, id string) (res json
 		if perr == nil && m.Method == "" && idIs(m.ID, id) {
 			res, err := answerOf(m)
 			if buf != nil && err == nil && len(f.Data) > 0 && &f.Data[0] == &(*buf)[0] && !loan.lend(buf) {
-				return nil, errLoanReleased, true
+				return nil, nil, errLoanReleased, true
 			}
-			return res, err, true
+			return res, nil, err, true
 		}
 		p.w.Dispatch(f, id)
 	}
