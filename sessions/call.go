@@ -341,7 +341,15 @@ func (s *Server) answer(ctx context.Context, c *call, m *jsonrpc.Message, a rout
 	c.cancel()          // a cause given earlier stays
 	c.final.Store(true) // its door settles its later frames (settle)
 	if c.release != nil {
-		c.release()
+		if a.err == nil && a.stream != nil {
+			// A result written as it is read holds its slot until it is
+			// written: the calls in flight per session bound the streams
+			// a client that stops reading can hold open.
+			release := c.release
+			a.stream.OnEnd(func(bool, error) { release() })
+		} else {
+			c.release()
+		}
 	}
 	s.spanOutcome(ctx, outcomeFor(a.err), a.err)
 	if a.err == nil {
