@@ -329,8 +329,10 @@ func (o *eventWriter) finalStream(ctx context.Context, head jsonrpc.Frame, rs *a
 		o.fail(err)
 		return nil
 	}
-	if err := o.rc.Flush(); err != nil {
-		o.fail(err)
+	if o.stream {
+		if err := o.rc.Flush(); err != nil {
+			o.fail(err)
+		}
 	}
 	return nil
 }
