@@ -78,6 +78,9 @@ func (a *Aggregator) elicitConnect(ctx context.Context, cl Client, name string, 
 // notConnectedErr returns the UpstreamError of a per-user refusal that
 // carries a connect link, or nil.
 func notConnectedErr(err error) *UpstreamError {
+	if err == nil {
+		return nil
+	}
 	var ue *UpstreamError
 	if errors.As(err, &ue) && ue.Connect != "" {
 		return ue

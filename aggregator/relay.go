@@ -36,6 +36,7 @@ type relay struct {
 
 	mu       sync.Mutex
 	inflight map[*upstream.Upstream]map[*inflightCall]struct{} // connection → its calls
+	spare    map[*inflightCall]struct{}                        // an empty one of inflight's, for reuse
 	progress map[string]progressRoute                          // minted token → route
 	links    map[string]string                                 // resource link URI → upstream
 	subs     map[string]int                                    // "upstream\x00uri" → subscribers
@@ -70,25 +71,32 @@ func newRelay() *relay {
 }
 
 // begin records a client request in flight on the connection u and returns
-// it, and the function that ends it.
-func (r *relay) begin(u *upstream.Upstream, cl Client) (*inflightCall, func()) {
+// it; end ends it.
+func (r *relay) begin(u *upstream.Upstream, cl Client) *inflightCall {
 	c := &inflightCall{client: cl, seq: r.seq.Add(1)}
 	r.mu.Lock()
 	m := r.inflight[u]
 	if m == nil {
-		m = make(map[*inflightCall]struct{})
+		if m, r.spare = r.spare, nil; m == nil {
+			m = make(map[*inflightCall]struct{})
+		}
 		r.inflight[u] = m
 	}
 	m[c] = struct{}{}
 	r.mu.Unlock()
-	return c, func() {
-		r.mu.Lock()
-		delete(r.inflight[u], c)
-		if len(r.inflight[u]) == 0 {
-			delete(r.inflight, u)
-		}
-		r.mu.Unlock()
+	return c
+}
+
+// end ends the call c on u that begin returned.
+func (r *relay) end(u *upstream.Upstream, c *inflightCall) {
+	r.mu.Lock()
+	m := r.inflight[u]
+	delete(m, c)
+	if len(m) == 0 {
+		delete(r.inflight, u)
+		r.spare = m // the next connection's first call reuses it
 	}
+	r.mu.Unlock()
 }
 
 // inflightCount returns how many client requests are in flight on u.

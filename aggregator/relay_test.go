@@ -13,6 +13,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/mcpmux/mcpmux/configs"
+	"github.com/mcpmux/mcpmux/internal/jsonrpc"
 	"github.com/mcpmux/mcpmux/upstream"
 )
 
@@ -53,7 +54,7 @@ func TestOwnerSharedUntied(t *testing.T) {
 			r := newRelay()
 			l := testLink("late", transport, "")
 			victim := &testClient{name: "victim", session: "B"}
-			_, end := r.begin(l.u, victim)
+			_, end := beginCall(r, l.u, victim)
 			defer end()
 			cl, _, err := r.owner(context.Background(), l)
 			if cl != nil {
@@ -78,7 +79,7 @@ func TestOwnerSharedOfSessionScope(t *testing.T) {
 	r := newRelay()
 	uc := &configs.Upstream{Name: "late", Transport: configs.TransportStdio, Command: "unused", Scope: configs.ScopeSession}
 	l := &connLink{name: "late", u: upstream.New(uc, upstream.Options{})}
-	_, end := r.begin(l.u, &testClient{name: "stateless"})
+	_, end := beginCall(r, l.u, &testClient{name: "stateless"})
 	defer end()
 	cl, _, err := r.owner(context.Background(), l)
 	if cl != nil || !errors.Is(err, ErrAmbiguousCaller) {
@@ -97,8 +98,8 @@ func TestOwnerTied(t *testing.T) {
 	l := testLink("h", configs.TransportHTTP, "")
 	other := testLink("h2", configs.TransportHTTP, "")
 	a, b := &testClient{name: "A"}, &testClient{name: "B"}
-	callA, endA := r.begin(l.u, a)
-	_, endB := r.begin(l.u, b)
+	callA, endA := beginCall(r, l.u, a)
+	_, endB := beginCall(r, l.u, b)
 	defer endB()
 	ctx := withCall(context.Background(), callA)
 	if cl, wide, err := r.owner(ctx, l); err != nil || cl != a || wide {
@@ -123,8 +124,8 @@ func TestOwnerSessionConnection(t *testing.T) {
 		t.Fatalf("with no call in flight the request reached %v", cl.(*testClient).name)
 	}
 	first, second := &testClient{name: "first", session: "A"}, &testClient{name: "second", session: "A"}
-	_, end1 := r.begin(l.u, first)
-	_, end2 := r.begin(l.u, second)
+	_, end1 := beginCall(r, l.u, first)
+	_, end2 := beginCall(r, l.u, second)
 	defer end2()
 	if cl, wide, err := r.owner(context.Background(), l); err != nil || cl != first || !wide {
 		t.Fatalf("owner = %v, %v, %v; want the oldest call, for the session as a whole", cl, wide, err)
@@ -187,8 +188,8 @@ func TestCallNotificationReachesItsCall(t *testing.T) {
 	a := New(&configs.Config{}, Options{})
 	l := testLink("h", configs.TransportHTTP, "")
 	ca, cb := &testClient{name: "A", session: "A"}, &testClient{name: "B", session: "B"}
-	callA, endA := a.relay.begin(l.u, ca)
-	_, endB := a.relay.begin(l.u, cb)
+	callA, endA := beginCall(a.relay, l.u, ca)
+	_, endB := beginCall(a.relay, l.u, cb)
 	defer endB()
 	logMsg := mcp.JSONRPCNotification{}
 	logMsg.Method = string(mcp.MethodNotificationMessage)
@@ -250,7 +251,7 @@ func TestUnaskedRequestIsNotAWarning(t *testing.T) {
 		t.Errorf("with no call in flight, logged %q, want %q", got, want)
 	}
 
-	_, end := a.relay.begin(h.l.u, &testClient{name: "other", session: "B"})
+	_, end := beginCall(a.relay, h.l.u, &testClient{name: "other", session: "B"})
 	defer end()
 	if _, err := h.relay(context.Background(), "roots/list", nil); !errors.Is(err, ErrAmbiguousCaller) {
 		t.Fatalf("err = %v, want ErrAmbiguousCaller", err)
@@ -315,4 +316,51 @@ func TestResourceUpdatedOwnership(t *testing.T) {
 			t.Errorf("%s's update of %s delivered %v, want [%s]", tc.from, tc.uri, got, tc.want)
 		}
 	}
+}
+
+// TestHopMeta: what the upstream hop gets of each member of a client's
+// _meta. A progress token is minted anew; a key only case-folding decoders
+// read as progressToken is dropped, so no client can hand an upstream a
+// token mcpmux did not mint (one that could be another session's); the
+// client's own hop keys are dropped; anything else passes as sent.
+func TestHopMeta(t *testing.T) {
+	a := New(&configs.Config{}, Options{})
+	u := testLink("u", configs.TransportStdio, "").u
+	cl := &testClient{name: "A", session: "A"}
+	params := json.RawMessage(`{"name":"t","_meta":{"ProgressToken":"mcpmux-p-1","trace":{"x":1},"io.modelcontextprotocol/protocolVersion":"x","progressToken":"mine"}}`)
+	var forget func()
+	out, err := jsonrpc.Rewrite(params, map[string]any{"name": "t"}, func(k string, v json.RawMessage) json.RawMessage {
+		v, f := a.hopMeta(u, cl, k, v)
+		if f != nil {
+			forget = f
+		}
+		return v
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if forget == nil {
+		t.Fatal("the progress token was not minted")
+	}
+	defer forget()
+	var got struct {
+		Meta map[string]json.RawMessage `json:"_meta"`
+	}
+	if err := json.Unmarshal(out, &got); err != nil {
+		t.Fatal(err)
+	}
+	tok := string(got.Meta["progressToken"])
+	if tok == "" || tok == `"mine"` || tok == `"mcpmux-p-1"` {
+		t.Errorf("progressToken = %s, want a minted one", tok)
+	}
+	if string(got.Meta["trace"]) != `{"x":1}` || len(got.Meta) != 2 || strings.Contains(string(out), "ProgressToken") || strings.Contains(string(out), "io.modelcontextprotocol") {
+		t.Errorf("hop _meta = %s", out)
+	}
+}
+
+// beginCall begins a call on u and returns it and the function that ends
+// it.
+func beginCall(r *relay, u *upstream.Upstream, cl Client) (*inflightCall, func()) {
+	c := r.begin(u, cl)
+	return c, func() { r.end(u, c) }
 }

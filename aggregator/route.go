@@ -162,6 +162,9 @@ func upstreamErr(name, method string, timeout time.Duration, err error) error {
 // error (isError) the model and the user can read, that says what to do.
 // nil for any other err.
 func userErrorResult(err error) json.RawMessage {
+	if err == nil {
+		return nil
+	}
 	var ue *UpstreamError
 	if !errors.As(err, &ue) || ue.Connect == "" && !ue.Anonymous && !ue.NoOAuth {
 		return nil
@@ -318,9 +321,12 @@ func (a *Aggregator) route(ctx context.Context, cl Client, up, method, target st
 		return nil, nil, upstreamErr(up, method, 0, err)
 	}
 	var forget func()
-	out, err := jsonrpc.Rewrite(params, set, func(meta map[string]json.RawMessage) map[string]json.RawMessage {
-		meta, forget = a.hopMeta(u, cl, meta)
-		return meta
+	out, err := jsonrpc.Rewrite(params, set, func(k string, v json.RawMessage) json.RawMessage {
+		v, f := a.hopMeta(u, cl, k, v)
+		if f != nil {
+			forget = f
+		}
+		return v
 	})
 	if forget != nil {
 		defer forget()
@@ -333,8 +339,8 @@ func (a *Aggregator) route(ctx context.Context, cl Client, up, method, target st
 	req.Tail = stream && taker != nil && !cl.Modern()
 	caps := cl.Capabilities()
 	req.Caps = &caps
-	call, end := a.relay.begin(u, cl)
-	defer end()
+	call := a.relay.begin(u, cl)
+	defer a.relay.end(u, call)
 	ctx = withCall(ctx, call)
 	for round := 0; ; round++ {
 		res, err = u.Send(ctx, req)
@@ -441,24 +447,27 @@ func checkCapability(cl Client, method string) error {
 	return nil
 }
 
-// hopMeta builds the _meta of the upstream hop from the client's: keys of
-// the client's own hop (io.modelcontextprotocol/*) are dropped, and a
-// progress token is replaced by one unique across upstream connections,
-// whose notifications from the connection u are mapped back to cl. The
-// returned func forgets that mapping (nil when there is none).
-func (a *Aggregator) hopMeta(u *upstream.Upstream, cl Client, meta map[string]json.RawMessage) (map[string]json.RawMessage, func()) {
-	for k := range meta {
-		if upstream.IsReservedMeta(k) {
-			delete(meta, k)
+// hopMeta is the upstream hop's value of the client's _meta member k: a
+// key of the client's own hop (io.modelcontextprotocol/*) is dropped (nil),
+// and a progress token is replaced by one unique across upstream
+// connections, whose notifications from the connection u are mapped back
+// to cl; the returned func forgets that mapping (nil when there is none).
+// A key that only case-folding decoders read as progressToken is dropped
+// too: the upstream would take it for a token mcpmux never minted, one
+// that could name another session's.
+func (a *Aggregator) hopMeta(u *upstream.Upstream, cl Client, k string, v json.RawMessage) (json.RawMessage, func()) {
+	switch {
+	case upstream.IsReservedMeta(k):
+		return nil, nil
+	case k == "progressToken":
+		if string(v) == "null" {
+			return v, nil
 		}
+		return a.relay.mintProgress(u, cl, v)
+	case jsonrpc.FoldEqual(k, "progressToken"):
+		return nil, nil
 	}
-	tok, ok := meta["progressToken"]
-	if !ok || string(tok) == "null" {
-		return meta, nil
-	}
-	minted, forget := a.relay.mintProgress(u, cl, tok)
-	meta["progressToken"] = minted
-	return meta, forget
+	return v, nil
 }
 
 // finishResult removes what belongs to the upstream hop from a result

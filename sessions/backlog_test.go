@@ -218,7 +218,7 @@ func TestSlowReaderOnMCP(t *testing.T) {
 	held := func() int64 {
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		if sess := s.bound[id]; sess != nil {
+		if sess := s.sessions[id]; sess != nil {
 			return sess.held.held()
 		}
 		return -1
@@ -293,11 +293,9 @@ func TestSlowReaderOnWebsocket(t *testing.T) {
 	t.Cleanup(hs.Close)
 	p := dialWSPeer(t, hs, "", nil)
 	initializeAs(t, p, map[string]any{})
-	var ss *streamSession
+	var ss *session
 	waitFor(t, func() bool {
-		s.streams.mu.Lock()
-		defer s.streams.mu.Unlock()
-		for _, x := range s.streams.byID {
+		for _, x := range s.streams() {
 			ss = x
 		}
 		return ss != nil
@@ -307,7 +305,7 @@ func TestSlowReaderOnWebsocket(t *testing.T) {
 	for i := range 5 {
 		p.send(t, callBody(3+i, "quick", "{}"))
 	}
-	waitLong(t, func() bool { return ss.ctx.Err() != nil }, "the stalled session ends")
+	waitLong(t, func() bool { return ss.ctx().Err() != nil }, "the stalled session ends")
 	if n := bu.count("quick"); n != 0 {
 		t.Fatalf("calls sent while the session held %d unread bytes reached the upstream %d times", ss.held.held(), n)
 	}

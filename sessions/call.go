@@ -37,16 +37,17 @@ import (
 // answer, resumes it (SPEC §7).
 type call struct {
 	frames *frameQueue
-	// wake starts a writer for frames when the call runs inline (see
-	// await); nil otherwise. It is set before the call runs.
-	wake   func()
+	// inline starts a writer for frames when the call runs inline
+	// (runInline).
+	inline inlineWriter
 	run    func() routedAnswer // a call that runs inline, in await
-	done   chan routedAnswer
-	asks   chan *ask
-	ctx    context.Context // the call's own; ends when it is answered or cancelled
-	cancel context.CancelFunc
-	// abort cancels the call with a cause: errShutdown makes its answer
-	// shutdownError (drain.go).
+	// done and asks carry a 2026-07-28 call's answer and its requests for
+	// input from its goroutine to await; nil for a call that runs inline.
+	done chan routedAnswer
+	asks chan *ask
+	ctx  context.Context // the call's own; ends when it is answered or cancelled
+	// abort cancels the call with a cause (nil: cancelled): errShutdown
+	// makes its answer shutdownError (drain.go).
 	abort  context.CancelCauseFunc
 	heldID string // set while the call is held (heldCalls)
 	// release gives back the call's slot in its session's backlog (nil:
@@ -133,10 +134,40 @@ func (c *call) bound(ctx context.Context) (context.Context, context.CancelFunc) 
 	}
 }
 
+// inlineWriter is the writer of a call that runs inline: started by the
+// call's first frame, stopped when the call returns. It lives in the call,
+// so that a call without frames before its answer costs nothing more.
+type inlineWriter struct {
+	mu                sync.Mutex
+	write             func([]byte) // set by runInline; nil: the call does not run inline
+	started, finished bool
+	stop              chan struct{}
+	wg                sync.WaitGroup
+}
+
+// wakeWriter starts the writer of a call that runs inline, once, unless
+// the call has returned already.
 func (c *call) wakeWriter() {
-	if c.wake != nil {
-		c.wake()
+	iw := &c.inline
+	iw.mu.Lock()
+	defer iw.mu.Unlock()
+	if iw.write == nil || iw.started || iw.finished {
+		return
 	}
+	iw.started = true
+	iw.stop = make(chan struct{})
+	write, stop := iw.write, iw.stop
+	iw.wg.Go(func() {
+		for {
+			select {
+			case <-c.frames.signal():
+				c.frames.drain(write)
+			case <-stop:
+				c.frames.drain(write)
+				return
+			}
+		}
+	})
 }
 
 // askClient is the caller's server→client request for a 2026-07-28 call:
@@ -170,8 +201,12 @@ func newCall(m *jsonrpc.Message, b grant.Binding, modern bool, owner string, hel
 	if m.Method == string(mcp.MethodResourcesRead) {
 		name = m.URI
 	}
-	return &call{frames: newFrameQueue(held, overflow), done: make(chan routedAnswer, 1), asks: make(chan *ask),
+	c := &call{frames: newFrameQueue(held, overflow),
 		modern: modern, method: m.Method, name: name, filter: b.Filter, owner: owner, who: b.Who, profile: b.Profile}
+	if modern {
+		c.done, c.asks = make(chan routedAnswer, 1), make(chan *ask)
+	}
+	return c
 }
 
 // start prepares route for the call. A 2026-07-28 call runs on a
@@ -191,7 +226,6 @@ func (s *Server) start(parent context.Context, c *call, id string, b grant.Bindi
 		cl.ask = c.askClient
 	}
 	ctx, c.abort = context.WithCancelCause(ctx)
-	c.cancel = func() { c.abort(nil) }
 	c.ctx = ctx
 	run := func() (a routedAnswer) {
 		// Once mcpmux is stopping, a call that has not started never
@@ -230,35 +264,19 @@ func (s *Server) start(parent context.Context, c *call, id string, b grant.Bindi
 // writes until the call returns, then drains and stops, and only then is
 // the answer written, so frames come first.
 func (c *call) runInline(write func([]byte)) routedAnswer {
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	started, finished := false, false
-	stop := make(chan struct{})
-	c.wake = func() {
-		mu.Lock()
-		defer mu.Unlock()
-		if started || finished {
-			return
-		}
-		started = true
-		wg.Go(func() {
-			for {
-				select {
-				case <-c.frames.signal():
-					c.frames.drain(write)
-				case <-stop:
-					c.frames.drain(write)
-					return
-				}
-			}
-		})
-	}
+	iw := &c.inline
+	iw.mu.Lock()
+	iw.write = write
+	iw.mu.Unlock()
 	a := c.run()
-	mu.Lock()
-	finished = true
-	mu.Unlock()
-	close(stop)
-	wg.Wait()
+	iw.mu.Lock()
+	iw.finished = true
+	started := iw.started
+	iw.mu.Unlock()
+	if started {
+		close(iw.stop)
+		iw.wg.Wait()
+	}
 	return a
 }
 
@@ -293,7 +311,7 @@ func (s *Server) awaitQueued(ctx context.Context, c *call, m *jsonrpc.Message, w
 // awaitCall is await without the shutdown bookkeeping.
 func (s *Server) awaitCall(ctx context.Context, c *call, m *jsonrpc.Message, write func([]byte)) (answer jsonrpc.Frame, errCode int) {
 	if c.modern {
-		stop := context.AfterFunc(ctx, c.cancel)
+		stop := context.AfterFunc(ctx, func() { c.abort(nil) })
 		defer stop()
 	}
 	drain := func() { c.frames.drain(write) }
@@ -338,7 +356,7 @@ func (s *Server) awaitCall(ctx context.Context, c *call, m *jsonrpc.Message, wri
 // answer encodes what the call returned as the answer to m. A call that
 // shutdown refused or cancelled is answered shutdownError.
 func (s *Server) answer(ctx context.Context, c *call, m *jsonrpc.Message, a routedAnswer) (jsonrpc.Frame, int) {
-	c.cancel()          // a cause given earlier stays
+	c.abort(nil)        // a cause given earlier stays
 	c.final.Store(true) // its door settles its later frames (settle)
 	if c.release != nil {
 		if a.err == nil && a.stream != nil {
@@ -404,7 +422,7 @@ func (s *Server) resume(m *jsonrpc.Message, b grant.Binding, owner string) (c *c
 		// The state was spent on the wrong request: the call it named has
 		// nobody left to answer, so it ends here rather than at its timeout.
 		h.ask.reply <- askReply{err: errors.New("the client retried a different request")}
-		h.call.cancel()
+		h.call.abort(nil)
 		return nil, true, &jsonrpc.Error{Code: mcp.INVALID_PARAMS, Message: "requestState belongs to another request: retry the same request, with the same profile and credentials"}
 	}
 	answer, found := p.InputResponses[inputKey]
@@ -490,7 +508,7 @@ func (h *heldCalls) hold(c *call, a *ask) (string, error) {
 		h.mu.Unlock()
 		if still {
 			a.reply <- askReply{err: fmt.Errorf("the client did not retry within %s", h.wait)}
-			c.cancel()
+			c.abort(nil)
 		}
 	})
 	h.calls[id] = hc

@@ -384,7 +384,7 @@ func (s *Server) subscribe(ctx context.Context, id, uri string, on bool) error {
 		return &jsonrpc.Error{Code: mcp.INVALID_PARAMS, Message: fmt.Sprintf("resources/subscribe: a subscribed URI may be at most %d bytes", maxSubscriptionURI)}
 	}
 	s.mu.Lock()
-	sess := s.bound[id]
+	sess := s.boundLocked(id)
 	if sess == nil || sess.subs[uri] == on {
 		s.mu.Unlock()
 		return nil
@@ -436,10 +436,7 @@ const (
 func (s *Server) setLevel(id string, level mcp.LoggingLevel) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if sess := s.bound[id]; sess != nil {
-		sess.logLevel = level
-		if sess.ss != nil {
-			sess.ss.logLevel.Store(level)
-		}
+	if sess := s.boundLocked(id); sess != nil {
+		sess.logLevel.Store(&level)
 	}
 }

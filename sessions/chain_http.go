@@ -20,6 +20,7 @@ import (
 	"github.com/mcpmux/mcpmux/filter"
 	"github.com/mcpmux/mcpmux/internal/audit"
 	"github.com/mcpmux/mcpmux/internal/jsonrpc"
+	"github.com/mcpmux/mcpmux/sessions/door"
 	"github.com/mcpmux/mcpmux/sessions/grant"
 	"github.com/mcpmux/mcpmux/upstream"
 )
@@ -68,11 +69,6 @@ func (s *Server) serveRouted(w http.ResponseWriter, r *http.Request, m *jsonrpc.
 		writeAnswer(w, status, jsonrpc.ErrorResponse(m.ID, refusal))
 		return
 	}
-	if sess != nil {
-		var forget func()
-		ctx, forget = sess.inflight.track(ctx, m.ID)
-		defer forget()
-	}
 	var held *backlog
 	overflow := func() {}
 	if sess != nil {
@@ -96,6 +92,13 @@ func (s *Server) serveRouted(w http.ResponseWriter, r *http.Request, m *jsonrpc.
 		loan.AllowTail(upstream.StreamThreshold)
 	}
 	ctx = upstream.WithLoan(ctx, loan)
+	if sess != nil && !s.takesLateFrames(sess, m) {
+		// Nothing the upstream sends after the answer could reach this
+		// client before it: the answer goes out first, and the end of
+		// the upstream's stream is awaited after (upstream.Loan).
+		loan.AnswerFirst()
+		defer loan.Settle()
+	}
 	c, refusal := s.callFor(ctx, m, b, e, id, held, overflow, func(c *call, logf func(string, ...any)) *caller {
 		if modern {
 			return modernCaller(m, c.queue, logf)
@@ -105,6 +108,11 @@ func (s *Server) serveRouted(w http.ResponseWriter, r *http.Request, m *jsonrpc.
 	if refusal != nil {
 		writeAnswer(w, httpStatus(refusal.Code), jsonrpc.ErrorResponse(m.ID, refusal))
 		return
+	}
+	if sess != nil {
+		// notifications/cancelled naming m cancels the call. Until await,
+		// nothing of it has run (it runs inline).
+		defer sess.inflight.remove(sess.inflight.add(m.ID, c.abort))
 	}
 	answer, code := s.await(ctx, c, m, out.event)
 	if c.stream != nil {
@@ -129,6 +137,9 @@ func (s *Server) serveRouted(w http.ResponseWriter, r *http.Request, m *jsonrpc.
 		}
 	} else {
 		out.final(status, answer)
+	}
+	if loan.Pending() {
+		out.flush() // the client has its answer while Settle waits
 	}
 	if !out.broken {
 		// Written in full: no writer holds any of it (a failed write may
@@ -253,11 +264,11 @@ func (o *eventWriter) eventFrame(frame jsonrpc.Frame) {
 	if !o.stream {
 		o.stream = true
 		h := o.w.Header()
-		h.Set("Content-Type", "text/event-stream")
-		h.Set("Cache-Control", "no-cache")
+		h["Content-Type"] = contentTypeEvents
+		h["Cache-Control"] = noCache
 		o.w.WriteHeader(http.StatusOK)
 	}
-	if err := writeEvent(o.w, frame); err != nil {
+	if err := door.WriteEvent(o.w, frame); err != nil {
 		o.fail(err)
 		return
 	}
@@ -275,8 +286,8 @@ func (o *eventWriter) final(status int, frame jsonrpc.Frame) {
 	}
 	o.deadline()
 	h := o.w.Header()
-	h.Set("Content-Type", "application/json")
-	h.Set("Content-Length", strconv.Itoa(frame.Len())) // not chunked: written as it is
+	h["Content-Type"] = contentTypeJSON
+	h["Content-Length"] = []string{strconv.Itoa(frame.Len())} // not chunked: written as it is
 	o.w.WriteHeader(status)
 	if _, err := frame.WriteTo(o.w); err != nil {
 		o.fail(err)
@@ -330,9 +341,7 @@ func (o *eventWriter) finalStream(ctx context.Context, head jsonrpc.Frame, rs *a
 		return nil
 	}
 	if o.stream {
-		if err := o.rc.Flush(); err != nil {
-			o.fail(err)
-		}
+		o.flush()
 	}
 	return nil
 }
@@ -361,6 +370,27 @@ func (o oneLineWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// flush sends what was written to the client now. A writer that cannot
+// flush (ErrNotSupported) sends it when the handler returns, as before.
+func (o *eventWriter) flush() {
+	if !o.broken {
+		if err := o.rc.Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
+			o.fail(err)
+		}
+	}
+}
+
+// takesLateFrames reports whether frames an upstream sends just after the
+// answer to m would still reach the client of sess, before that answer:
+// progress, when m asked for it, and log messages, when the session set
+// a level.
+func (s *Server) takesLateFrames(sess *session, m *jsonrpc.Message) bool {
+	if tok, ok := m.Meta["progressToken"]; ok && string(tok) != "null" {
+		return true
+	}
+	return sess.level() != ""
+}
+
 // done lifts the write deadline, so that a keep-alive connection's next
 // request does not inherit it.
 func (o *eventWriter) done() {
@@ -369,22 +399,15 @@ func (o *eventWriter) done() {
 	}
 }
 
-// writeEvent writes frame as one server-sent event, in pieces: a large
-// answer is not copied again on its way out.
-func writeEvent(w io.Writer, frame jsonrpc.Frame) error {
-	frame = frame.OneLine() // a line break would end the data line early
-	if _, err := io.WriteString(w, "event: message\ndata: "); err != nil {
-		return err
-	}
-	if _, err := frame.WriteTo(w); err != nil {
-		return err
-	}
-	_, err := io.WriteString(w, "\n\n")
-	return err
-}
+// Header values of every answer, shared: net/http only reads them.
+var (
+	contentTypeJSON   = []string{"application/json"}
+	contentTypeEvents = []string{"text/event-stream"}
+	noCache           = []string{"no-cache"}
+)
 
 func writeAnswer(w http.ResponseWriter, status int, frame []byte) {
-	w.Header().Set("Content-Type", "application/json")
+	w.Header()["Content-Type"] = contentTypeJSON
 	w.WriteHeader(status)
 	w.Write(frame)
 }
@@ -474,12 +497,8 @@ func protocolError(err error) *jsonrpc.Error {
 // serveMCP hands to deliver.
 func (s *Server) sessionCaller(sess *session, call *call, logf func(string, ...any)) *caller {
 	c := &caller{queue: call.queue, log: logf}
-	c.caps = sess.caps
-	c.level = func() mcp.LoggingLevel {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		return sess.logLevel
-	}
+	c.caps = sess.capabilities()
+	c.level = sess.level
 	c.ask = func(ctx context.Context, method string, params any) (json.RawMessage, error) {
 		// A request of the call's own ends with the call. One of the
 		// session's as a whole (aggregator.SessionWide) is awaited while

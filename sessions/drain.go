@@ -207,14 +207,9 @@ func (s *Server) drainCalls(ctx context.Context) {
 // is done, for the sessions to write what they queued: after drainCalls,
 // the answers of their calls (see awaitQueued).
 func (s *Server) closeStreams(ctx context.Context) {
-	s.streams.mu.Lock()
-	live := make([]*streamSession, 0, len(s.streams.byID))
-	for _, ss := range s.streams.byID {
-		live = append(live, ss)
-	}
-	s.streams.mu.Unlock()
-	s.streams.shutdown()
+	live := s.streams()
+	s.shutdownStreams()
 	for _, ss := range live {
-		ss.wait(ctx)
+		ss.Wait(ctx)
 	}
 }

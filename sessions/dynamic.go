@@ -353,7 +353,7 @@ func (s *Server) answerOwn(session string, b grant.Binding, e *filter.Entry, m *
 func (s *Server) enable(session string, ts *toolset, cl *caller) (bool, error) {
 	snap := s.agg.Snapshot()
 	s.mu.Lock()
-	sess := s.bound[session]
+	sess := s.boundLocked(session)
 	if sess == nil {
 		s.mu.Unlock()
 		return false, fmt.Errorf("session %q is not initialized", jsonrpc.Printable(session))

@@ -236,7 +236,7 @@ func TestDynamicToolsetsOnMCP(t *testing.T) {
 		callTool(t, s, "", sid, "mcpmux__enable_toolset", map[string]any{"toolset": "up/b"})
 		callTool(t, s, "", other, "mcpmux__enable_toolset", map[string]any{"toolset": "up/a"})
 		s.mu.Lock()
-		a, b := s.bound[sid].binding.Filter, s.bound[other].binding.Filter
+		a, b := s.sessions[sid].binding.Filter, s.sessions[other].binding.Filter
 		s.mu.Unlock()
 		if a != b {
 			t.Fatalf("two sessions with up/a and up/b on hold distinct filters: %q, %q", a.Key(), b.Key())

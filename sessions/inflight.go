@@ -18,29 +18,45 @@ type inflight struct {
 
 // tracked is one request's entry; its address tells a request from a later
 // one that reused its id.
-type tracked struct{ cancel context.CancelFunc }
+type tracked struct {
+	key    string
+	cancel context.CancelCauseFunc
+}
 
 // track derives from ctx the context of the request id and records it as
 // cancellable. forget (which also cancels the context) must be called when
 // the request ends; it forgets only this request's entry, never that of a
 // later request with the same id.
 func (in *inflight) track(ctx context.Context, id json.RawMessage) (_ context.Context, forget func()) {
-	ctx, cancel := context.WithCancel(ctx)
-	key, t := string(id), &tracked{cancel: cancel}
+	ctx, cancel := context.WithCancelCause(ctx)
+	t := in.add(id, cancel)
+	return ctx, func() {
+		in.remove(t)
+		cancel(nil)
+	}
+}
+
+// add records the request id as cancellable by cancel (called with a nil
+// cause); remove must be given the entry when the request ends.
+func (in *inflight) add(id json.RawMessage, cancel context.CancelCauseFunc) *tracked {
+	t := &tracked{key: string(id), cancel: cancel}
 	in.mu.Lock()
 	if in.m == nil {
 		in.m = make(map[string]*tracked)
 	}
-	in.m[key] = t
+	in.m[t.key] = t
 	in.mu.Unlock()
-	return ctx, func() {
-		in.mu.Lock()
-		if in.m[key] == t {
-			delete(in.m, key)
-		}
-		in.mu.Unlock()
-		cancel()
+	return t
+}
+
+// remove forgets t, and only t: a later request that reused its id keeps
+// its entry.
+func (in *inflight) remove(t *tracked) {
+	in.mu.Lock()
+	if in.m[t.key] == t {
+		delete(in.m, t.key)
 	}
+	in.mu.Unlock()
 }
 
 // cancelNamed cancels the request whose id the params of a
@@ -56,7 +72,7 @@ func (in *inflight) cancelNamed(params json.RawMessage) {
 	t := in.m[string(p.RequestID)]
 	in.mu.Unlock()
 	if t != nil {
-		t.cancel()
+		t.cancel(nil)
 	}
 }
 
@@ -66,6 +82,6 @@ func (in *inflight) cancelAll() {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	for _, t := range in.m {
-		t.cancel()
+		t.cancel(nil)
 	}
 }

@@ -155,3 +155,21 @@ func BenchmarkSmallCallSSE(b *testing.B) {
 		})
 	}
 }
+
+// TestAnswerFirstWithoutFlush: a call answered before its upstream's event
+// stream ends (upstream.Loan.AnswerFirst) flushes its answer; a response
+// writer that cannot flush (a middleware that hides http.Flusher) still
+// gets the answer when the handler returns, and the session goes on: the
+// next call on it is answered too.
+func TestAnswerFirstWithoutFlush(t *testing.T) {
+	up := rawUpstream(t, 2, true)
+	s := newBenchServer(t, up.URL, "")
+	h := s.Handler()
+	sid := openSession(t, h, "")
+	body := `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"up__big","arguments":{}}}`
+	for i := range 3 {
+		if w := postSink(h, "", sid, body); !bytes.Contains(w.head, []byte(`"result"`)) {
+			t.Fatalf("call %d not answered: %.200s", i, w.head)
+		}
+	}
+}

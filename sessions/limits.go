@@ -56,18 +56,6 @@ func (s *Server) giveSlot(who string) {
 	s.slots.callers.give(who)
 }
 
-// slotsFull returns why takeSlot(who) would fail now, or nil.
-func (s *Server) slotsFull(who string) error {
-	sl := &s.slots
-	switch {
-	case sl.max > 0 && sl.n.Load() >= sl.max:
-		return s.tooManySessions()
-	case sl.callers.full(who):
-		return s.overShare()
-	}
-	return nil
-}
-
 // live returns the number of slots taken.
 func (sl *sessionSlots) live() int { return int(sl.n.Load()) }
 
@@ -82,7 +70,7 @@ func (s *Server) tooManySessions() error {
 
 // refuseSession answers a request that would open a session or stream over
 // server.max_sessions or its caller's share: 503 with a JSON-RPC error
-// naming the limit (why, from takeSlot or slotsFull), audited as busy.
+// naming the limit (why, from takeSlot), audited as busy.
 func (s *Server) refuseSession(w http.ResponseWriter, id json.RawMessage, method, profile string, why error) {
 	s.metrics.count(method, outcomeError)
 	s.auditLimit("", profile, method, "", audit.ReasonBusy)
@@ -161,31 +149,20 @@ func (l *sessionLife) enter() func() {
 	}
 }
 
-// startLife starts the expiry of the /mcp session id; s.mu must be held.
-func (s *Server) startLife(id string, sess *session) {
+// startLife starts the expiry of the /mcp session sess, which ends as a
+// DELETE would end it; s.mu must be held.
+func (s *Server) startLife(sess *session) {
+	id := sess.id
 	sess.life = s.newLife(func(idle time.Duration) {
 		s.log.Info("session expired", "session", id, "idle", idle.Round(time.Second))
 		s.expire(id)
 	})
 }
 
-// endLife stops the expiry of the /mcp session id, which ended, and gives
-// its slot back; s.mu must be held.
-func (s *Server) endLife(id string, sess *session) {
-	if sess.life == nil {
-		return
-	}
-	sess.life.stop()
-	s.giveSlot(sess.who)
-	sess.life = nil
-}
-
 // touch records a request of the /mcp session sess (any message after
 // initialize makes it initialized); the returned func records its end.
 func (s *Server) touch(sess *session) func() {
-	s.mu.Lock()
-	l := sess.life
-	s.mu.Unlock()
+	l := sess.life // set before sess entered the registry, and never again
 	if l == nil {
 		return func() {}
 	}

@@ -96,47 +96,45 @@ func TestStreamDoorsCountAgainstMaxSessions(t *testing.T) {
 // initialized one only after session_idle_timeout.
 func TestStreamSessionsExpire(t *testing.T) {
 	s, _, hs := newDoorServer(t, "[server]\nread_timeout = \"30s\"\nsession_idle_timeout = \"10m\"\n")
-	open := func() (*ssePeer, *streamSession) {
+	open := func() (*ssePeer, *session) {
 		p := mustOpenSSE(t, hs, "?profile=all", nil)
 		_, id, _ := strings.Cut(p.endpoint, "sessionId=")
-		ss := s.streams.get(id)
+		ss := s.stream(id)
 		if ss == nil {
 			t.Fatalf("no stream session %q", id)
 		}
 		return p, ss
 	}
-	ago := func(ss *streamSession, d time.Duration) { ss.life.Load().seen.Store(time.Now().Add(-d).UnixNano()) }
+	ago := func(ss *session, d time.Duration) { ss.life.seen.Store(time.Now().Add(-d).UnixNano()) }
 
 	_, fresh := open()
 	ago(fresh, 20*time.Second)
-	s.checkIdle(fresh.life.Load())
-	if fresh.ctx.Err() != nil {
+	s.checkIdle(fresh.life)
+	if fresh.ctx().Err() != nil {
 		t.Fatal("a stream idle for less than read_timeout was ended")
 	}
 	ago(fresh, 31*time.Second)
-	s.checkIdle(fresh.life.Load())
-	if !errors.Is(fresh.endCause(), errSessionIdle) {
-		t.Fatalf("a stream that never initialized, idle past read_timeout: cause %v, want errSessionIdle", fresh.endCause())
+	s.checkIdle(fresh.life)
+	if !errors.Is(fresh.Cause(), errSessionIdle) {
+		t.Fatalf("a stream that never initialized, idle past read_timeout: cause %v, want errSessionIdle", fresh.Cause())
 	}
 
 	p, ready := open()
 	initializeAs(t, p, map[string]any{})
 	waitFor(t, func() bool {
-		ready.mu.Lock()
-		defer ready.mu.Unlock()
-		return ready.life.Load().ready.Load() && ready.life.Load().busy.Load() == 0
+		return ready.life.ready.Load() && ready.life.busy.Load() == 0
 	}, "the session to be initialized, with its initialize done")
 	ago(ready, 5*time.Minute)
-	s.checkIdle(ready.life.Load())
-	if ready.ctx.Err() != nil {
+	s.checkIdle(ready.life)
+	if ready.ctx().Err() != nil {
 		t.Fatal("an initialized stream idle for less than session_idle_timeout was ended")
 	}
 	ago(ready, 11*time.Minute)
-	s.checkIdle(ready.life.Load())
-	if !errors.Is(ready.endCause(), errSessionIdle) {
-		t.Fatalf("an initialized stream idle past session_idle_timeout: cause %v", ready.endCause())
+	s.checkIdle(ready.life)
+	if !errors.Is(ready.Cause(), errSessionIdle) {
+		t.Fatalf("an initialized stream idle past session_idle_timeout: cause %v", ready.Cause())
 	}
-	waitFor(t, func() bool { return s.slots.live() == 0 && s.streams.len() == 0 }, "the expired streams' slots to come back")
+	waitFor(t, func() bool { return s.slots.live() == 0 && len(s.streams()) == 0 }, "the expired streams' slots to come back")
 }
 
 // waitFor polls cond until it holds, failing the test after 10 seconds.
@@ -253,7 +251,7 @@ func TestMCPSessionsExpire(t *testing.T) {
 	life := func(id string) *sessionLife {
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		if sess := s.bound[id]; sess != nil {
+		if sess := s.sessions[id]; sess != nil {
 			return sess.life
 		}
 		return nil
@@ -290,7 +288,7 @@ func TestMCPSessionsExpire(t *testing.T) {
 		t.Fatal("an initialized session idle for less than session_idle_timeout expired")
 	}
 	s.mu.Lock()
-	sess := s.bound[ready]
+	sess := s.sessions[ready]
 	s.mu.Unlock()
 	done := s.touch(sess) // a request in flight, such as a GET stream
 	ago(l, time.Hour)

@@ -133,7 +133,7 @@ func (s *Server) serveListen(w http.ResponseWriter, r *http.Request, m *jsonrpc.
 // listenStream answers a 2026-07-28 subscriptions/listen on a stream door:
 // the frames go through the session's writer until the request is
 // cancelled or the session ends; then no answer is due.
-func (s *Server) listenStream(ctx context.Context, sess *streamSession, b grant.Binding, view *filter.View, m *jsonrpc.Message) []byte {
+func (s *Server) listenStream(ctx context.Context, sess *session, b grant.Binding, view *filter.View, m *jsonrpc.Message) []byte {
 	queue := func(f []byte) bool { return sess.offer(jsonrpc.Whole(f)) }
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()

@@ -51,13 +51,13 @@ func (s *Server) endExpired(id string, err error) {
 		return
 	}
 	s.mu.Lock()
-	sess := s.bound[id]
+	sess := s.boundLocked(id)
 	var b grant.Binding
 	if sess != nil {
 		b = sess.binding
 	}
 	s.mu.Unlock()
-	if sess == nil || sess.stream || subtle.ConstantTimeCompare(owner[:], sess.owner[:]) != 1 {
+	if sess == nil || sess.conn != nil || subtle.ConstantTimeCompare(owner[:], sess.owner[:]) != 1 {
 		return
 	}
 	s.log.Info("session ended", "session", id, "profile", b.Profile, "subject", b.Subject, "reason", "access token expired")

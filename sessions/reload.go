@@ -15,9 +15,9 @@ import (
 // end it. Each session's grant is re-derived from its own caller (the
 // token that opened it) and its own profile, never from a default that
 // changed since; a session whose token is gone or no longer allows its
-// profile, or whose profile is gone, ends on every door. Every registry of
-// live sessions is covered: the bound sessions (/mcp, and /ws, /sse and
-// stdio once initialized), stream sessions not initialized yet, and
+// profile, or whose profile is gone, ends on every door. Every live session
+// is covered: the one registry holds those of every door, initialized or
+// not (a stream door's is there from its connection); and so are
 // 2026-07-28 listen streams. A /mcp session's GET stream closes with its
 // session.
 
@@ -39,9 +39,9 @@ func (s *Server) Reload(cfg *configs.Config) error {
 	s.reloading.Lock()
 	defer s.reloading.Unlock()
 	s.registry.Forget()
-	// Stored before s.mu is taken below: a session that registers after
-	// the loop sees the new resolver and re-derives its grant itself
-	// (onRegister).
+	// Stored before s.mu is taken below: a session that binds or speaks
+	// after the loop sees the new resolver and re-derives its grant itself
+	// (bind, grantOf).
 	s.resolver.Store(res)
 	snap := s.agg.Snapshot()
 
@@ -53,8 +53,18 @@ func (s *Server) Reload(cfg *configs.Config) error {
 	var ends []ending
 	s.mu.Lock()
 	var notify, prompts, resources []string
-	for id, sess := range s.bound {
+	for id, sess := range s.sessions {
 		if sess.revoked != nil {
+			continue
+		}
+		if !sess.bound {
+			// A stream session that has not initialized: nothing to tell
+			// it yet. grantLocked re-derives its grant; a session that
+			// connects while this runs does so itself on its first
+			// message.
+			if _, err := s.grantLocked(sess); err != nil {
+				ends = append(ends, ending{id: id, profile: sess.binding.Profile, stream: true, cause: err})
+			}
 			continue
 		}
 		b, err := s.regrant(res, sess.binding)
@@ -62,7 +72,7 @@ func (s *Server) Reload(cfg *configs.Config) error {
 			// Refused from now on (serveMCP, grantOf), ended below.
 			sess.revoked = fmt.Errorf("%w: %w", errConfigChanged, err)
 			sess.inflight.cancelAll()
-			ends = append(ends, ending{id: id, profile: sess.binding.Profile, stream: sess.stream, cause: sess.revoked})
+			ends = append(ends, ending{id: id, profile: sess.binding.Profile, stream: sess.conn != nil, cause: sess.revoked})
 			continue
 		}
 		sess.binding = b
@@ -82,28 +92,9 @@ func (s *Server) Reload(cfg *configs.Config) error {
 			resources = append(resources, id)
 		}
 	}
-	// Stream sessions that have not initialized are in no map above.
-	// grantLocked re-derives their grants; a session that connects while
-	// this runs does so itself on its first message.
-	type unboundEnd struct {
-		ss    *streamSession
-		cause error
-	}
-	var unbound []unboundEnd
-	for _, ss := range s.streams.list() {
-		if s.bound[ss.id] != nil {
-			continue
-		}
-		if _, err := s.grantLocked(ss); err != nil {
-			unbound = append(unbound, unboundEnd{ss, err})
-		}
-	}
 	s.mu.Unlock()
 	for _, e := range ends {
 		s.endSession(e.id, e.profile, e.stream, e.cause)
-	}
-	for _, e := range unbound {
-		e.ss.end(e.cause)
 	}
 	s.reloadListeners(res)
 	s.notify(notify, string(mcp.MethodNotificationToolsListChanged), nil)
@@ -112,38 +103,32 @@ func (s *Server) Reload(cfg *configs.Config) error {
 	return nil
 }
 
-// grantOf returns the binding the stream session ss is served with now,
-// or, wrapping errConfigChanged, why a reload ended it. Once ss has
-// registered, that is the binding the server keeps for it (which a reload
-// or an enabled toolset may have replaced); before, the one it connected
-// with, re-derived first when a reload came since.
-func (s *Server) grantOf(ss *streamSession) (grant.Binding, error) {
+// grantOf returns the binding sess is served with now, or, wrapping
+// errConfigChanged, why a reload ended it. Once sess has bound, that is
+// the binding the server keeps for it (which a reload or an enabled
+// toolset may have replaced); before (a stream session that has not
+// initialized), the one it connected with, re-derived first when a reload
+// came since.
+func (s *Server) grantOf(sess *session) (grant.Binding, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.grantLocked(ss)
+	return s.grantLocked(sess)
 }
 
 // grantLocked is grantOf with s.mu held.
-func (s *Server) grantLocked(ss *streamSession) (grant.Binding, error) {
-	if sess := s.bound[ss.id]; sess != nil {
-		return sess.binding, sess.revoked
+func (s *Server) grantLocked(sess *session) (grant.Binding, error) {
+	if sess.revoked != nil {
+		return grant.Binding{}, sess.revoked
 	}
-	if ss.revoked != nil {
-		return grant.Binding{}, ss.revoked
-	}
-	b := ss.binding
-	if ss.regranted != nil {
-		b = *ss.regranted
-	}
-	if res := s.Resolver(); b.Granter != nil && b.Granter != res {
-		nb, err := s.regrant(res, b)
+	if res := s.Resolver(); !sess.bound && sess.binding.Granter != nil && sess.binding.Granter != res {
+		nb, err := s.regrant(res, sess.binding)
 		if err != nil {
-			ss.revoked = fmt.Errorf("%w: %w", errConfigChanged, err)
-			return grant.Binding{}, ss.revoked
+			sess.revoked = fmt.Errorf("%w: %w", errConfigChanged, err)
+			return grant.Binding{}, sess.revoked
 		}
-		ss.regranted, b = &nb, nb
+		sess.binding = nb
 	}
-	return b, nil
+	return sess.binding, nil
 }
 
 // regrant re-derives b under res (Resolver.Regrant), with the toolsets a
@@ -163,8 +148,8 @@ func (s *Server) regrant(res *grant.Resolver, b grant.Binding) (grant.Binding, e
 // GET stream ends.
 func (s *Server) endSession(id, profile string, stream bool, cause error) {
 	if stream {
-		if ss := s.streams.get(id); ss != nil {
-			ss.end(cause) // logged by end
+		if ss := s.stream(id); ss != nil {
+			ss.End(cause) // logged by end
 		}
 		return
 	}

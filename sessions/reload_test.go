@@ -500,14 +500,14 @@ var openCases = append(slices.Clone(commonCases),
 	}, ends: []string{"config changed", `unknown profile "readonly"`}},
 )
 
-// door opens one live session on one door of s (served by hs) with the
+// doorCase opens one live session on one doorCase of s (served by hs) with the
 // bearer token tok ("" = none).
-type door struct {
+type doorCase struct {
 	name string
 	open func(t *testing.T, s *Server, hs *httptest.Server, tok string) reloadPeer
 }
 
-var httpDoors = []door{
+var httpDoors = []doorCase{
 	{"mcp", func(t *testing.T, _ *Server, hs *httptest.Server, tok string) reloadPeer {
 		return openMCPPeer(t, hs, bearerOf(tok))
 	}},
@@ -519,7 +519,7 @@ var httpDoors = []door{
 	}},
 }
 
-var stdioDoor = door{"stdio", func(t *testing.T, s *Server, _ *httptest.Server, _ string) reloadPeer {
+var stdioDoor = doorCase{"stdio", func(t *testing.T, s *Server, _ *httptest.Server, _ string) reloadPeer {
 	return openStdioPeer(t, s)
 }}
 
@@ -532,7 +532,7 @@ func bearerOf(tok string) string {
 
 // runReloadTable runs every case on every door: a new server with base,
 // one session opened on the door, the edit applied by Reload.
-func runReloadTable(t *testing.T, base, tok string, cases []reloadCase, doors []door) {
+func runReloadTable(t *testing.T, base, tok string, cases []reloadCase, doors []doorCase) {
 	for _, d := range doors {
 		t.Run(d.name, func(t *testing.T) {
 			for _, tc := range cases {
@@ -643,7 +643,7 @@ func filterKeys(s *Server) []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var keys []string
-	for _, sess := range s.bound {
+	for _, sess := range s.sessions {
 		keys = append(keys, sess.binding.Filter.Key())
 	}
 	slices.Sort(keys)
@@ -885,9 +885,9 @@ func TestReloadRacingABind(t *testing.T) {
 			}
 			reloadWith(t, s, up, tt.edit)
 			s.takeSlot(stale.Who) // as serveInitialize does
-			s.bind("stub-session", stale, [32]byte{}, &handshake{}, nil)
+			s.bind(s.newSession("stub-session", doorMCP, stale, [32]byte{}, nil), &handshake{})
 			s.mu.Lock()
-			sess := s.bound["stub-session"]
+			sess := s.sessions["stub-session"]
 			s.mu.Unlock()
 			if tt.ends {
 				if sess != nil {
@@ -911,27 +911,27 @@ func TestReloadRacingABind(t *testing.T) {
 			}
 			reloadWith(t, s, up, tt.edit)
 			frames := make(chan []byte, 16)
-			ss := s.newStreamSession(context.Background(), "ws", stale, frameWriterFunc(func(b []byte) error {
+			ss := s.newStreamSession(context.Background(), doorWS, stale, frameWriterFunc(func(b []byte) error {
 				frames <- b
 				return nil
 			}))
-			t.Cleanup(func() { ss.close(nil) })
-			if err := s.streams.add(ss); err != nil {
+			t.Cleanup(func() { ss.Close(nil) })
+			if err := s.admit(ss); err != nil {
 				t.Fatal(err)
 			}
-			ss.receive([]byte(initializeBody))
+			ss.Receive([]byte(initializeBody))
 			if tt.ends {
 				select {
-				case <-ss.done():
+				case <-ss.Done():
 				case <-time.After(10 * time.Second):
 					t.Fatal("the session of a removed token is still open")
 				}
-				if cause := ss.endCause(); !errors.Is(cause, errConfigChanged) {
+				if cause := ss.Cause(); !errors.Is(cause, errConfigChanged) {
 					t.Fatalf("the session ended with %v, want the config change", cause)
 				}
 				return
 			}
-			ss.receive([]byte(`{"jsonrpc":"2.0","id":2,"method":"tools/list"}`))
+			ss.Receive([]byte(`{"jsonrpc":"2.0","id":2,"method":"tools/list"}`))
 			for {
 				select {
 				case f := <-frames:

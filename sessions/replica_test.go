@@ -40,11 +40,11 @@ func TestSessionIDsNameTheReplica(t *testing.T) {
 		if p == nil {
 			t.Fatalf("GET /sse: %d %s", code, body)
 		}
-		id := strings.TrimPrefix(p.endpoint, sseMessagePath+"?sessionId=")
+		id := strings.TrimPrefix(p.endpoint, "/message?sessionId=")
 		if !strings.HasPrefix(id, prefix+"sse-") {
 			t.Fatalf("endpoint %q: session id %q, want it to start with %q", p.endpoint, id, prefix+"sse-")
 		}
-		foreign := sseMessagePath + "?sessionId=eu-2" + strings.TrimPrefix(id, "eu-1")
+		foreign := "/message" + "?sessionId=eu-2" + strings.TrimPrefix(id, "eu-1")
 		if code, body := p.post(t, foreign, `{"jsonrpc":"2.0","id":1,"method":"ping"}`, nil); code != http.StatusNotFound {
 			t.Errorf("POST %s: %d %s, want 404", foreign, code, body)
 		}
@@ -54,8 +54,8 @@ func TestSessionIDsNameTheReplica(t *testing.T) {
 		initializeAs(t, p, map[string]any{})
 		var ws []string
 		for _, ss := range allStreams(s) {
-			if ss.kind == "ws" {
-				ws = append(ws, ss.id)
+			if ss.kind == doorWS {
+				ws = append(ws, ss.ID())
 			}
 		}
 		if len(ws) != 1 || !strings.HasPrefix(ws[0], prefix+"ws-") {

@@ -271,7 +271,7 @@ func (s *Server) searchCall(session string, b grant.Binding, m *jsonrpc.Message,
 func (s *Server) addFound(session string, names []string, cl *caller) error {
 	snap := s.agg.Snapshot()
 	s.mu.Lock()
-	sess := s.bound[session]
+	sess := s.boundLocked(session)
 	if sess == nil {
 		s.mu.Unlock()
 		return fmt.Errorf("session %q is not initialized", jsonrpc.Printable(session))

@@ -209,7 +209,7 @@ func TestToolSearchOnMCP(t *testing.T) {
 	t.Run("sessions that found the same tools share one filter", func(t *testing.T) {
 		callTool(t, s, "", other, "mcpmux__search_tools", map[string]any{"query": "tool 0005"})
 		s.mu.Lock()
-		a, b := s.bound[sid].binding.Filter, s.bound[other].binding.Filter
+		a, b := s.sessions[sid].binding.Filter, s.sessions[other].binding.Filter
 		s.mu.Unlock()
 		if a != b || len(a.Found()) == 0 {
 			t.Fatalf("filters %q and %q", a.Key(), b.Key())

@@ -1,7 +1,8 @@
-// Package sessions owns downstream sessions and the front doors clients
-// reach mcpmux through: profile resolution and auth, binding each session to
-// its shared view, the gate that answers hidden and unknown tools, and
-// notification fan-out when the catalog changes.
+// Package sessions owns downstream sessions, one model for every door: the
+// registry, binding each session to its shared view, the /mcp and stdio
+// doors and the host of the stream doors (package door: /ws, /sse), the
+// gate that answers hidden and unknown tools, and notification fan-out
+// when the catalog changes.
 package sessions
 
 import (
@@ -30,6 +31,7 @@ import (
 	"github.com/mcpmux/mcpmux/internal/glob"
 	"github.com/mcpmux/mcpmux/internal/jsonrpc"
 	"github.com/mcpmux/mcpmux/internal/ratelimit"
+	"github.com/mcpmux/mcpmux/sessions/door"
 	"github.com/mcpmux/mcpmux/sessions/grant"
 	"github.com/mcpmux/mcpmux/sessions/httpd"
 	"github.com/mcpmux/mcpmux/upstream"
@@ -58,18 +60,26 @@ type Server struct {
 	startedCh chan struct{} // closed by MarkStarted
 	startOnce sync.Once
 
-	mu    sync.Mutex
-	bound map[string]*session // every initialized session, of every door, by id
+	mu sync.Mutex
+	// sessions is the one registry of sessions, of every door, by id: a
+	// stream door's from its connection (unbound until it initializes),
+	// a /mcp session's from its initialize. Each holds a max_sessions slot
+	// while it is here. nbound counts those that initialized (bound).
+	sessions map[string]*session
+	nbound   int
+	// closing is set once shutdown began: no stream session is admitted.
+	closing bool
 
 	reloading sync.Mutex // one Reload at a time (reload.go)
 
 	dyn  atomic.Pointer[dynamicSetup] // dynamic toolsets of the current resolver (dynamic.go)
 	srch atomic.Pointer[searchSetup]  // tool search of the current resolver (search.go)
 
-	streams   streamSet  // live websocket, SSE and stdio sessions (door.go)
-	listening listeners  // open 2026-07-28 subscriptions/listen streams (listen.go)
-	held      *heldCalls // 2026-07-28 calls waiting for their client's input (call.go)
-	flights   flights    // routed calls running and awaited, for shutdown (drain.go)
+	doors     *door.Doors   // /ws, /sse and /message (doors.go)
+	hooks     shutdownHooks // the http.Servers whose Shutdown ends the stream sessions (doors.go)
+	listening listeners     // open 2026-07-28 subscriptions/listen streams (listen.go)
+	held      *heldCalls    // 2026-07-28 calls waiting for their client's input (call.go)
+	flights   flights       // routed calls running and awaited, for shutdown (drain.go)
 }
 
 // replicaPrefix starts every session id this replica mints, on every
@@ -112,56 +122,6 @@ func (s *Server) maxConnectTimeout() time.Duration {
 	return d
 }
 
-// session is one initialized legacy (initialize-based) session, of any
-// door: the one registry list_changed, logs, resource updates and reloads
-// go through.
-type session struct {
-	binding grant.Binding
-	// owner is the sum of the bearer token that opened the session (zero
-	// without one): a request carrying another token is answered as if the
-	// session did not exist (SPEC §6).
-	owner [32]byte
-	// who is the caller whose shares the session's slot, streams and
-	// calls count in (Binding.Who when it bound); it never changes.
-	who string
-	// stream is true for sessions of the /ws, /sse and stdio doors: their
-	// ids must not be usable on /mcp.
-	stream bool
-	// logLevel is what the session set with logging/setLevel; "" = it
-	// asked for no log messages.
-	logLevel mcp.LoggingLevel
-	subs     map[string]bool // resource URIs this session subscribed to
-	// caps are the capabilities the client declared at initialize.
-	caps mcp.ClientCapabilities
-	// ss is the stream session of a /ws, /sse or stdio session; nil for a
-	// /mcp session.
-	ss *streamSession
-	// get is the open GET stream of a /mcp session, where what belongs to
-	// no call of it goes; nil when none is open.
-	get *standalone
-	// pending are this session's server→client requests sent on /mcp.
-	pending pendingSet
-	// inflight are this session's routed requests on /mcp in progress,
-	// for notifications/cancelled (a stream session keeps its own in ss).
-	inflight inflight
-	// listed is the fingerprint of the view the session last had; a catalog
-	// change notifies the session only when it differs. listedPrompts and
-	// listedResources are the same for its prompts, and its resources and
-	// templates (filter.Listing.Fingerprints).
-	listed                         string
-	listedPrompts, listedResources string
-	// life expires a /mcp session opened by initialize and holds its
-	// max_sessions slot (limits.go); nil for the others.
-	life *sessionLife
-	// held is what mcpmux holds for the client of a /mcp session, its
-	// calls in flight and their unread frames and answers (backlog.go);
-	// nil for stream sessions, which keep their own.
-	held *backlog
-	// revoked is why a reload ended the session (reload.go): from then on
-	// it is refused, until it is gone. nil while its grant holds.
-	revoked error
-}
-
 // Options configure a Server.
 type Options struct {
 	Logger   *slog.Logger     // nil = discard
@@ -186,7 +146,7 @@ type Options struct {
 // starts no goroutines. The caller starts the aggregator and closes it
 // after Shutdown.
 func New(cfg *configs.Config, opts Options) (*Server, error) {
-	s := &Server{cfg: cfg, registry: opts.Registry, log: opts.Logger, version: opts.Version, bound: make(map[string]*session), startedCh: make(chan struct{})}
+	s := &Server{cfg: cfg, registry: opts.Registry, log: opts.Logger, version: opts.Version, sessions: make(map[string]*session), startedCh: make(chan struct{})}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -231,6 +191,7 @@ func New(cfg *configs.Config, opts Options) (*Server, error) {
 		})
 	}
 	s.metrics = newMetrics(s)
+	s.doors = s.newDoors()
 	s.onSnapshot(nil, agg.Snapshot())
 	return s, nil
 }
@@ -263,7 +224,10 @@ func (s *Server) onSnapshot(prev, next *aggregator.Snapshot) {
 	}
 	s.mu.Lock()
 	var toolsIDs, promptsIDs, resourcesIDs []string
-	for id, sess := range s.bound {
+	for id, sess := range s.sessions {
+		if !sess.bound {
+			continue
+		}
 		fp := prints(sess.binding)
 		if fp.tools != sess.listed {
 			sess.listed = fp.tools
@@ -306,7 +270,7 @@ func (s *Server) notify(ids []string, method string, params map[string]any) {
 	}
 	for _, id := range ids {
 		s.mu.Lock()
-		sess := s.bound[id]
+		sess := s.boundLocked(id)
 		s.mu.Unlock()
 		if sess == nil {
 			continue
@@ -321,8 +285,8 @@ func (s *Server) notify(ids []string, method string, params map[string]any) {
 // push hands frame to the writer of sess for what belongs to none of its
 // calls, without waiting, and reports whether it was taken.
 func (s *Server) push(sess *session, frame []byte) bool {
-	if sess.ss != nil {
-		return sess.ss.trySend(frame)
+	if sess.conn != nil {
+		return sess.trySend(frame)
 	}
 	s.mu.Lock()
 	g := sess.get
@@ -345,8 +309,8 @@ func (s *Server) logRecipients(up string, level mcp.LoggingLevel) []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var ids []string
-	for id, sess := range s.bound {
-		if sess.logLevel != "" && level.ShouldSendTo(sess.logLevel) && s.listing(sess.binding).Shows(up) {
+	for id, sess := range s.sessions {
+		if l := sess.level(); sess.bound && l != "" && level.ShouldSendTo(l) && s.listing(sess.binding).Shows(up) {
 			ids = append(ids, id)
 		}
 	}
@@ -361,8 +325,8 @@ func (s *Server) resourceUpdated(from, uri string) {
 	up, _, routed := s.agg.RouteURI(uri)
 	s.mu.Lock()
 	var ids []string
-	for id, sess := range s.bound {
-		if sess.subs[uri] && routed && s.listing(sess.binding).Shows(up) && (from == "" || id == from) {
+	for id, sess := range s.sessions {
+		if sess.bound && sess.subs[uri] && routed && s.listing(sess.binding).Shows(up) && (from == "" || id == from) {
 			ids = append(ids, id)
 		}
 	}
@@ -373,81 +337,6 @@ func (s *Server) resourceUpdated(from, uri string) {
 	}
 }
 
-// bind registers the session id, which has just initialized with hs under
-// b: ss is its stream session, or nil for a /mcp session, which holds the
-// max_sessions slot its initialize took from now on, and expires when
-// idle (limits.go). owner is the sum of the token that opened it. When a
-// reload came since b was resolved, the grant is re-derived here, as the
-// reload did for every session it saw (reload.go); one the reload ends is
-// bound ended, and revoked says why.
-func (s *Server) bind(id string, b grant.Binding, owner [32]byte, hs *handshake, ss *streamSession) (revoked error) {
-	v := s.View(b)
-	lp, lr := s.listing(b).Fingerprints()
-	s.mu.Lock()
-	if res := s.Resolver(); b.Granter != nil && b.Granter != res {
-		if nb, err := s.regrant(res, b); err != nil {
-			revoked = fmt.Errorf("%w: %w", errConfigChanged, err)
-		} else {
-			b = nb
-			v = s.View(b)
-			lp, lr = s.listing(b).Fingerprints()
-		}
-	}
-	sess := &session{binding: b, owner: owner, who: b.Who, listed: v.Fingerprint(), listedPrompts: lp, listedResources: lr,
-		stream: ss != nil, ss: ss, caps: hs.caps, revoked: revoked}
-	if ss == nil {
-		sess.held = newBacklog(s.cfg.Server.MaxPendingBytes, maxCallsPerSession)
-		s.startLife(id, sess)
-	}
-	s.bound[id] = sess
-	s.mu.Unlock()
-	s.log.Info("session started", "session", id, "profile", b.Profile)
-	if revoked != nil && ss == nil { // a stream session ends itself (streamSession.register)
-		s.endSession(id, b.Profile, false, revoked)
-	}
-	return revoked
-}
-
-// unbind forgets the session id, which ended: its calls on /mcp are
-// cancelled, its GET stream closes, its slot, limiter bucket and scope =
-// "session" connections are released, and its resource subscriptions
-// given up.
-func (s *Server) unbind(id string) {
-	s.mu.Lock()
-	sess := s.bound[id]
-	if sess == nil {
-		s.mu.Unlock()
-		return
-	}
-	delete(s.bound, id)
-	s.endLife(id, sess)
-	if sess.get != nil {
-		sess.get.close()
-		sess.get = nil
-	}
-	sess.inflight.cancelAll()
-	sess.pending.fail() // its server→client requests get no answer now
-	subs := make([]string, 0, len(sess.subs))
-	for uri := range sess.subs {
-		subs = append(subs, uri)
-	}
-	s.mu.Unlock()
-	s.limits.Forget(id)
-	s.agg.EndSession(id) // closes its scope = "session" connections
-	for _, uri := range subs {
-		if err := s.agg.Unsubscribe(context.Background(), id, uri); err != nil {
-			s.log.Debug("resource subscription not released", "session", id, "error", err)
-		}
-	}
-}
-
-// Sessions returns the number of bound legacy sessions.
-func (s *Server) Sessions() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.bound)
-}
-
 // Handler returns the HTTP handler: /mcp (streamable HTTP), /ws
 // (websocket), /sse and /message (legacy HTTP+SSE), /healthz, /readyz,
 // /metrics and the status page (/ and /status.json). /mcp, /ws and /sse also answer under the paths of PathForms.
@@ -455,14 +344,14 @@ func (s *Server) Sessions() int {
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/mcp", s.serveMCP)
-	mux.HandleFunc("GET /ws", s.serveWS)   // ws.go
-	mux.HandleFunc("GET /sse", s.serveSSE) // sse.go
+	mux.HandleFunc("GET /ws", s.doors.ServeWS)   // door/ws.go
+	mux.HandleFunc("GET /sse", s.doors.ServeSSE) // door/sse.go
 	// The path forms that select a profile or narrow the view
 	// (resolve.go, PathForms); any other path under a door is 404.
 	mux.HandleFunc("/mcp/", s.serveMCP)
-	mux.HandleFunc("GET /ws/", s.serveWS)
-	mux.HandleFunc("GET /sse/", s.serveSSE)
-	mux.HandleFunc("POST /message", s.serveMessage) // sse.go
+	mux.HandleFunc("GET /ws/", s.doors.ServeWS)
+	mux.HandleFunc("GET /sse/", s.doors.ServeSSE)
+	mux.HandleFunc("POST /message", s.doors.ServeMessage) // door/sse.go
 	// Protected Resource Metadata (auth.go), at the well-known path and
 	// its per-path forms (RFC 9728 §3.1).
 	mux.HandleFunc("GET "+grant.MetadataPath, s.serveMetadata)
@@ -612,7 +501,7 @@ func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request) {
 		var bound grant.Binding // read under the lock: enabling a toolset (dynamic.go) or a reload replaces it
 		var revoked error
 		s.mu.Lock()
-		sess = s.bound[id]
+		sess = s.sessions[id]
 		if sess != nil {
 			bound, revoked = sess.binding, sess.revoked
 		}
@@ -624,7 +513,7 @@ func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request) {
 		// bucket or stream is made for it. A session a reload ended
 		// answers the same, so that its client initializes again, under
 		// the new config (reload.go).
-		if owner := chk.Owner(); sess == nil || revoked != nil || sess.stream || subtle.ConstantTimeCompare(owner[:], sess.owner[:]) != 1 {
+		if owner := chk.Owner(); sess == nil || revoked != nil || sess.conn != nil || subtle.ConstantTimeCompare(owner[:], sess.owner[:]) != 1 {
 			writeJSONError(w, http.StatusNotFound, m.ID, mcp.INVALID_REQUEST, "unknown session")
 			return
 		}
@@ -744,9 +633,10 @@ func (s *Server) serveInitialize(w http.ResponseWriter, m *jsonrpc.Message, chk 
 		writeAnswer(w, http.StatusOK, resp)
 		return
 	}
-	id := replicaPrefix(s.cfg) + sessionIDPrefix + rand.Text()
-	s.bind(id, b, chk.Owner(), hs, nil)
-	w.Header().Set(mcp.HeaderSessionID, id)
+	sess := s.newSession(replicaPrefix(s.cfg)+sessionIDPrefix+rand.Text(), doorMCP, b, chk.Owner(),
+		newBacklog(s.cfg.Server.MaxPendingBytes, maxCallsPerSession))
+	s.bind(sess, hs)
+	w.Header().Set(mcp.HeaderSessionID, sess.id)
 	writeAnswer(w, http.StatusOK, resp)
 }
 

@@ -173,7 +173,7 @@ func TestHeldCallShare(t *testing.T) {
 	h := newHeldCalls("r1", 2)
 	newHeld := func(who string) *call {
 		c := &call{who: who}
-		c.cancel = func() {}
+		c.abort = func(error) {}
 		return c
 	}
 	ask := func() *ask { return &ask{reply: make(chan askReply, 1)} }

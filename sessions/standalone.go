@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/mcpmux/mcpmux/internal/jsonrpc"
+	"github.com/mcpmux/mcpmux/sessions/door"
 	"github.com/mcpmux/mcpmux/sessions/grant"
 )
 
@@ -67,7 +68,7 @@ func (s *Server) serveGET(w http.ResponseWriter, r *http.Request, id string, ses
 	rc := http.NewResponseController(w)
 	g := &standalone{frames: make(chan []byte, standaloneQueue), held: sess.held, done: make(chan struct{})}
 	s.mu.Lock()
-	if s.bound[id] != sess {
+	if s.sessions[id] != sess {
 		s.mu.Unlock()
 		writeJSONError(w, http.StatusNotFound, nil, -32600, "unknown session")
 		return
@@ -115,7 +116,7 @@ func (s *Server) serveGET(w http.ResponseWriter, r *http.Request, id string, ses
 			return
 		case f := <-g.frames:
 			rc.SetWriteDeadline(time.Now().Add(s.writeTimeout))
-			err := writeEvent(w, jsonrpc.Whole(f))
+			err := door.WriteEvent(w, jsonrpc.Whole(f))
 			if err == nil {
 				err = rc.Flush()
 			}
@@ -137,8 +138,8 @@ func (s *Server) serveGET(w http.ResponseWriter, r *http.Request, id string, ses
 func (s *Server) closeSessions() {
 	s.mu.Lock()
 	var ids []string
-	for id, sess := range s.bound {
-		if !sess.stream {
+	for id, sess := range s.sessions {
+		if sess.conn == nil {
 			ids = append(ids, id)
 		}
 	}

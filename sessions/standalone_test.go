@@ -138,7 +138,7 @@ func TestStandaloneStreamDropsForASlowReader(t *testing.T) {
 	waitFor(t, func() bool {
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		return s.bound[a].get != nil
+		return s.sessions[a].get != nil
 	}, "the GET stream to open")
 	big := map[string]any{"level": "error", "data": strings.Repeat("x", 64<<10)}
 	post(h, "", a, `{"jsonrpc":"2.0","id":1,"method":"logging/setLevel","params":{"level":"debug"}}`)
@@ -146,7 +146,7 @@ func TestStandaloneStreamDropsForASlowReader(t *testing.T) {
 		s.upstreamLog("up", big) // 125 MB if nothing were dropped
 	}
 	s.mu.Lock()
-	held := s.bound[a].held.held()
+	held := s.sessions[a].held.held()
 	s.mu.Unlock()
 	if held > int64(standaloneQueue+2)*(66<<10) {
 		t.Fatalf("%d bytes held for a client that does not read its GET stream", held)

@@ -524,7 +524,7 @@ func TestStatusPageSessionCountsAgree(t *testing.T) {
 	// A client that exits without DELETE leaves its session open until
 	// session_idle_timeout: the page counts it idle and says when it goes.
 	s.mu.Lock()
-	s.bound[plain].life.seen.Store(time.Now().Add(-10 * time.Minute).UnixNano())
+	s.sessions[plain].life.seen.Store(time.Now().Add(-10 * time.Minute).UnixNano())
 	s.mu.Unlock()
 	st = status()
 	if st.Idle != 1 || st.IdleTimeout != "30m0s" || st.NextExpiry != "20m0s" {

@@ -37,11 +37,11 @@ func (s statusSource) Sessions(visit func(status.Session)) {
 	now := time.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, sess := range s.bound {
-		st := status.Session{Door: "mcp", Profile: sess.binding.Profile, Subject: sess.binding.Subject, Filter: sess.binding.Filter}
-		if sess.ss != nil {
-			st.Door = sess.ss.kind
+	for _, sess := range s.sessions {
+		if !sess.bound {
+			continue
 		}
+		st := status.Session{Door: sess.kind.String(), Profile: sess.binding.Profile, Subject: sess.binding.Subject, Filter: sess.binding.Filter}
 		if l := sess.life; l != nil && l.busy.Load() == 0 {
 			st.Idle = now.Sub(time.Unix(0, l.seen.Load()))
 		}

@@ -9,8 +9,6 @@ import (
 	"log/slog"
 	"runtime/debug"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
@@ -19,28 +17,25 @@ import (
 	"github.com/mcpmux/mcpmux/filter"
 	"github.com/mcpmux/mcpmux/internal/audit"
 	"github.com/mcpmux/mcpmux/internal/jsonrpc"
+	"github.com/mcpmux/mcpmux/sessions/door"
 	"github.com/mcpmux/mcpmux/sessions/grant"
 )
 
 // This file holds what the message-stream front doors (websocket, legacy
-// SSE, stdio) share: streamSession, one client connection (what mcp-go sees
-// of it is in stream_client.go), and Server.dispatch, the single path every
-// message from those clients takes. The transports only move frames: ws.go, sse.go and
-// stdio.go read messages and hand them to receive, and give the session a
-// frameWriter for what goes back.
+// SSE, stdio) share: the methods of a session (the one type every door
+// shares, session.go) that has a wire half (door.Conn), and
+// Server.dispatch, the single path every message from those clients takes.
+// The transports (package door) only move frames: they read messages and
+// hand them to Receive, and give the session a door.FrameWriter for what
+// goes back.
 
-// Limits of one stream session.
+// Limits of one stream session: its wire half's (door.Conn).
 const (
 	// streamWorkers bounds the requests of one session handled at once.
-	// Notifications and responses are handled on the reading goroutine, so
-	// notifications/cancelled is read while calls run.
-	streamWorkers = 16
+	streamWorkers = door.Workers
 	// streamQueue bounds the requests waiting for a worker; beyond it a
 	// request is answered with errBusyCode at once.
-	streamQueue = 64
-	// outBuffer is the number of responses and server→client requests
-	// queued for the writer before the workers wait for it.
-	outBuffer = 256
+	streamQueue = door.QueueLen
 	// frameWriteTimeout is the default of Options.WriteTimeout: it bounds
 	// one write to a client that stopped reading.
 	frameWriteTimeout = 30 * time.Second
@@ -54,12 +49,12 @@ const errBusyCode = -32000
 var (
 	// ErrSessionClosed is returned by a server→client request whose session
 	// ended before the client answered.
-	ErrSessionClosed = errors.New("client session closed")
+	ErrSessionClosed = door.ErrClosed
 
-	// Causes a session can end with; transports map them to close codes.
-	errServerShutdown   = errors.New("server shutting down")
-	errClientGone       = errors.New("client closed the connection")
-	errUnsupportedFrame = errors.New("binary frames are not supported: send JSON-RPC messages as UTF-8 text frames")
+	// Causes a session can end with that come from its wire; the doors
+	// map them to their close.
+	errServerShutdown = door.ErrServerShutdown
+	errClientGone     = door.ErrClientGone
 )
 
 // ClientError is a JSON-RPC error a client answered a server→client request
@@ -75,453 +70,195 @@ func (e *ClientError) Error() string {
 	return fmt.Sprintf("client answered %s with error %d: %s", e.Method, e.Code, e.Message)
 }
 
-// frameWriter sends one complete JSON-RPC message to the client. A session
-// calls it from one goroutine at a time; it must return within a bounded
-// time (frameWriteTimeout) even when the client stops reading.
-type frameWriter interface {
-	writeFrame(frame jsonrpc.Frame) error
-}
-
-// streamSession is one client connected over a message stream. It is
-// mcp-go's ClientSession for that client, bound for its whole life to what
-// its connection asked for (a reload re-derives that grant, as for /mcp
-// sessions, or ends the session; see grantOf). Requests run on a bounded
-// pool of workers; one writer goroutine serializes everything sent back,
-// responses and notifications alike. It is safe for concurrent use.
-type streamSession struct {
-	srv     *Server
-	id      string
-	kind    string        // "ws", "sse" or "stdio", for logs
-	binding grant.Binding // as resolved at connect; see grantOf
-	w       frameWriter
-	token   [32]byte // its owner, Binding.Caller: SSE checks posts against it
-
-	ctx    context.Context // done once the session ends
-	cancel context.CancelFunc
-
-	out chan jsonrpc.Frame // everything the session sends, in order
-	// queued counts the frames in out and the one the writer took but has
-	// not written; wmu is held while a frame is written. A frame is
-	// written at once, without the writer goroutine, only when nothing is
-	// queued (sendFrame): whatever a goroutine queued earlier is written
-	// before what it sends next.
-	queued atomic.Int64
-	wmu    sync.Mutex
-	held   *backlog        // the bytes in out and in its calls' frame queues (backlog.go)
-	queue  chan *streamJob // requests waiting for a worker
-	wg     sync.WaitGroup  // workers
-	wrote  chan struct{}   // closed when the writer has stopped
-
-	logLevel   atomic.Value // mcp.LoggingLevel
-	clientCaps atomic.Pointer[mcp.ClientCapabilities]
-	life       atomic.Pointer[sessionLife] // its expiry once added to the stream set; nil for stdio
-
-	mu         sync.Mutex
-	ended      bool
-	cause      error
-	registered bool       // bound (Server.bind), after initialize
-	workers    int        // running workers
-	pending    pendingSet // server→client requests waiting for the client
-
-	inflight inflight // client requests queued or running, for notifications/cancelled
-
-	// regranted is the binding a reload re-derived for the session before
-	// it registered (nil: none did), and revoked why a reload ended it.
-	// Both are under Server.mu (reload.go).
-	regranted *grant.Binding
-	revoked   error
-}
-
-// streamJob is one client request waiting for or running on a worker.
-type streamJob struct {
-	ctx    context.Context
-	cancel context.CancelFunc
-	raw    []byte
-	msg    *jsonrpc.Message
-	done   func() // records its end in the session's life
-}
+var _ door.Owner = (*session)(nil)
 
 type pendingReply struct {
 	result json.RawMessage
 	err    error
 }
 
-// newStreamSession starts a session of kind for b, writing through w. The
-// session lives until end is called or parent is done; its writer runs from
-// now on, but nothing is sent before the client's first message.
-func (s *Server) newStreamSession(parent context.Context, kind string, b grant.Binding, w frameWriter) *streamSession {
-	ss := &streamSession{
-		srv:     s,
-		id:      replicaPrefix(s.cfg) + kind + "-" + rand.Text(),
-		kind:    kind,
-		binding: b,
-		w:       w,
-		out:     make(chan jsonrpc.Frame, outBuffer),
-		held:    newBacklog(s.cfg.Server.MaxPendingBytes, 0), // the worker pool bounds its calls
-		queue:   make(chan *streamJob, streamQueue),
-		wrote:   make(chan struct{}),
-	}
-	ss.ctx, ss.cancel = context.WithCancel(parent)
-	context.AfterFunc(ss.ctx, func() { ss.end(context.Cause(parent)) })
-	go ss.writeLoop()
-	s.log.Info("session connected", "session", ss.id, "profile", b.Profile)
-	return ss
+// newStreamSession starts a session of door kind for b, writing through
+// w, opened by b.Caller (a static token's sum, or an OAuth subject's). It
+// is in the registry once its door admits it (Server.admit). The session
+// lives until End is called or parent is done; its writer runs from now
+// on, but nothing is sent before the client's first message.
+func (s *Server) newStreamSession(parent context.Context, kind doorKind, b grant.Binding, w door.FrameWriter) *session {
+	id := replicaPrefix(s.cfg) + kind.String() + "-" + rand.Text()
+	// The worker pool bounds its calls.
+	sess := s.newSession(id, kind, b, b.Caller, newBacklog(s.cfg.Server.MaxPendingBytes, 0))
+	sess.conn = door.NewConn(parent, w, sess)
+	s.log.Info("session connected", "session", id, "profile", b.Profile)
+	return sess
 }
 
-// done returns a channel closed when the session has ended.
-func (ss *streamSession) done() <-chan struct{} { return ss.ctx.Done() }
+// ID returns the session's ID.
+func (sess *session) ID() string { return sess.id }
 
-// end stops the session: no new requests, in-flight handlers and pending
-// server→client requests are cancelled, and it is unbound and removed from
-// the server's stream set. Frames already queued are still written.
-// It does not wait; the first cause wins. It is idempotent.
-func (ss *streamSession) end(cause error) {
-	ss.mu.Lock()
-	if ss.ended {
-		ss.mu.Unlock()
-		return
+// ctx returns the session's context, done once it has ended.
+func (sess *session) ctx() context.Context { return sess.conn.Context() }
+
+// Done returns a channel closed when the session has ended.
+func (sess *session) Done() <-chan struct{} { return sess.conn.Done() }
+
+// End stops the session: no new requests, in-flight handlers and pending
+// server→client requests are cancelled, and it leaves the registry
+// (Ended). Frames already queued are still written. It does not wait; the
+// first cause wins. It is idempotent.
+func (sess *session) End(cause error) { sess.conn.End(cause) }
+
+// Ended is called once, by conn, when the session ends (door.Owner).
+func (sess *session) Ended(cause error) {
+	if pe, ok := cause.(*door.PanicError); ok {
+		sess.srv.log.Error("panic in session writer", "session", sess.ID(), "panic", pe.Value, "stack", string(pe.Stack))
 	}
-	ss.ended = true
-	ss.cause = cause
-	registered := ss.registered
-	ss.mu.Unlock()
-	ss.cancel()
-	if registered {
-		ss.srv.unbind(ss.id)
-	}
-	ss.srv.streams.remove(ss)
-	ss.srv.limits.Forget(ss.id) // it may have called tools without registering
-	// Likewise for its scope = "session" connections.
-	ss.srv.agg.EndSession(ss.id)
+	// Out of the registry, whether it bound or not; its limiter bucket
+	// and scope = "session" connections too, as it may have called tools
+	// before it initialized.
+	sess.srv.release(sess)
 	level := slogLevelFor(cause)
-	ss.srv.log.Log(context.Background(), level, "session ended", "session", ss.id, "profile", ss.binding.Profile, "reason", causeText(cause))
+	sess.srv.log.Log(context.Background(), level, "session ended", "session", sess.ID(), "profile", sess.srv.profileOf(sess), "reason", causeText(cause))
 }
 
-// wait waits until the session's workers and writer have stopped, or ctx
-// is done. Call it after end.
-func (ss *streamSession) wait(ctx context.Context) error {
-	done := make(chan struct{})
-	go func() {
-		ss.wg.Wait()
-		<-ss.wrote
-		close(done)
-	}()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
+// Wait waits until the session's workers and writer have stopped, or ctx
+// is done. Call it after End.
+func (sess *session) Wait(ctx context.Context) error { return sess.conn.Wait(ctx) }
 
-// close ends the session and waits for it.
-func (ss *streamSession) close(cause error) {
-	ss.end(cause)
-	ss.wait(context.Background())
-}
+// Close ends the session and waits for it.
+func (sess *session) Close(cause error) { sess.conn.Close(cause) }
 
-// endCause returns why the session ended (nil while it runs or when it ended
+// Cause returns why the session ended (nil while it runs or when it ended
 // normally).
-func (ss *streamSession) endCause() error {
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	return ss.cause
-}
+func (sess *session) Cause() error { return sess.conn.Cause() }
 
-// idle waits until no request is queued or running, or ctx is done. The
-// caller must have stopped calling receive.
-func (ss *streamSession) idle(ctx context.Context) {
-	done := make(chan struct{})
-	go func() {
-		ss.wg.Wait()
-		close(done)
-	}()
-	select {
-	case <-done:
-	case <-ctx.Done():
-	}
-}
+// Hold counts n bytes of a frame waiting for the client in the session's
+// backlog (door.Owner).
+func (sess *session) Hold(n int) bool { return sess.held.hold(n) }
+
+// Written counts n bytes held as written or given up (door.Owner).
+func (sess *session) Written(n int) { sess.held.written(n) }
 
 // --- receiving ---
 
-// receive takes one message from the client. Responses and notifications
+// Receive takes one message from the client. Responses and notifications
 // are handled on the caller's goroutine (so notifications/cancelled is never
 // stuck behind running calls); requests go to the worker pool. It must be
 // called from one goroutine at a time, the transport's reader. It reports
 // false once the session has ended.
-func (ss *streamSession) receive(raw []byte) bool {
-	if ss.ctx.Err() != nil {
+func (sess *session) Receive(raw []byte) bool {
+	ctx := sess.ctx()
+	if ctx.Err() != nil {
 		return false
 	}
-	l := ss.life.Load()
-	if l != nil {
+	if l := sess.life; l != nil { // set when it was admitted, before its door read from it
 		l.saw()
 	}
 	m, err := jsonrpc.Parse(raw)
 	if err != nil {
-		resp, _, _ := ss.srv.respond(grant.Binding{}, nil, nil, err)
-		ss.send(ss.ctx, resp)
+		resp, _, _ := sess.srv.respond(grant.Binding{}, nil, nil, err)
+		sess.send(ctx, resp)
 		return true
 	}
 	switch {
 	case m.IsResponse():
-		ss.deliver(m)
+		sess.deliver(m)
 	case m.IsRequest():
-		ss.enqueue(raw, m)
+		sess.enqueue(raw, m)
 	default:
 		if m.Method == string(mcp.MethodNotificationCancelled) {
-			ss.inflight.cancelNamed(m.Params)
+			sess.inflight.cancelNamed(m.Params)
 		}
-		if resp := ss.srv.handle(ss.ctx, ss, raw, m); resp != nil {
-			ss.send(ss.ctx, resp)
+		if resp := sess.srv.handle(ctx, sess, raw, m); resp != nil {
+			sess.send(ctx, resp)
 		}
 	}
 	return true
 }
 
-// enqueue queues a request for the worker pool, starting a worker if fewer
-// than streamWorkers run. A full queue answers the request at once.
-func (ss *streamSession) enqueue(raw []byte, m *jsonrpc.Message) {
+// enqueue queues a request for the worker pool. A full queue answers the
+// request at once.
+func (sess *session) enqueue(raw []byte, m *jsonrpc.Message) {
 	// Tracked from now on, so that a notifications/cancelled cancels it even
 	// while it is queued.
-	ctx, cancel := ss.inflight.track(ss.ctx, m.ID)
-	job := &streamJob{ctx: ctx, cancel: cancel, raw: raw, msg: m}
-	ss.mu.Lock()
-	if ss.ended {
-		ss.mu.Unlock()
-		cancel()
+	ctx, cancel := sess.inflight.track(sess.ctx(), m.ID)
+	job := &door.Job{Ctx: ctx, Cancel: cancel, Raw: raw, Msg: m}
+	if l := sess.life; l != nil {
+		job.Done = l.enter() // not idle while it is queued or runs
+	}
+	err := sess.conn.Enqueue(job)
+	if err == nil {
 		return
 	}
-	job.done = func() {}
-	if l := ss.life.Load(); l != nil {
-		job.done = l.enter() // not idle while it is queued or runs
+	cancel()
+	if job.Done != nil {
+		job.Done()
 	}
-	select {
-	case ss.queue <- job:
-	default:
-		ss.mu.Unlock()
-		cancel()
-		job.done()
-		ss.srv.metrics.count(m.Method, outcomeError)
-		ss.srv.auditLimit(ss.id, ss.binding.Profile, m.Method, m.Name, audit.ReasonBusy)
-		ss.send(ss.ctx, errorFrame(m.ID, errBusyCode,
+	if errors.Is(err, door.ErrBusy) {
+		sess.srv.metrics.count(m.Method, outcomeError)
+		sess.srv.auditLimit(sess.ID(), sess.srv.profileOf(sess), m.Method, m.Name, audit.ReasonBusy)
+		sess.send(sess.ctx(), errorFrame(m.ID, errBusyCode,
 			fmt.Sprintf("too many requests in flight on this session (limit %d)", streamWorkers+streamQueue)))
-		return
-	}
-	if ss.workers < streamWorkers {
-		ss.workers++
-		ss.wg.Add(1)
-		go ss.work()
-	}
-	ss.mu.Unlock()
-}
-
-// work runs queued requests until the queue is empty.
-func (ss *streamSession) work() {
-	defer ss.wg.Done()
-	for {
-		var job *streamJob
-		select {
-		case job = <-ss.queue:
-		default:
-			ss.mu.Lock()
-			if len(ss.queue) == 0 {
-				ss.workers--
-				ss.mu.Unlock()
-				return
-			}
-			ss.mu.Unlock()
-			continue
-		}
-		ss.runJob(job)
 	}
 }
 
-// runJob answers one request. A request cancelled by the client (or by the
-// end of the session) before it finishes gets no answer, as the protocol
-// asks.
-func (ss *streamSession) runJob(job *streamJob) {
-	defer func() {
-		job.cancel() // forgets it too
-		job.done()
-	}()
-	if job.ctx.Err() != nil {
-		return
-	}
-	resp := ss.safeHandle(job)
-	if resp == nil || job.ctx.Err() != nil {
-		return
-	}
-	ss.send(ss.ctx, resp)
-}
-
-// safeHandle runs the dispatch path for job, turning a panic into an
-// internal error answer.
-func (ss *streamSession) safeHandle(job *streamJob) (resp []byte) {
+// Serve runs the dispatch path for job on one of conn's workers, turning a
+// panic into an internal error answer (door.Owner).
+func (sess *session) Serve(job *door.Job) (resp []byte) {
 	defer func() {
 		if v := recover(); v != nil {
-			ss.srv.log.Error("panic handling a request", "session", ss.id, "method", job.msg.Method, "panic", v, "stack", string(debug.Stack()))
-			resp = errorFrame(job.msg.ID, mcp.INTERNAL_ERROR, "internal error")
+			sess.srv.log.Error("panic handling a request", "session", sess.ID(), "method", job.Msg.Method, "panic", v, "stack", string(debug.Stack()))
+			resp = errorFrame(job.Msg.ID, mcp.INTERNAL_ERROR, "internal error")
 		}
 	}()
-	return ss.srv.handle(job.ctx, ss, job.raw, job.msg)
+	return sess.srv.handle(job.Ctx, sess, job.Raw, job.Msg)
 }
 
 // --- sending ---
 
 // send queues a frame for the writer. It gives up when ctx or the session
 // ends.
-func (ss *streamSession) send(ctx context.Context, frame []byte) error {
-	return ss.sendFrame(ctx, jsonrpc.Whole(frame))
+func (sess *session) send(ctx context.Context, frame []byte) error {
+	return sess.conn.Send(ctx, frame)
 }
 
 // sendFrame is send for a frame in pieces (an answer around an upstream's
 // result, which is written out without being joined first).
-func (ss *streamSession) sendFrame(ctx context.Context, frame jsonrpc.Frame) error {
-	n := frame.Len()
-	ss.held.hold(n) // until the writer has written it
-	if ss.queued.Load() == 0 && ss.wmu.TryLock() {
-		// Nothing waits before it: written here, which spares a wake-up
-		// of the writer per answer (the stdio door's latency).
-		if ss.queued.Load() == 0 && ss.ctx.Err() == nil {
-			err := ss.w.writeFrame(frame)
-			ss.wmu.Unlock()
-			ss.held.written(n)
-			if err != nil {
-				ss.end(fmt.Errorf("writing to the client: %w", err))
-				return ErrSessionClosed
-			}
-			return nil
-		}
-		ss.wmu.Unlock()
-	}
-	ss.queued.Add(1)
-	select {
-	case ss.out <- frame:
-		return nil
-	case <-ctx.Done():
-		ss.queued.Add(-1)
-		ss.held.written(n)
-		return ctx.Err()
-	case <-ss.ctx.Done():
-		ss.queued.Add(-1)
-		ss.held.written(n)
-		return ErrSessionClosed
-	}
+func (sess *session) sendFrame(ctx context.Context, frame jsonrpc.Frame) error {
+	return sess.conn.SendFrame(ctx, frame)
 }
 
 // offer queues frame for the writer if there is room now.
-func (ss *streamSession) offer(frame jsonrpc.Frame) bool {
-	ss.queued.Add(1)
-	select {
-	case ss.out <- frame:
-		return true
-	default:
-		ss.queued.Add(-1)
-		return false
-	}
-}
+func (sess *session) offer(frame jsonrpc.Frame) bool { return sess.conn.Offer(frame) }
 
 // trySend queues a frame for the writer if there is room now; it reports
 // whether it did. It is for frames that must not wait: those an upstream's
 // reader delivers after their call was answered, and those that belong to
 // no call (Server.notify).
-func (ss *streamSession) trySend(frame []byte) bool {
-	if ss.ctx.Err() != nil {
-		return false
+func (sess *session) trySend(frame []byte) bool {
+	err := sess.conn.TrySend(frame)
+	if errors.Is(err, door.ErrBusy) {
+		sess.srv.log.Warn("frame to the client dropped: the session's queue is full", "session", sess.ID())
 	}
-	ss.held.hold(len(frame))
-	if ss.offer(jsonrpc.Whole(frame)) {
-		return true
-	}
-	ss.held.written(len(frame))
-	ss.srv.log.Warn("frame to the client dropped: the session's queue is full", "session", ss.id)
-	return false
-}
-
-// writeLoop is the session's only writer, in the order frames were
-// queued, so a call's progress precedes its result. When the session ends,
-// what is queued is flushed, then it stops.
-func (ss *streamSession) writeLoop() {
-	defer close(ss.wrote)
-	defer func() {
-		if v := recover(); v != nil {
-			ss.srv.log.Error("panic in session writer", "session", ss.id, "panic", v, "stack", string(debug.Stack()))
-			ss.end(fmt.Errorf("writer panic: %v", v))
-		}
-	}()
-	for {
-		var frame jsonrpc.Frame
-		select {
-		case frame = <-ss.out:
-		case <-ss.ctx.Done():
-			ss.flush()
-			return
-		}
-		ss.wmu.Lock()
-		err := ss.w.writeFrame(frame)
-		ss.wmu.Unlock()
-		ss.queued.Add(-1)
-		ss.held.written(frame.Len())
-		if err != nil {
-			ss.end(fmt.Errorf("writing to the client: %w", err))
-			return
-		}
-	}
-}
-
-// flush writes whatever is queued when the session ends, without waiting
-// for more.
-func (ss *streamSession) flush() {
-	for {
-		select {
-		case frame := <-ss.out:
-			ss.held.written(frame.Len())
-			ss.wmu.Lock()
-			err := ss.w.writeFrame(frame)
-			ss.wmu.Unlock()
-			ss.queued.Add(-1)
-			if err != nil {
-				return
-			}
-		default:
-			return
-		}
-	}
+	return err == nil
 }
 
 // register binds the session (Server.bind: list_changed fan-out, logs,
 // the session count) once it has initialized with hs. A session that has
 // ended is not bound; one a reload ended (before, or while it bound) ends
 // now.
-func (ss *streamSession) register(hs *handshake) {
-	ss.clientCaps.Store(&hs.caps)
-	if l := ss.life.Load(); l != nil {
+func (sess *session) register(hs *handshake) {
+	if l := sess.life; l != nil {
 		l.ready.Store(true)
 	}
-	b, revoked := ss.srv.grantOf(ss)
+	_, revoked := sess.srv.grantOf(sess)
 	if revoked == nil {
-		ss.mu.Lock()
-		if !ss.registered && !ss.ended {
-			ss.registered = true
-			revoked = ss.srv.bind(ss.id, b, ss.token, hs, ss)
-		}
-		ss.mu.Unlock()
+		revoked = sess.srv.bind(sess, hs)
 		if revoked == nil {
-			_, revoked = ss.srv.grantOf(ss)
+			_, revoked = sess.srv.grantOf(sess)
 		}
 	}
 	if revoked != nil {
-		ss.end(revoked)
+		sess.End(revoked)
 	}
-}
-
-// clientCapabilities returns what the client declared at initialize.
-func (ss *streamSession) clientCapabilities() mcp.ClientCapabilities {
-	if p := ss.clientCaps.Load(); p != nil {
-		return *p
-	}
-	return mcp.ClientCapabilities{}
 }
 
 // --- the one message path ---
@@ -530,7 +267,7 @@ func (ss *streamSession) clientCapabilities() mcp.ClientCapabilities {
 // path for every stream front door. It returns the encoded answer, or nil
 // for notifications, for responses to server→client requests, and for
 // routed calls, which queue their answers themselves (handleRouted).
-func (s *Server) dispatch(ctx context.Context, sess *streamSession, raw []byte) []byte {
+func (s *Server) dispatch(ctx context.Context, sess *session, raw []byte) []byte {
 	m, err := jsonrpc.Parse(raw)
 	if err != nil {
 		resp, _, _ := s.respond(grant.Binding{}, nil, nil, err)
@@ -546,10 +283,10 @@ func (s *Server) dispatch(ctx context.Context, sess *streamSession, raw []byte) 
 // handle is dispatch for a message already parsed into m: routed requests
 // through the chain (chain.go), everything else through the one handler
 // (handler.go).
-func (s *Server) handle(ctx context.Context, sess *streamSession, raw []byte, m *jsonrpc.Message) []byte {
+func (s *Server) handle(ctx context.Context, sess *session, raw []byte, m *jsonrpc.Message) []byte {
 	b, revoked := s.grantOf(sess)
 	if revoked != nil {
-		sess.end(revoked) // the session's connection closes, saying why
+		sess.End(revoked) // the session's connection closes, saying why
 		return nil
 	}
 	start := time.Now()
@@ -583,23 +320,17 @@ func (s *Server) handle(ctx context.Context, sess *streamSession, raw []byte, m 
 // Its frames (progress, log messages, server→client requests) and then its
 // answer go through the session's one writer, in that order; it returns
 // only a refusal, having queued any other answer itself.
-func (s *Server) handleRouted(ctx context.Context, sess *streamSession, b grant.Binding, view *filter.View, m *jsonrpc.Message) []byte {
-	ctx, e, refusal := s.decideTraced(ctx, nil, sess.id, b, view, m)
+func (s *Server) handleRouted(ctx context.Context, sess *session, b grant.Binding, view *filter.View, m *jsonrpc.Message) []byte {
+	ctx, e, refusal := s.decideTraced(ctx, nil, sess.ID(), b, view, m)
 	defer s.endSpan(ctx)
 	if refusal != nil {
 		return jsonrpc.ErrorResponse(m.ID, refusal)
 	}
-	c, refusal := s.callFor(ctx, m, b, e, sess.id, sess.held, func() { sess.end(errSlowClient) }, func(c *call, logf func(string, ...any)) *caller {
+	c, refusal := s.callFor(ctx, m, b, e, sess.ID(), sess.held, func() { sess.End(errSlowClient) }, func(c *call, logf func(string, ...any)) *caller {
 		if isModern(m) {
 			return modernCaller(m, c.queue, logf)
 		}
-		return &caller{caps: sess.clientCapabilities(), queue: c.queue, log: logf,
-			level: func() mcp.LoggingLevel {
-				if l, ok := sess.logLevel.Load().(mcp.LoggingLevel); ok {
-					return l
-				}
-				return ""
-			},
+		return &caller{caps: sess.capabilities(), queue: c.queue, log: logf, level: sess.level,
 			ask: func(ctx context.Context, method string, params any) (json.RawMessage, error) {
 				if aggregator.SessionWide(ctx) {
 					// The session's as a whole: sent by the session's
@@ -615,8 +346,8 @@ func (s *Server) handleRouted(ctx context.Context, sess *streamSession, b grant.
 	if refusal != nil {
 		return jsonrpc.ErrorResponse(m.ID, refusal)
 	}
-	// The answer is queued here rather than by runJob, so that shutdown
-	// knows it is on its way (drain.go).
+	// The answer is queued here rather than by the worker (door.Conn), so
+	// that shutdown knows it is on its way (drain.go).
 	s.awaitQueued(ctx, c, m, func(f []byte) { sess.send(ctx, f) }, func(f jsonrpc.Frame) { sess.sendFrame(ctx, f) }, sess.trySend)
 	return nil
 }
@@ -624,9 +355,9 @@ func (s *Server) handleRouted(ctx context.Context, sess *streamSession, b grant.
 // oversizeAnswer is the answer to a message of ss over
 // server.max_body_bytes, which it audits; id is the message's id when the
 // transport could find it, else null.
-func (s *Server) oversizeAnswer(ss *streamSession, id json.RawMessage) []byte {
+func (s *Server) oversizeAnswer(ss *session, id json.RawMessage) []byte {
 	s.metrics.count("", outcomeError)
-	s.auditLimit(ss.id, ss.binding.Profile, "", "", audit.ReasonSize)
+	s.auditLimit(ss.ID(), s.profileOf(ss), "", "", audit.ReasonSize)
 	return errorFrame(id, mcp.INVALID_REQUEST,
 		fmt.Sprintf("message exceeds server.max_body_bytes (%d bytes)", s.cfg.Server.MaxBodyBytes))
 }

@@ -16,27 +16,24 @@ import (
 // request sends a server→client request with a session-unique id and waits
 // for the client's answer, ctx, or the end of the session. When ctx ends
 // first, the client is told with notifications/cancelled.
-func (ss *streamSession) request(ctx context.Context, method mcp.MCPMethod, params any) (json.RawMessage, error) {
-	return ss.requestVia(ctx, method, params, ss.send)
+func (sess *session) request(ctx context.Context, method mcp.MCPMethod, params any) (json.RawMessage, error) {
+	return sess.requestVia(ctx, method, params, sess.send)
 }
 
 // requestVia is request with the frame handed to send: a routed call's
 // writer, so that the request follows the call's earlier frames.
-func (ss *streamSession) requestVia(ctx context.Context, method mcp.MCPMethod, params any, send func(context.Context, []byte) error) (json.RawMessage, error) {
-	ss.mu.Lock()
-	ended := ss.ended
-	ss.mu.Unlock()
-	if ended {
-		return nil, fmt.Errorf("session %s: %s: %w", ss.id, method, ErrSessionClosed)
+func (sess *session) requestVia(ctx context.Context, method mcp.MCPMethod, params any, send func(context.Context, []byte) error) (json.RawMessage, error) {
+	if sess.conn.Ended() {
+		return nil, fmt.Errorf("session %s: %s: %w", sess.ID(), method, ErrSessionClosed)
 	}
-	id, reply := ss.pending.open()
-	defer ss.pending.close(id)
+	id, reply := sess.pending.open()
+	defer sess.pending.close(id)
 	frame, err := jsonrpc.Request(jsonrpc.StringID(id), string(method), params)
 	if err != nil {
-		return nil, fmt.Errorf("session %s: encoding %s: %w", ss.id, method, err)
+		return nil, fmt.Errorf("session %s: encoding %s: %w", sess.ID(), method, err)
 	}
 	if err := send(ctx, frame); err != nil {
-		return nil, fmt.Errorf("session %s: %s: %w", ss.id, method, err)
+		return nil, fmt.Errorf("session %s: %s: %w", sess.ID(), method, err)
 	}
 	select {
 	case r := <-reply:
@@ -45,21 +42,21 @@ func (ss *streamSession) requestVia(ctx context.Context, method mcp.MCPMethod, p
 		}
 		return r.result, r.err
 	case <-ctx.Done():
-		ss.notifyCancelled(id, ctx)
+		sess.notifyCancelled(id, ctx)
 		return nil, ctx.Err()
-	case <-ss.ctx.Done():
-		return nil, fmt.Errorf("session %s: %s: %w", ss.id, method, ErrSessionClosed)
+	case <-sess.Done():
+		return nil, fmt.Errorf("session %s: %s: %w", sess.ID(), method, ErrSessionClosed)
 	}
 }
 
 // notifyCancelled tells the client that the server→client request id is no
 // longer wanted. It never blocks: a full queue drops the notice.
-func (ss *streamSession) notifyCancelled(id string, ctx context.Context) {
+func (sess *session) notifyCancelled(id string, ctx context.Context) {
 	frame, err := cancelledFrame(id, ctx)
 	if err != nil {
 		return
 	}
-	ss.offer(jsonrpc.Whole(frame))
+	sess.offer(jsonrpc.Whole(frame))
 }
 
 // cancelledFrame is the notifications/cancelled that withdraws the
@@ -80,8 +77,8 @@ func cancelledFrame(id string, ctx context.Context) ([]byte, error) {
 
 // deliver hands a client's response to the server→client request waiting
 // for it. A response nobody waits for (late, or never asked) is dropped.
-func (ss *streamSession) deliver(m *jsonrpc.Message) {
-	if !ss.pending.deliver(m) {
-		ss.srv.log.Debug("response to no pending request dropped", "session", ss.id)
+func (sess *session) deliver(m *jsonrpc.Message) {
+	if !sess.pending.deliver(m) {
+		sess.srv.log.Debug("response to no pending request dropped", "session", sess.ID())
 	}
 }

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -233,58 +232,6 @@ func (e *sseEvents) next() (name, data string, err error) {
 	}
 }
 
-func TestIDScanner(t *testing.T) {
-	tests := []struct {
-		name, in, want string
-	}{
-		{"number first", `{"id":42,"method":"x","params":{}}`, `42`},
-		{"string last, after big params", `{"method":"tools/call","params":{"id":1,"a":[{"id":2}],"s":"\"id\":3"},"jsonrpc":"2.0","id":"req-9"}`, `"req-9"`},
-		{"spaces", "{ \"id\" :\t-7 , \"x\":1}", `-7`},
-		{"no id", `{"method":"notifications/x","params":{"id":5}}`, ``},
-		{"null id", `{"id":null,"method":"x"}`, ``},
-		{"object id is not an id", `{"id":{"a":1},"method":"x"}`, ``},
-		{"escaped key", `{"\u0069d":5}`, ``},
-		{"longer key", `{"idx":5}`, ``},
-		{"truncated", `{"method":"x","id":12`, ``},
-		{"not an object", `[{"id":1}]`, ``},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			var sc idScanner
-			// Byte by byte: the scanner must not depend on write boundaries.
-			for i := range len(tt.in) {
-				sc.Write([]byte{tt.in[i]})
-			}
-			if got := string(sc.result()); got != tt.want {
-				t.Fatalf("id = %q, want %q", got, tt.want)
-			}
-		})
-	}
-}
-
-func TestReadLine(t *testing.T) {
-	big := `{"jsonrpc":"2.0","method":"x","params":{"p":"` + strings.Repeat("a", 200) + `"},"id":77}`
-	in := "short\r\n" + big + "\n\n" + "last-no-newline"
-	br := bufio.NewReaderSize(strings.NewReader(in), 16) // lines cross the buffer
-	type out struct {
-		line string
-		id   string
-		over bool
-	}
-	var got []out
-	for {
-		line, id, over, err := readLine(br, 100)
-		if err != nil {
-			break
-		}
-		got = append(got, out{string(line), string(id), over})
-	}
-	want := []out{{"short", "", false}, {"", "77", true}, {"", "", false}, {"last-no-newline", "", false}}
-	if !slices.Equal(got, want) {
-		t.Fatalf("lines = %+v, want %+v", got, want)
-	}
-}
-
 // TestDispatchFastPathMatchesMCPGo checks that the pre-encoded listing a
 // stream session gets equals what mcp-go answers for the same view.
 func TestDispatchFastPathMatchesMCPGo(t *testing.T) {
@@ -294,11 +241,11 @@ func TestDispatchFastPathMatchesMCPGo(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ss := s.newStreamSession(context.Background(), "test", b, frameWriterFunc(func([]byte) error { return nil }))
-	defer ss.close(nil)
-	fast := s.dispatch(ss.ctx, ss, []byte(`{"jsonrpc":"2.0","id":5,"method":"tools/list"}`))
+	ss := s.newStreamSession(context.Background(), doorWS, b, frameWriterFunc(func([]byte) error { return nil }))
+	defer ss.Close(nil)
+	fast := s.dispatch(ss.ctx(), ss, []byte(`{"jsonrpc":"2.0","id":5,"method":"tools/list"}`))
 	// A cursor takes the request to mcp-go.
-	slow := s.dispatch(ss.ctx, ss, []byte(`{"jsonrpc":"2.0","id":5,"method":"tools/list","params":{"cursor":""}}`))
+	slow := s.dispatch(ss.ctx(), ss, []byte(`{"jsonrpc":"2.0","id":5,"method":"tools/list","params":{"cursor":""}}`))
 	var a, c any
 	if err := json.Unmarshal(fast, &a); err != nil {
 		t.Fatalf("fast path: %v: %s", err, fast)
@@ -309,20 +256,20 @@ func TestDispatchFastPathMatchesMCPGo(t *testing.T) {
 	if fa, sl := mustMarshal(a), mustMarshal(c); string(fa) != string(sl) {
 		t.Fatalf("fast path differs from mcp-go:\nfast:   %.300s\nmcp-go: %.300s", fa, sl)
 	}
-	if got := s.dispatch(ss.ctx, ss, []byte(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)); got != nil {
+	if got := s.dispatch(ss.ctx(), ss, []byte(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)); got != nil {
 		t.Fatalf("a notification was answered: %s", got)
 	}
-	if got := string(s.dispatch(ss.ctx, ss, []byte(`{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"name":"up__tool_0001"}}`))); !strings.Contains(got, `"code":-32601`) {
+	if got := string(s.dispatch(ss.ctx(), ss, []byte(`{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"name":"up__tool_0001"}}`))); !strings.Contains(got, `"code":-32601`) {
 		t.Fatalf("hidden tool: %s", got)
 	}
-	if got := string(s.dispatch(ss.ctx, ss, []byte(`{not json`))); !strings.Contains(got, `"code":-32700`) {
+	if got := string(s.dispatch(ss.ctx(), ss, []byte(`{not json`))); !strings.Contains(got, `"code":-32700`) {
 		t.Fatalf("malformed message: %s", got)
 	}
 }
 
 type frameWriterFunc func([]byte) error
 
-func (f frameWriterFunc) writeFrame(b jsonrpc.Frame) error { return f(b.Bytes()) }
+func (f frameWriterFunc) WriteFrame(b jsonrpc.Frame) error { return f(b.Bytes()) }
 
 // TestServerToClientRequests drives sampling, elicitation and roots on a
 // stream session: the request goes out with a session-unique id and the
@@ -420,7 +367,7 @@ func TestServerToClientRequests(t *testing.T) {
 }
 
 // onlyStream returns the server's one live stream session.
-func onlyStream(t *testing.T, s *Server) *streamSession {
+func onlyStream(t *testing.T, s *Server) *session {
 	t.Helper()
 	all := allStreams(s)
 	if len(all) != 1 {
@@ -429,23 +376,17 @@ func onlyStream(t *testing.T, s *Server) *streamSession {
 	return all[0]
 }
 
-func allStreams(s *Server) []*streamSession {
-	s.streams.mu.Lock()
-	defer s.streams.mu.Unlock()
-	var out []*streamSession
-	for _, ss := range s.streams.byID {
-		out = append(out, ss)
-	}
-	return out
+func allStreams(s *Server) []*session {
+	return s.streams()
 }
 
 // waitStreams waits until the server has n live stream sessions.
 func waitStreams(t *testing.T, s *Server, n int) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
-	for s.streams.len() != n {
+	for len(s.streams()) != n {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d stream sessions, want %d", s.streams.len(), n)
+			t.Fatalf("%d stream sessions, want %d", len(s.streams()), n)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

@@ -133,19 +133,21 @@ func (u *Upstream) downErr(method, target string) error {
 }
 
 // callContext derives a call's ctx from parent: it also ends at CallTimeout
-// and as soon as the connection is lost, so that no call waits on a dead
-// connection.
+// (with the cause errCallTimeout) and as soon as the connection is lost, so
+// that no call waits on a dead connection. callErr tells a lost
+// connection by c's own ctx.
 func (c *conn) callContext(parent context.Context) (context.Context, func()) {
-	ctx, cancel := context.WithCancelCause(parent)
-	stop := context.AfterFunc(c.ctx, func() { cancel(context.Cause(c.ctx)) })
-	cancelTimeout := context.CancelFunc(func() {})
+	var ctx context.Context
+	var cancel context.CancelFunc
 	if d := c.u.cfg.CallTimeout; d > 0 {
-		ctx, cancelTimeout = context.WithTimeoutCause(ctx, d, errCallTimeout)
+		ctx, cancel = context.WithTimeoutCause(parent, d, errCallTimeout)
+	} else {
+		ctx, cancel = context.WithCancel(parent)
 	}
+	stop := context.AfterFunc(c.ctx, cancel)
 	return ctx, func() {
 		stop()
-		cancelTimeout()
-		cancel(nil)
+		cancel()
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"math/bits"
 	"sync"
 	"testing"
+	"time"
 )
 
 // A Loan takes back, for reuse, the buffers that the answers to a
@@ -19,14 +20,25 @@ import (
 // back to the client and nowhere else. A result that is not the answer to
 // its request (it is handed to the engine) is never lent.
 //
+// A caller that takes no frame of a call after its answer (no progress
+// token, no log level) may also let the call return before the end of the
+// event stream its answer came on (AnswerFirst): the caller writes the
+// answer at once and waits for that end afterwards (Settle), so that the
+// upstream connection is back in its pool before the caller's next
+// request, without the client waiting for it.
+//
 // A loan may also take a large result unread (AllowTail): the request's
 // door then writes it to its client as it is read (Tail).
 type Loan struct {
-	mu        sync.Mutex
-	bufs      []*[]byte
-	released  bool
-	tailAbove int64 // 0: every result is read whole
-	tail      *Tail
+	mu       sync.Mutex
+	bufs     []*[]byte
+	released bool
+	// answerFirst is set by AnswerFirst; ends are the streams that calls
+	// under the loan returned before the end of.
+	answerFirst bool
+	ends        []<-chan struct{}
+	tailAbove   int64 // 0: every result is read whole
+	tail        *Tail
 }
 
 // AllowTail lets a result of a request made with Request.Tail that is
@@ -86,6 +98,60 @@ func (l *Loan) TakeTail() *Tail {
 	t := l.tail
 	l.tail = nil
 	return t
+}
+
+// AnswerFirst lets calls under l return their answer before the end of
+// its event stream: the caller calls Settle once it has written it.
+// Frames that come on that stream after the answer then reach the
+// caller only after it has written the answer (late, for a door that can
+// still deliver them), so a caller that would deliver them before its
+// answer must not use it.
+func (l *Loan) AnswerFirst() { l.answerFirst = true }
+
+// deferEnd records that a call under l returned before end closed; false
+// when l does not allow it (the call waits for end itself).
+func (l *Loan) deferEnd(end <-chan struct{}) bool {
+	if l == nil || !l.answerFirst {
+		return false
+	}
+	l.mu.Lock()
+	l.ends = append(l.ends, end)
+	l.mu.Unlock()
+	return true
+}
+
+// Pending reports whether Settle has streams to wait for. Safe on nil.
+func (l *Loan) Pending() bool {
+	if l == nil {
+		return false
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.ends) > 0
+}
+
+// Settle waits for the ends of the streams that calls under l returned
+// before, at most streamEndGrace in all. Safe on nil.
+func (l *Loan) Settle() {
+	if l == nil {
+		return
+	}
+	l.mu.Lock()
+	ends := l.ends
+	l.ends = nil
+	l.mu.Unlock()
+	if len(ends) == 0 {
+		return
+	}
+	t := time.NewTimer(streamEndGrace)
+	defer t.Stop()
+	for _, end := range ends {
+		select {
+		case <-end:
+		case <-t.C:
+			return
+		}
+	}
 }
 
 type loanKey struct{}

@@ -218,6 +218,8 @@ func handmadeServe(r io.Reader, w io.Writer, loop bool) {
 			if loop {
 				reply = strings.TrimSuffix(reply, "}") + `,"nextCursor":"again"}`
 			}
+		case "tools/call":
+			reply = `"result":{"content":[{"type":"text","text":"ok"}]}`
 		case "prompts/list":
 			if msg.Params.Cursor == "" {
 				reply = `"result":{"prompts":[` + handmadePrompts[0] + `],"nextCursor":"two"}`
@@ -238,7 +240,7 @@ type ident struct {
 }
 
 // selfPath is the test binary, run as a server through envServerMode.
-func selfPath(t *testing.T) string {
+func selfPath(t testing.TB) string {
 	t.Helper()
 	p, err := os.Executable()
 	if err != nil {
@@ -248,7 +250,7 @@ func selfPath(t *testing.T) string {
 }
 
 // stdioConfig runs the test binary directly as a stdio server in mode.
-func stdioConfig(t *testing.T, name, mode string) *configs.Upstream {
+func stdioConfig(t testing.TB, name, mode string) *configs.Upstream {
 	return &configs.Upstream{
 		Name:            name,
 		Transport:       configs.TransportStdio,
@@ -270,7 +272,7 @@ func fastOptions(logs *logSink) Options {
 }
 
 // startUpstream starts u and registers its Close.
-func startUpstream(t *testing.T, u *Upstream) {
+func startUpstream(t testing.TB, u *Upstream) {
 	t.Helper()
 	t.Cleanup(func() {
 		if err := u.Close(); err != nil {
@@ -424,4 +426,22 @@ func serveModernOnly() int {
 		return 1
 	}
 	return 0
+}
+
+// BenchmarkStdioCall measures one small tools/call at a time to a stdio
+// child (the handwritten server, which costs next to nothing), for
+// mcpmux's own cost per call on a stdio upstream: framing, the engine,
+// the answer's parse (-cpuprofile, -memprofile).
+func BenchmarkStdioCall(b *testing.B) {
+	u := New(stdioConfig(b, "bench", "handmade"), fastOptions(&logSink{}))
+	startUpstream(b, u)
+	ctx := context.Background()
+	req := Request{Method: "tools/call", Target: "echo", Params: json.RawMessage(`{"name":"echo","arguments":{"x":1}}`)}
+	b.ReportAllocs()
+	for b.Loop() {
+		res, err := u.Send(ctx, req)
+		if err != nil || !strings.Contains(string(res), `"ok"`) {
+			b.Fatalf("Send = %s, %v", res, err)
+		}
+	}
 }

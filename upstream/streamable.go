@@ -51,7 +51,7 @@ const drainAfterAnswer = 30 * time.Second
 // it open waits this long. On a loaded machine the stream's last bytes can
 // take a few milliseconds to be read: 20 ms lost the connection about once
 // in ten runs of TestHTTPKeepAliveAfterNotification.
-const streamEndGrace = 50 * time.Millisecond
+var streamEndGrace = 50 * time.Millisecond // a var for tests
 
 // closeSessionTimeout bounds the DELETE that ends a session.
 const closeSessionTimeout = 2 * time.Second
@@ -81,9 +81,11 @@ type httpPeer struct {
 	// "" = the connection's (c.version).
 	version string
 
-	mu      sync.Mutex
-	session string                     // Mcp-Session-Id; "" = none
-	calls   map[string]context.Context // ctx of each call in flight, by id
+	mu            sync.Mutex
+	session       string                     // Mcp-Session-Id; "" = none
+	sessionHeader []string                   // session as a header value, made once
+	protoHeader   atomic.Pointer[[]string]   // the version header last sent
+	calls         map[string]context.Context // ctx of each call in flight, by id
 
 	done      chan struct{} // closed by close: the engine's reader ends
 	closeOnce sync.Once
@@ -282,12 +284,15 @@ func (p *httpPeer) call(ctx context.Context, method string, params json.RawMessa
 		// A server closes the stream right after the answer: waiting a
 		// moment for that end puts the connection back in the pool before
 		// the caller's next request, which would otherwise open another.
-		t := time.NewTimer(streamEndGrace)
-		select {
-		case <-drained:
-		case <-t.C:
+		// A caller that allows it waits after writing the answer instead.
+		if !loan.deferEnd(drained) {
+			t := time.NewTimer(streamEndGrace)
+			select {
+			case <-drained:
+			case <-t.C:
+			}
+			t.Stop()
 		}
-		t.Stop()
 	} else {
 		cancelReq()
 	}
@@ -346,7 +351,7 @@ func (p *httpPeer) exchange(ctx context.Context, loan *Loan, tailAbove int64, id
 	if method == string(mcp.MethodInitialize) && resp.StatusCode/100 == 2 {
 		if s := resp.Header.Get(headerSessionID); s != "" {
 			p.mu.Lock()
-			p.session = s
+			p.session, p.sessionHeader = s, []string{s}
 			p.mu.Unlock()
 		}
 	}
@@ -612,6 +617,56 @@ func idIs(raw json.RawMessage, id string) bool {
 // headers. A 404 to a request carrying the session id ends the
 // connection: the upstream ended the session.
 func (p *httpPeer) send(ctx context.Context, verb string, body []byte, header http.Header, method string) (*http.Response, error) {
+	p.mu.Lock()
+	session, sessionHeader := p.session, p.sessionHeader
+	p.mu.Unlock()
+	req, err := p.newRequest(ctx, verb, body, header, method, sessionHeader)
+	if err != nil {
+		return nil, err
+	}
+	// Straight to the transport: http.Client would copy the headers of
+	// every request for redirects that an MCP endpoint does not send. A
+	// redirect is sent again through the client, whose policy follows it
+	// (keepToOrigin).
+	resp, err := p.hc.Transport.RoundTrip(req)
+	if err == nil && isRedirect(resp.StatusCode) {
+		resp.Body.Close()
+		if req, err = p.newRequest(ctx, verb, body, header, method, sessionHeader); err != nil {
+			return nil, err
+		}
+		resp, err = p.hc.Do(req)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode == http.StatusNotFound && session != "" && verb != http.MethodGet {
+		resp.Body.Close()
+		p.c.lost(errSessionEnded)
+		return nil, fmt.Errorf("%w: %w", wire.ErrClosed, errSessionEnded)
+	}
+	return resp, nil
+}
+
+// isRedirect reports whether status is one http.Client follows.
+func isRedirect(status int) bool {
+	switch status {
+	case http.StatusMovedPermanently, http.StatusFound, http.StatusSeeOther, http.StatusTemporaryRedirect, http.StatusPermanentRedirect:
+		return true
+	}
+	return false
+}
+
+// Header values every request carries, shared (net/http only reads them).
+var (
+	canonicalProtocolVersion = http.CanonicalHeaderKey(headerProtocolVersion)
+	canonicalSessionID       = http.CanonicalHeaderKey(headerSessionID)
+	contentTypeJSON          = []string{"application/json"}
+	acceptPost               = []string{"application/json, text/event-stream"}
+	acceptGet                = []string{"text/event-stream"}
+)
+
+// newRequest builds one request to the endpoint.
+func (p *httpPeer) newRequest(ctx context.Context, verb string, body []byte, header http.Header, method string, session []string) (*http.Request, error) {
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)
@@ -629,30 +684,28 @@ func (p *httpPeer) send(ctx context.Context, verb string, body []byte, header ht
 	}
 	switch verb {
 	case http.MethodPost:
-		h.Set("Content-Type", "application/json")
-		h.Set("Accept", "application/json, text/event-stream")
+		h["Content-Type"] = contentTypeJSON
+		h["Accept"] = acceptPost
 	case http.MethodGet:
-		h.Set("Accept", "text/event-stream")
+		h["Accept"] = acceptGet
 	}
-	p.mu.Lock()
-	session := p.session
-	p.mu.Unlock()
-	if session != "" {
-		h.Set(headerSessionID, session)
+	if session != nil {
+		h[canonicalSessionID] = session
 	}
 	if v := p.protocol(); v != "" && method != string(mcp.MethodInitialize) {
-		h.Set(headerProtocolVersion, v)
+		h[canonicalProtocolVersion] = p.versionHeader(v)
 	}
-	resp, err := p.hc.Do(req)
-	if err != nil {
-		return nil, err
+	return req, nil
+}
+
+// versionHeader returns v as a header value, made once per version.
+func (p *httpPeer) versionHeader(v string) []string {
+	if h := p.protoHeader.Load(); h != nil && (*h)[0] == v {
+		return *h
 	}
-	if resp.StatusCode == http.StatusNotFound && session != "" && verb != http.MethodGet {
-		resp.Body.Close()
-		p.c.lost(errSessionEnded)
-		return nil, fmt.Errorf("%w: %w", wire.ErrClosed, errSessionEnded)
-	}
-	return resp, nil
+	h := []string{v}
+	p.protoHeader.Store(&h)
+	return h
 }
 
 // post sends a notification or an answer to one of the upstream's

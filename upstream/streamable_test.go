@@ -245,3 +245,79 @@ func TestReadAll(t *testing.T) {
 		}
 	}
 }
+
+// TestAnswerFirst: under a loan that allows it (Loan.AnswerFirst), a call
+// answered on an event stream returns its answer while the upstream still
+// holds that stream open, and the loan's Settle waits for the stream's
+// end afterwards, which puts the connection back in the pool: the next
+// call opens no new TCP connection. Here the wait for the end could be
+// long (streamEndGrace is an hour), so a call that waited for the end
+// before returning would never return while the stream is held.
+func TestAnswerFirst(t *testing.T) {
+	defer func(g time.Duration) { streamEndGrace = g }(streamEndGrace)
+	streamEndGrace = time.Hour
+
+	var accepted atomic.Int64
+	var holdNext atomic.Bool
+	hold := make(chan struct{})
+	mcpHandler := server.NewStreamableHTTPServer(newTestServer())
+	ts := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mcpHandler.ServeHTTP(w, r)
+		if r.Method == http.MethodPost && w.Header().Get("Content-Type") == "text/event-stream" && holdNext.CompareAndSwap(true, false) {
+			<-hold // the answer is out; the stream's end is not
+		}
+	}))
+	ts.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			accepted.Add(1)
+		}
+	}
+	ts.Start()
+	t.Cleanup(ts.Close)
+	cfg := &configs.Upstream{Name: "first", Transport: configs.TransportHTTP, URL: ts.URL + "/mcp",
+		ConnectTimeout: 10 * time.Second, CallTimeout: 30 * time.Second, MaxMessageBytes: 16 << 20}
+	opts := fastOptions(&logSink{})
+	opts.ProbeInterval = -1
+	u := New(cfg, opts)
+	startUpstream(t, u)
+	if got := callText(t, u, "notify", nil); got != "sent" { // its calls are answered as event streams from now on
+		t.Fatalf("notify = %q", got)
+	}
+	callText(t, u, "echo", map[string]any{"x": 1})
+
+	loan := new(Loan)
+	loan.AnswerFirst()
+	ctx := WithLoan(context.Background(), loan)
+	holdNext.Store(true)
+	type answer struct {
+		res json.RawMessage
+		err error
+	}
+	got := make(chan answer, 1)
+	go func() {
+		res, err := u.Send(ctx, Request{Method: "tools/call", Target: "echo", Params: json.RawMessage(`{"name":"echo","arguments":{"x":2}}`)})
+		got <- answer{res, err}
+	}()
+	select {
+	case a := <-got:
+		if a.err != nil || !bytes.Contains(a.res, []byte(`"content"`)) {
+			t.Fatalf("Send = %s, %v", a.res, a.err)
+		}
+	case <-time.After(30 * time.Second):
+		close(hold)
+		t.Fatal("the call did not return its answer while the upstream held its stream open")
+	}
+	if !loan.Pending() {
+		t.Error("the loan has no stream end to wait for")
+	}
+	before := accepted.Load()
+	close(hold)
+	loan.Settle()
+	if loan.Pending() {
+		t.Error("Settle left a stream end to wait for")
+	}
+	callText(t, u, "echo", map[string]any{"x": 3})
+	if n := accepted.Load() - before; n != 0 {
+		t.Errorf("the call after Settle opened %d new TCP connections, want 0", n)
+	}
+}

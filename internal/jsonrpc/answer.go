@@ -281,23 +281,23 @@ func (v *validator) str(i int) (int, error) {
 // mcpmux may act on or forward, is parsed as Parse does. A response whose
 // envelope holds a key twice is ambiguous (Ambiguous is set).
 func ParseUpstream(raw []byte) (*Message, error) {
-	top := make([]member, 0, 4)
-	if err := valid(raw, &top); err != nil {
+	sc := getScratch()
+	defer putScratch(sc)
+	if err := valid(raw, &sc.top); err != nil {
 		return &Message{}, err
 	}
+	top := sc.top
 	s := &scanner{b: raw, noCheck: true}
 	if raw[s.ws(0)] != '{' {
 		return &Message{}, errors.New("not a JSON-RPC message object")
 	}
 	m := &Message{}
-	var keys []string
-	for _, f := range top {
-		for _, k := range keys {
-			if k == f.key && m.Ambiguous == nil {
+	for i, f := range top {
+		for _, before := range top[:i] {
+			if before.key == f.key && m.Ambiguous == nil {
 				m.Ambiguous = fmt.Errorf("%w: key %q appears twice", ErrAmbiguous, Printable(f.key))
 			}
 		}
-		keys = append(keys, f.key)
 		v := raw[f.valueStart:f.valueEnd]
 		switch f.key {
 		case "jsonrpc":

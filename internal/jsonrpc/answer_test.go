@@ -224,3 +224,15 @@ func TestOneLine(t *testing.T) {
 		t.Fatal("OneLine copied a message without line breaks")
 	}
 }
+
+// BenchmarkParseUpstreamSmall measures the parse of a small result, the
+// upstream's answer to most calls.
+func BenchmarkParseUpstreamSmall(b *testing.B) {
+	raw := []byte(`{"jsonrpc":"2.0","id":"mcpmux-7","result":{"content":[{"type":"text","text":"ok"}]}}`)
+	b.ReportAllocs()
+	for b.Loop() {
+		if m, err := ParseUpstream(raw); err != nil || len(m.Result) == 0 {
+			b.Fatal(err)
+		}
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"unicode"
 	"unicode/utf8"
 )
@@ -59,23 +60,32 @@ func Parse(raw []byte) (*Message, error) {
 		}
 		return m, errors.New("invalid JSON")
 	}
-	var top, params []member
-	s := &scanner{b: raw, top: &top, params: &params}
+	sc := getScratch()
+	defer putScratch(sc)
+	s := &scanner{b: raw, top: &sc.top, params: &sc.params}
 	i := s.ws(0)
 	if raw[i] != '{' {
 		return m, errors.New("not a JSON-RPC message object")
 	}
 	s.object(i, 0, roleMessage)
 	m.Ambiguous = s.err
-	for _, f := range top {
+	for _, f := range sc.top {
 		v := raw[f.valueStart:f.valueEnd]
 		switch f.key {
 		case "jsonrpc":
-			str(v, &m.JSONRPC)
+			if string(v) == `"`+Version+`"` {
+				m.JSONRPC = Version
+			} else {
+				str(v, &m.JSONRPC)
+			}
 		case "id":
 			m.ID = v
 		case "method":
-			str(v, &m.Method)
+			if k := knownMethod(v); k != "" {
+				m.Method = k
+			} else {
+				str(v, &m.Method)
+			}
 		case "params":
 			m.Params = v
 		case "result":
@@ -84,7 +94,7 @@ func Parse(raw []byte) (*Message, error) {
 			m.Error = v
 		}
 	}
-	for _, f := range params {
+	for _, f := range sc.params {
 		v := raw[f.valueStart:f.valueEnd]
 		switch f.key {
 		case "name":
@@ -99,7 +109,7 @@ func Parse(raw []byte) (*Message, error) {
 				m.Cursor = &cur
 			}
 		case "_meta":
-			json.Unmarshal(v, &m.Meta)
+			m.Meta = metaOf(v)
 		}
 	}
 	return m, nil
@@ -130,12 +140,94 @@ func (m *Message) IsResponse() bool {
 	return m.Method == "" && m.HasID() && (len(m.Result) > 0 || len(m.Error) > 0)
 }
 
+// metaOf reads params._meta, valid JSON, as encoding/json would into a
+// map (the last of a key twice wins; anything but an object is no _meta),
+// its values sharing v's bytes.
+func metaOf(v []byte) map[string]json.RawMessage {
+	if len(v) == 0 || v[0] != '{' {
+		return nil
+	}
+	sc := getScratch()
+	defer putScratch(sc)
+	sc.params = appendMembers(sc.params, v)
+	meta := make(map[string]json.RawMessage, len(sc.params))
+	for _, f := range sc.params {
+		meta[f.key] = v[f.valueStart:f.valueEnd:f.valueEnd]
+	}
+	return meta
+}
+
+// scratch holds the member lists of one parse. Every request is parsed,
+// so they are pooled rather than allocated each time.
+type scratch struct{ top, params []member }
+
+var scratchPool = sync.Pool{New: func() any {
+	return &scratch{top: make([]member, 0, 8), params: make([]member, 0, 8)}
+}}
+
+func getScratch() *scratch { return scratchPool.Get().(*scratch) }
+
+// putScratch gives sc back, emptied (its keys are not kept alive).
+func putScratch(sc *scratch) {
+	if cap(sc.top) > 64 || cap(sc.params) > 64 {
+		return // an object of many members: let it go
+	}
+	clear(sc.top)
+	clear(sc.params)
+	sc.top, sc.params = sc.top[:0], sc.params[:0]
+	scratchPool.Put(sc)
+}
+
+// knownMethod returns the method named by the JSON string v when it is one
+// of those every session sends (a shared string, no allocation), else "".
+func knownMethod(v []byte) string {
+	if len(v) < 2 || v[0] != '"' {
+		return ""
+	}
+	switch string(v[1 : len(v)-1]) {
+	case "tools/call":
+		return "tools/call"
+	case "tools/list":
+		return "tools/list"
+	case "resources/read":
+		return "resources/read"
+	case "resources/list":
+		return "resources/list"
+	case "resources/templates/list":
+		return "resources/templates/list"
+	case "prompts/get":
+		return "prompts/get"
+	case "prompts/list":
+		return "prompts/list"
+	case "ping":
+		return "ping"
+	case "initialize":
+		return "initialize"
+	case "notifications/initialized":
+		return "notifications/initialized"
+	case "notifications/progress":
+		return "notifications/progress"
+	case "notifications/message":
+		return "notifications/message"
+	case "notifications/cancelled":
+		return "notifications/cancelled"
+	case "completion/complete":
+		return "completion/complete"
+	}
+	return ""
+}
+
 // MetaString returns the string value of a _meta key, or "".
 func (m *Message) MetaString(key string) string {
-	var s string
-	if raw, ok := m.Meta[key]; ok {
-		json.Unmarshal(raw, &s)
+	raw, ok := m.Meta[key]
+	if !ok {
+		return ""
 	}
+	if len(raw) >= 2 && raw[0] == '"' && bytes.IndexByte(raw, '\\') < 0 {
+		return string(raw[1 : len(raw)-1])
+	}
+	var s string
+	json.Unmarshal(raw, &s)
 	return s
 }
 
@@ -165,16 +257,19 @@ func CheckUnambiguous(params json.RawMessage) error {
 const maxDepth = 512
 
 // Rewrite returns params (a JSON object) with the listed fields replaced
-// and, when meta is non-nil, its _meta object passed through meta (a nil
-// or empty result removes _meta). Every other member keeps its bytes,
-// spliced over without being decoded.
-func Rewrite(params json.RawMessage, set map[string]any, meta func(map[string]json.RawMessage) map[string]json.RawMessage) (json.RawMessage, error) {
-	var ms []member
+// and, when meta is non-nil, each member of its _meta object passed
+// through meta, which returns the member's new value, or nil to drop it
+// (a _meta left empty is removed). Every other member, and every kept
+// member of _meta, keeps its bytes and its place, spliced over without
+// being decoded.
+func Rewrite(params json.RawMessage, set map[string]any, meta func(key string, value json.RawMessage) json.RawMessage) (json.RawMessage, error) {
+	sc := getScratch()
+	defer putScratch(sc)
 	if len(params) > 0 && string(params) != "null" {
 		if !json.Valid(params) || params[firstNonSpace(params)] != '{' {
 			return nil, errors.New("params are not a JSON object")
 		}
-		ms = members(params)
+		sc.params = appendMembers(sc.params, params)
 	}
 	out := make([]byte, 0, len(params)+128)
 	out = append(out, '{')
@@ -184,7 +279,7 @@ func Rewrite(params json.RawMessage, set map[string]any, meta func(map[string]js
 		}
 	}
 	var metaRaw json.RawMessage
-	for _, f := range ms {
+	for _, f := range sc.params {
 		if _, replaced := set[f.key]; replaced {
 			continue
 		}
@@ -195,42 +290,75 @@ func Rewrite(params json.RawMessage, set map[string]any, meta func(map[string]js
 		sep()
 		out = append(out, params[f.keyStart:f.valueEnd]...)
 	}
-	keys := make([]string, 0, len(set))
-	for k := range set {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	for _, k := range keys {
-		v, err := json.Marshal(set[k])
-		if err != nil {
-			return nil, err
-		}
+	appendSet := func(k string, v any) error {
 		sep()
-		out = appendMember(out, k, v)
+		var err error
+		out, err = appendValue(append(appendString(out, k), ':'), v)
+		return err
 	}
-	if meta != nil {
-		m := map[string]json.RawMessage{}
-		if len(metaRaw) > 0 && string(metaRaw) != "null" {
-			if err := json.Unmarshal(metaRaw, &m); err != nil {
-				return nil, fmt.Errorf("_meta is not a JSON object: %w", err)
-			}
-		}
-		if m = meta(m); len(m) > 0 {
-			b, err := json.Marshal(m)
-			if err != nil {
+	if len(set) == 1 {
+		for k, v := range set {
+			if err := appendSet(k, v); err != nil {
 				return nil, err
 			}
-			sep()
-			out = appendMember(out, "_meta", b)
+		}
+	} else if len(set) > 1 {
+		keys := make([]string, 0, len(set))
+		for k := range set {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		for _, k := range keys {
+			if err := appendSet(k, set[k]); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if len(metaRaw) > 0 && string(metaRaw) != "null" {
+		if metaRaw[0] != '{' {
+			return nil, errors.New("_meta is not a JSON object")
+		}
+		mark := len(out)
+		sep()
+		out = append(out, `"_meta":`...)
+		edited := len(out)
+		out = AppendEdit(out, metaRaw, func(k string, v []byte) []byte { return meta(k, v) })
+		if string(out[edited:]) == "{}" {
+			out = out[:mark]
 		}
 	}
 	return append(out, '}'), nil
 }
 
+// appendValue appends the JSON encoding of v: a plain string directly,
+// anything else through encoding/json.
+func appendValue(out []byte, v any) ([]byte, error) {
+	if s, ok := v.(string); ok {
+		return appendString(out, s), nil
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	return append(out, b...), nil
+}
+
+// appendString appends s as a JSON string, as encoding/json writes it: a
+// string of printable ASCII that needs no escape is copied between quotes.
+func appendString(out []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= utf8.RuneSelf || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			q, _ := json.Marshal(s) // a string always encodes
+			return append(out, q...)
+		}
+	}
+	out = append(out, '"')
+	out = append(out, s...)
+	return append(out, '"')
+}
+
 func appendMember(out []byte, k string, v []byte) []byte {
-	kb, _ := json.Marshal(k)
-	out = append(out, kb...)
-	out = append(out, ':')
+	out = append(appendString(out, k), ':')
 	return append(out, v...)
 }
 

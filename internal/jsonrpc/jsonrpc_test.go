@@ -148,10 +148,14 @@ func TestCheckUnambiguousDepth(t *testing.T) {
 
 func TestRewriteKeepsOtherBytes(t *testing.T) {
 	params := json.RawMessage(`{"name":"gh__run","arguments":{"n":12345678901234567890,"s":"\u00e9"},"_meta":{"progressToken":7,"io.modelcontextprotocol/protocolVersion":"x","trace":"abc"}}`)
-	out, err := Rewrite(params, map[string]any{"name": "run"}, func(m map[string]json.RawMessage) map[string]json.RawMessage {
-		delete(m, "io.modelcontextprotocol/protocolVersion")
-		m["progressToken"] = json.RawMessage(`"mcpmux-1"`)
-		return m
+	out, err := Rewrite(params, map[string]any{"name": "run"}, func(k string, v json.RawMessage) json.RawMessage {
+		switch k {
+		case "io.modelcontextprotocol/protocolVersion":
+			return nil
+		case "progressToken":
+			return json.RawMessage(`"mcpmux-1"`)
+		}
+		return v
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -170,8 +174,12 @@ func TestRewriteKeepsOtherBytes(t *testing.T) {
 	if string(got.Meta["progressToken"]) != `"mcpmux-1"` || string(got.Meta["trace"]) != `"abc"` || len(got.Meta) != 2 {
 		t.Errorf("_meta = %s", out)
 	}
+	// The kept members of _meta keep their bytes and order.
+	if !strings.Contains(string(out), `"_meta":{"progressToken":"mcpmux-1","trace":"abc"}`) {
+		t.Errorf("_meta not kept in place: %s", out)
+	}
 	out, err = Rewrite(json.RawMessage(`{"name":"a","_meta":{"io.modelcontextprotocol/x":1}}`), nil,
-		func(m map[string]json.RawMessage) map[string]json.RawMessage { return nil })
+		func(string, json.RawMessage) json.RawMessage { return nil })
 	if err != nil || string(out) != `{"name":"a"}` {
 		t.Errorf("empty _meta not removed: %s, %v", out, err)
 	}
@@ -236,5 +244,37 @@ func TestFoldKeyFastPath(t *testing.T) {
 	}
 	if n := testing.AllocsPerRun(100, func() { foldKey("arguments") }); n != 0 {
 		t.Errorf("foldKey of a lower-case ASCII key allocates %v times", n)
+	}
+}
+
+// smallCall is a typical client request on the request path.
+const smallCall = `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"up__tool_0001","arguments":{"query":"x","limit":5},"_meta":{"progressToken":"p-1"}}}`
+
+// BenchmarkParseSmallCall measures the parse every client request gets:
+// its allocations are paid on every call.
+func BenchmarkParseSmallCall(b *testing.B) {
+	raw := []byte(smallCall)
+	b.ReportAllocs()
+	for b.Loop() {
+		m, err := Parse(raw)
+		if err != nil || m.Name != "up__tool_0001" || m.MetaString("progressToken") != "p-1" {
+			b.Fatalf("%+v, %v", m, err)
+		}
+	}
+}
+
+// BenchmarkRewriteSmallCall measures the rewrite of a call's params for
+// its upstream hop: the name set, the _meta handed to the hop's function.
+func BenchmarkRewriteSmallCall(b *testing.B) {
+	m, err := Parse([]byte(smallCall))
+	if err != nil {
+		b.Fatal(err)
+	}
+	set := map[string]any{"name": "tool_0001"}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := Rewrite(m.Params, set, func(_ string, v json.RawMessage) json.RawMessage { return v }); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

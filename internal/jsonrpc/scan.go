@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"unicode/utf8"
+	"unsafe"
 )
 
 // This file is the one pass Parse makes over a message: a scanner over
@@ -108,14 +109,107 @@ func (s *scanner) strEnd(i int) int {
 	return len(s.b)
 }
 
-// key decodes the string at [start, end).
+// key decodes the string at [start, end) into a string of its own (one of
+// the common keys, shared, or a copy).
 func (s *scanner) key(start, end int, esc bool) string {
 	if !esc {
-		return string(s.b[start+1 : end-1])
+		return ownKey(s.b[start+1 : end-1])
 	}
 	var k string
 	json.Unmarshal(s.b[start:end], &k) // valid JSON: cannot fail
 	return k
+}
+
+// peekKey is key for a key that is only looked at during the scan: an
+// unescaped key is read in place, without a copy. The string shares s.b's
+// bytes, so it must not be kept past the scan (object keeps the keys of
+// the members it collects through ownKey).
+func (s *scanner) peekKey(start, end int, esc bool) string {
+	if !esc {
+		b := s.b[start+1 : end-1]
+		if len(b) == 0 {
+			return ""
+		}
+		return unsafe.String(&b[0], len(b))
+	}
+	return s.key(start, end, esc)
+}
+
+// ownKey returns the key b as a string that does not share b's bytes:
+// the keys of MCP's own members, which every message repeats, are shared
+// constants, so reading them costs no allocation.
+func ownKey(b []byte) string {
+	switch string(b) {
+	case "jsonrpc":
+		return "jsonrpc"
+	case "id":
+		return "id"
+	case "method":
+		return "method"
+	case "params":
+		return "params"
+	case "result":
+		return "result"
+	case "error":
+		return "error"
+	case "code":
+		return "code"
+	case "message":
+		return "message"
+	case "data":
+		return "data"
+	case "name":
+		return "name"
+	case "arguments":
+		return "arguments"
+	case "uri":
+		return "uri"
+	case "cursor":
+		return "cursor"
+	case "ref":
+		return "ref"
+	case "argument":
+		return "argument"
+	case "_meta":
+		return "_meta"
+	case "progressToken":
+		return "progressToken"
+	case "content":
+		return "content"
+	case "contents":
+		return "contents"
+	case "structuredContent":
+		return "structuredContent"
+	case "isError":
+		return "isError"
+	case "resultType":
+		return "resultType"
+	case "type":
+		return "type"
+	case "text":
+		return "text"
+	case "mimeType":
+		return "mimeType"
+	case "ttlMs":
+		return "ttlMs"
+	case "cacheScope":
+		return "cacheScope"
+	case "nextCursor":
+		return "nextCursor"
+	case "progress":
+		return "progress"
+	case "total":
+		return "total"
+	case "level":
+		return "level"
+	case "logger":
+		return "logger"
+	case "requestId":
+		return "requestId"
+	case "reason":
+		return "reason"
+	}
+	return string(b)
 }
 
 // value skips the value at i, checking the objects in it by their role,
@@ -196,7 +290,7 @@ func (s *scanner) object(i, depth int, r role) int {
 		i = s.ws(i)
 		kStart := i
 		kEnd, esc := s.str(i)
-		k := s.key(kStart, kEnd, esc)
+		k := s.peekKey(kStart, kEnd, esc)
 		if s.err == nil && !s.noCheck {
 			var twice, foldedTwice bool
 			keys, seen, twice = dup(keys, seen, k)
@@ -215,6 +309,9 @@ func (s *scanner) object(i, depth int, r role) int {
 		vStart := s.ws(i)
 		i = s.value(vStart, depth+1, childRole(r, k))
 		if members != nil {
+			if !esc {
+				k = ownKey(s.b[kStart+1 : kEnd-1])
+			}
 			*members = append(*members, member{key: k, keyStart: kStart, valueStart: vStart, valueEnd: i})
 		}
 		i = s.ws(i)
@@ -320,11 +417,13 @@ func dup(keys []string, seen map[string]bool, k string) ([]string, map[string]bo
 }
 
 // members returns the members of the valid JSON object b (no checks).
-func members(b []byte) []member {
-	var out []member
-	s := &scanner{b: b, noCheck: true, params: &out}
+func members(b []byte) []member { return appendMembers(nil, b) }
+
+// appendMembers appends the members of the valid JSON object b to dst.
+func appendMembers(dst []member, b []byte) []member {
+	s := &scanner{b: b, noCheck: true, params: &dst}
 	if i := s.ws(0); i < len(b) && b[i] == '{' {
 		s.object(i, 0, roleParams)
 	}
-	return out
+	return dst
 }

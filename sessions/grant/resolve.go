@@ -211,7 +211,10 @@ const (
 // ErrBadNarrowing that names the header, parameter or path and the limit;
 // a path under a front door that is none of PathForms, with ErrUnknownPath.
 func SelectionFromRequest(r *http.Request) (Selection, error) {
-	q := r.URL.Query()
+	var q url.Values // most requests carry no query: none is parsed
+	if r.URL.RawQuery != "" {
+		q = r.URL.Query()
+	}
 	var sel Selection
 	pathProfile, path, err := selectionFromPath(r.URL)
 	if err != nil {
@@ -393,7 +396,10 @@ func narrowing(r *http.Request, q url.Values, header, param string) (string, str
 	if v := strings.Join(r.Header.Values(header), ","); strings.Trim(v, ", \t") != "" {
 		return v, header + " header"
 	}
-	return q.Get(param), "?" + param + "="
+	if v := q.Get(param); v != "" {
+		return v, "?" + param + "="
+	}
+	return "", ""
 }
 
 // boundedList splits a comma-separated narrowing list, refusing one over
@@ -431,7 +437,11 @@ type Resolver struct {
 	registry *filter.Registry
 	global   *filter.Rules
 	profiles map[string][]*filter.Rules // profile → its rules and its ancestors'
-	names    []string                   // known profile names, sorted
+	// base holds, for every profile and for none (""), the rule stages
+	// of a selection without narrowing and their filter key, worked out
+	// once: most requests name no narrowing.
+	base     map[string]baseStages
+	names    []string // known profile names, sorted
 	tokens   []tokenEntry
 	toolsets map[string]string // every valid toolset selector → its upstream's name
 	oauth    *oauth.Validator  // nil without [auth.oauth]
@@ -455,6 +465,12 @@ func NewResolver(cfg *configs.Config, registry *filter.Registry) (*Resolver, err
 		}
 	}
 	slices.Sort(r.names)
+	r.base = make(map[string]baseStages, len(r.names)+1)
+	for _, name := range append([]string{""}, r.names...) {
+		stages := append([]*filter.Rules{r.global}, r.profiles[name]...)
+		stages = stages[:len(stages):len(stages)] // shared: an append copies
+		r.base[name] = baseStages{stages: stages, key: registry.Key(stages...)}
+	}
 	for _, t := range cfg.Auth.Tokens {
 		te := tokenEntry{profiles: t.Profiles, admin: t.Admin}
 		if t.Token != "" {
@@ -575,7 +591,22 @@ func (c *Checked) Profile() string { return c.profile }
 
 // Key returns the key of the filter Binding would bind, without building
 // or caching that filter.
-func (c *Checked) Key() string { return c.r.registry.Key(c.stages...) }
+func (c *Checked) Key() string { return c.r.keyOf(c.profile, c.sel, c.stages) }
+
+// keyOf is the filter key of stages, those of sel under profile.
+func (r *Resolver) keyOf(profile string, sel Selection, stages []*filter.Rules) string {
+	if !sel.Narrowing {
+		return r.base[profile].key
+	}
+	return r.registry.Key(stages...)
+}
+
+// baseStages are the rule stages of a profile without narrowing, and
+// their filter key.
+type baseStages struct {
+	stages []*filter.Rules
+	key    string
+}
 
 // KeyUnder returns the key of the request's narrowing read under profile,
 // the profile of the session it belongs to, instead of the one it
@@ -585,7 +616,7 @@ func (c *Checked) KeyUnder(profile string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return c.r.registry.Key(stages...), nil
+	return c.r.keyOf(profile, c.sel, stages), nil
 }
 
 // Allows checks that the request's token may use profile, the profile of
@@ -703,7 +734,7 @@ func (r *Resolver) stages(sel Selection, auth bool) (string, []*filter.Rules, *t
 // stagesOf returns the rule stages of profile name ("" = none) with sel's
 // narrowing, which it checks.
 func (r *Resolver) stagesOf(name string, sel Selection) ([]*filter.Rules, error) {
-	stages := append([]*filter.Rules{r.global}, r.profiles[name]...)
+	stages := r.base[name].stages
 	if sel.Narrowing {
 		for _, n := range sel.narrowings() {
 			if !n.given() {

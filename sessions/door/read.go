@@ -1,4 +1,4 @@
-package sessions
+package door
 
 import (
 	"bufio"
@@ -14,10 +14,10 @@ import (
 // looks for its top-level "id", so that the client gets a JSON-RPC error for
 // that request and the connection carries on.
 
-// readMessage reads one whole message from r, holding at most max bytes.
+// ReadMessage reads one whole message from r, holding at most max bytes.
 // When the message is longer, data is nil, over is true, and id is the
 // message's top-level id if it has one.
-func readMessage(r io.Reader, max int64) (data []byte, id json.RawMessage, over bool, err error) {
+func ReadMessage(r io.Reader, max int64) (data []byte, id json.RawMessage, over bool, err error) {
 	data, err = io.ReadAll(io.LimitReader(r, max+1))
 	if err != nil {
 		return nil, nil, false, err
@@ -33,10 +33,10 @@ func readMessage(r io.Reader, max int64) (data []byte, id json.RawMessage, over 
 	return nil, sc.result(), true, nil
 }
 
-// readLine reads one newline-terminated message from br (the newline, and a
-// "\r" before it, removed), holding at most max bytes, like readMessage. A
+// ReadLine reads one newline-terminated message from br (the newline, and a
+// "\r" before it, removed), holding at most max bytes, like ReadMessage. A
 // last line without a newline is a message too; after it, io.EOF.
-func readLine(br *bufio.Reader, max int64) (line []byte, id json.RawMessage, over bool, err error) {
+func ReadLine(br *bufio.Reader, max int64) (line []byte, id json.RawMessage, over bool, err error) {
 	var sc *idScanner
 	for {
 		chunk, err := br.ReadSlice('\n')

@@ -1,4 +1,4 @@
-package sessions
+package door
 
 import (
 	"context"
@@ -12,8 +12,8 @@ import (
 
 	"github.com/coder/websocket"
 	"github.com/mark3labs/mcp-go/mcp"
+
 	"github.com/mcpmux/mcpmux/internal/jsonrpc"
-	"github.com/mcpmux/mcpmux/sessions/grant"
 )
 
 // The websocket front door, /ws: subprotocol "mcp", one JSON-RPC message per
@@ -27,27 +27,25 @@ const (
 	wsPingTimeout  = 15 * time.Second
 )
 
-// serveWS upgrades a request to a websocket stream session.
-func (s *Server) serveWS(w http.ResponseWriter, r *http.Request) {
-	b, _, ok := s.openDoor(w, r)
+// ServeWS upgrades a request to a websocket stream session.
+func (d *Doors) ServeWS(w http.ResponseWriter, r *http.Request) {
+	// The slot is taken before the upgrade: once the client has its 101,
+	// a request it sends next must find the slot taken, and the
+	// connection must not be closed for want of one.
+	adm, ok := d.cfg.Host.Admit(w, r)
 	if !ok {
 		return
 	}
 	if !isWebSocketUpgrade(r) {
+		adm.Cancel()
 		w.Header().Set("Upgrade", "websocket")
-		writeJSONError(w, http.StatusUpgradeRequired, nil, mcp.INVALID_REQUEST, "/ws serves websocket connections only (Upgrade: websocket)")
+		writeJSONError(w, http.StatusUpgradeRequired, mcp.INVALID_REQUEST, "/ws serves websocket connections only (Upgrade: websocket)")
 		return
 	}
 	if !offersSubprotocol(r, wsSubprotocol) {
-		writeJSONError(w, http.StatusBadRequest, nil, mcp.INVALID_REQUEST,
+		adm.Cancel()
+		writeJSONError(w, http.StatusBadRequest, mcp.INVALID_REQUEST,
 			`websocket clients must offer the "mcp" subprotocol (Sec-WebSocket-Protocol: mcp)`)
-		return
-	}
-	// The slot is taken before the upgrade: once the client has its 101,
-	// a request it sends next must find the slot taken, and the
-	// connection must not be closed for want of one.
-	if err := s.takeSlot(b.Who); err != nil {
-		s.refuseSession(w, nil, "", b.Profile, err)
 		return
 	}
 	c, err := websocket.Accept(w, r, &websocket.AcceptOptions{
@@ -59,73 +57,72 @@ func (s *Server) serveWS(w http.ResponseWriter, r *http.Request) {
 		InsecureSkipVerify: true,
 	})
 	if err != nil {
-		s.giveSlot(b.Who)
-		s.log.Debug("websocket upgrade failed", "error", err) // Accept has answered
+		adm.Cancel()
+		d.log.Debug("websocket upgrade failed", "error", err) // Accept has answered
 		return
 	}
-	// The per-message limit is applied by readMessage, so an oversized
+	// The per-message limit is applied by ReadMessage, so an oversized
 	// message is answered with a JSON-RPC error and the connection survives;
 	// coder/websocket's own limit would close it (1009).
 	c.SetReadLimit(-1)
 
-	ss := s.newStreamSession(r.Context(), "ws", b, &wsWriter{c: c, timeout: s.writeTimeout})
-	// Its owner: a static token's sum, or an OAuth subject's (auth.go).
-	ss.token = b.Caller
-	if err := s.streams.addTaken(ss); err != nil { // gives the slot back
-		ss.close(err)
+	st, err := adm.Start(r.Context(), "ws", &wsWriter{c: c, timeout: d.cfg.WriteTimeout})
+	if err != nil { // the session is closed, its slot given back
 		c.Close(websocket.StatusGoingAway, "server shutting down")
 		return
 	}
-	if exp := b.Expiry; !exp.IsZero() {
+	exp := adm.Expiry()
+	if !exp.IsZero() {
 		// A websocket cannot bring a fresh token: what the session is
 		// sent stops when the one it opened with expires, not at the
 		// client's next message.
-		stop := time.AfterFunc(time.Until(exp.Add(s.Resolver().ClockSkew())), func() { ss.end(grant.ErrTokenExpired) })
+		stop := time.AfterFunc(time.Until(exp), func() { st.End(d.cfg.Expired) })
 		defer stop.Stop()
 	}
 	var wg sync.WaitGroup
-	wg.Go(func() { s.closeWSWhenDone(ss, c) })
-	wg.Go(func() { ss.keepalive(c) })
-	s.readWS(r.Context(), ss, c)
-	ss.close(errClientGone)
+	wg.Go(func() { d.closeWSWhenDone(st, c) })
+	wg.Go(func() { keepalive(st, c) })
+	d.readWS(r.Context(), st, c, exp)
+	st.Close(ErrClientGone)
 	wg.Wait()
 }
 
 // readWS reads the client's frames into the session until the connection
-// or the session ends.
-func (s *Server) readWS(ctx context.Context, ss *streamSession, c *websocket.Conn) {
+// or the session ends, or the token it was opened with expires (exp; zero
+// for none).
+func (d *Doors) readWS(ctx context.Context, st Stream, c *websocket.Conn, exp time.Time) {
 	defer func() {
 		if v := recover(); v != nil {
-			s.log.Error("panic reading a websocket", "session", ss.id, "panic", v)
-			ss.end(fmt.Errorf("reader panic: %v", v))
+			d.log.Error("panic reading a websocket", "session", st.ID(), "panic", v)
+			st.End(fmt.Errorf("reader panic: %v", v))
 		}
 	}()
 	for {
 		typ, rd, err := c.Reader(ctx)
 		if err != nil {
-			ss.end(wsReadCause(err))
+			st.End(wsReadCause(err))
 			return
 		}
 		if typ != websocket.MessageText {
-			ss.end(errUnsupportedFrame)
+			st.End(ErrUnsupportedFrame)
 			return
 		}
-		data, id, over, err := readMessage(rd, s.cfg.Server.MaxBodyBytes)
+		data, id, over, err := ReadMessage(rd, d.cfg.MaxMessageBytes)
 		if err != nil {
-			ss.end(wsReadCause(err))
+			st.End(wsReadCause(err))
 			return
 		}
 		if over {
-			ss.send(ss.ctx, s.oversizeAnswer(ss, id))
+			st.Send(st.Oversize(id))
 			continue
 		}
-		if exp := ss.binding.Expiry; !exp.IsZero() && time.Now().After(exp.Add(s.Resolver().ClockSkew())) {
+		if !exp.IsZero() && time.Now().After(exp) {
 			// The OAuth token the connection was opened with expired:
 			// the client reconnects with a fresh one.
-			ss.end(grant.ErrTokenExpired)
+			st.End(d.cfg.Expired)
 			return
 		}
-		if !ss.receive(data) {
+		if !st.Receive(data) {
 			return
 		}
 	}
@@ -136,7 +133,7 @@ func (s *Server) readWS(ctx context.Context, ss *streamSession, c *websocket.Con
 func wsReadCause(err error) error {
 	switch websocket.CloseStatus(err) {
 	case websocket.StatusNormalClosure, websocket.StatusGoingAway, websocket.StatusNoStatusRcvd:
-		return errClientGone
+		return ErrClientGone
 	}
 	return fmt.Errorf("reading from the client: %w", err)
 }
@@ -144,27 +141,27 @@ func wsReadCause(err error) error {
 // closeWSWhenDone closes the connection once the session has ended and its
 // queued frames are written, with the close code its cause calls for. It is
 // the only place that closes c, so the reader sees the close and stops.
-func (s *Server) closeWSWhenDone(ss *streamSession, c *websocket.Conn) {
-	<-ss.done()
-	ss.wait(context.Background())
+func (d *Doors) closeWSWhenDone(st Stream, c *websocket.Conn) {
+	<-st.Done()
+	st.Wait(context.Background())
 	code, reason := websocket.StatusNormalClosure, ""
-	switch cause := ss.endCause(); {
-	case errors.Is(cause, errUnsupportedFrame):
-		code, reason = websocket.StatusUnsupportedData, errUnsupportedFrame.Error()
-	case errors.Is(cause, errServerShutdown):
+	switch cause := st.Cause(); {
+	case errors.Is(cause, ErrUnsupportedFrame):
+		code, reason = websocket.StatusUnsupportedData, ErrUnsupportedFrame.Error()
+	case errors.Is(cause, ErrServerShutdown):
 		code, reason = websocket.StatusGoingAway, "server shutting down"
-	case errors.Is(cause, grant.ErrTokenExpired):
-		code, reason = websocket.StatusPolicyViolation, grant.ErrTokenExpired.Error()
-	case errors.Is(cause, errConfigChanged):
+	case d.cfg.Expired != nil && errors.Is(cause, d.cfg.Expired):
+		code, reason = websocket.StatusPolicyViolation, d.cfg.Expired.Error()
+	case d.cfg.Revoked != nil && errors.Is(cause, d.cfg.Revoked):
 		// The grant this connection was opened with no longer holds: a
 		// new connection is checked against the new config.
 		code, reason = websocket.StatusPolicyViolation, closeReason("session ended: "+cause.Error())
-	case errors.Is(cause, errClientGone):
+	case errors.Is(cause, ErrClientGone):
 	case cause != nil && !errors.Is(cause, context.Canceled):
 		code, reason = websocket.StatusInternalError, "session ended"
 	}
 	if err := c.Close(code, reason); err != nil {
-		s.log.Debug("websocket close", "session", ss.id, "error", err)
+		d.log.Debug("websocket close", "session", st.ID(), "error", err)
 	}
 }
 
@@ -187,12 +184,12 @@ func closeReason(text string) string {
 
 // keepalive pings the client every wsPingInterval and ends the session when
 // a pong does not come within wsPingTimeout.
-func (ss *streamSession) keepalive(c *websocket.Conn) {
+func keepalive(st Stream, c *websocket.Conn) {
 	t := time.NewTicker(wsPingInterval)
 	defer t.Stop()
 	for {
 		select {
-		case <-ss.done():
+		case <-st.Done():
 			return
 		case <-t.C:
 		}
@@ -200,7 +197,7 @@ func (ss *streamSession) keepalive(c *websocket.Conn) {
 		err := c.Ping(ctx)
 		cancel()
 		if err != nil {
-			ss.end(fmt.Errorf("websocket keepalive: %w", err))
+			st.End(fmt.Errorf("websocket keepalive: %w", err))
 			return
 		}
 	}
@@ -212,7 +209,7 @@ type wsWriter struct {
 	timeout time.Duration
 }
 
-func (w *wsWriter) writeFrame(frame jsonrpc.Frame) error {
+func (w *wsWriter) WriteFrame(frame jsonrpc.Frame) error {
 	ctx, cancel := context.WithTimeout(context.Background(), w.timeout)
 	defer cancel()
 	if frame = frame.Joined(); len(frame[1]) == 0 && len(frame[2]) == 0 {
