@@ -101,7 +101,7 @@ func TestExchangeCredentials(t *testing.T) {
 		if token != "" {
 			ctx = WithSubjectToken(ctx, token)
 		}
-		res, _, err := a.route(ctx, &testClient{session: "S-" + who, caller: who}, "gh", "tools/call", "lookup", json.RawMessage(`{"name":"lookup","arguments":{}}`), map[string]any{"name": "lookup"}, nil)
+		res, _, err := a.route(ctx, &testClient{session: "S-" + who, caller: who}, "gh", "tools/call", "lookup", json.RawMessage(`{"name":"lookup","arguments":{}}`), map[string]any{"name": "lookup"}, nil, false)
 		return res, err
 	}
 	for _, c := range []struct{ who, token string }{

@@ -327,6 +327,11 @@ func (r *relay) learnLinks(upstream string, content []byte) {
 			uris = append(uris, uri)
 		}
 	})
+	r.learn(upstream, uris)
+}
+
+// learn records uris as resource links returned by upstream.
+func (r *relay) learn(upstream string, uris []string) {
 	if len(uris) == 0 {
 		return
 	}

@@ -52,6 +52,17 @@ type Client interface {
 	Caller() string
 }
 
+// A ResultTaker is a Client that can take a large result as a stream
+// (ResultStream) rather than whole: the front door's /mcp requests before
+// 2026-07-28. A routed call of such a client may end with no result and
+// no error, its result handed to TakeResult instead.
+type ResultTaker interface {
+	Client
+	// TakeResult is handed the result of the call, to write to the client
+	// and close. It runs before the call returns.
+	TakeResult(*ResultStream)
+}
+
 // UpstreamError is mcpmux's own failure to get an answer from an upstream:
 // it is down or restarting, or did not answer in time. Its Public text is
 // what a client may see: it names the upstream and what to do, never a URL,
@@ -174,14 +185,14 @@ const MaxInputRounds = 10
 func (a *Aggregator) CallTool(ctx context.Context, cl Client, e *filter.Entry, params json.RawMessage) (res json.RawMessage, isError bool, err error) {
 	tool := e.Tool
 	tool.Name = e.Original
-	res, top, err := a.route(ctx, cl, e.Upstream, string(mcp.MethodToolsCall), e.Tool.Name, params, map[string]any{"name": e.Original}, &tool)
+	res, top, err := a.route(ctx, cl, e.Upstream, string(mcp.MethodToolsCall), e.Tool.Name, params, map[string]any{"name": e.Original}, &tool, true)
 	if ue := notConnectedErr(err); ue != nil && a.elicitConnect(ctx, cl, e.Upstream, ue) { // connect_elicit.go
-		res, top, err = a.route(ctx, cl, e.Upstream, string(mcp.MethodToolsCall), e.Tool.Name, params, map[string]any{"name": e.Original}, &tool)
+		res, top, err = a.route(ctx, cl, e.Upstream, string(mcp.MethodToolsCall), e.Tool.Name, params, map[string]any{"name": e.Original}, &tool, true)
 	}
 	if r := userErrorResult(err); r != nil {
 		return r, true, nil
 	}
-	if err != nil {
+	if err != nil || res == nil { // res nil: streamed (ResultTaker), links learned as it passes
 		return nil, false, err
 	}
 	a.relay.learnLinks(e.Upstream, top[topContent])
@@ -190,7 +201,7 @@ func (a *Aggregator) CallTool(ctx context.Context, cl Client, e *filter.Entry, p
 
 // GetPrompt forwards prompts/get of the exposed prompt p.
 func (a *Aggregator) GetPrompt(ctx context.Context, cl Client, p *Prompt, params json.RawMessage) (json.RawMessage, error) {
-	res, _, err := a.route(ctx, cl, p.Upstream, string(mcp.MethodPromptsGet), p.Prompt.Name, params, map[string]any{"name": p.Original}, nil)
+	res, _, err := a.route(ctx, cl, p.Upstream, string(mcp.MethodPromptsGet), p.Prompt.Name, params, map[string]any{"name": p.Original}, nil, false)
 	return res, err
 }
 
@@ -202,7 +213,8 @@ func (a *Aggregator) ReadResource(ctx context.Context, cl Client, uri string, pa
 	if !ok {
 		return nil, fmt.Errorf("resource %q: %w", uri, ErrResourceNotFound)
 	}
-	res, _, err := a.route(ctx, cl, up, string(mcp.MethodResourcesRead), uri, params, map[string]any{"uri": original}, nil)
+	// Contents renamed are decoded whole (renameContents): not streamed.
+	res, _, err := a.route(ctx, cl, up, string(mcp.MethodResourcesRead), uri, params, map[string]any{"uri": original}, nil, original == uri)
 	if err != nil || original == uri {
 		return res, err
 	}
@@ -233,7 +245,7 @@ func (a *Aggregator) Complete(ctx context.Context, cl Client, params json.RawMes
 	if cat := u.Catalog(); cat != nil && cat.Capabilities.Completions == nil {
 		return json.RawMessage(`{"completion":{"values":[]}}`), nil
 	}
-	res, _, err := a.route(ctx, cl, up, string(mcp.MethodCompletionComplete), target, params, map[string]any{"ref": ref}, nil)
+	res, _, err := a.route(ctx, cl, up, string(mcp.MethodCompletionComplete), target, params, map[string]any{"ref": ref}, nil, false)
 	return res, err
 }
 
@@ -296,7 +308,11 @@ func (s *Snapshot) completionRef(params json.RawMessage) (up, target string, ref
 // input_required result is answered by mcpmux for a client that cannot.
 // top holds the values of the upstream's result members named by the top*
 // indexes, read in the one pass that crosses the result.
-func (a *Aggregator) route(ctx context.Context, cl Client, up, method, target string, params json.RawMessage, set map[string]any, tool *mcp.Tool) (res json.RawMessage, top [][]byte, err error) {
+//
+// With stream, a large result for a ResultTaker client (before
+// 2026-07-28) is handed to it as a ResultStream: route then returns no
+// result and no error.
+func (a *Aggregator) route(ctx context.Context, cl Client, up, method, target string, params json.RawMessage, set map[string]any, tool *mcp.Tool, stream bool) (res json.RawMessage, top [][]byte, err error) {
 	if err := checkPin(ctx, up); err != nil {
 		return nil, nil, err
 	}
@@ -319,6 +335,8 @@ func (a *Aggregator) route(ctx context.Context, cl Client, up, method, target st
 		return nil, nil, &jsonrpc.Error{Code: mcp.INVALID_PARAMS, Message: method + ": " + err.Error()}
 	}
 	req := upstream.Request{Method: method, Target: target, Params: out, LogLevel: cl.LogLevel(), Tool: tool, Modern: cl.Modern()}
+	taker, _ := cl.(ResultTaker)
+	req.Tail = stream && taker != nil && !cl.Modern()
 	caps := cl.Capabilities()
 	req.Caps = &caps
 	call := a.relay.begin(u, cl)
@@ -332,6 +350,12 @@ func (a *Aggregator) route(ctx context.Context, cl Client, up, method, target st
 				return nil, nil, a.notConnected(up, cl.Caller(), "the upstream refused the stored login")
 			}
 			return nil, nil, upstreamErr(up, method, u.Config().CallTimeout, err)
+		}
+		if res == nil && req.Tail {
+			if t := upstream.LoanFrom(ctx).TakeTail(); t != nil {
+				taker.TakeResult(&ResultStream{a: a, tail: t, up: up, method: method, links: method == string(mcp.MethodToolsCall)})
+				return nil, nil, nil
+			}
 		}
 		// The result's own members, read once: a large text in it is
 		// crossed, not looked into.
@@ -455,8 +479,16 @@ func (a *Aggregator) hopMeta(u *upstream.Upstream, cl Client, k string, v json.R
 // must not let one principal's data be served to another). Other bytes
 // are kept.
 func (a *Aggregator) finishResult(loan *upstream.Loan, res json.RawMessage, top [][]byte, modern, cacheable bool) json.RawMessage {
-	if !modern && top[topResultType] == nil && !bytes.Contains(top[topMeta], []byte("io.modelcontextprotocol/")) {
-		return res // nothing of another era's and no reserved _meta: as sent
+	if !modern {
+		if top[topResultType] == nil && !bytes.Contains(top[topMeta], []byte("io.modelcontextprotocol/")) {
+			return res // nothing of another era's and no reserved _meta: as sent
+		}
+		// The edit a streamed result gets (stream.go), so that a result
+		// reads the same whichever way it went.
+		if out, _, err := editLegacyWhole(loan, res); err == nil {
+			return out
+		}
+		return res // not an object: nothing to edit
 	}
 	var rt string
 	json.Unmarshal(top[topResultType], &rt)

@@ -201,14 +201,17 @@ func callBody(id int, tool string, args string) string {
 }
 
 // TestSlowReaderOnMCP: a /mcp client that stops reading a large answer
-// leaves it in mcpmux's backlog; past server.max_pending_bytes its next
-// calls are refused as busy (and audited), with nothing sent upstream; the
-// stalled write fails at the write deadline, which ends the session: its
-// id then gets 404, and what it held is let go.
+// leaves in mcpmux's backlog only what the answer's stream holds (a large
+// result is written as it is read, never held whole); past
+// server.max_pending_bytes its next calls are refused as busy (and
+// audited), with nothing sent upstream; the stalled write fails at the
+// write deadline, which ends the session: its id then gets 404, and what
+// it held is let go.
 func TestSlowReaderOnMCP(t *testing.T) {
 	bu := newBigUpstream(t)
 	var audit syncBuf
-	s := newServerWith(t, bu.url, bigConfig, Options{WriteTimeout: 2 * time.Second, Audit: &audit})
+	const config = "max_message_bytes = \"64MiB\"\n[server]\nmax_pending_bytes = \"64KiB\"\n"
+	s := newServerWith(t, bu.url, config, Options{WriteTimeout: 2 * time.Second, Audit: &audit})
 	hs := httptest.NewServer(s.Handler())
 	t.Cleanup(hs.Close)
 	id := openSession(t, s.Handler(), "")
@@ -222,7 +225,10 @@ func TestSlowReaderOnMCP(t *testing.T) {
 	}
 
 	rawPost(t, hs, id, callBody(2, "big", fmt.Sprintf(`{"bytes":%d}`, bigAnswer)))
-	waitLong(t, func() bool { return held() > 1<<20 }, "the unread answer is held")
+	waitLong(t, func() bool { return held() > 64<<10 }, "the unread answer is held")
+	if n := held(); n > streamHeld {
+		t.Fatalf("a streamed answer the client does not read holds %d bytes, more than its stream's %d", n, streamHeld)
+	}
 
 	code, body := postHTTP(t, hs, id, callBody(3, "quick", "{}"))
 	if code != http.StatusOK || !strings.Contains(body, `"code":-32000`) || !strings.Contains(body, "max_pending_bytes") {

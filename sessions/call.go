@@ -17,6 +17,7 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 
+	"github.com/mcpmux/mcpmux/aggregator"
 	"github.com/mcpmux/mcpmux/filter"
 	"github.com/mcpmux/mcpmux/internal/audit"
 	"github.com/mcpmux/mcpmux/internal/jsonrpc"
@@ -58,7 +59,10 @@ type call struct {
 	// loan takes back the buffers of a 2026-07-28 call's result once the
 	// request that writes its final answer has written it (nil: none; a
 	// call before 2026-07-28 uses its request's, see serveRouted).
-	loan   *upstream.Loan
+	loan *upstream.Loan
+	// stream is the call's result when it is written as it is read
+	// (aggregator.ResultStream), set by answer; its writer closes it.
+	stream *aggregator.ResultStream
 	modern bool
 	method string
 	name   string         // the tool or prompt name, or URI, a retry must repeat
@@ -242,7 +246,7 @@ func (s *Server) start(parent context.Context, c *call, id string, b grant.Bindi
 			}
 		}()
 		res, err := s.route(ctx, id, b, e, m, cl)
-		return routedAnswer{res, err}
+		return routedAnswer{res, err, cl.stream}
 	}
 	if !c.modern {
 		c.run = run
@@ -355,11 +359,26 @@ func (s *Server) answer(ctx context.Context, c *call, m *jsonrpc.Message, a rout
 	c.abort(nil)        // a cause given earlier stays
 	c.final.Store(true) // its door settles its later frames (settle)
 	if c.release != nil {
-		c.release()
+		if a.err == nil && a.stream != nil {
+			// A result written as it is read holds its slot until it is
+			// written: the calls in flight per session bound the streams
+			// a client that stops reading can hold open.
+			release := c.release
+			a.stream.OnEnd(func(bool, error) { release() })
+		} else {
+			c.release()
+		}
 	}
 	s.spanOutcome(ctx, outcomeFor(a.err), a.err)
 	if a.err == nil {
 		s.metrics.count(m.Method, outcomeOK)
+		if a.stream != nil {
+			c.stream = a.stream
+			if ctx.Err() != nil {
+				return jsonrpc.Frame{}, 0 // nobody to write it to: closed by the writer
+			}
+			return jsonrpc.ResponseHead(m.ID), 0
+		}
 		return jsonrpc.ResponseFrame(m.ID, a.result), 0
 	}
 	s.metrics.count(m.Method, outcomeError)

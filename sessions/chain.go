@@ -73,9 +73,17 @@ type caller struct {
 	// one (a 2026-07-28 request).
 	ask func(ctx context.Context, method string, params any) (json.RawMessage, error)
 	log func(msg string, args ...any)
+	// stream is the call's result when it is written as it is read
+	// (TakeResult); nil otherwise.
+	stream *aggregator.ResultStream
 }
 
-var _ aggregator.Client = (*caller)(nil)
+var _ aggregator.ResultTaker = (*caller)(nil)
+
+// TakeResult keeps the call's large result to write as it is read. Only a
+// /mcp request before 2026-07-28 is handed one (its loan allows it,
+// serveRouted); the caller's writer closes it.
+func (c *caller) TakeResult(r *aggregator.ResultStream) { c.stream = r }
 
 func (c *caller) Notify(method string, params any) {
 	frame, err := jsonrpc.Notification(method, params)
@@ -241,18 +249,27 @@ func (s *Server) route(ctx context.Context, session string, b grant.Binding, e *
 		}
 		start := time.Now()
 		res, toolError, err := s.agg.CallTool(ctx, cl, e, m.Params)
-		d := time.Since(start)
-		s.metrics.observeCall(e.Upstream, toolError, err, d)
-		rec := audit.Record{Time: start.UTC(), Session: session, Caller: callerName(b), Profile: b.Profile, Tool: e.Tool.Name, Upstream: e.Upstream,
-			Decision: audit.Allowed, Approval: approval, Duration: float64(d.Microseconds()) / 1000}
-		if errors.Is(err, aggregator.ErrCallerShare) {
-			rec.Decision, rec.Reason = audit.Denied, audit.ReasonBusy
-		} else if err != nil {
-			rec.Decision, rec.Reason = audit.Error, s.agg.Redact(err.Error())
-		} else if toolError {
-			rec.Reason = audit.ReasonToolError
+		done := func(toolError bool, err error) {
+			d := time.Since(start)
+			s.metrics.observeCall(e.Upstream, toolError, err, d)
+			rec := audit.Record{Time: start.UTC(), Session: session, Caller: callerName(b), Profile: b.Profile, Tool: e.Tool.Name, Upstream: e.Upstream,
+				Decision: audit.Allowed, Approval: approval, Duration: float64(d.Microseconds()) / 1000}
+			if errors.Is(err, aggregator.ErrCallerShare) {
+				rec.Decision, rec.Reason = audit.Denied, audit.ReasonBusy
+			} else if err != nil {
+				rec.Decision, rec.Reason = audit.Error, s.agg.Redact(err.Error())
+			} else if toolError {
+				rec.Reason = audit.ReasonToolError
+			}
+			s.audit.Write(rec, m.Arguments)
 		}
-		s.audit.Write(rec, m.Arguments)
+		if err == nil && cl.stream != nil {
+			// Audited once it has passed: isError, and whether it
+			// passed whole, are known at its end.
+			cl.stream.OnEnd(done)
+		} else {
+			done(toolError, err)
+		}
 		return res, err
 	case string(mcp.MethodPromptsGet):
 		p := s.agg.Snapshot().Prompt(m.Name)

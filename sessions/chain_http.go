@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"strconv"
@@ -34,6 +35,9 @@ const callFrames = 64
 type routedAnswer struct {
 	result json.RawMessage
 	err    error
+	// stream, when set, is the result, written as it is read (result is
+	// then nil).
+	stream *aggregator.ResultStream
 }
 
 // serveRouted answers a routed request on /mcp: the chain after the
@@ -80,6 +84,13 @@ func (s *Server) serveRouted(w http.ResponseWriter, r *http.Request, m *jsonrpc.
 	// and has a loan of its own (start), given back by the request that
 	// writes its final answer.
 	loan := new(upstream.Loan)
+	if !modern {
+		// A large result of a call that runs inline, on this request's
+		// goroutine, is written to the client as it is read
+		// (aggregator.ResultStream); a 2026-07-28 call may outlive its
+		// request and is read whole.
+		loan.AllowTail(upstream.StreamThreshold)
+	}
 	ctx = upstream.WithLoan(ctx, loan)
 	if sess != nil && !s.takesLateFrames(sess, m) {
 		// Nothing the upstream sends after the answer could reach this
@@ -104,6 +115,9 @@ func (s *Server) serveRouted(w http.ResponseWriter, r *http.Request, m *jsonrpc.
 		defer sess.inflight.remove(sess.inflight.add(m.ID, c.abort))
 	}
 	answer, code := s.await(ctx, c, m, out.event)
+	if c.stream != nil {
+		defer c.stream.Close()
+	}
 	if answer.Empty() {
 		return
 	}
@@ -111,7 +125,19 @@ func (s *Server) serveRouted(w http.ResponseWriter, r *http.Request, m *jsonrpc.
 	if modern && code != 0 {
 		status = httpStatus(code)
 	}
-	out.final(status, answer)
+	if c.stream != nil {
+		if err := out.finalStream(ctx, answer, c.stream); err != nil {
+			// Part of the result went out: the response must not end
+			// as if it were whole (abort it: the client sees its
+			// connection or stream cut, never a truncated JSON that
+			// parses).
+			s.log.Warn("result aborted while it was written", "session", id, "upstream", c.stream.Upstream(), "method", m.Method, "tool", m.Name, "err", err)
+			c.stream.Close()
+			panic(http.ErrAbortHandler)
+		}
+	} else {
+		out.final(status, answer)
+	}
 	if loan.Pending() {
 		out.flush() // the client has its answer while Settle waits
 	}
@@ -266,6 +292,82 @@ func (o *eventWriter) final(status int, frame jsonrpc.Frame) {
 	if _, err := frame.WriteTo(o.w); err != nil {
 		o.fail(err)
 	}
+}
+
+// streamHeld is what a streamed result counts in its session's backlog
+// while it is written: the buffers it passes through (a read chunk and a
+// write buffer), not the whole result, which mcpmux never holds.
+const streamHeld = 96 << 10
+
+// finalStream writes the answer head (the envelope up to "result":), then
+// rs as it is read, then the envelope's end. An error from rs means the
+// answer is not whole: the caller aborts the response. A write that fails
+// is recorded as final's is (the client stopped reading), and is no error
+// of rs's.
+func (o *eventWriter) finalStream(ctx context.Context, head jsonrpc.Frame, rs *aggregator.ResultStream) error {
+	o.held.hold(streamHeld)
+	defer o.held.written(streamHeld)
+	stop := context.AfterFunc(ctx, rs.Abort) // a client gone stops the upstream's read too
+	defer stop()
+	var w io.Writer = deadlineWriter{o}
+	if o.stream {
+		o.deadline()
+		if _, err := io.WriteString(o.w, "event: message\ndata: "); err != nil {
+			o.fail(err)
+			return nil
+		}
+		w = oneLineWriter{w}
+	} else {
+		h := o.w.Header()
+		h.Set("Content-Type", "application/json")
+		o.w.WriteHeader(http.StatusOK) // chunked: its length is known at its end
+	}
+	if _, err := w.Write(head[0]); err != nil {
+		o.fail(err)
+		return nil
+	}
+	if _, err := rs.WriteTo(w); err != nil {
+		if o.broken {
+			return nil // the client's write failed: recorded
+		}
+		return err
+	}
+	end := "}"
+	if o.stream {
+		end = "}\n\n"
+	}
+	if _, err := io.WriteString(w, end); err != nil {
+		o.fail(err)
+		return nil
+	}
+	if o.stream {
+		o.flush()
+	}
+	return nil
+}
+
+// deadlineWriter writes to the client, each write within the write
+// timeout; a failed write is recorded (fail).
+type deadlineWriter struct{ o *eventWriter }
+
+func (d deadlineWriter) Write(p []byte) (int, error) {
+	d.o.deadline()
+	n, err := d.o.w.Write(p)
+	if err != nil {
+		d.o.fail(err)
+	}
+	return n, err
+}
+
+// oneLineWriter writes p with every line break replaced by a space
+// (jsonrpc.OneLine), for an event's data line.
+type oneLineWriter struct{ w io.Writer }
+
+func (o oneLineWriter) Write(p []byte) (int, error) {
+	if _, err := o.w.Write(jsonrpc.OneLine(p)); err != nil {
+		return 0, err
+	}
+	return len(p), nil
 }
 
 // flush sends what was written to the client now. A writer that cannot

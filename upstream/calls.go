@@ -42,6 +42,12 @@ type Request struct {
 	// HTTP endpoint when the endpoint takes one (modern.go), else over the
 	// connection as it is.
 	Modern bool
+	// Tail lets a large result (of tools/call or resources/read, read
+	// under a loan that allows it: Loan.AllowTail) come back unread: Send
+	// then returns no result and no error, and the result is the loan's
+	// Tail (TakeTail). Only a streamable HTTP connection's JSON answer is
+	// handed over so; any other is read whole.
+	Tail bool
 }
 
 // RPCError is a JSON-RPC error the upstream answered with. It reaches the
@@ -92,6 +98,9 @@ func (u *Upstream) Send(ctx context.Context, req Request) (json.RawMessage, erro
 	}
 	callCtx, done := c.callContext(ctx)
 	defer done()
+	if req.Tail && !req.Modern {
+		callCtx = context.WithValue(callCtx, tailKey{}, true)
+	}
 	res, err := p.call(callCtx, req.Method, params, header)
 	var rpc *RPCError
 	switch {
@@ -99,6 +108,8 @@ func (u *Upstream) Send(ctx context.Context, req Request) (json.RawMessage, erro
 		return nil, rpc
 	case err != nil:
 		return nil, c.callErr(callCtx, req.Method, req.Target, err)
+	case len(res) == 0 && req.Tail && LoanFrom(ctx).hasTail():
+		return nil, nil // the result is the loan's Tail
 	case len(res) == 0:
 		// The peer gave neither a result nor an error.
 		return nil, fmt.Errorf("upstream %q: %s %q: %w", u.cfg.Name, req.Method, req.Target, errNoResult)

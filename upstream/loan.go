@@ -26,6 +26,9 @@ import (
 // answer at once and waits for that end afterwards (Settle), so that the
 // upstream connection is back in its pool before the caller's next
 // request, without the client waiting for it.
+//
+// A loan may also take a large result unread (AllowTail): the request's
+// door then writes it to its client as it is read (Tail).
 type Loan struct {
 	mu       sync.Mutex
 	bufs     []*[]byte
@@ -34,6 +37,67 @@ type Loan struct {
 	// under the loan returned before the end of.
 	answerFirst bool
 	ends        []<-chan struct{}
+	tailAbove   int64 // 0: every result is read whole
+	tail        *Tail
+}
+
+// AllowTail lets a result of a request made with Request.Tail that is
+// larger than above bytes be handed over unread (a Tail, TakeTail) rather
+// than read whole; 0 turns that off. The loan's owner calls it before
+// the request. Safe on a nil Loan (which allows nothing).
+func (l *Loan) AllowTail(above int64) {
+	if l == nil {
+		return
+	}
+	l.mu.Lock()
+	l.tailAbove = above
+	l.mu.Unlock()
+}
+
+// tailLimit is what AllowTail set (0: none).
+func (l *Loan) tailLimit() int64 {
+	if l == nil {
+		return 0
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.tailAbove
+}
+
+// setTail hands t to the loan's owner; false when the loan was released
+// already (t is then the caller's to close).
+func (l *Loan) setTail(t *Tail) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.released || l.tail != nil {
+		return false
+	}
+	l.tail = t
+	return true
+}
+
+// hasTail reports whether the loan holds a Tail not taken yet.
+func (l *Loan) hasTail() bool {
+	if l == nil {
+		return false
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.tail != nil
+}
+
+// TakeTail returns the result a request under the loan handed over unread
+// (Send then returned no result and no error), or nil; the caller owns it
+// and must close it. Safe on a nil Loan.
+func (l *Loan) TakeTail() *Tail {
+	if l == nil {
+		return nil
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	t := l.tail
+	l.tail = nil
+	return t
 }
 
 // AnswerFirst lets calls under l return their answer before the end of
@@ -145,9 +209,12 @@ func (l *Loan) Release() {
 		return
 	}
 	l.mu.Lock()
-	bufs := l.bufs
-	l.bufs, l.released = nil, true
+	bufs, tail := l.bufs, l.tail
+	l.bufs, l.released, l.tail = nil, true, nil
 	l.mu.Unlock()
+	if tail != nil {
+		tail.Close() // never taken
+	}
 	for _, b := range bufs {
 		putBuffer(b)
 	}

@@ -246,11 +246,32 @@ func (p *httpPeer) call(ctx context.Context, method string, params json.RawMessa
 	reqCtx, cancelReq := context.WithCancel(p.c.ctx)
 	stop := context.AfterFunc(ctx, cancelReq)
 	var loan *Loan
+	var tailAbove int64
 	if lendable(method) {
 		loan = LoanFrom(ctx)
+		if ctx.Value(tailKey{}) != nil && p.limit > WholeLimit {
+			tailAbove = loan.tailLimit()
+		}
 	}
-	res, rest, err := p.exchange(reqCtx, loan, id, method, params, header)
+	res, rest, tail, err := p.exchange(reqCtx, loan, tailAbove, id, method, params, header)
 	stop()
+	if tail != nil {
+		// The result is read by whoever takes it from the loan, after
+		// this call returned: the request lives until the Tail is closed,
+		// or until the call's timeout.
+		tail.cancel = cancelReq
+		if dl, ok := ctx.Deadline(); ok {
+			tail.timer = time.AfterFunc(time.Until(dl), func() {
+				tail.timedOut.Store(true)
+				cancelReq()
+			})
+		}
+		if !loan.setTail(tail) {
+			tail.Close()
+			return nil, errLoanReleased
+		}
+		return nil, nil
+	}
 	if rest != nil {
 		drained := make(chan struct{})
 		p.wg.Go(func() {
@@ -291,6 +312,8 @@ func (p *httpPeer) call(ctx context.Context, method string, params json.RawMessa
 type eventStream struct {
 	br   *bufio.Reader
 	body io.Closer
+	// under are readers br reads through (replay), given back with it.
+	under []*bufio.Reader
 }
 
 // readerPool holds the readers of event streams: every call answered as a
@@ -306,18 +329,24 @@ func newEventStream(body io.ReadCloser) *eventStream {
 // close closes the stream's body and gives its reader back.
 func (s *eventStream) close() {
 	s.body.Close()
-	s.br.Reset(nil)
-	readerPool.Put(s.br)
-	s.br = nil
+	for _, br := range append(s.under, s.br) {
+		br.Reset(nil)
+		readerPool.Put(br)
+	}
+	s.br, s.under = nil, nil
 }
 
 // exchange POSTs one request and reads the answer. rest, when not nil, is
 // the remainder of the answer's event stream, which the caller reads (and
 // closes). A JSON answer is read under loan (nil: none).
-func (p *httpPeer) exchange(ctx context.Context, loan *Loan, id, method string, params json.RawMessage, header http.Header) (json.RawMessage, *eventStream, error) {
+//
+// With tailAbove > 0, a JSON answer whose result is larger than
+// tailAbove bytes is not read: tail is the result, positioned at its first
+// byte, for the caller to read and close.
+func (p *httpPeer) exchange(ctx context.Context, loan *Loan, tailAbove int64, id, method string, params json.RawMessage, header http.Header) (_ json.RawMessage, _ *eventStream, tail *Tail, _ error) {
 	resp, err := p.send(ctx, http.MethodPost, requestBytes(id, method, params), header, method)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	if method == string(mcp.MethodInitialize) && resp.StatusCode/100 == 2 {
 		if s := resp.Header.Get(headerSessionID); s != "" {
@@ -330,21 +359,78 @@ func (p *httpPeer) exchange(ctx context.Context, loan *Loan, id, method string, 
 	switch {
 	case resp.StatusCode == http.StatusOK && mediaType == "text/event-stream":
 		rest := newEventStream(resp.Body)
-		res, err, more := p.readAnswer(loan, rest.br, id)
+		res, tail, err, more := p.readAnswer(loan, rest, tailAbove, id)
+		if tail != nil {
+			return nil, nil, tail, nil
+		}
 		if more {
-			return res, rest, err
+			return res, rest, nil, err
 		}
 		rest.close()
-		return res, nil, err
+		return res, nil, nil, err
 	case resp.StatusCode/100 == 2 && resp.StatusCode != http.StatusAccepted:
+		if resp.ContentLength > p.limit {
+			// Refused before its first byte is read: the connection to
+			// the upstream (not its session) is given up with the body.
+			resp.Body.Close()
+			return nil, nil, nil, p.tooLarge()
+		}
+		if tailAbove > 0 && (resp.ContentLength < 0 || resp.ContentLength > tailAbove) {
+			res, tail, err := p.readJSONTail(loan, resp.Body, tailAbove, id)
+			if tail == nil {
+				resp.Body.Close()
+			}
+			return res, nil, tail, err
+		}
 		defer resp.Body.Close()
-		return p.readJSON(loan, resp.Body, resp.ContentLength, id)
+		res, _, err := p.readJSON(loan, resp.Body, resp.ContentLength, id)
+		return res, nil, nil, err
 	case resp.StatusCode == http.StatusAccepted:
 		resp.Body.Close()
-		return nil, nil, errors.New("the upstream answered the request with 202 Accepted and no result")
+		return nil, nil, nil, errors.New("the upstream answered the request with 202 Accepted and no result")
 	}
 	defer resp.Body.Close()
-	return nil, nil, p.refusal(resp, id, method)
+	return nil, nil, nil, p.refusal(resp, id, method)
+}
+
+// tooLarge is the error of an answer past max_message_bytes, logged.
+func (p *httpPeer) tooLarge() error {
+	tooLarge := &wire.TooLargeError{Limit: p.limit}
+	p.c.u.log.Warn("failing the call the upstream's answer is too large for; the connection stays up", "err", tooLarge)
+	return tooLarge
+}
+
+// readJSONTail reads a JSON body of unknown or large size answering
+// request id: up to above bytes of it, then, when it goes on, a Tail of
+// the rest (the caller closes body unless tail is returned). An answer
+// that does not begin as a plain result to id (envelopeHead) is read whole.
+func (p *httpPeer) readJSONTail(loan *Loan, body io.Reader, above int64, id string) (_ json.RawMessage, tail *Tail, _ error) {
+	data, buf, err := readAll(body, -1, min(above, p.limit)+1, loan != nil)
+	if err != nil {
+		return nil, nil, fmt.Errorf("reading the answer: %w", err)
+	}
+	if int64(len(data)) > p.limit {
+		return nil, nil, p.tooLarge()
+	}
+	if int64(len(data)) <= above {
+		return p.answerJSON(loan, data, buf, id) // read whole already
+	}
+	if at, ok := envelopeHead(data, id); ok {
+		return nil, &Tail{p: p, id: id, head: data[:at], first: data[at:], buf: buf, body: body.(io.ReadCloser),
+			read: int64(len(data)), limit: p.limit}, nil
+	}
+	rest, _, err := readAll(body, -1, p.limit+1-int64(len(data)), false)
+	whole := append(append(make([]byte, 0, len(data)+len(rest)), data...), rest...)
+	if buf != nil {
+		putBuffer(buf)
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("reading the answer: %w", err)
+	}
+	if int64(len(whole)) > p.limit {
+		return nil, nil, p.tooLarge()
+	}
+	return p.answerJSON(nil, whole, nil, id)
 }
 
 // refusal is the error of a request answered with an HTTP error status:
@@ -404,10 +490,16 @@ func (p *httpPeer) readJSON(loan *Loan, body io.Reader, size int64, id string) (
 		return nil, nil, fmt.Errorf("reading the answer: %w", err)
 	}
 	if int64(len(data)) > p.limit {
-		tooLarge := &wire.TooLargeError{Limit: p.limit}
-		p.c.u.log.Warn("failing the call the upstream's answer is too large for; the connection stays up", "err", tooLarge)
-		return nil, nil, tooLarge
+		return nil, nil, p.tooLarge()
 	}
+	res, _, err := p.answerJSON(loan, data, buf, id)
+	return res, nil, err
+}
+
+// answerJSON is the answer to request id that data, a whole JSON body,
+// holds; buf is the pooled buffer data is in (nil: none), lent to loan
+// when data is that answer.
+func (p *httpPeer) answerJSON(loan *Loan, data []byte, buf *[]byte, id string) (json.RawMessage, *Tail, error) {
 	m, err := jsonrpc.ParseUpstream(data)
 	if err != nil {
 		return nil, nil, fmt.Errorf("the upstream's answer is not a JSON-RPC message: %w", err)
@@ -433,7 +525,10 @@ var errLoanReleased = errors.New("the caller no longer waits for the answer (its
 // large message is read into a pooled buffer, which the loan takes back
 // if the message is the answer (any other is left to the collector: the
 // engine may keep it).
-func (p *httpPeer) readAnswer(loan *Loan, br *bufio.Reader, id string) (res json.RawMessage, err error, more bool) {
+//
+// With above > 0, an event larger than above bytes that is the answer is
+// not read: tail is its result (eventTail), which reads on the stream.
+func (p *httpPeer) readAnswer(loan *Loan, s *eventStream, above int64, id string) (res json.RawMessage, tail *Tail, err error, more bool) {
 	var buf *[]byte // the pooled buffer of the last message read, if any
 	var dst func(n int) []byte
 	if loan != nil {
@@ -446,18 +541,21 @@ func (p *httpPeer) readAnswer(loan *Loan, br *bufio.Reader, id string) (res json
 	}
 	for {
 		buf = nil
-		f, err := wire.ReadEventInto(br, p.limit, dst)
+		if above > 0 {
+			if t := p.eventTail(s, above, id); t != nil {
+				return nil, t, nil, true
+			}
+		}
+		f, err := wire.ReadEventInto(s.br, p.limit, dst)
 		if err != nil {
 			if errors.Is(err, io.EOF) {
 				err = errors.New("the upstream's event stream ended without an answer")
 			}
-			return nil, fmt.Errorf("reading the answer: %w", err), false
+			return nil, nil, fmt.Errorf("reading the answer: %w", err), false
 		}
 		if f.Oversize {
 			if !f.Method && idIs(f.ID, id) {
-				tooLarge := &wire.TooLargeError{Limit: p.limit}
-				p.c.u.log.Warn("failing the call the upstream's answer is too large for; the connection stays up", "err", tooLarge)
-				return nil, tooLarge, true
+				return nil, nil, p.tooLarge(), true
 			}
 			p.w.Dispatch(f, id)
 			continue
@@ -466,9 +564,9 @@ func (p *httpPeer) readAnswer(loan *Loan, br *bufio.Reader, id string) (res json
 		if perr == nil && m.Method == "" && idIs(m.ID, id) {
 			res, err := answerOf(m)
 			if buf != nil && err == nil && len(f.Data) > 0 && &f.Data[0] == &(*buf)[0] && !loan.lend(buf) {
-				return nil, errLoanReleased, true
+				return nil, nil, errLoanReleased, true
 			}
-			return res, err, true
+			return res, nil, err, true
 		}
 		p.w.Dispatch(f, id)
 	}

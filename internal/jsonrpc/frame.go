@@ -111,3 +111,11 @@ func (f Frame) OneLine() Frame {
 	}
 	return f
 }
+
+// ResponseHead is the frame of a result answer to id whose result is
+// written after it, as it is read: the envelope up to "result":. The
+// writer writes the result and then the closing brace.
+func ResponseHead(id json.RawMessage) Frame {
+	f := ResponseFrame(id, nil)
+	return Frame{f[0]}
+}
