@@ -72,41 +72,41 @@ func (t *Tail) Next() ([]byte, error) {
 	}
 	if t.sse != nil {
 		b, err := t.sse.next()
-		t.read += int64(len(b))
-		if t.read > t.limit {
-			t.err = &wire.TooLargeError{Limit: t.limit}
+		if t.count(len(b), err); t.read > t.limit {
 			return nil, t.err
 		}
-		if err != nil {
-			if t.timedOut.Load() {
-				err = fmt.Errorf("%w: reading the result", ErrTimeout)
-			}
-			t.err = err
-		}
-		return b, err
+		return b, t.err
 	}
 	if t.chunk == nil {
 		t.chunk = chunkPool.Get().(*[64 << 10]byte)
 	}
 	for {
 		n, err := t.body.Read(t.chunk[:])
-		t.read += int64(n)
-		if t.read > t.limit {
-			t.err = &wire.TooLargeError{Limit: t.limit}
+		if t.count(n, err); t.read > t.limit {
 			return nil, t.err
-		}
-		if err != nil {
-			if t.timedOut.Load() {
-				err = fmt.Errorf("%w: reading the result", ErrTimeout)
-			}
-			t.err = err
 		}
 		if n > 0 {
 			return t.chunk[:n], nil
 		}
 		if err != nil {
-			return nil, err
+			return nil, t.err
 		}
+	}
+}
+
+// count records n more bytes of the result read, with the error err the
+// read gave: past the limit, the error is a *TooLargeError; a read that
+// failed because the call's timeout fired says so. t.err is then the
+// error Next gives from now on (nil while the result goes on).
+func (t *Tail) count(n int, err error) {
+	t.read += int64(n)
+	switch {
+	case t.read > t.limit:
+		t.err = &wire.TooLargeError{Limit: t.limit}
+	case err != nil && t.timedOut.Load():
+		t.err = fmt.Errorf("%w: reading the result", ErrTimeout)
+	case err != nil:
+		t.err = err
 	}
 }
 
