@@ -126,7 +126,7 @@ func FuzzStreamedResult(f *testing.F) {
 	a := &Aggregator{relay: newRelay()}
 	f.Fuzz(func(t *testing.T, b []byte, step uint8) {
 		got, _, err := streamEdit(b, int(step)+1)
-		b = bytes.TrimSpace(b)
+		b = bytes.Trim(b, " \t\r\n") // JSON's whitespace: bytes.TrimSpace would take "\v" too
 		valid := json.Valid(b) && len(b) > 0 && b[0] == '{'
 		if !valid {
 			if err == nil {
