@@ -268,6 +268,17 @@ func (e *legacyEdit) write(b []byte) error {
 	return err
 }
 
+// writeKey writes the separator read before the member (unless it is the
+// first one written) and the member's key with its colon.
+func (e *legacyEdit) writeKey(first bool) error {
+	if !first {
+		if err := e.write(e.sep); err != nil {
+			return err
+		}
+	}
+	return e.write(e.keyBuf)
+}
+
 // run edits one result object.
 func (e *legacyEdit) run() error {
 	lead, err := e.ws(nil)
@@ -347,28 +358,18 @@ func (e *legacyEdit) run() error {
 			if v == nil {
 				break // dropped, with the separator before it
 			}
-			if !first {
-				if err := e.write(e.sep); err != nil {
-					return err
-				}
-			}
-			first = false
-			if err := e.write(e.keyBuf); err != nil {
+			if err := e.writeKey(first); err != nil {
 				return err
 			}
+			first = false
 			if err := e.write(v); err != nil {
 				return err
 			}
 		default:
-			if !first {
-				if err := e.write(e.sep); err != nil {
-					return err
-				}
-			}
-			first = false
-			if err := e.write(e.keyBuf); err != nil {
+			if err := e.writeKey(first); err != nil {
 				return err
 			}
+			first = false
 			if key == "content" && firstOfKey && e.links {
 				err = e.content()
 			} else {
