@@ -21,6 +21,19 @@ import (
 // cross-process wake-ups that dominate integration/load's c=1 figure on
 // a loaded machine. Run the three together, interleaved with -count.
 func BenchmarkHop(b *testing.B) {
+	benchHop(b, false)
+}
+
+// BenchmarkHopParallel is BenchmarkHop with 8 sessions per core calling in
+// a closed loop: with both cores busy, ns/op tracks the CPU a call costs
+// the whole process (clients, hop and upstream), so the floor's and
+// mcpmux's difference is what each hop costs in CPU, as integration/load's
+// CPU per call bar counts it, without its cross-process scheduling.
+func BenchmarkHopParallel(b *testing.B) {
+	benchHop(b, true)
+}
+
+func benchHop(b *testing.B, parallel bool) {
 	up := newUpstreamServer(b, 10)
 	target, _ := url.Parse(up.http.URL)
 	rp := httputil.NewSingleHostReverseProxy(target)
@@ -54,8 +67,23 @@ func BenchmarkHop(b *testing.B) {
 		{"mcpmux", mux, "up__tool_0001"},
 	} {
 		b.Run(p.name, func(b *testing.B) {
-			id := open(p.base)
 			body := `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"` + p.tool + `","arguments":{"query":"x"}}}`
+			if parallel {
+				b.SetParallelism(8)
+				b.RunParallel(func(pb *testing.PB) {
+					hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
+					id := open(p.base)
+					for pb.Next() {
+						resp := hopPost(b, hc, p.base, id, body)
+						if !bytes.Contains(resp.body, []byte(`"ok"`)) {
+							b.Errorf("%s: call not answered: %.200s", p.name, resp.body)
+							return
+						}
+					}
+				})
+				return
+			}
+			id := open(p.base)
 			timeEach(b, func() {
 				resp := hopPost(b, hc, p.base, id, body)
 				if !bytes.Contains(resp.body, []byte(`"ok"`)) {

@@ -13,11 +13,10 @@ import (
 	"time"
 )
 
-// selfChild is a copy of this program re-executed in another role (the
-// upstream server, the floor proxy): a process of its own, so its CPU time
-// can be read from /proc like mcpmux's, and so its traffic crosses a process
-// boundary as mcpmux's does.
-type selfChild struct {
+// child is a helper process (the upstream server, the floor proxy): a
+// process of its own, so its CPU time can be read from /proc like mcpmux's,
+// and so its traffic crosses a process boundary as mcpmux's does.
+type child struct {
 	url string // what the child printed on its first line of stdout
 	pid int
 	// stop closes the child's stdin (its signal to shut down) and waits for
@@ -27,13 +26,23 @@ type selfChild struct {
 
 // startSelfChild re-executes this program with env (KEY=VALUE) added, and
 // waits up to 30 s for the URL it prints on its first line of stdout.
-func startSelfChild(ctx context.Context, role, env string) (*selfChild, error) {
+func startSelfChild(ctx context.Context, role, env string) (*child, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(self)
-	cmd.Env = append(os.Environ(), env)
+	return startChild(ctx, role, self, nil, env)
+}
+
+// startChild runs bin with args and env (KEY=VALUE; "" adds none), and
+// waits up to 30 s for the URL it prints on its first line of stdout.
+// Closing its stdin tells it to stop.
+func startChild(ctx context.Context, role, bin string, args []string, env string) (*child, error) {
+	cmd := exec.Command(bin, args...)
+	cmd.Env = os.Environ()
+	if env != "" {
+		cmd.Env = append(cmd.Env, env)
+	}
 	cmd.Stderr = os.Stderr
 	cmd.SysProcAttr = childAttr()
 	stdin, err := cmd.StdinPipe() // closing it tells the child to stop
@@ -75,7 +84,7 @@ func startSelfChild(ctx context.Context, role, env string) (*selfChild, error) {
 		_ = stop()
 		return nil, fmt.Errorf("%s child did not report its URL (got %q)", role, url)
 	}
-	return &selfChild{url: url, pid: cmd.Process.Pid, stop: stop}, nil
+	return &child{url: url, pid: cmd.Process.Pid, stop: stop}, nil
 }
 
 // serveAsChild is the end of main for a re-executed child: it prints url,

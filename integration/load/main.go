@@ -77,13 +77,6 @@ func main() {
 		}
 		return
 	}
-	if v, ok := os.LookupEnv(floorEnv); ok {
-		if err := serveFloorChild(v); err != nil {
-			fmt.Fprintln(os.Stderr, "load floor:", err)
-			os.Exit(1)
-		}
-		return
-	}
 	var o options
 	flag.StringVar(&o.upstream, "upstream", "inproc", "where the HTTP upstream runs: inproc (in this process, with the clients) or process (a child process)")
 	flag.StringVar(&o.mcpmux, "mcpmux", "", "mcpmux binary to run (default: go build ./cmd/mcpmux into a temp dir)")
@@ -191,6 +184,10 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 	} else {
 		built = binVersion(ctx, bin)
 	}
+	floorBin, err := buildFloor(ctx, dir)
+	if err != nil {
+		return err
+	}
 
 	var up *upstreamHandle
 	if o.upstream == "process" {
@@ -207,7 +204,7 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 		}
 	}()
 
-	fl, err := childFloor(ctx, up.url)
+	fl, err := childFloor(ctx, floorBin, up.url)
 	if err != nil {
 		return err
 	}

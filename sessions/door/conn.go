@@ -339,9 +339,12 @@ func (c *Conn) TrySend(frame []byte) error {
 
 // writeLoop is the Conn's only writer, in the order frames were queued,
 // so a call's progress precedes its result. When the Conn ends, what is
-// queued is flushed, then it stops.
+// queued is flushed, then it stops. Once it stops, the queue is closed: a
+// frame is either queued before that, and written (or given up with the
+// rest after a failed write), or refused.
 func (c *Conn) writeLoop() {
 	defer close(c.wrote)
+	defer c.drop()
 	defer func() {
 		if v := recover(); v != nil {
 			c.End(&PanicError{Value: v, Stack: debug.Stack()})
@@ -371,10 +374,10 @@ func (c *Conn) writeLoop() {
 }
 
 // flush writes whatever is queued when the Conn ends, without waiting for
-// more.
+// more, and closes the queue once it is empty.
 func (c *Conn) flush() {
 	for {
-		frame, ok := c.out.take()
+		frame, ok := c.out.takeOrClose()
 		if !ok {
 			return
 		}
@@ -389,6 +392,19 @@ func (c *Conn) flush() {
 	}
 }
 
+// drop closes the queue and gives up what is left in it: after a failed
+// write, or a panic, nothing more is written.
+func (c *Conn) drop() {
+	for {
+		frame, ok := c.out.takeOrClose()
+		if !ok {
+			return
+		}
+		c.queued.Add(-1)
+		c.owner.Written(frame.Len())
+	}
+}
+
 // outQueue is a Conn's queue of frames for its writer: at most outBuffer
 // of them, in order. Its room is taken only while frames wait, so an idle
 // Conn holds none of it (a channel of outBuffer frames was most of an
@@ -398,6 +414,7 @@ type outQueue struct {
 	mu     sync.Mutex
 	frames []jsonrpc.Frame
 	head   int           // frames[head:] wait
+	closed bool          // the writer has stopped: nothing more is queued
 	ready  chan struct{} // capacity 1: a frame was queued since the writer looked
 	room   chan struct{} // capacity 1: a frame was taken since a producer found the queue full
 }
@@ -406,11 +423,12 @@ func newOutQueue() outQueue {
 	return outQueue{ready: make(chan struct{}, 1), room: make(chan struct{}, 1)}
 }
 
-// tryPut queues f unless outBuffer frames wait already.
+// tryPut queues f unless outBuffer frames wait already or the queue is
+// closed.
 func (q *outQueue) tryPut(f jsonrpc.Frame) bool {
 	q.mu.Lock()
 	n := len(q.frames) - q.head
-	if n >= outBuffer {
+	if n >= outBuffer || q.closed {
 		q.mu.Unlock()
 		return false
 	}
@@ -430,9 +448,16 @@ func (q *outQueue) tryPut(f jsonrpc.Frame) bool {
 }
 
 // take returns the oldest waiting frame, if any.
-func (q *outQueue) take() (jsonrpc.Frame, bool) {
+func (q *outQueue) take() (jsonrpc.Frame, bool) { return q.takeFrame(false) }
+
+// takeOrClose is take, closing the queue when nothing waits: no frame
+// queued before it is left behind.
+func (q *outQueue) takeOrClose() (jsonrpc.Frame, bool) { return q.takeFrame(true) }
+
+func (q *outQueue) takeFrame(closeEmpty bool) (jsonrpc.Frame, bool) {
 	q.mu.Lock()
 	if q.head == len(q.frames) {
+		q.closed = q.closed || closeEmpty
 		q.mu.Unlock()
 		return jsonrpc.Frame{}, false
 	}

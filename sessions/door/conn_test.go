@@ -238,3 +238,55 @@ func TestConnOfferHolds(t *testing.T) {
 		t.Fatalf("%d bytes held once every frame was written, want 0", h)
 	}
 }
+
+// TestConnSendAfterEnd: once the Conn has ended and its writer stopped, a
+// frame is refused (ErrClosed for Send, false for Offer), never queued
+// where no writer will take it, and holds nothing; frames sent while the
+// Conn ends are each either written or refused, and every held byte comes
+// back either way.
+func TestConnSendAfterEnd(t *testing.T) {
+	t.Run("after", func(t *testing.T) {
+		w := &recorder{}
+		o := &testOwner{}
+		c := NewConn(context.Background(), w, o)
+		c.Close(nil)
+		if err := c.Send(context.Background(), []byte("late")); !errors.Is(err, ErrClosed) {
+			t.Fatalf("Send after the Conn ended: %v, want ErrClosed", err)
+		}
+		if c.Offer(jsonrpc.Whole([]byte("offered"))) {
+			t.Fatal("Offer after the Conn ended was accepted")
+		}
+		if h := o.held.Load(); h != 0 {
+			t.Fatalf("%d bytes held after the Conn ended, want 0", h)
+		}
+		if got := w.frames(); len(got) != 0 {
+			t.Fatalf("wrote %q after the end", got)
+		}
+	})
+	t.Run("while ending", func(t *testing.T) {
+		for range 200 {
+			w := &recorder{}
+			o := &testOwner{}
+			c := NewConn(context.Background(), w, o)
+			const senders = 8
+			var accepted atomic.Int32
+			var wg sync.WaitGroup
+			for i := range senders {
+				wg.Go(func() {
+					if c.Send(context.Background(), []byte(fmt.Sprint(i))) == nil {
+						accepted.Add(1)
+					}
+				})
+			}
+			c.End(nil)
+			wg.Wait()
+			c.Wait(context.Background())
+			if got := len(w.frames()); got != int(accepted.Load()) {
+				t.Fatalf("%d frames accepted, %d written", accepted.Load(), got)
+			}
+			if h := o.held.Load(); h != 0 {
+				t.Fatalf("%d bytes held once the Conn stopped, want 0", h)
+			}
+		}
+	})
+}
