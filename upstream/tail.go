@@ -283,32 +283,45 @@ func (p *httpPeer) eventTail(s *eventStream, above int64, id string) *Tail {
 			break
 		}
 	}
-	// A large event: its first bytes, up to above, as sent.
+	// A large event: its first bytes, up to above, as sent, in a pooled
+	// buffer that holds them without growing (each read adds at most the
+	// reader's size), which the Tail gives back when it closes (the data of
+	// an event of one data line, as SDKs write them, is a slice of it). An
+	// event that is not handed over is replayed from a copy, so the buffer
+	// goes back at once.
+	buf := getBuffer(int(above) + br.Size() + 1)
 	var pre []byte
+	if buf != nil {
+		pre = (*buf)[:0]
+	}
+	replay := func(pre []byte) *Tail {
+		if buf != nil {
+			pre = bytes.Clone(pre)
+			putBuffer(buf)
+		}
+		s.replay(pre)
+		return nil
+	}
 	atLineStart := true
 	for int64(len(pre)) <= above {
 		chunk, err := br.ReadSlice('\n')
 		pre = append(pre, chunk...)
 		if err != nil && !errors.Is(err, bufio.ErrBufferFull) {
-			s.replay(pre)
-			return nil
+			return replay(pre)
 		}
 		if err == nil && atLineStart && (len(chunk) == 1 || len(chunk) == 2 && chunk[0] == '\r') {
-			s.replay(pre) // the event ended: small enough after all
-			return nil
+			return replay(pre) // the event ended: small enough after all
 		}
 		atLineStart = err == nil
 	}
-	data, src, ok := decodeEventHead(pre)
-	if ok {
-		src.br = br
+	if data, src, ok := decodeEventHead(pre); ok {
 		if at, ok := envelopeHead(data, id); ok {
-			return &Tail{p: p, id: id, head: data[:at], first: data[at:], sse: src, rest: s,
+			src.br = br
+			return &Tail{p: p, id: id, head: data[:at], first: data[at:], buf: buf, sse: src, rest: s,
 				read: int64(len(data)), limit: p.limit}
 		}
 	}
-	s.replay(pre)
-	return nil
+	return replay(pre)
 }
 
 // hasBlankLine reports whether b holds a blank line (an event's end)
@@ -339,7 +352,9 @@ func (s *eventStream) replay(pre []byte) {
 // decodeEventHead decodes the start of an event's lines, pre (which does
 // not end it): the data so far, and the state to read the rest of it in.
 // ok is false when the event is not a message's, or pre ends where its
-// state cannot be told (inside a field name).
+// state cannot be told (inside a field name). The data of the event's
+// first data line is a slice of pre, not a copy; a second data line makes
+// data a copy that joins them.
 func decodeEventHead(pre []byte) (data []byte, src *sseSource, ok bool) {
 	src = &sseSource{}
 	haveData := false
@@ -364,7 +379,11 @@ func decodeEventHead(pre []byte) (data []byte, src *sseSource, ok bool) {
 			if !ended && len(value) > 0 && value[len(value)-1] == '\r' {
 				value, src.cr = value[:len(value)-1], true // a line end, perhaps
 			}
-			data = append(data, value...)
+			if data == nil {
+				data = value[:len(value):len(value)] // appending to it copies
+			} else {
+				data = append(data, value...)
+			}
 			src.inData = !ended
 		case "event":
 			if !ended || string(value) != "" && string(value) != "message" {

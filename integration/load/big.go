@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mark3labs/mcp-go/client"
@@ -22,6 +24,178 @@ const (
 	exposedBlob  = "up__" + blobTool
 	maxBlobBytes = 256 << 20
 )
+
+// The upstream answers a session's calls in one of two states, and the
+// large-result series measures each path in the same one. mcp-go's
+// streamable HTTP server answers a session's calls with one JSON body until
+// it has sent that session a notification, and as an event stream
+// (text/event-stream, the result in one SSE event) for good after that.
+// mcpmux keeps one upstream session per upstream entry, shared by all its
+// clients, so once anything through it has had progress (the notifying
+// small-call series does) every result mcpmux gets from that entry is an
+// event stream, while a fresh direct or floor session is still answered with
+// JSON. Comparing those would measure the state, not the hop, so each state
+// gets its own round with sessions of its own on every path:
+//
+//   - bigSSE: fresh direct and floor sessions each make one notifying call
+//     first, and mcpmux's path is its "up" entry, sent one notifying call
+//     too (a no-op for the state when the small-call series ran before).
+//   - bigJSON: fresh direct and floor sessions that never had a
+//     notification, and mcpmux's path is a second entry in its config for
+//     the same upstream URL ("quiet", only its blob tool), which has an
+//     upstream session of its own that no call ever makes notify.
+//
+// The upstream counts the blob calls it answered as an event stream, and a
+// round whose counts do not match its state fails the run rather than
+// print a figure under the wrong name.
+type bigState int
+
+const (
+	bigSSE bigState = iota
+	bigJSON
+)
+
+func (s bigState) String() string {
+	if s == bigSSE {
+		return "event stream"
+	}
+	return "JSON"
+}
+
+// quietUpstream is the name of mcpmux's second entry for the upstream, the
+// bigJSON path, and exposedQuietBlob its blob tool through mcpmux.
+const (
+	quietUpstream    = "quiet"
+	exposedQuietBlob = quietUpstream + "__" + blobTool
+)
+
+// quietUpstreamConfig is the bigJSON entry of mcpmux's config (see
+// bigState). It exposes blob only, so the catalog grows by one tool.
+func quietUpstreamConfig(upURL string) string {
+	return fmt.Sprintf(`
+# the same upstream again, with an upstream session of its own that never
+# gets a notification: the large-result series' path through mcpmux with the
+# upstream answering as JSON (integration/load/big.go, bigState)
+[upstreams.%s]
+url = %q
+tools = [%q]
+max_message_bytes = "300MiB"
+`, quietUpstream, upURL, blobTool)
+}
+
+// parseBigStates reads --big-upstream: sse, json or both (sse first).
+func parseBigStates(v string) ([]bigState, error) {
+	switch v {
+	case "both":
+		return []bigState{bigSSE, bigJSON}, nil
+	case "sse":
+		return []bigState{bigSSE}, nil
+	case "json":
+		return []bigState{bigJSON}, nil
+	}
+	return nil, fmt.Errorf("--big-upstream must be sse, json or both, not %q", v)
+}
+
+// bigRound is one state's three paths, each with sessions of its own.
+type bigRound struct {
+	state              bigState
+	direct, floor, mux bigSide
+}
+
+// bigURLs are where each path's sessions connect, and the processes whose
+// CPU and RSS the series reads.
+type bigURLs struct {
+	direct, floor, mux string
+	floorPID, muxPID   int
+}
+
+// openBigRounds opens one round per state: on each path a c=1 session, and
+// on the floor and mcpmux conc more for the peak RSS figure (the direct
+// path has no process of its own to read). For bigSSE it puts every one of
+// them into the event-stream state with one notifying call (see bigState);
+// each such call is added to sent, which the upstream's count must match.
+func openBigRounds(ctx context.Context, states []bigState, conc int, urls bigURLs, open func(string) (*client.Client, error), sent *atomic.Int64) ([]bigRound, error) {
+	var rounds []bigRound
+	for _, st := range states {
+		r := bigRound{state: st,
+			direct: bigSide{tool: blobTool},
+			floor:  bigSide{tool: blobTool, pid: urls.floorPID},
+			mux:    bigSide{tool: exposedQuietBlob, pid: urls.muxPID},
+		}
+		if st == bigSSE {
+			r.mux.tool = exposedBlob
+		}
+		var err error
+		if r.direct.c, err = open(urls.direct); err != nil {
+			return nil, err
+		}
+		if r.floor.c, err = open(urls.floor); err != nil {
+			return nil, err
+		}
+		if r.mux.c, err = open(urls.mux); err != nil {
+			return nil, err
+		}
+		r.direct.raw, r.floor.raw, r.mux.raw = newRawBlob(urls.direct, r.direct.c), newRawBlob(urls.floor, r.floor.c), newRawBlob(urls.mux, r.mux.c)
+		for range conc {
+			fc, err := open(urls.floor)
+			if err != nil {
+				return nil, err
+			}
+			mc, err := open(urls.mux)
+			if err != nil {
+				return nil, err
+			}
+			r.floor.cs, r.mux.cs = append(r.floor.cs, fc), append(r.mux.cs, mc)
+		}
+		if st == bigSSE {
+			// mcpmux's upstream session is shared: one call through any of
+			// its sessions switches it. The floor's sessions are the
+			// upstream's own, one each.
+			prime := []*client.Client{r.direct.c, r.floor.c}
+			prime = append(prime, r.floor.cs...)
+			for _, c := range prime {
+				if err := notifyOnce(ctx, c, notifyTool, sent); err != nil {
+					return nil, err
+				}
+			}
+			if err := notifyOnce(ctx, r.mux.c, exposedNote, sent); err != nil {
+				return nil, err
+			}
+		}
+		rounds = append(rounds, r)
+	}
+	return rounds, nil
+}
+
+// notifyOnce makes one call of tool (notify) with a progress token, so the
+// upstream sends the session one progress notification, and checks that it
+// did.
+func notifyOnce(ctx context.Context, c *client.Client, tool string, sent *atomic.Int64) error {
+	var req mcp.CallToolRequest
+	req.Params.Name = tool
+	req.Params.Arguments = map[string]any{"count": 1}
+	req.Params.Meta = &mcp.Meta{ProgressToken: "load-big-state"}
+	res, err := c.CallTool(ctx, req)
+	if err != nil {
+		return fmt.Errorf("tools/call %s (to switch the upstream to event streams): %w", tool, err)
+	}
+	sent.Add(1)
+	return checkText(tool, res, notifiedText(1))
+}
+
+// checkBigState reports an error unless the upstream answered the blob
+// calls between c0 and c1 the way st says: all as event streams, or none.
+func checkBigState(st bigState, c0, c1 counts) error {
+	calls, sse := c1.Calls[blobTool]-c0.Calls[blobTool], c1.BlobSSE-c0.BlobSSE
+	want := calls
+	if st == bigJSON {
+		want = 0
+	}
+	if sse != want {
+		return fmt.Errorf("large results, upstream answering as %s: the upstream answered %d of the round's %d blob calls as an event stream, want %d", st, sse, calls, want)
+	}
+	return nil
+}
 
 // blobs caches the result text of each size, so that the upstream's own
 // cost per call is the same on every path and in every run.
@@ -107,15 +281,71 @@ func blobCaller(tool string, size int) caller {
 	}
 }
 
+// rawBlob times a blob call on an open session the way a client that
+// only reads the answer would: it POSTs the tools/call with the session's
+// id and reads the response body to its end without decoding it. The
+// timed c=1 calls use it because mcp-go's client decodes an event-stream
+// answer far more slowly than a JSON one: on the direct and floor paths the
+// client pays that in the event-stream state, while mcpmux answers its own
+// client with JSON whatever the upstream sent, so timing through mcp-go's
+// client would credit mcpmux with the client's decoding. Reading bytes
+// costs every path the same. It checks the status, the content type and
+// that the body holds at least the result's text; the untimed warm-up call
+// of each path checks the whole result through mcp-go's client.
+type rawBlob struct {
+	url, session, protocol string
+	hc                     *http.Client
+	id                     atomic.Int64
+}
+
+func newRawBlob(url string, c *client.Client) *rawBlob {
+	return &rawBlob{url: url, session: c.GetSessionId(), protocol: c.ProtocolVersion(),
+		hc: &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}}
+}
+
+func (r *rawBlob) call(ctx context.Context, tool string, size int) error {
+	body := fmt.Sprintf(`{"jsonrpc":"2.0","id":"raw-%d","method":"tools/call","params":{"name":%q,"arguments":{"bytes":%d}}}`, r.id.Add(1), tool, size)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.url, strings.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Mcp-Session-Id", r.session)
+	if r.protocol != "" {
+		req.Header.Set("Mcp-Protocol-Version", r.protocol)
+	}
+	resp, err := r.hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("tools/call %s (%d bytes) at %s: %w", tool, size, r.url, err)
+	}
+	n, err := io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	ct := resp.Header.Get("Content-Type")
+	switch {
+	case err != nil:
+		return fmt.Errorf("tools/call %s (%d bytes) at %s: reading the answer: %w", tool, size, r.url, err)
+	case resp.StatusCode != http.StatusOK:
+		return fmt.Errorf("tools/call %s (%d bytes) at %s: status %s", tool, size, r.url, resp.Status)
+	case !strings.HasPrefix(ct, "application/json") && !strings.HasPrefix(ct, "text/event-stream"):
+		return fmt.Errorf("tools/call %s (%d bytes) at %s: content type %q", tool, size, r.url, ct)
+	case n < int64(size) || n > int64(size)+64<<10:
+		return fmt.Errorf("tools/call %s (%d bytes) at %s: answer of %d bytes", tool, size, r.url, n)
+	}
+	return nil
+}
+
 // bigSide is one path of the large-result series.
 type bigSide struct {
 	c    *client.Client   // the c=1 session
-	cs   []*client.Client // sessions for the concurrent calls
+	raw  *rawBlob         // c's session, for the timed calls
+	cs   []*client.Client // sessions for the concurrent calls (none: not measured)
 	tool string
 	pid  int // the process in the path (0: none), for CPU and RSS
 }
 
-// bigRun measures one size: calls c=1 calls per path, interleaved (direct,
+// bigRun measures one size: after one checked warm-up call per path, calls
+// c=1 calls per path, timed with rawBlob, interleaved (direct,
 // floor, mcpmux, then the reverse), reading the CPU of the floor's and
 // mcpmux's process around each of their own calls; then, for the floor and
 // mcpmux, len(cs) calls at once, reading the process's peak RSS growth
@@ -133,7 +363,7 @@ func bigRun(ctx context.Context, size, calls int, direct, floor, mux bigSide) (b
 			c0, cpuOK[i] = processCPU(s.pid)
 		}
 		start := time.Now()
-		if err := blobCaller(s.tool, size)(ctx, s.c); err != nil {
+		if err := s.raw.call(ctx, s.tool, size); err != nil {
 			return err
 		}
 		lat[i] = append(lat[i], time.Since(start))
@@ -232,11 +462,11 @@ func procStatus(pid int, key string) (int64, bool) {
 // figure next to the floor's and its bar (added latency and CPU
 // per MB at most 2× the floor's, peak RSS growth at most 2× the payload
 // per concurrent call).
-func printBig(out io.Writer, runs [][]bigResult) {
+func printBig(out io.Writer, st bigState, runs [][]bigResult) {
 	if len(runs) == 0 || len(runs[0]) == 0 {
 		return
 	}
-	fmt.Fprintf(out, "\nlarge results (medians of %d run(s); CPU read around each call; RSS: %d concurrent calls, peak growth over RSS before them, per call):\n", len(runs), runs[0][0].concurrent)
+	fmt.Fprintf(out, "\nlarge results, upstream answering every path as %s (%s) (medians of %d run(s); CPU read around each call; RSS: %d concurrent calls, peak growth over RSS before them, per call):\n", st, bigStateNote(st), len(runs), runs[0][0].concurrent)
 	fmt.Fprintln(out, "size       added p50 ms floor / mcpmux (ratio, bar ≤ 2)   CPU ms per MiB floor / mcpmux (ratio, bar ≤ 2)   peak RSS growth per call ÷ payload floor / mcpmux (bar ≤ 2)")
 	for k := range runs[0] {
 		med := func(f func(bigResult) time.Duration) time.Duration {
@@ -268,6 +498,14 @@ func printBig(out io.Writer, runs [][]bigResult) {
 		fmt.Fprintf(out, "%-9s  %8.2f / %8.2f (%s)                 %8.2f / %8.2f (%s)                  %s / %s\n",
 			sizeLabel(size), ms(fa), ms(ma), ratio(ma, fa), ms(fc), ms(mc), ratio(mc, fc), growth(fg), growth(mg))
 	}
+}
+
+// bigStateNote says how each path came to be in state st.
+func bigStateNote(st bigState) string {
+	if st == bigSSE {
+		return "each direct and floor session sent one notification first; mcpmux through its shared upstream session, sent one too"
+	}
+	return "fresh direct and floor sessions; mcpmux through its second upstream entry " + quietUpstream + ", whose upstream session never had a notification"
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

@@ -56,6 +56,7 @@ type options struct {
 	bigCalls    int
 	bigConc     int
 	bigSizes    []int
+	bigStates   []bigState
 }
 
 // the bars, and the names the calls go by.
@@ -95,6 +96,7 @@ func main() {
 	flag.StringVar(&o.muxLogLevel, "mux-log-level", "info", "mcpmux --log-level (info is its default; denied calls log a line each)")
 	flag.StringVar(&o.big, "big", "1MiB,10MiB,50MiB", "large-result series: result sizes (KiB, MiB or bytes, comma-separated); \"\" skips them")
 	flag.IntVar(&o.bigCalls, "big-calls", 10, "large-result series: timed calls per path per size per run")
+	bigUpstream := flag.String("big-upstream", "both", "large-result series: the upstream state measured, on every path alike: sse (answering as an event stream, as it does once a session had a notification), json, or both (see big.go)")
 	flag.IntVar(&o.bigConc, "big-concurrent", 4, "large-result series: concurrent calls per path for the peak RSS figure")
 	flag.DurationVar(&o.timeout, "timeout", 30*time.Minute, "give up after this long")
 	flag.BoolVar(&o.keep, "keep", false, "keep the temp dir (configs, mcpmux logs) and print its path")
@@ -117,6 +119,10 @@ func main() {
 		os.Exit(2)
 	}
 	o.bigSizes = bigSizes
+	if o.bigStates, berr = parseBigStates(*bigUpstream); berr != nil {
+		fmt.Fprintln(os.Stderr, "load:", berr)
+		os.Exit(2)
+	}
 	if o.n < 1 || o.warmup < 0 || o.block < 1 || o.clients < 1 || o.duration <= 0 || o.slices < 1 || o.runs < 1 || o.tools < 0 || o.progress < 1 || o.progress > 1000 {
 		fmt.Fprintln(os.Stderr, "load: --n, --block, --clients, --slices, --runs must be ≥ 1, --duration > 0, --warmup and --tools ≥ 0, --progress in 1–1000")
 		os.Exit(2)
@@ -263,7 +269,7 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 			s.tally.watch(*s.c)
 		}
 	}
-	if err := checkViews(ctx, mc, rc, o.tools); err != nil {
+	if err := checkViews(ctx, mc, rc, o.tools+1); err != nil { // +1: quiet__blob
 		return err
 	}
 	var dcs, fcs, mcs []*client.Client
@@ -277,6 +283,14 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 				return err
 			}
 			*s.cs = append(*s.cs, c)
+		}
+	}
+
+	var bigRounds []bigRound
+	if len(o.bigSizes) > 0 {
+		urls := bigURLs{direct: directURL, floor: floorURL, mux: muxURL, floorPID: fl.pid, muxPID: m.cmd.Process.Pid}
+		if bigRounds, err = openBigRounds(ctx, o.bigStates, o.bigConc, urls, open, &sentNote); err != nil {
+			return err
 		}
 	}
 
@@ -297,7 +311,7 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 		o.n, o.warmup, o.block, o.progress, o.clients, o.duration, o.slices, o.runs)
 
 	var results []result
-	var bigs [][]bigResult
+	bigs := make([][][]bigResult, len(bigRounds)) // [round][run][size]
 	for r := range o.runs {
 		var res result
 		add := func(label string, c *client.Client, call caller, into *pcts) *series {
@@ -367,20 +381,32 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 			printRun(out, r+1, res, o.stdio)
 		}
 
-		var big []bigResult
+		big := make([][]bigResult, len(bigRounds))
 		for _, size := range o.bigSizes {
-			b, err := bigRun(ctx, size, bigCalls(size, o.bigCalls),
-				bigSide{c: dc, cs: dcs[:o.bigConc], tool: blobTool},
-				bigSide{c: fc, cs: fcs[:o.bigConc], tool: blobTool, pid: fl.pid},
-				bigSide{c: mc, cs: mcs[:o.bigConc], tool: exposedBlob, pid: m.cmd.Process.Pid})
-			if err != nil {
-				return err
+			for i, br := range bigRounds { // each size in every state back to back
+				c0, err := up.counts()
+				if err != nil {
+					return fmt.Errorf("upstream counts: %w", err)
+				}
+				b, err := bigRun(ctx, size, bigCalls(size, o.bigCalls), br.direct, br.floor, br.mux)
+				if err != nil {
+					return err
+				}
+				c1, err := up.counts()
+				if err != nil {
+					return fmt.Errorf("upstream counts: %w", err)
+				}
+				if err := checkBigState(br.state, c0, c1); err != nil {
+					return err
+				}
+				big[i] = append(big[i], b)
+				fmt.Fprintf(out, "run %d: %s result, upstream answering as %s: added p50 ms floor %.2f mcpmux %.2f | CPU ms/MiB floor %.2f mcpmux %.2f\n",
+					r+1, sizeLabel(size), br.state, ms(b.floorAdded()), ms(b.muxAdded()), ms(perMB(b.floorCPU, size)), ms(perMB(b.muxCPU, size)))
 			}
-			big = append(big, b)
-			fmt.Fprintf(out, "run %d: %s result: added p50 ms floor %.2f mcpmux %.2f | CPU ms/MiB floor %.2f mcpmux %.2f\n",
-				r+1, sizeLabel(size), ms(b.floorAdded()), ms(b.muxAdded()), ms(perMB(b.floorCPU, size)), ms(perMB(b.muxCPU, size)))
 		}
-		bigs = append(bigs, big)
+		for i := range bigRounds {
+			bigs[i] = append(bigs[i], big[i])
+		}
 		if err := m.alive(); err != nil {
 			return err
 		}
@@ -406,7 +432,9 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 	if o.small {
 		printSummary(out, o, results, &tally, leaked, pings)
 	}
-	printBig(out, bigs)
+	for i, br := range bigRounds {
+		printBig(out, br.state, bigs[i])
+	}
 	return nil
 }
 

@@ -96,7 +96,8 @@ func binVersion(ctx context.Context, bin string) string {
 
 // muxConfig mounts the upstream as "up" and defines the read-only profile
 // "ro". No profile is called "default", so a request naming no profile gets
-// the unfiltered view.
+// the unfiltered view. It also mounts the upstream a second time for the
+// large-result series (quietUpstreamConfig).
 func muxConfig(upURL string) string {
 	return fmt.Sprintf(`# written by integration/load
 [upstreams.up]
@@ -105,7 +106,7 @@ max_message_bytes = "300MiB" # the large-result series goes up to --big's sizes
 
 [profiles.ro]
 read_only = true
-`, upURL)
+`, upURL) + quietUpstreamConfig(upURL)
 }
 
 // startMux writes the config into dir/config/, starts bin serving it on a

@@ -44,6 +44,7 @@ type upstream struct {
 	requests atomic.Int64 // HTTP requests of any kind
 	conns    atomic.Int64 // TCP connections accepted
 	echoSSE  atomic.Int64 // tools/call echo answered as an event stream
+	blobSSE  atomic.Int64 // tools/call blob answered as an event stream
 
 	mu    sync.Mutex
 	calls map[string]int64 // tools/call by params.name
@@ -172,7 +173,9 @@ func notifiedText(n int) string { return fmt.Sprintf("sent %d notifications", n)
 // It also counts the echo calls h answered as an event stream instead of
 // one JSON body: mcp-go's server switches a session to SSE for good once
 // it has sent that session a notification, and the client then drops the
-// connection under a stream it stops reading after the result.
+// connection under a stream it stops reading after the result. The blob
+// calls answered as an event stream are counted too: the large-result
+// series checks that each of its rounds measured the state it names.
 func (u *upstream) count(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		u.requests.Add(1)
@@ -192,8 +195,13 @@ func (u *upstream) count(h http.Handler) http.Handler {
 			}
 		}
 		h.ServeHTTP(w, r)
-		if name == echoTool && strings.HasPrefix(w.Header().Get("Content-Type"), "text/event-stream") {
-			u.echoSSE.Add(1)
+		if strings.HasPrefix(w.Header().Get("Content-Type"), "text/event-stream") {
+			switch name {
+			case echoTool:
+				u.echoSSE.Add(1)
+			case blobTool:
+				u.blobSSE.Add(1)
+			}
 		}
 	})
 }
@@ -221,13 +229,14 @@ type counts struct {
 	Requests int64            `json:"requests"` // HTTP requests to /mcp
 	Conns    int64            `json:"conns"`    // TCP connections accepted
 	EchoSSE  int64            `json:"echo_sse"` // tools/call echo answered as SSE
+	BlobSSE  int64            `json:"blob_sse"` // tools/call blob answered as SSE
 	Calls    map[string]int64 `json:"calls"`    // tools/call by tool name
 }
 
 func (u *upstream) snapshot() counts {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	return counts{Requests: u.requests.Load(), Conns: u.conns.Load(), EchoSSE: u.echoSSE.Load(), Calls: maps.Clone(u.calls)}
+	return counts{Requests: u.requests.Load(), Conns: u.conns.Load(), EchoSSE: u.echoSSE.Load(), BlobSSE: u.blobSSE.Load(), Calls: maps.Clone(u.calls)}
 }
 
 func (u *upstream) serveCounts(w http.ResponseWriter, _ *http.Request) {

@@ -59,8 +59,13 @@ func (s *ValueScanner) Scan(b []byte) (n int, done bool, err error) {
 	}
 	// Positions of the next '"', '\\' and control byte in b at or after
 	// the string being crossed: found once, used until passed, so that a
-	// string full of escapes is crossed in linear time. -2: not looked
-	// for yet; -1: none in the rest of b.
+	// string full of escapes is crossed in linear time. quote: -2 not
+	// looked for yet, -1 none in the rest of b. A backslash or control byte
+	// matters only before the string's closing quote, so back and ctrl are
+	// looked for up to it (to b's end when there is none) and are that
+	// bound when there is none before it: a short string, such as a key
+	// at the start of a large piece, costs its own length, not the rest of
+	// the piece's.
 	quote, back, ctrl := -2, -2, -2
 	i := 0
 	for i < len(b) {
@@ -70,22 +75,23 @@ func (s *ValueScanner) Scan(b []byte) (n int, done bool, err error) {
 			if quote != -1 && quote < i {
 				quote = indexFrom(b, i, '"')
 			}
-			if back != -1 && back < i {
-				back = indexFrom(b, i, '\\')
+			lim := quote
+			if lim < 0 {
+				lim = len(b)
 			}
-			if ctrl != -1 && ctrl < i {
-				if j := controlByte(b[i:]); j >= 0 {
+			if back < i {
+				back = lim
+				if j := bytes.IndexByte(b[i:lim], '\\'); j >= 0 {
+					back = i + j
+				}
+			}
+			if ctrl < i {
+				ctrl = lim
+				if j := controlByte(b[i:lim]); j >= 0 {
 					ctrl = i + j
-				} else {
-					ctrl = -1
 				}
 			}
-			next := len(b)
-			for _, p := range [3]int{quote, back, ctrl} {
-				if p >= 0 && p < next {
-					next = p
-				}
-			}
+			next := min(lim, back, ctrl)
 			if next == len(b) {
 				return len(b), false, nil
 			}
