@@ -43,7 +43,7 @@ const (
 
 func (s upState) String() string {
 	if s == stateSSE {
-		return "event stream"
+		return "an event stream"
 	}
 	return "JSON"
 }
