@@ -96,7 +96,8 @@ func (u *Upstream) Send(ctx context.Context, req Request) (json.RawMessage, erro
 		}
 		header = standardHeaders(version, req.Method, params, req.Tool)
 	}
-	callCtx, done := c.callContext(ctx)
+	_, overHTTP := p.(*httpPeer)
+	callCtx, done := c.callContext(ctx, !overHTTP)
 	defer done()
 	if req.Tail && !req.Modern {
 		callCtx = context.WithValue(callCtx, tailKey{}, true)
@@ -133,16 +134,22 @@ func (u *Upstream) downErr(method, target string) error {
 }
 
 // callContext derives a call's ctx from parent: it also ends at CallTimeout
-// (with the cause errCallTimeout) and as soon as the connection is lost, so
-// that no call waits on a dead connection. callErr tells a lost
-// connection by c's own ctx.
-func (c *conn) callContext(parent context.Context) (context.Context, func()) {
+// (with the cause errCallTimeout) and, when watchConn, as soon as the
+// connection is lost, so that no call waits on a dead connection. An HTTP
+// peer's calls need no watch: each of its requests runs under a context of
+// the connection's own, which its loss cancels (httpPeer.call), so a second
+// registration per call on the one connection context, under its lock,
+// would buy nothing. callErr tells a lost connection by c's own ctx.
+func (c *conn) callContext(parent context.Context, watchConn bool) (context.Context, func()) {
 	var ctx context.Context
 	var cancel context.CancelFunc
 	if d := c.u.cfg.CallTimeout; d > 0 {
 		ctx, cancel = context.WithTimeoutCause(parent, d, errCallTimeout)
 	} else {
 		ctx, cancel = context.WithCancel(parent)
+	}
+	if !watchConn {
+		return ctx, cancel
 	}
 	stop := context.AfterFunc(c.ctx, cancel)
 	return ctx, func() {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -319,5 +320,49 @@ func TestAnswerFirst(t *testing.T) {
 	callText(t, u, "echo", map[string]any{"x": 3})
 	if n := accepted.Load() - before; n != 0 {
 		t.Errorf("the call after Settle opened %d new TCP connections, want 0", n)
+	}
+}
+
+// TestHTTPCallEndsWithConnection: a call in flight on a streamable HTTP
+// connection fails at once, as the connection being down, when the
+// connection is lost: its request runs under the connection's context,
+// so no call waits for an answer the lost connection will never deliver.
+func TestHTTPCallEndsWithConnection(t *testing.T) {
+	release := make(chan struct{})
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if bytes.Contains(body, []byte(`"name":"hang"`)) {
+			select { // answers nothing until the test ends
+			case <-release:
+			case <-r.Context().Done():
+			}
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		tiesServer(w, r)
+	}))
+	t.Cleanup(ts.Close)
+	t.Cleanup(func() { close(release) }) // before ts.Close waits for the handler
+	cfg := &configs.Upstream{Name: "lossy", Transport: configs.TransportHTTP, URL: ts.URL + "/mcp",
+		ConnectTimeout: 10 * time.Second, CallTimeout: time.Hour, MaxMessageBytes: 16 << 20}
+	opts := fastOptions(&logSink{})
+	opts.ProbeInterval = -1
+	u := New(cfg, opts)
+	startUpstream(t, u)
+
+	errc := make(chan error, 1)
+	go func() {
+		_, err := u.Send(context.Background(), Request{Method: "tools/call", Target: "hang", Params: json.RawMessage(`{"name":"hang"}`)})
+		errc <- err
+	}()
+	time.Sleep(100 * time.Millisecond) // the call is in flight
+	u.current().lost(errors.New("test: connection lost"))
+	select {
+	case err := <-errc:
+		if !errors.Is(err, ErrDown) || !strings.Contains(err.Error(), `upstream "lossy": tools/call "hang"`) {
+			t.Errorf("error = %v, want ErrDown naming the upstream and the tool", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the call outlived its lost connection")
 	}
 }

@@ -53,13 +53,14 @@ func main() {
 		exit(serveFloor(up, os.Getenv(envAddr)))
 	}
 	bin := flag.String("mcpmux", "", "mcpmux binary (required)")
+	floor := flag.String("floor", "", "integration/floor binary (default: go build it into a temp dir)")
 	rounds := flag.Int("rounds", 5, "rounds, each timing every path in turn")
 	n := flag.Int("n", 1000, "timed calls per path per round")
 	flag.Parse()
 	if *bin == "" {
 		exit(errors.New("--mcpmux is required"))
 	}
-	exit(run(*bin, *rounds, *n))
+	exit(run(*bin, *floor, *rounds, *n))
 }
 
 func exit(err error) {
@@ -106,7 +107,7 @@ func buildFloor(dir string) (string, error) {
 	return bin, nil
 }
 
-func run(bin string, rounds, n int) error {
+func run(bin, floor string, rounds, n int) error {
 	ctx := context.Background()
 	up := server.NewMCPServer("hopprobe", "1", server.WithToolCapabilities(true))
 	up.AddTool(mcp.NewTool("echo"), func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
@@ -142,9 +143,10 @@ func run(bin string, rounds, n int) error {
 	if err := os.WriteFile(cfgPath, []byte(fmt.Sprintf("[upstreams.up]\nurl = %q\n", ts.URL+"/mcp")), 0o600); err != nil {
 		return err
 	}
-	floor, err := buildFloor(dir)
-	if err != nil {
-		return err
+	if floor == "" {
+		if floor, err = buildFloor(dir); err != nil {
+			return err
+		}
 	}
 	children := []*exec.Cmd{
 		exec.Command(floor, "-upstream", ts.URL, "-listen", addrs[0]),
