@@ -21,84 +21,12 @@ import (
 // series (--big) call it directly, through the floor and through mcpmux.
 const (
 	blobTool     = "blob"
-	exposedBlob  = "up__" + blobTool
 	maxBlobBytes = 256 << 20
 )
 
-// The upstream answers a session's calls in one of two states, and the
-// large-result series measures each path in the same one. mcp-go's
-// streamable HTTP server answers a session's calls with one JSON body until
-// it has sent that session a notification, and as an event stream
-// (text/event-stream, the result in one SSE event) for good after that.
-// mcpmux keeps one upstream session per upstream entry, shared by all its
-// clients, so once anything through it has had progress (the notifying
-// small-call series does) every result mcpmux gets from that entry is an
-// event stream, while a fresh direct or floor session is still answered with
-// JSON. Comparing those would measure the state, not the hop, so each state
-// gets its own round with sessions of its own on every path:
-//
-//   - bigSSE: fresh direct and floor sessions each make one notifying call
-//     first, and mcpmux's path is its "up" entry, sent one notifying call
-//     too (a no-op for the state when the small-call series ran before).
-//   - bigJSON: fresh direct and floor sessions that never had a
-//     notification, and mcpmux's path is a second entry in its config for
-//     the same upstream URL ("quiet", only its blob tool), which has an
-//     upstream session of its own that no call ever makes notify.
-//
-// The upstream counts the blob calls it answered as an event stream, and a
-// round whose counts do not match its state fails the run rather than
-// print a figure under the wrong name.
-type bigState int
-
-const (
-	bigSSE bigState = iota
-	bigJSON
-)
-
-func (s bigState) String() string {
-	if s == bigSSE {
-		return "event stream"
-	}
-	return "JSON"
-}
-
-// quietUpstream is the name of mcpmux's second entry for the upstream, the
-// bigJSON path, and exposedQuietBlob its blob tool through mcpmux.
-const (
-	quietUpstream    = "quiet"
-	exposedQuietBlob = quietUpstream + "__" + blobTool
-)
-
-// quietUpstreamConfig is the bigJSON entry of mcpmux's config (see
-// bigState). It exposes blob only, so the catalog grows by one tool.
-func quietUpstreamConfig(upURL string) string {
-	return fmt.Sprintf(`
-# the same upstream again, with an upstream session of its own that never
-# gets a notification: the large-result series' path through mcpmux with the
-# upstream answering as JSON (integration/load/big.go, bigState)
-[upstreams.%s]
-url = %q
-tools = [%q]
-max_message_bytes = "300MiB"
-`, quietUpstream, upURL, blobTool)
-}
-
-// parseBigStates reads --big-upstream: sse, json or both (sse first).
-func parseBigStates(v string) ([]bigState, error) {
-	switch v {
-	case "both":
-		return []bigState{bigSSE, bigJSON}, nil
-	case "sse":
-		return []bigState{bigSSE}, nil
-	case "json":
-		return []bigState{bigJSON}, nil
-	}
-	return nil, fmt.Errorf("--big-upstream must be sse, json or both, not %q", v)
-}
-
 // bigRound is one state's three paths, each with sessions of its own.
 type bigRound struct {
-	state              bigState
+	state              upState
 	direct, floor, mux bigSide
 }
 
@@ -111,19 +39,16 @@ type bigURLs struct {
 
 // openBigRounds opens one round per state: on each path a c=1 session, and
 // on the floor and mcpmux conc more for the peak RSS figure (the direct
-// path has no process of its own to read). For bigSSE it puts every one of
-// them into the event-stream state with one notifying call (see bigState);
+// path has no process of its own to read). For stateSSE it puts every one of
+// them into the event-stream state with one notifying call (see upState);
 // each such call is added to sent, which the upstream's count must match.
-func openBigRounds(ctx context.Context, states []bigState, conc int, urls bigURLs, open func(string) (*client.Client, error), sent *atomic.Int64) ([]bigRound, error) {
+func openBigRounds(ctx context.Context, states []upState, conc int, urls bigURLs, open func(string) (*client.Client, error), sent *atomic.Int64) ([]bigRound, error) {
 	var rounds []bigRound
 	for _, st := range states {
 		r := bigRound{state: st,
 			direct: bigSide{tool: blobTool},
 			floor:  bigSide{tool: blobTool, pid: urls.floorPID},
-			mux:    bigSide{tool: exposedQuietBlob, pid: urls.muxPID},
-		}
-		if st == bigSSE {
-			r.mux.tool = exposedBlob
+			mux:    bigSide{tool: st.muxTool(blobTool), pid: urls.muxPID},
 		}
 		var err error
 		if r.direct.c, err = open(urls.direct); err != nil {
@@ -147,18 +72,9 @@ func openBigRounds(ctx context.Context, states []bigState, conc int, urls bigURL
 			}
 			r.floor.cs, r.mux.cs = append(r.floor.cs, fc), append(r.mux.cs, mc)
 		}
-		if st == bigSSE {
-			// mcpmux's upstream session is shared: one call through any of
-			// its sessions switches it. The floor's sessions are the
-			// upstream's own, one each.
-			prime := []*client.Client{r.direct.c, r.floor.c}
-			prime = append(prime, r.floor.cs...)
-			for _, c := range prime {
-				if err := notifyOnce(ctx, c, notifyTool, sent); err != nil {
-					return nil, err
-				}
-			}
-			if err := notifyOnce(ctx, r.mux.c, exposedNote, sent); err != nil {
+		if st == stateSSE {
+			own := append([]*client.Client{r.direct.c, r.floor.c}, r.floor.cs...)
+			if err := primeSSE(ctx, own, r.mux.c, sent); err != nil {
 				return nil, err
 			}
 		}
@@ -167,34 +83,10 @@ func openBigRounds(ctx context.Context, states []bigState, conc int, urls bigURL
 	return rounds, nil
 }
 
-// notifyOnce makes one call of tool (notify) with a progress token, so the
-// upstream sends the session one progress notification, and checks that it
-// did.
-func notifyOnce(ctx context.Context, c *client.Client, tool string, sent *atomic.Int64) error {
-	var req mcp.CallToolRequest
-	req.Params.Name = tool
-	req.Params.Arguments = map[string]any{"count": 1}
-	req.Params.Meta = &mcp.Meta{ProgressToken: "load-big-state"}
-	res, err := c.CallTool(ctx, req)
-	if err != nil {
-		return fmt.Errorf("tools/call %s (to switch the upstream to event streams): %w", tool, err)
-	}
-	sent.Add(1)
-	return checkText(tool, res, notifiedText(1))
-}
-
 // checkBigState reports an error unless the upstream answered the blob
-// calls between c0 and c1 the way st says: all as event streams, or none.
-func checkBigState(st bigState, c0, c1 counts) error {
-	calls, sse := c1.Calls[blobTool]-c0.Calls[blobTool], c1.BlobSSE-c0.BlobSSE
-	want := calls
-	if st == bigJSON {
-		want = 0
-	}
-	if sse != want {
-		return fmt.Errorf("large results, upstream answering as %s: the upstream answered %d of the round's %d blob calls as an event stream, want %d", st, sse, calls, want)
-	}
-	return nil
+// calls between c0 and c1 (settled) the way st says.
+func checkBigState(st upState, c0, c1 counts) error {
+	return checkState(st, "large results", blobTool, c1.Calls[blobTool]-c0.Calls[blobTool], c1.BlobSSE-c0.BlobSSE)
 }
 
 // blobs caches the result text of each size, so that the upstream's own
@@ -462,11 +354,11 @@ func procStatus(pid int, key string) (int64, bool) {
 // figure next to the floor's and its bar (added latency and CPU
 // per MB at most 2× the floor's, peak RSS growth at most 2× the payload
 // per concurrent call).
-func printBig(out io.Writer, st bigState, runs [][]bigResult) {
+func printBig(out io.Writer, st upState, runs [][]bigResult) {
 	if len(runs) == 0 || len(runs[0]) == 0 {
 		return
 	}
-	fmt.Fprintf(out, "\nlarge results, upstream answering every path as %s (%s) (medians of %d run(s); CPU read around each call; RSS: %d concurrent calls, peak growth over RSS before them, per call):\n", st, bigStateNote(st), len(runs), runs[0][0].concurrent)
+	fmt.Fprintf(out, "\nlarge results, upstream answering every path as %s (%s) (medians of %d run(s); CPU read around each call; RSS: %d concurrent calls, peak growth over RSS before them, per call):\n", st, st.note(), len(runs), runs[0][0].concurrent)
 	fmt.Fprintln(out, "size       added p50 ms floor / mcpmux (ratio, bar ≤ 2)   CPU ms per MiB floor / mcpmux (ratio, bar ≤ 2)   peak RSS growth per call ÷ payload floor / mcpmux (bar ≤ 2)")
 	for k := range runs[0] {
 		med := func(f func(bigResult) time.Duration) time.Duration {
@@ -498,14 +390,6 @@ func printBig(out io.Writer, st bigState, runs [][]bigResult) {
 		fmt.Fprintf(out, "%-9s  %8.2f / %8.2f (%s)                 %8.2f / %8.2f (%s)                  %s / %s\n",
 			sizeLabel(size), ms(fa), ms(ma), ratio(ma, fa), ms(fc), ms(mc), ratio(mc, fc), growth(fg), growth(mg))
 	}
-}
-
-// bigStateNote says how each path came to be in state st.
-func bigStateNote(st bigState) string {
-	if st == bigSSE {
-		return "each direct and floor session sent one notification first; mcpmux through its shared upstream session, sent one too"
-	}
-	return "fresh direct and floor sessions; mcpmux through its second upstream entry " + quietUpstream + ", whose upstream session never had a notification"
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

@@ -56,7 +56,7 @@ type options struct {
 	bigCalls    int
 	bigConc     int
 	bigSizes    []int
-	bigStates   []bigState
+	states      []upState
 }
 
 // the bars, and the names the calls go by.
@@ -64,9 +64,8 @@ const (
 	barDenied    = 50 * time.Microsecond
 	barStdio     = 150 * time.Microsecond
 	barCPU       = 1.0 // mcpmux CPU per call ≤ barCPU × the floor's
-	exposedEcho  = "up__" + echoTool
-	exposedWrite = "up__" + writeTool
-	exposedNote  = "up__" + notifyTool
+	exposedWrite = muxUpstream + "__" + writeTool
+	exposedNote  = muxUpstream + "__" + notifyTool
 )
 
 func main() {
@@ -96,7 +95,7 @@ func main() {
 	flag.StringVar(&o.muxLogLevel, "mux-log-level", "info", "mcpmux --log-level (info is its default; denied calls log a line each)")
 	flag.StringVar(&o.big, "big", "1MiB,10MiB,50MiB", "large-result series: result sizes (KiB, MiB or bytes, comma-separated); \"\" skips them")
 	flag.IntVar(&o.bigCalls, "big-calls", 10, "large-result series: timed calls per path per size per run")
-	bigUpstream := flag.String("big-upstream", "both", "large-result series: the upstream state measured, on every path alike: sse (answering as an event stream, as it does once a session had a notification), json, or both (see big.go)")
+	states := flag.String("upstream-state", "both", "the upstream state the small-call (echo) and large-result series measure, on every path alike: sse (answering as an event stream, as it does once a session had a notification), json, or both, each reported on its own (see state.go)")
 	flag.IntVar(&o.bigConc, "big-concurrent", 4, "large-result series: concurrent calls per path for the peak RSS figure")
 	flag.DurationVar(&o.timeout, "timeout", 30*time.Minute, "give up after this long")
 	flag.BoolVar(&o.keep, "keep", false, "keep the temp dir (configs, mcpmux logs) and print its path")
@@ -119,7 +118,7 @@ func main() {
 		os.Exit(2)
 	}
 	o.bigSizes = bigSizes
-	if o.bigStates, berr = parseBigStates(*bigUpstream); berr != nil {
+	if o.states, berr = parseStates(*states); berr != nil {
 		fmt.Fprintln(os.Stderr, "load:", berr)
 		os.Exit(2)
 	}
@@ -140,19 +139,38 @@ func main() {
 
 // result is one run's figures. Latencies are single calls at c=1.
 type result struct {
-	direct, floor, mux       pcts // tools/call echo over HTTP
-	nDirect, nFloor, nMux    pcts // tools/call notify over HTTP, with progress
-	sDirect, sMux            pcts // stdio: echo
-	spDirect, spMux          pcts // stdio: slow_count, with progress
+	echo                     []echoResult // per upstream state, in o.states' order
+	nDirect, nFloor, nMux    pcts         // tools/call notify over HTTP, with progress
+	sDirect, sMux            pcts         // stdio: echo
+	spDirect, spMux          pcts         // stdio: slow_count, with progress
 	denied, ping, directPing pcts
-	latConns, tputConns      int64 // TCP connections the upstream accepted per phase
-	directConns, floorConns  int64 // … in the throughput phase's slices of each side
-	muxConns                 int64
-	directSSE, floorSSE      int64 // echo calls the upstream answered as SSE in each side's slices
-	muxSSE                   int64
-	directRate, floorRate    float64       // calls/s
-	muxRate                  float64       // calls/s
-	muxCPU, floorCPU, upCPU  time.Duration // CPU per call in that side's slices; 0 = unknown
+	latConns                 int64 // TCP connections the upstream accepted in the latency phase
+}
+
+// echoResult is one upstream state's small-call figures in one run: echo
+// at c=1 and in the throughput phase.
+type echoResult struct {
+	state                   upState
+	direct, floor, mux      pcts  // tools/call echo over HTTP, c=1
+	tputConns               int64 // TCP connections the upstream accepted in the state's throughput phase
+	directConns, floorConns int64 // … in its slices of each side
+	muxConns                int64
+	directSSE, floorSSE     int64 // echo calls the upstream answered as SSE in each side's slices
+	muxSSE                  int64
+	directRate, floorRate   float64       // calls/s
+	muxRate                 float64       // calls/s
+	muxCPU, floorCPU, upCPU time.Duration // CPU per call in that side's slices; 0 = unknown
+}
+
+// echoPaths are one upstream state's sessions for the small-call series:
+// one per path for the c=1 series, o.clients per path for throughput.
+// sent counts the echo calls made on them.
+type echoPaths struct {
+	state              upState
+	dc, fc, mc         *client.Client
+	dcs, fcs, mcs      []*client.Client
+	direct, floor, mux caller
+	sent               atomic.Int64
 }
 
 // progressSeries are the tallies of the notifying series, kept over runs.
@@ -243,7 +261,6 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 	directURL, floorURL, muxURL, roURL := up.url, fl.url, m.base+"/mcp", m.base+"/mcp?profile=ro"
 
 	var sent, sentNote atomic.Int64 // successful echo and notify calls, on every path
-	direct, viaFloor, via := echoCaller(echoTool, &sent), echoCaller(echoTool, &sent), echoCaller(exposedEcho, &sent)
 	denied := deniedCaller(exposedWrite)
 	var tally progressSeries
 	noteArgs := map[string]any{"count": o.progress}
@@ -252,15 +269,15 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 	nFloor := progressCaller(notifyTool, noteArgs, o.progress, noteText, &tally.floor, &sentNote)
 	nMux := progressCaller(exposedNote, noteArgs, o.progress, noteText, &tally.mux, &sentNote)
 
-	// One session per latency series, and 16 per side for throughput.
-	var dc, fc, mc, rc, ndc, nfc, nmc *client.Client
+	// One session per latency series (the echo ones per state, below), and
+	// o.clients per side and state for throughput.
+	var rc, ndc, nfc, nmc *client.Client
 	for _, s := range []struct {
 		c     **client.Client
 		url   string
 		tally *progressTally
 	}{
-		{&dc, directURL, nil}, {&fc, floorURL, nil}, {&mc, muxURL, nil}, {&rc, roURL, nil},
-		{&ndc, directURL, &tally.direct}, {&nfc, floorURL, &tally.floor}, {&nmc, muxURL, &tally.mux},
+		{&rc, roURL, nil}, {&ndc, directURL, &tally.direct}, {&nfc, floorURL, &tally.floor}, {&nmc, muxURL, &tally.mux},
 	} {
 		if *s.c, err = open(s.url); err != nil {
 			return err
@@ -269,27 +286,46 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 			s.tally.watch(*s.c)
 		}
 	}
-	if err := checkViews(ctx, mc, rc, o.tools+1); err != nil { // +1: quiet__blob
+	if err := checkViews(ctx, nmc, rc, o.tools+len(quietTools)); err != nil {
 		return err
 	}
-	var dcs, fcs, mcs []*client.Client
-	for range o.clients {
+	var paths []*echoPaths // per state, in o.states' order
+	for _, st := range o.states {
+		p := &echoPaths{state: st}
+		p.direct, p.floor, p.mux = echoCaller(echoTool, &sent, &p.sent), echoCaller(echoTool, &sent, &p.sent), echoCaller(st.muxTool(echoTool), &sent, &p.sent)
 		for _, s := range []struct {
-			cs  *[]*client.Client
+			c   **client.Client
 			url string
-		}{{&dcs, directURL}, {&fcs, floorURL}, {&mcs, muxURL}} {
-			c, err := open(s.url)
-			if err != nil {
+		}{{&p.dc, directURL}, {&p.fc, floorURL}, {&p.mc, muxURL}} {
+			if *s.c, err = open(s.url); err != nil {
 				return err
 			}
-			*s.cs = append(*s.cs, c)
 		}
+		for range o.clients {
+			for _, s := range []struct {
+				cs  *[]*client.Client
+				url string
+			}{{&p.dcs, directURL}, {&p.fcs, floorURL}, {&p.mcs, muxURL}} {
+				c, err := open(s.url)
+				if err != nil {
+					return err
+				}
+				*s.cs = append(*s.cs, c)
+			}
+		}
+		if st == stateSSE {
+			own := append([]*client.Client{p.dc, p.fc}, p.dcs...)
+			if err := primeSSE(ctx, append(own, p.fcs...), p.mc, &sentNote); err != nil {
+				return err
+			}
+		}
+		paths = append(paths, p)
 	}
 
 	var bigRounds []bigRound
 	if len(o.bigSizes) > 0 {
 		urls := bigURLs{direct: directURL, floor: floorURL, mux: muxURL, floorPID: fl.pid, muxPID: m.cmd.Process.Pid}
-		if bigRounds, err = openBigRounds(ctx, o.bigStates, o.bigConc, urls, open, &sentNote); err != nil {
+		if bigRounds, err = openBigRounds(ctx, o.states, o.bigConc, urls, open, &sentNote); err != nil {
 			return err
 		}
 	}
@@ -304,28 +340,38 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 
 	// ping was removed in 2026-07-28; mcp-go's client then sends nothing, so
 	// there is no ping to measure.
+	dc := paths[0].dc // for the header and the direct ping
 	pings := !mcp.IsModernProtocol(rc.ProtocolVersion()) && !mcp.IsModernProtocol(dc.ProtocolVersion())
 	fmt.Fprintf(out, "mcpmux load: %d CPUs, GOMAXPROCS %d, %s, protocol %s (direct) / %s (mcpmux), upstream %s with %d tools\nmcpmux: %s\n",
-		runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version(), dc.ProtocolVersion(), mc.ProtocolVersion(), o.upstream, upstreamTools+o.tools, built)
-	fmt.Fprintf(out, "latency: %d timed calls per series (+%d warmup), blocks of %d, interleaved; notifying calls send %d progress notifications; throughput: %d sessions per side, %v per side in %d alternating slices; %d run(s)\n\n",
+		runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version(), dc.ProtocolVersion(), rc.ProtocolVersion(), o.upstream, upstreamTools+o.tools, built)
+	fmt.Fprintf(out, "latency: %d timed calls per series (+%d warmup), blocks of %d, interleaved; notifying calls send %d progress notifications; throughput: %d sessions per side, %v per side in %d alternating slices; %d run(s)\n",
 		o.n, o.warmup, o.block, o.progress, o.clients, o.duration, o.slices, o.runs)
+	for _, st := range o.states {
+		fmt.Fprintf(out, "%s: %s\n", st.label(), st.note())
+	}
+	fmt.Fprintln(out)
 
 	var results []result
 	bigs := make([][][]bigResult, len(bigRounds)) // [round][run][size]
 	for r := range o.runs {
-		var res result
+		res := result{echo: make([]echoResult, len(paths))}
 		add := func(label string, c *client.Client, call caller, into *pcts) *series {
 			return &series{label: label, c: c, call: call, into: into}
 		}
-		ss := []*series{
-			add("direct "+echoTool, dc, direct, &res.direct),
-			add("floor "+echoTool, fc, viaFloor, &res.floor),
-			add("mcpmux "+exposedEcho, mc, via, &res.mux),
+		var ss []*series
+		for i, p := range paths {
+			e := &res.echo[i]
+			e.state = p.state
+			ss = append(ss,
+				add("direct "+echoTool+" ("+p.state.label()+")", p.dc, p.direct, &e.direct),
+				add("floor "+echoTool+" ("+p.state.label()+")", p.fc, p.floor, &e.floor),
+				add("mcpmux "+p.state.muxTool(echoTool)+" ("+p.state.label()+")", p.mc, p.mux, &e.mux))
+		}
+		ss = append(ss,
 			add("mcpmux denied "+exposedWrite, rc, denied, &res.denied),
 			add("direct "+notifyTool, ndc, nDirect, &res.nDirect),
 			add("floor "+notifyTool, nfc, nFloor, &res.nFloor),
-			add("mcpmux "+exposedNote, nmc, nMux, &res.nMux),
-		}
+			add("mcpmux "+exposedNote, nmc, nMux, &res.nMux))
 		if o.stdio {
 			ss = append(ss,
 				add("stdio direct "+stdioEcho, sp.direct, sp.echoDirect, &res.sDirect),
@@ -339,44 +385,64 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 				add("direct ping", dc, pingCaller, &res.directPing))
 		}
 		if o.small {
-			c0, err := up.counts()
+			c0, err := settledCounts(up.counts)
 			if err != nil {
-				return fmt.Errorf("upstream counts: %w", err)
+				return err
 			}
+			sent0 := sseSent(paths)
 			if err := latency(ctx, ss, o.warmup, o.n, o.block); err != nil {
 				return err
 			}
-			c1, err := up.counts()
+			c1, err := settledCounts(up.counts)
 			if err != nil {
-				return fmt.Errorf("upstream counts: %w", err)
+				return err
+			}
+			// The states' series are interleaved, so the phase's total is
+			// checked: every echo call made in the event-stream state, and
+			// no other, answered as an event stream.
+			if got, want := c1.EchoSSE-c0.EchoSSE, sseSent(paths)-sent0; got != want {
+				return fmt.Errorf("latency phase: the upstream answered %d of %d echo calls as an event stream, want %d (the calls made in the event-stream state)",
+					got, c1.Calls[echoTool]-c0.Calls[echoTool], want)
 			}
 			for _, s := range ss {
 				*s.into = percentiles(s.d)
 			}
+			res.latConns = c1.Conns - c0.Conns
 			if err := m.alive(); err != nil {
 				return err
 			}
 
-			tp, err := throughputRun(ctx, o, []tputSide{
-				{cs: dcs, call: direct, pid: up.pid},
-				{cs: fcs, call: viaFloor, pid: fl.pid},
-				{cs: mcs, call: via, pid: m.cmd.Process.Pid},
-			}, up.counts)
-			if err != nil {
-				return err
+			for j := range paths { // the states in turn, in reverse order every other run
+				i := j
+				if r%2 == 1 {
+					i = len(paths) - 1 - j
+				}
+				p, e := paths[i], &res.echo[i]
+				t0, err := settledCounts(up.counts)
+				if err != nil {
+					return err
+				}
+				tp, err := throughputRun(ctx, o, p.state, []tputSide{
+					{name: "direct", cs: p.dcs, call: p.direct, pid: up.pid},
+					{name: "floor", cs: p.fcs, call: p.floor, pid: fl.pid},
+					{name: "mcpmux", cs: p.mcs, call: p.mux, pid: m.cmd.Process.Pid},
+				}, up.counts)
+				if err != nil {
+					return err
+				}
+				e.directRate, e.floorRate, e.muxRate = tp[0].rate, tp[1].rate, tp[2].rate
+				e.upCPU, e.floorCPU, e.muxCPU = tp[0].cpu, tp[1].cpu, tp[2].cpu
+				e.directConns, e.floorConns, e.muxConns = tp[0].conns, tp[1].conns, tp[2].conns
+				e.directSSE, e.floorSSE, e.muxSSE = tp[0].sse, tp[1].sse, tp[2].sse
+				if err := m.alive(); err != nil {
+					return err
+				}
+				t1, err := settledCounts(up.counts)
+				if err != nil {
+					return err
+				}
+				e.tputConns = t1.Conns - t0.Conns
 			}
-			res.directRate, res.floorRate, res.muxRate = tp[0].rate, tp[1].rate, tp[2].rate
-			res.upCPU, res.floorCPU, res.muxCPU = tp[0].cpu, tp[1].cpu, tp[2].cpu
-			res.directConns, res.floorConns, res.muxConns = tp[0].conns, tp[1].conns, tp[2].conns
-			res.directSSE, res.floorSSE, res.muxSSE = tp[0].sse, tp[1].sse, tp[2].sse
-			if err := m.alive(); err != nil {
-				return err
-			}
-			c2, err := up.counts()
-			if err != nil {
-				return fmt.Errorf("upstream counts: %w", err)
-			}
-			res.latConns, res.tputConns = c1.Conns-c0.Conns, c2.Conns-c1.Conns
 			results = append(results, res)
 			printRun(out, r+1, res, o.stdio)
 		}
@@ -384,17 +450,17 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 		big := make([][]bigResult, len(bigRounds))
 		for _, size := range o.bigSizes {
 			for i, br := range bigRounds { // each size in every state back to back
-				c0, err := up.counts()
+				c0, err := settledCounts(up.counts)
 				if err != nil {
-					return fmt.Errorf("upstream counts: %w", err)
+					return err
 				}
 				b, err := bigRun(ctx, size, bigCalls(size, o.bigCalls), br.direct, br.floor, br.mux)
 				if err != nil {
 					return err
 				}
-				c1, err := up.counts()
+				c1, err := settledCounts(up.counts)
 				if err != nil {
-					return fmt.Errorf("upstream counts: %w", err)
+					return err
 				}
 				if err := checkBigState(br.state, c0, c1); err != nil {
 					return err
@@ -414,9 +480,9 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 
 	// Integrity: every echo and notify call answered reached the upstream
 	// exactly once, and no denied call reached it at all.
-	cs, err := up.counts()
+	cs, err := settledCounts(up.counts)
 	if err != nil {
-		return fmt.Errorf("upstream counts: %w", err)
+		return err
 	}
 	got, want := cs.Calls[echoTool], sent.Load()
 	gotNote, wantNote := cs.Calls[notifyTool], sentNote.Load()
@@ -438,8 +504,9 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 	return nil
 }
 
-// checkViews makes sure the default view has up__echo and the "ro" view has
-// up__echo but not up__write, and that one call through mcpmux works.
+// checkViews makes sure the default view has up__echo, up__write, up__notify
+// and extra more tools, and the "ro" view has up__echo and up__notify but
+// not up__write.
 func checkViews(ctx context.Context, mc, rc *client.Client, extra int) error {
 	names := func(c *client.Client) (map[string]bool, error) {
 		res, err := c.ListTools(ctx, mcp.ListToolsRequest{})
@@ -456,6 +523,7 @@ func checkViews(ctx context.Context, mc, rc *client.Client, extra int) error {
 	if err != nil {
 		return err
 	}
+	exposedEcho := stateSSE.muxTool(echoTool)
 	if !all[exposedEcho] || !all[exposedWrite] || !all[exposedNote] || len(all) != upstreamTools+extra {
 		return fmt.Errorf("default view through mcpmux: want %s, %s, %s and %d more, got %d tools", exposedEcho, exposedWrite, exposedNote, extra, len(all))
 	}
@@ -472,6 +540,7 @@ func checkViews(ctx context.Context, mc, rc *client.Client, extra int) error {
 // tputSide is one side of the throughput phase: its sessions, its call,
 // and the process whose CPU time its calls cost (0: none to read).
 type tputSide struct {
+	name string
 	cs   []*client.Client
 	call caller
 	pid  int
@@ -488,8 +557,9 @@ type tputResult struct {
 // throughputRun warms every side up for a second, then measures them in
 // alternating slices (A B C, C B A, …), each side o.duration in all. Where
 // /proc allows, it also reads the CPU time each side's process spends per
-// call during that side's slices.
-func throughputRun(ctx context.Context, o options, sides []tputSide, upCounts func() (counts, error)) ([]tputResult, error) {
+// call during that side's slices. Every slice's echo calls must have been
+// answered as state st says.
+func throughputRun(ctx context.Context, o options, st upState, sides []tputSide, upCounts func() (counts, error)) ([]tputResult, error) {
 	for _, s := range sides {
 		if _, _, err := throughput(ctx, s.cs, s.call, time.Second); err != nil {
 			return nil, err
@@ -518,9 +588,9 @@ func throughputRun(ctx context.Context, o options, sides []tputSide, upCounts fu
 			if k%2 == 1 {
 				i = len(sides) - 1 - j
 			}
-			u0, err := upCounts()
+			u0, err := settledCounts(upCounts)
 			if err != nil {
-				return nil, fmt.Errorf("upstream counts: %w", err)
+				return nil, err
 			}
 			c0 := read(i)
 			n, el, err := throughput(ctx, sides[i].cs, sides[i].call, slice)
@@ -528,9 +598,13 @@ func throughputRun(ctx context.Context, o options, sides []tputSide, upCounts fu
 				return nil, err
 			}
 			c1 := read(i)
-			u1, err := upCounts()
+			u1, err := settledCounts(upCounts)
 			if err != nil {
-				return nil, fmt.Errorf("upstream counts: %w", err)
+				return nil, err
+			}
+			what := fmt.Sprintf("throughput, %s slice %d", sides[i].name, k+1)
+			if err := checkState(st, what, echoTool, u1.Calls[echoTool]-u0.Calls[echoTool], u1.EchoSSE-u0.EchoSSE); err != nil {
+				return nil, err
 			}
 			calls[i], took[i], cpu[i] = calls[i]+n, took[i]+el, cpu[i]+c1-c0
 			conns[i] += u1.Conns - u0.Conns
@@ -545,4 +619,16 @@ func throughputRun(ctx context.Context, o options, sides []tputSide, upCounts fu
 		}
 	}
 	return rs, nil
+}
+
+// sseSent is how many echo calls have been made on the event-stream
+// state's sessions so far.
+func sseSent(paths []*echoPaths) int64 {
+	var n int64
+	for _, p := range paths {
+		if p.state == stateSSE {
+			n += p.sent.Load()
+		}
+	}
+	return n
 }

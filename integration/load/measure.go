@@ -44,10 +44,10 @@ type caller func(ctx context.Context, c *client.Client) error
 
 const echoText = "hello from mcpmux-load"
 
-// echoCaller calls tool (echo, directly or as up__echo) and checks the
-// answer. Each successful call is added to sent, which must match what the
-// upstream counted at the end.
-func echoCaller(tool string, sent *atomic.Int64) caller {
+// echoCaller calls tool (echo, directly or through mcpmux) and checks the
+// answer. Each successful call is added to every counter in sent (the
+// total must match what the upstream counted at the end).
+func echoCaller(tool string, sent ...*atomic.Int64) caller {
 	var req mcp.CallToolRequest
 	req.Params.Name = tool
 	req.Params.Arguments = map[string]any{"text": echoText}
@@ -56,8 +56,8 @@ func echoCaller(tool string, sent *atomic.Int64) caller {
 		if err != nil {
 			return fmt.Errorf("tools/call %s: %w", tool, err)
 		}
-		if sent != nil {
-			sent.Add(1)
+		for _, n := range sent {
+			n.Add(1)
 		}
 		return checkText(tool, res, echoText)
 	}

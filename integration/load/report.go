@@ -14,23 +14,40 @@ import (
 // latency on the same path.
 func addedP50(p, direct pcts) time.Duration { return p.p50 - direct.p50 }
 
-func (r result) floorAdded() time.Duration { return addedP50(r.floor, r.direct) }
-func (r result) muxAdded() time.Duration   { return addedP50(r.mux, r.direct) }
-func (r result) floorExtra() time.Duration { return addedP50(r.nFloor, r.nDirect) - r.floorAdded() }
-func (r result) muxExtra() time.Duration   { return addedP50(r.nMux, r.nDirect) - r.muxAdded() }
+func (e echoResult) floorAdded() time.Duration { return addedP50(e.floor, e.direct) }
+func (e echoResult) muxAdded() time.Duration   { return addedP50(e.mux, e.direct) }
+func (r result) floorExtra() time.Duration {
+	return addedP50(r.nFloor, r.nDirect) - r.plain().floorAdded()
+}
+func (r result) muxExtra() time.Duration { return addedP50(r.nMux, r.nDirect) - r.plain().muxAdded() }
+
+// plain is the echo series the notifying series is compared with: the
+// event-stream state's when it was measured, as notify's own calls are
+// answered as event streams on every path.
+func (r result) plain() echoResult {
+	for _, e := range r.echo {
+		if e.state == stateSSE {
+			return e
+		}
+	}
+	return r.echo[0]
+}
 func (r result) stdioAdded() time.Duration { return addedP50(r.sMux, r.sDirect) }
 func (r result) stdioExtra() time.Duration { return addedP50(r.spMux, r.spDirect) - r.stdioAdded() }
 
 func printRun(out io.Writer, r int, res result, stdio bool) {
-	fmt.Fprintf(out, "run %d: added p50 µs floor %s mcpmux %s | notifying call extra µs floor %s mcpmux %s",
-		r, us(res.floorAdded()), us(res.muxAdded()), us(res.floorExtra()), us(res.muxExtra()))
+	fmt.Fprintf(out, "run %d: notifying call extra µs floor %s mcpmux %s", r, us(res.floorExtra()), us(res.muxExtra()))
 	if stdio {
 		fmt.Fprintf(out, " | stdio added %s, extra %s", us(res.stdioAdded()), us(res.stdioExtra()))
 	}
-	fmt.Fprintf(out, " | throughput %% of direct floor %.1f mcpmux %.1f | CPU µs/call floor %s mcpmux %s | new upstream TCP conns: latency %d, throughput %d (direct %d, floor %d, mcpmux %d) | echo answered as SSE in throughput: direct %d, floor %d, mcpmux %d\n",
-		100*res.floorRate/res.directRate, 100*res.muxRate/res.directRate,
-		us(res.floorCPU), us(res.muxCPU), res.latConns, res.tputConns, res.directConns, res.floorConns, res.muxConns,
-		res.directSSE, res.floorSSE, res.muxSSE)
+	fmt.Fprintf(out, " | new upstream TCP conns in the latency phase %d\n", res.latConns)
+	for _, e := range res.echo {
+		fmt.Fprintf(out, "run %d, %s: added p50 µs floor %s mcpmux %s | throughput %% of direct floor %.1f mcpmux %.1f | CPU µs/call floor %s mcpmux %s | new upstream TCP conns in throughput %d (direct %d, floor %d, mcpmux %d) | echo answered as SSE in throughput: direct %d, floor %d, mcpmux %d\n",
+			r, e.state.label(), us(e.floorAdded()), us(e.muxAdded()),
+			100*e.floorRate/e.directRate, 100*e.muxRate/e.directRate,
+			us(e.floorCPU), us(e.muxCPU), e.tputConns, e.directConns, e.floorConns, e.muxConns,
+			e.directSSE, e.floorSSE, e.muxSSE)
+	}
 }
 
 // printSummary prints the medians over runs and a verdict per bar.
@@ -54,19 +71,23 @@ func printSummary(out io.Writer, o options, rs []result, tally *progressSeries, 
 		p       func(result) pcts
 		against func(result) pcts // the direct series "added" is taken from; nil: none
 	}
-	direct := func(r result) pcts { return r.direct }
 	nDirect := func(r result) pcts { return r.nDirect }
 	sDirect := func(r result) pcts { return r.sDirect }
 	spDirect := func(r result) pcts { return r.spDirect }
 	note := fmt.Sprintf("(%d progress)", o.progress)
-	rows := []row{
-		{"HTTP   direct  " + echoTool, direct, nil},
-		{"HTTP   floor   " + echoTool, func(r result) pcts { return r.floor }, direct},
-		{"HTTP   mcpmux  " + exposedEcho, func(r result) pcts { return r.mux }, direct},
-		{"HTTP   direct  " + notifyTool + " " + note, nDirect, nil},
-		{"HTTP   floor   " + notifyTool, func(r result) pcts { return r.nFloor }, nDirect},
-		{"HTTP   mcpmux  " + exposedNote, func(r result) pcts { return r.nMux }, nDirect},
+	var rows []row
+	for i, st := range o.states {
+		tag := "(" + st.tag() + ")"
+		direct := func(r result) pcts { return r.echo[i].direct }
+		rows = append(rows,
+			row{"HTTP   direct  " + echoTool + " " + tag, direct, nil},
+			row{"HTTP   floor   " + echoTool + " " + tag, func(r result) pcts { return r.echo[i].floor }, direct},
+			row{"HTTP   mcpmux  " + st.muxTool(echoTool) + " " + tag, func(r result) pcts { return r.echo[i].mux }, direct})
 	}
+	rows = append(rows,
+		row{"HTTP   direct  " + notifyTool + " " + note, nDirect, nil},
+		row{"HTTP   floor   " + notifyTool, func(r result) pcts { return r.nFloor }, nDirect},
+		row{"HTTP   mcpmux  " + exposedNote, func(r result) pcts { return r.nMux }, nDirect})
 	if o.stdio {
 		rows = append(rows,
 			row{"stdio  direct  " + stdioEcho, sDirect, nil},
@@ -81,7 +102,11 @@ func printSummary(out io.Writer, o options, rs []result, tally *progressSeries, 
 			row{"HTTP   direct  ping", func(r result) pcts { return r.directPing }, nil})
 	}
 
-	fmt.Fprintf(out, "summary: median of %d run(s); \"added\" is path − direct, taken per run, then the median\n\n", len(rs))
+	fmt.Fprintf(out, "summary: median of %d run(s); \"added\" is path − direct, taken per run, then the median\n", len(rs))
+	for _, st := range o.states {
+		fmt.Fprintf(out, "(%s): %s\n", st.tag(), st.label())
+	}
+	fmt.Fprintln(out)
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "latency at c=1, µs\tp50\tp90\tp99\tadded p50\tadded p99\t")
 	for _, w := range rows {
@@ -98,29 +123,56 @@ func printSummary(out io.Writer, o options, rs []result, tally *progressSeries, 
 	fmt.Fprintln(tw, "\t\t\t\t\t\t")
 	tw.Flush()
 
-	dRate := medf(func(r result) float64 { return r.directRate })
-	fRate := medf(func(r result) float64 { return r.floorRate })
-	mRate := medf(func(r result) float64 { return r.muxRate })
-	fShare := medf(func(r result) float64 { return r.floorRate / r.directRate })
-	mShare := medf(func(r result) float64 { return r.muxRate / r.directRate })
-	upCPU := med(func(r result) time.Duration { return r.upCPU })
-	fCPU := med(func(r result) time.Duration { return r.floorCPU })
-	mCPU := med(func(r result) time.Duration { return r.muxCPU })
 	cpuCell := func(d time.Duration) string {
 		if d == 0 {
 			return "n/a"
 		}
 		return us(d)
 	}
-	tw = tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "throughput, %d sessions\tcalls/s\t%% of direct\tCPU µs per call\t\n", o.clients)
-	fmt.Fprintf(tw, "direct\t%.0f\t100.0\t%s\t\n", dRate, cpuCell(upCPU))
-	fmt.Fprintf(tw, "floor\t%.0f\t%.1f\t%s\t\n", fRate, 100*fShare, cpuCell(fCPU))
-	fmt.Fprintf(tw, "mcpmux\t%.0f\t%.1f\t%s\t\n", mRate, 100*mShare, cpuCell(mCPU))
-	tw.Flush()
-	fmt.Fprintln(out, "(% of direct is taken per run, then the median; CPU is the process's own, from /proc, during its slices:")
-	fmt.Fprintln(out, " the floor's and mcpmux's per call they forwarded; direct's is the upstream's, with --upstream process only)")
+	// echoBars are one state's figures for the bars, medians over runs.
+	type echoBars struct {
+		fAdded, mAdded, fAdded99, mAdded99 time.Duration
+		fShare, mShare                     float64
+		fCPU, mCPU                         time.Duration
+		fConns, mConns                     int64
+	}
+	bars := make([]echoBars, len(o.states))
+	for i, st := range o.states {
+		e := func(f func(echoResult) time.Duration) time.Duration {
+			return med(func(r result) time.Duration { return f(r.echo[i]) })
+		}
+		ef := func(f func(echoResult) float64) float64 {
+			return medf(func(r result) float64 { return f(r.echo[i]) })
+		}
+		ei := func(f func(echoResult) int64) int64 {
+			v := make([]int64, len(rs))
+			for k, r := range rs {
+				v[k] = f(r.echo[i])
+			}
+			return median(v)
+		}
+		b := &bars[i]
+		b.fAdded, b.mAdded = e(echoResult.floorAdded), e(echoResult.muxAdded)
+		b.fAdded99 = e(func(e echoResult) time.Duration { return e.floor.p99 - e.direct.p99 })
+		b.mAdded99 = e(func(e echoResult) time.Duration { return e.mux.p99 - e.direct.p99 })
+		b.fShare = ef(func(e echoResult) float64 { return e.floorRate / e.directRate })
+		b.mShare = ef(func(e echoResult) float64 { return e.muxRate / e.directRate })
+		b.fCPU, b.mCPU = e(func(e echoResult) time.Duration { return e.floorCPU }), e(func(e echoResult) time.Duration { return e.muxCPU })
+		b.fConns, b.mConns = ei(func(e echoResult) int64 { return e.floorConns }), ei(func(e echoResult) int64 { return e.muxConns })
+		dConns := ei(func(e echoResult) int64 { return e.directConns })
 
+		fmt.Fprintf(out, "%s:\n", st.label())
+		tw = tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintf(tw, "throughput, %d sessions (%s)\tcalls/s\t%% of direct\tCPU µs per call\tnew upstream TCP conns\t\n", o.clients, st.tag())
+		fmt.Fprintf(tw, "direct\t%.0f\t100.0\t%s\t%d\t\n", ef(func(e echoResult) float64 { return e.directRate }), cpuCell(e(func(e echoResult) time.Duration { return e.upCPU })), dConns)
+		fmt.Fprintf(tw, "floor\t%.0f\t%.1f\t%s\t%d\t\n", ef(func(e echoResult) float64 { return e.floorRate }), 100*b.fShare, cpuCell(b.fCPU), b.fConns)
+		fmt.Fprintf(tw, "mcpmux\t%.0f\t%.1f\t%s\t%d\t\n", ef(func(e echoResult) float64 { return e.muxRate }), 100*b.mShare, cpuCell(b.mCPU), b.mConns)
+		tw.Flush()
+		fmt.Fprintln(out)
+	}
+	fmt.Fprintln(out, "(% of direct is taken per run, then the median; CPU is the process's own, from /proc, during its slices:")
+	fmt.Fprintln(out, " the floor's and mcpmux's per call they forwarded; direct's is the upstream's, with --upstream process only;")
+	fmt.Fprintln(out, " new upstream TCP conns: those the upstream accepted during the side's measured slices, after a warm-up second)")
 	fmt.Fprintln(out, "\nprogress notifications that reached the client before the result (all runs, warmup included):")
 	delivered := func(name string, p *progressTally) {
 		fmt.Fprintf(out, "  %-22s %d of %d", name, p.before.Load(), p.asked.Load())
@@ -143,9 +195,6 @@ func printSummary(out io.Writer, o options, rs []result, tally *progressSeries, 
 		}
 		return "MISS"
 	}
-	fAdded, mAdded := med(result.floorAdded), med(result.muxAdded)
-	fAdded99 := med(func(r result) time.Duration { return r.floor.p99 - r.direct.p99 })
-	mAdded99 := med(func(r result) time.Duration { return r.mux.p99 - r.direct.p99 })
 	fExtra, mExtra := med(result.floorExtra), med(result.muxExtra)
 	wait := med(func(r result) time.Duration { return r.muxExtra() - r.floorExtra() })
 	deniedOverPing := med(func(r result) time.Duration { return r.denied.p50 - r.ping.p50 })
@@ -154,17 +203,23 @@ func printSummary(out io.Writer, o options, rs []result, tally *progressSeries, 
 	fmt.Fprintln(out, "\nbars:")
 	tw = tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "  bar\tmcpmux\tfloor\tneeds\tverdict")
-	fmt.Fprintf(tw, "  added latency, tools/call c=1, p50 µs\t%s\t%s\tmcpmux ≤ floor\t%s\n",
-		us(mAdded), us(fAdded), verdict(mAdded <= fAdded))
-	fmt.Fprintf(tw, "  added latency, tools/call c=1, p99 µs\t%s\t%s\t(shown, not a bar)\t-\n", us(mAdded99), us(fAdded99))
-	fmt.Fprintf(tw, "  throughput at %d clients, %% of direct\t%.1f\t%.1f\tmcpmux ≥ floor\t%s\n",
-		o.clients, 100*mShare, 100*fShare, verdict(mShare >= fShare))
-	if mCPU > 0 && fCPU > 0 {
-		fmt.Fprintf(tw, "  CPU per forwarded call, µs\t%s\t%s\tmcpmux ≤ %.1f × floor = %s\t%s (%.2f×)\n",
-			us(mCPU), us(fCPU), barCPU, us(time.Duration(barCPU*float64(fCPU))), verdict(float64(mCPU) <= barCPU*float64(fCPU)), float64(mCPU)/float64(fCPU))
-	} else {
-		fmt.Fprintf(tw, "  CPU per forwarded call, µs\t%s\t%s\tmcpmux ≤ %.1f × floor\tn/a (no /proc)\n", cpuCell(mCPU), cpuCell(fCPU), barCPU)
+	for i, st := range o.states {
+		b := bars[i]
+		fmt.Fprintf(tw, "  %s:\t\t\t\t\n", st.label())
+		fmt.Fprintf(tw, "  added latency, tools/call c=1, p50 µs\t%s\t%s\tmcpmux ≤ floor\t%s\n",
+			us(b.mAdded), us(b.fAdded), verdict(b.mAdded <= b.fAdded))
+		fmt.Fprintf(tw, "  added latency, tools/call c=1, p99 µs\t%s\t%s\t(shown, not a bar)\t-\n", us(b.mAdded99), us(b.fAdded99))
+		fmt.Fprintf(tw, "  throughput at %d clients, %% of direct\t%.1f\t%.1f\tmcpmux ≥ floor\t%s\n",
+			o.clients, 100*b.mShare, 100*b.fShare, verdict(b.mShare >= b.fShare))
+		if b.mCPU > 0 && b.fCPU > 0 {
+			fmt.Fprintf(tw, "  CPU per forwarded call, µs\t%s\t%s\tmcpmux ≤ %.1f × floor = %s\t%s (%.2f×)\n",
+				us(b.mCPU), us(b.fCPU), barCPU, us(time.Duration(barCPU*float64(b.fCPU))), verdict(float64(b.mCPU) <= barCPU*float64(b.fCPU)), float64(b.mCPU)/float64(b.fCPU))
+		} else {
+			fmt.Fprintf(tw, "  CPU per forwarded call, µs\t%s\t%s\tmcpmux ≤ %.1f × floor\tn/a (no /proc)\n", cpuCell(b.mCPU), cpuCell(b.fCPU), barCPU)
+		}
+		fmt.Fprintf(tw, "  new upstream TCP conns in throughput\t%d\t%d\tmcpmux = 0\t%s\n", b.mConns, b.fConns, verdict(b.mConns == 0))
 	}
+	fmt.Fprintf(tw, "  the other bars (not per state):\t\t\t\t\n")
 	if o.stdio {
 		sAdded := med(result.stdioAdded)
 		fmt.Fprintf(tw, "  stdio upstream, added p50 µs\t%s\t-\t≤ %s\t%s\n", us(sAdded), us(barStdio), verdict(sAdded <= barStdio))

@@ -128,7 +128,7 @@ func openStdioPair(ctx context.Context, bin, dir string, o options, tally *progr
 	}
 	countArgs := map[string]any{"count": o.progress, "interval_ms": 0}
 	countText := fmt.Sprintf("counted to %d", o.progress)
-	p.echoDirect, p.echoMux = echoCaller(stdioEcho, nil), echoCaller(exposedStdEcho, nil)
+	p.echoDirect, p.echoMux = echoCaller(stdioEcho), echoCaller(exposedStdEcho)
 	p.countDirect = progressCaller(stdioCount, countArgs, o.progress, countText, &tally.sDirect, nil)
 	p.countMux = progressCaller(exposedStdCnt, countArgs, o.progress, countText, &tally.sMux, nil)
 	return p, nil

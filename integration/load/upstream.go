@@ -46,8 +46,9 @@ type upstream struct {
 	echoSSE  atomic.Int64 // tools/call echo answered as an event stream
 	blobSSE  atomic.Int64 // tools/call blob answered as an event stream
 
-	mu    sync.Mutex
-	calls map[string]int64 // tools/call by params.name
+	mu       sync.Mutex
+	calls    map[string]int64 // tools/call by params.name
+	answered map[string]int64 // … whose handler has returned
 }
 
 // startUpstream serves echo, write and extra filler tools on 127.0.0.1:0.
@@ -118,9 +119,10 @@ func startUpstream(extra int) (*upstream, error) {
 		return nil, fmt.Errorf("upstream listen: %w", err)
 	}
 	u := &upstream{
-		url:   "http://" + ln.Addr().String() + "/mcp",
-		done:  make(chan error, 1),
-		calls: make(map[string]int64),
+		url:      "http://" + ln.Addr().String() + "/mcp",
+		done:     make(chan error, 1),
+		calls:    make(map[string]int64),
+		answered: make(map[string]int64),
 	}
 	h := server.NewStreamableHTTPServer(s)
 	mux := http.NewServeMux()
@@ -174,8 +176,9 @@ func notifiedText(n int) string { return fmt.Sprintf("sent %d notifications", n)
 // one JSON body: mcp-go's server switches a session to SSE for good once
 // it has sent that session a notification, and the client then drops the
 // connection under a stream it stops reading after the result. The blob
-// calls answered as an event stream are counted too: the large-result
-// series checks that each of its rounds measured the state it names.
+// calls answered as an event stream are counted too: each series checks
+// that it measured the upstream state it names (see upState). Every call
+// is counted again once the handler has returned (settledCounts).
 func (u *upstream) count(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		u.requests.Add(1)
@@ -202,6 +205,11 @@ func (u *upstream) count(h http.Handler) http.Handler {
 			case blobTool:
 				u.blobSSE.Add(1)
 			}
+		}
+		if name != "" {
+			u.mu.Lock()
+			u.answered[name]++
+			u.mu.Unlock()
 		}
 	})
 }
@@ -231,12 +239,13 @@ type counts struct {
 	EchoSSE  int64            `json:"echo_sse"` // tools/call echo answered as SSE
 	BlobSSE  int64            `json:"blob_sse"` // tools/call blob answered as SSE
 	Calls    map[string]int64 `json:"calls"`    // tools/call by tool name
+	Answered map[string]int64 `json:"answered"` // … answered (counted once the handler returned)
 }
 
 func (u *upstream) snapshot() counts {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	return counts{Requests: u.requests.Load(), Conns: u.conns.Load(), EchoSSE: u.echoSSE.Load(), BlobSSE: u.blobSSE.Load(), Calls: maps.Clone(u.calls)}
+	return counts{Requests: u.requests.Load(), Conns: u.conns.Load(), EchoSSE: u.echoSSE.Load(), BlobSSE: u.blobSSE.Load(), Calls: maps.Clone(u.calls), Answered: maps.Clone(u.answered)}
 }
 
 func (u *upstream) serveCounts(w http.ResponseWriter, _ *http.Request) {
