@@ -32,13 +32,14 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
+
+	"github.com/mcpmux/mcpmux/integration/internal/gobuild"
 )
 
 // Set in a child's environment: the upstream's URL, and the address the
@@ -88,25 +89,6 @@ func serveFloor(up, addr string) error {
 	return http.ListenAndServe(addr, rp)
 }
 
-// buildFloor builds integration/floor into dir.
-func buildFloor(dir string) (string, error) {
-	out, err := exec.Command("go", "env", "GOMOD").Output()
-	if err != nil {
-		return "", fmt.Errorf("go env GOMOD: %w", err)
-	}
-	gomod := strings.TrimSpace(string(out))
-	if gomod == "" || gomod == os.DevNull {
-		return "", errors.New("not inside the mcpmux module: run from the repository")
-	}
-	bin := filepath.Join(dir, "floor")
-	cmd := exec.Command("go", "build", "-o", bin, "./integration/floor")
-	cmd.Dir = filepath.Dir(gomod)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build ./integration/floor: %w\n%s", err, out)
-	}
-	return bin, nil
-}
-
 func run(bin, floor string, rounds, n int) error {
 	ctx := context.Background()
 	up := server.NewMCPServer("hopprobe", "1", server.WithToolCapabilities(true))
@@ -144,7 +126,7 @@ func run(bin, floor string, rounds, n int) error {
 		return err
 	}
 	if floor == "" {
-		if floor, err = buildFloor(dir); err != nil {
+		if floor, err = gobuild.BuildHere(ctx, "./integration/floor", filepath.Join(dir, "floor")); err != nil {
 			return err
 		}
 	}

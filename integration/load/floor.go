@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"path/filepath"
+
+	"github.com/mcpmux/mcpmux/integration/internal/gobuild"
 )
 
 // buildFloor builds the floor the bars are measured against
@@ -12,11 +14,7 @@ import (
 // was measured faster than the same proxy built alone, and mcpmux is never
 // a copy of them (integration/floor's doc).
 func buildFloor(ctx context.Context, dir string) (string, error) {
-	root, err := moduleRoot(ctx)
-	if err != nil {
-		return "", err
-	}
-	return goBuild(ctx, root, "./integration/floor", filepath.Join(dir, "floor"))
+	return gobuild.BuildHere(ctx, "./integration/floor", filepath.Join(dir, "floor"))
 }
 
 // childFloor starts the floor bin in front of the upstream at upURL.

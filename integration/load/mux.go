@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -13,6 +12,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/mcpmux/mcpmux/integration/internal/gobuild"
 )
 
 // muxProc is the mcpmux child process.
@@ -28,38 +29,15 @@ type muxProc struct {
 // dir and returns the binary's path and what it was built from (see
 // treeState).
 func buildMux(ctx context.Context, dir string) (string, string, error) {
-	root, err := moduleRoot(ctx)
+	root, err := gobuild.Root(ctx)
 	if err != nil {
 		return "", "", fmt.Errorf("%w, or pass --mcpmux PATH", err)
 	}
-	bin, err := goBuild(ctx, root, "./cmd/mcpmux", filepath.Join(dir, "mcpmux"))
+	bin, err := gobuild.Build(ctx, root, "./cmd/mcpmux", filepath.Join(dir, "mcpmux"))
 	if err != nil {
 		return "", "", err
 	}
 	return bin, treeState(ctx, root), nil
-}
-
-// moduleRoot is the directory of the go.mod this program runs in.
-func moduleRoot(ctx context.Context) (string, error) {
-	out, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
-	if err != nil {
-		return "", fmt.Errorf("go env GOMOD: %w", err)
-	}
-	gomod := strings.TrimSpace(string(out))
-	if gomod == "" || gomod == os.DevNull {
-		return "", errors.New("not inside the mcpmux module: run from the repository")
-	}
-	return filepath.Dir(gomod), nil
-}
-
-// goBuild builds the package pkg of the module at root into bin.
-func goBuild(ctx context.Context, root, pkg, bin string) (string, error) {
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, pkg)
-	cmd.Dir = root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build %s: %w\n%s", pkg, err, out)
-	}
-	return bin, nil
 }
 
 // treeState says which commit the working tree at root is on, and whether

@@ -47,6 +47,8 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
+
+	"github.com/mcpmux/mcpmux/integration/internal/gobuild"
 )
 
 type options struct {
@@ -487,21 +489,11 @@ type muxProc struct {
 
 // build builds ./cmd/mcpmux of the module this program is run in.
 func build(dir string) (string, error) {
-	out, err := exec.Command("go", "env", "GOMOD").Output()
-	if err != nil {
-		return "", fmt.Errorf("go env GOMOD: %w", err)
+	bin, err := gobuild.BuildHere(context.Background(), "./cmd/mcpmux", filepath.Join(dir, "mcpmux"))
+	if errors.Is(err, gobuild.ErrNoModule) {
+		return "", fmt.Errorf("%w, or pass --mcpmux PATH", err)
 	}
-	gomod := strings.TrimSpace(string(out))
-	if gomod == "" || gomod == os.DevNull {
-		return "", errors.New("run from the mcpmux repository, or pass --mcpmux PATH")
-	}
-	bin := filepath.Join(dir, "mcpmux")
-	cmd := exec.Command("go", "build", "-o", bin, "./cmd/mcpmux")
-	cmd.Dir = filepath.Dir(gomod)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build ./cmd/mcpmux: %w\n%s", err, out)
-	}
-	return bin, nil
+	return bin, err
 }
 
 // startMux runs bin on the default config: one upstream, nothing else.
