@@ -374,34 +374,30 @@ func (c *Conn) writeLoop() {
 }
 
 // flush writes whatever is queued when the Conn ends, without waiting for
-// more, and closes the queue once it is empty.
-func (c *Conn) flush() {
-	for {
-		frame, ok := c.out.takeOrClose()
-		if !ok {
-			return
-		}
-		c.owner.Written(frame.Len())
-		c.wmu.Lock()
-		err := c.w.WriteFrame(frame)
-		c.wmu.Unlock()
-		c.queued.Add(-1)
-		if err != nil {
-			return
-		}
-	}
-}
+// more, and closes the queue once it is empty (drain).
+func (c *Conn) flush() { c.drain(true) }
 
 // drop closes the queue and gives up what is left in it: after a failed
 // write, or a panic, nothing more is written.
-func (c *Conn) drop() {
+func (c *Conn) drop() { c.drain(false) }
+
+// drain takes every frame left in the queue, writing each while write
+// holds and no write has failed, and closes the queue once it is empty:
+// no frame queued before that is left behind. Each frame's bytes are
+// given back to the Owner, written or not.
+func (c *Conn) drain(write bool) {
 	for {
 		frame, ok := c.out.takeOrClose()
 		if !ok {
 			return
 		}
-		c.queued.Add(-1)
 		c.owner.Written(frame.Len())
+		if write {
+			c.wmu.Lock()
+			write = c.w.WriteFrame(frame) == nil
+			c.wmu.Unlock()
+		}
+		c.queued.Add(-1)
 	}
 }
 
