@@ -7,6 +7,7 @@ import (
 	"mime"
 	"net/http"
 
+	"github.com/mcpmux/mcpmux/upstream/h1"
 	"github.com/mcpmux/mcpmux/upstream/oauth"
 )
 
@@ -24,9 +25,14 @@ func (u *Upstream) httpClient() *http.Client {
 	// pool; the default of 2 idle connections per host made concurrent
 	// calls open (and close) a TCP connection each.
 	base.MaxIdleConnsPerHost = maxIdlePerUpstream
+	// Plain http to the upstream's own origin is written and read on each
+	// call's goroutine (h1); https, a proxy or another host go through
+	// base.
+	direct := h1.New(u.cfg.URL, base)
+	direct.MaxIdle = maxIdlePerUpstream
 	return &http.Client{
 		Transport: &limitTransport{
-			base: base,
+			base: direct,
 			max:  u.maxMessage(),
 			onTooLarge: func(err error) {
 				u.log.Error("message from upstream too large", "err", err)
@@ -57,7 +63,7 @@ const maxIdlePerUpstream = 64
 
 // limitTransport wraps each response body in a size limit.
 type limitTransport struct {
-	base       *http.Transport
+	base       *h1.Transport
 	max        int64
 	onTooLarge func(error)
 }
