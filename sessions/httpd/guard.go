@@ -73,11 +73,20 @@ func hostAllowed(w http.ResponseWriter, r *http.Request) bool {
 	if !ok || local == nil {
 		return true
 	}
-	if isLoopbackName(local.String()) && !isLoopbackName(r.Host) {
+	if isLoopbackAddr(local) && !isLoopbackName(r.Host) {
 		refuse(w, fmt.Sprintf("Host %q is not a loopback name", r.Host))
 		return false
 	}
 	return true
+}
+
+// isLoopbackAddr reports whether a listener's address is a loopback one,
+// without formatting a TCP address for every request.
+func isLoopbackAddr(a net.Addr) bool {
+	if ta, ok := a.(*net.TCPAddr); ok {
+		return ta.IP.IsLoopback()
+	}
+	return isLoopbackName(a.String())
 }
 
 // isLoopbackName reports whether hostport (with or without a port) is
