@@ -161,7 +161,9 @@ func closeBody(req *http.Request) {
 }
 
 // CloseIdleConnections closes the idle connections, this Transport's and
-// Fallback's. Connections in use are closed when their response ends.
+// Fallback's. A connection in use is not touched: it goes back to the pool
+// when its response ends, unless its request was cancelled (mcpmux cancels
+// every request of an upstream connection it closes).
 func (t *Transport) CloseIdleConnections() {
 	t.mu.Lock()
 	idle := t.idle
