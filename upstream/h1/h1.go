@@ -57,8 +57,9 @@ type Transport struct {
 
 	host string // host:port served on the caller's goroutine; "" = none
 
-	mu   sync.Mutex
-	idle []*persistConn // oldest first; reused from the end
+	mu    sync.Mutex
+	idle  []*persistConn // oldest first; reused from the end
+	sweep *time.Timer    // closes what stays idle past IdleTimeout; nil when nothing is idle
 }
 
 var _ http.RoundTripper = (*Transport)(nil)
@@ -168,11 +169,48 @@ func (t *Transport) CloseIdleConnections() {
 	t.mu.Lock()
 	idle := t.idle
 	t.idle = nil
+	if t.sweep != nil {
+		t.sweep.Stop()
+		t.sweep = nil
+	}
 	t.mu.Unlock()
 	for _, pc := range idle {
 		pc.conn.Close()
 	}
 	t.Fallback.CloseIdleConnections()
+}
+
+// sweepIdle closes the connections idle past IdleTimeout, and sets the
+// timer again for the oldest of the others. Without it, a pool nobody
+// uses any more (an idle client session's own upstream connection) would
+// keep connections the upstream has closed until the pool itself goes.
+func (t *Transport) sweepIdle() {
+	t.mu.Lock()
+	drop := t.takeStale(time.Now())
+	if len(t.idle) == 0 {
+		t.sweep = nil
+	} else if t.sweep != nil {
+		t.sweep.Reset(time.Until(t.idle[0].idleAt.Add(t.IdleTimeout)))
+	}
+	t.mu.Unlock()
+	for _, d := range drop {
+		d.conn.Close()
+	}
+}
+
+// takeStale removes from the pool the connections idle past IdleTimeout
+// at now, and returns them; t.mu must be held.
+func (t *Transport) takeStale(now time.Time) []*persistConn {
+	n := 0
+	for n < len(t.idle) && now.Sub(t.idle[n].idleAt) > t.IdleTimeout {
+		n++
+	}
+	if n == 0 {
+		return nil
+	}
+	stale := append([]*persistConn(nil), t.idle[:n]...)
+	t.idle = append(t.idle[:0], t.idle[n:]...)
+	return stale
 }
 
 // Idle returns how many connections wait in the pool.
@@ -228,23 +266,19 @@ func (t *Transport) get(ctx context.Context, idle bool) (pc *persistConn, reused
 }
 
 // put returns pc to the pool, or closes it when the pool is full. The
-// oldest idle connections past IdleTimeout are closed on the way.
+// oldest idle connections past IdleTimeout are closed on the way, and
+// the sweep is armed if it is not.
 func (t *Transport) put(pc *persistConn) {
 	now := time.Now()
 	pc.idleAt = now
-	var drop []*persistConn
 	t.mu.Lock()
-	n := 0
-	for n < len(t.idle) && now.Sub(t.idle[n].idleAt) > t.IdleTimeout {
-		n++
-	}
-	if n > 0 {
-		drop = append(drop, t.idle[:n]...)
-		t.idle = append(t.idle[:0], t.idle[n:]...)
-	}
+	drop := t.takeStale(now)
 	if len(t.idle) < t.MaxIdle {
 		t.idle = append(t.idle, pc)
 		pc = nil
+		if t.sweep == nil {
+			t.sweep = time.AfterFunc(t.IdleTimeout, t.sweepIdle)
+		}
 	}
 	t.mu.Unlock()
 	if pc != nil {

@@ -510,3 +510,16 @@ func TestIdleChecked(t *testing.T) {
 		t.Fatalf("%d idle, %d opened: want the dead ones dropped and 1 new", tr.Idle(), s.opened.Load())
 	}
 }
+
+// TestIdleSwept: connections left idle past IdleTimeout are closed even
+// when no call comes any more.
+func TestIdleSwept(t *testing.T) {
+	s := newServer(t, echo)
+	tr := newTransport(t, s.URL)
+	tr.IdleTimeout = 50 * time.Millisecond
+	idleConns(t, tr, s.URL, 2)
+	eventually(t, "the idle connections were closed with no call", func() bool { return s.closed.Load() == 2 && tr.Idle() == 0 })
+	// The pool works on after a sweep emptied it, and sweeps again.
+	idleConns(t, tr, s.URL, 1)
+	eventually(t, "the next idle connection was closed too", func() bool { return s.closed.Load() == 3 && tr.Idle() == 0 })
+}
