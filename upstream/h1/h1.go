@@ -174,9 +174,7 @@ func (t *Transport) CloseIdleConnections() {
 		t.sweep = nil
 	}
 	t.mu.Unlock()
-	for _, pc := range idle {
-		pc.conn.Close()
-	}
+	closeConns(idle)
 	t.Fallback.CloseIdleConnections()
 }
 
@@ -193,9 +191,7 @@ func (t *Transport) sweepIdle() {
 		t.sweep.Reset(time.Until(t.idle[0].idleAt.Add(t.IdleTimeout)))
 	}
 	t.mu.Unlock()
-	for _, d := range drop {
-		d.conn.Close()
-	}
+	closeConns(drop)
 }
 
 // takeStale removes from the pool the connections idle past IdleTimeout
@@ -225,21 +221,14 @@ func (t *Transport) Idle() int {
 func (t *Transport) get(ctx context.Context, idle bool) (pc *persistConn, reused bool, err error) {
 	for idle {
 		now := time.Now()
-		var stale []*persistConn
 		t.mu.Lock()
-		for len(t.idle) > 0 && pc == nil {
-			last := t.idle[len(t.idle)-1]
-			t.idle = t.idle[:len(t.idle)-1]
-			if now.Sub(last.idleAt) > t.IdleTimeout {
-				stale = append(stale, last)
-				continue
-			}
-			pc = last
+		stale := t.takeStale(now) // the pool is oldest first: what is left is not stale
+		if n := len(t.idle); n > 0 {
+			pc = t.idle[n-1]
+			t.idle = t.idle[:n-1]
 		}
 		t.mu.Unlock()
-		for _, s := range stale {
-			s.conn.Close()
-		}
+		closeConns(stale)
 		if pc == nil {
 			break
 		}
@@ -269,9 +258,9 @@ func (t *Transport) get(ctx context.Context, idle bool) (pc *persistConn, reused
 // oldest idle connections past IdleTimeout are closed on the way, and
 // the sweep is armed if it is not.
 func (t *Transport) put(pc *persistConn) {
-	now := time.Now()
-	pc.idleAt = now
 	t.mu.Lock()
+	now := time.Now() // under the lock, so that the pool stays oldest first
+	pc.idleAt = now
 	drop := t.takeStale(now)
 	if len(t.idle) < t.MaxIdle {
 		t.idle = append(t.idle, pc)
@@ -284,8 +273,13 @@ func (t *Transport) put(pc *persistConn) {
 	if pc != nil {
 		drop = append(drop, pc)
 	}
-	for _, d := range drop {
-		d.conn.Close()
+	closeConns(drop)
+}
+
+// closeConns closes connections taken out of the pool.
+func closeConns(pcs []*persistConn) {
+	for _, pc := range pcs {
+		pc.conn.Close()
 	}
 }
 
