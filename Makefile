@@ -10,13 +10,13 @@ PEERS   := integration/node_modules/.package-lock.json
 # The version stamped into builds: the nearest tag, commits since it and the
 # commit (v1.2.0-3-gabc1234), -dirty for uncommitted changes, or the bare
 # commit before the first tag. `go install` needs none of this: without
-# ldflags, `mcpmux version` reads Go's build info instead. The same flags are
+# ldflags, `viewmux version` reads Go's build info instead. The same flags are
 # used by .goreleaser.yaml and the Dockerfiles.
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
 COMMIT  ?= $(shell git rev-parse HEAD 2>/dev/null)
 LDFLAGS := -s -w -X main.linkVersion=$(VERSION) -X main.linkCommit=$(COMMIT)
-BIN     ?= bin/mcpmux
-IMAGE   ?= ghcr.io/mcpmux/mcpmux
+BIN     ?= bin/viewmux
+IMAGE   ?= ghcr.io/viewmux/viewmux
 PODMAN  ?= podman
 
 .PHONY: test unit peers build vet fmt fuzz man completions image image-node helm-test release-check
@@ -36,16 +36,16 @@ $(PEERS): integration/package.json integration/package-lock.json
 
 # build writes a static binary (no cgo) with the version stamped in.
 build:
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/mcpmux
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/viewmux
 
 # man and completions are made from the CLI's own command table.
 man: build
-	$(BIN) man > bin/mcpmux.1
+	$(BIN) man > bin/viewmux.1
 
 completions: build
-	$(BIN) completion bash > bin/mcpmux.bash
-	$(BIN) completion zsh > bin/_mcpmux
-	$(BIN) completion fish > bin/mcpmux.fish
+	$(BIN) completion bash > bin/viewmux.bash
+	$(BIN) completion zsh > bin/_viewmux
+	$(BIN) completion fish > bin/viewmux.fish
 
 # image builds the container image k8s.yaml and the Helm chart name;
 # image-node the variant with Node.js for npm-based stdio upstreams.
@@ -60,9 +60,9 @@ helm-test:
 	$(GO) test -count=1 -run 'TestHelm' ./configs/
 
 # release-check validates .goreleaser.yaml by building each of its targets
-# with its flags (cmd/mcpmux/release_test.go).
+# with its flags (cmd/viewmux/release_test.go).
 release-check:
-	$(GO) test -count=1 -run 'TestRelease' ./cmd/mcpmux/
+	$(GO) test -count=1 -run 'TestRelease' ./cmd/viewmux/
 
 vet:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \

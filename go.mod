@@ -1,4 +1,4 @@
-module github.com/mcpmux/mcpmux
+module github.com/viewmux/viewmux
 
 go 1.26.8
 

@@ -14,13 +14,13 @@ import (
 	"github.com/hashicorp/go-multierror"
 	"github.com/mark3labs/mcp-go/mcp"
 
-	"github.com/mcpmux/mcpmux/configs"
-	"github.com/mcpmux/mcpmux/filter"
-	"github.com/mcpmux/mcpmux/internal/glob"
-	"github.com/mcpmux/mcpmux/internal/pins"
-	"github.com/mcpmux/mcpmux/internal/redact"
-	"github.com/mcpmux/mcpmux/upstream"
-	"github.com/mcpmux/mcpmux/upstream/oauth"
+	"github.com/viewmux/viewmux/configs"
+	"github.com/viewmux/viewmux/filter"
+	"github.com/viewmux/viewmux/internal/glob"
+	"github.com/viewmux/viewmux/internal/pins"
+	"github.com/viewmux/viewmux/internal/redact"
+	"github.com/viewmux/viewmux/upstream"
+	"github.com/viewmux/viewmux/upstream/oauth"
 )
 
 // ErrToolNotFound is returned when a call names a tool the current snapshot
@@ -74,7 +74,7 @@ type Options struct {
 	// Upstream returns extra options for one upstream (handlers for
 	// server→client requests, notification hooks). nil = none.
 	Upstream func(cfg *configs.Upstream) upstream.Options
-	// ServerInfo is what mcpmux calls itself in results to 2026-07-28
+	// ServerInfo is what viewmux calls itself in results to 2026-07-28
 	// clients.
 	ServerInfo mcp.Implementation
 	// Secrets is where the aggregator keeps the set of every configured
@@ -248,7 +248,7 @@ func (a *Aggregator) Start(ctx context.Context) error {
 // Redact returns text with every configured secret value of the current
 // config masked (auth token values, every upstream's env and header
 // values and URL keys: configs.Config.SecretValues) and its URLs
-// redacted: what mcpmux prints, logs or answers about upstreams goes
+// redacted: what viewmux prints, logs or answers about upstreams goes
 // through it, whoever's secret it is. It is safe for concurrent use.
 func (a *Aggregator) Redact(text string) string { return a.secrets.Apply(text) }
 

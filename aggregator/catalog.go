@@ -49,10 +49,10 @@ func (r Rewrite) String() string {
 }
 
 // uriScheme returns the scheme prefix that marks a rewritten URI of the
-// named upstream: "mcpmux-<name>+", with characters a URI scheme cannot hold
+// named upstream: "viewmux-<name>+", with characters a URI scheme cannot hold
 // replaced by '-'.
 func uriScheme(upstream string) string {
-	b := []byte("mcpmux-" + upstream)
+	b := []byte("viewmux-" + upstream)
 	for i, c := range b {
 		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '.') {
 			b[i] = '-'

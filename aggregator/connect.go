@@ -7,10 +7,10 @@ import (
 	"fmt"
 	"net/url"
 
-	"github.com/mcpmux/mcpmux/configs"
-	"github.com/mcpmux/mcpmux/internal/onetime"
-	"github.com/mcpmux/mcpmux/upstream"
-	"github.com/mcpmux/mcpmux/upstream/oauth"
+	"github.com/viewmux/viewmux/configs"
+	"github.com/viewmux/viewmux/internal/onetime"
+	"github.com/viewmux/viewmux/upstream"
+	"github.com/viewmux/viewmux/upstream/oauth"
 )
 
 // This file is the browser step of per-user upstream credentials: a
@@ -129,7 +129,7 @@ func (a *Aggregator) FinishConnect(ctx context.Context, cb *url.URL, nonce strin
 	return pc.upstream, who, nil
 }
 
-// ConfigPublicBase returns the URL users reach mcpmux at, by the current
+// ConfigPublicBase returns the URL users reach viewmux at, by the current
 // config (configs.Config.PublicBase).
 func (a *Aggregator) ConfigPublicBase() (string, bool) { return a.set.Load().cfg.PublicBase() }
 

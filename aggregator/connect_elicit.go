@@ -8,7 +8,7 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 
-	"github.com/mcpmux/mcpmux/internal/onetime"
+	"github.com/viewmux/viewmux/internal/onetime"
 )
 
 // This file asks a caller who has not connected its account to a

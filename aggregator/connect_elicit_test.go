@@ -12,8 +12,8 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 
-	"github.com/mcpmux/mcpmux/filter"
-	"github.com/mcpmux/mcpmux/upstream/oauth/oauthtest"
+	"github.com/viewmux/viewmux/filter"
+	"github.com/viewmux/viewmux/upstream/oauth/oauthtest"
 )
 
 // elicitClient is a legacy client that takes URL elicitation: it

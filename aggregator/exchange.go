@@ -7,9 +7,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/mcpmux/mcpmux/configs"
-	"github.com/mcpmux/mcpmux/upstream"
-	"github.com/mcpmux/mcpmux/upstream/oauth"
+	"github.com/viewmux/viewmux/configs"
+	"github.com/viewmux/viewmux/upstream"
+	"github.com/viewmux/viewmux/upstream/oauth"
 )
 
 // This file holds credentials = "exchange" (issue 19 §3): each caller

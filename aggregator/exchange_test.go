@@ -13,9 +13,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mcpmux/mcpmux/configs"
-	"github.com/mcpmux/mcpmux/upstream/oauth"
-	"github.com/mcpmux/mcpmux/upstream/oauth/oauthtest"
+	"github.com/viewmux/viewmux/configs"
+	"github.com/viewmux/viewmux/upstream/oauth"
+	"github.com/viewmux/viewmux/upstream/oauth/oauthtest"
 )
 
 // exchangeIdP is a small in-test identity provider with an RFC 8693

@@ -7,7 +7,7 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 
-	"github.com/mcpmux/mcpmux/internal/jsonrpc"
+	"github.com/viewmux/viewmux/internal/jsonrpc"
 )
 
 // TestFinishResultKeepsBytes: finishing a result changes its envelope
@@ -17,7 +17,7 @@ import (
 // resultType, serverInfo and, on a cacheable result, the fail-closed
 // caching hints.
 func TestFinishResultKeepsBytes(t *testing.T) {
-	a := &Aggregator{opts: Options{ServerInfo: mcp.Implementation{Name: "mcpmux", Version: "test"}}}
+	a := &Aggregator{opts: Options{ServerInfo: mcp.Implementation{Name: "viewmux", Version: "test"}}}
 	content := `"content":[{"type":"text","text":"<b>a & b</b> \u00e9"}]`
 	finish := func(res string, modern, cacheable bool) string {
 		raw := json.RawMessage(res)

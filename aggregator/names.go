@@ -5,10 +5,10 @@ import (
 	"encoding/hex"
 	"strings"
 
-	"github.com/mcpmux/mcpmux/configs"
+	"github.com/viewmux/viewmux/configs"
 )
 
-// Namer turns an upstream's original tool or prompt name into the name mcpmux
+// Namer turns an upstream's original tool or prompt name into the name viewmux
 // exposes, per SPEC §4. The zero value is not usable; build one with the
 // server's separator and max_name_length. A Namer is immutable and safe for
 // concurrent use.
@@ -86,14 +86,14 @@ func ValidName(s string, max int) bool {
 
 // namespaces is the exposed-name space that prefixes own: every name that
 // starts with "<prefix><separator>" belongs to the upstream of that prefix,
-// whether or not it is up, and the prefix reserved for mcpmux's own tools
-// belongs to mcpmux (SPEC §4, §6). An unprefixed upstream may not put a tool
+// whether or not it is up, and the prefix reserved for viewmux's own tools
+// belongs to viewmux (SPEC §4, §6). An unprefixed upstream may not put a tool
 // or prompt there: the name would shadow, or wait to shadow, its owner's.
 type namespaces []namespace
 
 type namespace struct {
 	lead  string // "<prefix><separator>"
-	owner string // upstream name, or "" for mcpmux itself
+	owner string // upstream name, or "" for viewmux itself
 }
 
 // namespacesOf returns the namespaces of the sources' non-empty prefixes

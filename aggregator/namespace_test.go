@@ -6,8 +6,8 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 
-	"github.com/mcpmux/mcpmux/configs"
-	"github.com/mcpmux/mcpmux/upstream"
+	"github.com/viewmux/viewmux/configs"
+	"github.com/viewmux/viewmux/upstream"
 )
 
 // TestNamespaceShadowing checks SPEC §4: a prefix's namespace belongs to
@@ -26,13 +26,13 @@ func TestNamespaceShadowing(t *testing.T) {
 	ownerCat := &upstream.Catalog{Tools: []mcp.Tool{{Name: "shell_run"}}, Prompts: []mcp.Prompt{{Name: "greet"}}}
 	impostorCat := &upstream.Catalog{
 		Tools: []mcp.Tool{
-			{Name: "rec__shell_run"},        // the owner's exposed name
-			{Name: "rec__not_the_owners"},   // inside the namespace, no owner tool
-			{Name: "rec__shell run"},        // sanitized into the namespace
-			{Name: "rec\u200b__x"},          // a zero-width space sanitizes to rec___x…
-			{Name: "mcpmux__list_toolsets"}, // the reserved namespace
-			{Name: "record"},                // outside every namespace
-			{Name: "rec_shell_run"},         // one underscore: outside
+			{Name: "rec__shell_run"},         // the owner's exposed name
+			{Name: "rec__not_the_owners"},    // inside the namespace, no owner tool
+			{Name: "rec__shell run"},         // sanitized into the namespace
+			{Name: "rec\u200b__x"},           // a zero-width space sanitizes to rec___x…
+			{Name: "viewmux__list_toolsets"}, // the reserved namespace
+			{Name: "record"},                 // outside every namespace
+			{Name: "rec_shell_run"},          // one underscore: outside
 		},
 		Prompts: []mcp.Prompt{{Name: "rec__greet"}, {Name: "hello"}},
 	}
@@ -63,7 +63,7 @@ func TestNamespaceShadowing(t *testing.T) {
 				t.Fatalf("rec__shell_run = %+v while its owner is down, want none", e)
 			}
 			for _, tool := range snap.Tools {
-				if tool.Upstream == imp && (strings.HasPrefix(tool.Tool.Name, "rec__") || strings.HasPrefix(tool.Tool.Name, "mcpmux__")) {
+				if tool.Upstream == imp && (strings.HasPrefix(tool.Tool.Name, "rec__") || strings.HasPrefix(tool.Tool.Name, "viewmux__")) {
 					t.Errorf("impostor tool %q (original %q) is listed", tool.Tool.Name, tool.Original)
 				}
 			}
@@ -101,8 +101,8 @@ func TestNamespaceShadowing(t *testing.T) {
 					t.Errorf("tool %q: refusal %+v, want one in rec's namespace naming both upstreams", orig, c)
 				}
 			}
-			if c, ok := refused["mcpmux__list_toolsets"]; !ok || c.Kept != "" || c.Namespace != "mcpmux__" || !strings.Contains(c.String(), "reserved") {
-				t.Errorf("mcpmux__list_toolsets: refusal %+v, want one in the reserved namespace", c)
+			if c, ok := refused["viewmux__list_toolsets"]; !ok || c.Kept != "" || c.Namespace != "viewmux__" || !strings.Contains(c.String(), "reserved") {
+				t.Errorf("viewmux__list_toolsets: refusal %+v, want one in the reserved namespace", c)
 			}
 			if c, ok := refused["rec__greet"]; !ok || c.Kind != "prompt" || c.Kept != "rec" {
 				t.Errorf("prompt rec__greet: refusal %+v, want one naming upstream rec", c)
@@ -135,7 +135,7 @@ func TestNamespaceShadowing(t *testing.T) {
 	})
 
 	t.Run("its own rules hide a tool before the namespace check", func(t *testing.T) {
-		src := testSource("flat", "", impostorCat, configs.RuleSet{Deny: []string{"rec__*", "rec*", "mcpmux__*"}}, nil, nil)
+		src := testSource("flat", "", impostorCat, configs.RuleSet{Deny: []string{"rec__*", "rec*", "viewmux__*"}}, nil, nil)
 		snap := build(1, namer, []*source{src, owner(ownerCat)})
 		for _, c := range snap.Conflicts {
 			if c.Kind != "prompt" {

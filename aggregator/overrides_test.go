@@ -8,10 +8,10 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 
-	"github.com/mcpmux/mcpmux/configs"
-	"github.com/mcpmux/mcpmux/filter"
-	"github.com/mcpmux/mcpmux/internal/jsonrpc"
-	"github.com/mcpmux/mcpmux/upstream"
+	"github.com/viewmux/viewmux/configs"
+	"github.com/viewmux/viewmux/filter"
+	"github.com/viewmux/viewmux/internal/jsonrpc"
+	"github.com/viewmux/viewmux/upstream"
 )
 
 // rawCatalog is a catalog of tools as an upstream listed them: the bytes
@@ -50,7 +50,7 @@ func overrideSource(t *testing.T, rules configs.RuleSet, readOnly []string, tool
 
 // TestOverrideDefinition checks the exposed bytes of an overridden tool:
 // the upstream's, with only the name, title, description, the fixed
-// arguments' members of the schema and mcpmux's _meta changed, in their
+// arguments' members of the schema and viewmux's _meta changed, in their
 // places; and that the catalog it was built from is left as it was.
 func TestOverrideDefinition(t *testing.T) {
 	namer := Namer{Separator: "__", MaxLength: 64}
@@ -68,7 +68,7 @@ func TestOverrideDefinition(t *testing.T) {
 	want := `{"name":"gh__new_issue","description":"Open an issue in acme/web.","inputSchema":{"type":"object",` +
 		`"properties":{"title":{"type":"string","description":"the title"}},` +
 		`"required":["title"],"additionalProperties":false},"annotations":{"destructiveHint":false},"x-extra":{"keep":[1,2.50]},` +
-		`"title":"Open an issue","_meta":{"mcpmux/upstream":"github","mcpmux/original":"create_issue"}}`
+		`"title":"Open an issue","_meta":{"viewmux/upstream":"github","viewmux/original":"create_issue"}}`
 	if string(e.Raw) != want {
 		t.Errorf("exposed bytes:\n got %s\nwant %s", e.Raw, want)
 	}
@@ -84,7 +84,7 @@ func TestOverrideDefinition(t *testing.T) {
 	if len(e.Fixed) != 2 || e.Fixed[0].Key != "owner" || string(e.Fixed[0].Value) != `"acme"` || e.Fixed[1].Key != "repo" {
 		t.Errorf("Fixed = %v", e.Fixed)
 	}
-	if g := snap.Tool("gh__get_issue"); g == nil || string(g.Raw) != `{"name":"gh__get_issue","inputSchema":{"type":"object"},"_meta":{"mcpmux/upstream":"github","mcpmux/original":"get_issue"}}` || g.Fixed != nil {
+	if g := snap.Tool("gh__get_issue"); g == nil || string(g.Raw) != `{"name":"gh__get_issue","inputSchema":{"type":"object"},"_meta":{"viewmux/upstream":"github","viewmux/original":"get_issue"}}` || g.Fixed != nil {
 		t.Errorf("a tool without override: %+v", g)
 	}
 	if string(src.catalog.RawTools[0]) != createIssue || src.catalog.Tools[0].Name != "create_issue" ||
@@ -108,13 +108,13 @@ func TestOverrideSchemaShapes(t *testing.T) {
 	fix := map[string]*configs.Override{"t": {Args: map[string]json.RawMessage{"a": json.RawMessage(`1`)}}}
 	for _, tc := range []struct{ name, tool, want string }{
 		{"no properties", `{"name":"t","inputSchema":{"type":"object"}}`,
-			`{"name":"gh__t","inputSchema":{"type":"object"},"_meta":{"mcpmux/upstream":"github","mcpmux/original":"t"}}`},
+			`{"name":"gh__t","inputSchema":{"type":"object"},"_meta":{"viewmux/upstream":"github","viewmux/original":"t"}}`},
 		{"only the fixed argument", `{"name":"t","inputSchema":{"type":"object","properties":{"a":{}},"required":["a"]}}`,
-			`{"name":"gh__t","inputSchema":{"type":"object","properties":{},"required":[]},"_meta":{"mcpmux/upstream":"github","mcpmux/original":"t"}}`},
+			`{"name":"gh__t","inputSchema":{"type":"object","properties":{},"required":[]},"_meta":{"viewmux/upstream":"github","viewmux/original":"t"}}`},
 		{"required lists another", `{"name":"t","inputSchema":{"required":["b","a"],"properties":{"b":{},"a":{}}}}`,
-			`{"name":"gh__t","inputSchema":{"required":["b"],"properties":{"b":{}}},"_meta":{"mcpmux/upstream":"github","mcpmux/original":"t"}}`},
+			`{"name":"gh__t","inputSchema":{"required":["b"],"properties":{"b":{}}},"_meta":{"viewmux/upstream":"github","viewmux/original":"t"}}`},
 		{"no schema", `{"name":"t"}`,
-			`{"name":"gh__t","_meta":{"mcpmux/upstream":"github","mcpmux/original":"t"}}`},
+			`{"name":"gh__t","_meta":{"viewmux/upstream":"github","viewmux/original":"t"}}`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			snap := build(1, namer, []*source{overrideSource(t, configs.RuleSet{}, nil, nil, fix, tc.tool)})

@@ -11,10 +11,10 @@ import (
 
 	"github.com/hashicorp/go-multierror"
 
-	"github.com/mcpmux/mcpmux/configs"
-	"github.com/mcpmux/mcpmux/internal/onetime"
-	"github.com/mcpmux/mcpmux/upstream"
-	"github.com/mcpmux/mcpmux/upstream/oauth"
+	"github.com/viewmux/viewmux/configs"
+	"github.com/viewmux/viewmux/internal/onetime"
+	"github.com/viewmux/viewmux/upstream"
+	"github.com/viewmux/viewmux/upstream/oauth"
 )
 
 // This file holds the connections of credentials = "per-user" upstreams
@@ -33,7 +33,7 @@ import (
 var ErrNotConnected = errors.New("the caller has not connected its account to this upstream")
 
 // ErrNoIdentity is returned, wrapped in an *UpstreamError, for a call on a
-// per-user upstream that carries no identity (mcpmux has no tokens
+// per-user upstream that carries no identity (viewmux has no tokens
 // configured): whose credentials to use cannot be told, and nobody's are.
 var ErrNoIdentity = errors.New("the call carries no identity")
 
@@ -185,7 +185,7 @@ func (a *Aggregator) openUserConn(k userKey, hash string, src *exchangeSource, s
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return nil, fmt.Errorf("upstream %q: mcpmux is shutting down: %w", name, upstream.ErrDown)
+		return nil, fmt.Errorf("upstream %q: viewmux is shutting down: %w", name, upstream.ErrDown)
 	}
 	uc := s.conns[k]
 	if uc != nil && uc.shared != shared {

@@ -1,9 +1,9 @@
 package aggregator
 
 import (
-	"github.com/mcpmux/mcpmux/configs"
-	"github.com/mcpmux/mcpmux/filter"
-	"github.com/mcpmux/mcpmux/internal/pins"
+	"github.com/viewmux/viewmux/configs"
+	"github.com/viewmux/viewmux/filter"
+	"github.com/viewmux/viewmux/internal/pins"
 )
 
 // This file applies pinned definitions (server.pin, SPEC §5) to the merged
@@ -11,7 +11,7 @@ import (
 // exposed (and overridden), is checked against its pin, and under
 // quarantine a changed or new tool is left out of the snapshot as if the
 // upstream did not list it: no view, call or search can reach it until it
-// is approved (`mcpmux pins approve`).
+// is approved (`viewmux pins approve`).
 
 // quarantined reports whether the pins hide e; src.pins is nil when
 // pinning is off or src is down.
@@ -58,9 +58,9 @@ func (a *Aggregator) logPinEvent(ev pins.Event) {
 	case pins.KindPinned:
 		a.log.Info("pinned tool definitions on first sight", "upstream", ev.Upstream, "tools", ev.Count)
 	case pins.KindChanged, pins.KindNew:
-		msg := "pinned tool definition changed; approve with `mcpmux pins approve`"
+		msg := "pinned tool definition changed; approve with `viewmux pins approve`"
 		if ev.Kind == pins.KindNew {
-			msg = "new tool on an upstream whose tools are pinned; approve with `mcpmux pins approve`"
+			msg = "new tool on an upstream whose tools are pinned; approve with `viewmux pins approve`"
 		}
 		a.log.Warn(msg, "upstream", ev.Upstream, "tool", ev.Exposed, "quarantined", ev.Hidden,
 			"hash", pins.ShortHash(ev.Hash), "pinned", pins.ShortHash(ev.Previous), "diff", ev.Diff)

@@ -3,12 +3,12 @@ package aggregator
 import (
 	"encoding/json"
 
-	"github.com/mcpmux/mcpmux/internal/jsonrpc"
+	"github.com/viewmux/viewmux/internal/jsonrpc"
 )
 
 // This file makes the exposed bytes of a definition (SPEC §7): the
-// upstream's own bytes with only what mcpmux must change spliced in, the
-// exposed name (or rewritten URI), mcpmux's _meta keys, and the original
+// upstream's own bytes with only what viewmux must change spliced in, the
+// exposed name (or rewritten URI), viewmux's _meta keys, and the original
 // name as title where the upstream gave none (SPEC §4). Nothing is decoded
 // and re-encoded, so nothing is added or dropped on the way.
 

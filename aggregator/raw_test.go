@@ -7,14 +7,14 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 
-	"github.com/mcpmux/mcpmux/configs"
-	"github.com/mcpmux/mcpmux/filter"
-	"github.com/mcpmux/mcpmux/upstream"
+	"github.com/viewmux/viewmux/configs"
+	"github.com/viewmux/viewmux/filter"
+	"github.com/viewmux/viewmux/upstream"
 )
 
 // TestExposedBytes checks that the snapshot's definitions, and the
 // listings views encode from them, are the upstream's bytes with only the
-// name and mcpmux's _meta changed: nothing added, not even a title.
+// name and viewmux's _meta changed: nothing added, not even a title.
 func TestExposedBytes(t *testing.T) {
 	rawTools := []string{
 		`{"name":"plain","inputSchema":{"type":"object","oneOf":[{"required":["a"]}],"x-vendor":1.50}}`,
@@ -49,8 +49,8 @@ func TestExposedBytes(t *testing.T) {
 		testSource("zz", "", other, configs.RuleSet{}, nil, nil),
 	})
 	want := map[string]string{
-		"plain":  `{"name":"plain","inputSchema":{"type":"object","oneOf":[{"required":["a"]}],"x-vendor":1.50},"_meta":{"mcpmux/upstream":"gh","mcpmux/original":"plain"}}`,
-		"titled": `{"name":"titled","title":"Titled","annotations":{"readOnlyHint":true},"_meta":{"up/k":[1],"mcpmux/upstream":"gh","mcpmux/original":"titled"},"x-extra":{"a":null}}`,
+		"plain":  `{"name":"plain","inputSchema":{"type":"object","oneOf":[{"required":["a"]}],"x-vendor":1.50},"_meta":{"viewmux/upstream":"gh","viewmux/original":"plain"}}`,
+		"titled": `{"name":"titled","title":"Titled","annotations":{"readOnlyHint":true},"_meta":{"up/k":[1],"viewmux/upstream":"gh","viewmux/original":"titled"},"x-extra":{"a":null}}`,
 	}
 	for name, w := range want {
 		e := snap.Tool(name)
@@ -67,7 +67,7 @@ func TestExposedBytes(t *testing.T) {
 	if got := string(snap.Resources[0].Raw); got != rawResources[0] {
 		t.Errorf("resource: %s", got)
 	}
-	if got := string(snap.Resources[1].Raw); got != `{"uri":"mcpmux-zz+file:///x","name":"x","x-r":"<&>"}` {
+	if got := string(snap.Resources[1].Raw); got != `{"uri":"viewmux-zz+file:///x","name":"x","x-r":"<&>"}` {
 		t.Errorf("rewritten resource: %s", got)
 	}
 	if got := string(snap.Templates[0].Raw); got != rawTemplates[0] {

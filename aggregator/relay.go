@@ -12,14 +12,14 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 
-	"github.com/mcpmux/mcpmux/configs"
-	"github.com/mcpmux/mcpmux/internal/jsonrpc"
-	"github.com/mcpmux/mcpmux/internal/lograte"
-	"github.com/mcpmux/mcpmux/upstream"
+	"github.com/viewmux/viewmux/configs"
+	"github.com/viewmux/viewmux/internal/jsonrpc"
+	"github.com/viewmux/viewmux/internal/lograte"
+	"github.com/viewmux/viewmux/upstream"
 )
 
 // ErrAmbiguousCaller is returned when an upstream sends a request or a
-// notification that belongs to one client session, and mcpmux cannot tell
+// notification that belongs to one client session, and viewmux cannot tell
 // which: never a guess.
 var ErrAmbiguousCaller = errors.New("cannot tell which client session this belongs to")
 
@@ -27,7 +27,7 @@ var ErrAmbiguousCaller = errors.New("cannot tell which client session this belon
 // client for something (sampling, elicitation, roots) it did not declare.
 var ErrClientLacksCapability = errors.New("the calling client did not declare this capability")
 
-// relay tracks the requests mcpmux has in flight on each upstream
+// relay tracks the requests viewmux has in flight on each upstream
 // connection, so that what an upstream sends back (progress, log messages,
 // sampling, elicitation and roots requests) reaches the client that caused
 // it, and no other (SPEC §7).
@@ -118,7 +118,7 @@ const progressGrace = 2 * time.Second
 // and only when they come from the connection u. The returned func
 // forgets the mapping progressGrace later.
 func (r *relay) mintProgress(u *upstream.Upstream, cl Client, original json.RawMessage) (json.RawMessage, func()) {
-	tok := fmt.Sprintf("mcpmux-%d", r.seq.Add(1))
+	tok := fmt.Sprintf("viewmux-%d", r.seq.Add(1))
 	r.mu.Lock()
 	r.progress[tok] = progressRoute{conn: u, client: cl, original: original}
 	r.mu.Unlock()
@@ -189,7 +189,7 @@ func (r *relay) owner(ctx context.Context, l *connLink) (cl Client, sessionWide 
 			}
 		}
 		if first == nil {
-			return nil, false, fmt.Errorf("no call of the client session this connection serves is in flight, and mcpmux relays such requests only during a call: %w", ErrAmbiguousCaller)
+			return nil, false, fmt.Errorf("no call of the client session this connection serves is in flight, and viewmux relays such requests only during a call: %w", ErrAmbiguousCaller)
 		}
 		return first.client, true, nil
 	}
@@ -223,7 +223,7 @@ func (r *relay) unasked(ctx context.Context, l *connLink) bool {
 	return len(r.inflight[l.u]) == 0
 }
 
-// untiedReason explains, to the upstream that sent it and in mcpmux's log,
+// untiedReason explains, to the upstream that sent it and in viewmux's log,
 // why a server→client request on a shared connection was refused, and
 // what to configure.
 func untiedReason(u *upstream.Upstream) string {

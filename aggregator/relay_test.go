@@ -12,9 +12,9 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 
-	"github.com/mcpmux/mcpmux/configs"
-	"github.com/mcpmux/mcpmux/internal/jsonrpc"
-	"github.com/mcpmux/mcpmux/upstream"
+	"github.com/viewmux/viewmux/configs"
+	"github.com/viewmux/viewmux/internal/jsonrpc"
+	"github.com/viewmux/viewmux/upstream"
 )
 
 // testClient is a Client that records what reaches it.
@@ -300,7 +300,7 @@ func TestResourceUpdatedOwnership(t *testing.T) {
 		{"beta", "file:///a", ""},
 		{"gamma", "file:///a", ""},
 		{"alpha", "file:///shared", "file:///shared"},
-		{"beta", "file:///shared", "mcpmux-beta+file:///shared"}, // its rewritten claim
+		{"beta", "file:///shared", "viewmux-beta+file:///shared"}, // its rewritten claim
 		{"beta", "tpl://42", "tpl://42"},
 		{"alpha", "tpl://42", ""},
 		{"gamma", "link://g", "link://g"},
@@ -321,13 +321,13 @@ func TestResourceUpdatedOwnership(t *testing.T) {
 // TestHopMeta: what the upstream hop gets of each member of a client's
 // _meta. A progress token is minted anew; a key only case-folding decoders
 // read as progressToken is dropped, so no client can hand an upstream a
-// token mcpmux did not mint (one that could be another session's); the
+// token viewmux did not mint (one that could be another session's); the
 // client's own hop keys are dropped; anything else passes as sent.
 func TestHopMeta(t *testing.T) {
 	a := New(&configs.Config{}, Options{})
 	u := testLink("u", configs.TransportStdio, "").u
 	cl := &testClient{name: "A", session: "A"}
-	params := json.RawMessage(`{"name":"t","_meta":{"ProgressToken":"mcpmux-p-1","trace":{"x":1},"io.modelcontextprotocol/protocolVersion":"x","progressToken":"mine"}}`)
+	params := json.RawMessage(`{"name":"t","_meta":{"ProgressToken":"viewmux-p-1","trace":{"x":1},"io.modelcontextprotocol/protocolVersion":"x","progressToken":"mine"}}`)
 	var forget func()
 	out, err := jsonrpc.Rewrite(params, map[string]any{"name": "t"}, func(k string, v json.RawMessage) json.RawMessage {
 		v, f := a.hopMeta(u, cl, k, v)
@@ -350,7 +350,7 @@ func TestHopMeta(t *testing.T) {
 		t.Fatal(err)
 	}
 	tok := string(got.Meta["progressToken"])
-	if tok == "" || tok == `"mine"` || tok == `"mcpmux-p-1"` {
+	if tok == "" || tok == `"mine"` || tok == `"viewmux-p-1"` {
 		t.Errorf("progressToken = %s, want a minted one", tok)
 	}
 	if string(got.Meta["trace"]) != `{"x":1}` || len(got.Meta) != 2 || strings.Contains(string(out), "ProgressToken") || strings.Contains(string(out), "io.modelcontextprotocol") {

@@ -5,9 +5,9 @@ import (
 	"reflect"
 	"sync"
 
-	"github.com/mcpmux/mcpmux/configs"
-	"github.com/mcpmux/mcpmux/internal/redact"
-	"github.com/mcpmux/mcpmux/upstream"
+	"github.com/viewmux/viewmux/configs"
+	"github.com/viewmux/viewmux/internal/redact"
+	"github.com/viewmux/viewmux/upstream"
 )
 
 // ReloadResult says what a Reload changed, by upstream name.

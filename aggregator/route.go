@@ -10,11 +10,11 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 
-	"github.com/mcpmux/mcpmux/configs"
-	"github.com/mcpmux/mcpmux/filter"
-	"github.com/mcpmux/mcpmux/internal/jsonrpc"
-	"github.com/mcpmux/mcpmux/upstream"
-	"github.com/mcpmux/mcpmux/upstream/oauth"
+	"github.com/viewmux/viewmux/configs"
+	"github.com/viewmux/viewmux/filter"
+	"github.com/viewmux/viewmux/internal/jsonrpc"
+	"github.com/viewmux/viewmux/upstream"
+	"github.com/viewmux/viewmux/upstream/oauth"
 )
 
 // Client is the downstream client a routed request comes from. The front
@@ -63,7 +63,7 @@ type ResultTaker interface {
 	TakeResult(*ResultStream)
 }
 
-// UpstreamError is mcpmux's own failure to get an answer from an upstream:
+// UpstreamError is viewmux's own failure to get an answer from an upstream:
 // it is down or restarting, or did not answer in time. Its Public text is
 // what a client may see: it names the upstream and what to do, never a URL,
 // an address or a child process's output. Err holds the whole story, for
@@ -79,7 +79,7 @@ type UpstreamError struct {
 	// or 0.
 	TooLarge int64
 	// Login is true when the upstream wants an OAuth login, or a wider
-	// scope than the stored one grants: an operator must run `mcpmux
+	// scope than the stored one grants: an operator must run `viewmux
 	// auth login`; nothing the client does helps.
 	Login bool
 	// Connect, on a per-user upstream, is the link the caller connects
@@ -107,23 +107,23 @@ func (e *UpstreamError) Public() string {
 	case errors.Is(e.Err, oauth.ErrExchangeRefused):
 		return fmt.Sprintf("upstream %s: the identity provider refused to exchange your access token for one this upstream accepts", e.Upstream)
 	case errors.Is(e.Err, oauth.ErrExchange):
-		return fmt.Sprintf("upstream %s: your access token could not be exchanged for one this upstream accepts; see mcpmux's log", e.Upstream)
+		return fmt.Sprintf("upstream %s: your access token could not be exchanged for one this upstream accepts; see viewmux's log", e.Upstream)
 	case e.Connect != "":
 		return fmt.Sprintf("upstream %s acts with each user's own account, and yours is not connected: open %s in a browser to connect it (the link works once, for ten minutes), then retry", e.Upstream, e.Connect)
 	case e.NoOAuth:
 		return fmt.Sprintf("upstream %s acts as each caller by exchanging the caller's OAuth access token, and this call was not made with one (a static token cannot be exchanged): sign in with the identity provider", e.Upstream)
 	case e.Anonymous:
-		return fmt.Sprintf("upstream %s acts with each user's own account, and this call carries no identity: mcpmux must be set up with [[auth.tokens]] or [auth.oauth] to tell its users apart", e.Upstream)
+		return fmt.Sprintf("upstream %s acts with each user's own account, and this call carries no identity: viewmux must be set up with [[auth.tokens]] or [auth.oauth] to tell its users apart", e.Upstream)
 	case e.TooLarge > 0:
 		return fmt.Sprintf("upstream %s answered %s with a result too large: it exceeds max_message_bytes (%d bytes); ask for less, or raise max_message_bytes", e.Upstream, e.Method, e.TooLarge)
 	case e.Timeout > 0:
 		return fmt.Sprintf("upstream %s did not answer %s within its call_timeout (%s); retry, or raise call_timeout", e.Upstream, e.Method, e.Timeout)
 	case e.Login:
-		return fmt.Sprintf("upstream %s needs an OAuth login with more access for %s: an operator must run `mcpmux auth login %s`", e.Upstream, e.Method, e.Upstream)
+		return fmt.Sprintf("upstream %s needs an OAuth login with more access for %s: an operator must run `viewmux auth login %s`", e.Upstream, e.Method, e.Upstream)
 	case e.Temporary:
 		return fmt.Sprintf("upstream %s is restarting or unavailable; retry shortly", e.Upstream)
 	}
-	return fmt.Sprintf("upstream %s failed to answer %s; see mcpmux's log", e.Upstream, e.Method)
+	return fmt.Sprintf("upstream %s failed to answer %s; see viewmux's log", e.Upstream, e.Method)
 }
 
 // upstreamErr classifies an error of upstream.Send. An upstream's own
@@ -173,7 +173,7 @@ func userErrorResult(err error) json.RawMessage {
 	return b
 }
 
-// MaxInputRounds bounds how many times mcpmux answers an upstream's
+// MaxInputRounds bounds how many times viewmux answers an upstream's
 // input_required result for a client that cannot (one before 2026-07-28).
 const MaxInputRounds = 10
 
@@ -305,7 +305,7 @@ func (s *Snapshot) completionRef(params json.RawMessage) (up, target string, ref
 
 // route is the one way a client's request reaches an upstream: params are
 // rewritten (set, plus the hop's _meta), sent with upstream.Send, and an
-// input_required result is answered by mcpmux for a client that cannot.
+// input_required result is answered by viewmux for a client that cannot.
 // top holds the values of the upstream's result members named by the top*
 // indexes, read in the one pass that crosses the result.
 //
@@ -453,7 +453,7 @@ func checkCapability(cl Client, method string) error {
 // connections, whose notifications from the connection u are mapped back
 // to cl; the returned func forgets that mapping (nil when there is none).
 // A key that only case-folding decoders read as progressToken is dropped
-// too: the upstream would take it for a token mcpmux never minted, one
+// too: the upstream would take it for a token viewmux never minted, one
 // that could name another session's.
 func (a *Aggregator) hopMeta(u *upstream.Upstream, cl Client, k string, v json.RawMessage) (json.RawMessage, func()) {
 	switch {
@@ -472,7 +472,7 @@ func (a *Aggregator) hopMeta(u *upstream.Upstream, cl Client, k string, v json.R
 
 // finishResult removes what belongs to the upstream hop from a result
 // (io.modelcontextprotocol/* _meta keys, and a plain "complete" resultType
-// for a legacy client) and, for a 2026-07-28 client, stamps mcpmux's own
+// for a legacy client) and, for a 2026-07-28 client, stamps viewmux's own
 // resultType and serverInfo, and on a cacheable result (resources/read)
 // the caching hints 2026-07-28 requires when the upstream gave none: ttlMs
 // 0 and cacheScope "private", the fail-closed defaults (a shared gateway
@@ -590,8 +590,8 @@ func (a *Aggregator) Subscribe(ctx context.Context, session, who, uri string) er
 	method, params := string(mcp.MethodResourcesSubscribe), map[string]any{"uri": original}
 	if a.perUser(up) != nil {
 		// Updates of one user's resources must reach that user only;
-		// mcpmux does not route them per user yet.
-		return &jsonrpc.Error{Code: mcp.INVALID_PARAMS, Message: fmt.Sprintf("resources/subscribe: upstream %s acts with each user's own account, and mcpmux does not relay its resource updates; read the resource instead", up)}
+		// viewmux does not route them per user yet.
+		return &jsonrpc.Error{Code: mcp.INVALID_PARAMS, Message: fmt.Sprintf("resources/subscribe: upstream %s acts with each user's own account, and viewmux does not relay its resource updates; read the resource instead", up)}
 	}
 	if shared := a.sessionScoped(session, up); shared != nil {
 		u, err := a.sessionConn(ctx, session, who, shared)
@@ -641,7 +641,7 @@ func (a *Aggregator) Unsubscribe(ctx context.Context, session, uri string) error
 	return a.send(ctx, up, method, uri, params)
 }
 
-// send makes a request of mcpmux's own (not on a client's behalf) to up's
+// send makes a request of viewmux's own (not on a client's behalf) to up's
 // shared connection.
 func (a *Aggregator) send(ctx context.Context, up, method, target string, params any) error {
 	u, err := a.upstream(up)
@@ -651,7 +651,7 @@ func (a *Aggregator) send(ctx context.Context, up, method, target string, params
 	return a.sendOn(ctx, u, method, target, params)
 }
 
-// sendOn makes a request of mcpmux's own on the connection u.
+// sendOn makes a request of viewmux's own on the connection u.
 func (a *Aggregator) sendOn(ctx context.Context, u *upstream.Upstream, method, target string, params any) error {
 	b, err := json.Marshal(params)
 	if err != nil {

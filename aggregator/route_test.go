@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/mcpmux/mcpmux/upstream"
+	"github.com/viewmux/viewmux/upstream"
 )
 
 // TestUpstreamErrTooLarge: a result over max_message_bytes is told as such,
@@ -36,7 +36,7 @@ func TestUpstreamErrLogin(t *testing.T) {
 		if !errors.As(err, &ue) || !ue.Login || ue.Temporary {
 			t.Fatalf("err = %#v", err)
 		}
-		if pub := ue.Public(); !strings.Contains(pub, "mcpmux auth login linear") || strings.Contains(pub, "https://") {
+		if pub := ue.Public(); !strings.Contains(pub, "viewmux auth login linear") || strings.Contains(pub, "https://") {
 			t.Errorf("public text %q", pub)
 		}
 	}

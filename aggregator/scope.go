@@ -9,14 +9,14 @@ import (
 
 	"github.com/hashicorp/go-multierror"
 
-	"github.com/mcpmux/mcpmux/configs"
-	"github.com/mcpmux/mcpmux/upstream"
+	"github.com/viewmux/viewmux/configs"
+	"github.com/viewmux/viewmux/upstream"
 )
 
 // This file holds the connections of scope = "session" upstreams (SPEC
 // §8): one per client session and upstream (one child process for stdio),
 // opened on the session's first request to that upstream and closed when
-// the session ends or mcpmux shuts down. The catalog still comes from the
+// the session ends or viewmux shuts down. The catalog still comes from the
 // upstream's shared connection, and a request outside any session (a
 // 2026-07-28 stateless one) uses that. Because every call on a session's
 // connection is that session's, a server→client request arriving on it
@@ -48,7 +48,7 @@ type sessionConns struct {
 	conns  map[string]map[string]*sessionConn // session → upstream name → its connection
 	ended  map[string]struct{}                // sessions that ended recently
 	order  []endedSession                     // the same, oldest first
-	closed bool                               // mcpmux is shutting down: no new connection
+	closed bool                               // viewmux is shutting down: no new connection
 	seen   *upstreamSet                       // the upstreams retire last checked against
 	errs   *multierror.Error                  // of closes, reported by close
 	byWho  map[string]int                     // open connections by sessionConn.who; no zero entries
@@ -126,7 +126,7 @@ func (a *Aggregator) sessionConn(ctx context.Context, session, who string, share
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		return nil, fmt.Errorf("upstream %q: mcpmux is shutting down: %w", name, upstream.ErrDown)
+		return nil, fmt.Errorf("upstream %q: viewmux is shutting down: %w", name, upstream.ErrDown)
 	}
 	if _, gone := s.ended[session]; gone {
 		s.mu.Unlock()

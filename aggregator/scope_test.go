@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mcpmux/mcpmux/configs"
-	"github.com/mcpmux/mcpmux/upstream"
+	"github.com/viewmux/viewmux/configs"
+	"github.com/viewmux/viewmux/upstream"
 )
 
 // scopeConfig is one stdio upstream of the given scope whose command does

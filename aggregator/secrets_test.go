@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/mcpmux/mcpmux/configs"
-	"github.com/mcpmux/mcpmux/internal/redact"
+	"github.com/viewmux/viewmux/configs"
+	"github.com/viewmux/viewmux/internal/redact"
 )
 
 // TestRedactEverySecret: Redact masks one set of every configured secret

@@ -9,18 +9,18 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 
-	"github.com/mcpmux/mcpmux/configs"
-	"github.com/mcpmux/mcpmux/filter"
-	"github.com/mcpmux/mcpmux/internal/glob"
-	"github.com/mcpmux/mcpmux/internal/jsonrpc"
-	"github.com/mcpmux/mcpmux/internal/pins"
-	"github.com/mcpmux/mcpmux/upstream"
+	"github.com/viewmux/viewmux/configs"
+	"github.com/viewmux/viewmux/filter"
+	"github.com/viewmux/viewmux/internal/glob"
+	"github.com/viewmux/viewmux/internal/jsonrpc"
+	"github.com/viewmux/viewmux/internal/pins"
+	"github.com/viewmux/viewmux/upstream"
 )
 
 // Keys under which an exposed tool's _meta records where it came from.
 const (
-	MetaUpstream = "mcpmux/upstream"
-	MetaOriginal = "mcpmux/original"
+	MetaUpstream = "viewmux/upstream"
+	MetaOriginal = "viewmux/original"
 )
 
 // Snapshot is one immutable version of the merged catalog. Every field is
@@ -92,14 +92,14 @@ type UpstreamStatus struct {
 type Conflict struct {
 	Name            string
 	Kind            string // "tool" or "prompt"; "" = "tool"
-	Kept, Dropped   string // upstream names; Kept is "" for mcpmux's reserved namespace
+	Kept, Dropped   string // upstream names; Kept is "" for viewmux's reserved namespace
 	KeptOriginal    string // "" for a namespace refusal
 	DroppedOriginal string
 	// KeptRenamed and DroppedRenamed say that the tool has its name from
 	// an override ([upstreams.U.overrides.TOOL] name), not its upstream.
 	KeptRenamed, DroppedRenamed bool
 	// Namespace is set when the unprefixed upstream Dropped was refused
-	// a name inside "<prefix><separator>" of upstream Kept (or of mcpmux
+	// a name inside "<prefix><separator>" of upstream Kept (or of viewmux
 	// itself), whether or not Kept is up or has such a tool: a prefix's
 	// names belong to its upstream (SPEC §4).
 	Namespace string
@@ -112,7 +112,7 @@ func (c Conflict) String() string {
 	}
 	switch {
 	case c.Namespace != "" && c.Kept == "":
-		return fmt.Sprintf("%s %q of unprefixed upstream %q is in the namespace %q, which is reserved for mcpmux's own tools; it is left out",
+		return fmt.Sprintf("%s %q of unprefixed upstream %q is in the namespace %q, which is reserved for viewmux's own tools; it is left out",
 			kind, c.Name, c.Dropped, c.Namespace)
 	case c.Namespace != "":
 		return fmt.Sprintf("%s %q of unprefixed upstream %q is in the namespace %q of upstream %q; it is left out (give upstream %q a prefix, or deny its %s %q)",

@@ -5,8 +5,8 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 
-	"github.com/mcpmux/mcpmux/configs"
-	"github.com/mcpmux/mcpmux/upstream"
+	"github.com/viewmux/viewmux/configs"
+	"github.com/viewmux/viewmux/upstream"
 )
 
 func testSource(name, prefix string, cat *upstream.Catalog, rules configs.RuleSet, readOnly []string, toolsets map[string][]string) *source {
@@ -76,10 +76,10 @@ func TestBuildSnapshot(t *testing.T) {
 		}
 	})
 	t.Run("contested URI rewritten reversibly", func(t *testing.T) {
-		if len(snap.Rewrites) != 1 || snap.Rewrites[0].Exposed != "mcpmux-b+file:///x" {
+		if len(snap.Rewrites) != 1 || snap.Rewrites[0].Exposed != "viewmux-b+file:///x" {
 			t.Fatalf("Rewrites = %+v", snap.Rewrites)
 		}
-		up, orig, ok := snap.RouteURI("mcpmux-b+file:///x", nil)
+		up, orig, ok := snap.RouteURI("viewmux-b+file:///x", nil)
 		if !ok || up != "b" || orig != "file:///x" {
 			t.Fatalf("RouteURI(rewritten) = %q %q %v", up, orig, ok)
 		}

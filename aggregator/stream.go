@@ -9,8 +9,8 @@ import (
 	"io"
 	"sync"
 
-	"github.com/mcpmux/mcpmux/internal/jsonrpc"
-	"github.com/mcpmux/mcpmux/upstream"
+	"github.com/viewmux/viewmux/internal/jsonrpc"
+	"github.com/viewmux/viewmux/upstream"
 )
 
 // A large result (upstream.StreamThreshold) of a client before 2026-07-28
@@ -23,10 +23,10 @@ import (
 // passes as bytes.
 
 // errInputRequiredStreamed is the error of a streamed result that turns
-// out to be input_required, which mcpmux must answer for a client before
+// out to be input_required, which viewmux must answer for a client before
 // 2026-07-28 and so must hold whole: such results are small, and one past
 // upstream.StreamThreshold is refused.
-var errInputRequiredStreamed = errors.New("an input_required result larger than mcpmux holds whole")
+var errInputRequiredStreamed = errors.New("an input_required result larger than viewmux holds whole")
 
 // maxHeldMember bounds an envelope member (_meta, resultType, isError) or
 // a key held while a result streams; a larger one fails the result.

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/mcpmux/mcpmux/internal/jsonrpc"
+	"github.com/viewmux/viewmux/internal/jsonrpc"
 )
 
 // streamResults are results as upstreams write them, and as they might:

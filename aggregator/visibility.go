@@ -5,7 +5,7 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 
-	"github.com/mcpmux/mcpmux/filter"
+	"github.com/viewmux/viewmux/filter"
 )
 
 // buildCatalog gives s the filter.Catalog its views filter prompts,

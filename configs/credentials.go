@@ -20,7 +20,7 @@ func (v *validator) credentials(p keyPath, r *rawUpstream, u *Upstream) string {
 		return c
 	case CredentialsPerUser, CredentialsExchange:
 	default:
-		v.errorf(k, "credentials %q: want %q (one login for the gateway), %q (each caller logs in to the upstream through mcpmux) or %q (the caller's OAuth token exchanged for the upstream's, RFC 8693)",
+		v.errorf(k, "credentials %q: want %q (one login for the gateway), %q (each caller logs in to the upstream through viewmux) or %q (the caller's OAuth token exchanged for the upstream's, RFC 8693)",
 			c, CredentialsShared, CredentialsPerUser, CredentialsExchange)
 		return CredentialsShared
 	}
@@ -46,7 +46,7 @@ func (v *validator) credentials(p keyPath, r *rawUpstream, u *Upstream) string {
 
 // credentialsNeeds checks what u's credentials need of the rest of cfg:
 // "exchange" an [auth.oauth] whose tokens it exchanges, "per-user" a URL
-// users reach mcpmux at (PublicBase) for its connect links and callback.
+// users reach viewmux at (PublicBase) for its connect links and callback.
 func (v *validator) credentialsNeeds(u *Upstream, cfg *Config) {
 	k := keyPath{"upstreams", u.Name, "credentials"}
 	switch u.Credentials {
@@ -55,16 +55,16 @@ func (v *validator) credentialsNeeds(u *Upstream, cfg *Config) {
 			v.errorf(k, "credentials \"exchange\" trades the caller's OAuth access token for the upstream's: it needs [auth.oauth], whose tokens callers bring")
 		}
 		if u.OAuth != nil && u.OAuth.ClientID == "" {
-			v.errorf(k, "credentials \"exchange\" needs the client mcpmux is at [auth.oauth]'s identity provider, which exchanges tokens only for a known client: set client_id (and client_secret) in [upstreams.%s.oauth]", u.Name)
+			v.errorf(k, "credentials \"exchange\" needs the client viewmux is at [auth.oauth]'s identity provider, which exchanges tokens only for a known client: set client_id (and client_secret) in [upstreams.%s.oauth]", u.Name)
 		}
 	case CredentialsPerUser:
 		if _, ok := cfg.PublicBase(); !ok {
-			v.errorf(k, "credentials \"per-user\" sends users to mcpmux's /oauth/connect and the authorization server back to /oauth/callback: set server.public_url to the URL users reach mcpmux at (server.listen %q names no host)", cfg.Server.Listen)
+			v.errorf(k, "credentials \"per-user\" sends users to viewmux's /oauth/connect and the authorization server back to /oauth/callback: set server.public_url to the URL users reach viewmux at (server.listen %q names no host)", cfg.Server.Listen)
 		}
 	}
 }
 
-// PublicBase returns the URL users reach mcpmux at, without a trailing
+// PublicBase returns the URL users reach viewmux at, without a trailing
 // slash: server.public_url, else the origin of [auth.oauth]'s audience,
 // else "http://" and server.listen when that names a host. ok is false
 // when none does.
@@ -90,7 +90,7 @@ func checkPublicURL(s string) string {
 	case err != nil || !u.IsAbs() || u.Host == "":
 		return "public_url " + quote(s) + " is not an absolute URL (e.g. https://mcp.example.com)"
 	case u.Path != "" && u.Path != "/", u.RawQuery != "", u.Fragment != "", strings.Contains(s, "#"), u.User != nil:
-		return "public_url " + quote(s) + " must be only a scheme, host and port: mcpmux's paths (/oauth/connect, /oauth/callback) are added to it"
+		return "public_url " + quote(s) + " must be only a scheme, host and port: viewmux's paths (/oauth/connect, /oauth/callback) are added to it"
 	case u.Scheme == "https":
 	case u.Scheme == "http" && loopbackHost(u.Hostname()):
 	case u.Scheme == "http":

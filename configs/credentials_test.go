@@ -48,8 +48,8 @@ func TestUpstreamCredentialsKey(t *testing.T) {
 		{"session scope", head + "scope = \"session\"\ncredentials = \"per-user\"\n", `test.toml:5: upstreams.gh.credentials: credentials "per-user" gives each caller a connection of their own already`},
 		{"required", head + "required = true\ncredentials = \"per-user\"\n", `test.toml:5: upstreams.gh.credentials: credentials "per-user" gives each caller a connection of their own, which no start can wait for`},
 		{"exchange without auth.oauth", head + "credentials = \"exchange\"\n", `test.toml:4: upstreams.gh.credentials: credentials "exchange" trades the caller's OAuth access token`},
-		{"exchange without client_id", head + "credentials = \"exchange\"\n" + oauth, `test.toml:4: upstreams.gh.credentials: credentials "exchange" needs the client mcpmux is at`},
-		{"per-user without a public URL", "[server]\nlisten = \"0.0.0.0:8931\"\n" + head + "credentials = \"per-user\"\n", `test.toml:6: upstreams.gh.credentials: credentials "per-user" sends users to mcpmux's /oauth/connect`},
+		{"exchange without client_id", head + "credentials = \"exchange\"\n" + oauth, `test.toml:4: upstreams.gh.credentials: credentials "exchange" needs the client viewmux is at`},
+		{"per-user without a public URL", "[server]\nlisten = \"0.0.0.0:8931\"\n" + head + "credentials = \"per-user\"\n", `test.toml:6: upstreams.gh.credentials: credentials "per-user" sends users to viewmux's /oauth/connect`},
 		{"public_url with a path", "[server]\npublic_url = \"https://mux.example.com/mcp\"\n", `test.toml:2: server.public_url: public_url "https://mux.example.com/mcp" must be only a scheme, host and port`},
 		{"public_url http", "[server]\npublic_url = \"http://mux.example.com\"\n", `test.toml:2: server.public_url: public_url "http://mux.example.com" uses http on a host that is not loopback`},
 	} {

@@ -37,28 +37,28 @@ func yamlBlock(t *testing.T, yaml, key string) string {
 // and is the config the Kubernetes manifest's ConfigMap carries.
 func TestDeployExample(t *testing.T) {
 	dir := filepath.Join("examples", "deploy")
-	toml, err := os.ReadFile(filepath.Join(dir, "mcpmux.toml"))
+	toml, err := os.ReadFile(filepath.Join(dir, "viewmux.toml"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := Parse("mcpmux.toml", toml, env(map[string]string{"MCPMUX_REPLICA_ID": "mcpmux-1", "MCPMUX_TOKEN": "x"}))
+	cfg, err := Parse("viewmux.toml", toml, env(map[string]string{"VIEWMUX_REPLICA_ID": "viewmux-1", "VIEWMUX_TOKEN": "x"}))
 	if err != nil {
-		t.Fatalf("deploy/mcpmux.toml does not parse:\n%v", err)
+		t.Fatalf("deploy/viewmux.toml does not parse:\n%v", err)
 	}
-	if cfg.Server.ReplicaID != "mcpmux-1" {
-		t.Errorf("replica_id = %q, want the pod name mcpmux-1", cfg.Server.ReplicaID)
+	if cfg.Server.ReplicaID != "viewmux-1" {
+		t.Errorf("replica_id = %q, want the pod name viewmux-1", cfg.Server.ReplicaID)
 	}
-	if _, err := Parse("mcpmux.toml", toml, env(map[string]string{"MCPMUX_REPLICA_ID": "Mcpmux_1", "MCPMUX_TOKEN": "x"})); err == nil || !strings.Contains(err.Error(), "mcpmux.toml:13: server.replica_id") {
-		t.Errorf("a pod name that is no replica_id: %v, want the error at mcpmux.toml:13", err)
+	if _, err := Parse("viewmux.toml", toml, env(map[string]string{"VIEWMUX_REPLICA_ID": "Viewmux_1", "VIEWMUX_TOKEN": "x"})); err == nil || !strings.Contains(err.Error(), "viewmux.toml:13: server.replica_id") {
+		t.Errorf("a pod name that is no replica_id: %v, want the error at viewmux.toml:13", err)
 	}
 	manifest, err := os.ReadFile(filepath.Join(dir, "k8s.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := yamlBlock(t, string(manifest), "mcpmux.toml"); got != string(toml) {
-		t.Errorf("the ConfigMap in k8s.yaml is not deploy/mcpmux.toml:\n%s", got)
+	if got := yamlBlock(t, string(manifest), "viewmux.toml"); got != string(toml) {
+		t.Errorf("the ConfigMap in k8s.yaml is not deploy/viewmux.toml:\n%s", got)
 	}
-	for _, want := range []string{"path: /readyz", "path: /healthz", "fieldPath: metadata.name", "clusterIP: None", "serviceName: mcpmux-replicas"} {
+	for _, want := range []string{"path: /readyz", "path: /healthz", "fieldPath: metadata.name", "clusterIP: None", "serviceName: viewmux-replicas"} {
 		if !strings.Contains(string(manifest), want) {
 			t.Errorf("k8s.yaml has no %q", want)
 		}

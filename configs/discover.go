@@ -13,14 +13,14 @@ import (
 // name its errors carry.
 const QuickstartSource = "embedded quickstart"
 
-// quickstart is the config `mcpmux init` writes and `mcpmux serve` uses when
+// quickstart is the config `viewmux init` writes and `viewmux serve` uses when
 // no config file exists.
 //
 //go:embed quickstart.toml
 var quickstart []byte
 
 // Quickstart returns the embedded quickstart config. It refers to the running
-// binary as ${MCPMUX_SELF}: the caller must set that variable (for example to
+// binary as ${VIEWMUX_SELF}: the caller must set that variable (for example to
 // os.Executable()) in the lookupEnv it passes to Parse. The returned slice is
 // a new copy owned by the caller.
 func Quickstart() []byte {
@@ -28,11 +28,11 @@ func Quickstart() []byte {
 }
 
 // Discover finds the config file, in this order: flagPath (from --config),
-// $MCPMUX_CONFIG, ./mcpmux.toml, $XDG_CONFIG_HOME/mcpmux/config.toml (with
+// $VIEWMUX_CONFIG, ./viewmux.toml, $XDG_CONFIG_HOME/viewmux/config.toml (with
 // XDG_CONFIG_HOME defaulting to $HOME/.config). It returns "" and no error
 // when none exists: the caller then uses Quickstart. A path given by the flag
-// or $MCPMUX_CONFIG must exist. The path is returned as found (the working
-// directory's file as "mcpmux.toml"). getenv is usually os.Getenv; nil means
+// or $VIEWMUX_CONFIG must exist. The path is returned as found (the working
+// directory's file as "viewmux.toml"). getenv is usually os.Getenv; nil means
 // an empty environment. Discover only stats files; it is safe for concurrent
 // use.
 func Discover(flagPath string, getenv func(string) string) (string, error) {
@@ -41,7 +41,7 @@ func Discover(flagPath string, getenv func(string) string) (string, error) {
 	}
 	for _, named := range []struct{ path, from string }{
 		{flagPath, "--config"},
-		{getenv("MCPMUX_CONFIG"), "$MCPMUX_CONFIG"},
+		{getenv("VIEWMUX_CONFIG"), "$VIEWMUX_CONFIG"},
 	} {
 		if named.path == "" {
 			continue
@@ -56,7 +56,7 @@ func Discover(flagPath string, getenv func(string) string) (string, error) {
 		return named.path, nil
 	}
 
-	candidates := []string{"mcpmux.toml"}
+	candidates := []string{"viewmux.toml"}
 	xdg := getenv("XDG_CONFIG_HOME")
 	if !filepath.IsAbs(xdg) { // the XDG spec says to ignore a relative value
 		xdg = ""
@@ -65,7 +65,7 @@ func Discover(flagPath string, getenv func(string) string) (string, error) {
 		}
 	}
 	if xdg != "" {
-		candidates = append(candidates, filepath.Join(xdg, "mcpmux", "config.toml"))
+		candidates = append(candidates, filepath.Join(xdg, "viewmux", "config.toml"))
 	}
 	for _, path := range candidates {
 		ok, err := isFile(path)

@@ -30,25 +30,25 @@ func TestDiscover(t *testing.T) {
 	}{
 		{"nothing", nil, "", nil, "", ""},
 		{"flag wins over everything",
-			[]string{"flag.toml", "env.toml", "cwd/mcpmux.toml", "xdg/mcpmux/config.toml"},
-			"flag.toml", map[string]string{"MCPMUX_CONFIG": "env.toml", "XDG_CONFIG_HOME": "xdg"}, "flag.toml", ""},
+			[]string{"flag.toml", "env.toml", "cwd/viewmux.toml", "xdg/viewmux/config.toml"},
+			"flag.toml", map[string]string{"VIEWMUX_CONFIG": "env.toml", "XDG_CONFIG_HOME": "xdg"}, "flag.toml", ""},
 		{"env over cwd",
-			[]string{"env.toml", "cwd/mcpmux.toml"},
-			"", map[string]string{"MCPMUX_CONFIG": "env.toml"}, "env.toml", ""},
+			[]string{"env.toml", "cwd/viewmux.toml"},
+			"", map[string]string{"VIEWMUX_CONFIG": "env.toml"}, "env.toml", ""},
 		{"cwd over xdg",
-			[]string{"cwd/mcpmux.toml", "xdg/mcpmux/config.toml"},
-			"", map[string]string{"XDG_CONFIG_HOME": "xdg"}, "mcpmux.toml", ""},
+			[]string{"cwd/viewmux.toml", "xdg/viewmux/config.toml"},
+			"", map[string]string{"XDG_CONFIG_HOME": "xdg"}, "viewmux.toml", ""},
 		{"xdg",
-			[]string{"xdg/mcpmux/config.toml", "home/.config/mcpmux/config.toml"},
-			"", map[string]string{"XDG_CONFIG_HOME": "xdg", "HOME": "home"}, "xdg/mcpmux/config.toml", ""},
+			[]string{"xdg/viewmux/config.toml", "home/.config/viewmux/config.toml"},
+			"", map[string]string{"XDG_CONFIG_HOME": "xdg", "HOME": "home"}, "xdg/viewmux/config.toml", ""},
 		{"home when xdg is unset",
-			[]string{"home/.config/mcpmux/config.toml"},
-			"", map[string]string{"HOME": "home"}, "home/.config/mcpmux/config.toml", ""},
+			[]string{"home/.config/viewmux/config.toml"},
+			"", map[string]string{"HOME": "home"}, "home/.config/viewmux/config.toml", ""},
 		{"xdg set but empty of config does not fall back to home",
-			[]string{"home/.config/mcpmux/config.toml"},
+			[]string{"home/.config/viewmux/config.toml"},
 			"", map[string]string{"XDG_CONFIG_HOME": "xdg", "HOME": "home"}, "", ""},
 		{"missing flag path", nil, "nope.toml", nil, "", "(from --config)"},
-		{"missing env path", []string{"cwd/mcpmux.toml"}, "", map[string]string{"MCPMUX_CONFIG": "nope.toml"}, "", "(from $MCPMUX_CONFIG)"},
+		{"missing env path", []string{"cwd/viewmux.toml"}, "", map[string]string{"VIEWMUX_CONFIG": "nope.toml"}, "", "(from $VIEWMUX_CONFIG)"},
 		{"flag path is a directory", []string{"dir/x"}, "dir", nil, "", "is a directory"},
 	}
 	for _, tt := range tests {
@@ -79,8 +79,8 @@ func TestDiscover(t *testing.T) {
 				t.Fatalf("Discover: %v", err)
 			}
 			want := abs(tt.want)
-			if tt.want == "mcpmux.toml" {
-				want = "mcpmux.toml" // relative to the working directory
+			if tt.want == "viewmux.toml" {
+				want = "viewmux.toml" // relative to the working directory
 			}
 			if got != want {
 				t.Errorf("Discover() = %q, want %q", got, want)
@@ -99,10 +99,10 @@ func TestDiscoverMissingFlagIsNotExist(t *testing.T) {
 func TestDiscoverIgnoresRelativeXDG(t *testing.T) {
 	root := t.TempDir()
 	t.Chdir(root)
-	if err := os.MkdirAll(filepath.Join(root, "rel", "mcpmux"), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Join(root, "rel", "viewmux"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(root, "rel", "mcpmux", "config.toml"), nil, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(root, "rel", "viewmux", "config.toml"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	got, err := Discover("", func(k string) string { return map[string]string{"XDG_CONFIG_HOME": "rel"}[k] })
@@ -112,12 +112,12 @@ func TestDiscoverIgnoresRelativeXDG(t *testing.T) {
 }
 
 func TestLoad(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "mcpmux.toml")
-	if err := os.WriteFile(path, []byte("[upstreams.a]\ncommand = \"x\"\n[upstreams.a.env]\nHOME = \"${HOME}\"\nBAD = \"${MCPMUX_TEST_UNSET_VARIABLE}\"\n"), 0o644); err != nil {
+	path := filepath.Join(t.TempDir(), "viewmux.toml")
+	if err := os.WriteFile(path, []byte("[upstreams.a]\ncommand = \"x\"\n[upstreams.a.env]\nHOME = \"${HOME}\"\nBAD = \"${VIEWMUX_TEST_UNSET_VARIABLE}\"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	_, err := Load(path)
-	if err == nil || !strings.Contains(err.Error(), path+":5: upstreams.a.env.BAD: environment variable MCPMUX_TEST_UNSET_VARIABLE") {
+	if err == nil || !strings.Contains(err.Error(), path+":5: upstreams.a.env.BAD: environment variable VIEWMUX_TEST_UNSET_VARIABLE") {
 		t.Errorf("Load error = %v", err)
 	}
 	if _, err := Load(path + ".missing"); !errors.Is(err, fs.ErrNotExist) {
@@ -126,8 +126,8 @@ func TestLoad(t *testing.T) {
 }
 
 func TestQuickstart(t *testing.T) {
-	self := "/usr/local/bin/mcpmux"
-	cfg, err := Parse(QuickstartSource, Quickstart(), env(map[string]string{"MCPMUX_SELF": self}))
+	self := "/usr/local/bin/viewmux"
+	cfg, err := Parse(QuickstartSource, Quickstart(), env(map[string]string{"VIEWMUX_SELF": self}))
 	if err != nil {
 		t.Fatalf("quickstart does not parse:\n%v", err)
 	}
@@ -149,10 +149,10 @@ func TestQuickstart(t *testing.T) {
 		t.Errorf("profiles = %+v, default %q", cfg.Profiles, cfg.Server.DefaultProfile)
 	}
 
-	// Without MCPMUX_SELF the quickstart names what is missing.
+	// Without VIEWMUX_SELF the quickstart names what is missing.
 	_, err = Parse(QuickstartSource, Quickstart(), nil)
-	if err == nil || !strings.Contains(err.Error(), "embedded quickstart:") || !strings.Contains(err.Error(), "MCPMUX_SELF") {
-		t.Errorf("Parse without MCPMUX_SELF: %v", err)
+	if err == nil || !strings.Contains(err.Error(), "embedded quickstart:") || !strings.Contains(err.Error(), "VIEWMUX_SELF") {
+		t.Errorf("Parse without VIEWMUX_SELF: %v", err)
 	}
 
 	// Quickstart returns a copy.

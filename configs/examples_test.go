@@ -15,9 +15,9 @@ var exampleEnv = map[string]string{
 	"CI_TOKEN":     "ci-example-token",
 	"DOCS_TOKEN":   "docs-example-token",
 	"TICKETS_KEY":  "tickets-example-key",
-	// deploy/mcpmux.toml
-	"MCPMUX_REPLICA_ID": "mcpmux-0",
-	"MCPMUX_TOKEN":      "fleet-example-token",
+	// deploy/viewmux.toml
+	"VIEWMUX_REPLICA_ID": "viewmux-0",
+	"VIEWMUX_TOKEN":      "fleet-example-token",
 }
 
 func TestExamples(t *testing.T) {

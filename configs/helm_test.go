@@ -11,7 +11,7 @@ import (
 )
 
 // chartDir is the Helm chart, from this package's directory.
-var chartDir = filepath.Join("..", "deploy", "helm", "mcpmux")
+var chartDir = filepath.Join("..", "deploy", "helm", "viewmux")
 
 // requireHelm returns the helm binary ($HELM, else helm on PATH). Without
 // it the chart tests skip, unless CI=true, where they fail (.ci/run
@@ -67,9 +67,9 @@ type chartError struct {
 
 func (e *chartError) Error() string { return e.err.Error() + ": " + e.stderr }
 
-// TestHelmChart renders deploy/helm/mcpmux with helm, checks every object
-// against the Kubernetes API types, loads the mcpmux config it carries, and
-// checks that with release and namespace "mcpmux" it renders what
+// TestHelmChart renders deploy/helm/viewmux with helm, checks every object
+// against the Kubernetes API types, loads the viewmux config it carries, and
+// checks that with release and namespace "viewmux" it renders what
 // configs/examples/deploy/k8s.yaml holds: the same config, router and image.
 func TestHelmChart(t *testing.T) {
 	helm := requireHelm(t)
@@ -93,11 +93,11 @@ func TestHelmChart(t *testing.T) {
 
 	// The config it mounts loads, with the replica id a pod of this
 	// release gets.
-	toml, err := os.ReadFile(filepath.Join(dir, "mx-config", "mcpmux.toml"))
+	toml, err := os.ReadFile(filepath.Join(dir, "mx-config", "viewmux.toml"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := Parse("mx-config/mcpmux.toml", toml, env(map[string]string{"MCPMUX_REPLICA_ID": "mx-1", "MCPMUX_TOKEN": "x"}))
+	cfg, err := Parse("mx-config/viewmux.toml", toml, env(map[string]string{"VIEWMUX_REPLICA_ID": "mx-1", "VIEWMUX_TOKEN": "x"}))
 	if err != nil {
 		t.Fatalf("the chart's config does not load:\n%v", err)
 	}
@@ -115,16 +115,16 @@ func TestHelmChart(t *testing.T) {
 	}
 
 	// The chart's default config is the fleet example, byte for byte.
-	example, err := os.ReadFile(filepath.Join("examples", "deploy", "mcpmux.toml"))
+	example, err := os.ReadFile(filepath.Join("examples", "deploy", "viewmux.toml"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if files, _ := os.ReadFile(filepath.Join(chartDir, "files", "mcpmux.toml")); !bytes.Equal(files, example) {
-		t.Error("deploy/helm/mcpmux/files/mcpmux.toml is not configs/examples/deploy/mcpmux.toml; copy it")
+	if files, _ := os.ReadFile(filepath.Join(chartDir, "files", "viewmux.toml")); !bytes.Equal(files, example) {
+		t.Error("deploy/helm/viewmux/files/viewmux.toml is not configs/examples/deploy/viewmux.toml; copy it")
 	}
 
 	// Named like k8s.yaml, the chart renders k8s.yaml's router and image.
-	same, err := helmTemplate(t, helm, "mcpmux", "mcpmux")
+	same, err := helmTemplate(t, helm, "viewmux", "viewmux")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,9 +136,9 @@ func TestHelmChart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, _ := os.ReadFile(filepath.Join(dir2, "mcpmux-router", "nginx.conf"))
+	got, _ := os.ReadFile(filepath.Join(dir2, "viewmux-router", "nginx.conf"))
 	if want := yamlBlock(t, string(manifest), "nginx.conf"); string(got) != want {
-		t.Errorf("the chart's router for release mcpmux differs from k8s.yaml's:\n%s", got)
+		t.Errorf("the chart's router for release viewmux differs from k8s.yaml's:\n%s", got)
 	}
 	imageRE := regexp.MustCompile(`(?m)^\s+image: "?([^":\s]+)`)
 	k8sImage := imageRE.FindStringSubmatch(string(manifest))

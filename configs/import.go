@@ -15,7 +15,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/mcpmux/mcpmux/internal/termsafe"
+	"github.com/viewmux/viewmux/internal/termsafe"
 )
 
 // ImportFile is one client config file given to ImportFiles.
@@ -144,7 +144,7 @@ func (r *ImportResult) Lost() int {
 	return n
 }
 
-// ImportFiles converts MCP client config files to one mcpmux TOML config:
+// ImportFiles converts MCP client config files to one viewmux TOML config:
 // Claude Desktop, Claude Code (.mcp.json and ~/.claude.json with its
 // per-project servers), Cursor, VS Code (mcp.json, or settings.json's
 // "mcp"; JSONC), Windsurf, TBXark mcp-proxy and mcp-hub. Each server becomes
@@ -188,7 +188,7 @@ type importedServer struct {
 }
 
 // importedToken is one TBXark auth token and the upstreams it opens:
-// either its hash, or the variable mcpmux reads it from.
+// either its hash, or the variable viewmux reads it from.
 type importedToken struct {
 	sha256    string
 	envVar    string // written as token = "${envVar}"; sha256 is then ""
@@ -324,7 +324,7 @@ func (im *importer) detect(fc *fileCtx, root map[string]json.RawMessage) ([]serv
 		var groups []serverGroup
 		if hasServers {
 			// A user-wide server the user turned off in some projects is
-			// still on in the others, and mcpmux has no projects.
+			// still on in the others, and viewmux has no projects.
 			offIn := map[string][]string{} // server → projects, sorted
 			for _, path := range paths {
 				for _, key := range projects[path].DisabledMcpServers {
@@ -333,7 +333,7 @@ func (im *importer) detect(fc *fileCtx, root map[string]json.RawMessage) ([]serv
 			}
 			groups = append(groups, serverGroup{raw: servers, where: `"mcpServers"`, gate: func(key string) serverGate {
 				if in := offIn[key]; len(in) > 0 {
-					return serverGate{note: fmt.Sprintf("is disabled in Claude Code for project %s (disabledMcpServers), but imported active: mcpmux has no per-project servers", strings.Join(in, ", ")), lost: true}
+					return serverGate{note: fmt.Sprintf("is disabled in Claude Code for project %s (disabledMcpServers), but imported active: viewmux has no per-project servers", strings.Join(in, ", ")), lost: true}
 				}
 				return serverGate{}
 			}})
@@ -420,7 +420,7 @@ func (im *importer) place(s *importedServer) string {
 	want := sanitizePrefix(s.name)
 	name := want
 	for i := 2; ; i++ {
-		if name == ReservedPrefix { // mcpmux's own tools: no upstream may take it
+		if name == ReservedPrefix { // viewmux's own tools: no upstream may take it
 			name = fmt.Sprintf("%s-%d", want, i)
 			continue
 		}
@@ -438,7 +438,7 @@ func (im *importer) place(s *importedServer) string {
 	im.byName[name] = s
 	switch taken := im.byName[want]; {
 	case want == ReservedPrefix:
-		im.note(s.file, s.key, false, "is mounted as upstream %q: the prefix %q is reserved for mcpmux's own tools", name, want)
+		im.note(s.file, s.key, false, "is mounted as upstream %q: the prefix %q is reserved for viewmux's own tools", name, want)
 	case name != want && taken.file != s.file:
 		im.note(s.file, s.key, false, "is mounted as upstream %q: %q is taken by server %q of %s", name, want, taken.key, taken.file)
 	case name != want && taken.origin != "":
@@ -548,7 +548,7 @@ func (im *importer) mcpJSONGate(fc *fileCtx) func(string) serverGate {
 // or .cursor/mcp.json that --scan found, unless fc.trusted. VS Code and
 // Cursor ask before they start a workspace's server, and keep the answer
 // in their own state stores (VS Code's is a database per profile;
-// Cursor's format is not documented), which mcpmux does not read: so no
+// Cursor's format is not documented), which viewmux does not read: so no
 // server of such a file counts as approved.
 func (im *importer) workspaceGate(fc *fileCtx) func(string) serverGate {
 	dir := filepath.Dir(fc.dir) // the folder that holds .vscode or .cursor
@@ -562,7 +562,7 @@ func (im *importer) workspaceGate(fc *fileCtx) func(string) serverGate {
 		}
 		return serverGate{
 			off: "from a workspace, not trusted",
-			note: fmt.Sprintf("comes with the workspace %s, whose servers %s starts only once you trust them, and mcpmux cannot read that answer: written as a comment (uncomment it if you trust it, or import with --trust-workspace)",
+			note: fmt.Sprintf("comes with the workspace %s, whose servers %s starts only once you trust them, and viewmux cannot read that answer: written as a comment (uncomment it if you trust it, or import with --trust-workspace)",
 				dir, client),
 			lost: true,
 		}
@@ -591,15 +591,15 @@ func WorkspaceFile(path, home string) bool {
 // render writes the TOML.
 func (im *importer) render() []byte {
 	var b strings.Builder
-	b.WriteString("# mcpmux config, converted by `mcpmux import` from:\n")
+	b.WriteString("# viewmux config, converted by `viewmux import` from:\n")
 	for _, s := range im.sources {
 		b.WriteString("#   " + commentSafe(s) + "\n")
 	}
 	b.WriteString(`#
 # Each server became one [upstreams.NAME] table; its tools are exposed as
-# NAME__tool. ${VAR} is read from the environment when mcpmux starts, and $$ is
+# NAME__tool. ${VAR} is read from the environment when viewmux starts, and $$ is
 # a literal $. What could not be carried over was listed on stderr. Review the
-# file, add [profiles] to filter what clients see, and run ` + "`mcpmux check`" + `.
+# file, add [profiles] to filter what clients see, and run ` + "`viewmux check`" + `.
 `)
 	if im.listen != "" {
 		fmt.Fprintf(&b, "\n[server]\nlisten = %s\n", tomlQuote(im.listen))
@@ -703,7 +703,7 @@ func (im *importer) addToken(file, sum, envVar string, upstreams []string) {
 // so $VAR and ${VAR} anywhere in a token were replaced by the variable's
 // value, an unset one by nothing; it then compares a request's bearer
 // token with each listed token whole (a comma is part of a token). A
-// token that is exactly one reference becomes mcpmux's token =
+// token that is exactly one reference becomes viewmux's token =
 // "${VAR}" (envVar); one without a $ is hashed (sum); any other is not
 // carried (why says why): hashing its text would make the placeholder a
 // working token and refuse the real one.

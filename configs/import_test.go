@@ -128,7 +128,7 @@ func TestImportRoundTrip(t *testing.T) {
 				t.Fatalf("Import: %v", err)
 			}
 			out := res.TOML
-			if !strings.HasPrefix(string(out), "# mcpmux config") {
+			if !strings.HasPrefix(string(out), "# viewmux config") {
 				t.Errorf("output lacks the header comment:\n%s", out)
 			}
 			cfg, err := Parse("imported.toml", out, allSet)
@@ -161,7 +161,7 @@ func TestImportSortedAndCommented(t *testing.T) {
 		notes = append(notes, n.String())
 	}
 	for _, want := range []string{
-		`import: c.json: server "a b": key "autoApprove" is not carried (mcpmux has no per-tool approval)`,
+		`import: c.json: server "a b": key "autoApprove" is not carried (viewmux has no per-tool approval)`,
 		`import: c.json: server "a b" is mounted as upstream "a-b" (names must be [A-Za-z0-9-]+ and unique)`,
 	} {
 		if !slices.Contains(notes, want) {
@@ -225,14 +225,14 @@ func TestSanitizePrefix(t *testing.T) {
 	}
 }
 
-// TestImportReservedName: a client's server named "mcpmux" (a client
-// pointed at mcpmux itself, as docs/clients.md shows) is mounted under
-// another name, since the prefix mcpmux is reserved; the import once wrote a
+// TestImportReservedName: a client's server named "viewmux" (a client
+// pointed at viewmux itself, as docs/clients.md shows) is mounted under
+// another name, since the prefix viewmux is reserved; the import once wrote a
 // config that did not load.
 func TestImportReservedName(t *testing.T) {
 	res, err := importOne("claude_desktop_config.json", `{"mcpServers": {
-  "mcpmux": {"command": "mcpmux", "args": ["serve", "--stdio"]},
-  "mcpmux-2": {"command": "other"}
+  "viewmux": {"command": "viewmux", "args": ["serve", "--stdio"]},
+  "viewmux-2": {"command": "other"}
 }}`)
 	if err != nil {
 		t.Fatal(err)
@@ -241,17 +241,17 @@ func TestImportReservedName(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the imported config does not load: %v\n%s", err, res.TOML)
 	}
-	// Servers are placed in sorted order, so "mcpmux" comes first and
-	// takes "mcpmux-2"; the server of that name moves on, as in any clash.
-	if u := cfg.Upstream("mcpmux-2"); u == nil || u.Command != "mcpmux" {
-		t.Errorf("server mcpmux not mounted as mcpmux-2:\n%s", res.TOML)
+	// Servers are placed in sorted order, so "viewmux" comes first and
+	// takes "viewmux-2"; the server of that name moves on, as in any clash.
+	if u := cfg.Upstream("viewmux-2"); u == nil || u.Command != "viewmux" {
+		t.Errorf("server viewmux not mounted as viewmux-2:\n%s", res.TOML)
 	}
-	if u := cfg.Upstream("mcpmux-2-2"); u == nil || u.Command != "other" {
-		t.Errorf("server mcpmux-2 not mounted as mcpmux-2-2:\n%s", res.TOML)
+	if u := cfg.Upstream("viewmux-2-2"); u == nil || u.Command != "other" {
+		t.Errorf("server viewmux-2 not mounted as viewmux-2-2:\n%s", res.TOML)
 	}
 	found := false
 	for _, n := range res.Notes {
-		found = found || strings.Contains(n.String(), `is mounted as upstream "mcpmux-2": the prefix "mcpmux" is reserved`)
+		found = found || strings.Contains(n.String(), `is mounted as upstream "viewmux-2": the prefix "viewmux" is reserved`)
 	}
 	if !found || res.Lost() != 0 {
 		t.Errorf("want an informational note on the rename, no loss; notes %v, lost %d", res.Notes, res.Lost())
@@ -259,8 +259,8 @@ func TestImportReservedName(t *testing.T) {
 }
 
 // TestImportChildReferences: mcp-remote's documented pattern passes a
-// header whose ${VAR} the child expands from its own env; mcpmux must hand
-// it over literally, while ${VAR} in env values stays mcpmux's.
+// header whose ${VAR} the child expands from its own env; viewmux must hand
+// it over literally, while ${VAR} in env values stays viewmux's.
 func TestImportChildReferences(t *testing.T) {
 	res, err := importOne("claude_desktop_config.json", `{"mcpServers": {"docs": {
   "command": "npx",
@@ -355,7 +355,7 @@ func TestImportNotes(t *testing.T) {
 		lost             bool
 	}{
 		{"undeclared input", "mcp.json", `{"servers": {"s": {"url": "https://h/mcp", "headers": {"K": "${input:api}"}}}}`, nil,
-			`import: mcp.json: server "s": ${input:api} becomes ${INPUT_API} (the input is not declared in "inputs"): set INPUT_API in mcpmux's environment`, false},
+			`import: mcp.json: server "s": ${input:api} becomes ${INPUT_API} (the input is not declared in "inputs"): set INPUT_API in viewmux's environment`, false},
 		{"editor variable outside .vscode", "mcp.json", `{"servers": {"s": {"command": "x", "args": ["${workspaceFolder}"]}}}`, nil,
 			`import: mcp.json: server "s": ${workspaceFolder} means nothing outside the editor: kept literally; replace it with a path`, true},
 		{"odd placeholder", "c.json", `{"mcpServers": {"s": {"command": "x", "args": ["${not a var}"]}}}`, nil,
@@ -366,11 +366,11 @@ func TestImportNotes(t *testing.T) {
 		{"options without mcpProxy", "c.json", `{"mcpServers": {"s": {"command": "x", "options": {"toolFilter": {"list": ["a"]}}}}}`, nil,
 			`import: c.json: server "s": key "options" is not carried (it is TBXark mcp-proxy's, and the file has no "mcpProxy")`, true},
 		{"open addr without tokens", "config.json", `{"mcpProxy": {"addr": "0.0.0.0:9090"}, "mcpServers": {"s": {"command": "x"}}}`, nil,
-			`import: config.json: mcpProxy.addr "0.0.0.0:9090" is carried as listen = "127.0.0.1:9090": mcpmux refuses a non-loopback address without [[auth.tokens]] (or allow_unauthenticated = true)`, true},
+			`import: config.json: mcpProxy.addr "0.0.0.0:9090" is carried as listen = "127.0.0.1:9090": viewmux refuses a non-loopback address without [[auth.tokens]] (or allow_unauthenticated = true)`, true},
 		{"server without token among tokened ones", "config.json", `{"mcpProxy": {}, "mcpServers": {"a": {"command": "x", "options": {"authTokens": ["t"]}}, "b": {"command": "y"}}}`, nil,
-			`import: config.json: server "b": TBXark served it without a token; mcpmux checks a token on every HTTP request once [[auth.tokens]] exist, and no token's profile names upstream "b"`, true},
+			`import: config.json: server "b": TBXark served it without a token; viewmux checks a token on every HTTP request once [[auth.tokens]] exist, and no token's profile names upstream "b"`, true},
 		{"url server with env", "c.json", `{"mcpServers": {"s": {"url": "https://h/mcp", "env": {"A": "b"}}}}`, nil,
-			`import: c.json: server "s": env and envFile are not carried: they apply only to servers mcpmux starts as a child, and this one has a url`, true},
+			`import: c.json: server "s": env and envFile are not carried: they apply only to servers viewmux starts as a child, and this one has a url`, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -413,7 +413,7 @@ func FuzzImportFiles(f *testing.F) {
 
 // TestImportTBXarkTokens: TBXark expands $VAR and ${VAR} in its whole
 // config (os.ExpandEnv) before it reads authTokens, so a token that is one
-// reference becomes mcpmux's token = "${VAR}", and one with any other $
+// reference becomes viewmux's token = "${VAR}", and one with any other $
 // is not carried: hashing its text would make the placeholder a working
 // token and refuse the real one.
 func TestImportTBXarkTokens(t *testing.T) {
@@ -427,9 +427,9 @@ func TestImportTBXarkTokens(t *testing.T) {
 		lost   bool
 	}{
 		{"braced reference", `["${AUTH_TOKEN}"]`, map[string]string{"AUTH_TOKEN": "real"}, []string{"real"},
-			`authTokens ${AUTH_TOKEN} is written as token = "${AUTH_TOKEN}": set AUTH_TOKEN in mcpmux's environment`, false},
+			`authTokens ${AUTH_TOKEN} is written as token = "${AUTH_TOKEN}": set AUTH_TOKEN in viewmux's environment`, false},
 		{"bare reference", `["$AUTH_TOKEN"]`, map[string]string{"AUTH_TOKEN": "real"}, []string{"real"},
-			`authTokens $AUTH_TOKEN is written as token = "${AUTH_TOKEN}": set AUTH_TOKEN in mcpmux's environment`, false},
+			`authTokens $AUTH_TOKEN is written as token = "${AUTH_TOKEN}": set AUTH_TOKEN in viewmux's environment`, false},
 		{"literal and reference", `["lit", "${T2}"]`, map[string]string{"T2": "two"}, []string{sum("lit"), "two"}, "", false},
 		// TBXark compares a token whole: a comma is part of it.
 		{"comma is not a separator", `["a,b"]`, nil, []string{sum("a,b")}, "", false},
@@ -470,7 +470,7 @@ func TestImportTBXarkTokens(t *testing.T) {
 				}
 			}
 			if len(tt.want) == 0 && cfg.Server.Listen != "127.0.0.1:9090" {
-				t.Errorf("no token carried, yet listen = %q: mcpmux must not listen openly", cfg.Server.Listen)
+				t.Errorf("no token carried, yet listen = %q: viewmux must not listen openly", cfg.Server.Listen)
 			}
 			if tt.note == "" {
 				return
@@ -529,7 +529,7 @@ func TestImportLiteralSecrets(t *testing.T) {
 
 // TestImportClaudeApprovals: a Claude Code server the user disabled, or a
 // project .mcp.json server the user never approved, is not something
-// mcpmux starts: it is written as a comment.
+// viewmux starts: it is written as a comment.
 func TestImportClaudeApprovals(t *testing.T) {
 	dir := t.TempDir()
 	mcpJSON := filepath.Join(dir, ".mcp.json")
@@ -594,7 +594,7 @@ func TestImportClaudeApprovals(t *testing.T) {
 
 // TestImportClaudeJSONDisabled: ~/.claude.json's per-project
 // disabledMcpServers turns that project's own server off; a user-wide
-// server disabled in one project stays on (mcpmux has no projects), with a
+// server disabled in one project stays on (viewmux has no projects), with a
 // note that counts as a loss.
 func TestImportClaudeJSONDisabled(t *testing.T) {
 	res, err := importOne(".claude.json", `{
@@ -621,8 +621,8 @@ func TestImportClaudeJSONDisabled(t *testing.T) {
 		all = append(all, n.String())
 	}
 	for want, lost := range map[string]bool{
-		`import: .claude.json: server "db" is disabled in Claude Code for project "/src/app" (disabledMcpServers): written as a comment`:                                                     false,
-		`import: .claude.json: server "memory" is disabled in Claude Code for project "/src/app", "/src/other" (disabledMcpServers), but imported active: mcpmux has no per-project servers`: true,
+		`import: .claude.json: server "db" is disabled in Claude Code for project "/src/app" (disabledMcpServers): written as a comment`:                                                      false,
+		`import: .claude.json: server "memory" is disabled in Claude Code for project "/src/app", "/src/other" (disabledMcpServers), but imported active: viewmux has no per-project servers`: true,
 	} {
 		if got, ok := notes[want]; !ok || got != lost {
 			t.Errorf("notes lack %q (Lost %v):\n%s", want, lost, strings.Join(all, "\n"))
@@ -648,7 +648,7 @@ func checkNote(t *testing.T, notes []ImportNote, match func(string) bool, want s
 }
 
 // TestImportTBXarkBareVariables checks that TBXark's $VAR, which it expands
-// from its own environment over the whole file, becomes mcpmux's ${VAR}
+// from its own environment over the whole file, becomes viewmux's ${VAR}
 // everywhere, a child's env included (TBXark has no mcp-remote rule: it
 // expands before any child starts), with a note, and that the output loads
 // and reads those variables.

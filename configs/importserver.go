@@ -15,7 +15,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/mcpmux/mcpmux/internal/glob"
+	"github.com/viewmux/viewmux/internal/glob"
 )
 
 // jsonServer is one server entry: the union of the keys every supported
@@ -41,11 +41,11 @@ var carriedKeys = []string{"type", "transportType", "command", "args", "env", "e
 
 // lostKeys explains why known keys of some clients are not carried.
 var lostKeys = map[string]string{
-	"alwaysAllow": "mcpmux has no per-tool approval",
-	"autoApprove": "mcpmux has no per-tool approval",
+	"alwaysAllow": "viewmux has no per-tool approval",
+	"autoApprove": "viewmux has no per-tool approval",
 	"timeout":     "its unit differs between clients; set connect_timeout or call_timeout yourself",
-	"dev":         "mcpmux does not watch files and restart a server in development mode",
-	"oauth":       "mcpmux does not run an OAuth flow for upstreams; pass a token in headers",
+	"dev":         "viewmux does not watch files and restart a server in development mode",
+	"oauth":       "viewmux does not run an OAuth flow for upstreams; pass a token in headers",
 }
 
 // tbxOptions is TBXark mcp-proxy's "options", per server or in mcpProxy.
@@ -120,19 +120,19 @@ func parseTBXProxy(raw json.RawMessage) (*tbxProxy, error) {
 func (im *importer) proxy(fc *fileCtx, named []string, own map[string][]string) {
 	p, file := fc.tbx, fc.name
 	for _, k := range p.unknown {
-		im.note(file, "", true, "mcpProxy key %q is not carried (mcpmux has no equivalent)", k)
+		im.note(file, "", true, "mcpProxy key %q is not carried (viewmux has no equivalent)", k)
 	}
 	for _, k := range p.options.unknown {
-		im.note(file, "", true, "mcpProxy.options key %q is not carried (mcpmux has no equivalent)", k)
+		im.note(file, "", true, "mcpProxy.options key %q is not carried (viewmux has no equivalent)", k)
 	}
 	if p.options.LogEnabled != nil && *p.options.LogEnabled {
-		im.note(file, "", true, "mcpProxy.options.logEnabled is not carried (mcpmux logs to stderr; see [audit] for a log of tool calls)")
+		im.note(file, "", true, "mcpProxy.options.logEnabled is not carried (viewmux logs to stderr; see [audit] for a log of tool calls)")
 	}
 	if p.Name != "" || p.Version != "" {
-		im.note(file, "", false, "mcpProxy.name and .version are not carried: mcpmux reports its own serverInfo")
+		im.note(file, "", false, "mcpProxy.name and .version are not carried: viewmux reports its own serverInfo")
 	}
 	if p.BaseURL != "" || p.Type != "" {
-		im.note(file, "", false, "TBXark served each server at its own path under mcpProxy.baseURL; mcpmux serves them all at one endpoint: /mcp (streamable HTTP), /sse and /ws")
+		im.note(file, "", false, "TBXark served each server at its own path under mcpProxy.baseURL; viewmux serves them all at one endpoint: /mcp (streamable HTTP), /sse and /ws")
 	}
 	// carry converts the tokens of list (where names it) that open
 	// upstreams, noting each one it cannot carry; it reports whether any
@@ -146,7 +146,7 @@ func (im *importer) proxy(fc *fileCtx, named []string, own map[string][]string) 
 				continue
 			}
 			if envVar != "" {
-				im.note(file, server, false, "authTokens %s is written as token = %s: set %s in mcpmux's environment", t, tomlQuote("${"+envVar+"}"), envVar)
+				im.note(file, server, false, "authTokens %s is written as token = %s: set %s in viewmux's environment", t, tomlQuote("${"+envVar+"}"), envVar)
 			}
 			im.addToken(file, sum, envVar, upstreams)
 			carried = true
@@ -186,9 +186,9 @@ func (im *importer) proxy(fc *fileCtx, named []string, own map[string][]string) 
 		case hadTokens && anyTokens:
 			im.note(file, s.key, true, "none of its authTokens is carried, so no token's profile names upstream %q", name)
 		case hadTokens:
-			im.note(file, s.key, true, "none of its authTokens is carried, so mcpmux serves it without a token")
+			im.note(file, s.key, true, "none of its authTokens is carried, so viewmux serves it without a token")
 		case anyTokens:
-			im.note(file, s.key, true, "TBXark served it without a token; mcpmux checks a token on every HTTP request once [[auth.tokens]] exist, and no token's profile names upstream %q", name)
+			im.note(file, s.key, true, "TBXark served it without a token; viewmux checks a token on every HTTP request once [[auth.tokens]] exist, and no token's profile names upstream %q", name)
 		}
 	}
 	if p.Addr == "" {
@@ -202,7 +202,7 @@ func (im *importer) proxy(fc *fileCtx, named []string, own map[string][]string) 
 	}
 	if !loopbackAddr(listen) && !anyTokens {
 		listen = net.JoinHostPort("127.0.0.1", port)
-		im.note(file, "", true, "mcpProxy.addr %q is carried as listen = %q: mcpmux refuses a non-loopback address without [[auth.tokens]] (or allow_unauthenticated = true)", p.Addr, listen)
+		im.note(file, "", true, "mcpProxy.addr %q is carried as listen = %q: viewmux refuses a non-loopback address without [[auth.tokens]] (or allow_unauthenticated = true)", p.Addr, listen)
 	}
 	if im.listen != "" && im.listen != listen {
 		im.note(file, "", true, "mcpProxy.addr %q is not carried: listen is already %q from an earlier file", p.Addr, im.listen)
@@ -227,7 +227,7 @@ func (im *importer) server(fc *fileCtx, g serverGroup, key string, raw json.RawM
 		case known:
 			im.note(fc.name, key, true, "key %q is not carried (%s)", k, why)
 		default:
-			im.note(fc.name, key, true, "key %q is not carried (mcpmux has no equivalent)", k)
+			im.note(fc.name, key, true, "key %q is not carried (viewmux has no equivalent)", k)
 		}
 	}
 	opts, err := parseTBXOptions(s.Options)
@@ -239,7 +239,7 @@ func (im *importer) server(fc *fileCtx, g serverGroup, key string, raw json.RawM
 		opts = &tbxOptions{}
 	}
 	for _, k := range opts.unknown {
-		im.note(fc.name, key, true, "options key %q is not carried (mcpmux has no equivalent)", k)
+		im.note(fc.name, key, true, "options key %q is not carried (viewmux has no equivalent)", k)
 	}
 	if s.Disabled || opts.Disabled {
 		out.disabled = "disabled in the source file"
@@ -297,12 +297,12 @@ func (im *importer) server(fc *fileCtx, g serverGroup, key string, raw json.RawM
 			line("env = { %s }", strings.Join(env, ", "))
 		}
 		if client := wholeEnvClient(fc.kind); client != "" {
-			line("# %s starts it with its whole environment; mcpmux passes only HOME, LOGNAME, PATH, SHELL, TERM, USER,", client)
+			line("# %s starts it with its whole environment; viewmux passes only HOME, LOGNAME, PATH, SHELL, TERM, USER,", client)
 			line("# env and inherit_env: add to inherit_env what it reads from yours (an API key, a proxy).")
 			line("inherit_env = %s", tomlList(importInheritEnv))
 			if !im.wholeEnvNoted[fc.name] {
 				im.wholeEnvNoted[fc.name] = true
-				im.note(fc.name, "", false, "%s starts a server with its whole environment; mcpmux passes a child only HOME, LOGNAME, PATH, SHELL, TERM, USER, its env and its inherit_env, written as %s: add any other variable a server reads from your environment", client, tomlList(importInheritEnv))
+				im.note(fc.name, "", false, "%s starts a server with its whole environment; viewmux passes a child only HOME, LOGNAME, PATH, SHELL, TERM, USER, its env and its inherit_env, written as %s: add any other variable a server reads from your environment", client, tomlList(importInheritEnv))
 			}
 		}
 		if s.Cwd != "" {
@@ -314,7 +314,7 @@ func (im *importer) server(fc *fileCtx, g serverGroup, key string, raw json.RawM
 			return nil, nil, err
 		}
 		if len(s.Env) > 0 || s.EnvFile != "" {
-			im.note(fc.name, key, true, "env and envFile are not carried: they apply only to servers mcpmux starts as a child, and this one has a url")
+			im.note(fc.name, key, true, "env and envFile are not carried: they apply only to servers viewmux starts as a child, and this one has a url")
 		}
 		if transport != "" {
 			line("transport = %q", transport)
@@ -344,10 +344,10 @@ func (im *importer) server(fc *fileCtx, g serverGroup, key string, raw json.RawM
 	}
 	if required != nil && *required {
 		line("required = true")
-		im.note(fc.name, key, false, "panicIfInvalid is carried as required = true: mcpmux fails at start if it cannot connect")
+		im.note(fc.name, key, false, "panicIfInvalid is carried as required = true: viewmux fails at start if it cannot connect")
 	}
 	if opts.LogEnabled != nil && *opts.LogEnabled {
-		im.note(fc.name, key, true, "options.logEnabled is not carried (mcpmux logs to stderr; see [audit] for a log of tool calls)")
+		im.note(fc.name, key, true, "options.logEnabled is not carried (viewmux logs to stderr; see [audit] for a log of tool calls)")
 	}
 	var deny []string
 	for _, t := range s.DisabledTools {
@@ -390,7 +390,7 @@ var importInheritEnv = []string{"LANG", "LC_*", "TZ", "TMPDIR", "XDG_*"}
 // stdio servers with its whole environment (plus their env), and returns
 // "" for Claude Desktop, which passes what the official SDK's stdio client
 // passes: HOME, LOGNAME, PATH, SHELL, TERM, USER and the server's env, as
-// mcpmux does. Claude Code, Cursor, VS Code, Windsurf and mcp-hub spawn
+// viewmux does. Claude Code, Cursor, VS Code, Windsurf and mcp-hub spawn
 // with their own environment merged with the entry's env, and TBXark's
 // mcp-proxy with os.Environ() and the entry's env; a file whose client is
 // not known is taken to be one of those.
@@ -454,20 +454,20 @@ func (c *importConverter) note(lost bool, format string, args ...any) {
 	}
 }
 
-// str renders s as a TOML string in which mcpmux expands exactly the
+// str renders s as a TOML string in which viewmux expands exactly the
 // references the source's client expanded. In the command line of a child
 // (child set), a ${VAR} whose VAR is in the server's own env is left for
 // the child to expand, as mcp-remote does with --header "…${VAR}".
 //
 // TBXark mcp-proxy runs os.ExpandEnv over its whole file when it loads it,
 // so there $VAR and ${VAR} are both its own environment's, everywhere,
-// env values of a child included: both become mcpmux's ${VAR}.
+// env values of a child included: both become viewmux's ${VAR}.
 func (c *importConverter) str(s string, child bool) string {
 	if c.fc.kind == kindTBXark {
 		child = false
 		if bareVarRE.MatchString(s) {
 			s = bareVarRE.ReplaceAllString(s, "$${${1}}")
-			c.note(false, "TBXark expands $VAR from its environment when it loads the file: carried as mcpmux's ${VAR}")
+			c.note(false, "TBXark expands $VAR from its environment when it loads the file: carried as viewmux's ${VAR}")
 		}
 	}
 	var b strings.Builder
@@ -501,15 +501,15 @@ func (c *importConverter) placeholder(p string, child bool) string {
 		desc, ok := c.fc.inputs[id]
 		switch {
 		case !ok:
-			c.note(false, "${input:%s} becomes ${%s} (the input is not declared in \"inputs\"): set %s in mcpmux's environment", id, v, v)
+			c.note(false, "${input:%s} becomes ${%s} (the input is not declared in \"inputs\"): set %s in viewmux's environment", id, v, v)
 		case desc != "":
-			c.note(false, "${input:%s} becomes ${%s}: set %s in mcpmux's environment (the input asked for %q)", id, v, v, desc)
+			c.note(false, "${input:%s} becomes ${%s}: set %s in viewmux's environment (the input asked for %q)", id, v, v, desc)
 		default:
-			c.note(false, "${input:%s} becomes ${%s}: set %s in mcpmux's environment", id, v, v)
+			c.note(false, "${input:%s} becomes ${%s}: set %s in viewmux's environment", id, v, v)
 		}
 		return "${" + v + "}"
 	case strings.HasPrefix(ref, "cmd:"):
-		c.note(true, "a ${cmd: …} command substitution is not run by mcpmux: kept literally; replace it with a value or ${ENV}")
+		c.note(true, "a ${cmd: …} command substitution is not run by viewmux: kept literally; replace it with a value or ${ENV}")
 		return literal
 	case isEnvName(name) && strings.HasPrefix(ref, "env:"):
 		return "${" + name + "}"
@@ -620,7 +620,7 @@ func (c *importConverter) env(env map[string]*string, envFile string) ([]string,
 			}
 		}
 		if len(passed) > 0 {
-			c.note(false, "envFile %s: %s passed on as ${NAME} from mcpmux's environment (values are not copied into the config): export them before mcpmux starts, e.g. set -a; . %s; set +a",
+			c.note(false, "envFile %s: %s passed on as ${NAME} from viewmux's environment (values are not copied into the config): export them before viewmux starts, e.g. set -a; . %s; set +a",
 				path, strings.Join(passed, ", "), path)
 		}
 	}
@@ -629,12 +629,12 @@ func (c *importConverter) env(env map[string]*string, envFile string) ([]string,
 		switch {
 		case v == nil && isEnvName(k):
 			out[k] = tomlQuote("${" + k + "}")
-			c.note(false, "env %s is null: passed on as ${%[1]s} from mcpmux's environment", k)
+			c.note(false, "env %s is null: passed on as ${%[1]s} from viewmux's environment", k)
 		case v == nil:
 			return nil, fmt.Errorf("env %q is null, and %[1]q is not a variable name to take from the environment", k)
 		case cmdOnlyRE.MatchString(*v) && isEnvName(k):
 			out[k] = tomlQuote("${" + k + "}")
-			c.note(true, "env %s: its ${cmd: …} command substitution is not run by mcpmux: it reads ${%[1]s} from mcpmux's environment instead", k)
+			c.note(true, "env %s: its ${cmd: …} command substitution is not run by viewmux: it reads ${%[1]s} from viewmux's environment instead", k)
 		default:
 			out[k] = c.str(*v, false)
 			if literal(*v) {

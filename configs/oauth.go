@@ -15,7 +15,7 @@ const (
 
 // oauth validates [auth.oauth]: nil when the table is absent. Its URLs may
 // use ${VAR}; an http:// issuer or jwks_url is accepted only on a loopback
-// host, for identity providers run beside mcpmux and for tests.
+// host, for identity providers run beside viewmux and for tests.
 func (v *validator) oauth(r *rawOAuth, listen string, profiles map[string]*Profile) *OAuth {
 	if r == nil {
 		return nil
@@ -45,7 +45,7 @@ func (v *validator) oauth(r *rawOAuth, listen string, profiles map[string]*Profi
 			u, err := url.Parse(s)
 			switch {
 			case err != nil || !u.IsAbs() || u.Host == "":
-				v.errorf(p.key("audience"), "audience %q is not an absolute URL (the URL clients reach mcpmux at, e.g. https://mcp.example.com)", s)
+				v.errorf(p.key("audience"), "audience %q is not an absolute URL (the URL clients reach viewmux at, e.g. https://mcp.example.com)", s)
 			case u.Fragment != "" || strings.Contains(s, "#"):
 				v.errorf(p.key("audience"), "audience %q has a fragment; a resource identifier has none (RFC 8707)", s)
 			default:
@@ -55,7 +55,7 @@ func (v *validator) oauth(r *rawOAuth, listen string, profiles map[string]*Profi
 	} else if aud, ok := DefaultAudience(listen); ok {
 		o.Audience, o.AudienceFromListen = aud, true
 	} else {
-		v.errorf(p, "needs audience: server.listen %q names no host clients reach mcpmux at; set audience to that URL (e.g. https://mcp.example.com)", listen)
+		v.errorf(p, "needs audience: server.listen %q names no host clients reach viewmux at; set audience to that URL (e.g. https://mcp.example.com)", listen)
 	}
 	o.ClockSkew = v.duration(p.key("clock_skew"), r.ClockSkew, defaultClockSkew)
 	if o.ClockSkew > maxClockSkew {
@@ -92,7 +92,7 @@ func (v *validator) oauth(r *rawOAuth, listen string, profiles map[string]*Profi
 }
 
 // DefaultAudience returns the resource identifier [auth.oauth] defaults to
-// when mcpmux listens on listen: "http://" + listen. The public URL mcpmux
+// when viewmux listens on listen: "http://" + listen. The public URL viewmux
 // knows is the one it listens on; on a wildcard address (0.0.0.0, ::) or
 // behind a proxy it must be told, and ok is false for a wildcard.
 func DefaultAudience(listen string) (audience string, ok bool) {

@@ -46,7 +46,7 @@ func (v *validator) overrides(p keyPath, raw map[string]*rawOverride, u *Upstrea
 			case len(exposed) > maxLen:
 				v.errorf(tp.key("name"), "name %q is exposed as %q, %d bytes, longer than server.max_name_length (%d)", o.Name, exposed, len(exposed), maxLen)
 			case u.Prefix == "" && strings.HasPrefix(o.Name, ReservedPrefix+sep):
-				v.errorf(tp.key("name"), "name %q of unprefixed upstream %q is in the namespace %q, which is reserved for mcpmux's own tools", o.Name, u.Name, ReservedPrefix+sep)
+				v.errorf(tp.key("name"), "name %q of unprefixed upstream %q is in the namespace %q, which is reserved for viewmux's own tools", o.Name, u.Name, ReservedPrefix+sep)
 			}
 		}
 		o.Title = v.overrideText(tp.key("title"), r.Title)

@@ -90,8 +90,8 @@ func TestOverrideErrors(t *testing.T) {
 			`upstreams.b.overrides.u: tool "u" of upstream "b" would be exposed as "same", like tool "t" of upstream "a" (upstreams.a.overrides.t, line 4)`, 8},
 		{"unprefixed into another's namespace", gh + "[upstreams.local]\ncommand = \"y\"\nprefix = \"\"\n[upstreams.local.overrides.t]\nname = \"gh__t\"\n",
 			`upstreams.local.overrides.t.name: name "gh__t" of unprefixed upstream "local" is in the namespace "gh__" of upstream "github"`, 8},
-		{"unprefixed into mcpmux's namespace", "[upstreams.local]\ncommand = \"y\"\nprefix = \"\"\n[upstreams.local.overrides.t]\nname = \"mcpmux__search_tools\"\n",
-			`reserved for mcpmux's own tools`, 5},
+		{"unprefixed into viewmux's namespace", "[upstreams.local]\ncommand = \"y\"\nprefix = \"\"\n[upstreams.local.overrides.t]\nname = \"viewmux__search_tools\"\n",
+			`reserved for viewmux's own tools`, 5},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

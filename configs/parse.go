@@ -19,7 +19,7 @@ import (
 // together in one error; use errors.As to reach the first, or
 // multierror.Error.WrappedErrors for all of them.
 type Error struct {
-	Source string // the file name given to Parse, e.g. "mcpmux.toml"
+	Source string // the file name given to Parse, e.g. "viewmux.toml"
 	Line   int    // 1-based; 0 when no line is known
 	Msg    string // starts with the key path it concerns, e.g. "upstreams.github.prefix: …"
 }

@@ -103,7 +103,7 @@ func TestParseErrors(t *testing.T) {
 		{"pin not a string", "[server]\npin = true\n", `server.pin: incompatible types`, 2},
 		{"relative state_dir", "[server]\nstate_dir = \"state\"\n", `server.state_dir: state_dir "state" must be an absolute path`, 2},
 		{"state_dir of another user", "[server]\nstate_dir = \"~bob/state\"\n", `server.state_dir: "~bob/state": only ~ and ~/ are expanded`, 2},
-		{"state_dir from an unset variable", "[server]\nstate_dir = \"${STATE}/mcpmux\"\n", `server.state_dir: environment variable STATE is not set`, 2},
+		{"state_dir from an unset variable", "[server]\nstate_dir = \"${STATE}/viewmux\"\n", `server.state_dir: environment variable STATE is not set`, 2},
 		{"replica_id from an unset variable", "[server]\nreplica_id = \"${POD_NAME}\"\n", `server.replica_id: environment variable POD_NAME is not set`, 2},
 		{"bad origin glob", "[server]\nallowed_origins = [\n  \"http://localhost:*\",\n  \"http://[\",\n]\n", `server.allowed_origins[1]: invalid glob "http://["`, 4},
 
@@ -158,7 +158,7 @@ func TestParseErrors(t *testing.T) {
 		{"headers on stdio", "[upstreams.x]\ncommand = \"y\"\nheaders = { A = \"b\" }\n", `upstreams.x.headers: headers apply only to url upstreams`, 3},
 		{"args on url", "[upstreams.x]\nurl = \"http://h\"\nargs = [\"a\"]\n", `upstreams.x.args: args applies only to command`, 3},
 		{"inherit_env on url", "[upstreams.x]\nurl = \"http://h\"\ninherit_env = [\"A\"]\n", `upstreams.x.inherit_env: inherit_env applies only to command`, 3},
-		{"inherit_env everything", "[upstreams.x]\ncommand = \"y\"\ninherit_env = [\"LANG\",\n  \"*\"]\n", `upstreams.x.inherit_env[1]: "*" would pass mcpmux's whole environment`, 4},
+		{"inherit_env everything", "[upstreams.x]\ncommand = \"y\"\ninherit_env = [\"LANG\",\n  \"*\"]\n", `upstreams.x.inherit_env[1]: "*" would pass viewmux's whole environment`, 4},
 		{"inherit_env inner star", "[upstreams.x]\ncommand = \"y\"\ninherit_env = [\"A*B\"]\n", `upstreams.x.inherit_env[0]: "A*B": only a trailing * is a wildcard`, 3},
 		{"inherit_env two stars", "[upstreams.x]\ncommand = \"y\"\ninherit_env = [\"A**\"]\n", `"A**": only a trailing * is a wildcard`, 3},
 		{"inherit_env class", "[upstreams.x]\ncommand = \"y\"\ninherit_env = [\"A[BC]\"]\n", `"A[BC]": only a trailing * is a wildcard`, 3},
@@ -238,7 +238,7 @@ func TestParseTypeErrorsHideNothing(t *testing.T) {
 read_only = "yes"
 
 [upstreams.notes]
-comand = "mcpmux"
+comand = "viewmux"
 requierd = true
 
 [upstreams.demo]
@@ -247,17 +247,17 @@ command = 7
 [upstream.x]
 command = "y"
 `
-	_, err := Parse("mcpmux.toml", []byte(text), nil)
+	_, err := Parse("viewmux.toml", []byte(text), nil)
 	if err == nil {
 		t.Fatal("Parse succeeded")
 	}
 	want := []string{
-		`mcpmux.toml:2: profiles.readonly.read_only: incompatible types: TOML value has type string; want a boolean`,
-		`mcpmux.toml:4: upstreams.notes: needs command (stdio) or url (http, sse, websocket)`,
-		`mcpmux.toml:5: unknown key "upstreams.notes.comand" (did you mean "command"?)`,
-		`mcpmux.toml:6: unknown key "upstreams.notes.requierd" (did you mean "required"?)`,
-		`mcpmux.toml:9: upstreams.demo.command: incompatible types: TOML value has type integer; want a string`,
-		`mcpmux.toml:11: unknown key "upstream" (did you mean "upstreams"?)`,
+		`viewmux.toml:2: profiles.readonly.read_only: incompatible types: TOML value has type string; want a boolean`,
+		`viewmux.toml:4: upstreams.notes: needs command (stdio) or url (http, sse, websocket)`,
+		`viewmux.toml:5: unknown key "upstreams.notes.comand" (did you mean "command"?)`,
+		`viewmux.toml:6: unknown key "upstreams.notes.requierd" (did you mean "required"?)`,
+		`viewmux.toml:9: upstreams.demo.command: incompatible types: TOML value has type integer; want a string`,
+		`viewmux.toml:11: unknown key "upstream" (did you mean "upstreams"?)`,
 	}
 	if got := strings.Split(err.Error(), "\n"); !slices.Equal(got, want) {
 		t.Errorf("errors:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
@@ -278,17 +278,17 @@ deny = ["get_[x"]
 allow_regex = ["("]
 extends = "missing"
 `
-	_, err := Parse("mcpmux.toml", []byte(text), nil)
+	_, err := Parse("viewmux.toml", []byte(text), nil)
 	if err == nil {
 		t.Fatal("Parse succeeded")
 	}
 	want := []string{
-		`mcpmux.toml:2: server.listen: listen "nowhere": want host:port`,
-		`mcpmux.toml:3: unknown key "server.bogus"`,
-		`mcpmux.toml:7: upstreams.github.connect_timeout: invalid duration "10" (want e.g. "30s")`,
-		`mcpmux.toml:8: upstreams.github.deny[0]: invalid glob "get_[x": unterminated [`,
-		`mcpmux.toml:11: profiles.ci.allow_regex[0]: invalid regex "(": missing closing )`,
-		`mcpmux.toml:12: profiles.ci.extends: unknown profile "missing" (have: ci)`,
+		`viewmux.toml:2: server.listen: listen "nowhere": want host:port`,
+		`viewmux.toml:3: unknown key "server.bogus"`,
+		`viewmux.toml:7: upstreams.github.connect_timeout: invalid duration "10" (want e.g. "30s")`,
+		`viewmux.toml:8: upstreams.github.deny[0]: invalid glob "get_[x": unterminated [`,
+		`viewmux.toml:11: profiles.ci.allow_regex[0]: invalid regex "(": missing closing )`,
+		`viewmux.toml:12: profiles.ci.extends: unknown profile "missing" (have: ci)`,
 	}
 	lines := strings.Split(err.Error(), "\n")
 	if len(lines) != len(want) {
@@ -734,9 +734,9 @@ func TestPinAndStateDir(t *testing.T) {
 		vars       map[string]string
 		pin, dir   string
 	}{
-		{"defaults from XDG_STATE_HOME", "", map[string]string{"XDG_STATE_HOME": "/x/state", "HOME": "/home/u"}, PinOff, "/x/state/mcpmux"},
-		{"a relative XDG_STATE_HOME is ignored", "", map[string]string{"XDG_STATE_HOME": "state", "HOME": "/home/u"}, PinOff, "/home/u/.local/state/mcpmux"},
-		{"defaults from HOME", "", map[string]string{"HOME": "/home/u"}, PinOff, "/home/u/.local/state/mcpmux"},
+		{"defaults from XDG_STATE_HOME", "", map[string]string{"XDG_STATE_HOME": "/x/state", "HOME": "/home/u"}, PinOff, "/x/state/viewmux"},
+		{"a relative XDG_STATE_HOME is ignored", "", map[string]string{"XDG_STATE_HOME": "state", "HOME": "/home/u"}, PinOff, "/home/u/.local/state/viewmux"},
+		{"defaults from HOME", "", map[string]string{"HOME": "/home/u"}, PinOff, "/home/u/.local/state/viewmux"},
 		{"no default at all", "", nil, PinOff, ""},
 		{"~ expanded", "[server]\nstate_dir = \"~/st\"\npin = \"warn\"\n", map[string]string{"HOME": "/home/u"}, PinWarn, "/home/u/st"},
 		{"variables expanded", "[server]\nstate_dir = \"${S}/p/../q\"\npin = \"quarantine\"\n", map[string]string{"S": "/srv"}, PinQuarantine, "/srv/q"},
@@ -758,18 +758,18 @@ func TestPinAndStateDir(t *testing.T) {
 
 func TestReplicaID(t *testing.T) {
 	t.Run("explicit, from the environment", func(t *testing.T) {
-		cfg := mustParse(t, "[server]\nreplica_id = \"${POD_NAME}\"\n", map[string]string{"POD_NAME": "mcpmux-2"})
-		if cfg.Server.ReplicaID != "mcpmux-2" {
-			t.Errorf("ReplicaID = %q, want mcpmux-2", cfg.Server.ReplicaID)
+		cfg := mustParse(t, "[server]\nreplica_id = \"${POD_NAME}\"\n", map[string]string{"POD_NAME": "viewmux-2"})
+		if cfg.Server.ReplicaID != "viewmux-2" {
+			t.Errorf("ReplicaID = %q, want viewmux-2", cfg.Server.ReplicaID)
 		}
 	})
 	for _, tt := range []struct{ host, want string }{
-		{"mcpmux-0", "mcpmux-0"},
+		{"viewmux-0", "viewmux-0"},
 		{"web1.eu.example.com", "web1"},
 		{"Build_Box", "build-box"},
 		{"3f2a9c1d0e7b", "3f2a9c1d0e7b"},
-		{"", "mcpmux"},
-		{"---", "mcpmux"},
+		{"", "viewmux"},
+		{"---", "viewmux"},
 		{"h\u00e9te", "h--te"},
 		{strings.Repeat("x", 40) + ".example.com", strings.Repeat("x", 23) + "-"},
 	} {

@@ -6,14 +6,14 @@ import (
 )
 
 // TestReservedPrefix checks that no upstream can take the prefix of
-// mcpmux's own tools, whether it is set or comes from the name.
+// viewmux's own tools, whether it is set or comes from the name.
 func TestReservedPrefix(t *testing.T) {
 	tests := []struct {
 		name, text string
 		line       int
 	}{
-		{"explicit prefix", "[upstreams.tools]\ncommand = \"x\"\nprefix = \"mcpmux\"\n", 3},
-		{"prefix from the upstream name", "[upstreams.other]\ncommand = \"x\"\n\n[upstreams.mcpmux]\ncommand = \"x\"\n", 4},
+		{"explicit prefix", "[upstreams.tools]\ncommand = \"x\"\nprefix = \"viewmux\"\n", 3},
+		{"prefix from the upstream name", "[upstreams.other]\ncommand = \"x\"\n\n[upstreams.viewmux]\ncommand = \"x\"\n", 4},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -22,7 +22,7 @@ func TestReservedPrefix(t *testing.T) {
 				t.Fatal("Parse succeeded, want an error for the reserved prefix")
 			}
 			for _, e := range configErrors(t, err) {
-				if e.Line == tt.line && strings.Contains(e.Msg, `prefix "mcpmux" is reserved`) {
+				if e.Line == tt.line && strings.Contains(e.Msg, `prefix "viewmux" is reserved`) {
 					return
 				}
 			}
@@ -30,6 +30,6 @@ func TestReservedPrefix(t *testing.T) {
 		})
 	}
 	t.Run("other prefixes and unprefixed stay valid", func(t *testing.T) {
-		mustParse(t, "[upstreams.mcpmux]\ncommand = \"x\"\nprefix = \"mux\"\n\n[upstreams.flat]\ncommand = \"x\"\nprefix = \"\"\n", nil)
+		mustParse(t, "[upstreams.viewmux]\ncommand = \"x\"\nprefix = \"mux\"\n\n[upstreams.flat]\ncommand = \"x\"\nprefix = \"\"\n", nil)
 	})
 }

@@ -7,7 +7,7 @@ import (
 	"strings"
 )
 
-// This file lists the configured values that are secret: what mcpmux
+// This file lists the configured values that are secret: what viewmux
 // masks in every output it writes (logs, the status page, check, errors,
 // the audit log), whoever's output it is (internal/redact).
 

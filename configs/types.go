@@ -1,4 +1,4 @@
-// Package configs owns mcpmux's configuration: the TOML schema, strict decoding
+// Package configs owns viewmux's configuration: the TOML schema, strict decoding
 // with file:line positions, ${ENV} expansion, validation, config discovery, the
 // embedded quickstart, and import of mcpServers JSON files.
 package configs
@@ -61,16 +61,16 @@ type Server struct {
 	// replica that minted it. Default: DefaultReplicaID of the
 	// hostname. It matches ^[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?$.
 	ReplicaID string
-	// StateDir is where mcpmux keeps state between runs (pinned tool
+	// StateDir is where viewmux keeps state between runs (pinned tool
 	// definitions, OAuth tokens): server.state_dir with ${VAR} and a
 	// leading ~ expanded, an absolute path; default
-	// $XDG_STATE_HOME/mcpmux, else ~/.local/state/mcpmux. "" when it has
+	// $XDG_STATE_HOME/viewmux, else ~/.local/state/viewmux. "" when it has
 	// no default (neither variable set) and the config sets none.
 	StateDir string
 	// Pin is what a changed or new tool definition does after the first
 	// sight of its upstream: PinOff (default), PinWarn or PinQuarantine.
 	Pin string
-	// PublicURL is the URL users reach mcpmux at (scheme, host, port, no
+	// PublicURL is the URL users reach viewmux at (scheme, host, port, no
 	// path), for the links and the OAuth callback of per-user upstream
 	// credentials (PublicBase); "" = not configured.
 	PublicURL string
@@ -94,7 +94,7 @@ type Auth struct {
 // static one of Tokens or an OAuth access token.
 func (a Auth) Required() bool { return len(a.Tokens) > 0 || a.OAuth != nil }
 
-// OAuth is the [auth.oauth] table: mcpmux as an OAuth 2.1 resource server
+// OAuth is the [auth.oauth] table: viewmux as an OAuth 2.1 resource server
 // that accepts JWT access tokens of one issuer.
 type OAuth struct {
 	// Issuer is the authorization server's issuer identifier, an https
@@ -183,8 +183,8 @@ type Upstream struct {
 	Command string
 	Args    []string
 	Env     map[string]string // ${ENV}-expanded
-	Dir     string            // working directory; "" = mcpmux's own
-	// InheritEnv names the variables of mcpmux's environment the child
+	Dir     string            // working directory; "" = viewmux's own
+	// InheritEnv names the variables of viewmux's environment the child
 	// gets besides the few every child gets (HOME, LOGNAME, PATH, SHELL,
 	// TERM, USER): exact names, or prefixes ending in * ("AWS_*").
 	InheritEnv []string
@@ -192,7 +192,7 @@ type Upstream struct {
 	// http, sse, websocket
 	URL     string
 	Headers map[string]string // ${ENV}-expanded
-	// OAuth, when set, makes mcpmux an OAuth 2.1 client of this upstream
+	// OAuth, when set, makes viewmux an OAuth 2.1 client of this upstream
 	// (oauth = true or a table); nil = no OAuth.
 	OAuth *UpstreamOAuth
 
@@ -313,11 +313,11 @@ type Profile struct {
 	Rules   RuleSet
 	Rate    Rate
 	// DynamicToolsets starts each session with its toolsets off and
-	// mcpmux's three toolset tools. It is the effective value:
+	// viewmux's three toolset tools. It is the effective value:
 	// a profile that does not set dynamic_toolsets takes its parent's.
 	DynamicToolsets bool
-	// ToolSearch starts each session with mcpmux__search_tools and
-	// mcpmux__call_tool (and the tools ToolSearchPinned matches) in place
+	// ToolSearch starts each session with viewmux__search_tools and
+	// viewmux__call_tool (and the tools ToolSearchPinned matches) in place
 	// of the whole view. ToolSearchPinned holds globs on exposed names,
 	// validated. Both are effective values: a profile that does not set
 	// one takes its parent's.

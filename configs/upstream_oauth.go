@@ -7,7 +7,7 @@ import (
 	"slices"
 )
 
-// UpstreamOAuth is the oauth key of one [upstreams.NAME]: mcpmux logs in to the
+// UpstreamOAuth is the oauth key of one [upstreams.NAME]: viewmux logs in to the
 // upstream as an OAuth 2.1 client (the MCP authorization spec) and keeps
 // its tokens in StateDir. `oauth = true` leaves every field but StateDir
 // empty: the client registers itself (a Client ID Metadata Document or

@@ -16,8 +16,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/mcpmux/mcpmux/internal/glob"
-	"github.com/mcpmux/mcpmux/internal/statedir"
+	"github.com/viewmux/viewmux/internal/glob"
+	"github.com/viewmux/viewmux/internal/statedir"
 )
 
 // Defaults, as documented on the Config types.
@@ -43,9 +43,9 @@ const (
 	defaultProfileName          = "default"
 )
 
-// ReservedPrefix is the prefix of mcpmux's own tools: no upstream
+// ReservedPrefix is the prefix of viewmux's own tools: no upstream
 // may have it, and an unprefixed upstream's tools may not start with it.
-const ReservedPrefix = "mcpmux"
+const ReservedPrefix = "viewmux"
 
 func defaultAllowedOrigins() []string {
 	return []string{"http://localhost:*", "http://127.0.0.1:*"}
@@ -208,7 +208,7 @@ var replicaIDRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?$`)
 // DefaultReplicaID derives a replica id from a hostname: its first label,
 // lowercased, with every character outside a-z 0-9 - replaced by -. A
 // label longer than 32 characters keeps its first 23 and appends 8 hex
-// digits of a hash of the whole hostname; an empty result is "mcpmux". In
+// digits of a hash of the whole hostname; an empty result is "viewmux". In
 // a Kubernetes StatefulSet the hostname is the pod's name, so the default
 // is "<statefulset>-<ordinal>", stable across restarts.
 func DefaultReplicaID(hostname string) string {
@@ -225,7 +225,7 @@ func DefaultReplicaID(hostname string) string {
 		id = strings.TrimRight(id[:23], "-") + "-" + hex.EncodeToString(sum[:4])
 	}
 	if id == "" {
-		return "mcpmux"
+		return "viewmux"
 	}
 	return id
 }
@@ -314,7 +314,7 @@ func (v *validator) upstream(name string, r *rawUpstream, sep string) *Upstream 
 	case !prefixRE.MatchString(u.Prefix):
 		v.errorf(p.key("prefix"), "prefix %q may use only A-Z a-z 0-9 - (or be \"\" to mount unprefixed)", u.Prefix)
 	case u.Prefix == ReservedPrefix:
-		v.errorf(v.prefixKey(u, r), "prefix %q is reserved for mcpmux's own tools; set another prefix", u.Prefix)
+		v.errorf(v.prefixKey(u, r), "prefix %q is reserved for viewmux's own tools; set another prefix", u.Prefix)
 	case sep != "" && strings.Contains(u.Prefix, sep):
 		v.errorf(v.prefixKey(u, r), "prefix %q contains the separator %q, which makes exposed names ambiguous", u.Prefix, sep)
 	}
@@ -465,14 +465,14 @@ func (v *validator) stringMap(p keyPath, m map[string]string, check func(string)
 
 // inheritEnv checks inherit_env: each entry is a variable name, or a
 // prefix of one followed by a single trailing * ("AWS_*"). A lone * is
-// refused: it would hand the child mcpmux's whole environment, its tokens
+// refused: it would hand the child viewmux's whole environment, its tokens
 // and every other upstream's keys among it.
 func (v *validator) inheritEnv(p keyPath, patterns []string) []string {
 	for i, pat := range patterns {
 		name, _ := strings.CutSuffix(pat, "*")
 		switch {
 		case pat == "*":
-			v.errorf(p.at(i), `"*" would pass mcpmux's whole environment, its tokens and every upstream's secrets included; name the variables, or a prefix such as "AWS_*"`)
+			v.errorf(p.at(i), `"*" would pass viewmux's whole environment, its tokens and every upstream's secrets included; name the variables, or a prefix such as "AWS_*"`)
 		case pat == "":
 			v.errorf(p.at(i), "empty variable name")
 		case strings.ContainsAny(name, "*?["):

@@ -6,13 +6,13 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 
-	"github.com/mcpmux/mcpmux/configs"
+	"github.com/viewmux/viewmux/configs"
 )
 
 // TestApproval checks how approve and approve_timeout combine across
 // stages: any stage's glob makes a tool need approval (a stage adds it,
 // never removes it), the shortest timeout any stage sets applies, the
-// default applies when none does, and mcpmux's own tools never need it.
+// default applies when none does, and viewmux's own tools never need it.
 func TestApproval(t *testing.T) {
 	reg := NewRegistry()
 	global := MustCompile(configs.RuleSet{Approve: []string{"*__delete_*"}})
@@ -34,8 +34,8 @@ func TestApproval(t *testing.T) {
 		{"global's glob under the profile", []*Rules{global, profile}, up("gh__delete_repo"), true, 30 * time.Second},
 		{"a narrowing child keeps both, shortest timeout", []*Rules{global, profile, child}, up("gh__merge_pr"), true, 30 * time.Second},
 		{"a child's timeout alone", []*Rules{global, child}, up("gh__delete_repo"), true, time.Minute},
-		{"mcpmux's own tool", []*Rules{MustCompile(configs.RuleSet{Approve: []string{"*"}})},
-			&Entry{Tool: mcp.Tool{Name: "mcpmux__enable_toolset"}}, false, 0},
+		{"viewmux's own tool", []*Rules{MustCompile(configs.RuleSet{Approve: []string{"*"}})},
+			&Entry{Tool: mcp.Tool{Name: "viewmux__enable_toolset"}}, false, 0},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			need, timeout := reg.Filter(tt.stages...).Approval(tt.tool)

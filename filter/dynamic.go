@@ -24,8 +24,8 @@ type dynamicStage struct {
 	// outside holds the upstreams that declare toolsets: their tools in no
 	// set always pass.
 	outside map[string]struct{}
-	// own are mcpmux's own tools, listed first in every view through the
-	// filter and answered by mcpmux itself. Their entries have no Upstream.
+	// own are viewmux's own tools, listed first in every view through the
+	// filter and answered by viewmux itself. Their entries have no Upstream.
 	own []*Entry
 }
 
@@ -54,7 +54,7 @@ func (d *dynamicStage) match(toolsets []string) bool {
 // the toolset selectors on, by upstream name ("<upstream>/<set>", or
 // "<upstream>" for an upstream that declares no toolsets); outside names the
 // upstreams that declare toolsets, whose tools in none of them always pass;
-// own are mcpmux's own tools, which every view through a filter with this
+// own are viewmux's own tools, which every view through a filter with this
 // stage lists first, whatever the other stages say, and whose entries must
 // have an empty Upstream. The stage's key is never empty, even with nothing
 // enabled. The slices are copied.
@@ -127,13 +127,13 @@ func (f *Filter) CeilingKey() string {
 	return key
 }
 
-// ownTools returns the entries of mcpmux's own tools a view through f of
+// ownTools returns the entries of viewmux's own tools a view through f of
 // the snapshot entries lists first, or nil.
 //
 // A stage that denies one of them by name (a profile's deny or deny_regex,
 // X-MCP-Exclude-Tools) hides it: denying only narrows. Positive selectors
 // and read_only do not hide them, since they select upstream tools and
-// the own tools are read-only, or (mcpmux__call_tool) no stronger than
+// the own tools are read-only, or (viewmux__call_tool) no stronger than
 // the tools they reach.
 func (f *Filter) ownTools(entries []*Entry) []*Entry {
 	var own []*Entry

@@ -6,7 +6,7 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 
-	"github.com/mcpmux/mcpmux/configs"
+	"github.com/viewmux/viewmux/configs"
 )
 
 // dynamicCatalog is a catalog of two upstreams: github (prefix gh) with
@@ -33,8 +33,8 @@ func dynamicCatalog() []*Entry {
 
 func ownEntries() []*Entry {
 	return []*Entry{
-		{Tool: mcp.Tool{Name: "mcpmux__list_toolsets"}, ReadOnly: true},
-		{Tool: mcp.Tool{Name: "mcpmux__enable_toolset"}, ReadOnly: true},
+		{Tool: mcp.Tool{Name: "viewmux__list_toolsets"}, ReadOnly: true},
+		{Tool: mcp.Tool{Name: "viewmux__enable_toolset"}, ReadOnly: true},
 	}
 }
 
@@ -55,17 +55,17 @@ func TestDynamicStage(t *testing.T) {
 		want    []string
 	}{
 		{"nothing enabled: own tools and tools outside every toolset", configs.RuleSet{}, nil,
-			[]string{"mcpmux__list_toolsets", "mcpmux__enable_toolset", "gh__get_me"}},
+			[]string{"viewmux__list_toolsets", "viewmux__enable_toolset", "gh__get_me"}},
 		{"a declared set", configs.RuleSet{}, []string{"github/issues"},
-			[]string{"mcpmux__list_toolsets", "mcpmux__enable_toolset", "gh__create_issue", "gh__get_me", "gh__list_issues"}},
+			[]string{"viewmux__list_toolsets", "viewmux__enable_toolset", "gh__create_issue", "gh__get_me", "gh__list_issues"}},
 		{"an upstream without toolsets is one toolset", configs.RuleSet{}, []string{"memory"},
-			[]string{"mcpmux__list_toolsets", "mcpmux__enable_toolset", "gh__get_me", "memory__read_graph", "memory__write"}},
+			[]string{"viewmux__list_toolsets", "viewmux__enable_toolset", "gh__get_me", "memory__read_graph", "memory__write"}},
 		{"enabling never goes beyond the ceiling", configs.RuleSet{ReadOnly: true}, []string{"github/issues", "memory"},
-			[]string{"mcpmux__list_toolsets", "mcpmux__enable_toolset", "gh__get_me", "gh__list_issues", "memory__read_graph"}},
+			[]string{"viewmux__list_toolsets", "viewmux__enable_toolset", "gh__get_me", "gh__list_issues", "memory__read_graph"}},
 		{"the ceiling hides an outside tool too; own tools stay", configs.RuleSet{Deny: []string{"gh__get_me"}, Tools: []string{"gh__get_repo"}}, []string{"github/repos"},
-			[]string{"mcpmux__list_toolsets", "mcpmux__enable_toolset", "gh__get_repo"}},
+			[]string{"viewmux__list_toolsets", "viewmux__enable_toolset", "gh__get_repo"}},
 		{"a selector by prefix selects the same set", configs.RuleSet{}, []string{"gh/issues"},
-			[]string{"mcpmux__list_toolsets", "mcpmux__enable_toolset", "gh__create_issue", "gh__get_me", "gh__list_issues"}},
+			[]string{"viewmux__list_toolsets", "viewmux__enable_toolset", "gh__create_issue", "gh__get_me", "gh__list_issues"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -124,8 +124,8 @@ func TestDynamicFiltersAreShared(t *testing.T) {
 	if v.Lookup("memory__write") != nil || v.Lookup("gh__create_issue") != nil {
 		t.Fatal("a read-only ceiling let an enabled toolset's write tool through")
 	}
-	if v.Lookup("mcpmux__enable_toolset") == nil {
-		t.Fatal("a read-only ceiling hid mcpmux's own tools")
+	if v.Lookup("viewmux__enable_toolset") == nil {
+		t.Fatal("a read-only ceiling hid viewmux's own tools")
 	}
 	if reg.EnableToolsets(ceiling, []string{"memory"}) != ceiling {
 		t.Fatal("EnableToolsets changed a filter without a dynamic stage")
@@ -133,24 +133,24 @@ func TestDynamicFiltersAreShared(t *testing.T) {
 }
 
 // TestDynamicOwnToolShadowsUpstreamTool checks that an unprefixed
-// upstream's tool named like one of mcpmux's own is neither listed nor
+// upstream's tool named like one of viewmux's own is neither listed nor
 // reachable in a dynamic view.
 func TestDynamicOwnToolShadowsUpstreamTool(t *testing.T) {
 	reg := NewRegistry()
-	up := entry("mcpmux__list_toolsets", true, "flat")
+	up := entry("viewmux__list_toolsets", true, "flat")
 	up.Upstream = "flat"
 	f := reg.WithToolsets(reg.Filter(), []string{"flat"}, nil, ownEntries())
 	v := reg.View(1, []*Entry{up}, f)
 	if v.Len() != 2 {
-		t.Fatalf("view lists %q, want only mcpmux's two tools", toolNames(v))
+		t.Fatalf("view lists %q, want only viewmux's two tools", toolNames(v))
 	}
-	if e := v.Lookup("mcpmux__list_toolsets"); e == nil || e.Upstream != "" {
-		t.Fatal("the upstream's tool shadows mcpmux's own")
+	if e := v.Lookup("viewmux__list_toolsets"); e == nil || e.Upstream != "" {
+		t.Fatal("the upstream's tool shadows viewmux's own")
 	}
 }
 
 // TestDynamicOwnToolsDeniedByName checks that a stage denying one of
-// mcpmux's own tools by name (a profile's deny, X-MCP-Exclude-Tools) hides
+// viewmux's own tools by name (a profile's deny, X-MCP-Exclude-Tools) hides
 // it from the view and from Lookup, while positive selectors and read_only
 // leave the own tools listed.
 func TestDynamicOwnToolsDeniedByName(t *testing.T) {
@@ -159,9 +159,9 @@ func TestDynamicOwnToolsDeniedByName(t *testing.T) {
 		rules configs.RuleSet
 		want  []string
 	}{
-		{"deny by exact name", configs.RuleSet{Deny: []string{"mcpmux__enable_toolset"}}, []string{"mcpmux__list_toolsets", "gh__get_me"}},
-		{"deny_regex", configs.RuleSet{DenyRegex: []string{"^mcpmux__"}}, []string{"gh__get_me"}},
-		{"tools and read_only do not hide them", configs.RuleSet{Tools: []string{"gh__get_me"}, ReadOnly: true}, []string{"mcpmux__list_toolsets", "mcpmux__enable_toolset", "gh__get_me"}},
+		{"deny by exact name", configs.RuleSet{Deny: []string{"viewmux__enable_toolset"}}, []string{"viewmux__list_toolsets", "gh__get_me"}},
+		{"deny_regex", configs.RuleSet{DenyRegex: []string{"^viewmux__"}}, []string{"gh__get_me"}},
+		{"tools and read_only do not hide them", configs.RuleSet{Tools: []string{"gh__get_me"}, ReadOnly: true}, []string{"viewmux__list_toolsets", "viewmux__enable_toolset", "gh__get_me"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

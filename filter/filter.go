@@ -13,7 +13,7 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 
-	"github.com/mcpmux/mcpmux/configs"
+	"github.com/viewmux/viewmux/configs"
 )
 
 // Filter is an effective rule set: the conjunction of every pipeline stage
@@ -78,7 +78,7 @@ func (f *Filter) CheckCall(e *Entry, args json.RawMessage) error {
 // approve glob matches the tool's exposed name, so a stage can add
 // approval and never take it away. The wait is the shortest
 // approve_timeout any stage sets (like every rule, a stage can only make
-// it stricter), else configs.DefaultApproveTimeout. mcpmux's own tools
+// it stricter), else configs.DefaultApproveTimeout. viewmux's own tools
 // (no upstream) never need it: what they reach is decided again for
 // itself.
 func (f *Filter) Approval(e *Entry) (need bool, timeout time.Duration) {
@@ -326,7 +326,7 @@ func (r *Registry) View(version uint64, entries []*Entry, f *Filter) *View {
 
 func buildView(version uint64, entries []*Entry, f *Filter) *View {
 	v := &View{Version: version, Filter: f, Tools: []mcp.Tool{}, byName: make(map[string]*Entry)}
-	own := f.ownTools(entries) // mcpmux's own tools come first (dynamic.go, search.go)
+	own := f.ownTools(entries) // viewmux's own tools come first (dynamic.go, search.go)
 	for _, e := range own {
 		v.Tools = append(v.Tools, e.Tool)
 		v.raws = append(v.raws, e.Definition())
@@ -379,7 +379,7 @@ func (e *Entry) Definition() json.RawMessage {
 	return encodeItem(e.Tool)
 }
 
-// encodeItem encodes a definition mcpmux holds only decoded; what cannot
+// encodeItem encodes a definition viewmux holds only decoded; what cannot
 // be encoded cannot be listed by mcp-go either, so it becomes {}.
 func encodeItem(v any) json.RawMessage {
 	b, err := json.Marshal(v)

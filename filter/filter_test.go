@@ -9,8 +9,8 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 
-	"github.com/mcpmux/mcpmux/configs"
-	"github.com/mcpmux/mcpmux/internal/glob"
+	"github.com/viewmux/viewmux/configs"
+	"github.com/viewmux/viewmux/internal/glob"
 )
 
 func entry(name string, readOnly bool, toolsets ...string) *Entry {

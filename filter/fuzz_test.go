@@ -8,9 +8,9 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 
-	"github.com/mcpmux/mcpmux/configs"
-	"github.com/mcpmux/mcpmux/internal/glob"
-	"github.com/mcpmux/mcpmux/internal/jsonrpc"
+	"github.com/viewmux/viewmux/configs"
+	"github.com/viewmux/viewmux/internal/glob"
+	"github.com/viewmux/viewmux/internal/jsonrpc"
 )
 
 // fuzzRules are the call rules of integration's adversarial table
@@ -113,7 +113,7 @@ var fuzzSeeds = []string{
 // (mcp-go's GetString), or into a struct whose fields match keys
 // case-insensitively (mcp-go's BindArguments). With other_args = false the
 // rule alone must hold; with other_args = true the arguments also pass
-// mcpmux's ambiguity check, as every tools/call does.
+// viewmux's ambiguity check, as every tools/call does.
 func FuzzCallRules(f *testing.F) {
 	for _, s := range fuzzSeeds {
 		f.Add([]byte(s))

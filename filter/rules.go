@@ -1,10 +1,10 @@
-// Package filter owns mcpmux's tool filtering: rule sets compiled from config,
+// Package filter owns viewmux's tool filtering: rule sets compiled from config,
 // their canonical keys, interning so that equal effective rules share one
 // compiled Filter, and the cached View of a catalog snapshot per (snapshot
 // version, key).
 //
 // One decision function, Filter.Allows, answers both "is this tool listed?"
-// and "may it be called?". Nothing else in mcpmux decides visibility.
+// and "may it be called?". Nothing else in viewmux decides visibility.
 package filter
 
 import (
@@ -20,9 +20,9 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 
-	"github.com/mcpmux/mcpmux/configs"
-	"github.com/mcpmux/mcpmux/internal/glob"
-	"github.com/mcpmux/mcpmux/internal/jsonrpc"
+	"github.com/viewmux/viewmux/configs"
+	"github.com/viewmux/viewmux/internal/glob"
+	"github.com/viewmux/viewmux/internal/jsonrpc"
 )
 
 // ErrArgumentsNotAllowed is returned by Filter.CheckCall when a call_rule
@@ -34,8 +34,8 @@ var ErrArgumentsNotAllowed = errors.New("arguments not allowed")
 type Entry struct {
 	Tool mcp.Tool // as exposed: namespaced name, original name in _meta
 	// Raw is the exposed definition as listed: the upstream's bytes with
-	// only the name and mcpmux's _meta spliced in. nil = none
-	// (mcpmux's own tools): the listing encodes Tool.
+	// only the name and viewmux's _meta spliced in. nil = none
+	// (viewmux's own tools): the listing encodes Tool.
 	Raw      json.RawMessage
 	Upstream string // the upstream's config name
 	Original string // the name the upstream gave the tool
@@ -179,7 +179,7 @@ func nameSet(names []string) map[string]struct{} {
 }
 
 // MustCompile is Compile for rule sets known to be valid, such as those of a
-// validated config or built by mcpmux itself. It panics on error.
+// validated config or built by viewmux itself. It panics on error.
 func MustCompile(rs configs.RuleSet) *Rules {
 	r, err := Compile(rs)
 	if err != nil {

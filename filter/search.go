@@ -9,13 +9,13 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 
-	"github.com/mcpmux/mcpmux/internal/glob"
-	"github.com/mcpmux/mcpmux/internal/toolsearch"
+	"github.com/viewmux/viewmux/internal/glob"
+	"github.com/viewmux/viewmux/internal/toolsearch"
 )
 
 // This file holds the stage of a tool-search session: the session starts
-// with two tools of mcpmux's own (search and relay: mcpmux__search_tools
-// and mcpmux__call_tool) and the tools its pinned globs match, and each
+// with two tools of viewmux's own (search and relay: viewmux__search_tools
+// and viewmux__call_tool) and the tools its pinned globs match, and each
 // search adds the tools it found. Like the dynamic-toolsets stage it is
 // one more Rules after the ceiling, so Allows stays the one decision and
 // sessions that found the same tools share one Filter and one View.
@@ -51,7 +51,7 @@ func (d *searchStage) match(name string) bool {
 // SearchStage returns the stage of a tool-search session: pinned are the
 // globs of the tools always listed (validated config: a bad one is an
 // error naming it), found the exposed names of the tools searches found
-// so far, and search and relay the entries of mcpmux's own two tools,
+// so far, and search and relay the entries of viewmux's own two tools,
 // which every view through a filter with this stage lists first and
 // whose Upstream must be empty. relay's annotations are replaced, in each
 // view, by the weakest of the ceiling's tools (see View). The slices are
@@ -186,7 +186,7 @@ type viewIndex struct {
 
 // Search returns at most limit tools of the view that match query, best
 // first, ranked by BM25 (internal/toolsearch) over their names, titles,
-// descriptions, argument names and descriptions and upstreams. mcpmux's
+// descriptions, argument names and descriptions and upstreams. viewmux's
 // own tools are never found. The index is built on the first search of
 // the view and shared by every later one, whoever asks. The returned slice
 // is new; its entries are the view's.

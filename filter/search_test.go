@@ -6,12 +6,12 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 
-	"github.com/mcpmux/mcpmux/configs"
+	"github.com/viewmux/viewmux/configs"
 )
 
 func searchOwnEntries() (search, relay *Entry) {
-	return &Entry{Tool: mcp.Tool{Name: "mcpmux__search_tools"}, ReadOnly: true},
-		&Entry{Tool: mcp.Tool{Name: "mcpmux__call_tool"}}
+	return &Entry{Tool: mcp.Tool{Name: "viewmux__search_tools"}, ReadOnly: true},
+		&Entry{Tool: mcp.Tool{Name: "viewmux__call_tool"}}
 }
 
 func searchFilter(t *testing.T, reg *Registry, ceiling configs.RuleSet, pinned, found []string) *Filter {
@@ -33,15 +33,15 @@ func TestSearchStage(t *testing.T) {
 		want    []string
 	}{
 		{"nothing found, nothing pinned: the two own tools", configs.RuleSet{}, nil, nil,
-			[]string{"mcpmux__search_tools", "mcpmux__call_tool"}},
+			[]string{"viewmux__search_tools", "viewmux__call_tool"}},
 		{"pinned globs", configs.RuleSet{}, []string{"gh__get_*"}, nil,
-			[]string{"mcpmux__search_tools", "mcpmux__call_tool", "gh__get_me", "gh__get_repo"}},
+			[]string{"viewmux__search_tools", "viewmux__call_tool", "gh__get_me", "gh__get_repo"}},
 		{"found names", configs.RuleSet{}, nil, []string{"memory__write", "gh__list_issues"},
-			[]string{"mcpmux__search_tools", "mcpmux__call_tool", "gh__list_issues", "memory__write"}},
+			[]string{"viewmux__search_tools", "viewmux__call_tool", "gh__list_issues", "memory__write"}},
 		{"never beyond the ceiling", configs.RuleSet{ReadOnly: true}, []string{"gh__*"}, []string{"memory__write", "memory__read_graph"},
-			[]string{"mcpmux__search_tools", "mcpmux__call_tool", "gh__get_me", "gh__get_repo", "gh__list_issues", "memory__read_graph"}},
-		{"a deny hides an own tool", configs.RuleSet{Deny: []string{"mcpmux__call_tool"}}, nil, nil,
-			[]string{"mcpmux__search_tools"}},
+			[]string{"viewmux__search_tools", "viewmux__call_tool", "gh__get_me", "gh__get_repo", "gh__list_issues", "memory__read_graph"}},
+		{"a deny hides an own tool", configs.RuleSet{Deny: []string{"viewmux__call_tool"}}, nil, nil,
+			[]string{"viewmux__search_tools"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -123,7 +123,7 @@ func TestRelayAnnotationsAreTheWeakest(t *testing.T) {
 				return map[bool]int{true: -1, false: 1}[a.Tool.Name < b.Tool.Name]
 			})
 			v := reg.View(1, entries, searchFilter(t, reg, tt.ceiling, nil, nil))
-			relay := v.Lookup("mcpmux__call_tool")
+			relay := v.Lookup("viewmux__call_tool")
 			if relay == nil {
 				t.Fatal("no relay in the view")
 			}
@@ -152,7 +152,7 @@ func TestViewSearch(t *testing.T) {
 	}
 	// The own tools of a search view are never found.
 	sv := reg.View(1, dynamicCatalog(), searchFilter(t, reg, configs.RuleSet{}, nil, nil))
-	for _, e := range sv.Search("mcpmux search tools call tool", 20) {
+	for _, e := range sv.Search("viewmux search tools call tool", 20) {
 		if e.Upstream == "" {
 			t.Errorf("found own tool %s", e.Tool.Name)
 		}

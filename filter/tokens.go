@@ -18,7 +18,7 @@ const bytesPerToken = 4
 func tokensOf(n int) int { return (n + bytesPerToken - 1) / bytesPerToken }
 
 // EstimateTokens approximates the model tokens a tools/list result listing
-// tools costs: the size of its JSON over four. It is what `mcpmux check`
+// tools costs: the size of its JSON over four. It is what `viewmux check`
 // and the status page print. An error names the tool that
 // cannot be encoded.
 func EstimateTokens(tools []mcp.Tool) (int, error) {

@@ -39,7 +39,7 @@ func (f *Filter) ShowsUpstream(name string, hasVisibleTool, servesTools bool) bo
 type Served[T any] struct {
 	Item T
 	// Raw is the item's definition as listed: the upstream's bytes with
-	// only what mcpmux changes spliced in; nil = encode Item.
+	// only what viewmux changes spliced in; nil = encode Item.
 	Raw      json.RawMessage
 	Upstream string
 }

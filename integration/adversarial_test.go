@@ -28,7 +28,7 @@ import (
 //
 // and secret_tool is denied.
 
-// advKind is what mcpmux must do with a case.
+// advKind is what viewmux must do with a case.
 type advKind int
 
 const (
@@ -165,7 +165,7 @@ func advTable() []advCase {
 		advArgsCase("read_file: an argument the rule does not name", "read_file", `{"path":"docs/a.md","follow_symlinks":true}`),
 		advCase{name: "shell_run: no arguments", kind: advArgs, tool: "shell_run", params: `{"name":"UP__shell_run"}`},
 		// Another spelling of "arguments" alone is ambiguous: mcp-go would
-		// bind it case-insensitively while mcpmux reads "arguments" only,
+		// bind it case-insensitively while viewmux reads "arguments" only,
 		// so it is refused before any rule, as two spellings are.
 		advCase{name: "shell_run: Arguments alone", kind: advAmbiguous, tool: "shell_run", params: `{"name":"UP__shell_run","Arguments":{"command":"rm -rf /tmp/x"}}`},
 		advCase{name: "shell_run: argument\u017f alone", kind: advAmbiguous, tool: "shell_run", params: `{"name":"UP__shell_run","argument` + "\u017f" + `":{"command":"rm -rf /tmp/x"}}`},
@@ -295,7 +295,7 @@ func TestAdversarialCallRules(t *testing.T) {
 	}
 }
 
-// advCheckRefusal checks mcpmux's answer to a case it must refuse.
+// advCheckRefusal checks viewmux's answer to a case it must refuse.
 func advCheckRefusal(t *testing.T, d recDoor, a recAnswer, tc advCase, prefix, params string) {
 	t.Helper()
 	e := a.Msg.Error
@@ -334,7 +334,7 @@ func advCheckRefusal(t *testing.T, d recDoor, a recAnswer, tc advCase, prefix, p
 type advRaw struct {
 	name, body, params string
 	// lineBreaks marks a body with raw line breaks, which the stdio door's
-	// own framing splits into several messages before mcpmux reads them.
+	// own framing splits into several messages before viewmux reads them.
 	lineBreaks bool
 	// runs is what the upstream may run: "" for nothing; otherwise the
 	// message may be answered with a result, and then the upstream ran
@@ -342,8 +342,8 @@ type advRaw struct {
 	runs string
 }
 
-// advRaws are the whole-message cases. mcpmux reads the envelope with
-// exact keys; mcp-go, which answers what mcpmux does not route, matches
+// advRaws are the whole-message cases. viewmux reads the envelope with
+// exact keys; mcp-go, which answers what viewmux does not route, matches
 // them case-insensitively: whichever reads a message, a hidden tool or a
 // refused argument must not run.
 var advRaws = []advRaw{
@@ -366,11 +366,11 @@ var advRaws = []advRaw{
 		params: `{"name":"UP__shell_run","arguments":{"command":"rm -rf /tmp/x"}}`},
 	{name: "params twice, refused first", body: `{"jsonrpc":"2.0","id":%[2]d,"method":"tools/call","params":%[1]s,"params":{"name":"UP__shell_run","arguments":{"command":"git status"}}}`,
 		params: `{"name":"UP__shell_run","arguments":{"command":"rm -rf /tmp/x"}}`},
-	// mcpmux routes the params it checked; Params is never read, by it or
+	// viewmux routes the params it checked; Params is never read, by it or
 	// by the upstream, which is sent the checked params alone.
 	// A line break between tokens is whitespace to a JSON reader, and the
 	// end of a message to a stdio upstream: the second line would be a
-	// request of its own that mcpmux never checked. The allowed call runs;
+	// request of its own that viewmux never checked. The allowed call runs;
 	// the smuggled one must not.
 	{name: "a line break smuggles a second request", lineBreaks: true,
 		body:   "{\"jsonrpc\":\"2.0\",\"id\":%[2]d,\"method\":\"tools/call\",\"params\":%[1]s}",

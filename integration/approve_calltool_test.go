@@ -8,7 +8,7 @@ import (
 	"testing"
 )
 
-// TestApproveThroughCallTool: mcpmux__call_tool re-enters the one
+// TestApproveThroughCallTool: viewmux__call_tool re-enters the one
 // decision, so a tool that needs approval asks for it when called through
 // call_tool too, on every door: declined, nothing reaches the upstream;
 // accepted, exactly that call does.
@@ -18,13 +18,13 @@ func TestApproveThroughCallTool(t *testing.T) {
 	dir := t.TempDir()
 	cfg := approveConfig(rec, filepath.Join(dir, "audit.jsonl"), "1s") + "tool_search = true\n"
 	mux := startMuxWith(t, muxOptions{Config: cfg, Dir: dir})
-	for name, script := range approveDoors(mux, filepath.Join(dir, "mcpmux.toml")) {
+	for name, script := range approveDoors(mux, filepath.Join(dir, "viewmux.toml")) {
 		t.Run(name, func(t *testing.T) {
 			mark := rec.mark()
 			c := driveApprove(t, approveScript{
 				DoorScript: script([]Op{
-					opCall("mcpmux__call_tool", map[string]any{"name": "rec__echo", "arguments": map[string]any{"n": 1}}),
-					opCall("mcpmux__call_tool", map[string]any{"name": "rec__echo", "arguments": map[string]any{"n": 2}}),
+					opCall("viewmux__call_tool", map[string]any{"name": "rec__echo", "arguments": map[string]any{"n": 1}}),
+					opCall("viewmux__call_tool", map[string]any{"name": "rec__echo", "arguments": map[string]any{"n": 2}}),
 				}),
 				Elicitation: map[string]any{"answers": []map[string]any{
 					{"action": "decline"},

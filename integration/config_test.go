@@ -68,7 +68,7 @@ func TestBrokenConfig(t *testing.T) {
 		t.Run(args[0], func(t *testing.T) {
 			code, _, stderr := runMux(t, 20*time.Second, dir, nil, args...)
 			if code != 2 {
-				t.Errorf("mcpmux %s exit code = %d, want 2\n--- stderr ---\n%s", strings.Join(args, " "), code, stderr)
+				t.Errorf("viewmux %s exit code = %d, want 2\n--- stderr ---\n%s", strings.Join(args, " "), code, stderr)
 			}
 			lines := strings.Split(stderr, "\n")
 			for _, e := range brokenConfigErrors {

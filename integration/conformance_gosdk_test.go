@@ -4,7 +4,7 @@ package integration
 
 // The official Go SDK's conformance server (conformance/everything-server of
 // module github.com/modelcontextprotocol/go-sdk), one of the upstreams of the
-// parity test in conformance_test.go. It is a different module than mcpmux,
+// parity test in conformance_test.go. It is a different module than viewmux,
 // so it is not in our go.mod: the test builds it with `go install
 // module/pkg@version` (module proxy, module cache) into the test's temporary
 // directory, outside any module.
@@ -87,7 +87,7 @@ func startGoSDKServer(t *testing.T, label string, stateless bool) string {
 // retry like mcp-go's: none. Measured with conformance 0.2.0-alpha.12 and
 // go-sdk v1.8.0, every selection (each spec version, and none), both modes:
 // 20 rounds of the CLI back to back plus 6 whole parity runs with
-// MCPMUX_CONFORMANCE_RETRIES=0 (two upstreams at a time on 2 busy cores),
+// VIEWMUX_CONFORMANCE_RETRIES=0 (two upstreams at a time on 2 busy cores),
 // 26 runs of each of the 166 (selection, scenario) pairs per mode; every
 // pair passed every time or failed every time. Re-measure the same way after
 // changing a pin before adding a name here.

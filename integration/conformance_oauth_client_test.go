@@ -2,10 +2,10 @@
 
 package integration
 
-// The conformance suite's client scenarios auth/* with mcpmux as the
+// The conformance suite's client scenarios auth/* with viewmux as the
 // OAuth client of an upstream: the suite starts each scenario's MCP server
-// and authorization server(s) and runs `mcpmux oauth-client URL`, which
-// connects through mcpmux's upstream stack (upstream + upstream/oauth),
+// and authorization server(s) and runs `viewmux oauth-client URL`, which
+// connects through viewmux's upstream stack (upstream + upstream/oauth),
 // logs in without a person (the scenarios' authorization servers approve
 // by themselves and redirect straight back), lists the tools and calls
 // one. Every auth/* scenario the suite requires for 2025-11-25 and
@@ -24,7 +24,7 @@ func TestConformanceOAuthClient(t *testing.T) {
 	requireConformance(t)
 	bin := muxBinary(t)
 	if strings.ContainsAny(bin, " \t") {
-		t.Fatalf("the conformance CLI splits --command at spaces, and the mcpmux binary's path %q has one", bin)
+		t.Fatalf("the conformance CLI splits --command at spaces, and the viewmux binary's path %q has one", bin)
 	}
 	for _, version := range []string{"2025-11-25", "2026-07-28"} {
 		out, err := runConformanceQuiet(30*time.Second, "list", "--client", "--requirements", version)

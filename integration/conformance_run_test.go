@@ -75,7 +75,7 @@ func conformanceServerBinary(t testing.TB) string {
 	conformanceServer.once.Do(func() {
 		conformanceServer.bin = filepath.Join(harness.tmp, "conformance-server")
 		cmd := exec.Command("go", "build", "-o", conformanceServer.bin, mcpGoModule+"/examples/conformance")
-		cmd.Dir = filepath.Dir(harness.dir) // the mcpmux module, whose go.mod pins mcp-go
+		cmd.Dir = filepath.Dir(harness.dir) // the viewmux module, whose go.mod pins mcp-go
 		if out, err := cmd.CombinedOutput(); err != nil {
 			conformanceServer.err = fmt.Errorf("go build %s/examples/conformance: %w\n%s", mcpGoModule, err, out)
 		}
@@ -407,10 +407,10 @@ func tail(s string, n int) string {
 }
 
 // muxConformanceConfig mounts the conformance server at upstreamURL
-// unprefixed, so mcpmux exposes exactly the names the scenarios call, with
+// unprefixed, so viewmux exposes exactly the names the scenarios call, with
 // one connection per client session: mcp-go's server sends sampling and
 // roots requests on its standalone GET stream, which ties them to no call,
-// so on a shared connection mcpmux refuses them.
+// so on a shared connection viewmux refuses them.
 func muxConformanceConfig(upstreamURL string) string {
 	return fmt.Sprintf("[upstreams.conf]\nurl = %s\nprefix = \"\"\nrequired = true\nscope = \"session\"\n", tomlString(upstreamURL))
 }

@@ -16,21 +16,21 @@ import (
 
 // Parity bar: the official MCP conformance suite (the pinned
 // @modelcontextprotocol/conformance, all suites, every spec version it knows)
-// run through mcpmux against an upstream passes every scenario that it passes
+// run through viewmux against an upstream passes every scenario that it passes
 // against that upstream directly.
 //
 // The upstreams (conformanceUpstreams) are mcp-go's own conformance server
 // (examples/conformance of the mcp-go in go.mod) and the official Go SDK's
 // conformance/everything-server (goSDKVersion) in its stateless and its
 // stateful mode. For each, one instance is tested directly and a second one
-// through mcpmux mounting it unprefixed; the two sides run at the same time.
+// through viewmux mounting it unprefixed; the two sides run at the same time.
 // On each side the CLI runs `server --suite all` (every server scenario,
 // active and pending) once per spec version the CLI knows (`--spec-version
 // V`: the scenarios that apply at V, on V's wire), and once without
 // --spec-version (each scenario at its own default version; the only run that
 // includes the extension scenarios, which belong to no spec version).
 //
-// A scenario that passes directly must pass through mcpmux at the same spec
+// A scenario that passes directly must pass through viewmux at the same spec
 // version; one that fails directly is logged and does not count. The
 // scenarios an upstream is known to fail intermittently (mcp-go's
 // expected-failures list; those measured on the go-sdk server) are re-run,
@@ -42,18 +42,18 @@ import (
 
 const (
 	// conformanceRetries is the default number of retry rounds for
-	// intermittent scenarios; MCPMUX_CONFORMANCE_RETRIES overrides it (0 to
+	// intermittent scenarios; VIEWMUX_CONFORMANCE_RETRIES overrides it (0 to
 	// measure flakiness). mcp-go's two (mcp-go #969: its forwarder takes a
 	// notification sent just before the response off the channel, then
 	// drops it once the response has the lock) pass a single run about 1
 	// time in 4 on either side on an idle machine with conformance
 	// 0.2.0-alpha.12 (2 cores: tools-call-with-progress 6/30 direct, 8/30
-	// through mcpmux at 2026-07-28; 4/20 and 3/20 at 2025-11-25). The
+	// through viewmux at 2026-07-28; 4/20 and 3/20 at 2025-11-25). The
 	// forwarder only wins when another core is free, so under load they
 	// nearly always fail: with both cores busy, 0/20 direct and 3/20
-	// through mcpmux. They run at 7 (selection, scenario) pairs. Failures
+	// through viewmux. They run at 7 (selection, scenario) pairs. Failures
 	// come in streaks while the machine is loaded; 30 rounds over all
-	// failing pairs once let a pair fail 31 times in a row through mcpmux
+	// failing pairs once let a pair fail 31 times in a row through viewmux
 	// in CI, with the side done in 93 s of its 300 s budget. So the rounds
 	// are bounded by the budget (conformanceSideBudget) rather than by
 	// this count in practice: a loaded machine costs time, not a spurious
@@ -155,7 +155,7 @@ func conformanceSelections(t *testing.T) []conformanceSelection {
 // conformanceSide is every run of every scenario of one selection against
 // one URL.
 type conformanceSide struct {
-	label     string // e.g. "via mcpmux @2025-11-25"
+	label     string // e.g. "via viewmux @2025-11-25"
 	serverURL string
 	sel       conformanceSelection
 	runs      map[string][]scenarioRun // in order; more than one only for retries
@@ -314,10 +314,10 @@ func TestConformanceParity(t *testing.T) {
 	conformanceServerBinary(t)
 	goSDKServerBinary(t)
 	retries := conformanceRetries
-	if v := os.Getenv("MCPMUX_CONFORMANCE_RETRIES"); v != "" {
+	if v := os.Getenv("VIEWMUX_CONFORMANCE_RETRIES"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 0 {
-			t.Fatalf("MCPMUX_CONFORMANCE_RETRIES=%q: want a number >= 0", v)
+			t.Fatalf("VIEWMUX_CONFORMANCE_RETRIES=%q: want a number >= 0", v)
 		}
 		retries = n
 	}
@@ -354,7 +354,7 @@ func logConformanceSummary(t *testing.T, tallies []conformanceTally, elapsed tim
 	slices.SortStableFunc(tallies, func(a, b conformanceTally) int { return order[a.upstream] - order[b.upstream] })
 	var table strings.Builder
 	tw := tabwriter.NewWriter(&table, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "upstream\tmode\tspec version\tscenarios\tpass direct\tpass via mcpmux\tpass both\tparity failures")
+	fmt.Fprintln(tw, "upstream\tmode\tspec version\tscenarios\tpass direct\tpass via viewmux\tpass both\tparity failures")
 	for _, c := range tallies {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\n", c.upstream, c.mode, c.version, c.scenarios, c.direct, c.via, c.kept, len(c.parity))
 	}
@@ -366,19 +366,19 @@ func logConformanceSummary(t *testing.T, tallies []conformanceTally, elapsed tim
 		}
 	}
 	if failures.Len() > 0 {
-		fmt.Fprintf(&table, "\nparity failures (passes directly, fails through mcpmux; first failing check):\n%s", failures.String())
+		fmt.Fprintf(&table, "\nparity failures (passes directly, fails through viewmux; first failing check):\n%s", failures.String())
 	}
 	t.Logf("conformance parity summary (%v):\n%s", elapsed.Round(time.Second), table.String())
 }
 
 // testConformanceUpstream runs every selection against one instance of up
-// directly and, at the same time, against mcpmux mounting a second instance;
-// it fails t for each scenario that passes directly but not through mcpmux,
+// directly and, at the same time, against viewmux mounting a second instance;
+// it fails t for each scenario that passes directly but not through viewmux,
 // logs the per-scenario table, and returns one tally per selection.
 func testConformanceUpstream(t *testing.T, up conformanceUpstream, sels []conformanceSelection, retries int) []conformanceTally {
 	flaky := up.flaky(t)
 	directURL := up.start(t, "direct")
-	upstreamURL := up.start(t, "behind mcpmux")
+	upstreamURL := up.start(t, "behind viewmux")
 	mux := startMux(t, muxConformanceConfig(upstreamURL))
 
 	var direct, via []*conformanceSide
@@ -391,7 +391,7 @@ func testConformanceUpstream(t *testing.T, up conformanceUpstream, sels []confor
 	}()
 	go func() {
 		defer wg.Done()
-		via, elapsed[1] = runConformanceSides(t, "via mcpmux", mux.URL(), sels, flaky, retries)
+		via, elapsed[1] = runConformanceSides(t, "via viewmux", mux.URL(), sels, flaky, retries)
 	}()
 	wg.Wait()
 	// The selection without --spec-version (the last) runs server-initialize
@@ -403,7 +403,7 @@ func testConformanceUpstream(t *testing.T, up conformanceUpstream, sels []confor
 
 	var table strings.Builder
 	tw := tabwriter.NewWriter(&table, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "spec version\tscenario\tdirect\tvia mcpmux\tretries (direct/mux)\tverdict")
+	fmt.Fprintln(tw, "spec version\tscenario\tdirect\tvia viewmux\tretries (direct/mux)\tverdict")
 	var tallies []conformanceTally
 	var notCounted []string
 	for i, sel := range sels {
@@ -417,13 +417,13 @@ func testConformanceUpstream(t *testing.T, up conformanceUpstream, sels []confor
 			switch {
 			case !d.passed(name):
 				verdict = "not counted (fails directly)"
-				notCounted = append(notCounted, fmt.Sprintf("@%s %s fails directly (mcpmux: %s):\n%s",
+				notCounted = append(notCounted, fmt.Sprintf("@%s %s fails directly (viewmux: %s):\n%s",
 					sel.label(), name, v.status(name), d.last(name).Failures()))
 			case !v.passed(name):
 				c.direct++
 				verdict = "PARITY FAILURE"
 				c.parity = append(c.parity, name+": "+v.last(name).FirstFailure())
-				t.Errorf("@%s %s passes directly but fails through mcpmux:\n%s", sel.label(), name, v.last(name).Failures())
+				t.Errorf("@%s %s passes directly but fails through viewmux:\n%s", sel.label(), name, v.last(name).Failures())
 			default:
 				c.direct++
 				c.kept++
@@ -440,10 +440,10 @@ func testConformanceUpstream(t *testing.T, up conformanceUpstream, sels []confor
 
 	var sum strings.Builder
 	for _, c := range tallies {
-		fmt.Fprintf(&sum, "  @%s: %d of %d scenarios pass directly, %d of them also through mcpmux (%d pass through mcpmux)\n",
+		fmt.Fprintf(&sum, "  @%s: %d of %d scenarios pass directly, %d of them also through viewmux (%d pass through viewmux)\n",
 			c.version, c.direct, c.scenarios, c.kept, c.via)
 	}
-	t.Logf("conformance parity, %s (%s) (direct side %v, mcpmux side %v):\n%s\n%s",
+	t.Logf("conformance parity, %s (%s) (direct side %v, viewmux side %v):\n%s\n%s",
 		up.name, up.mode, elapsed[0].Round(time.Millisecond), elapsed[1].Round(time.Millisecond), sum.String(), table.String())
 	for _, s := range notCounted {
 		t.Log(s)

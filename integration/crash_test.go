@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mcpmux/mcpmux/configs"
-	"github.com/mcpmux/mcpmux/upstream"
+	"github.com/viewmux/viewmux/configs"
+	"github.com/viewmux/viewmux/upstream"
 )
 
 // demoChild returns the pid of the live demo server named name carrying
@@ -134,7 +134,7 @@ func TestUpstreamCrash(t *testing.T) {
 }
 
 // TestUpstreamChurn crashes a stdio upstream 50 times and checks that
-// mcpmux leaks neither processes nor file descriptors. It runs mcpmux in
+// viewmux leaks neither processes nor file descriptors. It runs viewmux in
 // this process with a 10ms minimum reconnect backoff: through the binary
 // (1s minimum) the 50 cycles take nearly a minute. The upstream teardown
 // and restart under test are the same code either way, and the processes
@@ -173,7 +173,7 @@ func TestUpstreamChurn(t *testing.T) {
 		t.Fatalf("after churn: %q", got)
 	}
 	// Exactly one demo server: no stray carrying the marker and no child of
-	// mcpmux, zombie or not, besides that one.
+	// viewmux, zombie or not, besides that one.
 	ps, err := procsWhere(func(p proc) bool {
 		return hasEnv(p.PID, markerEnv, m.Marker) || p.PPID == m.PID()
 	})
@@ -197,7 +197,7 @@ func TestUpstreamChurn(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 		fdsAfter = fdCount(t, m.PID())
 	}
-	t.Logf("mcpmux file descriptors: %d before, %d after", fdsBefore, fdsAfter)
+	t.Logf("viewmux file descriptors: %d before, %d after", fdsBefore, fdsAfter)
 	if fdsAfter > fdsBefore {
 		t.Fatalf("file descriptors grew from %d to %d over %d cycles", fdsBefore, fdsAfter, cycles)
 	}

@@ -20,7 +20,7 @@ import (
 
 // End-to-end tests of the front doors other than /mcp: the
 // official TypeScript SDK client over legacy SSE, websocket and stdio,
-// against the real mcpmux binary, must see exactly what it sees over
+// against the real viewmux binary, must see exactly what it sees over
 // streamable HTTP, with the same gate.
 
 // DoorScript is a Script for any front door: drive.mjs's "transport" and,
@@ -130,7 +130,7 @@ func TestFrontDoors(t *testing.T) {
 	requireNode(t)
 	cfg := doorsConfig(t)
 	mux := startMux(t, cfg)
-	cfgPath := filepath.Join(mux.Dir, "mcpmux.toml")
+	cfgPath := filepath.Join(mux.Dir, "viewmux.toml")
 	const text = "héllo wörld ✓ 日本語"
 
 	for _, profile := range []string{"readonly", ""} {
@@ -200,12 +200,12 @@ func checkStdioExit(t *testing.T, c DoorClient) {
 	}
 }
 
-// TestStdioDoor runs `mcpmux serve --stdio` directly: stdout carries
+// TestStdioDoor runs `viewmux serve --stdio` directly: stdout carries
 // nothing but JSON-RPC (logs go to stderr), --profile selects the view, and
 // closing stdin ends the process with status 0 and no child left behind.
 func TestStdioDoor(t *testing.T) {
 	dir := t.TempDir()
-	cfgPath := filepath.Join(dir, "mcpmux.toml")
+	cfgPath := filepath.Join(dir, "viewmux.toml")
 	if err := os.WriteFile(cfgPath, []byte(doorsConfig(t)), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -214,7 +214,7 @@ func TestStdioDoor(t *testing.T) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, muxBinary(t), "serve", "--stdio", "--profile", "readonly", "--config", cfgPath, "--log-level", "debug")
 	cmd.Dir = dir
-	cmd.Env = append(envWithout(os.Environ(), "MCPMUX_CONFIG", markerEnv), markerEnv+"="+marker)
+	cmd.Env = append(envWithout(os.Environ(), "VIEWMUX_CONFIG", markerEnv), markerEnv+"="+marker)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = 2 * time.Second
@@ -233,11 +233,11 @@ func TestStdioDoor(t *testing.T) {
 	}
 	t.Cleanup(func() {
 		if survivors := waitNoMarked(marker, 2*time.Second); len(survivors) > 0 {
-			t.Errorf("processes started by mcpmux --stdio survived it:\n%s", describeProcs(survivors))
+			t.Errorf("processes started by viewmux --stdio survived it:\n%s", describeProcs(survivors))
 			killMarked(marker)
 		}
 		if t.Failed() {
-			t.Logf("--- mcpmux stderr ---\n%s", stderr.String())
+			t.Logf("--- viewmux stderr ---\n%s", stderr.String())
 		}
 	})
 
@@ -312,7 +312,7 @@ func TestStdioDoor(t *testing.T) {
 		t.Errorf("extra output on stdout after the answers: %q", line)
 	}
 	if err := cmd.Wait(); err != nil {
-		t.Fatalf("mcpmux --stdio after stdin closed: %v, want exit status 0", err)
+		t.Fatalf("viewmux --stdio after stdin closed: %v, want exit status 0", err)
 	}
 	if !strings.Contains(stderr.String(), "ready on stdio") {
 		t.Errorf("stderr lacks the logs: %q", stderr.String())
@@ -323,7 +323,7 @@ func TestStdioDoor(t *testing.T) {
 // exit status 2 and the reason, before it starts anything.
 func TestStdioUsage(t *testing.T) {
 	dir := t.TempDir()
-	cfgPath := filepath.Join(dir, "mcpmux.toml")
+	cfgPath := filepath.Join(dir, "viewmux.toml")
 	if err := os.WriteFile(cfgPath, []byte(doorsConfig(t)), 0o600); err != nil {
 		t.Fatal(err)
 	}

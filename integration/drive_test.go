@@ -241,8 +241,8 @@ func driveRaw(t testing.TB, script Script) (Result, string, error) {
 }
 
 // TestDriver checks client/drive.mjs itself against the reference
-// server-everything over streamable HTTP, with no mcpmux in between: it
-// proves the driver before the mcpmux tests trust it.
+// server-everything over streamable HTTP, with no viewmux in between: it
+// proves the driver before the viewmux tests trust it.
 func TestDriver(t *testing.T) {
 	requireNode(t)
 	url := startEverythingHTTP(t)

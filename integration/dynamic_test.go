@@ -28,7 +28,7 @@ read_only = true
 `
 
 var (
-	ownTools     = []string{"mcpmux__list_toolsets", "mcpmux__get_toolset_tools", "mcpmux__enable_toolset"}
+	ownTools     = []string{"viewmux__list_toolsets", "viewmux__get_toolset_tools", "viewmux__enable_toolset"}
 	demoNotes    = []string{"demo__delete_note", "demo__list_notes", "demo__read_note", "demo__write_note"}
 	demoOutside  = []string{"demo__add_tool", "demo__echo", "demo__slow_count"}
 	dynamicWaits = struct{ notify, quiet time.Duration }{10 * time.Second, 1500 * time.Millisecond}
@@ -66,7 +66,7 @@ func toolsetsOf(t *testing.T, r CallResult) map[string]int {
 // TestDynamicToolsets drives dynamic sessions with the official TypeScript
 // SDK client over streamable HTTP against server-everything,
 // server-memory, server-filesystem and the demo server: a
-// session starts with mcpmux's three tools and the tools outside every
+// session starts with viewmux's three tools and the tools outside every
 // toolset; enabling a toolset tells that session list_changed and adds the
 // toolset's tools (never beyond a read-only ceiling); a concurrent session
 // of the same profile sees nothing change.
@@ -89,20 +89,20 @@ func TestDynamicToolsets(t *testing.T) {
 	res := drive(t, Script{URL: url + "?profile=dyn", Sessions: []SessionScript{
 		{Steps: []Op{ // A
 			opList(), // 0
-			opCall("mcpmux__list_toolsets", map[string]any{}),                                // 1
-			opCall("mcpmux__get_toolset_tools", map[string]any{"toolset": "demo/notes"}),     // 2
+			opCall("viewmux__list_toolsets", map[string]any{}),                               // 1
+			opCall("viewmux__get_toolset_tools", map[string]any{"toolset": "demo/notes"}),    // 2
 			opCallExpectError("demo__write_note", map[string]any{"title": "t", "text": "x"}), // 3: not enabled yet
 			opBarrier("ready"),
-			opCall("mcpmux__enable_toolset", map[string]any{"toolset": "demo/notes"}), // 5
+			opCall("viewmux__enable_toolset", map[string]any{"toolset": "demo/notes"}), // 5
 			opWaitNotification(methodToolsListChanged, dynamicWaits.notify),
 			opList(), // 7
 			opCall("demo__write_note", map[string]any{"title": "dyn", "text": "written"}), // 8
-			opCall("mcpmux__enable_toolset", map[string]any{"toolset": "every"}),          // 9
+			opCall("viewmux__enable_toolset", map[string]any{"toolset": "every"}),         // 9
 			opWaitNotification(methodToolsListChanged, dynamicWaits.notify),
 			opList(), // 11
-			opCall("every__echo", map[string]any{"message": "hi"}),               // 12
-			opCall("mcpmux__enable_toolset", map[string]any{"toolset": "every"}), // 13: already on
-			opCall("mcpmux__enable_toolset", map[string]any{"toolset": "nope"}),  // 14
+			opCall("every__echo", map[string]any{"message": "hi"}),                // 12
+			opCall("viewmux__enable_toolset", map[string]any{"toolset": "every"}), // 13: already on
+			opCall("viewmux__enable_toolset", map[string]any{"toolset": "nope"}),  // 14
 			opExpectNoNotification(methodToolsListChanged, dynamicWaits.quiet),
 			opBarrier("done"),
 		}},
@@ -116,8 +116,8 @@ func TestDynamicToolsets(t *testing.T) {
 		}},
 		{URL: url + "?profile=rodyn", Steps: []Op{ // C: read-only ceiling
 			opList(), // 0
-			opCall("mcpmux__list_toolsets", map[string]any{}),                         // 1
-			opCall("mcpmux__enable_toolset", map[string]any{"toolset": "demo/notes"}), // 2
+			opCall("viewmux__list_toolsets", map[string]any{}),                         // 1
+			opCall("viewmux__enable_toolset", map[string]any{"toolset": "demo/notes"}), // 2
 			opWaitNotification(methodToolsListChanged, dynamicWaits.notify),
 			opList(), // 4
 			opCallExpectError("demo__write_note", map[string]any{"title": "c", "text": "x"}), // 5
@@ -130,7 +130,7 @@ func TestDynamicToolsets(t *testing.T) {
 		checkNames(t, "A's first listing", a.Steps[0].Names, initial)
 		checkNames(t, "B's first listing", b.Steps[0].Names, initial)
 		if got := a.Steps[0].Names[:3]; !slices.Equal(got, ownTools) {
-			t.Errorf("mcpmux's tools are not listed first: %v", got)
+			t.Errorf("viewmux's tools are not listed first: %v", got)
 		}
 		for _, name := range ownTools {
 			tool := a.Steps[0].Tool(name)
@@ -209,7 +209,7 @@ func TestDynamicToolsetsOnWebsocket(t *testing.T) {
 		{Steps: []Op{
 			opList(),
 			opBarrier("ready"),
-			opCall("mcpmux__enable_toolset", map[string]any{"toolset": "demo/notes"}),
+			opCall("viewmux__enable_toolset", map[string]any{"toolset": "demo/notes"}),
 			opWaitNotification(methodToolsListChanged, dynamicWaits.notify),
 			opList(), // 4
 			opCall("demo__list_notes", map[string]any{}),
@@ -248,7 +248,7 @@ func TestDynamicToolsetsOnSSE(t *testing.T) {
 		Headers: map[string]string{"Mcp-Profile": "dyn"},
 		Steps: []Op{
 			opList(),
-			opCall("mcpmux__enable_toolset", map[string]any{"toolset": "memory"}),
+			opCall("viewmux__enable_toolset", map[string]any{"toolset": "memory"}),
 			opWaitNotification(methodToolsListChanged, dynamicWaits.notify),
 			opList(), // 3
 			opCall("memory__read_graph", map[string]any{}),

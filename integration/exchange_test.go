@@ -23,7 +23,7 @@ import (
 
 	"github.com/mark3labs/mcp-go/server"
 
-	"github.com/mcpmux/mcpmux/internal/oauth"
+	"github.com/viewmux/viewmux/internal/oauth"
 )
 
 // The exchange tests run against a real OpenID provider that implements
@@ -169,8 +169,8 @@ func startExchangeRS(t *testing.T, issuer string, mcp http.Handler) *exchangeRS 
 }
 
 // TestExchangeCredentialsRealProvider is credentials = "exchange" end to
-// end: a caller holding the provider's JWT for mcpmux calls a tool of an
-// exchange upstream through /mcp; mcpmux exchanges the caller's token at
+// end: a caller holding the provider's JWT for viewmux calls a tool of an
+// exchange upstream through /mcp; viewmux exchanges the caller's token at
 // the provider (RFC 8693) and the upstream, which takes only tokens for
 // itself, gets the call as that caller's subject with the exchanged
 // token, never the caller's own. A caller the provider will not exchange
@@ -185,7 +185,7 @@ func TestExchangeCredentialsRealProvider(t *testing.T) {
 
 	alice := z.token(t, "test-user@127.0.0.1") // id1, admin: may be exchanged for
 	bob := z.token(t, "test-user2")            // id2: may not
-	// The operator's login, which lists the upstream's tools (what `mcpmux
+	// The operator's login, which lists the upstream's tools (what `viewmux
 	// auth login wiki` would store): a token for the upstream.
 	operator := z.exchange(t, alice, rs.URL)
 
@@ -236,7 +236,7 @@ client_secret = %q
 		t.Fatalf("alice: %v %s\n%s", isErr, text, mux.Stderr())
 	}
 	a := puSession(t, mux, bob).do(t, "tools/call", `{"name":"wiki__lookup","arguments":{"word":"x"}}`)
-	// zitadel's example answers this refusal with HTTP 500, which mcpmux
+	// zitadel's example answers this refusal with HTTP 500, which viewmux
 	// cannot tell from an outage: the error says the exchange failed.
 	if a.Msg.Error == nil || !strings.Contains(a.Msg.Error.Message, "could not be exchanged") {
 		t.Fatalf("bob: %s", a.Raw)
@@ -258,6 +258,6 @@ client_secret = %q
 		}
 	}
 	if strings.Contains(mux.Stderr(), rs.calls[0][1]) || strings.Contains(mux.Stderr(), alice) {
-		t.Fatal("mcpmux's log shows a token")
+		t.Fatal("viewmux's log shows a token")
 	}
 }

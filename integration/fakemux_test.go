@@ -16,11 +16,11 @@ import (
 )
 
 // fakeMuxEnv makes the test binary, re-executed, act as a minimal stand-in
-// for `mcpmux serve`, so the harness's own machinery (startMux, readiness,
+// for `viewmux serve`, so the harness's own machinery (startMux, readiness,
 // cleanup, marker propagation) is tested without the real binary. Its value
 // is the mode: "clean" kills its child's process group on SIGTERM, "leaky"
 // does not.
-const fakeMuxEnv = "MCPMUX_INTEGRATION_FAKE_MUX"
+const fakeMuxEnv = "VIEWMUX_INTEGRATION_FAKE_MUX"
 
 // fakeMux serves GET /readyz on --listen, starts `sh -c 'sleep 300 & wait'`
 // in its own process group, and exits 0 on SIGTERM or SIGINT.
@@ -36,12 +36,12 @@ func fakeMux(mode string, args []string) int {
 	child := exec.Command("sh", "-c", "sleep 300 & wait")
 	child.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := child.Start(); err != nil {
-		fmt.Fprintln(os.Stderr, "fake mcpmux:", err)
+		fmt.Fprintln(os.Stderr, "fake viewmux:", err)
 		return 1
 	}
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "fake mcpmux:", err)
+		fmt.Fprintln(os.Stderr, "fake viewmux:", err)
 		return 1
 	}
 	mux := http.NewServeMux()
@@ -50,14 +50,14 @@ func fakeMux(mode string, args []string) int {
 	})
 	srv := &http.Server{Handler: mux}
 	go func() { _ = srv.Serve(ln) }()
-	fmt.Fprintln(os.Stderr, "fake mcpmux: ready on", listen)
+	fmt.Fprintln(os.Stderr, "fake viewmux: ready on", listen)
 	<-ctx.Done()
 	_ = srv.Close()
 	if mode == "clean" {
 		_ = syscall.Kill(-child.Process.Pid, syscall.SIGKILL)
 		_ = child.Wait()
 	}
-	fmt.Fprintln(os.Stderr, "fake mcpmux: bye")
+	fmt.Fprintln(os.Stderr, "fake viewmux: bye")
 	return 0
 }
 

@@ -21,11 +21,11 @@ import (
 )
 
 // The fidelity tests of the catalog rules, with real upstreams:
-// server-everything over stdio, mcpmux's demo server over stdio, and a
+// server-everything over stdio, viewmux's demo server over stdio, and a
 // recorder over streamable HTTP (handwritten bytes, tools without
 // annotations or titles). Each upstream is also asked directly, in the same
-// test, and what a client lists through mcpmux must be those bytes apart
-// from the name and mcpmux's _meta: nothing added, not even a title.
+// test, and what a client lists through viewmux must be those bytes apart
+// from the name and viewmux's _meta: nothing added, not even a title.
 
 // listings are the four listing methods and the result member of each.
 var listings = []struct{ method, key string }{
@@ -35,9 +35,9 @@ var listings = []struct{ method, key string }{
 	{"resources/templates/list", "resourceTemplates"},
 }
 
-// upstreamCaps are the client capabilities mcpmux declares to upstreams
+// upstreamCaps are the client capabilities viewmux declares to upstreams
 // (the aggregator's sampling, elicitation and roots handlers), so that the
-// direct client is offered what mcpmux is: server-everything registers some
+// direct client is offered what viewmux is: server-everything registers some
 // tools by them.
 const upstreamCaps = `{"roots":{"listChanged":true},"sampling":{},"elicitation":{}}`
 
@@ -78,7 +78,7 @@ func startDirectStdio(t *testing.T, name string, args ...string) *directStdio {
 		cmd.Wait()
 	})
 	d := &directStdio{in: in, out: bufio.NewReaderSize(out, 1<<20)}
-	d.init = d.request(t, "initialize", `{"protocolVersion":"`+rawProtocolVersion+`","capabilities":`+upstreamCaps+`,"clientInfo":{"name":"mcpmux","version":"fidelity"}}`)
+	d.init = d.request(t, "initialize", `{"protocolVersion":"`+rawProtocolVersion+`","capabilities":`+upstreamCaps+`,"clientInfo":{"name":"viewmux","version":"fidelity"}}`)
 	d.send(t, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
 	d.request(t, "ping", `{}`) // what initialized set up is in place
 	return d
@@ -192,7 +192,7 @@ func decodeItem(t *testing.T, raw json.RawMessage) map[string]any {
 
 // checkListed compares what door lists for key against every upstream's
 // own items: each item there is the upstream's, apart from name and
-// mcpmux's _meta keys; nothing is listed that no upstream listed.
+// viewmux's _meta keys; nothing is listed that no upstream listed.
 func checkListed(t *testing.T, door, key string, listed []json.RawMessage, ups []fidelityUpstream) {
 	t.Helper()
 	byIdentity := map[string]map[string]any{} // "<upstream>\x00<identity>" → listed item
@@ -202,8 +202,8 @@ func checkListed(t *testing.T, door, key string, listed []json.RawMessage, ups [
 		switch key {
 		case "tools":
 			meta, _ := m["_meta"].(map[string]any)
-			up, _ = meta["mcpmux/upstream"].(string)
-			original, _ = meta["mcpmux/original"].(string)
+			up, _ = meta["viewmux/upstream"].(string)
+			original, _ = meta["viewmux/original"].(string)
 		case "prompts":
 			up, original, _ = strings.Cut(original, "__")
 		default:
@@ -236,11 +236,11 @@ func checkListed(t *testing.T, door, key string, listed []json.RawMessage, ups [
 			}
 			if key == "tools" {
 				meta, _ := got["_meta"].(map[string]any)
-				if meta["mcpmux/upstream"] != u.name || meta["mcpmux/original"] != id {
-					t.Errorf("%s: tool %q of %s: _meta = %v, want mcpmux/upstream and mcpmux/original", door, id, u.name, meta)
+				if meta["viewmux/upstream"] != u.name || meta["viewmux/original"] != id {
+					t.Errorf("%s: tool %q of %s: _meta = %v, want viewmux/upstream and viewmux/original", door, id, u.name, meta)
 				}
-				delete(meta, "mcpmux/upstream")
-				delete(meta, "mcpmux/original")
+				delete(meta, "viewmux/upstream")
+				delete(meta, "viewmux/original")
 				if len(meta) == 0 {
 					delete(got, "_meta")
 				}
@@ -248,7 +248,7 @@ func checkListed(t *testing.T, door, key string, listed []json.RawMessage, ups [
 			if !reflect.DeepEqual(got, want) {
 				g, _ := json.Marshal(got)
 				w, _ := json.Marshal(want)
-				t.Errorf("%s: %s %q of %s differs from the upstream's definition\n through mcpmux: %s\n directly:      %s", door, key, id, u.name, g, w)
+				t.Errorf("%s: %s %q of %s differs from the upstream's definition\n through viewmux: %s\n directly:      %s", door, key, id, u.name, g, w)
 			}
 		}
 	}
@@ -353,7 +353,7 @@ func directUpstreams(t *testing.T, rec *recorder) (ups []fidelityUpstream, instr
 			return r.Msg.Result
 		}
 	}
-	// In config order (by name), as mcpmux lists upstreams.
+	// In config order (by name), as viewmux lists upstreams.
 	for _, u := range []struct {
 		name string
 		do   func(method string) func(string) json.RawMessage
@@ -381,7 +381,7 @@ func TestCatalogFidelity(t *testing.T) {
 	requireNode(t)
 	rec := startRecorder(t, "rec", false)
 	mux := startMux(t, fidelityConfig(t, rec))
-	cfgPath := filepath.Join(mux.Dir, "mcpmux.toml")
+	cfgPath := filepath.Join(mux.Dir, "viewmux.toml")
 	ups, _ := directUpstreams(t, rec)
 
 	// The cases the issue measured, on the direct side, so the checks
@@ -402,7 +402,7 @@ func TestCatalogFidelity(t *testing.T) {
 		t.Fatal("the recorder's tools are expected to carry no annotations")
 	}
 
-	t.Run("mcpmux tools --json", func(t *testing.T) {
+	t.Run("viewmux tools --json", func(t *testing.T) {
 		code, stdout, stderr := runMux(t, time.Minute, t.TempDir(), nil, "tools", "--json", "--config", cfgPath)
 		if code != 0 {
 			t.Fatalf("exit %d: %s", code, stderr)
@@ -435,7 +435,7 @@ func TestCatalogFidelity(t *testing.T) {
 				want += len(u.items["tools"])
 			}
 			// server-everything adds tools after initialize (by client
-			// capabilities): wait until mcpmux has refetched them.
+			// capabilities): wait until viewmux has refetched them.
 			var tools []json.RawMessage
 			deadline := time.Now().Add(20 * time.Second)
 			for {
@@ -516,7 +516,7 @@ func TestUpstreamInstructions(t *testing.T) {
 	requireNode(t)
 	rec := startRecorder(t, "rec", false)
 	mux := startMux(t, fidelityConfig(t, rec))
-	cfgPath := filepath.Join(mux.Dir, "mcpmux.toml")
+	cfgPath := filepath.Join(mux.Dir, "viewmux.toml")
 	_, direct := directUpstreams(t, rec)
 	if direct["every"] == "" || direct["demo"] == "" {
 		t.Fatalf("server-everything and the demo server are expected to send instructions: %q", direct)

@@ -384,7 +384,7 @@ type fidSession struct {
 	tap   *fidTap
 	label string // distinguishes this session's answers from others'
 	where string // door or upstream, for messages
-	// stderr is mcpmux's, for a session on the stdio door.
+	// stderr is viewmux's, for a session on the stdio door.
 	stderr *syncBuffer
 
 	mu sync.Mutex
@@ -470,7 +470,7 @@ func fidConnect(ctx context.Context, label, where string, newTransport func(tap 
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", where, err)
 	}
-	c := gosdk.NewClient(&gosdk.Implementation{Name: "mcpmux-fidelity", Version: "1"}, s.options())
+	c := gosdk.NewClient(&gosdk.Implementation{Name: "viewmux-fidelity", Version: "1"}, s.options())
 	// A legacy (initialize) session: the matrix is about what an upstream
 	// sends in the middle of a call, which 2026-07-28 has no room for.
 	cs, err := c.Connect(ctx, tr, &gosdk.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
@@ -583,7 +583,7 @@ func fidWaitFor(d time.Duration, cond func() bool) bool {
 	}
 }
 
-// fidStatusRow is one upstream's row of mcpmux's /status.json.
+// fidStatusRow is one upstream's row of viewmux's /status.json.
 type fidStatusRow struct {
 	Name     string `json:"name"`
 	State    string `json:"state"`

@@ -27,8 +27,8 @@ import (
 
 // fidMcpGoEnv, set to "stdio" in the environment of this test binary, makes
 // it serve the fidelity mcp-go server on stdin/stdout instead of running
-// tests. mcpmux starts it that way as a stdio upstream.
-const fidMcpGoEnv = "MCPMUX_FIDELITY_MCPGO"
+// tests. viewmux starts it that way as a stdio upstream.
+const fidMcpGoEnv = "VIEWMUX_FIDELITY_MCPGO"
 
 func init() {
 	if os.Getenv(fidMcpGoEnv) != "stdio" {
@@ -45,7 +45,7 @@ func init() {
 }
 
 // fidMcpGoInstructions are the server's instructions, which must reach a
-// client through mcpmux.
+// client through viewmux.
 const fidMcpGoInstructions = "The fidelity mcp-go server: every tool here serves one cell of the matrix. ✓"
 
 // fidBigText returns n bytes of a pattern a client can check cheaply:

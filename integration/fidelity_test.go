@@ -5,16 +5,16 @@ package integration
 // TestFidelity is issue 16's fidelity matrix: for every upstream transport
 // (server-everything over stdio, streamable HTTP, legacy SSE and websocket;
 // the official Go SDK's everything-server; an mcp-go server over
-// streamable HTTP, SSE and stdio) and every door of mcpmux (/mcp, /sse,
+// streamable HTTP, SSE and stdio) and every door of viewmux (/mcp, /sse,
 // /ws, `serve --stdio`), a real client (the official Go SDK's) runs each
 // cell directly against the upstream first — which proves the scenario and
-// is the oracle — and then through mcpmux. The cells (fidCells):
+// is the oracle — and then through viewmux. The cells (fidCells):
 //
 //   - catalog: every tool, prompt, resource and template listed through
-//     mcpmux is the upstream's own bytes apart from the name and _meta;
+//     viewmux is the upstream's own bytes apart from the name and _meta;
 //   - instructions: the upstream's instructions reach initialize's result;
 //   - progress: every progress notification that arrives directly arrives
-//     through mcpmux (200 of them from the mcp-go server);
+//     through viewmux (200 of them from the mcp-go server);
 //   - logs: two sessions, two concurrent calls each: each session gets
 //     exactly its own calls' logs;
 //   - sampling, elicitation: asked by the upstream mid-call, answered by
@@ -30,7 +30,7 @@ package integration
 //
 // Where nothing on the upstream's transport ties a server→client message
 // to the call that caused it (stdio, legacy SSE and websocket upstreams,
-// and mcp-go's streamable HTTP sampling), mcpmux may not deliver it on
+// and mcp-go's streamable HTTP sampling), viewmux may not deliver it on
 // a shared connection: logs, sampling and elicitation use the
 // scope = "session" mount there, and two more cells check the shared one:
 // logs-shared-untied (a log never reaches another session) and
@@ -42,7 +42,7 @@ package integration
 // updates the table), and one that fails otherwise than recorded is logged.
 //
 // The upstream kinds run two at a time (each has its own upstream and its own
-// mcpmux); within a kind the doors and cells run one after another, since
+// viewmux); within a kind the doors and cells run one after another, since
 // they share the upstream's connections.
 
 import (
@@ -79,7 +79,7 @@ type fidKnown struct {
 // fidKnownFailures are the cells that fail on today's code. Remove a line
 // when its cell passes (the test says so).
 //
-// mcpmux now speaks to every upstream transport itself and lists the
+// viewmux now speaks to every upstream transport itself and lists the
 // upstreams' bytes: the catalog, instructions, oversize and SSE cells pass,
 // and so do logs wherever the upstream writes them on the call's own
 // stream, and sampling a scope = "session" upstream sends outside any
@@ -88,7 +88,7 @@ type fidKnown struct {
 var fidKnownFailures = []fidKnown{
 	// mcp-go's streamable HTTP server writes a call's log message on
 	// whichever of the session's streams it picks, not on the call's own:
-	// nothing ties it to its call, so mcpmux may not deliver it.
+	// nothing ties it to its call, so viewmux may not deliver it.
 	{"mcpgo-http", "*", "logs", 16, "want exactly its own calls'", false},
 }
 
@@ -107,7 +107,7 @@ type fidKind struct {
 	prefix string
 	// untied: nothing on this transport ties a server→client message to
 	// the call that caused it (stdio, legacy SSE, websocket: one stream
-	// for everything), so on a shared connection mcpmux may not deliver
+	// for everything), so on a shared connection viewmux may not deliver
 	// sampling, elicitation or logs to a session (docs/protocol.md); the cells that
 	// need them use the scope = "session" mount there.
 	untied bool
@@ -205,7 +205,7 @@ func startEverythingSSE(t *testing.T) string {
 	return "http://" + addr + "/sse"
 }
 
-// The profiles of a kind's mcpmux, each seeing one mount of the upstream:
+// The profiles of a kind's viewmux, each seeing one mount of the upstream:
 //
 //	main: the shared connection (prefix P)
 //	sess: scope = "session" (prefix Ps)
@@ -254,7 +254,7 @@ func (k *fidKind) mountTOML(up fidUpstream, profile string) string {
 	return fmt.Sprintf("[upstreams.%s]\n%srequired = true\n%s\n", name, up.mount, extra)
 }
 
-// fidEnv is one kind's running upstream and mcpmux.
+// fidEnv is one kind's running upstream and viewmux.
 type fidEnv struct {
 	kind     *fidKind
 	up       fidUpstream
@@ -285,7 +285,7 @@ func startFidEnv(t *testing.T, k *fidKind) *fidEnv {
 }
 
 // fidSide is where a cell runs: directly against the upstream, or through
-// one door of mcpmux.
+// one door of viewmux.
 type fidSide struct {
 	name   string // direct, mcp, sse, ws, stdio
 	env    *fidEnv
@@ -335,7 +335,7 @@ func (sd *fidSide) open(ctx context.Context, t *testing.T, profile, label string
 		s, err = fidConnect(ctx, label, where, func(tap *fidTap) (gosdk.Transport, error) {
 			cmd := exec.Command(muxBinary(t), "serve", "--stdio", "--config", e.stdioCfg[profile])
 			cmd.Dir = t.TempDir()
-			cmd.Env = append(envWithout(os.Environ(), "MCPMUX_CONFIG", markerEnv), markerEnv+"="+e.marker)
+			cmd.Env = append(envWithout(os.Environ(), "VIEWMUX_CONFIG", markerEnv), markerEnv+"="+e.marker)
 			tr, buf, err := fidStdio(t, cmd, tap)
 			stderr = buf
 			return tr, err
@@ -392,7 +392,7 @@ type fidCell struct {
 	name    string
 	applies func(k *fidKind) bool
 	// direct: run it directly too (as the oracle or to prove the
-	// scenario); cells about mcpmux's own sharing have no direct run.
+	// scenario); cells about viewmux's own sharing have no direct run.
 	direct bool
 	// sides, when set, says on which sides (direct or a door) the cell
 	// runs for a kind.
@@ -447,8 +447,8 @@ func TestFidelity(t *testing.T) {
 	requireNode(t)
 	res := &fidResults{got: map[string]string{}}
 	kinds := fidKinds()
-	// MCPMUX_FIDELITY_ONLY=kind,kind… runs only those kinds (by hand).
-	if only := os.Getenv("MCPMUX_FIDELITY_ONLY"); only != "" {
+	// VIEWMUX_FIDELITY_ONLY=kind,kind… runs only those kinds (by hand).
+	if only := os.Getenv("VIEWMUX_FIDELITY_ONLY"); only != "" {
 		names := strings.Split(only, ",")
 		kinds = slices.DeleteFunc(kinds, func(k *fidKind) bool { return !slices.Contains(names, k.name) })
 	}
@@ -522,7 +522,7 @@ func runFidKind(t *testing.T, k *fidKind, res *fidResults) {
 					if sd.direct() {
 						if err != nil {
 							res.set(k.name, side, c.name, "FAIL")
-							t.Fatalf("fails directly against the upstream, so the scenario is wrong (not mcpmux): %v", err)
+							t.Fatalf("fails directly against the upstream, so the scenario is wrong (not viewmux): %v", err)
 						}
 						oracles[c.name] = got
 						res.set(k.name, side, c.name, "ok")
@@ -616,7 +616,7 @@ func (e fidErrs) err() error {
 }
 
 // waitTool waits until s lists tool (server-everything registers its
-// sampling and elicitation tools only after the handshake, and mcpmux
+// sampling and elicitation tools only after the handshake, and viewmux
 // learns them from a list_changed).
 func waitTool(ctx context.Context, s *fidSession, tool string) error {
 	var names []string
@@ -640,12 +640,12 @@ func waitTool(ctx context.Context, s *fidSession, tool string) error {
 }
 
 // fidCatalog is a listing, by key, each definition as canonical JSON
-// without the members mcpmux may change.
+// without the members viewmux may change.
 type fidCatalog map[string]map[string]string // kind of list → key → canonical JSON
 
 var fidLists = []struct {
 	method, member, key string
-	named               bool // the name is namespaced by mcpmux
+	named               bool // the name is namespaced by viewmux
 }{
 	{"tools/list", "tools", "name", true},
 	{"prompts/list", "prompts", "name", true},
@@ -758,14 +758,14 @@ func cellCatalog(r *fidRun) (any, error) {
 			g, ok := got[l.member][k]
 			switch {
 			case !ok:
-				errs.add("%s %q missing through mcpmux", l.member, k)
+				errs.add("%s %q missing through viewmux", l.member, k)
 			case g != want[l.member][k]:
 				errs.add("%s %q: %s", l.member, k, fidDiff(want[l.member][k], g))
 			}
 		}
 		for k := range got[l.member] {
 			if _, ok := want[l.member][k]; !ok {
-				errs.add("%s %q listed through mcpmux but not directly", l.member, k)
+				errs.add("%s %q listed through viewmux but not directly", l.member, k)
 			}
 		}
 	}
@@ -773,7 +773,7 @@ func cellCatalog(r *fidRun) (any, error) {
 }
 
 // fidCanonical returns an item's key and its canonical JSON without _meta
-// (and without the name, for namespaced kinds). Through mcpmux (prefix not
+// (and without the name, for namespaced kinds). Through viewmux (prefix not
 // empty) a namespaced item's key is its name without prefix; an item of
 // another prefix has key "".
 func fidCanonical(raw json.RawMessage, keyMember string, named bool, prefix string) (string, string, error) {
@@ -1222,7 +1222,7 @@ func cellOversize(r *fidRun) (any, error) {
 		}
 	}
 	if r.side.name == "stdio" && a.stderr != nil && strings.Contains(a.stderr.String(), "upstream down") {
-		errs.add("mcpmux --stdio logged the upstream down")
+		errs.add("viewmux --stdio logged the upstream down")
 	}
 	return nil, errs.err()
 }
@@ -1260,7 +1260,7 @@ func cellBig(r *fidRun) (any, error) {
 	if !out.OK {
 		tail := string(stderr)
 		if i := strings.LastIndex(tail[:max(0, len(tail)-1)], "\n"); i >= 0 && r.side.name == "stdio" {
-			tail = tail[i+1:] // mcpmux's last line, which may say why
+			tail = tail[i+1:] // viewmux's last line, which may say why
 		}
 		return nil, fmt.Errorf("%s: the 50 MB result: %s (%d bytes of text); stderr: %s", r.side.name, out.Error, out.Bytes, fidShort(strings.TrimSpace(tail)))
 	}

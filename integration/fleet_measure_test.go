@@ -21,17 +21,17 @@ import (
 // the same replica called directly, both measured in this run, interleaved
 // in batches so that drift on a shared machine hits both alike; and how
 // evenly round robin spreads new sessions over two replicas. It runs only
-// with MCPMUX_FLEET_MEASURE=1:
+// with VIEWMUX_FLEET_MEASURE=1:
 //
-//	MCPMUX_FLEET_MEASURE=1 go test ./integration -run TestFleetMeasure -v
+//	VIEWMUX_FLEET_MEASURE=1 go test ./integration -run TestFleetMeasure -v
 func TestFleetMeasure(t *testing.T) {
-	if os.Getenv("MCPMUX_FLEET_MEASURE") != "1" {
-		t.Skip("a measurement: set MCPMUX_FLEET_MEASURE=1")
+	if os.Getenv("VIEWMUX_FLEET_MEASURE") != "1" {
+		t.Skip("a measurement: set VIEWMUX_FLEET_MEASURE=1")
 	}
 	requireNginx(t)
 	up := whoamiUpstream(t)
-	a := startMux(t, replicaConfig("mcpmux-a", up))
-	b := startMux(t, replicaConfig("mcpmux-b", up))
+	a := startMux(t, replicaConfig("viewmux-a", up))
+	b := startMux(t, replicaConfig("viewmux-b", up))
 	ng := startNginx(t, func(listen string) string { return nginxConf(t, listen, a.Addr, b.Addr) })
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -41,7 +41,7 @@ func TestFleetMeasure(t *testing.T) {
 	legacy := client.WithProtocolVersion(mcp.ProtocolVersion20251125) // a session, so every call goes to one replica
 	via, _ := eraConnect(t, ctx, ng.URL(), legacy)
 	who := eraCall(t, ctx, via, "who__whoami", nil, nil)
-	replica := map[string]*Mux{"mcpmux-a": a, "mcpmux-b": b}[who]
+	replica := map[string]*Mux{"viewmux-a": a, "viewmux-b": b}[who]
 	if replica == nil {
 		t.Fatalf("the call through nginx was forwarded by %q", who)
 	}

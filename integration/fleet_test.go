@@ -20,7 +20,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 )
 
-// TestFleet runs two mcpmux replicas (replica_id mcpmux-a and mcpmux-b)
+// TestFleet runs two viewmux replicas (replica_id viewmux-a and viewmux-b)
 // over the same upstream behind a real nginx with the shipped
 // configs/examples/deploy/nginx.conf, and checks what clients
 // of the fleet see: a legacy session's every request reaches the replica
@@ -33,10 +33,10 @@ func TestFleet(t *testing.T) {
 	requireNginx(t)
 	up := whoamiUpstream(t)
 	cmDir := t.TempDir()
-	configA := writeConfigMap(t, cmDir, 1, replicaConfig("mcpmux-a", up))
+	configA := writeConfigMap(t, cmDir, 1, replicaConfig("viewmux-a", up))
 	a := startMuxWith(t, muxOptions{Args: []string{"--config", configA}})
-	b := startMux(t, replicaConfig("mcpmux-b", up))
-	replicas := map[string]*Mux{"mcpmux-a": a, "mcpmux-b": b}
+	b := startMux(t, replicaConfig("viewmux-b", up))
+	replicas := map[string]*Mux{"viewmux-a": a, "viewmux-b": b}
 	ng := startNginx(t, func(listen string) string { return nginxConf(t, listen, a.Addr, b.Addr) })
 	peer := startFleetPeer(t, ng.URL())
 
@@ -53,8 +53,8 @@ func TestFleet(t *testing.T) {
 		}
 		on[r] = append(on[r], s.Index)
 	}
-	t.Logf("%d sessions through nginx: %d on mcpmux-a, %d on mcpmux-b", n, len(on["mcpmux-a"]), len(on["mcpmux-b"]))
-	if len(on["mcpmux-a"]) == 0 || len(on["mcpmux-b"]) == 0 {
+	t.Logf("%d sessions through nginx: %d on viewmux-a, %d on viewmux-b", n, len(on["viewmux-a"]), len(on["viewmux-b"]))
+	if len(on["viewmux-a"]) == 0 || len(on["viewmux-b"]) == 0 {
 		t.Fatalf("round robin put every session on one replica: %v", on)
 	}
 
@@ -91,7 +91,7 @@ func TestFleet(t *testing.T) {
 			if len(res) != n {
 				t.Fatalf("round: %d results, want %d", len(res), n)
 			}
-			checkRound(t, res, map[string]int{"mcpmux-a": 1, "mcpmux-b": 1})
+			checkRound(t, res, map[string]int{"viewmux-a": 1, "viewmux-b": 1})
 		}
 		// Each replica's own count of tools/list is its own sessions'.
 		for id, m := range replicas {
@@ -111,7 +111,7 @@ func TestFleet(t *testing.T) {
 			seen[eraCall(t, ctx, c, "who__whoami", nil, nil)]++
 		}
 		t.Logf("20 stateless calls through nginx: %v", seen)
-		if seen["mcpmux-a"] == 0 || seen["mcpmux-b"] == 0 || seen["mcpmux-a"]+seen["mcpmux-b"] != 20 {
+		if seen["viewmux-a"] == 0 || seen["viewmux-b"] == 0 || seen["viewmux-a"]+seen["viewmux-b"] != 20 {
 			t.Errorf("stateless calls reached %v, want both replicas and nothing else", seen)
 		}
 	})
@@ -138,14 +138,14 @@ func TestFleet(t *testing.T) {
 				seen[first]++
 			}
 			t.Logf("6 %s sessions through nginx: %v", door.Transport, seen)
-			if seen["mcpmux-a"] == 0 || seen["mcpmux-b"] == 0 {
+			if seen["viewmux-a"] == 0 || seen["viewmux-b"] == 0 {
 				t.Errorf("%s sessions reached %v, want both replicas", door.Transport, seen)
 			}
 		}
 	})
 
 	t.Run("an id naming no replica is 404, so its client initializes again", func(t *testing.T) {
-		for _, id := range []string{"mcpmux-z.mcp-session-ABCDEFGHIJKLMNOPQRSTUVWXYZ", "no-dot-at-all"} {
+		for _, id := range []string{"viewmux-z.mcp-session-ABCDEFGHIJKLMNOPQRSTUVWXYZ", "no-dot-at-all"} {
 			req, err := http.NewRequest(http.MethodPost, ng.URL(), strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`))
 			if err != nil {
 				t.Fatal(err)
@@ -167,15 +167,15 @@ func TestFleet(t *testing.T) {
 
 	t.Run("a ConfigMap update reloads its replica and leaves the other alone", func(t *testing.T) {
 		reloadsB := strings.Count(b.Stderr(), "config reloaded")
-		writeConfigMap(t, cmDir, 2, replicaConfig("mcpmux-a", up)+
-			fmt.Sprintf("\n[upstreams.again]\nurl = %q\nheaders = { X-Replica = \"mcpmux-a\" }\n", up))
+		writeConfigMap(t, cmDir, 2, replicaConfig("viewmux-a", up)+
+			fmt.Sprintf("\n[upstreams.again]\nurl = %q\nheaders = { X-Replica = \"viewmux-a\" }\n", up))
 		waitStderr(t, a, "config reloaded", 15*time.Second)
 		if !strings.Contains(a.Stderr(), "added=[again]") {
-			t.Errorf("mcpmux-a's reload did not add the upstream again:\n%s", a.Stderr())
+			t.Errorf("viewmux-a's reload did not add the upstream again:\n%s", a.Stderr())
 		}
-		checkRound(t, peer.round(2, nil), map[string]int{"mcpmux-a": 2, "mcpmux-b": 1})
+		checkRound(t, peer.round(2, nil), map[string]int{"viewmux-a": 2, "viewmux-b": 1})
 		if got := strings.Count(b.Stderr(), "config reloaded"); got != reloadsB {
-			t.Errorf("mcpmux-b reloaded too")
+			t.Errorf("viewmux-b reloaded too")
 		}
 	})
 
@@ -184,17 +184,17 @@ func TestFleet(t *testing.T) {
 			t.Fatal(err)
 		}
 		if _, ok := b.Wait(10 * time.Second); !ok {
-			t.Fatal("mcpmux-b did not die")
+			t.Fatal("viewmux-b did not die")
 		}
 		res := peer.round(1, nil)
 		slowest := 0
 		for _, r := range res {
 			switch replicaOf(r.SessionID) {
-			case "mcpmux-a":
+			case "viewmux-a":
 				if !r.OK {
 					t.Errorf("session %d of the surviving replica failed: %v", r.Index, r.Error)
 				}
-			case "mcpmux-b":
+			case "viewmux-b":
 				// nginx answers for the dead replica as the replica would
 				// for a session it does not know: 404, initialize again.
 				if r.OK || r.Error == nil || string(r.Error.Code) != "404" || !strings.Contains(r.Error.Message, "initialize a new session") {
@@ -208,17 +208,17 @@ func TestFleet(t *testing.T) {
 				slowest = max(slowest, r.Ms)
 			}
 		}
-		t.Logf("the dead replica's %d sessions got their error within %d ms (first: %v)", len(on["mcpmux-b"]), slowest, firstError(res, "mcpmux-b"))
+		t.Logf("the dead replica's %d sessions got their error within %d ms (first: %v)", len(on["viewmux-b"]), slowest, firstError(res, "viewmux-b"))
 
-		again := peer.reopen(on["mcpmux-b"])
+		again := peer.reopen(on["viewmux-b"])
 		for _, s := range again {
-			if s.Error != nil || replicaOf(s.SessionID) != "mcpmux-a" {
-				t.Errorf("session %d initialized again as %q (%v), want a session of mcpmux-a", s.Index, s.SessionID, s.Error)
+			if s.Error != nil || replicaOf(s.SessionID) != "viewmux-a" {
+				t.Errorf("session %d initialized again as %q (%v), want a session of viewmux-a", s.Index, s.SessionID, s.Error)
 			}
 		}
-		checkRound(t, peer.round(2, nil), map[string]int{"mcpmux-a": 2})
+		checkRound(t, peer.round(2, nil), map[string]int{"viewmux-a": 2})
 		for _, s := range peer.open(4) {
-			if s.Error != nil || replicaOf(s.SessionID) != "mcpmux-a" {
+			if s.Error != nil || replicaOf(s.SessionID) != "viewmux-a" {
 				t.Errorf("new session %d is %q (%v), want a session of the survivor", s.Index, s.SessionID, s.Error)
 			}
 		}
@@ -236,24 +236,24 @@ func firstError(res []fleetRound, replica string) string {
 }
 
 // requestCount returns how many messages of method mux counted, whatever
-// their outcome (mcpmux_requests_total).
+// their outcome (viewmux_requests_total).
 func requestCount(t *testing.T, mux *Mux, method string) float64 {
 	t.Helper()
 	sum := 0.0
 	for series, v := range scrape(t, mux).values {
-		if strings.HasPrefix(series, "mcpmux_requests_total{") && strings.Contains(series, fmt.Sprintf("method=%q", method)) {
+		if strings.HasPrefix(series, "viewmux_requests_total{") && strings.Contains(series, fmt.Sprintf("method=%q", method)) {
 			sum += v
 		}
 	}
 	return sum
 }
 
-// writeConfigMap writes text as the key mcpmux.toml of a ConfigMap volume
+// writeConfigMap writes text as the key viewmux.toml of a ConfigMap volume
 // mounted at dir, and returns the file's path. It lays the files out as
 // kubelet does, and updates them as kubelet does: generation gen's data
 // goes to a new directory, the symlink ..data is swapped to it atomically
 // (a new symlink renamed over it), and the previous generation is removed.
-// mcpmux.toml itself is a symlink to ..data/mcpmux.toml, so an update
+// viewmux.toml itself is a symlink to ..data/viewmux.toml, so an update
 // touches nothing of that name.
 func writeConfigMap(t *testing.T, dir string, gen int, text string) string {
 	t.Helper()
@@ -261,7 +261,7 @@ func writeConfigMap(t *testing.T, dir string, gen int, text string) string {
 	if err := os.Mkdir(filepath.Join(dir, stamp), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, stamp, "mcpmux.toml"), []byte(text), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, stamp, "viewmux.toml"), []byte(text), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	old, _ := os.Readlink(filepath.Join(dir, "..data"))
@@ -271,9 +271,9 @@ func writeConfigMap(t *testing.T, dir string, gen int, text string) string {
 	if err := os.Rename(filepath.Join(dir, "..data_tmp"), filepath.Join(dir, "..data")); err != nil {
 		t.Fatal(err)
 	}
-	path := filepath.Join(dir, "mcpmux.toml")
+	path := filepath.Join(dir, "viewmux.toml")
 	if old == "" {
-		if err := os.Symlink(filepath.Join("..data", "mcpmux.toml"), path); err != nil {
+		if err := os.Symlink(filepath.Join("..data", "viewmux.toml"), path); err != nil {
 			t.Fatal(err)
 		}
 	} else if err := os.RemoveAll(filepath.Join(dir, old)); err != nil {
@@ -285,20 +285,20 @@ func writeConfigMap(t *testing.T, dir string, gen int, text string) string {
 // TestFleetHeldCallRetry checks the one piece of state a replica holds
 // outside a session: a legacy upstream's call held open for a
 // 2026-07-28 client's input_required retry. The retry of a call held by
-// mcpmux-a that reaches mcpmux-b is told which replica holds it; the same
-// retry reaching mcpmux-a completes the call.
+// viewmux-a that reaches viewmux-b is told which replica holds it; the same
+// retry reaching viewmux-a completes the call.
 func TestFleetHeldCallRetry(t *testing.T) {
 	url, calls := mrtrUpstream(t, mcp.LegacyProtocolVersions()...)
 	config := func(id string) string {
 		return fmt.Sprintf("[server]\nreplica_id = %q\n[upstreams.m]\nurl = %q\nrequired = true\n", id, url)
 	}
-	a := startMux(t, config("mcpmux-a"))
-	b := startMux(t, config("mcpmux-b"))
+	a := startMux(t, config("viewmux-a"))
+	b := startMux(t, config("viewmux-b"))
 	for _, tc := range []struct {
 		name, retryTo, want string
 	}{
 		{"retry on the replica that holds the call", a.Addr, "hello Ada"},
-		{"retry on another replica", b.Addr, `requestState belongs to mcpmux replica "mcpmux-a", not this one ("mcpmux-b")`},
+		{"retry on another replica", b.Addr, `requestState belongs to viewmux replica "viewmux-a", not this one ("viewmux-b")`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

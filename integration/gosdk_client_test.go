@@ -10,14 +10,14 @@ import (
 	gosdk "github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
-// TestGoSDKClientThroughMcpmux connects the official Go SDK's client to the
-// Go SDK everything-server, directly and through mcpmux, stateful and
+// TestGoSDKClientThroughViewmux connects the official Go SDK's client to the
+// Go SDK everything-server, directly and through viewmux, stateful and
 // stateless, and calls a tool each way: what works directly must work
-// through mcpmux. The stateful server answers server/discover without
-// 2026-07-28 among its supported versions; mcpmux once sent the Go SDK
+// through viewmux. The stateful server answers server/discover without
+// 2026-07-28 among its supported versions; viewmux once sent the Go SDK
 // client's requests to it as 2026-07-28 requests anyway, and every
 // tools/call failed with -32022.
-func TestGoSDKClientThroughMcpmux(t *testing.T) {
+func TestGoSDKClientThroughViewmux(t *testing.T) {
 	for _, stateless := range []bool{false, true} {
 		name := "stateful"
 		if stateless {
@@ -30,12 +30,12 @@ func TestGoSDKClientThroughMcpmux(t *testing.T) {
 				label, url, tool string
 			}{
 				{"direct", upURL, "test_simple_text"},
-				{"mcpmux", mux.URL(), "ev__test_simple_text"},
+				{"viewmux", mux.URL(), "ev__test_simple_text"},
 			} {
 				t.Run(side.label, func(t *testing.T) {
 					ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 					defer cancel()
-					c := gosdk.NewClient(&gosdk.Implementation{Name: "mcpmux-test", Version: "1"}, nil)
+					c := gosdk.NewClient(&gosdk.Implementation{Name: "viewmux-test", Version: "1"}, nil)
 					cs, err := c.Connect(ctx, &gosdk.StreamableClientTransport{Endpoint: side.url}, nil)
 					if err != nil {
 						t.Fatalf("connect %s: %v", side.url, err)
@@ -54,7 +54,7 @@ func TestGoSDKClientThroughMcpmux(t *testing.T) {
 					}
 					res, err := cs.CallTool(ctx, &gosdk.CallToolParams{Name: side.tool})
 					if err != nil {
-						t.Fatalf("tools/call %s: %v\nmcpmux stderr:\n%s", side.tool, err, mux.Stderr())
+						t.Fatalf("tools/call %s: %v\nviewmux stderr:\n%s", side.tool, err, mux.Stderr())
 					}
 					if res.IsError || len(res.Content) != 1 {
 						t.Fatalf("tools/call %s: unexpected result %+v", side.tool, res)

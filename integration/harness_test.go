@@ -1,7 +1,7 @@
 //go:build unix
 
-// Package integration holds mcpmux's end-to-end tests: they run the real
-// mcpmux binary as a child process and talk to it with real peers — the
+// Package integration holds viewmux's end-to-end tests: they run the real
+// viewmux binary as a child process and talk to it with real peers — the
 // official MCP TypeScript SDK client (client/drive.mjs) and the reference
 // servers from npm — over real loopback sockets.
 //
@@ -32,14 +32,14 @@ import (
 	"time"
 )
 
-// markerEnv is set to a random value in the environment of every mcpmux the
+// markerEnv is set to a random value in the environment of every viewmux the
 // tests start. Its children get it through the inherit_env startMuxWith adds
 // to every stdio upstream (inheritMarker; some tests put it in an upstream's
-// env table instead), and their descendants inherit it. So after mcpmux
+// env table instead), and their descendants inherit it. So after viewmux
 // exits, any process on the machine whose environ still carries the value
 // is a leak, however it was reparented or whatever process group it moved
 // to.
-const markerEnv = "MCPMUX_TEST_MARKER"
+const markerEnv = "VIEWMUX_TEST_MARKER"
 
 // harness is what TestMain learns once for all tests. It is written before
 // m.Run and only read afterwards, except mux*, which muxOnce guards.
@@ -50,7 +50,7 @@ var harness struct {
 	missing string // why the Node peers cannot run; "" when they can
 
 	muxOnce     sync.Once
-	mux         string // the built mcpmux binary
+	mux         string // the built viewmux binary
 	muxBuildErr error
 }
 
@@ -60,7 +60,7 @@ func TestMain(m *testing.M) {
 
 func runTests(m *testing.M) int {
 	if mode := os.Getenv(fakeMuxEnv); mode != "" {
-		return fakeMux(mode, os.Args[1:]) // re-executed as a stand-in for mcpmux
+		return fakeMux(mode, os.Args[1:]) // re-executed as a stand-in for viewmux
 	}
 	dir, err := os.Getwd()
 	if err != nil {
@@ -68,7 +68,7 @@ func runTests(m *testing.M) int {
 		return 1
 	}
 	harness.dir = dir
-	harness.tmp, err = os.MkdirTemp("", "mcpmux-integration-")
+	harness.tmp, err = os.MkdirTemp("", "viewmux-integration-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "integration:", err)
 		return 1
@@ -106,25 +106,25 @@ func requireNode(t testing.TB) {
 	t.Skipf("skipping: %s", harness.missing)
 }
 
-// muxBinary returns the mcpmux binary, building it on first use (once per
-// test run), or fails the test with the build output. MCPMUX_BIN names a
+// muxBinary returns the viewmux binary, building it on first use (once per
+// test run), or fails the test with the build output. VIEWMUX_BIN names a
 // prebuilt binary instead.
 func muxBinary(t testing.TB) string {
 	t.Helper()
 	harness.muxOnce.Do(func() {
-		if bin := os.Getenv("MCPMUX_BIN"); bin != "" {
+		if bin := os.Getenv("VIEWMUX_BIN"); bin != "" {
 			harness.mux, harness.muxBuildErr = filepath.Abs(bin)
 			return
 		}
-		harness.mux = filepath.Join(harness.tmp, "mcpmux")
-		cmd := exec.Command("go", "build", "-o", harness.mux, "../cmd/mcpmux")
+		harness.mux = filepath.Join(harness.tmp, "viewmux")
+		cmd := exec.Command("go", "build", "-o", harness.mux, "../cmd/viewmux")
 		cmd.Dir = harness.dir
 		if out, err := cmd.CombinedOutput(); err != nil {
-			harness.muxBuildErr = fmt.Errorf("go build ../cmd/mcpmux: %w\n%s", err, out)
+			harness.muxBuildErr = fmt.Errorf("go build ../cmd/viewmux: %w\n%s", err, out)
 		}
 	})
 	if harness.muxBuildErr != nil {
-		t.Fatalf("cannot build mcpmux: %v", harness.muxBuildErr)
+		t.Fatalf("cannot build viewmux: %v", harness.muxBuildErr)
 	}
 	return harness.mux
 }
@@ -205,7 +205,7 @@ func envWithout(env []string, drop ...string) []string {
 	return out
 }
 
-// Mux is one running mcpmux process started by startMux. Its methods are
+// Mux is one running viewmux process started by startMux. Its methods are
 // safe for concurrent use.
 type Mux struct {
 	Addr   string // host:port it listens on
@@ -219,15 +219,15 @@ type Mux struct {
 	state  *os.ProcessState
 }
 
-// muxOptions tunes startMuxWith. The zero value runs `mcpmux serve --listen
+// muxOptions tunes startMuxWith. The zero value runs `viewmux serve --listen
 // ADDR` in an empty temporary directory.
 type muxOptions struct {
-	Config string   // TOML written to <Dir>/mcpmux.toml and passed as --config; "" passes none
+	Config string   // TOML written to <Dir>/viewmux.toml and passed as --config; "" passes none
 	Args   []string // extra arguments after `serve --listen ADDR`
 	Dir    string   // working directory; "" = a new t.TempDir()
-	Env    []string // KEY=VALUE added to the environment (after MCPMUX_CONFIG is removed)
+	Env    []string // KEY=VALUE added to the environment (after VIEWMUX_CONFIG is removed)
 	Marker string   // value of markerEnv; "" = random
-	Bin    string   // the binary to run; "" = the mcpmux built by muxBinary
+	Bin    string   // the binary to run; "" = the viewmux built by muxBinary
 	// StopTimeout bounds the wait after SIGTERM at cleanup; 0 = 20s.
 	StopTimeout time.Duration
 }
@@ -235,10 +235,10 @@ type muxOptions struct {
 // URL returns the streamable HTTP endpoint.
 func (m *Mux) URL() string { return "http://" + m.Addr + "/mcp" }
 
-// PID returns the process id of mcpmux.
+// PID returns the process id of viewmux.
 func (m *Mux) PID() int { return m.cmd.Process.Pid }
 
-// Stderr returns everything mcpmux has written to stderr so far.
+// Stderr returns everything viewmux has written to stderr so far.
 func (m *Mux) Stderr() string { return m.stderr.String() }
 
 // Exited reports whether the process has exited.
@@ -251,13 +251,13 @@ func (m *Mux) Exited() bool {
 	}
 }
 
-// Signal sends sig to mcpmux (not to its process group: shutting down its
-// children is mcpmux's job, and the tests check that it does it).
+// Signal sends sig to viewmux (not to its process group: shutting down its
+// children is viewmux's job, and the tests check that it does it).
 func (m *Mux) Signal(sig syscall.Signal) error {
 	return m.cmd.Process.Signal(sig)
 }
 
-// Wait waits up to timeout for mcpmux to exit and returns its exit code (-1
+// Wait waits up to timeout for viewmux to exit and returns its exit code (-1
 // when killed by a signal). ok is false on timeout.
 func (m *Mux) Wait(timeout time.Duration) (code int, ok bool) {
 	select {
@@ -268,8 +268,8 @@ func (m *Mux) Wait(timeout time.Duration) (code int, ok bool) {
 	}
 }
 
-// kill SIGKILLs mcpmux's process group and every process carrying its
-// marker, then waits for mcpmux to be reaped. It is the last resort of
+// kill SIGKILLs viewmux's process group and every process carrying its
+// marker, then waits for viewmux to be reaped. It is the last resort of
 // cleanup, never part of an assertion.
 func (m *Mux) kill() {
 	_ = syscall.Kill(-m.cmd.Process.Pid, syscall.SIGKILL)
@@ -277,8 +277,8 @@ func (m *Mux) kill() {
 	<-m.done
 }
 
-// startMux starts `mcpmux serve --config F --listen ADDR` with configTOML as
-// F and waits until GET /readyz answers 200. At cleanup it SIGTERMs mcpmux,
+// startMux starts `viewmux serve --config F --listen ADDR` with configTOML as
+// F and waits until GET /readyz answers 200. At cleanup it SIGTERMs viewmux,
 // asserts a clean exit (code 0) and that no process it started survives, and
 // on failure logs its stderr.
 func startMux(t *testing.T, configTOML string) *Mux {
@@ -298,13 +298,13 @@ func startMuxWith(t *testing.T, opts muxOptions) *Mux {
 	}
 	var cfgArgs []string
 	if opts.Config != "" {
-		path := filepath.Join(opts.Dir, "mcpmux.toml")
+		path := filepath.Join(opts.Dir, "viewmux.toml")
 		if err := os.WriteFile(path, []byte(inheritMarker(opts.Config)), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		cfgArgs = []string{"--config", path}
 	}
-	// The port may be taken between freeAddr and mcpmux's listen: retry.
+	// The port may be taken between freeAddr and viewmux's listen: retry.
 	for attempt := 1; ; attempt++ {
 		addr := freeAddr(t)
 		args := append([]string{"serve"}, cfgArgs...)
@@ -323,7 +323,7 @@ func startMuxWith(t *testing.T, opts muxOptions) *Mux {
 			continue
 		}
 		m.kill()
-		t.Fatalf("mcpmux %s: %v\n--- mcpmux stderr ---\n%s", strings.Join(args, " "), err, m.Stderr())
+		t.Fatalf("viewmux %s: %v\n--- viewmux stderr ---\n%s", strings.Join(args, " "), err, m.Stderr())
 	}
 }
 
@@ -331,7 +331,7 @@ func startMuxWith(t *testing.T, opts muxOptions) *Mux {
 var upstreamHeader = regexp.MustCompile(`^\[upstreams\.[^.\]]+\]\s*(#.*)?$`)
 
 // inheritMarker adds inherit_env = [markerEnv] to every stdio upstream
-// table of configTOML that sets no inherit_env of its own. mcpmux passes a
+// table of configTOML that sets no inherit_env of its own. viewmux passes a
 // child only the variables named there (and a few fixed ones), and the
 // leak checks find children by markerEnv in their environment.
 func inheritMarker(configTOML string) string {
@@ -379,13 +379,13 @@ func launchMux(t *testing.T, bin string, args []string, opts muxOptions) (*Mux, 
 	}
 	cmd := exec.Command(bin, args...)
 	cmd.Dir = opts.Dir
-	cmd.Env = append(envWithout(os.Environ(), "MCPMUX_CONFIG", markerEnv), markerEnv+"="+m.Marker)
+	cmd.Env = append(envWithout(os.Environ(), "VIEWMUX_CONFIG", markerEnv), markerEnv+"="+m.Marker)
 	cmd.Env = append(cmd.Env, opts.Env...)
 	cmd.Stdout = m.stdout
 	cmd.Stderr = m.stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	// Upstream children that keep stderr open must not keep Wait from
-	// returning once mcpmux itself has exited.
+	// returning once viewmux itself has exited.
 	cmd.WaitDelay = 2 * time.Second
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", bin, err)
@@ -404,29 +404,29 @@ func launchMux(t *testing.T, bin string, args []string, opts muxOptions) (*Mux, 
 	// Registered first, so it runs last: the dump includes shutdown logs.
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("--- mcpmux %s stderr ---\n%s", strings.Join(args, " "), m.Stderr())
+			t.Logf("--- viewmux %s stderr ---\n%s", strings.Join(args, " "), m.Stderr())
 			if out := m.stdout.String(); out != "" {
-				t.Logf("--- mcpmux stdout ---\n%s", out)
+				t.Logf("--- viewmux stdout ---\n%s", out)
 			}
 		}
 	})
 	t.Cleanup(func() {
 		if !m.Exited() {
 			if err := m.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
-				t.Errorf("SIGTERM mcpmux: %v", err)
+				t.Errorf("SIGTERM viewmux: %v", err)
 			}
 			code, ok := m.Wait(stopTimeout)
 			switch {
 			case !ok:
-				t.Errorf("mcpmux did not exit within %v of SIGTERM; killing it", stopTimeout)
+				t.Errorf("viewmux did not exit within %v of SIGTERM; killing it", stopTimeout)
 				m.kill()
 				return
 			case code != 0:
-				t.Errorf("mcpmux exited with code %d after SIGTERM, want 0", code)
+				t.Errorf("viewmux exited with code %d after SIGTERM, want 0", code)
 			}
 		}
 		if survivors := waitNoMarked(m.Marker, 2*time.Second); len(survivors) > 0 {
-			t.Errorf("processes started by mcpmux survived it:\n%s", describeProcs(survivors))
+			t.Errorf("processes started by viewmux survived it:\n%s", describeProcs(survivors))
 			killMarked(m.Marker)
 		}
 	})
@@ -461,7 +461,7 @@ func (m *Mux) waitReady(timeout time.Duration) error {
 	}
 }
 
-// runMux runs the mcpmux binary to completion (bounded by timeout) in dir
+// runMux runs the viewmux binary to completion (bounded by timeout) in dir
 // with extra env, and returns its exit code, stdout and stderr. A run that
 // does not finish in time fails the test.
 func runMux(t *testing.T, timeout time.Duration, dir string, env []string, args ...string) (code int, stdout, stderr string) {
@@ -470,7 +470,7 @@ func runMux(t *testing.T, timeout time.Duration, dir string, env []string, args 
 	defer cancel()
 	cmd := exec.CommandContext(ctx, muxBinary(t), args...)
 	cmd.Dir = dir
-	cmd.Env = append(envWithout(os.Environ(), "MCPMUX_CONFIG"), env...)
+	cmd.Env = append(envWithout(os.Environ(), "VIEWMUX_CONFIG"), env...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -478,7 +478,7 @@ func runMux(t *testing.T, timeout time.Duration, dir string, env []string, args 
 	cmd.WaitDelay = 2 * time.Second
 	err := cmd.Run()
 	if ctx.Err() != nil {
-		t.Fatalf("mcpmux %s did not finish within %v\n--- stderr ---\n%s", strings.Join(args, " "), timeout, errb.String())
+		t.Fatalf("viewmux %s did not finish within %v\n--- stderr ---\n%s", strings.Join(args, " "), timeout, errb.String())
 	}
 	var exit *exec.ExitError
 	switch {
@@ -487,7 +487,7 @@ func runMux(t *testing.T, timeout time.Duration, dir string, env []string, args 
 	case errors.As(err, &exit):
 		code = exit.ExitCode()
 	default:
-		t.Fatalf("mcpmux %s: %v", strings.Join(args, " "), err)
+		t.Fatalf("viewmux %s: %v", strings.Join(args, " "), err)
 	}
 	return code, out.String(), errb.String()
 }

@@ -24,7 +24,7 @@ import (
 // The hostile upstream of issue 17 (findings 5 and 6): ./hostile, a server
 // that lists huge catalogs, pages without end, floods list_changed and log
 // messages, and sends resources/updated for another upstream's URI. Each
-// test runs it as a real stdio child of the real mcpmux binary, or serving
+// test runs it as a real stdio child of the real viewmux binary, or serving
 // streamable HTTP on a loopback port.
 
 var hostileBuild struct {
@@ -194,7 +194,7 @@ func waitStatus(t *testing.T, mux *Mux, name string, timeout time.Duration, ok f
 			return last
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("upstream %q: status %+v (err %v) after %s\n--- mcpmux stderr ---\n%s", name, last, err, timeout, mux.Stderr())
+			t.Fatalf("upstream %q: status %+v (err %v) after %s\n--- viewmux stderr ---\n%s", name, last, err, timeout, mux.Stderr())
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -225,7 +225,7 @@ func maxStartsWithBackoff(elapsed time.Duration) int {
 // max_catalog_bytes, in one page, over endless or repeated cursors, or
 // after a list_changed, marks the upstream down with an error naming the
 // upstream and the bound; it is retried with backoff, not in a loop, and
-// mcpmux's memory stays bounded while it reads the catalog.
+// viewmux's memory stays bounded while it reads the catalog.
 func TestHostileCatalogBounds(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
@@ -290,7 +290,7 @@ shutdown_grace = "5s"
 				t.Errorf("%d starts in about %s: a retry loop, not backoff (at most %d)", n, elapsed.Round(time.Second), limit)
 			}
 			if peak := procBytes(t, mux.PID(), "VmHWM"); peak-before > 200<<20 {
-				t.Errorf("mcpmux's peak RSS grew by %d MiB reading the catalog, want under 200 MiB", (peak-before)>>20)
+				t.Errorf("viewmux's peak RSS grew by %d MiB reading the catalog, want under 200 MiB", (peak-before)>>20)
 			}
 		})
 	}
@@ -309,10 +309,10 @@ shutdown_grace = "5s"
 	}
 	began := time.Now()
 	hc.call(t, "flood__flood", map[string]any{"count": 0})
-	// mcpmux says so once its wait has doubled past a second.
+	// viewmux says so once its wait has doubled past a second.
 	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(mux.Stderr(), "list_changed keeps coming from upstream"); {
 		if time.Now().After(deadline) {
-			t.Fatalf("no log line about the flood after 30s\n--- mcpmux stderr ---\n%s", mux.Stderr())
+			t.Fatalf("no log line about the flood after 30s\n--- viewmux stderr ---\n%s", mux.Stderr())
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -371,7 +371,7 @@ shutdown_grace = "5s"
 	}
 	logs := mux.Stderr()
 	if !strings.Contains(logs, "dropping notifications from upstream") || !strings.Contains(logs, "chatty") {
-		t.Errorf("no log line naming the upstream whose notifications were dropped\n--- mcpmux stderr ---\n%s", logs)
+		t.Errorf("no log line naming the upstream whose notifications were dropped\n--- viewmux stderr ---\n%s", logs)
 	}
 	t.Logf("the client got %d of %d log messages", got, sent)
 }
@@ -444,7 +444,7 @@ shutdown_grace = "5s"
 	}
 	logs := mux.Stderr()
 	if !strings.Contains(logs, "dropping resources/updated from upstream") || !strings.Contains(logs, "spoofer") {
-		t.Errorf("no log line naming the spoofing upstream\n--- mcpmux stderr ---\n%s", logs)
+		t.Errorf("no log line naming the spoofing upstream\n--- viewmux stderr ---\n%s", logs)
 	}
 }
 

@@ -18,7 +18,7 @@ import (
 // TestHTTPCallStreamReachesItsSession: progress and a log message that a
 // shared streamable HTTP upstream writes on one call's own response stream
 // reach exactly that call's session, while another session's call is in
-// flight on the same upstream. (Before mcpmux spoke HTTP itself, the log
+// flight on the same upstream. (Before viewmux spoke HTTP itself, the log
 // message reached no one: with two calls in flight it was nobody's.)
 //
 // The upstream is handwritten: mcp-go's server writes a notification on

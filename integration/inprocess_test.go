@@ -11,14 +11,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mcpmux/mcpmux/aggregator"
-	"github.com/mcpmux/mcpmux/configs"
-	"github.com/mcpmux/mcpmux/sessions"
-	"github.com/mcpmux/mcpmux/upstream"
+	"github.com/viewmux/viewmux/aggregator"
+	"github.com/viewmux/viewmux/configs"
+	"github.com/viewmux/viewmux/sessions"
+	"github.com/viewmux/viewmux/upstream"
 )
 
-// inProcessMux is mcpmux's HTTP serving run inside the test process: the
-// aggregator and the session server wired as cmd/mcpmux wires them, on a
+// inProcessMux is viewmux's HTTP serving run inside the test process: the
+// aggregator and the session server wired as cmd/viewmux wires them, on a
 // real loopback listener, with real upstream child processes. It exists for
 // tests that inject an upstream option the binary has no flag or config key
 // for (production code carries no test-only knobs, STYLE §12); every other
@@ -32,7 +32,7 @@ type inProcessMux struct {
 // URL returns the streamable HTTP endpoint.
 func (m *inProcessMux) URL() string { return "http://" + m.Addr + "/mcp" }
 
-// PID returns the process that plays mcpmux: this one.
+// PID returns the process that plays viewmux: this one.
 func (m *inProcessMux) PID() int { return os.Getpid() }
 
 // Stderr returns everything logged so far, as the binary would have
@@ -47,7 +47,7 @@ func (m *inProcessMux) Stderr() string { return m.logs.String() }
 // the upstreams and asserts that no process carrying the marker survives.
 func startInProcessMux(t *testing.T, configTOML string, upstreamOpts func(*configs.Upstream) upstream.Options) *inProcessMux {
 	t.Helper()
-	cfg, err := configs.Parse("mcpmux.toml", []byte(configTOML), os.LookupEnv)
+	cfg, err := configs.Parse("viewmux.toml", []byte(configTOML), os.LookupEnv)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,11 +92,11 @@ func startInProcessMux(t *testing.T, configTOML string, upstreamOpts func(*confi
 			t.Errorf("closing upstreams: %v", err)
 		}
 		if survivors := waitNoMarked(m.Marker, 2*time.Second); len(survivors) > 0 {
-			t.Errorf("processes started by the in-process mcpmux survived it:\n%s", describeProcs(survivors))
+			t.Errorf("processes started by the in-process viewmux survived it:\n%s", describeProcs(survivors))
 			killMarked(m.Marker)
 		}
 		if t.Failed() {
-			t.Logf("--- in-process mcpmux log ---\n%s", m.Stderr())
+			t.Logf("--- in-process viewmux log ---\n%s", m.Stderr())
 		}
 	})
 	if err := agg.Start(ctx); err != nil {

@@ -27,7 +27,7 @@ func startLineClient(t *testing.T, name string, args ...string) *lineClient {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = 2 * time.Second
-	cmd.Env = append(os.Environ(), "MCPMUX_CONFIG=")
+	cmd.Env = append(os.Environ(), "VIEWMUX_CONFIG=")
 	in, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -130,7 +130,7 @@ func (c *lineClient) progressOf(t *testing.T, id int, tool string, args string) 
 // notification queue, so some of it comes after the result.
 func TestLateProgressReachesStdioClient(t *testing.T) {
 	bin := muxBinary(t)
-	cfg := filepath.Join(t.TempDir(), "mcpmux.toml")
+	cfg := filepath.Join(t.TempDir(), "viewmux.toml")
 	if err := os.WriteFile(cfg, []byte(demoUpstream(t, "d")), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -140,7 +140,7 @@ func TestLateProgressReachesStdioClient(t *testing.T) {
 	for _, side := range []struct {
 		label, tool string
 		c           *lineClient
-	}{{"direct", "slow_count", direct}, {"mcpmux", "d__slow_count", mux}} {
+	}{{"direct", "slow_count", direct}, {"viewmux", "d__slow_count", mux}} {
 		side.c.send(t, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"late","version":"1"}}}`)
 		if m := side.c.next(t, 30*time.Second); m == nil || m["result"] == nil {
 			t.Fatalf("%s: initialize: %v", side.label, m)

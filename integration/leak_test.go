@@ -12,9 +12,9 @@ import (
 	"time"
 )
 
-// TestLeakOnSIGTERM checks that no child or grandchild survives mcpmux:
+// TestLeakOnSIGTERM checks that no child or grandchild survives viewmux:
 // every stdio upstream is a `sh -c` wrapper that backgrounds the
-// real server, so the server is mcpmux's grandchild, and one wrapper also
+// real server, so the server is viewmux's grandchild, and one wrapper also
 // leaves a grandchild that ignores SIGTERM and holds the upstream's stdout
 // open, so only SIGKILL to the process group ends it.
 func TestLeakOnSIGTERM(t *testing.T) {
@@ -48,7 +48,7 @@ func TestLeakOnSIGTERM(t *testing.T) {
 			t.Run("tree before shutdown", func(t *testing.T) {
 				marked := markedProcs(marker)
 				got := commCounts(marked)
-				// mcpmux itself and the demo server run the same binary.
+				// viewmux itself and the demo server run the same binary.
 				if got["sh"] != 3 || got["node"] != 2 || got["sleep"] != 1 || got[muxComm] < 2 {
 					t.Fatalf("marked processes %v, want 3 sh, 2 node, 1 sleep, ≥2 %s:\n%s", got, muxComm, describeProcs(marked))
 				}
@@ -58,7 +58,7 @@ func TestLeakOnSIGTERM(t *testing.T) {
 				}
 				for _, p := range marked {
 					if p.PID != mux.PID() && !slices.Contains(pids(desc), p.PID) {
-						t.Errorf("marked process %d (%s) is not a descendant of mcpmux %d", p.PID, p.Comm, mux.PID())
+						t.Errorf("marked process %d (%s) is not a descendant of viewmux %d", p.PID, p.Comm, mux.PID())
 					}
 				}
 				// Each stdio child runs in its own process group.
@@ -71,19 +71,19 @@ func TestLeakOnSIGTERM(t *testing.T) {
 
 			start := time.Now()
 			if err := mux.Signal(sig); err != nil {
-				t.Fatalf("signal mcpmux: %v", err)
+				t.Fatalf("signal viewmux: %v", err)
 			}
 			bound := grace + 8*time.Second
 			code, ok := mux.Wait(bound)
 			if !ok {
-				t.Fatalf("mcpmux did not exit within %v of %v (shutdown_grace %v)", bound, sig, grace)
+				t.Fatalf("viewmux did not exit within %v of %v (shutdown_grace %v)", bound, sig, grace)
 			}
-			t.Logf("mcpmux exited %v after %v", time.Since(start).Round(time.Millisecond), sig)
+			t.Logf("viewmux exited %v after %v", time.Since(start).Round(time.Millisecond), sig)
 			if code != 0 {
-				t.Errorf("mcpmux exit code after %v = %d, want 0", sig, code)
+				t.Errorf("viewmux exit code after %v = %d, want 0", sig, code)
 			}
 			if left := waitNoMarked(marker, time.Second); len(left) > 0 {
-				t.Errorf("%d processes survived mcpmux:\n%s", len(left), describeProcs(left))
+				t.Errorf("%d processes survived viewmux:\n%s", len(left), describeProcs(left))
 			}
 		})
 	}
@@ -93,7 +93,7 @@ func TestLeakOnSIGTERM(t *testing.T) {
 // backgrounds the real server: server-everything, the demo server, and
 // server-everything again beside a `sleep` that ignores SIGTERM and holds
 // the upstream's stdout open. Each upstream's env carries the marker too, in
-// case mcpmux does not pass its own environment on.
+// case viewmux does not pass its own environment on.
 func leakConfig(marker string, grace time.Duration, sh, sleep, bin string) string {
 	// A background job of a non-interactive shell gets /dev/null as stdin, so
 	// the wrapper hands the server its own stdin through fd 3.

@@ -47,8 +47,8 @@ func TestLimits(t *testing.T) {
 		for range 4 {
 			open = append(open, openRawSession(t, url, nil))
 		}
-		if n := scrape(t, mux).gauge(t, "mcpmux_open_sessions"); n != 4 {
-			t.Fatalf("mcpmux_open_sessions = %v with 4 sessions open", n)
+		if n := scrape(t, mux).gauge(t, "viewmux_open_sessions"); n != 4 {
+			t.Fatalf("viewmux_open_sessions = %v with 4 sessions open", n)
 		}
 		for i := range 3 {
 			r := rawInitialize(t, url, nil)
@@ -72,8 +72,8 @@ func TestLimits(t *testing.T) {
 		if code, body := rawGet(t, "http://"+mux.Addr+"/sse"); code != http.StatusServiceUnavailable || !strings.Contains(body, "max_sessions") {
 			t.Fatalf("/sse over max_sessions: %d %s", code, body)
 		}
-		if n := scrape(t, mux).gauge(t, "mcpmux_open_sessions"); n != 4 {
-			t.Fatalf("mcpmux_open_sessions = %v after the refusals, want 4", n)
+		if n := scrape(t, mux).gauge(t, "viewmux_open_sessions"); n != 4 {
+			t.Fatalf("viewmux_open_sessions = %v after the refusals, want 4", n)
 		}
 		// A session that ends gives its slot back.
 		del, err := http.NewRequest(http.MethodDelete, url, nil)
@@ -108,7 +108,7 @@ func TestLimits(t *testing.T) {
 			t.Fatalf("initialize: %s", r)
 		}
 		waitUntil(t, 30*time.Second, "the uninitialized session to expire", func() bool {
-			return scrape(t, mux).gauge(t, "mcpmux_open_sessions") == 0
+			return scrape(t, mux).gauge(t, "viewmux_open_sessions") == 0
 		})
 		s := &rawSession{URL: url, ID: id}
 		if r := s.post(t, "", nil, toolsListBody(2)); r.Status != http.StatusNotFound {
@@ -135,8 +135,8 @@ func TestLimits(t *testing.T) {
 			t.Fatalf("%d of %d calls of an unknown tool were answered Tool not found", refused, n)
 		}
 		// 256 cached narrowings (filter.NarrowedCap) plus the default view's.
-		if got := scrape(t, mux).gauge(t, "mcpmux_filter_instances"); got > 257 {
-			t.Fatalf("mcpmux_filter_instances = %v after %d distinct ?tools=, want at most 257", got, n)
+		if got := scrape(t, mux).gauge(t, "viewmux_filter_instances"); got > 257 {
+			t.Fatalf("viewmux_filter_instances = %v after %d distinct ?tools=, want at most 257", got, n)
 		}
 	})
 
@@ -178,7 +178,7 @@ func TestLimits(t *testing.T) {
 			_, err = io.Copy(io.Discard, c)
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() {
-				t.Fatalf("slow body %v: mcpmux still held the connection 20s later (read_timeout = 1s)", slow)
+				t.Fatalf("slow body %v: viewmux still held the connection 20s later (read_timeout = 1s)", slow)
 			}
 		}
 	})

@@ -115,7 +115,7 @@ const listenBody = `{"jsonrpc":"2.0","id":"listen-1","method":"subscriptions/lis
 	`"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}`
 
 // streamListen sends listenBody on c and returns a channel of the methods
-// of what mcpmux sends back on it (answers are reported as "answer <id>").
+// of what viewmux sends back on it (answers are reported as "answer <id>").
 func streamListen(t *testing.T, c *recStream) <-chan string {
 	t.Helper()
 	if err := c.send([]byte(listenBody)); err != nil {
@@ -189,7 +189,7 @@ func TestModernListenStreamDoors(t *testing.T) {
 		})
 	}
 	t.Run("stdio", func(t *testing.T) {
-		c, _ := openStdioStream(t, filepath.Join(mux.Dir, "mcpmux.toml"), "", false)
+		c, _ := openStdioStream(t, filepath.Join(mux.Dir, "viewmux.toml"), "", false)
 		got := streamListen(t, c)
 		expectMethod(t, "listener", got, "notifications/subscriptions/acknowledged", true, 10*time.Second)
 		call := `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"demo__add_tool","arguments":{"name":"rw_stdio","read_only":false},` +

@@ -80,7 +80,7 @@ func (m metrics) gauge(t testing.TB, name string) float64 {
 	t.Helper()
 	v, ok := m.values[name]
 	if !ok {
-		t.Fatalf("/metrics has no %s:\n%s", name, m.mcpmuxLines())
+		t.Fatalf("/metrics has no %s:\n%s", name, m.viewmuxLines())
 	}
 	if typ := m.types[name]; typ != "gauge" {
 		t.Errorf("/metrics: %s has TYPE %q, want gauge", name, typ)
@@ -88,11 +88,11 @@ func (m metrics) gauge(t testing.TB, name string) float64 {
 	return v
 }
 
-// mcpmuxLines returns the lines about mcpmux_* metrics, for messages.
-func (m metrics) mcpmuxLines() string {
+// viewmuxLines returns the lines about viewmux_* metrics, for messages.
+func (m metrics) viewmuxLines() string {
 	var out []string
 	for _, l := range strings.Split(m.text, "\n") {
-		if strings.Contains(l, "mcpmux_") && !strings.Contains(l, "_bucket{") {
+		if strings.Contains(l, "viewmux_") && !strings.Contains(l, "_bucket{") {
 			out = append(out, l)
 		}
 	}
@@ -109,14 +109,14 @@ func TestMetrics(t *testing.T) {
 	url := mux.URL()
 
 	before := scrape(t, mux)
-	for _, name := range []string{"mcpmux_filter_instances", "mcpmux_sessions", "mcpmux_catalog_tools"} {
+	for _, name := range []string{"viewmux_filter_instances", "viewmux_sessions", "viewmux_catalog_tools"} {
 		before.gauge(t, name)
 	}
-	if got := before.gauge(t, "mcpmux_sessions"); got != 0 {
-		t.Errorf("mcpmux_sessions = %v before any client, want 0", got)
+	if got := before.gauge(t, "viewmux_sessions"); got != 0 {
+		t.Errorf("viewmux_sessions = %v before any client, want 0", got)
 	}
 	for _, up := range []string{"demo", "every", "fs", "memory"} {
-		series := `mcpmux_upstream_up{upstream="` + up + `"}`
+		series := `viewmux_upstream_up{upstream="` + up + `"}`
 		if v, ok := before.values[series]; !ok || v != 1 {
 			t.Errorf("%s = %v (present %v), want 1 once ready", series, v, ok)
 		}
@@ -135,16 +135,16 @@ func TestMetrics(t *testing.T) {
 	t.Run("catalog_tools is the unfiltered listing", func(t *testing.T) {
 		all, m := open(t, url, nil)
 		sessions++
-		if got := m.gauge(t, "mcpmux_catalog_tools"); got != float64(len(all)) {
-			t.Errorf("mcpmux_catalog_tools = %v, want %d (the tools/list of the default profile, no [filter] configured)", got, len(all))
+		if got := m.gauge(t, "viewmux_catalog_tools"); got != float64(len(all)) {
+			t.Errorf("viewmux_catalog_tools = %v, want %d (the tools/list of the default profile, no [filter] configured)", got, len(all))
 		}
-		if got := m.gauge(t, "mcpmux_sessions"); got != sessions {
-			t.Errorf("mcpmux_sessions = %v after %v sessions, want %v", got, sessions, sessions)
+		if got := m.gauge(t, "viewmux_sessions"); got != sessions {
+			t.Errorf("viewmux_sessions = %v after %v sessions, want %v", got, sessions, sessions)
 		}
 	})
 
 	t.Run("equal rules share one filter instance", func(t *testing.T) {
-		base := scrape(t, mux).gauge(t, "mcpmux_filter_instances")
+		base := scrape(t, mux).gauge(t, "viewmux_filter_instances")
 		steps := []struct {
 			name    string
 			url     string
@@ -170,20 +170,20 @@ func TestMetrics(t *testing.T) {
 			if i < 5 {
 				checkNames(t, s.name+" listing", names, first)
 			}
-			if got := m.gauge(t, "mcpmux_filter_instances"); got != base+s.delta {
-				t.Errorf("after a session with %s: mcpmux_filter_instances = %v, want %v (%v before the readonly session, +%v)",
+			if got := m.gauge(t, "viewmux_filter_instances"); got != base+s.delta {
+				t.Errorf("after a session with %s: viewmux_filter_instances = %v, want %v (%v before the readonly session, +%v)",
 					s.name, got, base+s.delta, base, s.delta)
 			}
-			if got := m.gauge(t, "mcpmux_sessions"); got != sessions {
-				t.Errorf("after a session with %s: mcpmux_sessions = %v, want %v", s.name, got, sessions)
+			if got := m.gauge(t, "viewmux_sessions"); got != sessions {
+				t.Errorf("after a session with %s: viewmux_sessions = %v, want %v", s.name, got, sessions)
 			}
 		}
 	})
 
 	t.Run("a terminated session is not counted", func(t *testing.T) {
 		drive(t, Script{URL: url, Terminate: true, Steps: []Op{opList()}})
-		if got := scrape(t, mux).gauge(t, "mcpmux_sessions"); got != sessions {
-			t.Errorf("mcpmux_sessions = %v after a session was opened and DELETEd, want %v (unchanged)", got, sessions)
+		if got := scrape(t, mux).gauge(t, "viewmux_sessions"); got != sessions {
+			t.Errorf("viewmux_sessions = %v after a session was opened and DELETEd, want %v (unchanged)", got, sessions)
 		}
 	})
 }

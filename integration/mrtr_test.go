@@ -67,7 +67,7 @@ func (e *elicitAnswer) Elicit(_ context.Context, req mcp.ElicitationRequest) (*m
 // TestMRTR checks multi-round-trip input in all four combinations of a
 // client and an upstream before and from 2026-07-28: a modern
 // upstream's input_required reaches a modern client unchanged and its retry
-// reaches the upstream unchanged; for a legacy client mcpmux asks with a
+// reaches the upstream unchanged; for a legacy client viewmux asks with a
 // real elicitation; a legacy upstream's mid-call elicitation reaches a
 // legacy client as is, and a modern client as input_required whose retry
 // resumes the held call.
@@ -75,13 +75,13 @@ func TestMRTR(t *testing.T) {
 	for _, up := range []struct {
 		name     string
 		versions []string // the server's; nil = every one
-		protocol string   // mcpmux's pin; "" = its default
+		protocol string   // viewmux's pin; "" = its default
 	}{
-		// mcpmux connects with 2025-11-25; a 2026-07-28 client's call
+		// viewmux connects with 2025-11-25; a 2026-07-28 client's call
 		// cannot go any other way, so its input is asked through a held
 		// call.
 		{"legacy-only upstream", mcp.LegacyProtocolVersions(), ""},
-		// mcpmux connects with 2025-11-25, and sends a 2026-07-28 client's
+		// viewmux connects with 2025-11-25, and sends a 2026-07-28 client's
 		// requests as 2026-07-28 requests to the same endpoint.
 		{"both-era upstream", nil, ""},
 		{"upstream pinned to 2026-07-28", nil, mcp.ProtocolVersion20260728},

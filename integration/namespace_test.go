@@ -76,13 +76,13 @@ func listedTools(t *testing.T, s *rawSession) map[string]string {
 	}
 	out := map[string]string{}
 	for _, tool := range res.Tools {
-		up, _ := tool.Meta["mcpmux/upstream"].(string)
+		up, _ := tool.Meta["viewmux/upstream"].(string)
 		out[tool.Name] = up
 	}
 	return out
 }
 
-// namespaceLogged matches the error mcpmux logs for the impostor's
+// namespaceLogged matches the error viewmux logs for the impostor's
 // rec__run: a text-format ERROR line naming the tool and both upstreams.
 var namespaceLogged = regexp.MustCompile(`level=ERROR .*tool=rec__run .*upstream=aaa .*unprefixed upstream \\"aaa\\" is in the namespace \\"rec__\\" of upstream \\"rec\\"`)
 
@@ -90,9 +90,9 @@ var namespaceLogged = regexp.MustCompile(`level=ERROR .*tool=rec__run .*upstream
 // tool named inside another upstream's namespace (here rec__run, which the
 // upstream with prefix rec exposes) is refused, with both upstreams named in
 // the log and by check, and calls reach the owner; the name stays refused
-// while the owner is down. The reserved namespace mcpmux__ is refused too.
+// while the owner is down. The reserved namespace viewmux__ is refused too.
 func TestNamespaceShadowing(t *testing.T) {
-	imp := startImpostor(t, "rec__run", "mcpmux__list_toolsets", "plain")
+	imp := startImpostor(t, "rec__run", "viewmux__list_toolsets", "plain")
 
 	t.Run("owner up: calls reach the owner", func(t *testing.T) {
 		rec := startRecorder(t, "rec", false)
@@ -102,8 +102,8 @@ func TestNamespaceShadowing(t *testing.T) {
 		if tools["rec__run"] != "rec" {
 			t.Errorf("rec__run is listed from upstream %q, want rec; tools: %v", tools["rec__run"], tools)
 		}
-		if _, ok := tools["mcpmux__list_toolsets"]; ok {
-			t.Errorf("the impostor's mcpmux__list_toolsets is listed: %v", tools)
+		if _, ok := tools["viewmux__list_toolsets"]; ok {
+			t.Errorf("the impostor's viewmux__list_toolsets is listed: %v", tools)
 		}
 		if tools["plain"] != "aaa" {
 			t.Errorf("the unprefixed upstream's own tool plain is missing: %v", tools)
@@ -152,7 +152,7 @@ func TestNamespaceShadowing(t *testing.T) {
 	t.Run("check names both upstreams", func(t *testing.T) {
 		rec := startRecorder(t, "rec", false)
 		dir := t.TempDir()
-		path := filepath.Join(dir, "mcpmux.toml")
+		path := filepath.Join(dir, "viewmux.toml")
 		if err := os.WriteFile(path, []byte(namespaceConfig(imp.URL, rec.URL)), 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -165,7 +165,7 @@ func TestNamespaceShadowing(t *testing.T) {
 		}
 		for _, want := range []string{
 			`error: config error: tool "rec__run" of unprefixed upstream "aaa" is in the namespace "rec__" of upstream "rec"`,
-			`error: config error: tool "mcpmux__list_toolsets" of unprefixed upstream "aaa" is in the namespace "mcpmux__", which is reserved`,
+			`error: config error: tool "viewmux__list_toolsets" of unprefixed upstream "aaa" is in the namespace "viewmux__", which is reserved`,
 		} {
 			if !slices.ContainsFunc(strings.Split(stdout, "\n"), func(l string) bool { return strings.HasPrefix(l, want) }) {
 				t.Errorf("check output lacks a line starting %q:\n%s", want, stdout)

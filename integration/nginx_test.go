@@ -125,7 +125,7 @@ type whoamiKey struct{}
 func whoamiUpstream(t *testing.T) string {
 	t.Helper()
 	srv := server.NewMCPServer("whoami", "1.0.0", server.WithToolCapabilities(true))
-	srv.AddTool(mcp.NewTool("whoami", mcp.WithDescription("names the mcpmux replica that forwarded this call")),
+	srv.AddTool(mcp.NewTool("whoami", mcp.WithDescription("names the viewmux replica that forwarded this call")),
 		func(ctx context.Context, _ mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			who, _ := ctx.Value(whoamiKey{}).(string)
 			return mcp.NewToolResultText(who), nil
@@ -297,7 +297,7 @@ func TestDeployRouterConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	conf := yamlLiteral(t, string(manifest), "nginx.conf")
-	for _, name := range []string{"kube-dns.kube-system.svc.cluster.local", "mcpmux.mcpmux.svc.cluster.local"} {
+	for _, name := range []string{"kube-dns.kube-system.svc.cluster.local", "viewmux.viewmux.svc.cluster.local"} {
 		if !strings.Contains(conf, name) {
 			t.Fatalf("the router's nginx.conf no longer names %s: update the test", name)
 		}

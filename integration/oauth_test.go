@@ -15,7 +15,7 @@ import (
 
 	"github.com/coder/websocket"
 
-	"github.com/mcpmux/mcpmux/internal/oauth/hydratest"
+	"github.com/viewmux/viewmux/internal/oauth/hydratest"
 )
 
 // TestOAuthDoors: the real binary as an OAuth resource server for tokens a
@@ -137,10 +137,10 @@ profiles = ["readonly"]
 }
 
 // TestOAuthSDKDiscovery: the official TypeScript SDK client, given only
-// client credentials, finds the identity provider through mcpmux's 401
+// client credentials, finds the identity provider through viewmux's 401
 // and Protected Resource Metadata, gets a token from it and reaches its
 // grant's profile, on /mcp and /sse. The audience is left to its default,
-// the address mcpmux listens on (--listen), which is what the SDK checks
+// the address viewmux listens on (--listen), which is what the SDK checks
 // the metadata's resource against.
 func TestOAuthSDKDiscovery(t *testing.T) {
 	requireNode(t)

@@ -18,14 +18,14 @@ import (
 
 	"github.com/mark3labs/mcp-go/server"
 
-	"github.com/mcpmux/mcpmux/upstream/oauth/oauthtest"
+	"github.com/viewmux/viewmux/upstream/oauth/oauthtest"
 )
 
 // TestOAuthUpstreamLoginReachesRunningServer is issue 19's "a remote OAuth
-// MCP server can be mounted with oauth = true and one mcpmux auth login":
-// mcpmux serves with an oauth upstream it has no token for (needs login,
+// MCP server can be mounted with oauth = true and one viewmux auth login":
+// viewmux serves with an oauth upstream it has no token for (needs login,
 // no tools from it, nothing sent to it, the server up anyway); the real
-// `mcpmux auth login --no-browser` against the same state_dir logs in
+// `viewmux auth login --no-browser` against the same state_dir logs in
 // through its loopback callback (the test authorization server approves
 // by itself); the running server then connects and serves the upstream's
 // tools, and calls reach the upstream with the token. No token appears in
@@ -34,7 +34,7 @@ func TestOAuthUpstreamLoginReachesRunningServer(t *testing.T) {
 	rug := startRug(t) // its MCP server, served here behind the bearer check
 	as := oauthtest.New(t, server.NewStreamableHTTPServer(rug.srv))
 	dir := t.TempDir()
-	cfgPath := filepath.Join(dir, "mcpmux.toml")
+	cfgPath := filepath.Join(dir, "viewmux.toml")
 	cfg := "[server]\nstate_dir = " + tomlString(filepath.Join(dir, "state")) + "\n\n" +
 		"[upstreams.lin]\nurl = " + tomlString(as.URL()) + "\noauth = true\n\n[profiles.agent]\n"
 	mux := startMuxWith(t, muxOptions{Config: cfg, Dir: dir})
@@ -116,7 +116,7 @@ func TestOAuthUpstreamLoginReachesRunningServer(t *testing.T) {
 	}
 	page := fetchText(t, "http://"+mux.Addr+"/status.json") + fetchText(t, "http://"+mux.Addr+"/")
 	for _, tok := range []string{rec.AccessToken, rec.RefreshToken} {
-		for what, text := range map[string]string{"mcpmux's log": mux.Stderr(), "the status page": page, "auth login's output": out.String() + stderr.String()} {
+		for what, text := range map[string]string{"viewmux's log": mux.Stderr(), "the status page": page, "auth login's output": out.String() + stderr.String()} {
 			if strings.Contains(text, tok) {
 				t.Errorf("%s shows a token", what)
 			}

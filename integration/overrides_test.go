@@ -58,7 +58,7 @@ args = { command = ["git status"] }
 func TestOverridesFixedArguments(t *testing.T) {
 	rec := startRecorder(t, "rec", false)
 	mux := startMux(t, overridesConfig(rec))
-	cfgPath := filepath.Join(mux.Dir, "mcpmux.toml")
+	cfgPath := filepath.Join(mux.Dir, "viewmux.toml")
 	barriers := 0
 	// nothingForwarded sends an allowed call and checks that it is the
 	// only routed request rec got since mark, and that token reached it
@@ -112,7 +112,7 @@ func TestOverridesFixedArguments(t *testing.T) {
 				}
 				var meta map[string]json.RawMessage
 				json.Unmarshal(git["_meta"], &meta)
-				if string(meta["mcpmux/original"]) != `"run"` || string(meta["mcpmux/upstream"]) != `"rec"` {
+				if string(meta["viewmux/original"]) != `"run"` || string(meta["viewmux/upstream"]) != `"rec"` {
 					t.Errorf("rec__git_status _meta = %s, want the upstream's name run", git["_meta"])
 				}
 				if !recSameJSON(byName["rec__say"]["inputSchema"], []byte(`{"type":"object"}`)) ||
@@ -198,7 +198,7 @@ func TestOverridesSDKClient(t *testing.T) {
 	requireNode(t)
 	rec := startRecorder(t, "rec", false)
 	mux := startMux(t, overridesConfig(rec))
-	cfgPath := filepath.Join(mux.Dir, "mcpmux.toml")
+	cfgPath := filepath.Join(mux.Dir, "viewmux.toml")
 	httpDoor := door{"http", func(steps []Op) DoorScript {
 		return DoorScript{Script: Script{URL: mux.URL() + "?profile=" + recProfile, Steps: steps}}
 	}}
@@ -217,7 +217,7 @@ func TestOverridesSDKClient(t *testing.T) {
 					say = &c.Steps[0].Tools[i]
 				}
 			}
-			if say == nil || string(say.Meta["mcpmux/original"]) != `"echo"` {
+			if say == nil || string(say.Meta["viewmux/original"]) != `"echo"` {
 				t.Fatalf("rec__say is not listed with its original name in _meta: %+v", c.Steps[0].Tools)
 			}
 			if e := c.Steps[2].Error; e == nil || e.Code == nil || *e.Code != mcp.INVALID_PARAMS || !strings.Contains(e.Message, "fixed by the gateway") {

@@ -21,7 +21,7 @@ func TestOversizeResultBesideAnotherSession(t *testing.T) {
 		oversizeBesideAnotherSession(t, demoUpstream(t, "st")+"max_message_bytes = 65536\n")
 	})
 	// The same on a shared streamable HTTP upstream (an mcp-go server):
-	// before mcpmux spoke HTTP itself, the call failed with mcp-go's
+	// before viewmux spoke HTTP itself, the call failed with mcp-go's
 	// decoding error, not "too large".
 	t.Run("streamable HTTP", func(t *testing.T) {
 		srv := server.NewMCPServer("st", "1", server.WithToolCapabilities(false))

@@ -21,7 +21,7 @@ import (
 
 	"github.com/mark3labs/mcp-go/server"
 
-	"github.com/mcpmux/mcpmux/upstream/oauth/oauthtest"
+	"github.com/viewmux/viewmux/upstream/oauth/oauthtest"
 )
 
 // Static tokens of the per-user test: two users and an admin (for the
@@ -32,7 +32,7 @@ const (
 	puAdmin = "admin-static-token-0003"
 )
 
-// puConfig is mcpmux with upstream lin behind the test authorization
+// puConfig is viewmux with upstream lin behind the test authorization
 // server, with per-user credentials.
 func puConfig(dir, upstreamURL string) string {
 	return "[server]\nstate_dir = " + tomlString(filepath.Join(dir, "state")) + "\n\n" +
@@ -364,7 +364,7 @@ func TestPerUserCredentials(t *testing.T) {
 	logs := mux.Stderr()
 	mux.Signal(syscall.SIGTERM)
 	if _, ok := mux.Wait(20 * time.Second); !ok {
-		t.Fatal("mcpmux did not stop")
+		t.Fatal("viewmux did not stop")
 	}
 	mux = startMuxWith(t, muxOptions{Config: cfg, Dir: dir})
 	puAwaitTools(t, mux, puAlice) // listed with a stored user login
@@ -415,14 +415,14 @@ func TestPerUserCredentials(t *testing.T) {
 	// The tokens appear nowhere.
 	_, st = puGet(t, plain, "http://"+mux.Addr+"/status.json", admin)
 	_, page := puGet(t, plain, "http://"+mux.Addr+"/", admin)
-	check := exec.Command(muxBinary(t), "check", "--config", filepath.Join(dir, "mcpmux.toml"))
+	check := exec.Command(muxBinary(t), "check", "--config", filepath.Join(dir, "viewmux.toml"))
 	check.Dir = dir
 	checkOut, _ := check.CombinedOutput()
 	if !strings.Contains(string(checkOut), "per-user") {
 		t.Errorf("check does not show lin as per-user:\n%s", checkOut)
 	}
 	for _, tok := range secrets {
-		for what, text := range map[string]string{"mcpmux's log": logs + mux.Stderr(), "/status.json": st, "the status page": page, "check": string(checkOut), "a tool error": text} {
+		for what, text := range map[string]string{"viewmux's log": logs + mux.Stderr(), "/status.json": st, "the status page": page, "check": string(checkOut), "a tool error": text} {
 			if strings.Contains(text, tok) {
 				t.Errorf("%s shows a stored token", what)
 			}
@@ -435,6 +435,6 @@ func fullHash(tok string) string { s := sha256.Sum256([]byte(tok)); return hex.E
 // puUserKey is oauth.UserKey, written out: the file name is part of the
 // state directory's format.
 func puUserKey(identity string) string {
-	s := sha256.Sum256([]byte("mcpmux upstream user\x00" + identity))
+	s := sha256.Sum256([]byte("viewmux upstream user\x00" + identity))
 	return hex.EncodeToString(s[:])
 }

@@ -22,7 +22,7 @@ import (
 )
 
 // A rug-pull upstream: an MCP server (mcp-go over streamable HTTP) whose
-// tool lookup changes its description at run time, after mcpmux pinned
+// tool lookup changes its description at run time, after viewmux pinned
 // it, and announces that with tools/list_changed. It records every call
 // it is sent, by tool.
 type rugUpstream struct {
@@ -73,7 +73,7 @@ func (u *rugUpstream) called(name string) int {
 	return u.calls[name]
 }
 
-// pinsEnv is mcpmux serving the rug upstream with server.pin = mode.
+// pinsEnv is viewmux serving the rug upstream with server.pin = mode.
 type pinsEnv struct {
 	rug      *rugUpstream
 	mux      *Mux
@@ -85,7 +85,7 @@ type pinsEnv struct {
 func startPins(t *testing.T, mode string) *pinsEnv {
 	t.Helper()
 	env := &pinsEnv{rug: startRug(t), dir: t.TempDir()}
-	env.cfgPath = filepath.Join(env.dir, "mcpmux.toml")
+	env.cfgPath = filepath.Join(env.dir, "viewmux.toml")
 	env.auditLog = filepath.Join(env.dir, "audit.jsonl")
 	cfg := fmt.Sprintf(`[server]
 pin = %q
@@ -123,7 +123,7 @@ func (env *pinsEnv) listed(t *testing.T) map[string]string {
 }
 
 // await polls the listing until ok holds, or fails the test after a
-// generous bound (the catalog change travels upstream → mcpmux
+// generous bound (the catalog change travels upstream → viewmux
 // asynchronously; nothing here measures how fast).
 func (env *pinsEnv) await(t *testing.T, what string, ok func(map[string]string) bool) map[string]string {
 	t.Helper()
@@ -134,7 +134,7 @@ func (env *pinsEnv) await(t *testing.T, what string, ok func(map[string]string) 
 			return got
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s: tools/list is still %v\n--- mcpmux stderr ---\n%s", what, got, env.mux.Stderr())
+			t.Fatalf("%s: tools/list is still %v\n--- viewmux stderr ---\n%s", what, got, env.mux.Stderr())
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -168,7 +168,7 @@ func (env *pinsEnv) cli(t *testing.T, args ...string) (int, string, string) {
 // TestPinsQuarantine is the rug pull: lookup is pinned on first sight,
 // then its upstream rewrites its description. Under quarantine the tool
 // disappears from every door as if it did not exist, the upstream is never
-// sent a call of it, `mcpmux pins list` shows the diff, and `mcpmux pins
+// sent a call of it, `viewmux pins list` shows the diff, and `viewmux pins
 // approve` (the real binary, against the same state_dir) brings it back
 // in the running server. The change and the approval are audited.
 func TestPinsQuarantine(t *testing.T) {
@@ -208,21 +208,21 @@ func TestPinsQuarantine(t *testing.T) {
 	if code != 3 || json.Unmarshal([]byte(out), &pending) != nil || len(pending) != 1 || pending[0].Exposed != "rug__lookup" || pending[0].Kind != "changed" {
 		t.Fatalf("pins list --json: exit %d\n%s", code, out)
 	}
-	// `mcpmux check` counts the quarantined tool; it is not an error.
+	// `viewmux check` counts the quarantined tool; it is not an error.
 	if code, out, errOut := runMux(t, 30*time.Second, env.dir, nil, "check", "--config", env.cfgPath); code != 0 ||
 		!strings.Contains(out, "1 quarantined: changed since pinned") {
-		t.Errorf("mcpmux check: exit %d, want 0 and the quarantined tool counted\n%s%s", code, out, errOut)
+		t.Errorf("viewmux check: exit %d, want 0 and the quarantined tool counted\n%s%s", code, out, errOut)
 	}
-	// `mcpmux tools` shows what a client gets: not the quarantined tool.
+	// `viewmux tools` shows what a client gets: not the quarantined tool.
 	if code, out, errOut := runMux(t, 30*time.Second, env.dir, nil, "tools", "--config", env.cfgPath, "--profile", "agent"); code != 0 ||
 		strings.Contains(out, "rug__lookup") || !strings.Contains(out, "rug__other") {
-		t.Errorf("mcpmux tools: exit %d, want rug__other and no rug__lookup\n%s%s", code, out, errOut)
+		t.Errorf("viewmux tools: exit %d, want rug__other and no rug__lookup\n%s%s", code, out, errOut)
 	}
 	if recs := env.auditPins(t); len(recs) != 1 || recs[0]["tool"] != "rug__lookup" || recs[0]["reason"] != "pin_changed" || recs[0]["decision"] != "denied" || recs[0]["upstream"] != "rug" {
 		t.Fatalf("audit log, pins records: %v; want one pin_changed, denied, of rug__lookup", recs)
 	}
 	if !strings.Contains(env.mux.Stderr(), "pinned tool definition changed") {
-		t.Errorf("mcpmux logged no change:\n%s", env.mux.Stderr())
+		t.Errorf("viewmux logged no change:\n%s", env.mux.Stderr())
 	}
 
 	if code, out, errOut := env.cli(t, "approve", "rug__nope"); code != 1 || !strings.Contains(errOut, `no pending change for tool "rug__nope"`) {
@@ -280,7 +280,7 @@ func TestPinsWarn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(string(metrics), `mcpmux_pin_changes_total{kind="changed",upstream="rug"} 1`) {
+	if !strings.Contains(string(metrics), `viewmux_pin_changes_total{kind="changed",upstream="rug"} 1`) {
 		t.Errorf("/metrics has no count of the change:\n%s", grepLines(string(metrics), "pin"))
 	}
 	if code, out, errOut := env.cli(t, "list"); code != 3 || !strings.Contains(out, "rug__lookup") {
@@ -300,10 +300,10 @@ func grepLines(text, sub string) string {
 
 // TestPinsNewTool: a tool the demo server adds at run time (add_tool) on
 // an upstream whose tools are pinned is quarantined like a change, and
-// `mcpmux pins approve --upstream` brings it in.
+// `viewmux pins approve --upstream` brings it in.
 func TestPinsNewTool(t *testing.T) {
 	dir := t.TempDir()
-	cfgPath := filepath.Join(dir, "mcpmux.toml")
+	cfgPath := filepath.Join(dir, "viewmux.toml")
 	mux := startMuxWith(t, muxOptions{Dir: dir, Config: fmt.Sprintf(`[server]
 pin = "quarantine"
 state_dir = %s
@@ -324,7 +324,7 @@ required = true
 	deadline := time.Now().Add(20 * time.Second)
 	for !pendingFresh() {
 		if time.Now().After(deadline) {
-			t.Fatalf("demo__fresh never became pending\n--- mcpmux stderr ---\n%s", mux.Stderr())
+			t.Fatalf("demo__fresh never became pending\n--- viewmux stderr ---\n%s", mux.Stderr())
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

@@ -339,7 +339,7 @@ func TestProcTree(t *testing.T) {
 }
 
 // setsidConfig mounts one required stdio upstream, "sid": a sh wrapper that
-// first starts a grandchild that leaves mcpmux's process group and session
+// first starts a grandchild that leaves viewmux's process group and session
 // with setsid and ignores SIGTERM and SIGHUP, then execs the demo server.
 // Only a kill aimed at that process itself ends it.
 func setsidConfig(t *testing.T, marker string) string {
@@ -370,7 +370,7 @@ func setsidGrandchild(t *testing.T, marker string, not int, logs func() string) 
 			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no setsid grandchild carrying the marker:\n%s\n--- mcpmux stderr ---\n%s", describeProcs(markedProcs(marker)), logs())
+			t.Fatalf("no setsid grandchild carrying the marker:\n%s\n--- viewmux stderr ---\n%s", describeProcs(markedProcs(marker)), logs())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -391,13 +391,13 @@ func assertEnded(t *testing.T, g proc) {
 }
 
 // TestSetsidGrandchild checks that with a grandchild that left the
-// process group and session (setsid) and ignores SIGTERM: mcpmux, a child
+// process group and session (setsid) and ignores SIGTERM: viewmux, a child
 // subreaper, ends and reaps it when it is stopped, over HTTP and over
 // stdio, and when the upstream's child crashes and is restarted.
 func TestSetsidGrandchild(t *testing.T) {
 	requireProc(t)
 	if runtime.GOOS != "linux" {
-		t.Skip("mcpmux is a child subreaper on Linux only")
+		t.Skip("viewmux is a child subreaper on Linux only")
 	}
 
 	t.Run("serve, SIGTERM", func(t *testing.T) {
@@ -408,24 +408,24 @@ func TestSetsidGrandchild(t *testing.T) {
 			t.Fatal(err)
 		}
 		if code, ok := m.Wait(30 * time.Second); !ok || code != 0 {
-			t.Fatalf("mcpmux after SIGTERM: exited=%v code=%d", ok, code)
+			t.Fatalf("viewmux after SIGTERM: exited=%v code=%d", ok, code)
 		}
 		assertEnded(t, g)
 		if left := waitNoMarked(marker, time.Second); len(left) > 0 {
-			t.Errorf("processes survived mcpmux:\n%s", describeProcs(left))
+			t.Errorf("processes survived viewmux:\n%s", describeProcs(left))
 		}
 	})
 
 	t.Run("stdio, SIGTERM", func(t *testing.T) {
 		marker := randomHex(t, 12)
 		dir := t.TempDir()
-		cfgPath := filepath.Join(dir, "mcpmux.toml")
+		cfgPath := filepath.Join(dir, "viewmux.toml")
 		if err := os.WriteFile(cfgPath, []byte(setsidConfig(t, marker)), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		cmd := exec.Command(muxBinary(t), "serve", "--stdio", "--config", cfgPath)
 		cmd.Dir = dir
-		cmd.Env = append(envWithout(os.Environ(), "MCPMUX_CONFIG", markerEnv), markerEnv+"="+marker)
+		cmd.Env = append(envWithout(os.Environ(), "VIEWMUX_CONFIG", markerEnv), markerEnv+"="+marker)
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 		cmd.WaitDelay = 2 * time.Second
 		stdin, err := cmd.StdinPipe() // held open: the client is still there
@@ -444,14 +444,14 @@ func TestSetsidGrandchild(t *testing.T) {
 			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 			killMarked(marker)
 			if t.Failed() {
-				t.Logf("--- mcpmux --stdio stderr ---\n%s", stderr.String())
+				t.Logf("--- viewmux --stdio stderr ---\n%s", stderr.String())
 			}
 		})
 		g := setsidGrandchild(t, marker, 0, stderr.String)
 		// Stopped once serving: a stop during startup is a failed start.
 		for deadline := time.Now().Add(30 * time.Second); !strings.Contains(stderr.String(), "ready on stdio"); {
 			if time.Now().After(deadline) {
-				t.Fatal("mcpmux --stdio never logged \"ready on stdio\"")
+				t.Fatal("viewmux --stdio never logged \"ready on stdio\"")
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
@@ -461,21 +461,21 @@ func TestSetsidGrandchild(t *testing.T) {
 		select {
 		case err := <-done:
 			if err != nil {
-				t.Errorf("mcpmux --stdio after SIGTERM: %v", err)
+				t.Errorf("viewmux --stdio after SIGTERM: %v", err)
 			}
 		case <-time.After(30 * time.Second):
-			t.Fatal("mcpmux --stdio did not exit within 30s of SIGTERM")
+			t.Fatal("viewmux --stdio did not exit within 30s of SIGTERM")
 		}
 		assertEnded(t, g)
 		if left := waitNoMarked(marker, time.Second); len(left) > 0 {
-			t.Errorf("processes survived mcpmux --stdio:\n%s", describeProcs(left))
+			t.Errorf("processes survived viewmux --stdio:\n%s", describeProcs(left))
 		}
 	})
 
 	t.Run("serve, an orphan without the marker", func(t *testing.T) {
 		// The wrapper's subshell starts the grandchild with an empty
 		// environment and exits at once: the grandchild is orphaned
-		// before any shutdown, carries no marker, and only mcpmux's
+		// before any shutdown, carries no marker, and only viewmux's
 		// own descendants are left to find it by.
 		marker := randomHex(t, 12)
 		setsid, _ := exec.LookPath("setsid")
@@ -516,21 +516,21 @@ func TestSetsidGrandchild(t *testing.T) {
 			t.Fatalf("the orphan %d carries the marker; env -i did not scrub it", g.PID)
 		}
 		// A parentless sh subshell leaves the orphan to the nearest
-		// subreaper: mcpmux.
+		// subreaper: viewmux.
 		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 			now, err := readProcStat(g.PID)
 			if err == nil && now.PPID == m.PID() {
 				break
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("the orphan's parent is %d, want mcpmux %d (a child subreaper)", now.PPID, m.PID())
+				t.Fatalf("the orphan's parent is %d, want viewmux %d (a child subreaper)", now.PPID, m.PID())
 			}
 		}
 		if err := m.Signal(syscall.SIGTERM); err != nil {
 			t.Fatal(err)
 		}
 		if code, ok := m.Wait(30 * time.Second); !ok || code != 0 {
-			t.Fatalf("mcpmux after SIGTERM: exited=%v code=%d", ok, code)
+			t.Fatalf("viewmux after SIGTERM: exited=%v code=%d", ok, code)
 		}
 		assertEnded(t, g)
 	})
@@ -548,7 +548,7 @@ func TestSetsidGrandchild(t *testing.T) {
 		// has had its turn.
 		setsidGrandchild(t, marker, g.PID, m.Stderr)
 		assertEnded(t, g)
-		// Orphans that ended are reaped: mcpmux keeps no zombie children.
+		// Orphans that ended are reaped: viewmux keeps no zombie children.
 		var zombies []proc
 		deadline := time.Now().Add(2 * time.Second)
 		for {
@@ -559,7 +559,7 @@ func TestSetsidGrandchild(t *testing.T) {
 			time.Sleep(20 * time.Millisecond)
 		}
 		if len(zombies) > 0 {
-			t.Errorf("mcpmux has zombie children:\n%s", describeProcs(zombies))
+			t.Errorf("viewmux has zombie children:\n%s", describeProcs(zombies))
 		}
 	})
 }

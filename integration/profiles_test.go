@@ -19,7 +19,7 @@ import (
 )
 
 // End-to-end tests of the filter pipeline and profiles:
-// the real mcpmux binary mounting the real reference servers and the demo
+// the real viewmux binary mounting the real reference servers and the demo
 // server, driven by the official TypeScript SDK client and by raw HTTP.
 
 // profilesTOML is the profiles part of profilesConfig.
@@ -245,7 +245,7 @@ func checkViews(t *testing.T, cases []viewCase) map[string]ClientResult {
 }
 
 // wantToolNotFound fails the test unless e is exactly the JSON-RPC error
-// mcpmux answers for a hidden or unknown tool: -32601 "Tool not found:
+// viewmux answers for a hidden or unknown tool: -32601 "Tool not found:
 // <name>" without data.
 func wantToolNotFound(t testing.TB, e *DriveError, name string) {
 	t.Helper()
@@ -665,7 +665,7 @@ func lookAlikes(base string) []string {
 // printable reports whether every character of s is printable (letters,
 // marks, numbers, punctuation, symbols and the ASCII space): no control
 // characters, no invisible format characters such as zero-width spaces.
-// mcpmux has the name in "Tool not found: <name>" sanitized; a message
+// viewmux has the name in "Tool not found: <name>" sanitized; a message
 // must not echo what a reader cannot see.
 func printable(s string) bool {
 	return !strings.ContainsFunc(s, func(r rune) bool { return !unicode.IsPrint(r) })

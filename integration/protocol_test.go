@@ -90,7 +90,7 @@ func protoTexts(r CallResult) []string {
 	return out
 }
 
-// protoTarget is where a scenario runs: the server itself, or mcpmux in
+// protoTarget is where a scenario runs: the server itself, or viewmux in
 // front of it.
 type protoTarget struct {
 	name    string
@@ -98,7 +98,7 @@ type protoTarget struct {
 	command []string // a stdio server (started once per client)
 	prefix  string   // of tool and prompt names
 	mux     *Mux     // nil when direct
-	// stdioUpstream: mcpmux reaches the server over stdio, where a
+	// stdioUpstream: viewmux reaches the server over stdio, where a
 	// server→client request carries no link to the call that caused it.
 	stdioUpstream bool
 }
@@ -141,7 +141,7 @@ func runProtocol(t testing.TB, scenario string, params map[string]any, result an
 	return out
 }
 
-// protoConfig is an mcpmux config mounting the given [upstreams.*] tables.
+// protoConfig is an viewmux config mounting the given [upstreams.*] tables.
 func protoConfig(tables ...string) string {
 	return "[server]\nshutdown_grace = \"5s\"\n" + strings.Join(tables, "")
 }
@@ -158,7 +158,7 @@ required = true
 
 // protoEveryStdioPerSession is protoEveryStdio with one child per client
 // session: over stdio nothing ties server-everything's sampling,
-// elicitation and roots requests to a call, so on a shared child mcpmux
+// elicitation and roots requests to a call, so on a shared child viewmux
 // refuses them.
 func protoEveryStdioPerSession() string {
 	return protoEveryStdio() + "scope = \"session\"\n"
@@ -182,8 +182,8 @@ func protoEveryHTTPPerSession(url string) string {
 }
 
 // protoConditionalTools are the tools server-everything registers after
-// initialize because mcpmux declares sampling, elicitation and roots: they
-// reach mcpmux's catalog through tools/list_changed, after readiness.
+// initialize because viewmux declares sampling, elicitation and roots: they
+// reach viewmux's catalog through tools/list_changed, after readiness.
 var protoConditionalTools = []string{"trigger-sampling-request", "trigger-elicitation-request", "get-roots-list"}
 
 func protoPrefixed(prefix string, names []string) []string {
@@ -195,10 +195,10 @@ func protoPrefixed(prefix string, names []string) []string {
 }
 
 // protoTargets returns the targets the relay cases run against:
-// server-everything itself over streamable HTTP and over stdio, mcpmux
-// mounting it over stdio, mcpmux mounting that same HTTP server, and
-// mcpmux mounting it over legacy HTTP+SSE. Each
-// mcpmux mounts one upstream, so resource URIs and prompt names are the
+// server-everything itself over streamable HTTP and over stdio, viewmux
+// mounting it over stdio, viewmux mounting that same HTTP server, and
+// viewmux mounting it over legacy HTTP+SSE. Each
+// viewmux mounts one upstream, so resource URIs and prompt names are the
 // upstream's own.
 func protoTargets(t *testing.T) []protoTarget {
 	t.Helper()
@@ -212,18 +212,18 @@ func protoTargets(t *testing.T) []protoTarget {
 	return []protoTarget{
 		{name: "direct-http", url: url},
 		{name: "direct-stdio", command: []string{harness.node, everythingEntry(), "stdio"}},
-		{name: "mcpmux-stdio", url: stdio.URL(), prefix: "every__", mux: stdio, stdioUpstream: true},
-		{name: "mcpmux-http", url: http.URL(), prefix: "everyhttp__", mux: http},
-		{name: "mcpmux-sse", url: sse.URL(), prefix: "everysse__", mux: sse},
+		{name: "viewmux-stdio", url: stdio.URL(), prefix: "every__", mux: stdio, stdioUpstream: true},
+		{name: "viewmux-http", url: http.URL(), prefix: "everyhttp__", mux: http},
+		{name: "viewmux-sse", url: sse.URL(), prefix: "everysse__", mux: sse},
 	}
 }
 
 // TestProtocolRelay drives, with the official TypeScript SDK client, what
-// mcpmux relays besides tools/list and tools/call, through the real binary to
+// viewmux relays besides tools/list and tools/call, through the real binary to
 // the reference server-everything (over stdio and over streamable HTTP).
 // Every case runs against server-everything directly first: that run proves
 // the scenario and the expectations, and is the oracle the runs through
-// mcpmux are compared with.
+// viewmux are compared with.
 func TestProtocolRelay(t *testing.T) {
 	requireNode(t)
 	targets := protoTargets(t)
@@ -241,14 +241,14 @@ func TestProtocolRelay(t *testing.T) {
 				}
 			})
 			if !ok && tg.mux == nil {
-				t.Fatalf("the scenario fails against server-everything directly: the test is wrong, not mcpmux")
+				t.Fatalf("the scenario fails against server-everything directly: the test is wrong, not viewmux")
 			}
 		}
 	}
 
 	// sampling runs n clients at once, each with its own prompt and its own
 	// answer: each sampling request must reach the client whose call caused
-	// it. Where mcpmux cannot tell (concurrent calls to a stdio upstream,
+	// it. Where viewmux cannot tell (concurrent calls to a stdio upstream,
 	// whose requests carry no link to a call), a call may instead fail with
 	// the relay's clear error, but never get another client's answer.
 	sampling := func(n int) func(t *testing.T) {
@@ -324,7 +324,7 @@ func TestProtocolRelay(t *testing.T) {
 
 	t.Run("sampling refused without the capability", func(t *testing.T) {
 		// Directly, server-everything does not even list the tool to such a
-		// client; through mcpmux it is listed (mcpmux declared sampling
+		// client; through viewmux it is listed (viewmux declared sampling
 		// upstream), and the relay must refuse instead of guessing.
 		for _, tg := range targets {
 			if tg.mux == nil {
@@ -641,7 +641,7 @@ func TestProtocolRelay(t *testing.T) {
 			if oracle != nil {
 				t.Run("fields as sent", func(t *testing.T) {
 					if !slices.Equal(keys, oracle.([]string)) {
-						t.Errorf("log message params %s have fields %v; server-everything sends %v (mcpmux must forward them as they are)", res.Message, keys, oracle)
+						t.Errorf("log message params %s have fields %v; server-everything sends %v (viewmux must forward them as they are)", res.Message, keys, oracle)
 					}
 				})
 			}
@@ -780,7 +780,7 @@ func TestProtocolRelay(t *testing.T) {
 // the client whose call caused it: two clients with different roots call
 // get-roots-list at the same time, one through server-everything over stdio,
 // the other through the same server over streamable HTTP. server-everything
-// caches the first roots it gets per session, so this runs on an mcpmux of
+// caches the first roots it gets per session, so this runs on an viewmux of
 // its own that nothing else has called.
 func TestProtocolRoots(t *testing.T) {
 	requireNode(t)
@@ -798,7 +798,7 @@ func TestProtocolRoots(t *testing.T) {
 		prefixes []string
 	}{
 		{"direct", url, []string{"", ""}},
-		{"mcpmux", mux.URL(), []string{"every__", "everyhttp__"}},
+		{"viewmux", mux.URL(), []string{"every__", "everyhttp__"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var clients []any

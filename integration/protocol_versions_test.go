@@ -277,7 +277,7 @@ func eraCheckProgress(t *testing.T, ctx context.Context, c *client.Client, progr
 		tool, got, steps, others, n, want, later[len(steps):])
 }
 
-// eraWaitStderr waits until mcpmux's stderr matches re.
+// eraWaitStderr waits until viewmux's stderr matches re.
 func eraWaitStderr(mux *Mux, re *regexp.Regexp, timeout time.Duration) bool {
 	deadline := time.Now().Add(timeout)
 	for !re.MatchString(mux.Stderr()) {
@@ -290,7 +290,7 @@ func eraWaitStderr(mux *Mux, re *regexp.Regexp, timeout time.Duration) bool {
 }
 
 // TestProtocolVersions runs mcp-go clients of one protocol era through
-// mcpmux to upstreams of the other: a stateless 2026-07-28 client to legacy
+// viewmux to upstreams of the other: a stateless 2026-07-28 client to legacy
 // upstreams, and a 2025-11-25 client to a 2026-07-28-only upstream.
 func TestProtocolVersions(t *testing.T) {
 	t.Run("modern client, legacy upstreams", func(t *testing.T) {
@@ -309,7 +309,7 @@ protocol = "2025-11-25"
 required = true
 `, tomlString(legacy.URL), tomlString(muxBinary(t))))
 		if !regexp.MustCompile(`msg="upstream up" upstream=d transport=stdio protocol=2025-11-25 `).MatchString(mux.Stderr()) {
-			t.Errorf("mcpmux did not report upstream d up on protocol 2025-11-25")
+			t.Errorf("viewmux did not report upstream d up on protocol 2025-11-25")
 		}
 
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -377,7 +377,7 @@ required = true
 
 		t.Run("cancellation reaches the stdio upstream", func(t *testing.T) {
 			// Closing the request's stream is a 2026-07-28 client's
-			// cancellation; mcpmux must turn it into notifications/cancelled
+			// cancellation; viewmux must turn it into notifications/cancelled
 			// for the stdio upstream, whose slow_count logs when it stops.
 			progress := newEraProgress()
 			c2, err := client.NewStreamableHttpClient(mux.URL())
@@ -429,7 +429,7 @@ required = true
 			for _, r := range legacy.requests() {
 				switch {
 				case r.Method == string(mcp.MethodServerDiscover):
-					// mcpmux's probe, which the server refuses
+					// viewmux's probe, which the server refuses
 				case r.Method == string(mcp.MethodInitialize):
 					if r.InitVersion != mcp.ProtocolVersion20251125 {
 						t.Errorf("initialize asked for %q, want %s", r.InitVersion, mcp.ProtocolVersion20251125)
@@ -460,7 +460,7 @@ required = true
 }
 
 // testLegacyClientModernUpstream runs a 2025-11-25 mcp-go client through
-// mcpmux to a 2026-07-28-only upstream, configured with protocol = pin
+// viewmux to a 2026-07-28-only upstream, configured with protocol = pin
 // ("" = none).
 func testLegacyClientModernUpstream(t *testing.T, pin string) {
 	modern := startEraUpstream(t, "modern", []string{mcp.ProtocolVersion20260728}, true)
@@ -563,7 +563,7 @@ required = true
 	})
 
 	t.Run("the upstream was spoken to in 2026-07-28 only", func(t *testing.T) {
-		// mcpmux first offers 2025-11-25 (see README, "Upstream protocol
+		// viewmux first offers 2025-11-25 (see README, "Upstream protocol
 		// versions"): a modern-only upstream refuses that one initialize,
 		// and everything after it must be 2026-07-28.
 		calls, inits := 0, 0

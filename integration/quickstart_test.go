@@ -30,7 +30,7 @@ func prefixed(prefixes []string, names []string) []string {
 	return out
 }
 
-// TestQuickstart runs `mcpmux serve` on a fresh machine: no config file
+// TestQuickstart runs `viewmux serve` on a fresh machine: no config file
 // anywhere, so the embedded quickstart (two demo upstreams, notes and
 // scratch, plus default and readonly profiles) is used.
 func TestQuickstart(t *testing.T) {

@@ -14,7 +14,7 @@ import (
 	"time"
 )
 
-// Raw HTTP access to mcpmux's streamable HTTP endpoint, for what the SDK
+// Raw HTTP access to viewmux's streamable HTTP endpoint, for what the SDK
 // client hides: status codes, response headers, exact bodies, and requests
 // no well-behaved client would send.
 
@@ -22,7 +22,7 @@ import (
 // legacy (initialize-based) one, so that sessions are stateful.
 const rawProtocolVersion = "2025-06-18"
 
-// rawResponse is one HTTP exchange with mcpmux.
+// rawResponse is one HTTP exchange with viewmux.
 type rawResponse struct {
 	Status int
 	Header http.Header
@@ -139,7 +139,7 @@ func rpcPayload(contentType string, body []byte) []byte {
 // initializeBody is an initialize request with id 1.
 func initializeBody() string {
 	return `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"` + rawProtocolVersion +
-		`","capabilities":{},"clientInfo":{"name":"mcpmux-integration-raw","version":"1.0.0"}}}`
+		`","capabilities":{},"clientInfo":{"name":"viewmux-integration-raw","version":"1.0.0"}}}`
 }
 
 // rawInitialize sends initialize to url with headers and returns the answer.
@@ -217,7 +217,7 @@ func toolsCallBody(t testing.TB, id int, name string, args any) string {
 	return string(b)
 }
 
-// toolNames decodes a tools/list result's names (one page; mcpmux does not
+// toolNames decodes a tools/list result's names (one page; viewmux does not
 // paginate a listing this small).
 func (r rawResponse) toolNames(t testing.TB) []string {
 	t.Helper()

@@ -23,7 +23,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 )
 
-// Raw JSON-RPC clients for every front door of mcpmux, for the recording
+// Raw JSON-RPC clients for every front door of viewmux, for the recording
 // tests: each sends the params text it is given byte for byte (duplicate
 // keys, escapes and big numbers included), which no SDK client can. The
 // streamable HTTP door reuses rawhttp_test.go's session; websocket, legacy
@@ -32,7 +32,7 @@ import (
 // recProfile is the profile every recording door asks for.
 const recProfile = "agent"
 
-// recAnswer is mcpmux's answer to one request.
+// recAnswer is viewmux's answer to one request.
 type recAnswer struct {
 	Raw    []byte     // the JSON-RPC response, as sent
 	Msg    rpcMessage // Raw decoded
@@ -130,7 +130,7 @@ type recModern struct {
 }
 
 // recModernMeta is the _meta a 2026-07-28 request must carry, by key; the
-// client info is one mcpmux must not forward as its own.
+// client info is one viewmux must not forward as its own.
 var recModernMeta = [][2]string{
 	{mcp.MetaKeyProtocolVersion, `"2026-07-28"`},
 	{mcp.MetaKeyClientCapabilities, `{}`},
@@ -189,7 +189,7 @@ func (c *recModern) do(t testing.TB, method, params string) recAnswer {
 
 // recStream is a session on a door that carries messages both ways on one
 // connection (websocket, SSE, stdio): send writes one message, and every
-// message mcpmux sends arrives on in.
+// message viewmux sends arrives on in.
 type recStream struct {
 	door string
 	send func(body []byte) error
@@ -228,7 +228,7 @@ func (c *recStream) do(t testing.TB, method, params string) recAnswer {
 				Method string `json:"method"`
 			}
 			if err := json.Unmarshal(raw, &m); err != nil {
-				t.Fatalf("%s: mcpmux sent a message that is not JSON: %q", c.door, raw)
+				t.Fatalf("%s: viewmux sent a message that is not JSON: %q", c.door, raw)
 			}
 			json.Unmarshal(raw, &probe)
 			if probe.Method != "" {
@@ -397,7 +397,7 @@ func openSSE(t *testing.T, base, path string, initialize bool) *recStream {
 	return c
 }
 
-// openRecStdio starts `mcpmux serve --stdio --profile agent` with the
+// openRecStdio starts `viewmux serve --stdio --profile agent` with the
 // config at cfgPath and initializes it. At cleanup it closes stdin and
 // expects the process to exit 0 and leave nothing behind. The returned
 // buffer collects its stderr.
@@ -418,7 +418,7 @@ func openStdioStream(t *testing.T, cfgPath, profile string, initialize bool) (*r
 	}
 	cmd := exec.CommandContext(ctx, muxBinary(t), args...)
 	cmd.Dir = t.TempDir()
-	cmd.Env = append(envWithout(os.Environ(), "MCPMUX_CONFIG", markerEnv), markerEnv+"="+marker)
+	cmd.Env = append(envWithout(os.Environ(), "VIEWMUX_CONFIG", markerEnv), markerEnv+"="+marker)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = 2 * time.Second
@@ -460,21 +460,21 @@ func openStdioStream(t *testing.T, cfgPath, profile string, initialize bool) (*r
 		select {
 		case err := <-exited:
 			if err != nil {
-				t.Errorf("mcpmux serve --stdio after stdin closed: %v, want exit status 0", err)
+				t.Errorf("viewmux serve --stdio after stdin closed: %v, want exit status 0", err)
 			}
 		case <-time.After(15 * time.Second):
-			t.Errorf("mcpmux serve --stdio did not exit within 15s of stdin closing")
+			t.Errorf("viewmux serve --stdio did not exit within 15s of stdin closing")
 			cancel()
 			<-exited
 		}
 		cancel()
 		<-done
 		if survivors := waitNoMarked(marker, 2*time.Second); len(survivors) > 0 {
-			t.Errorf("processes started by mcpmux --stdio survived it:\n%s", describeProcs(survivors))
+			t.Errorf("processes started by viewmux --stdio survived it:\n%s", describeProcs(survivors))
 			killMarked(marker)
 		}
 		if t.Failed() {
-			t.Logf("--- mcpmux --stdio stderr ---\n%s", logs.String())
+			t.Logf("--- viewmux --stdio stderr ---\n%s", logs.String())
 		}
 	})
 	if initialize {

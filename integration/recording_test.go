@@ -25,9 +25,9 @@ import (
 // command = "git status". Every test runs on every front door: a legacy
 // session on /mcp, stateless 2026-07-28 requests on /mcp, websocket, legacy
 // SSE and `serve --stdio`. What the recorders were sent is the oracle for
-// what mcpmux forwarded, byte for byte, and for what it did not.
+// what viewmux forwarded, byte for byte, and for what it did not.
 
-// recEnv is one mcpmux with its two recorders.
+// recEnv is one viewmux with its two recorders.
 type recEnv struct {
 	mux      *Mux
 	cfgPath  string
@@ -70,7 +70,7 @@ func startRecording(t *testing.T) *recEnv {
 	t.Helper()
 	env := &recEnv{rec: startRecorder(t, "rec", false), mod: startRecorder(t, "mod", true), stdio: map[string]*syncBuffer{}}
 	env.mux = startMux(t, recConfig(env.rec, env.mod))
-	env.cfgPath = filepath.Join(env.mux.Dir, "mcpmux.toml")
+	env.cfgPath = filepath.Join(env.mux.Dir, "viewmux.toml")
 	return env
 }
 
@@ -125,7 +125,7 @@ func recDescribe(rs []recRequest) string {
 }
 
 // checkResultType checks a result's resultType: "complete" for a
-// 2026-07-28 client, absent for a legacy one (mcpmux removes the one a
+// 2026-07-28 client, absent for a legacy one (viewmux removes the one a
 // 2026-07-28 upstream sends).
 func checkResultType(t testing.TB, d recDoor, a recAnswer) {
 	t.Helper()
@@ -143,10 +143,10 @@ func checkResultType(t testing.TB, d recDoor, a recAnswer) {
 }
 
 // TestRecordingForwardedBytes checks that what reaches the upstream is what
-// mcpmux checked: arguments, extra params members and _meta keep their
+// viewmux checked: arguments, extra params members and _meta keep their
 // meaning byte for byte (whitespace aside), only the name is the upstream's
 // own, io.modelcontextprotocol/* keys the client sent are dropped (a
-// 2026-07-28 upstream gets mcpmux's own), and the result comes back
+// 2026-07-28 upstream gets viewmux's own), and the result comes back
 // unchanged in meaning.
 func TestRecordingForwardedBytes(t *testing.T) {
 	env := startRecording(t)
@@ -267,12 +267,12 @@ func checkForwarded(t *testing.T, d recDoor, up *recorder, method, sent string, 
 			}
 		case mcp.MetaKeyClientInfo:
 			var info mcp.Implementation
-			if json.Unmarshal([]byte(v), &info) != nil || info.Name != "mcpmux" {
-				t.Errorf("%s = %s, want mcpmux's own", k, v)
+			if json.Unmarshal([]byte(v), &info) != nil || info.Name != "viewmux" {
+				t.Errorf("%s = %s, want viewmux's own", k, v)
 			}
 		case mcp.MetaKeyClientCapabilities, mcp.MetaKeyLogLevel:
 		default:
-			t.Errorf("the upstream was sent %s = %s, which mcpmux does not set itself", k, v)
+			t.Errorf("the upstream was sent %s = %s, which viewmux does not set itself", k, v)
 		}
 	}
 	if _, ok := reserved[mcp.MetaKeyProtocolVersion]; !ok {
@@ -290,7 +290,7 @@ func checkForwarded(t *testing.T, d recDoor, up *recorder, method, sent string, 
 	}
 }
 
-// recRefusal is a request mcpmux must refuse before anything is sent
+// recRefusal is a request viewmux must refuse before anything is sent
 // upstream. TOKEN in params is replaced by a value unique to the case.
 type recRefusal struct {
 	name, method, params string
@@ -385,7 +385,7 @@ func runRefusals(t *testing.T, env *recEnv, cases []recRefusal) {
 	}
 }
 
-// recPrintable is how mcpmux wants a client's tool name echoed: every
+// recPrintable is how viewmux wants a client's tool name echoed: every
 // rune that is not printable replaced, cut to 128 bytes.
 func recPrintable(s string) string {
 	var b strings.Builder
@@ -492,11 +492,11 @@ func recLeaks(text string, ups ...*recorder) []string {
 	return found
 }
 
-// TestRecordingOwnErrorsLeakNothing checks mcpmux's own errors — an
+// TestRecordingOwnErrorsLeakNothing checks viewmux's own errors — an
 // upstream that does not answer within call_timeout, one that is gone —
 // on every door: -32603, naming the upstream, and carrying no URL,
 // address, port, query or secret. The upstream's secret
-// must not be in mcpmux's logs either.
+// must not be in viewmux's logs either.
 func TestRecordingOwnErrorsLeakNothing(t *testing.T) {
 	env := startRecording(t)
 	doors := env.doors()
@@ -509,7 +509,7 @@ func TestRecordingOwnErrorsLeakNothing(t *testing.T) {
 		a := c.do(t, "tools/call", `{"name":"`+up+`__`+tool+`","arguments":{"command":"git status"}}`)
 		e := a.Msg.Error
 		if e == nil {
-			t.Fatalf("want mcpmux's own error, got %s", a)
+			t.Fatalf("want viewmux's own error, got %s", a)
 		}
 		if e.Code != mcp.INTERNAL_ERROR {
 			t.Errorf("error code %d, want -32603 (an upstream that is down or restarting is a temporary error, never -32601): %s", e.Code, a)
@@ -556,9 +556,9 @@ func TestRecordingOwnErrorsLeakNothing(t *testing.T) {
 		})
 	})
 	t.Run("logs carry no secret", func(t *testing.T) {
-		logs := map[string]string{"mcpmux serve": env.mux.Stderr()}
+		logs := map[string]string{"viewmux serve": env.mux.Stderr()}
 		for name, b := range env.stdio {
-			logs["mcpmux serve --stdio ("+name+")"] = b.String()
+			logs["viewmux serve --stdio ("+name+")"] = b.String()
 		}
 		for what, text := range logs {
 			for _, line := range strings.Split(text, "\n") {
@@ -572,7 +572,7 @@ func TestRecordingOwnErrorsLeakNothing(t *testing.T) {
 
 // TestRecordingModernStateless checks a 2026-07-28 client on /mcp in
 // detail: no initialize and no session, the protocol in _meta and the
-// standard headers; results carry resultType and mcpmux's serverInfo,
+// standard headers; results carry resultType and viewmux's serverInfo,
 // upstream errors pass through unchanged with their HTTP status, and the
 // 2025-11-25 upstream is sent none of the client's protocol _meta.
 func TestRecordingModernStateless(t *testing.T) {
@@ -598,7 +598,7 @@ func TestRecordingModernStateless(t *testing.T) {
 			json.Unmarshal(a.Msg.Result, &res)
 			var info mcp.Implementation
 			if json.Unmarshal(res.Meta[mcp.MetaKeyServerInfo], &info) != nil || info.Name == "" || strings.HasPrefix(info.Name, "recorder-") {
-				t.Errorf("result _meta %s = %s, want mcpmux's own serverInfo", mcp.MetaKeyServerInfo, res.Meta[mcp.MetaKeyServerInfo])
+				t.Errorf("result _meta %s = %s, want viewmux's own serverInfo", mcp.MetaKeyServerInfo, res.Meta[mcp.MetaKeyServerInfo])
 			}
 			rec, mod := env.forwarded(m)
 			got := append(rec, mod...)

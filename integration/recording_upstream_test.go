@@ -22,10 +22,10 @@ import (
 // A recording upstream: a raw streamable HTTP MCP server (no SDK between
 // the wire and the test) that keeps the exact bytes of every request it is
 // sent and answers with exact bytes the test chose. It is what lets the
-// recording tests say what mcpmux forwarded, and that it forwarded nothing.
+// recording tests say what viewmux forwarded, and that it forwarded nothing.
 
 // recSecret is the query secret of every recorder's URL: it must appear
-// nowhere mcpmux writes (client errors, logs).
+// nowhere viewmux writes (client errors, logs).
 const recSecret = "SEKRET123"
 
 // recTools is what a recorder lists. run has the call rule of the
@@ -144,7 +144,7 @@ func (u *recorder) mark() int {
 
 // since returns the routed requests (tools/call, prompts/get,
 // resources/read, completion/complete) recorded after mark: what a client
-// caused, as opposed to mcpmux's own handshake, listings and pings.
+// caused, as opposed to viewmux's own handshake, listings and pings.
 func (u *recorder) since(mark int) []recRequest {
 	u.mu.Lock()
 	defer u.mu.Unlock()

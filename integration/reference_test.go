@@ -73,7 +73,7 @@ required = true
 }
 
 // TestReferenceServers runs the official TypeScript SDK client against
-// mcpmux mounting the reference servers from npm.
+// viewmux mounting the reference servers from npm.
 func TestReferenceServers(t *testing.T) {
 	requireNode(t)
 	mux := startMux(t, referenceConfig(t, startEverythingHTTP(t)))
@@ -179,7 +179,7 @@ func TestReferenceServers(t *testing.T) {
 			Entities []memEntity `json:"entities"`
 		}
 		want := memEntity{
-			Name:         "mcpmux-it-" + randomHex(t, 6),
+			Name:         "viewmux-it-" + randomHex(t, 6),
 			EntityType:   "test",
 			Observations: []string{"ünïcode observation ✓", "written by session A"},
 		}
@@ -250,7 +250,7 @@ func TestReferenceServers(t *testing.T) {
 
 	t.Run("unknown tool", func(t *testing.T) {
 		// An unknown prefix and an unknown tool under a real prefix get the
-		// same error, from mcpmux itself.
+		// same error, from viewmux itself.
 		for _, name := range []string{"nope__nothing", "every__nothing", "nothing"} {
 			t.Run(name, func(t *testing.T) {
 				steps := drive(t, Script{URL: mux.URL(), Steps: []Op{

@@ -42,7 +42,7 @@ profiles = ["readonly", "all"]
 func reloadMux(t *testing.T, m *Mux, text string) {
 	t.Helper()
 	logs := strings.Count(m.Stderr(), "config reloaded")
-	if err := os.WriteFile(filepath.Join(m.Dir, "mcpmux.toml"), []byte(text), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(m.Dir, "viewmux.toml"), []byte(text), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if err := m.Signal(syscall.SIGHUP); err != nil {
@@ -181,14 +181,14 @@ func TestReloadGrants(t *testing.T) {
 // profile ends it with a non-zero exit and an error naming the profile.
 func TestReloadEndsStdio(t *testing.T) {
 	dir := t.TempDir()
-	cfgPath := filepath.Join(dir, "mcpmux.toml")
+	cfgPath := filepath.Join(dir, "viewmux.toml")
 	base := grantConfig(t, "")
 	if err := os.WriteFile(cfgPath, []byte(base), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(muxBinary(t), "serve", "--stdio", "--profile", "readonly", "--config", cfgPath)
 	cmd.Dir = dir
-	cmd.Env = envWithout(os.Environ(), "MCPMUX_CONFIG")
+	cmd.Env = envWithout(os.Environ(), "VIEWMUX_CONFIG")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.WaitDelay = 2 * time.Second
 	stdin, err := cmd.StdinPipe()
@@ -213,7 +213,7 @@ func TestReloadEndsStdio(t *testing.T) {
 			syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		}
 		if t.Failed() {
-			t.Logf("--- mcpmux --stdio stderr ---\n%s", stderr.String())
+			t.Logf("--- viewmux --stdio stderr ---\n%s", stderr.String())
 		}
 	})
 	c := &recStream{door: "stdio", in: make(chan []byte, 64), send: func(b []byte) error {
@@ -249,7 +249,7 @@ drain:
 				break drain
 			}
 		case <-deadline:
-			t.Fatal("mcpmux --stdio still running after its profile was removed")
+			t.Fatal("viewmux --stdio still running after its profile was removed")
 		}
 	}
 	select {
@@ -257,10 +257,10 @@ drain:
 		exited <- err // for the cleanup
 		var ee *exec.ExitError
 		if !errors.As(err, &ee) || ee.ExitCode() == 0 {
-			t.Fatalf("mcpmux --stdio exited with %v after its profile was removed, want a non-zero status", err)
+			t.Fatalf("viewmux --stdio exited with %v after its profile was removed, want a non-zero status", err)
 		}
 	case <-time.After(15 * time.Second):
-		t.Fatal("mcpmux --stdio still running after its profile was removed")
+		t.Fatal("viewmux --stdio still running after its profile was removed")
 	}
 	for _, w := range []string{"stdio: session ended: the config changed", `"readonly"`} {
 		if !strings.Contains(stderr.String(), w) {

@@ -16,26 +16,26 @@ func demoUpstream(t *testing.T, name string) string {
 	return fmt.Sprintf("[upstreams.%s]\ncommand = %q\nargs = [\"demo-server\", \"--name\", %q]\n", name, muxBinary(t), name)
 }
 
-// waitStderr waits until mcpmux's stderr contains s.
+// waitStderr waits until viewmux's stderr contains s.
 func waitStderr(t *testing.T, m *Mux, s string, timeout time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for !strings.Contains(m.Stderr(), s) {
 		if time.Now().After(deadline) {
-			t.Fatalf("mcpmux never logged %q\n--- stderr ---\n%s", s, m.Stderr())
+			t.Fatalf("viewmux never logged %q\n--- stderr ---\n%s", s, m.Stderr())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 }
 
-// TestReload edits a live mcpmux's config: a valid change is applied as a
+// TestReload edits a live viewmux's config: a valid change is applied as a
 // diff while sessions stay connected and get list_changed; an invalid one
 // is rejected and the running config keeps serving.
 func TestReload(t *testing.T) {
 	requireNode(t)
 	base := demoUpstream(t, "one")
 	m := startMux(t, base)
-	path := filepath.Join(m.Dir, "mcpmux.toml")
+	path := filepath.Join(m.Dir, "viewmux.toml")
 
 	// reloadWith writes text, triggers a reload (SIGHUP, or just the write
 	// for the file watcher), and runs a live session across it.
@@ -55,7 +55,7 @@ func TestReload(t *testing.T) {
 			}})
 			done <- out{res, err}
 		}()
-		// The session exists once mcpmux logged it.
+		// The session exists once viewmux logged it.
 		sessions := strings.Count(m.Stderr(), "session started")
 		deadline := time.Now().Add(10 * time.Second)
 		for strings.Count(m.Stderr(), "session started") == sessions && time.Now().Before(deadline) {
@@ -120,7 +120,7 @@ func TestReload(t *testing.T) {
 			t.Fatal(err)
 		}
 		waitStderr(t, m, "config rejected; keeping the running config", 10*time.Second)
-		for _, want := range []string{"mcpmux.toml:5", "mcpmux.toml:6", `unknown key`} {
+		for _, want := range []string{"viewmux.toml:5", "viewmux.toml:6", `unknown key`} {
 			if !strings.Contains(m.Stderr(), want) {
 				t.Errorf("rejection does not name %q\n%s", want, m.Stderr())
 			}

@@ -20,9 +20,9 @@ import (
 
 // TestDeployRouter runs the Kubernetes router of configs/examples/deploy/
 // k8s.yaml — its nginx.conf, taken from the manifest — in front of two
-// replicas named as the StatefulSet names its pods, mcpmux-0 and mcpmux-1.
+// replicas named as the StatefulSet names its pods, viewmux-0 and viewmux-1.
 // A small DNS server stands in for the cluster's: it resolves
-// mcpmux-<n>.mcpmux-replicas.mcpmux.svc.cluster.local to the loopback
+// viewmux-<n>.viewmux-replicas.viewmux.svc.cluster.local to the loopback
 // address replica n listens on (127.0.0.2, 127.0.0.3; both on the same
 // port, as pods are), and nothing else. The test changes the manifest's
 // nginx.conf only where a cluster differs from one machine: the resolver's
@@ -34,8 +34,8 @@ func TestDeployRouter(t *testing.T) {
 	up := whoamiUpstream(t)
 	port, replicas := startPods(t, up, "127.0.0.2", "127.0.0.3")
 	dns := startDNS(t, map[string]net.IP{
-		"mcpmux-0.mcpmux-replicas.mcpmux.svc.cluster.local.": net.ParseIP("127.0.0.2"),
-		"mcpmux-1.mcpmux-replicas.mcpmux.svc.cluster.local.": net.ParseIP("127.0.0.3"),
+		"viewmux-0.viewmux-replicas.viewmux.svc.cluster.local.": net.ParseIP("127.0.0.2"),
+		"viewmux-1.viewmux-replicas.viewmux.svc.cluster.local.": net.ParseIP("127.0.0.3"),
 	})
 	manifest, err := os.ReadFile("../configs/examples/deploy/k8s.yaml")
 	if err != nil {
@@ -46,7 +46,7 @@ func TestDeployRouter(t *testing.T) {
 		conf := yamlLiteral(t, string(manifest), "nginx.conf")
 		for _, r := range []struct{ old, new string }{
 			{"kube-dns.kube-system.svc.cluster.local", dns},
-			{"server mcpmux.mcpmux.svc.cluster.local:8931;", fmt.Sprintf("server 127.0.0.2:%d; server 127.0.0.3:%d;", port, port)},
+			{"server viewmux.viewmux.svc.cluster.local:8931;", fmt.Sprintf("server 127.0.0.2:%d; server 127.0.0.3:%d;", port, port)},
 			{"svc.cluster.local:8931", fmt.Sprintf("svc.cluster.local:%d", port)},
 			{"listen 8080;", "listen " + listen + ";"},
 			{"/tmp/", tmp + "/"},
@@ -68,7 +68,7 @@ func TestDeployRouter(t *testing.T) {
 		on[replicaOf(s.SessionID)] = append(on[replicaOf(s.SessionID)], s.Index)
 	}
 	t.Logf("10 sessions through the router: %v", on)
-	if len(on["mcpmux-0"]) == 0 || len(on["mcpmux-1"]) == 0 || len(on) != 2 {
+	if len(on["viewmux-0"]) == 0 || len(on["viewmux-1"]) == 0 || len(on) != 2 {
 		t.Fatalf("sessions opened on %v, want both pods and nothing else", on)
 	}
 
@@ -92,7 +92,7 @@ func TestDeployRouter(t *testing.T) {
 		}
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Accept", "application/json, text/event-stream")
-		req.Header.Set("Mcp-Session-Id", "mcpmux-7.mcp-session-ABCDEFGHIJKLMNOPQRSTUVWXYZ")
+		req.Header.Set("Mcp-Session-Id", "viewmux-7.mcp-session-ABCDEFGHIJKLMNOPQRSTUVWXYZ")
 		req.Header.Set("Mcp-Protocol-Version", mcp.ProtocolVersion20251125)
 		resp, err := rawClient.Do(req)
 		if err != nil {
@@ -100,30 +100,30 @@ func TestDeployRouter(t *testing.T) {
 		}
 		resp.Body.Close()
 		if resp.StatusCode != http.StatusNotFound {
-			t.Errorf("a session of mcpmux-7, which does not resolve: HTTP %d, want 404", resp.StatusCode)
+			t.Errorf("a session of viewmux-7, which does not resolve: HTTP %d, want 404", resp.StatusCode)
 		}
 	})
 
 	t.Run("a dead pod's sessions get 404 and initialize again on the other", func(t *testing.T) {
-		dead := replicas["mcpmux-1"]
+		dead := replicas["viewmux-1"]
 		if err := dead.Signal(syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}
 		if _, ok := dead.Wait(10 * time.Second); !ok {
-			t.Fatal("mcpmux-1 did not die")
+			t.Fatal("viewmux-1 did not die")
 		}
-		for _, r := range peer.round(1, on["mcpmux-1"]) {
+		for _, r := range peer.round(1, on["viewmux-1"]) {
 			if r.OK || r.Error == nil || string(r.Error.Code) != "404" {
 				t.Errorf("session %d of the dead pod: ok %v, error %v; want 404", r.Index, r.OK, r.Error)
 			}
 		}
-		for _, s := range peer.reopen(on["mcpmux-1"]) {
-			if s.Error != nil || replicaOf(s.SessionID) != "mcpmux-0" {
-				t.Errorf("session %d initialized again as %q (%v), want a session of mcpmux-0", s.Index, s.SessionID, s.Error)
+		for _, s := range peer.reopen(on["viewmux-1"]) {
+			if s.Error != nil || replicaOf(s.SessionID) != "viewmux-0" {
+				t.Errorf("session %d initialized again as %q (%v), want a session of viewmux-0", s.Index, s.SessionID, s.Error)
 			}
 		}
 		for _, r := range peer.round(2, nil) {
-			if !r.OK || replicaOf(r.SessionID) != "mcpmux-0" {
+			if !r.OK || replicaOf(r.SessionID) != "viewmux-0" {
 				t.Errorf("session %d (%s) after the reopen: %v", r.Index, r.SessionID, r.Error)
 			}
 		}
@@ -131,15 +131,15 @@ func TestDeployRouter(t *testing.T) {
 }
 
 // startPods starts one replica on each of ips, all on the same free port,
-// as the pods of a StatefulSet listen; replica n is mcpmux-<n>.
+// as the pods of a StatefulSet listen; replica n is viewmux-<n>.
 func startPods(t *testing.T, upstreamURL string, ips ...string) (int, map[string]*Mux) {
 	t.Helper()
 	port := commonPort(t, ips)
 	out := map[string]*Mux{}
 	for n, ip := range ips {
-		id := fmt.Sprintf("mcpmux-%d", n)
+		id := fmt.Sprintf("viewmux-%d", n)
 		dir := t.TempDir()
-		path := filepath.Join(dir, "mcpmux.toml")
+		path := filepath.Join(dir, "viewmux.toml")
 		if err := os.WriteFile(path, []byte(replicaConfig(id, upstreamURL)), 0o600); err != nil {
 			t.Fatal(err)
 		}

@@ -209,7 +209,7 @@ func TestSelectionForms(t *testing.T) {
 		})
 	}
 
-	// A call outside a narrowed view is refused with -32601 at mcpmux, on
+	// A call outside a narrowed view is refused with -32601 at viewmux, on
 	// every door, and never reaches the demo server.
 	t.Run("calls outside the view", func(t *testing.T) {
 		write := func(title string) Op {

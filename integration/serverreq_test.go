@@ -266,7 +266,7 @@ func (w *srqWS) close() {
 	<-w.done
 }
 
-// lateChildren returns the live lateask processes mcpmux started.
+// lateChildren returns the live lateask processes viewmux started.
 func lateChildren(t *testing.T, mux *Mux) []proc {
 	t.Helper()
 	ps, err := descendants(mux.PID())
@@ -282,7 +282,7 @@ func lateChildren(t *testing.T, mux *Mux) []proc {
 	return out
 }
 
-// waitChildren polls until mcpmux has n lateask children, and returns them.
+// waitChildren polls until viewmux has n lateask children, and returns them.
 func waitChildren(t *testing.T, mux *Mux, n int) []proc {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
@@ -292,7 +292,7 @@ func waitChildren(t *testing.T, mux *Mux, n int) []proc {
 			return ps
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("mcpmux has %d lateask children, want %d:\n%s", len(ps), n, describeProcs(ps))
+			t.Fatalf("viewmux has %d lateask children, want %d:\n%s", len(ps), n, describeProcs(ps))
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -340,7 +340,7 @@ func TestServerRequestNeverReachesAnotherSession(t *testing.T) {
 		})
 	}
 	if !strings.Contains(mux.Stderr(), "server→client request refused") {
-		t.Errorf("mcpmux did not log the refusal:\n%s", mux.Stderr())
+		t.Errorf("viewmux did not log the refusal:\n%s", mux.Stderr())
 	}
 }
 
@@ -435,7 +435,7 @@ func TestSessionScopedUpstream(t *testing.T) {
 func TestSessionScopedStdioDoor(t *testing.T) {
 	requireProc(t)
 	dir := t.TempDir()
-	cfg := filepath.Join(dir, "mcpmux.toml")
+	cfg := filepath.Join(dir, "viewmux.toml")
 	if err := os.WriteFile(cfg, []byte(lateAskConfig(t, "session")), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -443,7 +443,7 @@ func TestSessionScopedStdioDoor(t *testing.T) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, muxBinary(t), "serve", "--stdio", "--config", cfg)
 	marker := randomHex(t, 12)
-	cmd.Env = append(envWithout(os.Environ(), "MCPMUX_CONFIG", markerEnv), markerEnv+"="+marker)
+	cmd.Env = append(envWithout(os.Environ(), "VIEWMUX_CONFIG", markerEnv), markerEnv+"="+marker)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Stderr = &syncBuffer{}
 	t.Cleanup(func() { killMarked(marker) })
@@ -472,18 +472,18 @@ func TestSessionScopedStdioDoor(t *testing.T) {
 	}
 	kids := lateStdioChildren(t, cmd.Process.Pid)
 	if len(kids) != 2 {
-		t.Errorf("mcpmux --stdio has %d lateask children, want 2 (shared and the session's):\n%s", len(kids), describeProcs(kids))
+		t.Errorf("viewmux --stdio has %d lateask children, want 2 (shared and the session's):\n%s", len(kids), describeProcs(kids))
 	}
-	c.Close() // closes mcpmux's stdin: the session, and mcpmux, end
+	c.Close() // closes viewmux's stdin: the session, and viewmux, end
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
 	select {
 	case err := <-exited:
 		if err != nil {
-			t.Errorf("mcpmux --stdio: %v\n%s", err, cmd.Stderr)
+			t.Errorf("viewmux --stdio: %v\n%s", err, cmd.Stderr)
 		}
 	case <-time.After(30 * time.Second):
-		t.Fatalf("mcpmux --stdio did not exit after stdin closed")
+		t.Fatalf("viewmux --stdio did not exit after stdin closed")
 	}
 	if left := waitNoMarked(marker, 10*time.Second); len(left) != 0 {
 		t.Errorf("left behind:\n%s", describeProcs(left))

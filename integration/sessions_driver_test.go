@@ -55,7 +55,7 @@ func countNotifications(c ClientResult, method string) int {
 
 // TestDriverSessions checks drive.mjs's per-session scripts, barriers and
 // expectNoNotification against the reference server-everything directly,
-// with no mcpmux in between.
+// with no viewmux in between.
 func TestDriverSessions(t *testing.T) {
 	requireNode(t)
 	url := startEverythingHTTP(t)

@@ -9,11 +9,11 @@ import (
 	"testing"
 )
 
-// TestSharesMemoryFigure measures mcpmux's RSS on the default config (a
+// TestSharesMemoryFigure measures viewmux's RSS on the default config (a
 // share of 2500 of max_sessions = 10000) idle, with the guest token
 // holding its whole share as idle websockets or SSE streams, and after the
 // guest tried 500 more. The admin token must still get a session, and the
-// refused attempts must not grow mcpmux past twice its idle RSS plus what
+// refused attempts must not grow viewmux past twice its idle RSS plus what
 // the guest's own share costs.
 func TestSharesMemoryFigure(t *testing.T) {
 	requireProc(t)

@@ -23,14 +23,14 @@ import (
 )
 
 // On shutdown, calls in flight get a JSON-RPC error before
-// connections close, and mcpmux exits within shutdown_grace plus the
+// connections close, and viewmux exits within shutdown_grace plus the
 // children's kill steps; `serve --stdio` answers what it has read. And:
 // a call that arrives while its upstream restarts gets a temporary error,
 // never -32601.
 //
 // The calls run the demo server's slow_count with a progress token: its
 // first progress notification comes at once, so a call whose progress
-// arrived is known to be running upstream before the test signals mcpmux.
+// arrived is known to be running upstream before the test signals viewmux.
 
 const (
 	sdGrace = 2 * time.Second
@@ -379,7 +379,7 @@ func waitRunning(t *testing.T, calls []*sdCall) {
 		select {
 		case <-c.progress:
 		case a := <-c.answer:
-			t.Fatalf("%s ended before the test could signal mcpmux: %s", c.name(), a)
+			t.Fatalf("%s ended before the test could signal viewmux: %s", c.name(), a)
 		case <-deadline:
 			t.Fatalf("%s: no progress within 30s", c.name())
 		}
@@ -408,10 +408,10 @@ func checkAnswers(t *testing.T, calls []*sdCall) {
 	}
 }
 
-// TestShutdownAnswersCallsInFlight SIGTERMs a serving mcpmux with calls in
+// TestShutdownAnswersCallsInFlight SIGTERMs a serving viewmux with calls in
 // flight on /mcp, /ws and /sse: the calls that finish within shutdown_grace get
 // their results, every other one a JSON-RPC error on its own connection,
-// and mcpmux exits 0 within the grace plus the kill steps.
+// and viewmux exits 0 within the grace plus the kill steps.
 func TestShutdownAnswersCallsInFlight(t *testing.T) {
 	m := startMuxWith(t, muxOptions{Config: sdConfig(t), StopTimeout: sdGrace + sdMargin})
 	sess := openRawSession(t, m.URL(), nil)
@@ -435,7 +435,7 @@ func TestShutdownAnswersCallsInFlight(t *testing.T) {
 	code, ok := m.Wait(sdGrace + sdMargin)
 	took := time.Since(start)
 	if !ok {
-		t.Fatalf("mcpmux still running %v after SIGTERM (shutdown_grace %v)", took, sdGrace)
+		t.Fatalf("viewmux still running %v after SIGTERM (shutdown_grace %v)", took, sdGrace)
 	}
 	if code != 0 {
 		t.Errorf("exit code %d after SIGTERM, want 0", code)
@@ -443,13 +443,13 @@ func TestShutdownAnswersCallsInFlight(t *testing.T) {
 	t.Logf("exited %v after SIGTERM (shutdown_grace %v)", took.Round(time.Millisecond), sdGrace)
 }
 
-// TestStdioAnswersCallsInFlight ends `mcpmux serve --stdio` with calls in
+// TestStdioAnswersCallsInFlight ends `viewmux serve --stdio` with calls in
 // flight, by closing stdin and by SIGTERM: every request it read is
 // answered (its result if it finishes within the grace, else the shutdown
 // error) before it exits 0.
 func TestStdioAnswersCallsInFlight(t *testing.T) {
 	dir := t.TempDir()
-	cfgPath := filepath.Join(dir, "mcpmux.toml")
+	cfgPath := filepath.Join(dir, "viewmux.toml")
 	if err := os.WriteFile(cfgPath, []byte(sdConfig(t)), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -464,7 +464,7 @@ func TestStdioAnswersCallsInFlight(t *testing.T) {
 			marker := randomHex(t, 12)
 			cmd := exec.Command(muxBinary(t), "serve", "--stdio", "--config", cfgPath)
 			cmd.Dir = dir
-			cmd.Env = append(envWithout(os.Environ(), "MCPMUX_CONFIG", markerEnv), markerEnv+"="+marker)
+			cmd.Env = append(envWithout(os.Environ(), "VIEWMUX_CONFIG", markerEnv), markerEnv+"="+marker)
 			cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 			cmd.WaitDelay = 2 * time.Second
 			stdin, err := cmd.StdinPipe()
@@ -488,11 +488,11 @@ func TestStdioAnswersCallsInFlight(t *testing.T) {
 					syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 				}
 				if survivors := waitNoMarked(marker, 2*time.Second); len(survivors) > 0 {
-					t.Errorf("processes started by mcpmux --stdio survived it:\n%s", describeProcs(survivors))
+					t.Errorf("processes started by viewmux --stdio survived it:\n%s", describeProcs(survivors))
 					killMarked(marker)
 				}
 				if t.Failed() {
-					t.Logf("--- mcpmux --stdio stderr ---\n%s", stderr.String())
+					t.Logf("--- viewmux --stdio stderr ---\n%s", stderr.String())
 				}
 			})
 			s := &sdStream{door: "stdio", replies: make(chan *sdFrame, 8), send: func(b []byte) error {
@@ -534,10 +534,10 @@ func TestStdioAnswersCallsInFlight(t *testing.T) {
 			case err := <-exited:
 				exited <- err
 				if err != nil {
-					t.Errorf("mcpmux --stdio: %v, want exit status 0", err)
+					t.Errorf("viewmux --stdio: %v, want exit status 0", err)
 				}
 			case <-time.After(sdGrace + sdMargin):
-				t.Fatalf("mcpmux --stdio still running %v after %s", time.Since(start), tt.name)
+				t.Fatalf("viewmux --stdio still running %v after %s", time.Since(start), tt.name)
 			}
 			t.Logf("exited %v after %s (shutdown_grace %v)", time.Since(start).Round(time.Millisecond), tt.name, sdGrace)
 		})
@@ -555,7 +555,7 @@ func TestReloadRestartAnswersCalls(t *testing.T) {
 	before := fmt.Sprintf("[upstreams.demo]\ncommand = %q\nargs = [\"demo-server\", \"--name\", \"demo\"]\n", bin)
 	after := fmt.Sprintf("[upstreams.demo]\ncommand = \"sh\"\nargs = [\"-c\", \"sleep 1; exec %s demo-server --name demo\"]\n", bin)
 	m := startMux(t, before)
-	path := filepath.Join(m.Dir, "mcpmux.toml")
+	path := filepath.Join(m.Dir, "viewmux.toml")
 	sess := openRawSession(t, m.URL(), nil)
 	ws := openSDWebsocket(t, m)
 

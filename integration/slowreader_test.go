@@ -22,14 +22,14 @@ import (
 
 // slowAnswer is the size of each result in the slow-reader tests: what the
 // measurement that found the problem used (24 unread 8 MB calls on /mcp
-// took mcpmux from 21 to 377 MB; 64 on one websocket, to about 0.9 GB).
+// took viewmux from 21 to 377 MB; 64 on one websocket, to about 0.9 GB).
 const slowAnswer = 8_000_000
 
 // TestSlowReadersAreBounded: a client that sends many calls with large
-// answers and reads none of them costs mcpmux no more than the README's
+// answers and reads none of them costs viewmux no more than the README's
 // stated bound per session: server.max_pending_bytes, plus the answers of
 // the calls it already had in flight when it stopped reading (at most 16),
-// each of which mcpmux may hold a few copies of until results stream. The
+// each of which viewmux may hold a few copies of until results stream. The
 // calls past the bound are refused before they reach the upstream.
 func TestSlowReadersAreBounded(t *testing.T) {
 	var served atomic.Int64
@@ -44,7 +44,7 @@ func TestSlowReadersAreBounded(t *testing.T) {
 	call := func(id int) string {
 		return fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"up__big","arguments":{}}}`, id)
 	}
-	// The bound of one session, with mcpmux holding up to three copies of
+	// The bound of one session, with viewmux holding up to three copies of
 	// each answer in flight (the upstream's body, the decoded result, the
 	// framed answer) and one of what it holds for the client.
 	const perCallCopies = 3
@@ -160,7 +160,7 @@ func rawUnreadPost(t *testing.T, addr, session, body string) net.Conn {
 func resetPeak(t *testing.T, pid int) {
 	t.Helper()
 	if err := os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", pid), []byte("5"), 0); err != nil {
-		t.Fatalf("resetting the peak RSS of mcpmux: %v", err)
+		t.Fatalf("resetting the peak RSS of viewmux: %v", err)
 	}
 }
 

@@ -16,7 +16,7 @@ import (
 // while the upstreams are still making their first connection waits for
 // them instead of seeing a partial catalog. The upstream takes a second to
 // start (a shell sleeps before it runs the demo server); the session is
-// opened as soon as mcpmux answers /healthz, and its first tools/list must
+// opened as soon as viewmux answers /healthz, and its first tools/list must
 // already hold the upstream's tools.
 func TestEarlyRequestWaitsForUpstreams(t *testing.T) {
 	dir := t.TempDir()
@@ -24,7 +24,7 @@ func TestEarlyRequestWaitsForUpstreams(t *testing.T) {
 command = "sh"
 args = ["-c", "sleep 1; exec %s demo-server --name slow"]
 `, muxBinary(t))
-	path := filepath.Join(dir, "mcpmux.toml")
+	path := filepath.Join(dir, "viewmux.toml")
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +52,7 @@ args = ["-c", "sleep 1; exec %s demo-server --name slow"]
 	}
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusServiceUnavailable {
-		t.Fatalf("/readyz before the upstream is up: %s; the test did not catch mcpmux early", resp.Status)
+		t.Fatalf("/readyz before the upstream is up: %s; the test did not catch viewmux early", resp.Status)
 	}
 	s := openRawSession(t, m.URL(), nil)
 	names := s.post(t, "", nil, toolsListBody(2)).toolNames(t)

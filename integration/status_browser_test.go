@@ -120,7 +120,7 @@ func readProfile(t *testing.T, tab context.Context, name string) (tools, session
 	return tools, sessions, err
 }
 
-// TestStatusPageInABrowser loads the status page of a real mcpmux with two
+// TestStatusPageInABrowser loads the status page of a real viewmux with two
 // demo upstreams and a child that dies at start printing markup, in
 // headless chromium: the rows show what runs, the markup is text, and
 // after one child is killed the page, refreshing itself (never navigated
@@ -150,7 +150,7 @@ read_only = true
 		chromedp.Navigate(page),
 		chromedp.WaitVisible(chromedp.ID("upstreams")),
 	); err != nil {
-		t.Fatalf("loading %s: %v\n--- mcpmux stderr ---\n%s", page, err, m.Stderr())
+		t.Fatalf("loading %s: %v\n--- viewmux stderr ---\n%s", page, err, m.Stderr())
 	}
 
 	title, err := read(tab, 5*time.Second, chromedp.Title())
@@ -161,7 +161,7 @@ read_only = true
 	if err != nil {
 		t.Fatal(err)
 	}
-	if title != "mcpmux status" || len(scripts) != 0 {
+	if title != "viewmux status" || len(scripts) != 0 {
 		t.Errorf("title %q, script and img elements %q: the child's stderr became markup", title, scripts)
 	}
 
@@ -254,13 +254,13 @@ func waitRefreshed(t *testing.T, tab context.Context, m *Mux, mark, what string,
 			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the page never showed %s; document refreshed: %v; rows seen: %+v\n--- mcpmux stderr ---\n%s", what, len(marked) == 0, seen, m.Stderr())
+			t.Fatalf("the page never showed %s; document refreshed: %v; rows seen: %+v\n--- viewmux stderr ---\n%s", what, len(marked) == 0, seen, m.Stderr())
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
 }
 
-// TestStatusPageNeedsAToken checks GET / against a real mcpmux with
+// TestStatusPageNeedsAToken checks GET / against a real viewmux with
 // [[auth.tokens]]: 401 without the token, and the page with it, in plain
 // HTTP and in chromium sending the header.
 func TestStatusPageNeedsAToken(t *testing.T) {

@@ -14,7 +14,7 @@ import (
 	"time"
 )
 
-// A large result is written to its /mcp client while mcpmux reads it from
+// A large result is written to its /mcp client while viewmux reads it from
 // the upstream (issue 16): it arrives byte for byte; one that turns out
 // too large (no Content-Length said so) or not valid JSON midway is
 // aborted, visibly, and fails nothing else.

@@ -33,7 +33,7 @@ extends = "agent"
 read_only = true
 `
 
-var searchOwnTools = []string{"mcpmux__search_tools", "mcpmux__call_tool"}
+var searchOwnTools = []string{"viewmux__search_tools", "viewmux__call_tool"}
 
 // foundByName decodes a search_tools result: the names of its
 // structuredContent tools, each checked to carry an inputSchema and to be
@@ -69,13 +69,13 @@ func TestToolSearchTypeScriptClient(t *testing.T) {
 	mux := startMux(t, profilesConfig(t, realTempDir(t), searchTOML))
 	res := drive(t, Script{URL: mux.URL() + "?profile=agent", Steps: []Op{
 		opList(), // 0
-		opCall("mcpmux__search_tools", map[string]any{"query": "create a new directory"}), // 1
-		opWaitNotification(methodToolsListChanged, 10*time.Second),                        // 2
+		opCall("viewmux__search_tools", map[string]any{"query": "create a new directory"}), // 1
+		opWaitNotification(methodToolsListChanged, 10*time.Second),                         // 2
 		opList(), // 3
-		opCall("mcpmux__call_tool", map[string]any{"name": "memory__create_entities", "arguments": map[string]any{ // 4
+		opCall("viewmux__call_tool", map[string]any{"name": "memory__create_entities", "arguments": map[string]any{ // 4
 			"entities": []any{map[string]any{"name": "Alice", "entityType": "person", "observations": []string{"works at Acme"}}}}}),
-		opCall("mcpmux__call_tool", map[string]any{"name": "memory__read_graph", "arguments": map[string]any{}}), // 5
-		opCall("fs__create_directory", map[string]any{"path": "x"}),                                              // 6: found, so listed; the path is outside the root, an upstream tool error
+		opCall("viewmux__call_tool", map[string]any{"name": "memory__read_graph", "arguments": map[string]any{}}), // 5
+		opCall("fs__create_directory", map[string]any{"path": "x"}),                                               // 6: found, so listed; the path is outside the root, an upstream tool error
 	}})
 	steps := res.Steps(t)
 	checkNames(t, "starting view", steps[0].Names, append(slices.Clone(searchOwnTools), "demo__echo"))
@@ -101,10 +101,10 @@ func TestToolSearchTypeScriptClient(t *testing.T) {
 
 	ro := drive(t, Script{URL: mux.URL() + "?profile=roagent", Steps: []Op{
 		opList(),
-		opCall("mcpmux__search_tools", map[string]any{"query": "write a file", "limit": 20}),
-		opCallExpectError("mcpmux__call_tool", map[string]any{"name": "fs__write_file", "arguments": map[string]any{"path": "a", "content": "b"}}),
+		opCall("viewmux__search_tools", map[string]any{"query": "write a file", "limit": 20}),
+		opCallExpectError("viewmux__call_tool", map[string]any{"name": "fs__write_file", "arguments": map[string]any{"path": "a", "content": "b"}}),
 	}}).Steps(t)
-	relay := ro[0].Tool("mcpmux__call_tool")
+	relay := ro[0].Tool("viewmux__call_tool")
 	if relay == nil || relay.Annotations == nil || !isTrue(relay.Annotations.ReadOnlyHint) {
 		t.Errorf("call_tool over a read-only view: %+v", relay)
 	}
@@ -131,7 +131,7 @@ func TestToolSearchGoSDKClient(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
 			changed := make(chan struct{}, 4)
-			c := gosdk.NewClient(&gosdk.Implementation{Name: "mcpmux-search-test", Version: "1"}, &gosdk.ClientOptions{
+			c := gosdk.NewClient(&gosdk.Implementation{Name: "viewmux-search-test", Version: "1"}, &gosdk.ClientOptions{
 				ToolListChangedHandler: func(context.Context, *gosdk.ToolListChangedRequest) { changed <- struct{}{} },
 			})
 			cs, err := c.Connect(ctx, &gosdk.StreamableClientTransport{Endpoint: mux.URL() + "?profile=agent"}, &gosdk.ClientSessionOptions{ProtocolVersion: protocol})
@@ -153,7 +153,7 @@ func TestToolSearchGoSDKClient(t *testing.T) {
 			}
 			starting := append(slices.Clone(searchOwnTools), "demo__echo")
 			checkNames(t, "starting view", names(), starting)
-			res, err := cs.CallTool(ctx, &gosdk.CallToolParams{Name: "mcpmux__search_tools", Arguments: map[string]any{"query": "remember a new person in the knowledge graph", "limit": 3}})
+			res, err := cs.CallTool(ctx, &gosdk.CallToolParams{Name: "viewmux__search_tools", Arguments: map[string]any{"query": "remember a new person in the knowledge graph", "limit": 3}})
 			if err != nil || res.IsError {
 				t.Fatalf("search_tools: %v %+v", err, res)
 			}
@@ -174,11 +174,11 @@ func TestToolSearchGoSDKClient(t *testing.T) {
 					t.Errorf("tools/list after the search: %q", got)
 				}
 			}
-			res, err = cs.CallTool(ctx, &gosdk.CallToolParams{Name: "mcpmux__call_tool", Arguments: map[string]any{"name": "every__get-sum", "arguments": map[string]any{"a": 17, "b": 25}}})
+			res, err = cs.CallTool(ctx, &gosdk.CallToolParams{Name: "viewmux__call_tool", Arguments: map[string]any{"name": "every__get-sum", "arguments": map[string]any{"a": 17, "b": 25}}})
 			if err != nil || res.IsError || !strings.Contains(res.Content[0].(*gosdk.TextContent).Text, "42") {
 				t.Fatalf("call_tool every__get-sum: %v %+v", err, res)
 			}
-			_, err = cs.CallTool(ctx, &gosdk.CallToolParams{Name: "mcpmux__call_tool", Arguments: map[string]any{"name": "EVERY__get-sum", "arguments": map[string]any{"a": 1, "b": 2}}})
+			_, err = cs.CallTool(ctx, &gosdk.CallToolParams{Name: "viewmux__call_tool", Arguments: map[string]any{"name": "EVERY__get-sum", "arguments": map[string]any{"a": 1, "b": 2}}})
 			if err == nil || !strings.Contains(err.Error(), "Tool not found: EVERY__get-sum") {
 				t.Errorf("call_tool of a name variant: %v", err)
 			}
@@ -204,17 +204,17 @@ func searchRecConfig(rec, mod *recorder) string {
 func TestToolSearchEveryDoor(t *testing.T) {
 	env := &recEnv{rec: startRecorder(t, "rec", false), mod: startRecorder(t, "mod", true), stdio: map[string]*syncBuffer{}}
 	env.mux = startMux(t, searchRecConfig(env.rec, env.mod))
-	env.cfgPath = filepath.Join(env.mux.Dir, "mcpmux.toml")
+	env.cfgPath = filepath.Join(env.mux.Dir, "viewmux.toml")
 	var hidden []string
 	for _, base := range []string{"rec__secret_tool", "mod__secret_tool", "rec__echo"} {
 		hidden = append(hidden, lookAlikes(base)...)
 	}
 	hidden = append(hidden, "REC__RUN", "rec__Run", "rec__run ", " rec__run", "rec__run\u200b", "rec_run", "rec___run", "rec__ｒun",
 		"rec__secret_tool", "mod__secret_tool", "rec__no_such_tool", "secret_tool", "run",
-		"rec__secret_tool\u0000", "rec__ru\u0578", "rec__"+strings.Repeat("x", 200), "mcpmux__call_tool", "mcpmux__search_tools")
+		"rec__secret_tool\u0000", "rec__ru\u0578", "rec__"+strings.Repeat("x", 200), "viewmux__call_tool", "viewmux__search_tools")
 	relayParams := func(name, args string) string {
 		q, _ := json.Marshal(name)
-		return `{"name":"mcpmux__call_tool","arguments":{"name":` + string(q) + `,"arguments":` + args + `}}`
+		return `{"name":"viewmux__call_tool","arguments":{"name":` + string(q) + `,"arguments":` + args + `}}`
 	}
 	for _, d := range env.doors() {
 		t.Run(d.name, func(t *testing.T) {
@@ -232,7 +232,7 @@ func TestToolSearchEveryDoor(t *testing.T) {
 			}
 			checkNames(t, "starting view", names, append(slices.Clone(searchOwnTools), "mod__run", "rec__run"))
 
-			a = c.do(t, "tools/call", `{"name":"mcpmux__search_tools","arguments":{"query":"secret tool canned result","limit":20}}`)
+			a = c.do(t, "tools/call", `{"name":"viewmux__search_tools","arguments":{"query":"secret tool canned result","limit":20}}`)
 			var r CallResult
 			if a.Msg.Error != nil || json.Unmarshal(a.Msg.Result, &r) != nil || r.IsError {
 				t.Fatalf("search_tools: %s", a)
@@ -279,7 +279,7 @@ func TestToolSearchEveryDoor(t *testing.T) {
 func TestToolSearchTypeScriptEveryDoor(t *testing.T) {
 	requireNode(t)
 	mux := startMux(t, doorsConfig(t)+searchTOML)
-	cfgPath := filepath.Join(mux.Dir, "mcpmux.toml")
+	cfgPath := filepath.Join(mux.Dir, "viewmux.toml")
 	doors := append(doorsFor(mux, cfgPath, mux.Marker, "agent"), door{"http", func(steps []Op) DoorScript {
 		return DoorScript{Script: Script{URL: mux.URL() + "?profile=agent", Steps: steps}}
 	}})
@@ -288,12 +288,12 @@ func TestToolSearchTypeScriptEveryDoor(t *testing.T) {
 			title := "door-" + strings.ReplaceAll(d.name, " ", "-")
 			c := driveDoor(t, d.script([]Op{
 				opList(), // 0
-				opCall("mcpmux__search_tools", map[string]any{"query": "delete a note", "limit": 2}), // 1
-				opWaitNotification(methodToolsListChanged, 10*time.Second),                           // 2
+				opCall("viewmux__search_tools", map[string]any{"query": "delete a note", "limit": 2}), // 1
+				opWaitNotification(methodToolsListChanged, 10*time.Second),                            // 2
 				opList(), // 3
-				opCall("mcpmux__call_tool", map[string]any{"name": "demo__write_note", "arguments": map[string]any{"title": title, "text": "via call_tool"}}), // 4
-				opCall("mcpmux__call_tool", map[string]any{"name": "demo__read_note", "arguments": map[string]any{"title": title}}),                           // 5
-				opCallExpectError("mcpmux__call_tool", map[string]any{"name": "DEMO__read_note", "arguments": map[string]any{"title": title}}),                // 6
+				opCall("viewmux__call_tool", map[string]any{"name": "demo__write_note", "arguments": map[string]any{"title": title, "text": "via call_tool"}}), // 4
+				opCall("viewmux__call_tool", map[string]any{"name": "demo__read_note", "arguments": map[string]any{"title": title}}),                           // 5
+				opCallExpectError("viewmux__call_tool", map[string]any{"name": "DEMO__read_note", "arguments": map[string]any{"title": title}}),                // 6
 			})).Clients[0]
 			starting := append(slices.Clone(searchOwnTools), "demo__echo")
 			checkNames(t, "starting view", c.Steps[0].Names, starting)

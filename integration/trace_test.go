@@ -15,10 +15,10 @@ import (
 	"time"
 )
 
-// The trace tests run mcpmux with OTEL_EXPORTER_OTLP_ENDPOINT pointed at a
+// The trace tests run viewmux with OTEL_EXPORTER_OTLP_ENDPOINT pointed at a
 // real OTLP receiver, the OpenTelemetry Collector's otlpreceiver built
 // from the Go module proxy (integration/otlpsink, a module of its own),
-// and check that one trace joins client → mcpmux → upstream.
+// and check that one trace joins client → viewmux → upstream.
 
 // sinkSpan is one span the receiver got, as otlpsink prints it.
 type sinkSpan struct {
@@ -189,7 +189,7 @@ func upstreamTrace(t *testing.T, r recRequest) string {
 	return header
 }
 
-// startTracedMux starts mcpmux over the recorders rec (legacy) and mod
+// startTracedMux starts viewmux over the recorders rec (legacy) and mod
 // (2026-07-28), exporting traces to sink with protocol ("http/protobuf" or
 // "grpc").
 func startTracedMux(t *testing.T, sink *otlpSink, protocol string, rec, mod *recorder) *Mux {
@@ -214,12 +214,12 @@ required = true
 		Env: []string{
 			"OTEL_EXPORTER_OTLP_ENDPOINT=http://" + endpoint,
 			"OTEL_EXPORTER_OTLP_PROTOCOL=" + protocol,
-			"OTEL_SERVICE_NAME=mcpmux-trace-test",
+			"OTEL_SERVICE_NAME=viewmux-trace-test",
 			"OTEL_BSP_SCHEDULE_DELAY=100",
 		},
 	})
 	if !strings.Contains(mux.Stderr(), "exporting traces") || !strings.Contains(mux.Stderr(), protocol) {
-		t.Errorf("mcpmux did not log that it exports traces with %s:\n%s", protocol, mux.Stderr())
+		t.Errorf("viewmux did not log that it exports traces with %s:\n%s", protocol, mux.Stderr())
 	}
 	return mux
 }
@@ -231,7 +231,7 @@ func TestTraceJoinsClientMuxUpstream(t *testing.T) {
 	mux := startTracedMux(t, sink, "http/protobuf", rec, mod)
 
 	// checkJoined checks that the span under the client's clientSpan in
-	// trace traceID reached the receiver as mcpmux's, and that the
+	// trace traceID reached the receiver as viewmux's, and that the
 	// upstream's parent is that span.
 	checkJoined := func(t *testing.T, r recRequest, traceID, clientSpan, up string) {
 		t.Helper()
@@ -240,22 +240,22 @@ func TestTraceJoinsClientMuxUpstream(t *testing.T) {
 			t.Errorf("the upstream got trace %s, want the client's %s", upTrace, traceID)
 		}
 		if upParent == clientSpan {
-			t.Errorf("the upstream's parent is the client's span %s, want mcpmux's", clientSpan)
+			t.Errorf("the upstream's parent is the client's span %s, want viewmux's", clientSpan)
 		}
 		sp := sink.waitSpan(t, 20*time.Second, "in trace "+traceID, func(sp sinkSpan) bool { return sp.TraceID == traceID })
 		if sp.ParentID != clientSpan {
-			t.Errorf("mcpmux's span has parent %q, want the client's span %s", sp.ParentID, clientSpan)
+			t.Errorf("viewmux's span has parent %q, want the client's span %s", sp.ParentID, clientSpan)
 		}
 		if sp.SpanID != upParent {
-			t.Errorf("mcpmux's span is %s, but the upstream's parent is %s", sp.SpanID, upParent)
+			t.Errorf("viewmux's span is %s, but the upstream's parent is %s", sp.SpanID, upParent)
 		}
 		tool := up + "__echo"
-		if sp.Service != "mcpmux-trace-test" || sp.Kind != "Server" || sp.Name != "tools/call "+tool {
-			t.Errorf("span: service %q kind %q name %q; want mcpmux-trace-test, Server, tools/call %s", sp.Service, sp.Kind, sp.Name, tool)
+		if sp.Service != "viewmux-trace-test" || sp.Kind != "Server" || sp.Name != "tools/call "+tool {
+			t.Errorf("span: service %q kind %q name %q; want viewmux-trace-test, Server, tools/call %s", sp.Service, sp.Kind, sp.Name, tool)
 		}
 		for k, want := range map[string]any{
 			"mcp.method.name": "tools/call", "gen_ai.tool.name": tool,
-			"mcpmux.upstream": up, "mcpmux.outcome": "ok",
+			"viewmux.upstream": up, "viewmux.outcome": "ok",
 		} {
 			if got := sp.Attributes[k]; got != want {
 				t.Errorf("span attribute %s = %v, want %v (all: %v)", k, got, want, sp.Attributes)
@@ -297,7 +297,7 @@ func TestTraceJoinsClientMuxUpstream(t *testing.T) {
 
 	t.Run("_meta traceparent on the websocket door", func(t *testing.T) {
 		// _meta is the trace context of a stream door's request; the
-		// upstream's _meta.traceparent is mcpmux's span, not the client's.
+		// upstream's _meta.traceparent is viewmux's span, not the client's.
 		const traceID, clientSpan = "0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331"
 		c := openRecWS(t, "ws://"+mux.Addr+"/ws")
 		mark := rec.mark()
@@ -324,7 +324,7 @@ func TestTraceJoinsClientMuxUpstream(t *testing.T) {
 			t.Fatalf("tools/call of an unknown tool: %s", r)
 		}
 		sp := sink.waitSpan(t, 20*time.Second, "in trace "+traceID, func(sp sinkSpan) bool { return sp.TraceID == traceID })
-		if sp.ParentID != clientSpan || sp.Attributes["mcpmux.outcome"] != "denied" || sp.Name != "tools/call" {
+		if sp.ParentID != clientSpan || sp.Attributes["viewmux.outcome"] != "denied" || sp.Name != "tools/call" {
 			t.Errorf("denied call's span: parent %s name %q attributes %v; want parent %s, name tools/call, outcome denied", sp.ParentID, sp.Name, sp.Attributes, clientSpan)
 		}
 		if _, ok := sp.Attributes["gen_ai.tool.name"]; ok {
@@ -333,7 +333,7 @@ func TestTraceJoinsClientMuxUpstream(t *testing.T) {
 	})
 }
 
-// TestTraceOverGRPC: with OTEL_EXPORTER_OTLP_PROTOCOL=grpc mcpmux exports
+// TestTraceOverGRPC: with OTEL_EXPORTER_OTLP_PROTOCOL=grpc viewmux exports
 // to the receiver's gRPC listener.
 func TestTraceOverGRPC(t *testing.T) {
 	sink := startOTLPSink(t)

@@ -17,8 +17,8 @@ import (
 )
 
 // TestTrustChildEnvironment is finding 1 of issue 17: server-everything's
-// read-only get-env tool, mounted through mcpmux, prints its environment.
-// mcpmux's own environment holds a token, another upstream's key and an
+// read-only get-env tool, mounted through viewmux, prints its environment.
+// viewmux's own environment holds a token, another upstream's key and an
 // unrelated variable; none may reach the child. What the child gets is
 // exactly the fixed variables, its own env and what its inherit_env names.
 func TestTrustChildEnvironment(t *testing.T) {
@@ -62,7 +62,7 @@ profiles = ["default"]
 	}
 	for k, v := range secrets {
 		if _, ok := got[k]; ok || strings.Contains(text, v) {
-			t.Errorf("the child got %s from mcpmux's environment", k)
+			t.Errorf("the child got %s from viewmux's environment", k)
 		}
 	}
 	if got["TRUST_PASSED_ONE"] != "passed-1" || got["TRUST_EXACT"] != "exact-1" {
@@ -73,7 +73,7 @@ profiles = ["default"]
 	}
 	allowed := []string{"HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER", // every child's
 		"TRUST_OWN", "TRUST_PASSED_ONE", "TRUST_EXACT", markerEnv, // its env and inherit_env
-		"MCPMUX_CHILD"} // mcpmux's marker for its children's descendants (Linux)
+		"VIEWMUX_CHILD"} // viewmux's marker for its children's descendants (Linux)
 	for _, k := range slices.Sorted(maps.Keys(got)) {
 		if !slices.Contains(allowed, k) {
 			t.Errorf("the child got %s, which neither its env nor its inherit_env names", k)
@@ -133,7 +133,7 @@ connect_timeout = "5s"
 	mu.Lock()
 	defer mu.Unlock()
 	if len(seen) == 0 {
-		t.Fatalf("no request reached the redirect target\n--- mcpmux stderr ---\n%s", mux.Stderr())
+		t.Fatalf("no request reached the redirect target\n--- viewmux stderr ---\n%s", mux.Stderr())
 	}
 	for i, h := range seen {
 		for _, secret := range []string{key, bearer, query, "Authorization:"} {
@@ -156,7 +156,7 @@ command = "sh"
 args = ["-c", "printf '\\033]52;c;cm0gLXJmIH4=\\007\\033[2J\\033[H' >&2; exit 1"]
 required = true
 `
-	path := dir + "/mcpmux.toml"
+	path := dir + "/viewmux.toml"
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}

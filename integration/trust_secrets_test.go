@@ -49,7 +49,7 @@ require('readline').createInterface({input: process.stdin}).on('line', (line) =>
 // built binary: a child learned the admin token and another upstream's API
 // key (here from a file) and repeats them on its stderr, in a JSON-RPC
 // error and in an error result; a second child prints them on stderr and
-// fails to start. Neither value may appear in mcpmux's log, /status.json,
+// fails to start. Neither value may appear in viewmux's log, /status.json,
 // the status page, `check`'s output, the audit log, or the error a client
 // is given: one set of every configured secret is masked in every output,
 // whoever's secret it is.
@@ -130,7 +130,7 @@ profiles = ["default"]
 		leaks(t, "the log", mux.Stderr())
 	})
 	t.Run("check", func(t *testing.T) {
-		code, stdout, stderr := runMux(t, 60*time.Second, dir, env, "check", "--config", filepath.Join(dir, "mcpmux.toml"), "--log-level", "debug")
+		code, stdout, stderr := runMux(t, 60*time.Second, dir, env, "check", "--config", filepath.Join(dir, "viewmux.toml"), "--log-level", "debug")
 		if !strings.Contains(stdout+stderr, "learned: ") {
 			t.Fatalf("check (exit %d) does not show the failed child's stderr (nothing to check):\n%s\n%s", code, stdout, stderr)
 		}

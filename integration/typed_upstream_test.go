@@ -18,20 +18,20 @@ import (
 
 	"github.com/mark3labs/mcp-go/server"
 
-	"github.com/mcpmux/mcpmux/integration/typedrec"
+	"github.com/viewmux/viewmux/integration/typedrec"
 )
 
 // The typed upstreams of the adversarial tests: typedrec's mcp-go server,
 // whose typed tool handlers record what they would execute — the argument
 // as mcp-go's decoder bound it, which is what a Go upstream acts on, as
-// distinct from the bytes mcpmux forwarded. It runs twice behind one
-// mcpmux: in this test process over streamable HTTP on a loopback
+// distinct from the bytes viewmux forwarded. It runs twice behind one
+// viewmux: in this test process over streamable HTTP on a loopback
 // listener ("typed"), and as a stdio child built from typedrec/child
 // ("typedio"), which appends its runs to a file.
 
 // typedUp is one typed upstream as the tests see it.
 type typedUp struct {
-	name string // its upstream name in mcpmux's config, the prefix of its tools
+	name string // its upstream name in viewmux's config, the prefix of its tools
 	runs func(t testing.TB) []typedrec.Exec
 }
 
@@ -82,7 +82,7 @@ func typedChildBinary(t testing.TB) string {
 }
 
 // typedStdio is the stdio typed upstream: its runs are the lines of the
-// log file every child of it (one per mcpmux process) appends to, read
+// log file every child of it (one per viewmux process) appends to, read
 // incrementally.
 func typedStdio(t *testing.T) (up *typedUp, bin, log string) {
 	t.Helper()
@@ -123,7 +123,7 @@ func typedStdio(t *testing.T) (up *typedUp, bin, log string) {
 	}}, bin, log
 }
 
-// typedEnv is one mcpmux in front of both typed upstreams, with the
+// typedEnv is one viewmux in front of both typed upstreams, with the
 // adversarial profile (typedConfig).
 type typedEnv struct {
 	mux     *Mux
@@ -177,14 +177,14 @@ args = { link = [%[3]s] }
 	return b.String()
 }
 
-// startTyped starts both typed upstreams and an mcpmux in front of them.
+// startTyped starts both typed upstreams and an viewmux in front of them.
 func startTyped(t *testing.T) *typedEnv {
 	t.Helper()
 	httpUp, url := startTypedHTTP(t)
 	ioUp, bin, log := typedStdio(t)
 	env := &typedEnv{ups: []*typedUp{httpUp, ioUp}}
 	env.mux = startMux(t, typedConfig(url, bin, log))
-	env.cfgPath = filepath.Join(env.mux.Dir, "mcpmux.toml")
+	env.cfgPath = filepath.Join(env.mux.Dir, "viewmux.toml")
 	return env
 }
 
@@ -257,7 +257,7 @@ func typedDescribe(runs []typedrec.Exec) string {
 }
 
 // typedRawAnswer sends body — any text, a batch or a message whose
-// envelope no recClient would write — on c and returns mcpmux's answer to
+// envelope no recClient would write — on c and returns viewmux's answer to
 // it: the HTTP body on /mcp, the next message that is not a notification
 // or a server→client request on the other doors. status is the HTTP
 // status on /mcp and 0 elsewhere.

@@ -83,7 +83,7 @@ func visDoors(mux *Mux, cfgPath, profile string) []recDoor {
 	}
 }
 
-// visEnv is one mcpmux in front of the recorders a and b.
+// visEnv is one viewmux in front of the recorders a and b.
 type visEnv struct {
 	mux     *Mux
 	cfgPath string
@@ -94,7 +94,7 @@ func startVisibility(t *testing.T) *visEnv {
 	t.Helper()
 	env := &visEnv{a: startRecorder(t, "a", false), b: startRecorder(t, "b", true)}
 	env.mux = startMux(t, visConfig(env.a, env.b))
-	env.cfgPath = filepath.Join(env.mux.Dir, "mcpmux.toml")
+	env.cfgPath = filepath.Join(env.mux.Dir, "viewmux.toml")
 	return env
 }
 

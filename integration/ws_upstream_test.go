@@ -108,7 +108,7 @@ func startEverythingWS(t *testing.T) string {
 }
 
 // TestWebsocketUpstream mounts the reference server-everything over
-// WebSocket and drives mcpmux with the official TypeScript SDK client.
+// WebSocket and drives viewmux with the official TypeScript SDK client.
 func TestWebsocketUpstream(t *testing.T) {
 	url := startEverythingWS(t)
 	if !strings.HasPrefix(url, "ws://127.0.0.1:") {

@@ -12,18 +12,18 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 
-	"github.com/mcpmux/mcpmux/filter"
-	"github.com/mcpmux/mcpmux/internal/audit"
-	"github.com/mcpmux/mcpmux/internal/jsonrpc"
-	"github.com/mcpmux/mcpmux/internal/termsafe"
-	"github.com/mcpmux/mcpmux/sessions/grant"
+	"github.com/viewmux/viewmux/filter"
+	"github.com/viewmux/viewmux/internal/audit"
+	"github.com/viewmux/viewmux/internal/jsonrpc"
+	"github.com/viewmux/viewmux/internal/termsafe"
+	"github.com/viewmux/viewmux/sessions/grant"
 )
 
 // This file holds human approval (docs/profiles-and-filters.md): a call
 // to a tool an approve glob of the session's rules names goes upstream
 // only after a person says yes through the calling client. It is a step of route, after decide
 // (view, call rules, rate) and before the forward, so every door, every
-// name and every re-entry of the decision (mcpmux__call_tool) meets it.
+// name and every re-entry of the decision (viewmux__call_tool) meets it.
 // The question goes to the client the way an upstream's would
 // (caller.Request): an elicitation/create on the call's own stream for a
 // session, an input_required result holding the call for a 2026-07-28
@@ -89,7 +89,7 @@ func (s *Server) approve(ctx context.Context, session string, b grant.Binding, e
 	}
 	switch {
 	case err != nil && ctx.Err() != nil:
-		// The client cancelled the call, or mcpmux is stopping: no answer,
+		// The client cancelled the call, or viewmux is stopping: no answer,
 		// or shutdown's (answer).
 		return refuse(audit.ApprovalAbandoned, &routedAnswer{err: ctx.Err()})
 	case errors.Is(err, context.DeadlineExceeded) && askCtx.Err() != nil:
@@ -132,16 +132,16 @@ func formElicitation(caps mcp.ClientCapabilities) bool {
 }
 
 // approvalParams is the elicitation/create that asks whether the call of e
-// with args may go ahead. Only mcpmux's own words and the exposed tool
+// with args may go ahead. Only viewmux's own words and the exposed tool
 // name (of [A-Za-z0-9_-]) come before the arguments, which are last, on
 // one line: compact JSON, in which no string can hold a line break, with
 // what a terminal or a text view would act on (bidirectional and
 // zero-width controls, line and paragraph separators) shown as escapes,
 // and cut at maxShownArguments. A hostile argument cannot end the
-// arguments and write lines that read as mcpmux's.
+// arguments and write lines that read as viewmux's.
 func approvalParams(e *filter.Entry, profile string, args json.RawMessage) mcp.ElicitationParams {
 	var b strings.Builder
-	fmt.Fprintf(&b, "mcpmux: the tool %s (upstream %s) needs your approval before it is called.\n", e.Tool.Name, e.Upstream)
+	fmt.Fprintf(&b, "viewmux: the tool %s (upstream %s) needs your approval before it is called.\n", e.Tool.Name, e.Upstream)
 	if profile != "" && isPlainName(profile) {
 		fmt.Fprintf(&b, "Profile: %s\n", profile)
 	}
@@ -216,7 +216,7 @@ func (s *Server) notApproved(modern bool, text string) *routedAnswer {
 
 // callerName is who a binding's requests come from, for the audit: its
 // token (as the hex of its sum) or client address (Binding.Who), or
-// "local" for the stdio door, whose client launched mcpmux.
+// "local" for the stdio door, whose client launched viewmux.
 func callerName(b grant.Binding) string {
 	if b.Who == "" && b.Local {
 		return "local"

@@ -7,12 +7,12 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 
-	"github.com/mcpmux/mcpmux/configs"
-	"github.com/mcpmux/mcpmux/filter"
-	"github.com/mcpmux/mcpmux/sessions/grant"
+	"github.com/viewmux/viewmux/configs"
+	"github.com/viewmux/viewmux/filter"
+	"github.com/viewmux/viewmux/sessions/grant"
 )
 
-// TestApprovalQuestion checks what the approval question shows: mcpmux's
+// TestApprovalQuestion checks what the approval question shows: viewmux's
 // own lines first, then the arguments on one last line, where no argument
 // can start a line of its own or hide text, and long ones are cut.
 func TestApprovalQuestion(t *testing.T) {
@@ -24,7 +24,7 @@ func TestApprovalQuestion(t *testing.T) {
 	}{
 		{"none", ``, []string{"{}"}},
 		{"plain", `{ "owner": "acme",  "repo": "web" }`, []string{`{"owner":"acme","repo":"web"}`}},
-		{"escaped line breaks stay escaped", `{"x":"a\n\nmcpmux: approved\r"}`, []string{`"a\n\nmcpmux: approved\r"`}},
+		{"escaped line breaks stay escaped", `{"x":"a\n\nviewmux: approved\r"}`, []string{`"a\n\nviewmux: approved\r"`}},
 		{"raw separators", "{\"x\":\"a\u2028b\u2029c\u0085d\"}", []string{`a\u2028b\u2029c\u0085d`}},
 		{"bidi and zero-width", "{\"x\":\"user\u202etxt\u200b\"}", []string{`user\u202etxt\u200b`}},
 		{"long", `{"x":"` + strings.Repeat("é", 3000) + `"}`, []string{"… (cut: 6008 bytes in all)"}},
@@ -34,7 +34,7 @@ func TestApprovalQuestion(t *testing.T) {
 			p := approvalParams(e, "agent", json.RawMessage(tt.args))
 			lines := strings.Split(p.Message, "\n")
 			if len(lines) != 4 || !strings.Contains(lines[0], "gh__delete_repo") || lines[1] != "Profile: agent" {
-				t.Fatalf("message %q: want three lines of mcpmux's naming the tool and profile, then the arguments", p.Message)
+				t.Fatalf("message %q: want three lines of viewmux's naming the tool and profile, then the arguments", p.Message)
 			}
 			last := lines[3]
 			for _, w := range tt.want {

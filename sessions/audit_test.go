@@ -9,7 +9,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/mcpmux/mcpmux/internal/audit"
+	"github.com/viewmux/viewmux/internal/audit"
 )
 
 // syncBuf is a bytes.Buffer safe for the audit writer and the test.

@@ -16,9 +16,9 @@ import (
 	"github.com/coder/websocket"
 	"github.com/mark3labs/mcp-go/mcp"
 
-	"github.com/mcpmux/mcpmux/configs"
-	"github.com/mcpmux/mcpmux/internal/oauth/hydratest"
-	"github.com/mcpmux/mcpmux/sessions/grant"
+	"github.com/viewmux/viewmux/configs"
+	"github.com/viewmux/viewmux/internal/oauth/hydratest"
+	"github.com/viewmux/viewmux/sessions/grant"
 )
 
 // The resource identifier the OAuth tests' tokens are minted for.
@@ -54,7 +54,7 @@ scopes_supported = ["mcp:tools", "mcp:all"]
 `, issuer, testAudience) + grants
 }
 
-// oauthServer starts mcpmux with oauthConfig(h's issuer, grants) and an
+// oauthServer starts viewmux with oauthConfig(h's issuer, grants) and an
 // audit log.
 func oauthServer(t *testing.T, h *hydratest.Hydra, grants string) (*Server, *upstreamServer, *httptest.Server, *syncBuf) {
 	t.Helper()

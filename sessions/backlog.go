@@ -6,7 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/mcpmux/mcpmux/internal/jsonrpc"
+	"github.com/viewmux/viewmux/internal/jsonrpc"
 )
 
 // maxCallsPerSession bounds the routed calls one session has in flight on
@@ -18,7 +18,7 @@ const maxCallsPerSession = streamWorkers
 // server.max_pending_bytes.
 var errSlowClient = errors.New("the client is not reading: its unread frames and answers went past server.max_pending_bytes")
 
-// backlog is what mcpmux holds for one session's client: the bytes of
+// backlog is what viewmux holds for one session's client: the bytes of
 // frames and answers made for it and not yet written, and its routed calls
 // in flight. While the bytes are at server.max_pending_bytes or more, the
 // session's new calls are refused as busy; a frame that would take them

@@ -153,7 +153,7 @@ func (bu *bigUpstream) count(name string) int {
 
 // bigAnswer is larger than what loopback socket buffers absorb (a send
 // buffer grows to 4 MiB; the client's receive buffer is kept small), so a
-// client that does not read leaves it in mcpmux.
+// client that does not read leaves it in viewmux.
 const bigAnswer = 12 << 20
 
 const bigConfig = "max_message_bytes = \"64MiB\"\n[server]\nmax_pending_bytes = \"1MiB\"\n"
@@ -201,7 +201,7 @@ func callBody(id int, tool string, args string) string {
 }
 
 // TestSlowReaderOnMCP: a /mcp client that stops reading a large answer
-// leaves in mcpmux's backlog only what the answer's stream holds (a large
+// leaves in viewmux's backlog only what the answer's stream holds (a large
 // result is written as it is read, never held whole); past
 // server.max_pending_bytes its next calls are refused as busy (and
 // audited), with nothing sent upstream; the stalled write fails at the
@@ -283,7 +283,7 @@ func TestMCPCallsInFlightCap(t *testing.T) {
 }
 
 // TestSlowReaderOnWebsocket: a websocket client that stops reading leaves
-// a large answer with mcpmux; its further calls are refused as busy without
+// a large answer with viewmux; its further calls are refused as busy without
 // reaching the upstream, and the stalled write ends the session at the
 // write deadline.
 func TestSlowReaderOnWebsocket(t *testing.T) {

@@ -17,8 +17,8 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 
-	"github.com/mcpmux/mcpmux/configs"
-	"github.com/mcpmux/mcpmux/upstream"
+	"github.com/viewmux/viewmux/configs"
+	"github.com/viewmux/viewmux/upstream"
 )
 
 // upstreamServer is a real MCP server on a loopback listener with n tools,
@@ -32,8 +32,8 @@ type upstreamServer struct {
 func newUpstreamServer(tb testing.TB, n int) *upstreamServer {
 	tb.Helper()
 	u := &upstreamServer{}
-	// requests counts what a client's request could make mcpmux forward:
-	// every MCP request but the handshake and pings, which mcpmux's own
+	// requests counts what a client's request could make viewmux forward:
+	// every MCP request but the handshake and pings, which viewmux's own
 	// connection sends on its own schedule (a reconnect for the GET
 	// stream, an idle probe) and which tests must not mistake for a
 	// refused request that got through.
@@ -66,7 +66,7 @@ func newUpstreamServer(tb testing.TB, n int) *upstreamServer {
 	return u
 }
 
-// newBenchServer starts mcpmux's aggregator and session server over one
+// newBenchServer starts viewmux's aggregator and session server over one
 // upstream, with extra config text appended.
 func newBenchServer(tb testing.TB, upURL, extra string) *Server {
 	tb.Helper()
@@ -178,7 +178,7 @@ func timeEach(b *testing.B, fn func()) {
 }
 
 // BenchmarkToolsList measures tools/list of a 1,000-tool view through
-// mcpmux's HTTP handler, in-process, against the same listing answered by
+// viewmux's HTTP handler, in-process, against the same listing answered by
 // mcp-go directly (the upstream's own MCPServer.HandleMessage).
 func BenchmarkToolsList(b *testing.B) {
 	up := newUpstreamServer(b, 1000)
@@ -190,7 +190,7 @@ func BenchmarkToolsList(b *testing.B) {
 		b.Fatalf("listing lacks the last tool: %.200s", rec.Body.String())
 	}
 	before := up.requests.Load()
-	b.Run("mcpmux", func(b *testing.B) {
+	b.Run("viewmux", func(b *testing.B) {
 		timeEach(b, func() {
 			if w := postSink(h, "", sid, body); w.code != http.StatusOK || w.n < 100000 {
 				b.Fatalf("tools/list: %d, %d bytes: %s", w.code, w.n, w.head)
@@ -203,7 +203,7 @@ func BenchmarkToolsList(b *testing.B) {
 	b.Run("direct-mcp-go", func(b *testing.B) {
 		ctx := context.Background()
 		timeEach(b, func() {
-			// Include encoding: mcpmux's figure includes writing the bytes.
+			// Include encoding: viewmux's figure includes writing the bytes.
 			if err := json.NewEncoder(&sink{header: http.Header{}}).Encode(up.srv.HandleMessage(ctx, []byte(body))); err != nil {
 				b.Fatal(err)
 			}
@@ -269,7 +269,7 @@ func BenchmarkSessions(b *testing.B) {
 }
 
 // BenchmarkAllowedCall measures a forwarded tools/call end to end through
-// mcpmux's handler to a real loopback upstream, for profiling the request
+// viewmux's handler to a real loopback upstream, for profiling the request
 // path (go test -bench AllowedCall -cpuprofile). The upstream's own share
 // is in the same process here; integration/load compares against a floor.
 func BenchmarkAllowedCall(b *testing.B) {

@@ -17,12 +17,12 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 
-	"github.com/mcpmux/mcpmux/aggregator"
-	"github.com/mcpmux/mcpmux/filter"
-	"github.com/mcpmux/mcpmux/internal/audit"
-	"github.com/mcpmux/mcpmux/internal/jsonrpc"
-	"github.com/mcpmux/mcpmux/sessions/grant"
-	"github.com/mcpmux/mcpmux/upstream"
+	"github.com/viewmux/viewmux/aggregator"
+	"github.com/viewmux/viewmux/filter"
+	"github.com/viewmux/viewmux/internal/audit"
+	"github.com/viewmux/viewmux/internal/jsonrpc"
+	"github.com/viewmux/viewmux/sessions/grant"
+	"github.com/viewmux/viewmux/upstream"
 )
 
 // call is one routed request in flight. route runs on a goroutine of its
@@ -228,7 +228,7 @@ func (s *Server) start(parent context.Context, c *call, id string, b grant.Bindi
 	ctx, c.abort = context.WithCancelCause(ctx)
 	c.ctx = ctx
 	run := func() (a routedAnswer) {
-		// Once mcpmux is stopping, a call that has not started never
+		// Once viewmux is stopping, a call that has not started never
 		// does: it is answered at once (drain.go).
 		switch err := s.flights.begin(c); {
 		case errors.Is(err, errCallerShare):
@@ -336,7 +336,7 @@ func (s *Server) awaitCall(ctx context.Context, c *call, m *jsonrpc.Message, wri
 				"resultType":    mcp.ResultTypeInputRequired,
 				"inputRequests": map[string]any{inputKey: map[string]any{"method": a.method, "params": a.params}},
 				"requestState":  state,
-				"_meta":         map[string]any{mcp.MetaKeyServerInfo: mcp.Implementation{Name: "mcpmux", Version: s.version}},
+				"_meta":         map[string]any{mcp.MetaKeyServerInfo: mcp.Implementation{Name: "viewmux", Version: s.version}},
 			}
 			b, err := json.Marshal(res)
 			if err != nil {
@@ -396,11 +396,11 @@ func (s *Server) answer(ctx context.Context, c *call, m *jsonrpc.Message, a rout
 
 // inputKey names the one input request of a held call's input_required
 // result.
-const inputKey = "mcpmux"
+const inputKey = "viewmux"
 
 // resume finds the held call a 2026-07-28 retry names by its requestState,
 // hands it the client's answer, and returns it for await. ok is false when
-// m's requestState is not one of mcpmux's (an upstream's own, which passes
+// m's requestState is not one of viewmux's (an upstream's own, which passes
 // through).
 func (s *Server) resume(m *jsonrpc.Message, b grant.Binding, owner string) (c *call, ok bool, refusal *jsonrpc.Error) {
 	var p struct {
@@ -434,8 +434,8 @@ func (s *Server) resume(m *jsonrpc.Message, b grant.Binding, owner string) (c *c
 	return h.call, true, nil
 }
 
-// requestStatePrefix marks requestState values mcpmux minted.
-const requestStatePrefix = "mcpmux1."
+// requestStatePrefix marks requestState values viewmux minted.
+const requestStatePrefix = "viewmux1."
 
 // heldCalls are the 2026-07-28 calls waiting for their client's retry. Its
 // zero value is not usable; see newHeldCalls. It is safe for concurrent
@@ -528,10 +528,10 @@ func (h *heldCalls) take(state string) (*heldCall, error) {
 	mac := hmac.New(sha256.New, h.key)
 	mac.Write(body)
 	if replica != h.replica {
-		return nil, fmt.Errorf("requestState belongs to mcpmux replica %q, not this one (%q): send the retry there, or call the tool again", jsonrpc.Printable(replica), h.replica)
+		return nil, fmt.Errorf("requestState belongs to viewmux replica %q, not this one (%q): send the retry there, or call the tool again", jsonrpc.Printable(replica), h.replica)
 	}
 	if !hmac.Equal(got, mac.Sum(nil)) {
-		return nil, errors.New("requestState was not minted by this mcpmux (or it restarted): call the tool again without it")
+		return nil, errors.New("requestState was not minted by this viewmux (or it restarted): call the tool again without it")
 	}
 	h.mu.Lock()
 	hc, found := h.calls[id]

@@ -9,16 +9,16 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 
-	"github.com/mcpmux/mcpmux/aggregator"
-	"github.com/mcpmux/mcpmux/filter"
-	"github.com/mcpmux/mcpmux/internal/audit"
-	"github.com/mcpmux/mcpmux/internal/jsonrpc"
-	"github.com/mcpmux/mcpmux/sessions/grant"
-	"github.com/mcpmux/mcpmux/upstream"
+	"github.com/viewmux/viewmux/aggregator"
+	"github.com/viewmux/viewmux/filter"
+	"github.com/viewmux/viewmux/internal/audit"
+	"github.com/viewmux/viewmux/internal/jsonrpc"
+	"github.com/viewmux/viewmux/sessions/grant"
+	"github.com/viewmux/viewmux/upstream"
 )
 
 // This file is the request path every front door shares for the requests
-// mcpmux routes to upstreams itself (tools/call, prompts/get,
+// viewmux routes to upstreams itself (tools/call, prompts/get,
 // resources/read, completion/complete, and for sessions resources/subscribe,
 // resources/unsubscribe and logging/setLevel). It runs in this order:
 //
@@ -236,7 +236,7 @@ func (s *Server) restarting(view *filter.View, name string) string {
 func (s *Server) route(ctx context.Context, session string, b grant.Binding, e *filter.Entry, m *jsonrpc.Message, cl *caller) (json.RawMessage, error) {
 	switch m.Method {
 	case string(mcp.MethodToolsCall):
-		if e.Upstream == "" { // one of mcpmux's own tools (dynamic.go, search.go)
+		if e.Upstream == "" { // one of viewmux's own tools (dynamic.go, search.go)
 			if isRelay(e) {
 				return s.relay(ctx, session, b, e, m, cl)
 			}
@@ -305,7 +305,7 @@ var emptyResult = json.RawMessage(`{}`)
 // errorFor is the JSON-RPC error a client gets for err from route: an
 // upstream's own error unchanged but for configured secrets, which are
 // masked whoever's they are (an upstream may quote another's key or a
-// gateway token), and mcpmux's own errors without transport internals. It returns nil when the client cancelled (no answer is due).
+// gateway token), and viewmux's own errors without transport internals. It returns nil when the client cancelled (no answer is due).
 func (s *Server) errorFor(m *jsonrpc.Message, err error, modern bool) *jsonrpc.Error {
 	var rpc *upstream.RPCError
 	var own *jsonrpc.Error
@@ -339,7 +339,7 @@ func (s *Server) errorFor(m *jsonrpc.Message, err error, modern bool) *jsonrpc.E
 		return &jsonrpc.Error{Code: ce.Code, Message: ce.Message, Data: ce.Data}
 	}
 	s.log.Error("request failed", "method", m.Method, "error", err)
-	return &jsonrpc.Error{Code: mcp.INTERNAL_ERROR, Message: m.Method + " failed; see mcpmux's log"}
+	return &jsonrpc.Error{Code: mcp.INTERNAL_ERROR, Message: m.Method + " failed; see viewmux's log"}
 }
 
 // maskData returns an upstream error's data with every configured secret
@@ -420,7 +420,7 @@ func (s *Server) subscribe(ctx context.Context, id, uri string, on bool) error {
 }
 
 // maxSessionSubscriptions bounds the resources one session subscribes to,
-// and maxSubscriptionURI the length of each URI, which mcpmux keeps (twice:
+// and maxSubscriptionURI the length of each URI, which viewmux keeps (twice:
 // the session's and the upstream subscription's) while it is subscribed:
 // together at most about 4 MB per session, where a URI as long as
 // max_body_bytes would let one session keep gigabytes.

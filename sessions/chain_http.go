@@ -16,13 +16,13 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 
-	"github.com/mcpmux/mcpmux/aggregator"
-	"github.com/mcpmux/mcpmux/filter"
-	"github.com/mcpmux/mcpmux/internal/audit"
-	"github.com/mcpmux/mcpmux/internal/jsonrpc"
-	"github.com/mcpmux/mcpmux/sessions/door"
-	"github.com/mcpmux/mcpmux/sessions/grant"
-	"github.com/mcpmux/mcpmux/upstream"
+	"github.com/viewmux/viewmux/aggregator"
+	"github.com/viewmux/viewmux/filter"
+	"github.com/viewmux/viewmux/internal/audit"
+	"github.com/viewmux/viewmux/internal/jsonrpc"
+	"github.com/viewmux/viewmux/sessions/door"
+	"github.com/viewmux/viewmux/sessions/grant"
+	"github.com/viewmux/viewmux/upstream"
 )
 
 // callFrames bounds the notifications and server→client requests queued
@@ -296,7 +296,7 @@ func (o *eventWriter) final(status int, frame jsonrpc.Frame) {
 
 // streamHeld is what a streamed result counts in its session's backlog
 // while it is written: the buffers it passes through (a read chunk and a
-// write buffer), not the whole result, which mcpmux never holds.
+// write buffer), not the whole result, which viewmux never holds.
 const streamHeld = 96 << 10
 
 // finalStream writes the answer head (the envelope up to "result":), then
@@ -557,7 +557,7 @@ func (p *pendingSet) open() (string, <-chan pendingReply) {
 		p.wait = make(map[string]chan pendingReply)
 	}
 	p.next++
-	id := fmt.Sprintf("mcpmux-%d", p.next)
+	id := fmt.Sprintf("viewmux-%d", p.next)
 	ch := make(chan pendingReply, 1)
 	if p.closed {
 		ch <- pendingReply{err: ErrSessionClosed}

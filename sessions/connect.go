@@ -11,9 +11,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/mcpmux/mcpmux/aggregator"
-	"github.com/mcpmux/mcpmux/internal/onetime"
-	"github.com/mcpmux/mcpmux/sessions/grant"
+	"github.com/viewmux/viewmux/aggregator"
+	"github.com/viewmux/viewmux/internal/onetime"
+	"github.com/viewmux/viewmux/sessions/grant"
 )
 
 // This file serves the browser step of per-user upstream credentials
@@ -37,7 +37,7 @@ import (
 //     replayed in another browser.
 
 // connectCookie carries the nonce of the login this browser began.
-const connectCookie = "mcpmux_connect"
+const connectCookie = "viewmux_connect"
 
 // connectTimeout bounds discovery, registration and the code exchange.
 const connectTimeout = 30 * time.Second
@@ -49,7 +49,7 @@ func (s *Server) handleConnect(mux *http.ServeMux) {
 	mux.HandleFunc("GET "+aggregator.CallbackPath, s.serveCallback)
 }
 
-// ownOrigin reports whether o is the origin of mcpmux's public URL: the
+// ownOrigin reports whether o is the origin of viewmux's public URL: the
 // confirmation page's own form posts from it.
 func (s *Server) ownOrigin(o string) bool {
 	base, ok := s.agg.ConfigPublicBase()
@@ -69,7 +69,7 @@ func identityName(who string) string {
 }
 
 // whoOf returns the identity of r's bearer token, as callerOf names it
-// for the doors; an error when r carries none, or one mcpmux does not
+// for the doors; an error when r carries none, or one viewmux does not
 // take.
 func (s *Server) whoOf(r *http.Request) (string, error) {
 	res := s.Resolver()
@@ -190,10 +190,10 @@ type confirmData struct {
 }
 
 var connectTmpl = template.Must(template.New("connect").Parse(`<!doctype html>
-<html><head><meta charset="utf-8"><title>mcpmux: {{.Title}}</title></head>
+<html><head><meta charset="utf-8"><title>viewmux: {{.Title}}</title></head>
 <body><h1>{{.Title}}</h1>
 {{if .Message}}<p>{{.Message}}</p>{{end}}
-{{with .Confirm}}<p>Connect <b>your account at upstream {{.Upstream}}</b> to <b>{{.Identity}}</b> on this mcpmux?</p>
+{{with .Confirm}}<p>Connect <b>your account at upstream {{.Upstream}}</b> to <b>{{.Identity}}</b> on this viewmux?</p>
 <p>Calls that {{.Identity}} makes to upstream {{.Upstream}} will then act as the account you log in with next.</p>
 <p><b>Only continue if you opened this link yourself</b>, from a tool error your own client showed you. If someone sent you this link, close this page: continuing would let them act as your account.</p>
 <form method="post" action="{{.Action}}"><input type="hidden" name="ticket" value="{{.Ticket}}"><button type="submit">Connect my account as {{.Identity}}</button></form>{{end}}

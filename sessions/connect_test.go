@@ -10,11 +10,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/mcpmux/mcpmux/internal/oauth/hydratest"
-	"github.com/mcpmux/mcpmux/upstream/oauth/oauthtest"
+	"github.com/viewmux/viewmux/internal/oauth/hydratest"
+	"github.com/viewmux/viewmux/upstream/oauth/oauthtest"
 )
 
-// connectServer is mcpmux with a per-user upstream lin behind the test
+// connectServer is viewmux with a per-user upstream lin behind the test
 // authorization server, and static tokens for alice and bob.
 func connectServer(t *testing.T) (*Server, *oauthtest.Server) {
 	t.Helper()

@@ -11,8 +11,8 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 
-	"github.com/mcpmux/mcpmux/sessions/door"
-	"github.com/mcpmux/mcpmux/sessions/grant"
+	"github.com/viewmux/viewmux/sessions/door"
+	"github.com/viewmux/viewmux/sessions/grant"
 )
 
 // This file is the host of the stream doors of package door (/ws, and /sse

@@ -8,10 +8,10 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 
-	"github.com/mcpmux/mcpmux/internal/jsonrpc"
+	"github.com/viewmux/viewmux/internal/jsonrpc"
 )
 
-// This file is how mcpmux stops without dropping calls (SPEC §8): from the
+// This file is how viewmux stops without dropping calls (SPEC §8): from the
 // moment it is told to stop, no new call starts (each is answered at once
 // with errShutdown's JSON-RPC error); the calls in flight get until
 // server.shutdown_grace to finish with their real results; the ones still
@@ -19,14 +19,14 @@ import (
 // then do connections close.
 
 // errShutdown is the cause a call is cancelled with, or refused for, when
-// mcpmux shuts down before it could finish it.
-var errShutdown = errors.New("mcpmux is shutting down")
+// viewmux shuts down before it could finish it.
+var errShutdown = errors.New("viewmux is shutting down")
 
 // shutdownError is the JSON-RPC error a client gets for such a call. It is
-// temporary: the same call, retried once mcpmux (or another replica) is
+// temporary: the same call, retried once viewmux (or another replica) is
 // back, may succeed.
 func shutdownError() *jsonrpc.Error {
-	return &jsonrpc.Error{Code: mcp.INTERNAL_ERROR, Message: "mcpmux is shutting down; retry the request"}
+	return &jsonrpc.Error{Code: mcp.INTERNAL_ERROR, Message: "viewmux is shutting down; retry the request"}
 }
 
 // answerWait bounds how long shutdown waits, once it has cancelled the
@@ -56,7 +56,7 @@ type flights struct {
 }
 
 // begin records c as running. It fails, recording nothing, with
-// errShutdown when mcpmux is stopping or c's caller was closed, and with
+// errShutdown when viewmux is stopping or c's caller was closed, and with
 // errCallerShare when c's caller has its share of calls running: c must
 // not start.
 func (f *flights) begin(c *call) error {

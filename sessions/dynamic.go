@@ -11,23 +11,23 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 
-	"github.com/mcpmux/mcpmux/configs"
-	"github.com/mcpmux/mcpmux/filter"
-	"github.com/mcpmux/mcpmux/internal/audit"
-	"github.com/mcpmux/mcpmux/internal/jsonrpc"
-	"github.com/mcpmux/mcpmux/sessions/grant"
+	"github.com/viewmux/viewmux/configs"
+	"github.com/viewmux/viewmux/filter"
+	"github.com/viewmux/viewmux/internal/audit"
+	"github.com/viewmux/viewmux/internal/jsonrpc"
+	"github.com/viewmux/viewmux/sessions/grant"
 )
 
 // This file holds dynamic toolsets (SPEC §6). A session of a profile with
 // dynamic_toolsets starts with its toolsets off and three tools of
-// mcpmux's own: list_toolsets, get_toolset_tools and enable_toolset. Its
+// viewmux's own: list_toolsets, get_toolset_tools and enable_toolset. Its
 // binding keeps the profile's filter (the ceiling) until it enables a
 // toolset; effective adds the dynamic stage (filter.DynamicStage), so the
 // view, the call decision and list_changed all come from one filter, shared
 // by every session with the same toolsets on. Enabling replaces the
 // session's filter and tells that session, and only it, list_changed.
 
-// Names of mcpmux's own tools, after ReservedPrefix and the separator.
+// Names of viewmux's own tools, after ReservedPrefix and the separator.
 const (
 	toolListToolsets = "list_toolsets"
 	toolGetTools     = "get_toolset_tools"
@@ -147,11 +147,11 @@ func (s *Server) reenable(b grant.Binding, old *filter.Filter) grant.Binding {
 	return b
 }
 
-// ownTools returns the entries of mcpmux's own three tools, for separator
+// ownTools returns the entries of viewmux's own three tools, for separator
 // sep. Their Upstream is empty: route answers them itself.
 func ownTools(sep string) []*filter.Entry {
 	yes := true
-	toolsetArg := json.RawMessage(`{"type":"object","properties":{"toolset":{"type":"string","description":"The toolset's name, as mcpmux` + sep + `list_toolsets lists it."}},"required":["toolset"],"additionalProperties":false}`)
+	toolsetArg := json.RawMessage(`{"type":"object","properties":{"toolset":{"type":"string","description":"The toolset's name, as viewmux` + sep + `list_toolsets lists it."}},"required":["toolset"],"additionalProperties":false}`)
 	mk := func(name, title, desc string, in, out json.RawMessage, idempotent bool) *filter.Entry {
 		t := mcp.Tool{Name: configs.ReservedPrefix + sep + name, Title: title, Description: desc, RawInputSchema: in, RawOutputSchema: out}
 		t.Annotations = mcp.ToolAnnotation{ReadOnlyHint: &yes, OpenWorldHint: new(bool)}
@@ -162,7 +162,7 @@ func ownTools(sep string) []*filter.Entry {
 	}
 	return []*filter.Entry{
 		mk(toolListToolsets, "List toolsets",
-			"List the toolsets this session can enable: name, description, how many tools each holds, and whether it is enabled. Most tools stay hidden until their toolset is enabled with mcpmux"+sep+toolEnable+".",
+			"List the toolsets this session can enable: name, description, how many tools each holds, and whether it is enabled. Most tools stay hidden until their toolset is enabled with viewmux"+sep+toolEnable+".",
 			json.RawMessage(`{"type":"object","properties":{},"additionalProperties":false}`),
 			json.RawMessage(`{"type":"object","properties":{"toolsets":{"type":"array","items":{"type":"object","properties":{"name":{"type":"string"},"description":{"type":"string"},"toolCount":{"type":"integer"},"enabled":{"type":"boolean"}},"required":["name","description","toolCount","enabled"]}}},"required":["toolsets"]}`),
 			true),
@@ -282,7 +282,7 @@ func (s *Server) findToolset(f *filter.Filter, args json.RawMessage) (*toolset, 
 	return ts, tools, ""
 }
 
-// ownCall answers a call of one of mcpmux's own tools (e, from decide) and
+// ownCall answers a call of one of viewmux's own tools (e, from decide) and
 // audits it like any call. It never reaches an upstream.
 func (s *Server) ownCall(session string, b grant.Binding, e *filter.Entry, m *jsonrpc.Message, cl *caller) (json.RawMessage, error) {
 	start := time.Now()
@@ -396,7 +396,7 @@ func structured(v any) *mcp.CallToolResult {
 
 // DynamicFilter returns the filter a new session of b starts with when b's
 // profile has dynamic_toolsets and b's request chose no toolsets or tools
-// itself: its toolsets off and mcpmux's own tools listed. Otherwise it
+// itself: its toolsets off and viewmux's own tools listed. Otherwise it
 // returns nil. It is for commands that hold a resolver but no Server
 // (check, tools); registry is theirs.
 func DynamicFilter(r *grant.Resolver, registry *filter.Registry, b grant.Binding) *filter.Filter {

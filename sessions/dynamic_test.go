@@ -12,7 +12,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/mcpmux/mcpmux/configs"
+	"github.com/viewmux/viewmux/configs"
 )
 
 // dynamicConfig gives the one upstream "up" (30 tools, tool_0000 …
@@ -130,7 +130,7 @@ func toolRange(from, to int, step int) []string {
 	return out
 }
 
-var ownNames = []string{"mcpmux__list_toolsets", "mcpmux__get_toolset_tools", "mcpmux__enable_toolset"}
+var ownNames = []string{"viewmux__list_toolsets", "viewmux__get_toolset_tools", "viewmux__enable_toolset"}
 
 func TestDynamicToolsetsOnMCP(t *testing.T) {
 	up := newUpstreamServer(t, 30)
@@ -156,7 +156,7 @@ func TestDynamicToolsetsOnMCP(t *testing.T) {
 		}
 	})
 	t.Run("list_toolsets", func(t *testing.T) {
-		_, m := callTool(t, s, "", sid, "mcpmux__list_toolsets", map[string]any{})
+		_, m := callTool(t, s, "", sid, "viewmux__list_toolsets", map[string]any{})
 		r := resultOf(t, m)
 		var got struct {
 			Toolsets []toolsetInfo `json:"toolsets"`
@@ -183,7 +183,7 @@ func TestDynamicToolsetsOnMCP(t *testing.T) {
 		}
 	})
 	t.Run("get_toolset_tools", func(t *testing.T) {
-		_, m := callTool(t, s, "", sid, "mcpmux__get_toolset_tools", map[string]any{"toolset": "up/odd"})
+		_, m := callTool(t, s, "", sid, "viewmux__get_toolset_tools", map[string]any{"toolset": "up/odd"})
 		r := resultOf(t, m)
 		if r.IsError || !strings.Contains(r.text(), `"name":"up__tool_0001"`) || !strings.Contains(r.text(), `"name":"up__tool_0003"`) || !strings.Contains(r.text(), "Tool number 1:") {
 			t.Fatalf("get_toolset_tools: %q", r.text())
@@ -191,7 +191,7 @@ func TestDynamicToolsetsOnMCP(t *testing.T) {
 	})
 	t.Run("an unknown toolset is a tool error naming the valid ones", func(t *testing.T) {
 		for _, args := range []any{map[string]any{"toolset": "up/zzz"}, map[string]any{}, map[string]any{"toolset": 3}} {
-			notes, m := callTool(t, s, "", sid, "mcpmux__enable_toolset", args)
+			notes, m := callTool(t, s, "", sid, "viewmux__enable_toolset", args)
 			r := resultOf(t, m)
 			if !r.IsError || !strings.Contains(r.text(), "valid toolsets: up/a, up/b, up/odd") || len(notes) != 0 {
 				t.Fatalf("enable %s: %q (isError %v), notifications %v", mustMarshal(args), r.text(), r.IsError, notes)
@@ -199,7 +199,7 @@ func TestDynamicToolsetsOnMCP(t *testing.T) {
 		}
 	})
 	t.Run("enable sends list_changed to this session and adds the toolset", func(t *testing.T) {
-		notes, m := callTool(t, s, "", sid, "mcpmux__enable_toolset", map[string]any{"toolset": "up/a"})
+		notes, m := callTool(t, s, "", sid, "viewmux__enable_toolset", map[string]any{"toolset": "up/a"})
 		r := resultOf(t, m)
 		if r.IsError || !strings.Contains(r.text(), "up__tool_0009") {
 			t.Fatalf("enable: %q", r.text())
@@ -226,15 +226,15 @@ func TestDynamicToolsetsOnMCP(t *testing.T) {
 		}
 	})
 	t.Run("enabling again changes nothing and sends nothing", func(t *testing.T) {
-		notes, m := callTool(t, s, "", sid, "mcpmux__enable_toolset", map[string]any{"toolset": "up/a"})
+		notes, m := callTool(t, s, "", sid, "viewmux__enable_toolset", map[string]any{"toolset": "up/a"})
 		if r := resultOf(t, m); r.IsError || !strings.Contains(r.text(), "already enabled") || len(notes) != 0 {
 			t.Fatalf("second enable: %q, notifications %v", r.text(), notes)
 		}
 	})
 	t.Run("sessions with the same toolsets share one filter", func(t *testing.T) {
-		callTool(t, s, "", other, "mcpmux__enable_toolset", map[string]any{"toolset": "up/b"})
-		callTool(t, s, "", sid, "mcpmux__enable_toolset", map[string]any{"toolset": "up/b"})
-		callTool(t, s, "", other, "mcpmux__enable_toolset", map[string]any{"toolset": "up/a"})
+		callTool(t, s, "", other, "viewmux__enable_toolset", map[string]any{"toolset": "up/b"})
+		callTool(t, s, "", sid, "viewmux__enable_toolset", map[string]any{"toolset": "up/b"})
+		callTool(t, s, "", other, "viewmux__enable_toolset", map[string]any{"toolset": "up/a"})
 		s.mu.Lock()
 		a, b := s.sessions[sid].binding.Filter, s.sessions[other].binding.Filter
 		s.mu.Unlock()
@@ -248,7 +248,7 @@ func TestDynamicToolsetsOnMCP(t *testing.T) {
 	t.Run("own calls are audited", func(t *testing.T) {
 		n := 0
 		for _, r := range audited.records(t) {
-			if r.Tool == "mcpmux__enable_toolset" && r.Upstream == "mcpmux" && r.Session == sid {
+			if r.Tool == "viewmux__enable_toolset" && r.Upstream == "viewmux" && r.Session == sid {
 				n++
 			}
 		}
@@ -261,7 +261,7 @@ func TestDynamicToolsetsOnMCP(t *testing.T) {
 		if got := listTools(t, s, "", st); len(got) != 30 || slices.Contains(got, ownNames[0]) {
 			t.Fatalf("static tools/list = %q", got)
 		}
-		if _, m := callTool(t, s, "", st, "mcpmux__list_toolsets", map[string]any{}); m.Error == nil || m.Error.Code != -32601 {
+		if _, m := callTool(t, s, "", st, "viewmux__list_toolsets", map[string]any{}); m.Error == nil || m.Error.Code != -32601 {
 			t.Fatalf("own tool on a static profile: %+v", m)
 		}
 	})
@@ -311,15 +311,15 @@ func TestDynamicToolsetsCeiling(t *testing.T) {
 	if got := listTools(t, s, "", sid); !slices.Equal(got, slices.Concat(ownNames, toolRange(20, 28, 2))) {
 		t.Fatalf("initial tools/list = %q", got)
 	}
-	_, m := callTool(t, s, "", sid, "mcpmux__list_toolsets", map[string]any{})
+	_, m := callTool(t, s, "", sid, "viewmux__list_toolsets", map[string]any{})
 	if r := resultOf(t, m); strings.Contains(r.text(), "up/odd") || !strings.Contains(r.text(), `"name":"up/a","description":"5 tools`) {
 		t.Fatalf("list_toolsets: %q", r.text())
 	}
-	notes, m := callTool(t, s, "", sid, "mcpmux__enable_toolset", map[string]any{"toolset": "up/odd"})
+	notes, m := callTool(t, s, "", sid, "viewmux__enable_toolset", map[string]any{"toolset": "up/odd"})
 	if r := resultOf(t, m); !r.IsError || !strings.Contains(r.text(), `unknown toolset "up/odd"; valid toolsets: up/a, up/b`) || len(notes) != 0 {
 		t.Fatalf("enable outside the ceiling: %q", r.text())
 	}
-	callTool(t, s, "", sid, "mcpmux__enable_toolset", map[string]any{"toolset": "up/a"})
+	callTool(t, s, "", sid, "viewmux__enable_toolset", map[string]any{"toolset": "up/a"})
 	if got := listTools(t, s, "", sid); !slices.Equal(got, slices.Concat(ownNames, toolRange(0, 8, 2), toolRange(20, 28, 2))) {
 		t.Fatalf("tools/list after enabling up/a = %q", got)
 	}
@@ -340,7 +340,7 @@ func TestDynamicToolsetsOnStdio(t *testing.T) {
 		t.Fatalf("initial tools/list = %q", got)
 	}
 	var seen []rpcMsg
-	p.send(t, `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"mcpmux__enable_toolset","arguments":{"toolset":"up/b"}}}`)
+	p.send(t, `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"viewmux__enable_toolset","arguments":{"toolset":"up/b"}}}`)
 	m := await(t, p, 3, &seen)
 	if r := resultOf(t, m); r.IsError {
 		t.Fatalf("enable: %q", r.text())
@@ -356,7 +356,7 @@ func TestDynamicToolsetsOnStdio(t *testing.T) {
 // TestDynamicToolsetsStateless checks stateless (2026-07-28) requests to
 // a dynamic profile: they are served the initial view, enable_toolset is a
 // tool error pointing to Mcp-Toolsets, and a request naming toolsets gets
-// those toolsets' tools without mcpmux's own.
+// those toolsets' tools without viewmux's own.
 func TestDynamicToolsetsStateless(t *testing.T) {
 	up := newUpstreamServer(t, 30)
 	s := newBenchServer(t, up.http.URL, dynamicConfig)
@@ -365,11 +365,11 @@ func TestDynamicToolsetsStateless(t *testing.T) {
 	if got := listedNames(t, modern("?profile=dyn", "tools/list", "", "")); !slices.Equal(got, append(slices.Clone(ownNames), toolRange(20, 29, 1)...)) {
 		t.Fatalf("stateless tools/list = %q", got)
 	}
-	m := modern("?profile=dyn", "tools/call", "mcpmux__enable_toolset", `"name":"mcpmux__enable_toolset","arguments":{"toolset":"up/a"},`)
+	m := modern("?profile=dyn", "tools/call", "viewmux__enable_toolset", `"name":"viewmux__enable_toolset","arguments":{"toolset":"up/a"},`)
 	if r := resultOf(t, m); !r.IsError || !strings.Contains(r.text(), "Mcp-Toolsets: up/a") {
 		t.Fatalf("stateless enable_toolset: isError %v %q", r.IsError, r.text())
 	}
-	m = modern("?profile=dyn", "tools/call", "mcpmux__list_toolsets", `"name":"mcpmux__list_toolsets","arguments":{},`)
+	m = modern("?profile=dyn", "tools/call", "viewmux__list_toolsets", `"name":"viewmux__list_toolsets","arguments":{},`)
 	if r := resultOf(t, m); r.IsError || !strings.Contains(r.text(), `"name":"up/a"`) {
 		t.Fatalf("stateless list_toolsets: %q", r.text())
 	}
@@ -389,7 +389,7 @@ func TestDynamicToolsetsConcurrentEnable(t *testing.T) {
 	errs := make(chan string, 16)
 	for _, ts := range []string{"up/a", "up/b", "up/odd", "up/a"} {
 		wg.Go(func() {
-			body := fmt.Sprintf(`{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"mcpmux__enable_toolset","arguments":{"toolset":%q}}}`, ts)
+			body := fmt.Sprintf(`{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"viewmux__enable_toolset","arguments":{"toolset":%q}}}`, ts)
 			if rec := post(s.Handler(), "?profile=dyn", sid, body); rec.Code != 200 || strings.Contains(rec.Body.String(), `"isError":true`) {
 				errs <- fmt.Sprintf("enable %s: %d %s", ts, rec.Code, rec.Body.String())
 			}
@@ -421,7 +421,7 @@ func TestDynamicToolsetsHiddenLikeMissing(t *testing.T) {
 		other.http.URL, dynamicConfig)
 	s := newServerWith(t, up.http.URL, extra, Options{})
 	sid := openSession(t, s.Handler(), "?profile=uponly")
-	for _, tool := range []string{"mcpmux__get_toolset_tools", "mcpmux__enable_toolset"} {
+	for _, tool := range []string{"viewmux__get_toolset_tools", "viewmux__enable_toolset"} {
 		answer := func(name string) string {
 			_, m := callTool(t, s, "", sid, tool, map[string]any{"toolset": name})
 			r := resultOf(t, m)

@@ -5,9 +5,9 @@ import (
 	"io"
 	"time"
 
-	"github.com/mcpmux/mcpmux/filter"
-	"github.com/mcpmux/mcpmux/internal/audit"
-	"github.com/mcpmux/mcpmux/internal/jsonrpc"
+	"github.com/viewmux/viewmux/filter"
+	"github.com/viewmux/viewmux/internal/audit"
+	"github.com/viewmux/viewmux/internal/jsonrpc"
 )
 
 // auditLimit records a request refused by a size, busy or session limit
@@ -21,7 +21,7 @@ func (s *Server) auditLimit(session, profile, method, tool, reason string) {
 	}, nil)
 }
 
-// errorFrame encodes a JSON-RPC error answer of mcpmux's own.
+// errorFrame encodes a JSON-RPC error answer of viewmux's own.
 func errorFrame(id json.RawMessage, code int, msg string) []byte {
 	return jsonrpc.ErrorResponse(id, &jsonrpc.Error{Code: code, Message: msg})
 }

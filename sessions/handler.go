@@ -7,19 +7,19 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 
-	"github.com/mcpmux/mcpmux/filter"
-	"github.com/mcpmux/mcpmux/internal/jsonrpc"
-	"github.com/mcpmux/mcpmux/sessions/grant"
+	"github.com/viewmux/viewmux/filter"
+	"github.com/viewmux/viewmux/internal/jsonrpc"
+	"github.com/viewmux/viewmux/sessions/grant"
 )
 
-// This file is the one handler for the messages mcpmux answers itself on
+// This file is the one handler for the messages viewmux answers itself on
 // every door, the ones the chain (chain.go) does not route to an upstream:
 // the handshake (initialize, server/discover), ping, the four listings,
 // and the JSON-RPC errors for what is malformed, removed or unknown. A
 // door converts between its wire and messages, and calls respond for
 // everything that is neither routed nor a notification or a response.
 //
-// The answers follow the protocol as the mcp-go server mcpmux was first
+// The answers follow the protocol as the mcp-go server viewmux was first
 // built on gave them, so that a client sees the same bytes: the same
 // negotiated versions, capabilities and error texts.
 
@@ -30,7 +30,7 @@ type handshake struct {
 	protocol string // the version negotiated
 }
 
-// capabilities are the server capabilities mcpmux offers on every door:
+// capabilities are the server capabilities viewmux offers on every door:
 // list_changed for the three listings (each session is told when its own
 // view changes), resource subscriptions, completions and logging.
 func capabilities() mcp.ServerCapabilities {
@@ -160,9 +160,9 @@ func (s *Server) result(b grant.Binding, view *filter.View, m *jsonrpc.Message, 
 	return nil, nil, &jsonrpc.Error{Code: mcp.METHOD_NOT_FOUND, Message: fmt.Sprintf("Method %s not found", m.Method)}
 }
 
-// implementation is what mcpmux reports as itself.
+// implementation is what viewmux reports as itself.
 func (s *Server) implementation() mcp.Implementation {
-	return mcp.Implementation{Name: "mcpmux", Version: s.version}
+	return mcp.Implementation{Name: "viewmux", Version: s.version}
 }
 
 // decorate stamps what 2026-07-28 requires on a result: its type, the
@@ -176,7 +176,7 @@ func (s *Server) decorate(r *mcp.Result, c *mcp.CacheableResult) {
 	}
 }
 
-// encodeErr is the answer to a result mcpmux could not encode.
+// encodeErr is the answer to a result viewmux could not encode.
 func encodeErr(err error) *jsonrpc.Error {
 	if err == nil {
 		return nil
@@ -185,8 +185,8 @@ func encodeErr(err error) *jsonrpc.Error {
 }
 
 // list answers a listing from the view: its items' listed bytes (the
-// upstream's own, with the exposed name and mcpmux's _meta), all of them
-// in one page. A cursor, which mcpmux never hands out, is read as the
+// upstream's own, with the exposed name and viewmux's _meta), all of them
+// in one page. A cursor, which viewmux never hands out, is read as the
 // name after which to start, as the first page's answer would have made
 // it; one that does not decode is invalid params. A 2026-07-28 listing
 // carries that era's result fields.
@@ -212,7 +212,7 @@ func (s *Server) list(b grant.Binding, view *filter.View, m *jsonrpc.Message, mo
 		if after != "" && name <= after {
 			return
 		}
-		if raw == nil { // an item mcpmux holds only decoded
+		if raw == nil { // an item viewmux holds only decoded
 			raw, _ = json.Marshal(item)
 		}
 		items = append(items, raw)

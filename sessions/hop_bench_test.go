@@ -16,7 +16,7 @@ import (
 // BenchmarkHop measures one small tools/call at a time over real loopback
 // HTTP, all in this process: to an mcp-go upstream directly, through a
 // byte-for-byte httputil reverse proxy (the floor of integration/load),
-// and through mcpmux's HTTP server (Server.Serve). Subtracting direct's
+// and through viewmux's HTTP server (Server.Serve). Subtracting direct's
 // p50 from the others' gives what each hop adds on its own, without the
 // cross-process wake-ups that dominate integration/load's c=1 figure on
 // a loaded machine. Run the three together, interleaved with -count.
@@ -27,7 +27,7 @@ func BenchmarkHop(b *testing.B) {
 // BenchmarkHopParallel is BenchmarkHop with 8 sessions per core calling in
 // a closed loop: with both cores busy, ns/op tracks the CPU a call costs
 // the whole process (clients, hop and upstream), so the floor's and
-// mcpmux's difference is what each hop costs in CPU, as integration/load's
+// viewmux's difference is what each hop costs in CPU, as integration/load's
 // CPU per call bar counts it, without its cross-process scheduling.
 func BenchmarkHopParallel(b *testing.B) {
 	benchHop(b, true)
@@ -64,7 +64,7 @@ func benchHop(b *testing.B, parallel bool) {
 	for _, p := range []struct{ name, base, tool string }{
 		{"direct", up.http.URL, "tool_0001"},
 		{"floor", floor.URL, "tool_0001"},
-		{"mcpmux", mux, "up__tool_0001"},
+		{"viewmux", mux, "up__tool_0001"},
 	} {
 		b.Run(p.name, func(b *testing.B) {
 			body := `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"` + p.tool + `","arguments":{"query":"x"}}}`

@@ -3,10 +3,10 @@ package sessions
 import (
 	"strings"
 
-	"github.com/mcpmux/mcpmux/sessions/grant"
+	"github.com/viewmux/viewmux/sessions/grant"
 )
 
-// instructions returns what mcpmux's initialize and server/discover
+// instructions returns what viewmux's initialize and server/discover
 // results carry as instructions for the request's session (SPEC §7): the
 // instructions of every upstream its view shows (the decision that lists
 // that upstream's prompts and resources, filter.Filter.ShowsUpstream),

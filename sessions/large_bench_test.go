@@ -16,7 +16,7 @@ import (
 )
 
 // rawUpstream is a streamable HTTP upstream that answers from prebuilt
-// bytes, so that a benchmark through it measures mcpmux, not the
+// bytes, so that a benchmark through it measures viewmux, not the
 // upstream: one tool, "big", whose result is a text of size bytes.
 func rawUpstream(tb testing.TB, size int, sse bool) *httptest.Server {
 	tb.Helper()
@@ -66,11 +66,11 @@ func rawUpstream(tb testing.TB, size int, sse bool) *httptest.Server {
 }
 
 // BenchmarkLargeResult measures a tools/call whose result is 1 or 10 MiB
-// through mcpmux's handler, in-process, from an upstream that sends
+// through viewmux's handler, in-process, from an upstream that sends
 // prebuilt bytes, beside the same call through httputil.ReverseProxy (the
 // floor: a byte-for-byte proxy) in the same run. The upstream's and the
 // client's costs are in both, so the difference between the two is what
-// mcpmux adds per MiB (go test -bench LargeResult -cpuprofile).
+// viewmux adds per MiB (go test -bench LargeResult -cpuprofile).
 func BenchmarkLargeResult(b *testing.B) {
 	body := `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"up__big","arguments":{}}}`
 	for _, size := range []int{1 << 20, 10 << 20} {
@@ -95,7 +95,7 @@ func BenchmarkLargeResult(b *testing.B) {
 				}
 				reportCPUPerMiB(b, cpu, size)
 			})
-			b.Run(fmt.Sprintf("%dMiB/%s/mcpmux", size>>20, kind), func(b *testing.B) {
+			b.Run(fmt.Sprintf("%dMiB/%s/viewmux", size>>20, kind), func(b *testing.B) {
 				s := newBenchServer(b, up.URL, "")
 				h := s.Handler()
 				sid := openSession(b, h, "")
@@ -129,10 +129,10 @@ func reportCPUPerMiB(b *testing.B, start time.Duration, size int) {
 	b.ReportMetric(float64(used.Microseconds())/1000/float64(b.N)/(float64(size)/(1<<20)), "cpu-ms/MiB")
 }
 
-// BenchmarkSmallCallSSE measures a small tools/call through mcpmux's
+// BenchmarkSmallCallSSE measures a small tools/call through viewmux's
 // handler from an upstream that answers as an event stream, as an mcp-go
 // server does for good once it has sent its session a notification:
-// mcpmux's own CPU per call on that path (-cpuprofile).
+// viewmux's own CPU per call on that path (-cpuprofile).
 func BenchmarkSmallCallSSE(b *testing.B) {
 	for _, sse := range []bool{false, true} {
 		name := "json"

@@ -9,10 +9,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/mcpmux/mcpmux/internal/audit"
+	"github.com/viewmux/viewmux/internal/audit"
 )
 
-// This file holds the bounds that keep one client from growing mcpmux
+// This file holds the bounds that keep one client from growing viewmux
 // (SPEC §10): the max_sessions count every door shares, the expiry of idle
 // and never-initialized /mcp sessions, and the read deadline of request
 // bodies.
@@ -81,7 +81,7 @@ func (s *Server) refuseSession(w http.ResponseWriter, id json.RawMessage, method
 // --- /mcp sessions ---
 
 // sessionLife is what expires an idle session, of any door but stdio's
-// (whose one client launched mcpmux): one timer, which fires at the
+// (whose one client launched viewmux): one timer, which fires at the
 // earliest moment the session could be idle for too long and then checks.
 // A session is idle while none of its requests or streams is in flight;
 // until it has initialized, its TTL is read_timeout rather than

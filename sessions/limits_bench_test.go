@@ -5,7 +5,7 @@ import (
 	"runtime"
 	"testing"
 
-	"github.com/mcpmux/mcpmux/sessions/grant"
+	"github.com/viewmux/viewmux/sessions/grant"
 )
 
 // idleSessions is how many sessions the idle benchmarks open; the

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
-	"github.com/mcpmux/mcpmux/sessions/grant"
+	"github.com/viewmux/viewmux/sessions/grant"
 )
 
 // TestNarrowingBounds: a narrowing over MaxNarrowNames names, or with a
@@ -308,7 +308,7 @@ func TestMCPSessionsExpire(t *testing.T) {
 }
 
 // TestUnknownSessionIDsCostNothing sends 1,000 requests of each kind with
-// session ids mcpmux never gave, each with its own narrowing, on a
+// session ids viewmux never gave, each with its own narrowing, on a
 // rate-limited profile: all are 404, and none leaves a limiter bucket, a
 // session id, a slot or a filter behind (SPEC §6, §10).
 func TestUnknownSessionIDsCostNothing(t *testing.T) {
@@ -388,7 +388,7 @@ func TestNarrowedSessionAfterEviction(t *testing.T) {
 }
 
 // TestSessionsCannotSkipTheirSlot checks the ways a session could be opened
-// past max_sessions by a message mcpmux and mcp-go read differently: a
+// past max_sessions by a message viewmux and mcp-go read differently: a
 // misspelled "Method" or a second "_meta" spelling (mcp-go folds case), and
 // a GET with no session id, which mcp-go answers with a stream of a new
 // session. None opens a session; each is refused with a JSON-RPC error.

@@ -10,10 +10,10 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 
-	"github.com/mcpmux/mcpmux/aggregator"
-	"github.com/mcpmux/mcpmux/filter"
-	"github.com/mcpmux/mcpmux/internal/jsonrpc"
-	"github.com/mcpmux/mcpmux/sessions/grant"
+	"github.com/viewmux/viewmux/aggregator"
+	"github.com/viewmux/viewmux/filter"
+	"github.com/viewmux/viewmux/internal/jsonrpc"
+	"github.com/viewmux/viewmux/sessions/grant"
 )
 
 // listener is one 2026-07-28 client's open subscriptions/listen stream on

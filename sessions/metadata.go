@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 
-	"github.com/mcpmux/mcpmux/sessions/grant"
+	"github.com/viewmux/viewmux/sessions/grant"
 )
 
 // protectedResource is the Protected Resource Metadata document (RFC 9728
@@ -33,7 +33,7 @@ func (s *Server) serveMetadata(w http.ResponseWriter, r *http.Request) {
 		AuthorizationServers:   []string{o.Issuer},
 		BearerMethodsSupported: []string{"header"},
 		ScopesSupported:        o.ScopesSupported,
-		ResourceName:           "mcpmux",
+		ResourceName:           "viewmux",
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "max-age=300")

@@ -8,7 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/mcpmux/mcpmux/upstream"
+	"github.com/viewmux/viewmux/upstream"
 )
 
 // metrics are one server's Prometheus collectors, on a registry of their own
@@ -55,38 +55,38 @@ func methodLabel(m string) string {
 func newMetrics(s *Server) *metrics {
 	m := &metrics{reg: prometheus.NewRegistry()}
 	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "mcpmux_requests_total", Help: "JSON-RPC messages received from clients, by method and outcome.",
+		Name: "viewmux_requests_total", Help: "JSON-RPC messages received from clients, by method and outcome.",
 	}, []string{"method", "outcome"})
 	m.latency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name: "mcpmux_request_duration_seconds", Help: "Time to answer a client's HTTP request, by JSON-RPC method.",
+		Name: "viewmux_request_duration_seconds", Help: "Time to answer a client's HTTP request, by JSON-RPC method.",
 		Buckets: []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
 	}, []string{"method"})
 	m.calls = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "mcpmux_upstream_calls_total", Help: "tools/call forwarded to upstreams, by upstream and outcome (ok, tool_error, error).",
+		Name: "viewmux_upstream_calls_total", Help: "tools/call forwarded to upstreams, by upstream and outcome (ok, tool_error, error).",
 	}, []string{"upstream", "outcome"})
 	m.callTime = prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name: "mcpmux_upstream_call_duration_seconds", Help: "Duration of tools/call at the upstream, by upstream.",
+		Name: "viewmux_upstream_call_duration_seconds", Help: "Duration of tools/call at the upstream, by upstream.",
 		Buckets: prometheus.ExponentialBuckets(0.0001, 4, 12),
 	}, []string{"upstream"})
 	m.upstreams = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "mcpmux_upstream_up", Help: "1 when the upstream is connected.",
+		Name: "viewmux_upstream_up", Help: "1 when the upstream is connected.",
 	}, []string{"upstream"})
 	m.pinChanges = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "mcpmux_pin_changes_total", Help: "Changes to pinned tool definitions (server.pin), by upstream and kind (changed, new, removed).",
+		Name: "viewmux_pin_changes_total", Help: "Changes to pinned tool definitions (server.pin), by upstream and kind (changed, new, removed).",
 	}, []string{"upstream", "kind"})
 	m.reg.MustRegister(m.requests, m.latency, m.calls, m.callTime, m.upstreams, m.pinChanges,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "mcpmux_filter_instances", Help: "Distinct compiled filters (effective rule sets) held: profiles' and the bounded cache of request narrowings.",
+			Name: "viewmux_filter_instances", Help: "Distinct compiled filters (effective rule sets) held: profiles' and the bounded cache of request narrowings.",
 		}, func() float64 { return float64(s.registry.Instances()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "mcpmux_open_sessions", Help: "Live sessions and streams on every door, counted against server.max_sessions.",
+			Name: "viewmux_open_sessions", Help: "Live sessions and streams on every door, counted against server.max_sessions.",
 		}, func() float64 { return float64(s.slots.live()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "mcpmux_sessions", Help: "Live client sessions bound to a view.",
+			Name: "viewmux_sessions", Help: "Live client sessions bound to a view.",
 		}, func() float64 { return float64(s.Sessions()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "mcpmux_catalog_tools", Help: "Tools in the merged catalog, before profile filtering.",
+			Name: "viewmux_catalog_tools", Help: "Tools in the merged catalog, before profile filtering.",
 		}, func() float64 { return float64(len(s.agg.Snapshot().Tools)) }),
 	)
 	for _, u := range s.agg.Upstreams() {

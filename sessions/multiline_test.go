@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mcpmux/mcpmux/upstream/wire"
+	"github.com/viewmux/viewmux/upstream/wire"
 )
 
 // multilineUpstream is a streamable HTTP upstream whose tools/call answer

@@ -3,14 +3,14 @@ package sessions
 import (
 	"time"
 
-	"github.com/mcpmux/mcpmux/internal/audit"
-	"github.com/mcpmux/mcpmux/internal/pins"
+	"github.com/viewmux/viewmux/internal/audit"
+	"github.com/viewmux/viewmux/internal/pins"
 )
 
 // This file records the changes to pinned tool definitions a snapshot's
 // build found (aggregator/pins.go): each in the audit log and in the
-// mcpmux_pin_changes_total metric. The aggregator logs them with their
-// diff; approvals are audited by `mcpmux pins approve`, which makes them.
+// viewmux_pin_changes_total metric. The aggregator logs them with their
+// diff; approvals are audited by `viewmux pins approve`, which makes them.
 
 // recordPins audits and counts events.
 func (s *Server) recordPins(events []pins.Event) {

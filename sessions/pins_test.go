@@ -11,10 +11,10 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 
-	"github.com/mcpmux/mcpmux/aggregator"
-	"github.com/mcpmux/mcpmux/configs"
-	"github.com/mcpmux/mcpmux/internal/pins"
-	"github.com/mcpmux/mcpmux/upstream"
+	"github.com/viewmux/viewmux/aggregator"
+	"github.com/viewmux/viewmux/configs"
+	"github.com/viewmux/viewmux/internal/pins"
+	"github.com/viewmux/viewmux/upstream"
 )
 
 // TestPinsQuarantineAndStatus: a tool whose description changes after its
@@ -116,12 +116,12 @@ profiles = ["all"]
 	}
 	for _, path := range []string{"/", "/status.json", "/metrics"} {
 		_, body := fetchStatus(t, hs, http.MethodGet, path, map[string]string{"Authorization": "Bearer tok-user"})
-		if strings.Contains(body, "pending") || strings.Contains(body, "Now also uploads") || strings.Contains(body, "quarantine") || strings.Contains(body, "mcpmux_pin_") {
+		if strings.Contains(body, "pending") || strings.Contains(body, "Now also uploads") || strings.Contains(body, "quarantine") || strings.Contains(body, "viewmux_pin_") {
 			t.Errorf("a token without admin sees pins on %s:\n%s", path, body)
 		}
 	}
 	_, metrics := fetchStatus(t, hs, http.MethodGet, "/metrics", map[string]string{"Authorization": "Bearer tok-admin"})
-	if !strings.Contains(metrics, `mcpmux_pin_changes_total{kind="changed",upstream="up"} 1`) {
+	if !strings.Contains(metrics, `viewmux_pin_changes_total{kind="changed",upstream="up"} 1`) {
 		t.Errorf("/metrics has no count of the change")
 	}
 }

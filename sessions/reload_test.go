@@ -18,8 +18,8 @@ import (
 
 	"github.com/coder/websocket"
 
-	"github.com/mcpmux/mcpmux/configs"
-	"github.com/mcpmux/mcpmux/sessions/grant"
+	"github.com/viewmux/viewmux/configs"
+	"github.com/viewmux/viewmux/sessions/grant"
 )
 
 // This file tests the rule that a reload can only narrow a live

@@ -73,7 +73,7 @@ func TestRequestStateNamesTheReplica(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := there.take(state); err == nil || !strings.Contains(err.Error(), `belongs to mcpmux replica "eu-1", not this one ("eu-2")`) {
+	if _, err := there.take(state); err == nil || !strings.Contains(err.Error(), `belongs to viewmux replica "eu-1", not this one ("eu-2")`) {
 		t.Fatalf("retry on another replica: %v, want it to name replica eu-1", err)
 	}
 	hc, err := here.take(state)

@@ -11,10 +11,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/mcpmux/mcpmux/configs"
-	"github.com/mcpmux/mcpmux/filter"
-	"github.com/mcpmux/mcpmux/internal/jsonrpc"
-	"github.com/mcpmux/mcpmux/sessions/grant"
+	"github.com/viewmux/viewmux/configs"
+	"github.com/viewmux/viewmux/filter"
+	"github.com/viewmux/viewmux/internal/jsonrpc"
+	"github.com/viewmux/viewmux/sessions/grant"
 )
 
 func TestHTTPResolution(t *testing.T) {
@@ -335,7 +335,7 @@ profiles = ["all"]
 		{"readyz, Origin", http.MethodGet, "/readyz", "", "", evilOrigin},
 		{"message, Host", http.MethodPost, "/message?sessionId=x", "", list, evilHost},
 	} {
-		if code, body := do(tt.method, tt.path, tt.sid, tt.body, tt.hdr); code != http.StatusForbidden || strings.Contains(body, "up__tool") || strings.Contains(body, "mcpmux_") {
+		if code, body := do(tt.method, tt.path, tt.sid, tt.body, tt.hdr); code != http.StatusForbidden || strings.Contains(body, "up__tool") || strings.Contains(body, "viewmux_") {
 			t.Errorf("%s: %d %.200s, want 403", tt.name, code, body)
 		}
 	}
@@ -344,11 +344,11 @@ profiles = ["all"]
 			t.Errorf("%s with Host localhost: %d, want 200", path, code)
 		}
 	}
-	if code, body := do(http.MethodGet, "/metrics", "", "", nil); code != 200 || !strings.Contains(body, "mcpmux_") {
+	if code, body := do(http.MethodGet, "/metrics", "", "", nil); code != 200 || !strings.Contains(body, "viewmux_") {
 		t.Errorf("/metrics with a token: %d", code)
 	}
 	for _, auth := range []string{"", "Bearer nope"} {
-		if code, body := do(http.MethodGet, "/metrics", "", "", map[string]string{"Authorization": auth}); code != http.StatusUnauthorized || strings.Contains(body, "mcpmux_") {
+		if code, body := do(http.MethodGet, "/metrics", "", "", map[string]string{"Authorization": auth}); code != http.StatusUnauthorized || strings.Contains(body, "viewmux_") {
 			t.Errorf("/metrics with Authorization %q: %d, want 401", auth, code)
 		}
 	}

@@ -12,16 +12,16 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 
-	"github.com/mcpmux/mcpmux/configs"
-	"github.com/mcpmux/mcpmux/filter"
-	"github.com/mcpmux/mcpmux/internal/audit"
-	"github.com/mcpmux/mcpmux/internal/jsonrpc"
-	"github.com/mcpmux/mcpmux/sessions/grant"
+	"github.com/viewmux/viewmux/configs"
+	"github.com/viewmux/viewmux/filter"
+	"github.com/viewmux/viewmux/internal/audit"
+	"github.com/viewmux/viewmux/internal/jsonrpc"
+	"github.com/viewmux/viewmux/sessions/grant"
 )
 
 // This file holds tool search (progressive disclosure). A session of a
-// profile with tool_search starts with two tools of mcpmux's own,
-// mcpmux__search_tools and mcpmux__call_tool, plus the tools its
+// profile with tool_search starts with two tools of viewmux's own,
+// viewmux__search_tools and viewmux__call_tool, plus the tools its
 // tool_search_pinned globs match, in place of the whole view. Its binding
 // keeps the profile's filter (the ceiling); effective adds the tool-search
 // stage (filter.SearchStage), so the listing and the call decision come
@@ -123,7 +123,7 @@ func (d *searchSetup) withSearch(registry *filter.Registry, b grant.Binding) *fi
 
 // SearchFilter returns the filter a new session of b starts with when b's
 // profile has tool_search and b's request chose no toolsets or tools
-// itself: mcpmux's two search tools and the pinned tools. Otherwise it
+// itself: viewmux's two search tools and the pinned tools. Otherwise it
 // returns nil. It is for commands that hold a resolver but no Server;
 // registry is theirs.
 func SearchFilter(r *grant.Resolver, registry *filter.Registry, b grant.Binding) *filter.Filter {
@@ -147,7 +147,7 @@ func (s *Server) refind(b grant.Binding, old *filter.Filter) grant.Binding {
 	return b
 }
 
-// isRelay reports whether e is mcpmux__call_tool, whose call decide
+// isRelay reports whether e is viewmux__call_tool, whose call decide
 // checks again, and counts, as the call of the tool it names.
 func isRelay(e *filter.Entry) bool {
 	return e != nil && e.Upstream == "" && e.Original == toolCallTool
@@ -385,7 +385,7 @@ func (s *Server) relay(ctx context.Context, session string, b grant.Binding, e *
 	case refusal != nil:
 		return nil, refusal
 	case target.Upstream == "":
-		// The ceiling lists none of mcpmux's own tools; should one ever
+		// The ceiling lists none of viewmux's own tools; should one ever
 		// be there, it is not relayed.
 		return nil, &jsonrpc.Error{Code: mcp.METHOD_NOT_FOUND, Message: "Tool not found: " + jsonrpc.Printable(inner.Name)}
 	}

@@ -10,8 +10,8 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/mcpmux/mcpmux/sessions/grant"
-	"github.com/mcpmux/mcpmux/sessions/status"
+	"github.com/viewmux/viewmux/sessions/grant"
+	"github.com/viewmux/viewmux/sessions/status"
 )
 
 // searchConfig gives the one upstream "up" (30 tools, tool_0000 …
@@ -36,7 +36,7 @@ tool_search = true
 rate = { calls_per_minute = 2 }
 `
 
-var searchOwn = []string{"mcpmux__search_tools", "mcpmux__call_tool"}
+var searchOwn = []string{"viewmux__search_tools", "viewmux__call_tool"}
 
 // foundTools decodes a search_tools result's structured content.
 func foundTools(t *testing.T, m rpcMsg) []map[string]json.RawMessage {
@@ -97,12 +97,12 @@ func TestToolSearchOnMCP(t *testing.T) {
 		if got := listTools(t, s, "", sid); !slices.Equal(got, initial) {
 			t.Fatalf("tools/list = %q, want %q", got, initial)
 		}
-		search := listedTool(t, s, sid, "mcpmux__search_tools")
+		search := listedTool(t, s, sid, "viewmux__search_tools")
 		if !strings.Contains(string(search["annotations"]), `"readOnlyHint":true`) || len(search["inputSchema"]) == 0 {
 			t.Errorf("search_tools: %s", mustMarshal(search))
 		}
 		// Half the tools write: call_tool is not read-only.
-		relay := listedTool(t, s, sid, "mcpmux__call_tool")
+		relay := listedTool(t, s, sid, "viewmux__call_tool")
 		if !strings.Contains(string(relay["annotations"]), `"readOnlyHint":false`) || !strings.Contains(string(relay["annotations"]), `"destructiveHint":true`) {
 			t.Errorf("call_tool annotations: %s", relay["annotations"])
 		}
@@ -115,7 +115,7 @@ func TestToolSearchOnMCP(t *testing.T) {
 		}
 	})
 	t.Run("search returns full definitions and adds them, with list_changed", func(t *testing.T) {
-		notes, m := callTool(t, s, "", sid, "mcpmux__search_tools", map[string]any{"query": "tool 0005"})
+		notes, m := callTool(t, s, "", sid, "viewmux__search_tools", map[string]any{"query": "tool 0005"})
 		tools := foundTools(t, m)
 		if len(tools) != 5 || string(tools[0]["name"]) != `"up__tool_0005"` || len(tools[0]["inputSchema"]) == 0 ||
 			len(tools[0]["description"]) == 0 || len(tools[0]["annotations"]) == 0 || tools[0]["_meta"] != nil {
@@ -146,14 +146,14 @@ func TestToolSearchOnMCP(t *testing.T) {
 		}
 	})
 	t.Run("the same search again sends nothing; limit is honoured", func(t *testing.T) {
-		notes, m := callTool(t, s, "", sid, "mcpmux__search_tools", map[string]any{"query": "tool 0005", "limit": 2})
+		notes, m := callTool(t, s, "", sid, "viewmux__search_tools", map[string]any{"query": "tool 0005", "limit": 2})
 		if got := foundNames(t, m); len(got) != 2 || got[0] != "up__tool_0005" || len(notes) != 0 {
 			t.Fatalf("found %q, notifications %v", got, notes)
 		}
 	})
 	t.Run("call_tool calls a tool of the view that is not listed", func(t *testing.T) {
 		before := up.requests.Load()
-		_, m := callTool(t, s, "", other, "mcpmux__call_tool", map[string]any{"name": "up__tool_0007", "arguments": map[string]any{"query": "x"}})
+		_, m := callTool(t, s, "", other, "viewmux__call_tool", map[string]any{"name": "up__tool_0007", "arguments": map[string]any{"query": "x"}})
 		if r := resultOf(t, m); r.IsError || r.text() != "ok" || up.requests.Load() != before+1 {
 			t.Fatalf("call_tool: %q (isError %v)", r.text(), r.IsError)
 		}
@@ -163,18 +163,18 @@ func TestToolSearchOnMCP(t *testing.T) {
 	})
 	t.Run("call_tool goes through the call rules", func(t *testing.T) {
 		before := up.requests.Load()
-		_, m := callTool(t, s, "", other, "mcpmux__call_tool", map[string]any{"name": "up__tool_0002", "arguments": map[string]any{"query": "no"}})
+		_, m := callTool(t, s, "", other, "viewmux__call_tool", map[string]any{"name": "up__tool_0002", "arguments": map[string]any{"query": "no"}})
 		if m.Error == nil || m.Error.Code != -32602 || m.Error.Message != "Arguments not allowed for up__tool_0002" || up.requests.Load() != before {
 			t.Fatalf("call_tool past a call rule: %+v %s", m.Error, m.Result)
 		}
-		_, m = callTool(t, s, "", other, "mcpmux__call_tool", map[string]any{"name": "up__tool_0002", "arguments": map[string]any{"query": "okay"}})
+		_, m = callTool(t, s, "", other, "viewmux__call_tool", map[string]any{"name": "up__tool_0002", "arguments": map[string]any{"query": "okay"}})
 		if r := resultOf(t, m); r.text() != "ok" {
 			t.Fatalf("call_tool within the call rule: %q", r.text())
 		}
 	})
 	t.Run("call_tool refuses what a direct call refuses: ambiguous arguments", func(t *testing.T) {
 		before := up.requests.Load()
-		body := `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"mcpmux__call_tool","arguments":{"name":"up__tool_0002","arguments":{"query":"okay","Query":"no"}}}}`
+		body := `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"viewmux__call_tool","arguments":{"name":"up__tool_0002","arguments":{"query":"okay","Query":"no"}}}}`
 		ms := mcpAnswer(t, s, "", other, body)
 		if m := ms[len(ms)-1]; m.Error == nil || m.Error.Code != -32602 || up.requests.Load() != before {
 			t.Fatalf("case-folded duplicate keys through call_tool: %+v %s", m.Error, m.Result)
@@ -186,18 +186,18 @@ func TestToolSearchOnMCP(t *testing.T) {
 			args any
 			want string
 		}{
-			{"mcpmux__call_tool", map[string]any{}, "the argument name"},
-			{"mcpmux__call_tool", map[string]any{"name": 3}, "the argument name"},
-			{"mcpmux__call_tool", map[string]any{"name": "up__tool_0007", "arguments": []int{1}}, "the argument arguments must be an object"},
-			{"mcpmux__call_tool", map[string]any{"name": "up__tool_0007", "extra": 1}, `unknown argument "extra"`},
-			{"mcpmux__search_tools", map[string]any{}, "the argument query"},
-			{"mcpmux__search_tools", map[string]any{"query": "  "}, "the argument query"},
-			{"mcpmux__search_tools", map[string]any{"query": "x", "limit": 21}, "the argument limit must be an integer from 1 to 20"},
-			{"mcpmux__search_tools", map[string]any{"query": "x", "limit": 0}, "the argument limit"},
-			{"mcpmux__search_tools", map[string]any{"query": "x", "limit": 2.5}, "the argument limit"},
-			{"mcpmux__search_tools", map[string]any{"query": "x", "limit": "3"}, "the argument limit"},
-			{"mcpmux__search_tools", map[string]any{"query": strings.Repeat("x", 2000)}, "the argument query is 2000 bytes"},
-			{"mcpmux__search_tools", map[string]any{"query": "x", "q": 1}, `unknown argument "q"`},
+			{"viewmux__call_tool", map[string]any{}, "the argument name"},
+			{"viewmux__call_tool", map[string]any{"name": 3}, "the argument name"},
+			{"viewmux__call_tool", map[string]any{"name": "up__tool_0007", "arguments": []int{1}}, "the argument arguments must be an object"},
+			{"viewmux__call_tool", map[string]any{"name": "up__tool_0007", "extra": 1}, `unknown argument "extra"`},
+			{"viewmux__search_tools", map[string]any{}, "the argument query"},
+			{"viewmux__search_tools", map[string]any{"query": "  "}, "the argument query"},
+			{"viewmux__search_tools", map[string]any{"query": "x", "limit": 21}, "the argument limit must be an integer from 1 to 20"},
+			{"viewmux__search_tools", map[string]any{"query": "x", "limit": 0}, "the argument limit"},
+			{"viewmux__search_tools", map[string]any{"query": "x", "limit": 2.5}, "the argument limit"},
+			{"viewmux__search_tools", map[string]any{"query": "x", "limit": "3"}, "the argument limit"},
+			{"viewmux__search_tools", map[string]any{"query": strings.Repeat("x", 2000)}, "the argument query is 2000 bytes"},
+			{"viewmux__search_tools", map[string]any{"query": "x", "q": 1}, `unknown argument "q"`},
 		} {
 			before := up.requests.Load()
 			_, m := callTool(t, s, "", other, tc.tool, tc.args)
@@ -207,7 +207,7 @@ func TestToolSearchOnMCP(t *testing.T) {
 		}
 	})
 	t.Run("sessions that found the same tools share one filter", func(t *testing.T) {
-		callTool(t, s, "", other, "mcpmux__search_tools", map[string]any{"query": "tool 0005"})
+		callTool(t, s, "", other, "viewmux__search_tools", map[string]any{"query": "tool 0005"})
 		s.mu.Lock()
 		a, b := s.sessions[sid].binding.Filter, s.sessions[other].binding.Filter
 		s.mu.Unlock()
@@ -221,7 +221,7 @@ func TestToolSearchOnMCP(t *testing.T) {
 			if r.Tool == "up__tool_0007" && r.Upstream == "up" && r.Session == other && r.Decision == "allowed" {
 				found = true
 			}
-			if r.Tool == "mcpmux__call_tool" && r.Reason != "tool_error" {
+			if r.Tool == "viewmux__call_tool" && r.Reason != "tool_error" {
 				t.Errorf("call_tool audited itself: %+v", r)
 			}
 		}
@@ -239,11 +239,11 @@ func TestToolSearchHiddenTools(t *testing.T) {
 	up := newUpstreamServer(t, 30)
 	s := newBenchServer(t, up.http.URL, searchConfig)
 	sid := openSession(t, s.Handler(), "?profile=roagent")
-	relay := listedTool(t, s, sid, "mcpmux__call_tool")
+	relay := listedTool(t, s, sid, "viewmux__call_tool")
 	if !strings.Contains(string(relay["annotations"]), `"readOnlyHint":true`) {
 		t.Errorf("call_tool over a read-only view: %s", relay["annotations"])
 	}
-	_, m := callTool(t, s, "", sid, "mcpmux__search_tools", map[string]any{"query": "tool 0001 0003 0005 0007", "limit": 20})
+	_, m := callTool(t, s, "", sid, "viewmux__search_tools", map[string]any{"query": "tool 0001 0003 0005 0007", "limit": 20})
 	for _, name := range foundNames(t, m) {
 		var n int
 		fmt.Sscanf(name, "up__tool_%d", &n)
@@ -256,9 +256,9 @@ func TestToolSearchHiddenTools(t *testing.T) {
 		"up__tool_0001", "UP__TOOL_0001", "Up__Tool_0001", "up_tool_0001", "up-tool_0001", "up--tool_0001", "up__tool-0001",
 		"up.tool_0001", "up/tool_0001", "tool_0001", "up__tool_0001 ", " up__tool_0001", "up__tool_0001\x00",
 		"up__tool_０００１", "up\u200b__tool_0001", "uр__tool_0001", "up__tooI_0001", "up＿＿tool_0001",
-		"mcpmux__call_tool", "mcpmux__search_tools",
+		"viewmux__call_tool", "viewmux__search_tools",
 	} {
-		_, m := callTool(t, s, "", sid, "mcpmux__call_tool", map[string]any{"name": name, "arguments": map[string]any{"query": "x"}})
+		_, m := callTool(t, s, "", sid, "viewmux__call_tool", map[string]any{"name": name, "arguments": map[string]any{"query": "x"}})
 		if m.Error == nil || m.Error.Code != -32601 || !strings.HasPrefix(m.Error.Message, "Tool not found: ") {
 			t.Errorf("call_tool %q: %+v %s", name, m.Error, m.Result)
 		}
@@ -275,13 +275,13 @@ func TestToolSearchRateCountsOnce(t *testing.T) {
 	s := newBenchServer(t, up.http.URL, searchConfig)
 	sid := openSession(t, s.Handler(), "?profile=limited")
 	for i := range 2 {
-		_, m := callTool(t, s, "", sid, "mcpmux__call_tool", map[string]any{"name": "up__tool_0004", "arguments": map[string]any{"query": "x"}})
+		_, m := callTool(t, s, "", sid, "viewmux__call_tool", map[string]any{"name": "up__tool_0004", "arguments": map[string]any{"query": "x"}})
 		if r := resultOf(t, m); r.text() != "ok" {
 			t.Fatalf("call %d: %q", i, r.text())
 		}
 	}
 	before := up.requests.Load()
-	_, m := callTool(t, s, "", sid, "mcpmux__call_tool", map[string]any{"name": "up__tool_0004", "arguments": map[string]any{"query": "x"}})
+	_, m := callTool(t, s, "", sid, "viewmux__call_tool", map[string]any{"name": "up__tool_0004", "arguments": map[string]any{"query": "x"}})
 	if m.Error == nil || m.Error.Code != rateLimited || up.requests.Load() != before {
 		t.Fatalf("third call in a minute of two: %+v %s", m.Error, m.Result)
 	}
@@ -301,14 +301,14 @@ func TestToolSearchStateless(t *testing.T) {
 	if got := listedNames(t, modern("tools/list", "", "")); !slices.Equal(got, initial) {
 		t.Fatalf("stateless tools/list = %q", got)
 	}
-	m := modern("tools/call", "mcpmux__search_tools", `"name":"mcpmux__search_tools","arguments":{"query":"tool 0009"},`)
-	if got := foundNames(t, m); len(got) == 0 || got[0] != "up__tool_0009" || !strings.Contains(resultOf(t, m).text(), "call them with mcpmux__call_tool") {
+	m := modern("tools/call", "viewmux__search_tools", `"name":"viewmux__search_tools","arguments":{"query":"tool 0009"},`)
+	if got := foundNames(t, m); len(got) == 0 || got[0] != "up__tool_0009" || !strings.Contains(resultOf(t, m).text(), "call them with viewmux__call_tool") {
 		t.Fatalf("stateless search: %q", got)
 	}
 	if got := listedNames(t, modern("tools/list", "", "")); !slices.Equal(got, initial) {
 		t.Fatalf("a stateless search was remembered: %q", got)
 	}
-	m = modern("tools/call", "mcpmux__call_tool", `"name":"mcpmux__call_tool","arguments":{"name":"up__tool_0009","arguments":{"query":"x"}},`)
+	m = modern("tools/call", "viewmux__call_tool", `"name":"viewmux__call_tool","arguments":{"name":"up__tool_0009","arguments":{"query":"x"}},`)
 	if r := resultOf(t, m); r.IsError || r.text() != "ok" {
 		t.Fatalf("stateless call_tool: %q", r.text())
 	}
@@ -324,13 +324,13 @@ func TestToolSearchConcurrent(t *testing.T) {
 	// 14 calls at once: under the 16 a session may have in flight.
 	for i := 10; i < 17; i++ {
 		wg.Go(func() {
-			body := fmt.Sprintf(`{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"mcpmux__search_tools","arguments":{"query":"tool_%04d","limit":1}}}`, i)
+			body := fmt.Sprintf(`{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"viewmux__search_tools","arguments":{"query":"tool_%04d","limit":1}}}`, i)
 			if rec := post(s.Handler(), "", sid, body); rec.Code != 200 || !strings.Contains(rec.Body.String(), `"structuredContent"`) {
 				t.Errorf("search %d: %d %s", i, rec.Code, rec.Body.String())
 			}
 		})
 		wg.Go(func() {
-			body := fmt.Sprintf(`{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"mcpmux__call_tool","arguments":{"name":"up__tool_%04d","arguments":{"query":"x"}}}}`, i)
+			body := fmt.Sprintf(`{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"viewmux__call_tool","arguments":{"name":"up__tool_%04d","arguments":{"query":"x"}}}}`, i)
 			if rec := post(s.Handler(), "", sid, body); rec.Code != 200 || !strings.Contains(rec.Body.String(), `"ok"`) {
 				t.Errorf("call_tool %d: %d %s", i, rec.Code, rec.Body.String())
 			}
@@ -387,7 +387,7 @@ func TestToolSearchReload(t *testing.T) {
 	up := newUpstreamServer(t, 30)
 	s := newBenchServer(t, up.http.URL, searchConfig)
 	sid := openSession(t, s.Handler(), "?profile=agent")
-	callTool(t, s, "", sid, "mcpmux__search_tools", map[string]any{"query": "tool_0004 tool_0005", "limit": 2})
+	callTool(t, s, "", sid, "viewmux__search_tools", map[string]any{"query": "tool_0004 tool_0005", "limit": 2})
 	want := append(slices.Clone(searchOwn), "up__tool_0000", "up__tool_0004", "up__tool_0005")
 	if got := listTools(t, s, "", sid); !slices.Equal(got, want) {
 		t.Fatalf("tools/list after the search = %q, want %q", got, want)
@@ -398,14 +398,14 @@ func TestToolSearchReload(t *testing.T) {
 	if got := listTools(t, s, "", sid); !slices.Equal(got, want) {
 		t.Fatalf("tools/list after the reload = %q, want %q", got, want)
 	}
-	_, m := callTool(t, s, "", sid, "mcpmux__call_tool", map[string]any{"name": "up__tool_0005", "arguments": map[string]any{"query": "x"}})
+	_, m := callTool(t, s, "", sid, "viewmux__call_tool", map[string]any{"name": "up__tool_0005", "arguments": map[string]any{"query": "x"}})
 	if m.Error == nil || m.Error.Code != -32601 {
 		t.Fatalf("call_tool of a tool the reload hid: %+v %s", m.Error, m.Result)
 	}
 }
 
-// BenchmarkSearchTools10k measures mcpmux__search_tools over a view of
-// 10,000 tools through mcpmux's HTTP handler, in-process: stateless
+// BenchmarkSearchTools10k measures viewmux__search_tools over a view of
+// 10,000 tools through viewmux's HTTP handler, in-process: stateless
 // (2026-07-28, nothing added), in a session (the found tools are added; the
 // queries repeat, so after the first round the session's filter stops
 // changing), and, as the baseline, the search of the view's index alone.
@@ -419,7 +419,7 @@ func BenchmarkSearchTools10k(b *testing.B) {
 		queries[i] = fmt.Sprintf("tool %04d small thing", i*497)
 	}
 	search := func(i int) string {
-		return fmt.Sprintf(`{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"mcpmux__search_tools","arguments":{"query":%q}%%s}}`, queries[i%len(queries)])
+		return fmt.Sprintf(`{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"viewmux__search_tools","arguments":{"query":%q}%%s}}`, queries[i%len(queries)])
 	}
 	meta := `,"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}`
 	sid := openSession(b, h, "?profile=agent")
@@ -442,7 +442,7 @@ func BenchmarkSearchTools10k(b *testing.B) {
 			req := newRequest("?profile=agent", "", fmt.Sprintf(search(i), meta))
 			req.Header.Set("Mcp-Protocol-Version", "2026-07-28")
 			req.Header.Set("Mcp-Method", "tools/call")
-			req.Header.Set("Mcp-Name", "mcpmux__search_tools")
+			req.Header.Set("Mcp-Name", "viewmux__search_tools")
 			w := &sink{header: make(http.Header), code: http.StatusOK}
 			h.ServeHTTP(w, req)
 			if w.code != http.StatusOK || w.n < 1000 {
@@ -488,21 +488,21 @@ description = "Translate a sentence into Klingon."
 args = { limit = 7 }
 `+searchConfig)
 	sid := openSession(t, s.Handler(), "?profile=agent")
-	_, m := callTool(t, s, "", sid, "mcpmux__search_tools", map[string]any{"query": "klingon translation", "limit": 1})
+	_, m := callTool(t, s, "", sid, "viewmux__search_tools", map[string]any{"query": "klingon translation", "limit": 1})
 	tools := foundTools(t, m)
 	if len(tools) != 1 || string(tools[0]["name"]) != `"up__renamed_tool"` || strings.Contains(string(tools[0]["inputSchema"]), "limit") {
 		t.Fatalf("found %s", mustMarshal(tools))
 	}
 	before := up.requests.Load()
-	_, m = callTool(t, s, "", sid, "mcpmux__call_tool", map[string]any{"name": "up__renamed_tool", "arguments": map[string]any{"query": "x", "limit": 1}})
+	_, m = callTool(t, s, "", sid, "viewmux__call_tool", map[string]any{"name": "up__renamed_tool", "arguments": map[string]any{"query": "x", "limit": 1}})
 	if m.Error == nil || m.Error.Code != -32602 || up.requests.Load() != before {
 		t.Fatalf("call_tool sending a fixed argument: %+v %s", m.Error, m.Result)
 	}
-	_, m = callTool(t, s, "", sid, "mcpmux__call_tool", map[string]any{"name": "up__renamed_tool", "arguments": map[string]any{"query": "x"}})
+	_, m = callTool(t, s, "", sid, "viewmux__call_tool", map[string]any{"name": "up__renamed_tool", "arguments": map[string]any{"query": "x"}})
 	if r := resultOf(t, m); r.IsError || r.text() != "ok" || up.requests.Load() != before+1 {
 		t.Fatalf("call_tool of an overridden tool: %q", r.text())
 	}
-	_, m = callTool(t, s, "", sid, "mcpmux__call_tool", map[string]any{"name": "up__tool_0004", "arguments": map[string]any{"query": "x"}})
+	_, m = callTool(t, s, "", sid, "viewmux__call_tool", map[string]any{"name": "up__tool_0004", "arguments": map[string]any{"query": "x"}})
 	if m.Error == nil || m.Error.Code != -32601 {
 		t.Fatalf("call_tool by the upstream's own name: %+v %s", m.Error, m.Result)
 	}

@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
-	"github.com/mcpmux/mcpmux/sessions/grant"
+	"github.com/viewmux/viewmux/sessions/grant"
 )
 
 // The selection a request makes by path and by GitHub's X-MCP-* headers
@@ -397,7 +397,7 @@ func TestSelectionPathsAreNoLabels(t *testing.T) {
 	req.Method = http.MethodGet
 	h.ServeHTTP(rec, req)
 	body := rec.Body.String()
-	if rec.Code != 200 || !strings.Contains(body, `mcpmux_requests_total{method="tools/list"`) {
+	if rec.Code != 200 || !strings.Contains(body, `viewmux_requests_total{method="tools/list"`) {
 		t.Fatalf("/metrics: %d %.300s", rec.Code, body)
 	}
 	for _, bad := range []string{"zz1", "nope1", "/x/", "up/low"} {

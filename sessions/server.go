@@ -24,17 +24,17 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/mcpmux/mcpmux/aggregator"
-	"github.com/mcpmux/mcpmux/configs"
-	"github.com/mcpmux/mcpmux/filter"
-	"github.com/mcpmux/mcpmux/internal/audit"
-	"github.com/mcpmux/mcpmux/internal/glob"
-	"github.com/mcpmux/mcpmux/internal/jsonrpc"
-	"github.com/mcpmux/mcpmux/internal/ratelimit"
-	"github.com/mcpmux/mcpmux/sessions/door"
-	"github.com/mcpmux/mcpmux/sessions/grant"
-	"github.com/mcpmux/mcpmux/sessions/httpd"
-	"github.com/mcpmux/mcpmux/upstream"
+	"github.com/viewmux/viewmux/aggregator"
+	"github.com/viewmux/viewmux/configs"
+	"github.com/viewmux/viewmux/filter"
+	"github.com/viewmux/viewmux/internal/audit"
+	"github.com/viewmux/viewmux/internal/glob"
+	"github.com/viewmux/viewmux/internal/jsonrpc"
+	"github.com/viewmux/viewmux/internal/ratelimit"
+	"github.com/viewmux/viewmux/sessions/door"
+	"github.com/viewmux/viewmux/sessions/grant"
+	"github.com/viewmux/viewmux/sessions/httpd"
+	"github.com/viewmux/viewmux/upstream"
 )
 
 // Server serves the aggregate to downstream clients. Build it with New; its
@@ -399,7 +399,7 @@ func (s *Server) serveReady(w http.ResponseWriter, r *http.Request) {
 // originAllowed reports whether a request r may come from origin: one of
 // server.allowed_origins (httpd.Guard).
 func (s *Server) originAllowed(r *http.Request, origin string) bool {
-	// The connect pages' own form posts from mcpmux's public URL
+	// The connect pages' own form posts from viewmux's public URL
 	// (connect.go).
 	return httpd.Origins(s.origins, origin) || strings.HasPrefix(r.URL.Path, "/oauth/") && s.ownOrigin(origin)
 }
@@ -409,7 +409,7 @@ func (s *Server) originAllowed(r *http.Request, origin string) bool {
 // routed requests through the chain (chain.go), the rest through the one
 // handler (handler.go); an initialize opens a session, a GET opens its
 // stream of what belongs to none of its calls (standalone), a DELETE ends
-// it. Responses to mcpmux's own server→client requests go to the call
+// it. Responses to viewmux's own server→client requests go to the call
 // waiting for them.
 func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request) {
 	switch r.Method {
@@ -466,7 +466,7 @@ func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request) {
 	}
 	if m.Ambiguous != nil && !isRouted(m, true) {
 		// Decoders that read keys case-insensitively, or keep another
-		// of two equal keys, would act on a message mcpmux did not see
+		// of two equal keys, would act on a message viewmux did not see
 		// (routed requests are refused by decide, with -32602).
 		s.metrics.count(m.Method, outcomeDenied)
 		writeJSONError(w, http.StatusBadRequest, m.ID, mcp.INVALID_REQUEST, "Invalid request: "+m.Ambiguous.Error())
@@ -508,7 +508,7 @@ func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request) {
 		s.mu.Unlock()
 		// A stream door's session, or a session opened with another token
 		// (DELETE and GET included), is answered as an unknown one: its id
-		// is no capability of this caller's. An id mcpmux never gave, or
+		// is no capability of this caller's. An id viewmux never gave, or
 		// one whose session ended, costs nothing: no filter, limiter
 		// bucket or stream is made for it. A session a reload ended
 		// answers the same, so that its client initializes again, under
@@ -555,7 +555,7 @@ func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if m.Method == "" && m.HasID() || !m.HasID() && m.JSONRPC == jsonrpc.Version {
-		// A response to one of mcpmux's server→client requests, or a
+		// A response to one of viewmux's server→client requests, or a
 		// notification: accepted, and answered with nothing.
 		switch {
 		case sess != nil && m.IsResponse():

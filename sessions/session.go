@@ -9,8 +9,8 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 
-	"github.com/mcpmux/mcpmux/sessions/door"
-	"github.com/mcpmux/mcpmux/sessions/grant"
+	"github.com/viewmux/viewmux/sessions/door"
+	"github.com/viewmux/viewmux/sessions/grant"
 )
 
 // This file holds the one session model: the session type every door
@@ -79,9 +79,9 @@ type session struct {
 	// for notifications/cancelled.
 	inflight inflight
 	// life expires the session when idle; set when it enters the
-	// registry, and never for stdio's (whose one client launched mcpmux).
+	// registry, and never for stdio's (whose one client launched viewmux).
 	life *sessionLife
-	// held is what mcpmux holds for the session's client: the bytes of
+	// held is what viewmux holds for the session's client: the bytes of
 	// its unread frames and answers, and on /mcp its calls in flight
 	// (backlog.go).
 	held *backlog
@@ -281,7 +281,7 @@ func (s *Server) admitTaken(sess *session) error {
 	if sess.conn.Ended() {
 		return fail(ErrSessionClosed)
 	}
-	if sess.kind != doorStdio { // the one client that launched mcpmux
+	if sess.kind != doorStdio { // the one client that launched viewmux
 		sess.life = s.newLife(func(time.Duration) { sess.End(errSessionIdle) })
 	}
 	s.sessions[sess.id] = sess

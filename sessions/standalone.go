@@ -5,9 +5,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/mcpmux/mcpmux/internal/jsonrpc"
-	"github.com/mcpmux/mcpmux/sessions/door"
-	"github.com/mcpmux/mcpmux/sessions/grant"
+	"github.com/viewmux/viewmux/internal/jsonrpc"
+	"github.com/viewmux/viewmux/sessions/door"
+	"github.com/viewmux/viewmux/sessions/grant"
 )
 
 // standaloneQueue bounds the frames waiting for a GET stream's writer; past

@@ -12,10 +12,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mcpmux/mcpmux/configs"
-	"github.com/mcpmux/mcpmux/sessions/status"
-	"github.com/mcpmux/mcpmux/upstream/oauth"
-	"github.com/mcpmux/mcpmux/upstream/oauth/oauthtest"
+	"github.com/viewmux/viewmux/configs"
+	"github.com/viewmux/viewmux/sessions/status"
+	"github.com/viewmux/viewmux/upstream/oauth"
+	"github.com/viewmux/viewmux/upstream/oauth/oauthtest"
 )
 
 // hostileUpstream is an upstream whose child writes markup and a URL with
@@ -158,7 +158,7 @@ dynamic_toolsets = true
 			}
 		}
 		if row := rowOf(t, page, "profile", "dyn"); !strings.Contains(row, "dynamic: a session starts with 7 tools, ~") {
-			t.Errorf("profile dyn: its initial view (the 4 tools outside every toolset and mcpmux's 3) is not shown:\n%s", row)
+			t.Errorf("profile dyn: its initial view (the 4 tools outside every toolset and viewmux's 3) is not shown:\n%s", row)
 		}
 		if row := rowOf(t, page, "profile", "all"); strings.Contains(row, "dynamic") {
 			t.Errorf("profile all is shown dynamic:\n%s", row)
@@ -222,7 +222,7 @@ func TestStatusPageIsRootOnly(t *testing.T) {
 			if resp.StatusCode != tc.code {
 				t.Errorf("%d, want %d", resp.StatusCode, tc.code)
 			}
-			if tc.code != 200 && strings.Contains(body, "mcpmux status") {
+			if tc.code != 200 && strings.Contains(body, "viewmux status") {
 				t.Errorf("the status page answered %s %s", tc.method, tc.path)
 			}
 		})
@@ -293,7 +293,7 @@ func TestLatencyWindow(t *testing.T) {
 }
 
 // BenchmarkStatusPage is what a client reloading GET / in a loop costs
-// mcpmux per request (1,000 tools, three profiles, a full latency
+// viewmux per request (1,000 tools, three profiles, a full latency
 // window). What each request would cost if the per-profile part (token
 // estimates) were not cached per snapshot is status.BenchmarkProfiles.
 func BenchmarkStatusPage(b *testing.B) {
@@ -567,7 +567,7 @@ func TestStatusPageNeedsLogin(t *testing.T) {
 		switch r.Name {
 		case "lin":
 			found = true
-			if r.State != "needs login" || !strings.Contains(r.LastError, "run `mcpmux auth login lin`") {
+			if r.State != "needs login" || !strings.Contains(r.LastError, "run `viewmux auth login lin`") {
 				t.Errorf("lin = %+v, want needs login naming the command", r)
 			}
 		case "up":
@@ -586,7 +586,7 @@ func TestStatusPageNeedsLogin(t *testing.T) {
 }
 
 // TestOAuthTokensAreMasked: the tokens of a logged-in oauth upstream are
-// masked like configured secrets in what mcpmux shows (Redact: the status
+// masked like configured secrets in what viewmux shows (Redact: the status
 // page's errors, check, audit), and the page never shows them.
 func TestOAuthTokensAreMasked(t *testing.T) {
 	up := newUpstreamServer(t, 1)

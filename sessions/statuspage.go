@@ -5,10 +5,10 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/mcpmux/mcpmux/configs"
-	"github.com/mcpmux/mcpmux/filter"
-	"github.com/mcpmux/mcpmux/sessions/grant"
-	"github.com/mcpmux/mcpmux/sessions/status"
+	"github.com/viewmux/viewmux/configs"
+	"github.com/viewmux/viewmux/filter"
+	"github.com/viewmux/viewmux/sessions/grant"
+	"github.com/viewmux/viewmux/sessions/status"
 )
 
 // handleStatus registers the status page for people, GET / (exact root),

@@ -5,19 +5,19 @@ import (
 	"encoding/json"
 	"io"
 
-	"github.com/mcpmux/mcpmux/internal/jsonrpc"
-	"github.com/mcpmux/mcpmux/sessions/door"
-	"github.com/mcpmux/mcpmux/sessions/grant"
+	"github.com/viewmux/viewmux/internal/jsonrpc"
+	"github.com/viewmux/viewmux/sessions/door"
+	"github.com/viewmux/viewmux/sessions/grant"
 )
 
 // This file is the host's half of the stdio door (door/stdio.go): the
-// session of the one client that launched mcpmux, and how it finishes
-// when stdin ends or mcpmux stops.
+// session of the one client that launched viewmux, and how it finishes
+// when stdin ends or viewmux stops.
 
 // ServeStdio serves one client reading messages from in and writing
 // answers and notifications to out, one per line, bound to the view of
 // profile ("" = server.default_profile), resolved without a token as
-// `mcpmux tools` resolves it. A line over server.max_body_bytes is answered
+// `viewmux tools` resolves it. A line over server.max_body_bytes is answered
 // with a JSON-RPC error and reading goes on.
 //
 // When in ends, or ctx is done, ServeStdio answers every request it has
@@ -38,7 +38,7 @@ func (s *Server) ServeStdio(ctx context.Context, profile string, in io.Reader, o
 }
 
 // Local makes and admits the stdio session (door.Host): bound to profile
-// ("" = server.default_profile), resolved without a token as `mcpmux
+// ("" = server.default_profile), resolved without a token as `viewmux
 // tools` resolves it, writing through fw. The session outlives ctx, so
 // that what was read is still answered. It is nil, with a nil error, when
 // the session could not be admitted (the server is shutting down).
@@ -58,7 +58,7 @@ func (h doorHost) Local(ctx context.Context, profile string, fw door.FrameWriter
 
 var _ door.Local = (*session)(nil)
 
-// Refusal is the answer to a request read once mcpmux began to stop
+// Refusal is the answer to a request read once viewmux began to stop
 // (door.Local).
 func (sess *session) Refusal(id json.RawMessage) []byte {
 	return jsonrpc.ErrorResponse(id, shutdownError())

@@ -13,12 +13,12 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 
-	"github.com/mcpmux/mcpmux/aggregator"
-	"github.com/mcpmux/mcpmux/filter"
-	"github.com/mcpmux/mcpmux/internal/audit"
-	"github.com/mcpmux/mcpmux/internal/jsonrpc"
-	"github.com/mcpmux/mcpmux/sessions/door"
-	"github.com/mcpmux/mcpmux/sessions/grant"
+	"github.com/viewmux/viewmux/aggregator"
+	"github.com/viewmux/viewmux/filter"
+	"github.com/viewmux/viewmux/internal/audit"
+	"github.com/viewmux/viewmux/internal/jsonrpc"
+	"github.com/viewmux/viewmux/sessions/door"
+	"github.com/viewmux/viewmux/sessions/grant"
 )
 
 // This file holds what the message-stream front doors (websocket, legacy

@@ -13,11 +13,11 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 
-	"github.com/mcpmux/mcpmux/filter"
-	"github.com/mcpmux/mcpmux/internal/jsonrpc"
-	"github.com/mcpmux/mcpmux/internal/tracing"
-	"github.com/mcpmux/mcpmux/sessions/grant"
-	"github.com/mcpmux/mcpmux/upstream"
+	"github.com/viewmux/viewmux/filter"
+	"github.com/viewmux/viewmux/internal/jsonrpc"
+	"github.com/viewmux/viewmux/internal/tracing"
+	"github.com/viewmux/viewmux/sessions/grant"
+	"github.com/viewmux/viewmux/upstream"
 )
 
 // This file is the routed chain's OpenTelemetry span (Options.Tracer;
@@ -34,17 +34,17 @@ import (
 // none of this runs: each function returns at its first line.
 
 // Span attribute keys. The MCP ones follow OpenTelemetry's semantic
-// conventions for MCP; the others are mcpmux's own.
+// conventions for MCP; the others are viewmux's own.
 const (
 	attrMethod    = attribute.Key("mcp.method.name")
 	attrTool      = attribute.Key("gen_ai.tool.name")
 	attrErrorCode = attribute.Key("rpc.jsonrpc.error_code")
-	attrUpstream  = attribute.Key("mcpmux.upstream")
-	attrProfile   = attribute.Key("mcpmux.profile")
-	attrOutcome   = attribute.Key("mcpmux.outcome")
+	attrUpstream  = attribute.Key("viewmux.upstream")
+	attrProfile   = attribute.Key("viewmux.profile")
+	attrOutcome   = attribute.Key("viewmux.outcome")
 	// attrSubject is who is calling: a token appears only as "token-" and
 	// 8 hex digits of its hash, as in the logs.
-	attrSubject = attribute.Key("mcpmux.subject")
+	attrSubject = attribute.Key("viewmux.subject")
 )
 
 // outcomeInput is the outcome of a 2026-07-28 request answered

@@ -4,11 +4,11 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/mcpmux/mcpmux/sessions/grant"
-	"github.com/mcpmux/mcpmux/sessions/status"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	dto "github.com/prometheus/client_model/go"
+	"github.com/viewmux/viewmux/sessions/grant"
+	"github.com/viewmux/viewmux/sessions/status"
 )
 
 // This file decides what the operational views (/, /status.json,
@@ -83,11 +83,11 @@ func (s *Server) serveMetrics(w http.ResponseWriter, r *http.Request, v status.V
 		var out []*dto.MetricFamily
 		for _, mf := range mfs {
 			name := mf.GetName()
-			if !strings.HasPrefix(name, "mcpmux_") {
+			if !strings.HasPrefix(name, "viewmux_") {
 				out = append(out, mf) // go_* and process_*: the process's own
 				continue
 			}
-			if strings.HasPrefix(name, "mcpmux_pin_") {
+			if strings.HasPrefix(name, "viewmux_pin_") {
 				continue // quarantined tools do not exist but to admins
 			}
 			var kept []*dto.Metric

@@ -63,10 +63,10 @@ admin = true
 		t.Errorf("status.json for the admin (%d) hides something:\n%.600s", code, body)
 	}
 	if code, body := get("/metrics", "tok-mine"); code != http.StatusOK || strings.Contains(body, `upstream="secretive"`) ||
-		!strings.Contains(body, `upstream="up"`) || strings.Contains(body, "mcpmux_sessions ") {
+		!strings.Contains(body, `upstream="up"`) || strings.Contains(body, "viewmux_sessions ") {
 		t.Errorf("metrics for tok-mine (%d) show another profile's upstream or the gateway's session count", code)
 	}
-	if code, body := get("/metrics", "tok-admin"); code != http.StatusOK || !strings.Contains(body, `upstream="secretive"`) || !strings.Contains(body, "mcpmux_sessions ") {
+	if code, body := get("/metrics", "tok-admin"); code != http.StatusOK || !strings.Contains(body, `upstream="secretive"`) || !strings.Contains(body, "viewmux_sessions ") {
 		t.Errorf("metrics for the admin (%d) hide something", code)
 	}
 	if code, _ := get("/metrics", "nope"); code != http.StatusUnauthorized {
@@ -74,7 +74,7 @@ admin = true
 	}
 
 	// The required upstream goes down: its listener first, then the
-	// connections mcpmux holds (Close alone would wait for its GET stream).
+	// connections viewmux holds (Close alone would wait for its GET stream).
 	theirs.http.Listener.Close()
 	theirs.http.CloseClientConnections()
 	waitFor(t, func() bool {

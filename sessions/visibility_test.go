@@ -188,7 +188,7 @@ func TestUpstreamLogsFollowVisibility(t *testing.T) {
 }
 
 // TestSubscriptionURIBound checks that a subscribe to a URI longer than
-// maxSubscriptionURI (which mcpmux would keep while subscribed) is refused
+// maxSubscriptionURI (which viewmux would keep while subscribed) is refused
 // and sent nowhere, on resources/subscribe and subscriptions/listen, while
 // a templated URI within the bound still subscribes.
 func TestSubscriptionURIBound(t *testing.T) {

@@ -15,8 +15,8 @@ import (
 
 	"github.com/coder/websocket"
 
-	"github.com/mcpmux/mcpmux/configs"
-	"github.com/mcpmux/mcpmux/internal/jsonrpc"
+	"github.com/viewmux/viewmux/configs"
+	"github.com/viewmux/viewmux/internal/jsonrpc"
 )
 
 // wsPeer is a websocket test client speaking raw frames.

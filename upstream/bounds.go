@@ -14,7 +14,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	"golang.org/x/time/rate"
 
-	"github.com/mcpmux/mcpmux/internal/lograte"
+	"github.com/viewmux/viewmux/internal/lograte"
 )
 
 // ErrCatalogBound is wrapped by the error of a catalog fetch that went past
@@ -206,16 +206,16 @@ func expectDelim(dec *json.Decoder, d json.Delim) error {
 // (the refresher coalesces and damps those), and so is progress: it
 // answers a client's own request for it, reaches only the call whose
 // token it carries, and the load test's 16 clients alone send past 500 a
-// second through mcpmux's one shared connection (a progress dropped there
+// second through viewmux's one shared connection (a progress dropped there
 // is one the client would have had directly). Anything else past it is
 // dropped, with a log line naming the upstream at most every
 // notifyDropLogEvery.
 //
-// Reading a notification costs mcpmux a decode even when it is dropped,
+// Reading a notification costs viewmux a decode even when it is dropped,
 // so every notification, list_changed too, also passes the intake: past
 // notifyIntakeRate a second (bursts of notifyIntakeRate), the connection's
 // reader waits, and the upstream's own writes back up behind it. A flood
-// then slows only the flooding upstream's own answers, and costs mcpmux a
+// then slows only the flooding upstream's own answers, and costs viewmux a
 // bounded share of a core.
 const (
 	notifyRate         = 500

@@ -11,8 +11,8 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 
-	"github.com/mcpmux/mcpmux/internal/tracing"
-	"github.com/mcpmux/mcpmux/upstream/wire"
+	"github.com/viewmux/viewmux/internal/tracing"
+	"github.com/viewmux/viewmux/upstream/wire"
 )
 
 // Request is one JSON-RPC request to forward to the upstream as it is: the

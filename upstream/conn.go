@@ -17,8 +17,8 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 
-	"github.com/mcpmux/mcpmux/configs"
-	"github.com/mcpmux/mcpmux/upstream/wire"
+	"github.com/viewmux/viewmux/configs"
+	"github.com/viewmux/viewmux/upstream/wire"
 )
 
 // errTornDown is the cause of a connection that was closed on purpose.
@@ -35,7 +35,7 @@ const (
 )
 
 // conn is one connection attempt's resources: what carries its messages
-// (mcpmux's engine, or httpPeer on streamable HTTP) and, for stdio,
+// (viewmux's engine, or httpPeer on streamable HTTP) and, for stdio,
 // the child process. It lives until teardown; ctx ends (with a cause)
 // as soon as the connection is lost, which also aborts in-flight calls.
 type conn struct {
@@ -88,7 +88,7 @@ func (c *conn) spawn(what string, f func()) {
 // version (2025-11-25): on that version an upstream may send sampling,
 // elicitation and roots requests in the middle of a call, which servers
 // supporting both eras refuse on 2026-07-28 (they expect multi round-trip
-// results instead), so mcpmux can relay the most. When the server rejects
+// results instead), so viewmux can relay the most. When the server rejects
 // that handshake, the attempt is repeated once with 2026-07-28 discovery, and
 // the choice is remembered for reconnects.
 func (u *Upstream) dial(ctx context.Context) (*conn, *Catalog, error) {
@@ -165,7 +165,7 @@ func (u *Upstream) dialStdio(ctx context.Context) (*conn, *Catalog, error) {
 	return c.finish(ctx, init)
 }
 
-// dialHTTP uses streamable HTTP through mcpmux's own code (streamable.go).
+// dialHTTP uses streamable HTTP through viewmux's own code (streamable.go).
 // An endpoint that answers the initialize POST with a 4xx (404, 405, 400,
 // …) is taken to be a legacy HTTP+SSE server, as the 2025-03-26
 // backwards-compatibility rules say, and is dialed again with the SSE
@@ -227,7 +227,7 @@ func shownURL(raw string) string {
 	return (&url.URL{Scheme: u.Scheme, Host: u.Host, Path: u.Path}).String()
 }
 
-// dialSSE uses legacy HTTP+SSE (2024-11-05) through mcpmux's own engine
+// dialSSE uses legacy HTTP+SSE (2024-11-05) through viewmux's own engine
 // (sse.go): the connect timeout bounds the GET and the endpoint event.
 func (u *Upstream) dialSSE(ctx context.Context) (*conn, *Catalog, error) {
 	c := u.newConn(configs.TransportSSE)
@@ -258,7 +258,7 @@ func (u *Upstream) dialSSE(ctx context.Context) (*conn, *Catalog, error) {
 }
 
 // dialWebsocket uses one websocket connection (subprotocol "mcp", one
-// message per text frame) through mcpmux's own engine. Messages are read
+// message per text frame) through viewmux's own engine. Messages are read
 // up to MaxMessageBytes, and ProbeInterval paces websocket pings (the
 // connection itself shows a server that went away, so no MCP-level probe
 // is needed).
@@ -309,7 +309,7 @@ func (c *conn) finish(ctx context.Context, init *mcp.InitializeResult) (*conn, *
 
 // askForAllLogs sets the log level of a session before 2026-07-28 to
 // debug. The session is shared by every client, and each client wants its
-// own level (a 2026-07-28 client names one per request); mcpmux filters the
+// own level (a 2026-07-28 client names one per request); viewmux filters the
 // messages per client, so the upstream must send everything it has. Without
 // it a server that logs only once a level is set (the Go SDK's) would send
 // nothing to a client whose level no client had forwarded yet. A 2026-07-28

@@ -19,9 +19,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// SPEC §8: no child or grandchild survives mcpmux, not even one that left
+// SPEC §8: no child or grandchild survives viewmux, not even one that left
 // its process group with setsid. Signalling the group is not enough for
-// those, so on Linux mcpmux is a child subreaper (orphaned descendants are
+// those, so on Linux viewmux is a child subreaper (orphaned descendants are
 // reparented to it instead of to init) and ends descendants one by one,
 // found in /proc:
 //
@@ -29,17 +29,17 @@ import (
 //     parentage while it lives) and every process carrying its marker
 //     (childMarkerEnv, inherited by everything it starts, so an orphan
 //     whose parent already died is still attributed to it);
-//   - when mcpmux exits (the func BecomeSubreaper returns), every
+//   - when viewmux exits (the func BecomeSubreaper returns), every
 //     descendant left.
 //
-// Orphans reparented to mcpmux are reaped here, by pid, one at a time
+// Orphans reparented to viewmux are reaped here, by pid, one at a time
 // (waitid(P_PID)), never with wait(-1): os/exec reaps our own children,
 // and reaping one of them here would steal its exit status.
 
 // childMarkerEnv is set in every stdio child's environment to a value
-// unique to that child within this mcpmux (mcpmux's pid, a sequence
+// unique to that child within this viewmux (viewmux's pid, a sequence
 // number), to attribute orphans to the child that started them.
-const childMarkerEnv = "MCPMUX_CHILD"
+const childMarkerEnv = "VIEWMUX_CHILD"
 
 // children is the set of stdio children os/exec started and has not yet
 // reaped, with the lock that keeps them apart from orphans being reaped.
@@ -50,8 +50,8 @@ const childMarkerEnv = "MCPMUX_CHILD"
 // process shares them, whatever created it.
 var children = childTable{procs: make(map[int]*process)}
 
-// markerNonce makes this mcpmux's markers its own: a SIGKILLed mcpmux's
-// orphans carry markers too, and a later mcpmux that reuses its pid must
+// markerNonce makes this viewmux's markers its own: a SIGKILLed viewmux's
+// orphans carry markers too, and a later viewmux that reuses its pid must
 // not take them for its children's.
 var markerNonce = rand.Text()[:12]
 
@@ -135,7 +135,7 @@ func (c *childTable) reapOrphans() {
 // orphans as they exit. Call it once, from main, before any upstream
 // starts. The returned func ends every descendant still running (SIGTERM,
 // up to 3s, SIGKILL, reap) and must be called once, after every Upstream is
-// closed. Errors are logged to log (nil = discarded); mcpmux then still
+// closed. Errors are logged to log (nil = discarded); viewmux then still
 // ends the descendants it can find.
 func BecomeSubreaper(log *slog.Logger) (end func()) {
 	if log == nil {

@@ -13,12 +13,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mcpmux/mcpmux/configs"
+	"github.com/viewmux/viewmux/configs"
 )
 
 // sidMarkerEnv marks the processes a test's upstream starts, so the test
 // finds them wherever they were reparented.
-const sidMarkerEnv = "MCPMUX_UPSTREAM_TEST_SID"
+const sidMarkerEnv = "VIEWMUX_UPSTREAM_TEST_SID"
 
 // markedSleeps returns the live sleep processes carrying sidMarkerEnv=marker.
 func markedSleeps(marker string) []procStat {

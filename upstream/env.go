@@ -5,13 +5,13 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/mcpmux/mcpmux/configs"
+	"github.com/viewmux/viewmux/configs"
 )
 
-// defaultEnvUnix and defaultEnvWindows name the variables of mcpmux's own
+// defaultEnvUnix and defaultEnvWindows name the variables of viewmux's own
 // environment every stdio child gets: the ones the official MCP SDK's stdio
 // client passes, which is what servers written for Claude Desktop expect.
-// Everything else must be named in the upstream's inherit_env: mcpmux's
+// Everything else must be named in the upstream's inherit_env: viewmux's
 // environment holds its tokens and every other upstream's keys.
 var (
 	defaultEnvUnix    = []string{"HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER"}
@@ -22,7 +22,7 @@ var (
 )
 
 // DefaultChildEnv returns the names of the variables every stdio child gets
-// from mcpmux's environment on goos (runtime.GOOS). The slice is new.
+// from viewmux's environment on goos (runtime.GOOS). The slice is new.
 func DefaultChildEnv(goos string) []string {
 	if goos == "windows" {
 		return slices.Clone(defaultEnvWindows)
@@ -30,7 +30,7 @@ func DefaultChildEnv(goos string) []string {
 	return slices.Clone(defaultEnvUnix)
 }
 
-// childEnv builds the environment of cfg's child from environ (mcpmux's
+// childEnv builds the environment of cfg's child from environ (viewmux's
 // own, as os.Environ returns it) on goos: the variables DefaultChildEnv
 // names, those cfg.InheritEnv names (a name, or a prefix ending in *), and
 // then cfg.Env, which wins over both. Nothing else of environ is passed.

@@ -4,14 +4,14 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/mcpmux/mcpmux/configs"
+	"github.com/viewmux/viewmux/configs"
 )
 
-// TestChildEnv checks what a stdio child gets of mcpmux's environment.
+// TestChildEnv checks what a stdio child gets of viewmux's environment.
 func TestChildEnv(t *testing.T) {
 	environ := []string{
 		"HOME=/home/u", "PATH=/bin", "USER=u", "TERM=xterm", "SHELL=/bin/sh", "LOGNAME=u",
-		"MCPMUX_TOKEN=secret-token", "GITHUB_TOKEN=ghp_other", "AWS_REGION=eu", "AWS_SECRET=aws",
+		"VIEWMUX_TOKEN=secret-token", "GITHUB_TOKEN=ghp_other", "AWS_REGION=eu", "AWS_SECRET=aws",
 		"AWSX=no", "LANG=C", "BASH_FUNC_f%%=() { :; }", "TERM_PROGRAM=x", "EMPTY=",
 	}
 	tests := []struct {

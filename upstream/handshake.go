@@ -10,8 +10,8 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 
-	"github.com/mcpmux/mcpmux/configs"
-	"github.com/mcpmux/mcpmux/upstream/wire"
+	"github.com/viewmux/viewmux/configs"
+	"github.com/viewmux/viewmux/upstream/wire"
 )
 
 // discoverProbeTimeout bounds a server/discover probe before falling back
@@ -128,7 +128,7 @@ func (c *conn) initialize(ctx context.Context, version string) (*mcp.InitializeR
 		ProtocolVersion string                  `json:"protocolVersion"`
 		ClientInfo      mcp.Implementation      `json:"clientInfo"`
 		Capabilities    *mcp.ClientCapabilities `json:"capabilities"`
-	}{version, mcp.Implementation{Name: "mcpmux", Version: c.u.opts.ClientVersion}, c.clientCaps()})
+	}{version, mcp.Implementation{Name: "viewmux", Version: c.u.opts.ClientVersion}, c.clientCaps()})
 	if err != nil {
 		return nil, err
 	}
@@ -173,7 +173,7 @@ func (c *conn) wireNotification(_, method string, params json.RawMessage) {
 func (c *conn) wireRequest(ctx context.Context, _, method string, params json.RawMessage) (json.RawMessage, error) {
 	h := c.u.opts.OnRequest
 	if h == nil {
-		return nil, &RPCError{Code: mcp.METHOD_NOT_FOUND, Message: "mcpmux does not relay " + method}
+		return nil, &RPCError{Code: mcp.METHOD_NOT_FOUND, Message: "viewmux does not relay " + method}
 	}
 	return h(ctx, c.u, method, params)
 }

@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/mcpmux/mcpmux/internal/redact"
+	"github.com/viewmux/viewmux/internal/redact"
 )
 
 // Health is what an Upstream is doing and has been through, for people

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mcpmux/mcpmux/configs"
-	"github.com/mcpmux/mcpmux/internal/redact"
+	"github.com/viewmux/viewmux/configs"
+	"github.com/viewmux/viewmux/internal/redact"
 )
 
 func TestHealthAfterAKilledChild(t *testing.T) {

@@ -7,8 +7,8 @@ import (
 	"mime"
 	"net/http"
 
-	"github.com/mcpmux/mcpmux/upstream/h1"
-	"github.com/mcpmux/mcpmux/upstream/oauth"
+	"github.com/viewmux/viewmux/upstream/h1"
+	"github.com/viewmux/viewmux/upstream/oauth"
 )
 
 // sseFieldSlack is the room an SSE event gets beyond the message itself for

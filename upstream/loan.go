@@ -12,7 +12,7 @@ import (
 // caller's requests were read into, once the caller has written those
 // answers out. A result of a megabyte then costs no new allocation per
 // call, and so no garbage collection: at that size, collecting the
-// buffers cost about as much CPU as everything else mcpmux does with the
+// buffers cost about as much CPU as everything else viewmux does with the
 // result. A caller without a Loan gets buffers of its own.
 //
 // Only the results of tools/call and resources/read are read under a

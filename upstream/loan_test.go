@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mcpmux/mcpmux/configs"
+	"github.com/viewmux/viewmux/configs"
 )
 
 // TestBufClass: a pooled buffer is at most a quarter larger than what it
@@ -33,7 +33,7 @@ func TestBufClass(t *testing.T) {
 // TestLoanedResult: a large tools/call result read under a loan, from a
 // JSON body (of known length or not) or an event stream, is in a pooled
 // buffer the loan takes back on Release (tests poison what is taken
-// back); without a loan, or for a method whose result mcpmux keeps, or for
+// back); without a loan, or for a method whose result viewmux keeps, or for
 // a message that is not the request's answer, it is the caller's own.
 func TestLoanedResult(t *testing.T) {
 	text := strings.Repeat("x", 200<<10)
@@ -118,7 +118,7 @@ func TestLoanedResult(t *testing.T) {
 		kept := call(WithLoan(context.Background(), loan), "prompts/get")
 		loan.Release()
 		if string(res) != result || string(own) != result || string(kept) != result {
-			t.Errorf("%s: a result read without a loan, or one mcpmux keeps, was taken back", path)
+			t.Errorf("%s: a result read without a loan, or one viewmux keeps, was taken back", path)
 		}
 
 		loan = new(Loan)

@@ -19,7 +19,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 
-	"github.com/mcpmux/mcpmux/configs"
+	"github.com/viewmux/viewmux/configs"
 )
 
 // envServerMode, when set, makes the test binary a stdio MCP server:
@@ -32,11 +32,11 @@ import (
 //	handmadeloop  the same, with a tools/list whose next cursor never ends
 //	modernonly refuse initialize as a 2026-07-28-only server would
 //	scripted  a handwritten server that misbehaves on cue (scriptedServe)
-const envServerMode = "MCPMUX_UPSTREAM_TEST_SERVER"
+const envServerMode = "VIEWMUX_UPSTREAM_TEST_SERVER"
 
 // envStderr, when set, makes the server write a few stderr lines first,
 // one of them longer than maxStderrLine.
-const envStderr = "MCPMUX_UPSTREAM_TEST_STDERR"
+const envStderr = "VIEWMUX_UPSTREAM_TEST_STDERR"
 
 func TestMain(m *testing.M) {
 	if mode := os.Getenv(envServerMode); mode != "" {
@@ -430,7 +430,7 @@ func serveModernOnly() int {
 
 // BenchmarkStdioCall measures one small tools/call at a time to a stdio
 // child (the handwritten server, which costs next to nothing), for
-// mcpmux's own cost per call on a stdio upstream: framing, the engine,
+// viewmux's own cost per call on a stdio upstream: framing, the engine,
 // the answer's parse (-cpuprofile, -memprofile).
 func BenchmarkStdioCall(b *testing.B) {
 	u := New(stdioConfig(b, "bench", "handmade"), fastOptions(&logSink{}))

@@ -10,15 +10,15 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 
-	"github.com/mcpmux/mcpmux/configs"
+	"github.com/viewmux/viewmux/configs"
 )
 
 // modernSide is a 2026-07-28 client to the same streamable HTTP endpoint
 // as a connection that negotiated an older protocol.
 //
-// mcpmux pins servers that speak both eras to 2025-11-25, because on that
+// viewmux pins servers that speak both eras to 2025-11-25, because on that
 // version they may ask a client for input in the middle of a call, which
-// mcpmux relays to the legacy client that caused it. A 2026-07-28 client
+// viewmux relays to the legacy client that caused it. A 2026-07-28 client
 // expects the other way: an input_required result it answers itself. Its
 // requests go through this side instead, as the 2026-07-28 requests they
 // are, so such a server answers them exactly as it would answer that

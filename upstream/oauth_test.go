@@ -10,9 +10,9 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 
-	"github.com/mcpmux/mcpmux/configs"
-	"github.com/mcpmux/mcpmux/upstream/oauth"
-	"github.com/mcpmux/mcpmux/upstream/oauth/oauthtest"
+	"github.com/viewmux/viewmux/configs"
+	"github.com/viewmux/viewmux/upstream/oauth"
+	"github.com/viewmux/viewmux/upstream/oauth/oauthtest"
 )
 
 // An oauth upstream without a token is "needs login", sends nothing, and
@@ -33,7 +33,7 @@ func TestOAuthNeedsLoginThenUp(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	err := u.Start(ctx)
-	if !errors.Is(err, ErrNeedsLogin) || !strings.Contains(err.Error(), "mcpmux auth login lin") {
+	if !errors.Is(err, ErrNeedsLogin) || !strings.Contains(err.Error(), "viewmux auth login lin") {
 		t.Fatalf("Start = %v, want needs login naming the command", err)
 	}
 	if h := u.Health(); !errors.Is(h.LastError, ErrNeedsLogin) || u.Catalog() != nil {
@@ -128,7 +128,7 @@ func TestOAuthInsufficientScopeFailsOnlyTheCall(t *testing.T) {
 	var req mcp.CallToolRequest
 	req.Params.Name = "echo"
 	_, err := u.CallTool(ctx, req)
-	if !errors.Is(err, ErrInsufficientScope) || !strings.Contains(err.Error(), "mcp:write") || !strings.Contains(err.Error(), "mcpmux auth login lin") {
+	if !errors.Is(err, ErrInsufficientScope) || !strings.Contains(err.Error(), "mcp:write") || !strings.Contains(err.Error(), "viewmux auth login lin") {
 		t.Fatalf("CallTool = %v, want insufficient scope naming mcp:write and the command", err)
 	}
 	if u.State() != StateUp || u.Catalog() == nil {

@@ -9,12 +9,12 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 
-	"github.com/mcpmux/mcpmux/upstream/wire"
+	"github.com/viewmux/viewmux/upstream/wire"
 )
 
 // peer is the seam under a conn: how one JSON-RPC request, notification
 // and close travel. Stdio, websocket and legacy SSE connections speak
-// through mcpmux's own engine (wirePeer); streamable HTTP, and the
+// through viewmux's own engine (wirePeer); streamable HTTP, and the
 // 2026-07-28 side of a legacy HTTP connection (modern.go), through
 // httpPeer (streamable.go). Everything above it (Send, the catalog fetch,
 // probes, logging/setLevel) goes through conn.rawRequest or conn.call,
@@ -24,7 +24,7 @@ type peer interface {
 	// result's bytes; a JSON-RPC error answer is *RPCError. header is for
 	// HTTP transports (2026-07-28 standard headers); others ignore it.
 	// When ctx ends first, the upstream is told where the transport needs
-	// it (notifications/cancelled with mcpmux's own id).
+	// it (notifications/cancelled with viewmux's own id).
 	call(ctx context.Context, method string, params json.RawMessage, header http.Header) (json.RawMessage, error)
 	notify(ctx context.Context, method string, params json.RawMessage) error
 	// close starts closing: pending calls fail. wait then waits for what
@@ -33,7 +33,7 @@ type peer interface {
 	wait()
 }
 
-// wirePeer is a connection through mcpmux's own engine.
+// wirePeer is a connection through viewmux's own engine.
 type wirePeer struct{ w *wire.Conn }
 
 func (p wirePeer) call(ctx context.Context, method string, params json.RawMessage, _ http.Header) (json.RawMessage, error) {
@@ -47,10 +47,10 @@ func (p wirePeer) notify(ctx context.Context, method string, params json.RawMess
 func (p wirePeer) close() error { return p.w.Close() }
 func (p wirePeer) wait()        { p.w.Wait() }
 
-// rawRequest is the one primitive mcpmux's own requests to the upstream
+// rawRequest is the one primitive viewmux's own requests to the upstream
 // go through (the catalog fetch, probes, logging/setLevel, discovery):
 // on a 2026-07-28 connection it adds the protocol _meta with the
-// capabilities mcpmux declares for itself, then calls the peer.
+// capabilities viewmux declares for itself, then calls the peer.
 func (c *conn) rawRequest(ctx context.Context, method string, params json.RawMessage) (json.RawMessage, error) {
 	var header http.Header
 	if mcp.IsModernProtocol(c.version) {
@@ -67,7 +67,7 @@ func (c *conn) rawRequest(ctx context.Context, method string, params json.RawMes
 	return res, err
 }
 
-// clientCaps are the capabilities mcpmux declares to its upstreams: the
+// clientCaps are the capabilities viewmux declares to its upstreams: the
 // server→client requests it relays.
 func (c *conn) clientCaps() *mcp.ClientCapabilities {
 	caps := &mcp.ClientCapabilities{}
@@ -109,7 +109,7 @@ func (c *conn) modernParams(version string, caps *mcp.ClientCapabilities, level 
 	}
 	set(mcp.MetaKeyProtocolVersion, version)
 	set(mcp.MetaKeyClientCapabilities, caps)
-	set(mcp.MetaKeyClientInfo, mcp.Implementation{Name: "mcpmux", Version: c.u.opts.ClientVersion})
+	set(mcp.MetaKeyClientInfo, mcp.Implementation{Name: "viewmux", Version: c.u.opts.ClientVersion})
 	if level != "" {
 		set(mcp.MetaKeyLogLevel, level)
 	}

@@ -12,8 +12,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/mcpmux/mcpmux/configs"
-	"github.com/mcpmux/mcpmux/internal/redact"
+	"github.com/viewmux/viewmux/configs"
+	"github.com/viewmux/viewmux/internal/redact"
 )
 
 const (
@@ -59,14 +59,14 @@ type process struct {
 // The child is bound to life, the Upstream's lifetime (never a request's or
 // Start's ctx: PROTOCOL §7.4), and only as a backstop: its cancellation kills
 // the group, but Close performs the graceful shutdown first. On Linux the
-// child is also killed if mcpmux itself dies (childProcAttr).
+// child is also killed if viewmux itself dies (childProcAttr).
 func startProcess(life context.Context, cfg *configs.Upstream, log *slog.Logger, secrets *redact.Secrets, spawn func(string, func()), onExit func(error)) (*process, error) {
 	if cfg.Command == "" {
 		return nil, errors.New("stdio upstream has no command")
 	}
 	cmd := exec.CommandContext(life, cfg.Command, cfg.Args...)
 	cmd.Dir = cfg.Dir
-	// Only what childEnv lets through: mcpmux's environment holds its
+	// Only what childEnv lets through: viewmux's environment holds its
 	// tokens and every other upstream's secrets.
 	cmd.Env = childEnv(os.Environ(), runtime.GOOS, cfg)
 	cmd.SysProcAttr = childProcAttr()
@@ -175,7 +175,7 @@ func (p *process) groupAlive() bool {
 // itself already exited, because wrappers (sh -c 'server & wait', npx) leave
 // grandchildren in it. On Linux the child's strays, descendants that left
 // the group (setsid) or outlived their parent, get the same signals at the
-// same steps and are reaped when they are mcpmux's orphans. It returns an
+// same steps and are reaped when they are viewmux's orphans. It returns an
 // error only if the child or a stray could not be ended.
 func (p *process) shutdown(stdinWait, termWait time.Duration) error {
 	// While the child lives its strays are found by parentage, so look

@@ -15,12 +15,12 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/mcpmux/mcpmux/internal/tracing"
-	"github.com/mcpmux/mcpmux/upstream/wire"
+	"github.com/viewmux/viewmux/internal/tracing"
+	"github.com/viewmux/viewmux/upstream/wire"
 )
 
 // sseTransport is the legacy HTTP+SSE framing (protocol 2024-11-05) of
-// mcpmux's engine (wire.Transport): one GET event stream carries every
+// viewmux's engine (wire.Transport): one GET event stream carries every
 // message from the server, the first event ("endpoint") names the URL
 // each message to the server is POSTed to.
 //
@@ -303,7 +303,7 @@ type sseEvent struct {
 	scan     wire.OversizeScan
 }
 
-// sseTypeBytes bounds an event's type; longer ones name no event mcpmux
+// sseTypeBytes bounds an event's type; longer ones name no event viewmux
 // handles.
 const sseTypeBytes = 64
 

@@ -16,7 +16,7 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 
-	"github.com/mcpmux/mcpmux/configs"
+	"github.com/viewmux/viewmux/configs"
 )
 
 // sseBridge serves scriptedServe over legacy HTTP+SSE: each GET of /sse
@@ -124,7 +124,7 @@ func sseBridgeConfig(t *testing.T, name string, b *sseBridge) *configs.Upstream 
 	}
 }
 
-// TestScriptedSSE runs mcpmux's own engine against a legacy HTTP+SSE
+// TestScriptedSSE runs viewmux's own engine against a legacy HTTP+SSE
 // server that misbehaves on cue. No subtest may restart the connection.
 func TestScriptedSSE(t *testing.T) {
 	logs := &logSink{}
@@ -172,7 +172,7 @@ func TestScriptedSSE(t *testing.T) {
 			t.Error("the oversize messages without a waiting call were not logged with the limit")
 		}
 	})
-	t.Run("cancellation names mcpmux's id", func(t *testing.T) {
+	t.Run("cancellation names viewmux's id", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 		defer cancel()
 		_, err := u.Send(ctx, Request{Method: "tools/call", Target: "hang", Params: json.RawMessage(`{"name":"hang"}`)})
@@ -188,7 +188,7 @@ func TestScriptedSSE(t *testing.T) {
 			}
 			return string(ids.Cancelled) != "null"
 		})
-		if string(ids.Hang) != string(ids.Cancelled) || !strings.HasPrefix(string(ids.Hang), `"mcpmux-`) {
+		if string(ids.Hang) != string(ids.Cancelled) || !strings.HasPrefix(string(ids.Hang), `"viewmux-`) {
 			t.Fatalf("hang id %s, cancelled %s", ids.Hang, ids.Cancelled)
 		}
 	})
@@ -312,9 +312,9 @@ func TestSSEReader(t *testing.T) {
 		"data:1}\r\n" +
 		"\r\n" +
 		"event: nothing\n\n" + // no data: no event
-		`data: {"jsonrpc":"2.0","id":"mcpmux-3","result":{"t":"` + long + `"}}` + "\n\n" +
+		`data: {"jsonrpc":"2.0","id":"viewmux-3","result":{"t":"` + long + `"}}` + "\n\n" +
 		"event: message\n" +
-		`data: {"jsonrpc":"2.0","id":"mcpmux-4",` + "\n" +
+		`data: {"jsonrpc":"2.0","id":"viewmux-4",` + "\n" +
 		`data: "result":{"t":"` + long + long + `"}}` + "\n\n" +
 		`data: {"jsonrpc":"2.0","method":"x","id":5,"params":"` + long + long + `"}` + "\n\n" +
 		"event: endpoint\ndata: /m\n\n" +
@@ -329,8 +329,8 @@ func TestSSEReader(t *testing.T) {
 	}
 	for i, w := range []want{
 		{typ: "message", data: "{\"a\":\n1}"},
-		{data: `{"jsonrpc":"2.0","id":"mcpmux-3","result":{"t":"` + long + `"}}`},
-		{typ: "message", oversize: true, id: `"mcpmux-4"`},
+		{data: `{"jsonrpc":"2.0","id":"viewmux-3","result":{"t":"` + long + `"}}`},
+		{typ: "message", oversize: true, id: `"viewmux-4"`},
 		{oversize: true, id: "5", method: true},
 		{typ: "endpoint", data: "/m"},
 	} {

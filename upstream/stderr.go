@@ -11,8 +11,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/mcpmux/mcpmux/internal/redact"
-	"github.com/mcpmux/mcpmux/internal/termsafe"
+	"github.com/viewmux/viewmux/internal/redact"
+	"github.com/viewmux/viewmux/internal/termsafe"
 )
 
 const (

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mcpmux/mcpmux/configs"
+	"github.com/viewmux/viewmux/configs"
 )
 
 // shConfig is a stdio upstream running script with sh.

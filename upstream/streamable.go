@@ -18,13 +18,13 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 
-	"github.com/mcpmux/mcpmux/configs"
-	"github.com/mcpmux/mcpmux/internal/jsonrpc"
-	"github.com/mcpmux/mcpmux/internal/tracing"
-	"github.com/mcpmux/mcpmux/upstream/wire"
+	"github.com/viewmux/viewmux/configs"
+	"github.com/viewmux/viewmux/internal/jsonrpc"
+	"github.com/viewmux/viewmux/internal/tracing"
+	"github.com/viewmux/viewmux/upstream/wire"
 )
 
-// Streamable HTTP through mcpmux's own code: each request is one POST of
+// Streamable HTTP through viewmux's own code: each request is one POST of
 // its bytes, answered inline by a JSON body or by an event stream that
 // belongs to that request. Whatever else such a stream carries (progress,
 // log messages, sampling, elicitation, roots requests) is handed to the
@@ -231,7 +231,7 @@ func (p *httpPeer) call(ctx context.Context, method string, params json.RawMessa
 		}
 		tracing.Inject(ctx, header)
 	}
-	id := "mcpmux-" + strconv.FormatUint(p.seq.Add(1), 10)
+	id := "viewmux-" + strconv.FormatUint(p.seq.Add(1), 10)
 	p.mu.Lock()
 	p.calls[id] = ctx
 	p.mu.Unlock()

@@ -20,12 +20,12 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 
-	"github.com/mcpmux/mcpmux/configs"
+	"github.com/viewmux/viewmux/configs"
 )
 
 // TestHTTPKeepAliveAfterNotification: once an mcp-go streamable HTTP
 // server has sent a notification it answers that session's calls as event
-// streams; mcpmux reads each to its end, so its calls keep using the
+// streams; viewmux reads each to its end, so its calls keep using the
 // connections of its pool and open no new TCP connection (mcp-go's client
 // stopped at the answer and lost the connection whenever the stream's end
 // was not already read).

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mcpmux/mcpmux/configs"
-	"github.com/mcpmux/mcpmux/internal/jsonrpc"
+	"github.com/viewmux/viewmux/configs"
+	"github.com/viewmux/viewmux/internal/jsonrpc"
 )
 
 // readTail reads a Tail's result to its end, as a door writes it: the

@@ -4,14 +4,14 @@ import (
 	"context"
 	"encoding/json"
 
-	"github.com/mcpmux/mcpmux/internal/jsonrpc"
-	"github.com/mcpmux/mcpmux/internal/tracing"
+	"github.com/viewmux/viewmux/internal/jsonrpc"
+	"github.com/viewmux/viewmux/internal/tracing"
 )
 
-// withTraceMeta returns params with ctx's span context (mcpmux's span of
+// withTraceMeta returns params with ctx's span context (viewmux's span of
 // the routed request) as _meta traceparent and tracestate, for every
-// transport: the upstream's parent span is mcpmux's, whatever trace
-// context the client put there (its own is the parent of mcpmux's span).
+// transport: the upstream's parent span is viewmux's, whatever trace
+// context the client put there (its own is the parent of viewmux's span).
 // params are returned unchanged when ctx carries no span context, which is
 // always the case with tracing off, and when they are not a JSON object
 // (the upstream answers those itself). The HTTP transports also send it

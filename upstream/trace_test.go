@@ -14,7 +14,7 @@ import (
 	"github.com/mark3labs/mcp-go/server"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/mcpmux/mcpmux/configs"
+	"github.com/viewmux/viewmux/configs"
 )
 
 // traceSeen is what an upstream got with one tools/call: its traceparent
@@ -62,7 +62,7 @@ func (rec *traceRecorder) last(t *testing.T) traceSeen {
 	return rec.seen[len(rec.seen)-1]
 }
 
-// TestTracePropagation: a request whose ctx carries a span context (mcpmux's
+// TestTracePropagation: a request whose ctx carries a span context (viewmux's
 // span of the routed request) reaches an HTTP and a legacy SSE upstream
 // with that span as the traceparent header and as _meta.traceparent,
 // replacing the client's own _meta traceparent; without one, nothing is
@@ -112,7 +112,7 @@ func TestTracePropagation(t *testing.T) {
 			}
 			send(traced, `{"name":"`+c.tool+`","arguments":{},"_meta":{"traceparent":"`+clients+`"}}`)
 			if got := c.rec.last(t); got.header != mine || got.meta != mine {
-				t.Errorf("traced call with the client's _meta: upstream got header %q, _meta %q; want both mcpmux's %q", got.header, got.meta, mine)
+				t.Errorf("traced call with the client's _meta: upstream got header %q, _meta %q; want both viewmux's %q", got.header, got.meta, mine)
 			}
 			send(context.Background(), `{"name":"`+c.tool+`","arguments":{},"_meta":{"traceparent":"`+clients+`"}}`)
 			if got := c.rec.last(t); got.header != "" || got.meta != clients {

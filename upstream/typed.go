@@ -9,7 +9,7 @@ import (
 )
 
 // CallTool is Send for a typed tools/call of the upstream's original tool
-// name; reserved _meta keys in req are not sent. mcpmux's request path
+// name; reserved _meta keys in req are not sent. viewmux's request path
 // forwards raw bytes with Send; this is for callers holding typed requests.
 func (u *Upstream) CallTool(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	req.Params.Meta = withoutReservedMeta(req.Params.Meta)

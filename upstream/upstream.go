@@ -20,8 +20,8 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 
-	"github.com/mcpmux/mcpmux/configs"
-	"github.com/mcpmux/mcpmux/upstream/oauth"
+	"github.com/viewmux/viewmux/configs"
+	"github.com/viewmux/viewmux/upstream/oauth"
 )
 
 // Catalog is everything one upstream offers, fetched in full (every page).
@@ -121,7 +121,7 @@ type Options struct {
 	// belongs to. Same rules as OnNotification; nil = OnNotification.
 	OnCallNotification func(ctx context.Context, u *Upstream, n mcp.JSONRPCNotification)
 
-	// OnRequest answers the upstream's requests to mcpmux (sampling,
+	// OnRequest answers the upstream's requests to viewmux (sampling,
 	// elicitation, roots; ping is answered without it), on every
 	// transport. It runs on a goroutine of its own; its ctx ends when the
 	// upstream cancels the request or the connection ends (on streamable
@@ -158,7 +158,7 @@ type Options struct {
 	// OAuthLogin, for an upstream with oauth set, logs in without a
 	// person when a request has no usable token or is refused for lack
 	// of scope (oauth.Transport.Login): the conformance client and tests
-	// set it. nil (mcpmux serve): the upstream waits for `mcpmux auth
+	// set it. nil (viewmux serve): the upstream waits for `viewmux auth
 	// login` and is "needs login" until then.
 	OAuthLogin func(ctx context.Context, c *oauth.Client, ch oauth.Challenge, scopes []string) error
 	// OAuth tunes the upstream's OAuth client (oauth.New); its zero
@@ -400,7 +400,7 @@ func (u *Upstream) supervise(startCtx context.Context, first chan<- error) {
 		}
 		u.state.Store(int32(StateDown))
 		if errors.Is(err, ErrNeedsLogin) && u.oauth != nil {
-			// A login by `mcpmux auth login` (another process) lands in
+			// A login by `viewmux auth login` (another process) lands in
 			// the token file: try again as soon as it changes.
 			if !u.oauth.WaitLogin(u.life, jitter(delay)) {
 				return

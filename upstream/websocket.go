@@ -14,7 +14,7 @@ import (
 
 	"github.com/coder/websocket"
 
-	"github.com/mcpmux/mcpmux/upstream/wire"
+	"github.com/viewmux/viewmux/upstream/wire"
 )
 
 // wsSubprotocol is the websocket subprotocol MCP is spoken under: the
@@ -47,7 +47,7 @@ type wsOptions struct {
 	Logger      *slog.Logger // nil discards
 }
 
-// wsTransport is the websocket framing of mcpmux's engine (wire.Transport)
+// wsTransport is the websocket framing of viewmux's engine (wire.Transport)
 // over one connection (PROTOCOL §4): subprotocol "mcp", one JSON-RPC
 // message per UTF-8 text frame, no newline framing, no batches.
 //

@@ -16,8 +16,8 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 
-	"github.com/mcpmux/mcpmux/configs"
-	"github.com/mcpmux/mcpmux/upstream/wire"
+	"github.com/viewmux/viewmux/configs"
+	"github.com/viewmux/viewmux/upstream/wire"
 )
 
 // rootsHook is an Options.OnRequest answering roots/list with roots.

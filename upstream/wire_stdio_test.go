@@ -98,7 +98,7 @@ func scriptedServe(r io.Reader, w io.Writer) {
 				send(`this is not JSON`)
 				send(`{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"` + big + `"}}`)
 				send(`{"jsonrpc":"2.0","result":{"data":"` + big + `"}}`)
-				send(`{"jsonrpc":"2.0","id":"mcpmux-999999999","result":{}}`)
+				send(`{"jsonrpc":"2.0","id":"viewmux-999999999","result":{}}`)
 				send(`{"jsonrpc":"2.0","id":"nobody","result":{"data":"` + big + `"}}`)
 				send(`{"jsonrpc":"2.0","id":12345,"error":{"code":1,"message":"x"}}`)
 				text(id, "quiet")
@@ -130,7 +130,7 @@ func orNull(b json.RawMessage) string {
 	return string(b)
 }
 
-// TestScriptedStdio runs mcpmux's own engine against a stdio child that
+// TestScriptedStdio runs viewmux's own engine against a stdio child that
 // misbehaves on cue. No subtest may restart the connection.
 func TestScriptedStdio(t *testing.T) {
 	logs := &logSink{}
@@ -184,7 +184,7 @@ func TestScriptedStdio(t *testing.T) {
 		default:
 		}
 	})
-	t.Run("cancellation names mcpmux's id", func(t *testing.T) {
+	t.Run("cancellation names viewmux's id", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 		defer cancel()
 		_, err := u.Send(ctx, Request{Method: "tools/call", Target: "hang", Params: json.RawMessage(`{"name":"hang"}`)})
@@ -200,7 +200,7 @@ func TestScriptedStdio(t *testing.T) {
 			}
 			return string(ids.Cancelled) != "null"
 		})
-		if string(ids.Hang) != string(ids.Cancelled) || !strings.HasPrefix(string(ids.Hang), `"mcpmux-`) {
+		if string(ids.Hang) != string(ids.Cancelled) || !strings.HasPrefix(string(ids.Hang), `"viewmux-`) {
 			t.Fatalf("hang id %s, cancelled %s", ids.Hang, ids.Cancelled)
 		}
 	})

@@ -19,7 +19,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 
-	"github.com/mcpmux/mcpmux/configs"
+	"github.com/viewmux/viewmux/configs"
 )
 
 // wsPeer is a test-only websocket MCP server: it accepts connections (with

@@ -2,7 +2,7 @@
 // drive.mjs runs a scripted MCP client session (or several at once) with the
 // official TypeScript SDK client over streamable HTTP and prints ONE JSON
 // object on stdout describing what happened. The Go integration tests use it
-// as a real, independent peer: mcpmux's own code never builds these requests.
+// as a real, independent peer: viewmux's own code never builds these requests.
 //
 // Usage:
 //   node client/drive.mjs '<script JSON>'
@@ -507,7 +507,7 @@ async function connect(script, index, barriers) {
   s.transport = await makeTransport(script, plan);
   const elicitation = script.elicitation;
   s.client = new Client(
-    { name: "mcpmux-integration-driver", version: "1.0.0" },
+    { name: "viewmux-integration-driver", version: "1.0.0" },
     { capabilities: elicitation ? { elicitation: { form: {} } } : {} },
   );
   if (elicitation) {

@@ -57,7 +57,7 @@ function check(text, n) {
 async function main() {
   const s = JSON.parse(readFileSync(0, "utf8"));
   const out = { ok: false, bytes: 0 };
-  const client = new Client({ name: "mcpmux-fidelity-big", version: "1.0.0" }, { capabilities: {} });
+  const client = new Client({ name: "viewmux-fidelity-big", version: "1.0.0" }, { capabilities: {} });
   try {
     await client.connect(await transport(s));
     const res = await client.callTool(

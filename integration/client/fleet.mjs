@@ -47,7 +47,7 @@ async function open(index) {
     old.transport.close().catch(() => {});
   }
   const transport = new StreamableHTTPClientTransport(new URL(url));
-  const client = new Client({ name: "mcpmux-fleet", version: "1.0.0" }, { capabilities: {} });
+  const client = new Client({ name: "viewmux-fleet", version: "1.0.0" }, { capabilities: {} });
   client.onerror = () => {}; // a dead replica's stream errors are expected
   sessions[index] = { client, transport };
   try {

@@ -39,7 +39,7 @@ const authProvider = new AudienceProvider({
 });
 
 async function connect(transport) {
-  const client = new Client({ name: "mcpmux-oauth-test", version: "1.0.0" });
+  const client = new Client({ name: "viewmux-oauth-test", version: "1.0.0" });
   await client.connect(transport);
   return client;
 }

@@ -1,13 +1,13 @@
 #!/usr/bin/env node
 // protocol.mjs runs one named protocol scenario with the official TypeScript
 // SDK client and prints ONE JSON object on stdout describing what it saw. The
-// Go tests in protocol_test.go use it to exercise what mcpmux relays besides
+// Go tests in protocol_test.go use it to exercise what viewmux relays besides
 // tools/list and tools/call: server→client requests (sampling, elicitation,
 // roots), progress, cancellation, resource links and subscriptions, prompts,
 // completion and logging.
 //
-// Every scenario runs the same against mcpmux or directly against an MCP
-// server, so a failure through mcpmux can be compared with the server alone.
+// Every scenario runs the same against viewmux or directly against an MCP
+// server, so a failure through viewmux can be compared with the server alone.
 //
 // Usage:
 //   node client/protocol.mjs <scenario> '<params JSON>'
@@ -197,7 +197,7 @@ class Session {
     if (sampling) capabilities.sampling = {};
     if (elicitation) capabilities.elicitation = { form: {} };
     if (roots) capabilities.roots = { listChanged: true };
-    this.client = new Client({ name: "mcpmux-protocol-driver", version: "1.0.0" }, { capabilities });
+    this.client = new Client({ name: "viewmux-protocol-driver", version: "1.0.0" }, { capabilities });
     if (sampling) {
       this.client.setRequestHandler(CreateMessageRequestSchema, async () => ({
         role: "assistant",

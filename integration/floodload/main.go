@@ -1,11 +1,11 @@
 // Command floodload measures what a hostile upstream's notification
 // floods cost another upstream's callers (issue 17, finding 5). It starts
-// the real mcpmux binary with two stdio upstreams, both ./hostile: "flood"
+// the real viewmux binary with two stdio upstreams, both ./hostile: "flood"
 // and "bystander". One client session calls bystander__echo, one call at
 // a time, first while everything is quiet, then while flood sends
 // tools/list_changed as fast as its stdout takes them, then while it
 // sends log messages without end. For each phase it reports the calls'
-// median and p90 latency, mcpmux's CPU (user + system, from
+// median and p90 latency, viewmux's CPU (user + system, from
 // /proc/PID/stat) as a share of one core over a --settle window and the
 // calls, and the tools/list requests flood received.
 //
@@ -13,7 +13,7 @@
 // median. Missing it is a measurement, not a failure: the exit status is
 // non-zero only when something did not work. Linux only (it reads /proc).
 //
-// Run it from the repository: go run ./integration/floodload [--mcpmux BIN]
+// Run it from the repository: go run ./integration/floodload [--viewmux BIN]
 package main
 
 import (
@@ -35,7 +35,7 @@ import (
 )
 
 func main() {
-	bin := flag.String("mcpmux", "", "mcpmux binary (default: build ./cmd/mcpmux)")
+	bin := flag.String("viewmux", "", "viewmux binary (default: build ./cmd/viewmux)")
 	calls := flag.Int("calls", 500, "bystander calls per phase")
 	settle := flag.Duration("settle", 3*time.Second, "wait after a flood starts before measuring")
 	tools := flag.Int("flood-tools", 2000, "tools the flooding upstream lists (each refetch reads them all)")
@@ -54,8 +54,8 @@ func run(bin string, calls int, settle time.Duration, tools, listeners int) erro
 	}
 	defer os.RemoveAll(dir)
 	if bin == "" {
-		bin = filepath.Join(dir, "mcpmux")
-		if err := build(bin, "./cmd/mcpmux"); err != nil {
+		bin = filepath.Join(dir, "viewmux")
+		if err := build(bin, "./cmd/viewmux"); err != nil {
 			return err
 		}
 	}
@@ -72,7 +72,7 @@ args = ["-churn", "-tools", "%d", "-desc", "200"]
 [upstreams.bystander]
 command = %q
 `, addr, hostile, tools, hostile)
-	cfgPath := filepath.Join(dir, "mcpmux.toml")
+	cfgPath := filepath.Join(dir, "viewmux.toml")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		return err
 	}
@@ -111,8 +111,8 @@ command = %q
 			}
 		})
 	}
-	fmt.Printf("mcpmux %s; flood lists %d tools, different each time; %d listening sessions; %d bystander__echo calls per phase, one at a time\n", bin, tools, listeners, calls)
-	fmt.Printf("%-22s %10s %10s %10s %12s\n", "phase", "p50", "p90", "mcpmux CPU", "flood lists")
+	fmt.Printf("viewmux %s; flood lists %d tools, different each time; %d listening sessions; %d bystander__echo calls per phase, one at a time\n", bin, tools, listeners, calls)
+	fmt.Printf("%-22s %10s %10s %10s %12s\n", "phase", "p50", "p90", "viewmux CPU", "flood lists")
 	quiet, err := phase(ctx, c, mux.Process.Pid, "quiet", calls, settle)
 	if err != nil {
 		return err
@@ -141,7 +141,7 @@ command = %q
 	fmt.Printf("the %d listening sessions were told of %d catalog changes\n", listeners, told.Load())
 	fmt.Printf("bystander p50: list_changed flood %.2f× quiet, log flood %.2f× quiet (bar: 2×)\n",
 		float64(flood)/float64(quiet), float64(logs)/float64(quiet))
-	// The chatter call itself may end in its call_timeout: mcpmux reads a
+	// The chatter call itself may end in its call_timeout: viewmux reads a
 	// flooding upstream only so fast, and the upstream's own answers wait
 	// behind its flood. That is the flooder's cost, not a failure here.
 	select {
@@ -200,7 +200,7 @@ func call(ctx context.Context, c *client.Client, tool string, args map[string]an
 }
 
 // phase waits window, then makes n bystander calls, and prints their
-// latency, mcpmux's CPU over the window and the calls, and flood's
+// latency, viewmux's CPU over the window and the calls, and flood's
 // tools/list count; it returns the median.
 func phase(ctx context.Context, c *client.Client, pid int, name string, n int, window time.Duration) (time.Duration, error) {
 	cpu0, err := cpuTime(pid)

@@ -1,4 +1,4 @@
-// Command floor is the baseline mcpmux's performance bars are measured
+// Command floor is the baseline viewmux's performance bars are measured
 // against: the cheapest possible extra HTTP hop in front of an MCP
 // upstream, an httputil reverse proxy that forwards bodies byte for byte in
 // both directions, flushes every write of a streamed (SSE) response at
@@ -15,9 +15,9 @@
 // measured faster than the same proxy built alone: about 20 µs of a
 // 300 µs call at one call at a time (integration/hopprobe prints both).
 // The measuring program is the client and the upstream, and the proxy's
-// code then sits at the same addresses as theirs; mcpmux never does. Built
+// code then sits at the same addresses as theirs; viewmux never does. Built
 // alone, the floor is what a reverse proxy in front of an upstream really
-// is, and what mcpmux is: a separate binary.
+// is, and what viewmux is: a separate binary.
 package main
 
 import (

@@ -3,18 +3,18 @@
 // upstream (in this process): directly; through the floor
 // (integration/floor, an httputil reverse proxy built as a program of its
 // own, as integration/load runs it); through the same proxy code run as a
-// copy of this program; and through `mcpmux serve`.
+// copy of this program; and through `viewmux serve`.
 //
-//	go build -o /tmp/mcpmux ./cmd/mcpmux && go run ./integration/hopprobe --mcpmux /tmp/mcpmux
+//	go build -o /tmp/viewmux ./cmd/viewmux && go run ./integration/hopprobe --viewmux /tmp/viewmux
 //
 // It prints each round's added p50 per path, and the medians.
 //
 // The two floors differ by about 20 µs of about 300 µs on a 2-core VM: a
 // proxy that is a copy of this program, whose code sits at the same
 // addresses as the client's and the upstream's in this process, is faster
-// than the same proxy built alone. mcpmux's session server showed the same:
+// than the same proxy built alone. viewmux's session server showed the same:
 // run as a copy of this program it was as fast as that floor, and built
-// alone as slow as `mcpmux serve`. The bars compare mcpmux with the floor
+// alone as slow as `viewmux serve`. The bars compare viewmux with the floor
 // built alone, which is what a proxy in front of an upstream is.
 package main
 
@@ -39,7 +39,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 
-	"github.com/mcpmux/mcpmux/integration/internal/gobuild"
+	"github.com/viewmux/viewmux/integration/internal/gobuild"
 )
 
 // Set in a child's environment: the upstream's URL, and the address the
@@ -53,13 +53,13 @@ func main() {
 	if up := os.Getenv(envFloor); up != "" {
 		exit(serveFloor(up, os.Getenv(envAddr)))
 	}
-	bin := flag.String("mcpmux", "", "mcpmux binary (required)")
+	bin := flag.String("viewmux", "", "viewmux binary (required)")
 	floor := flag.String("floor", "", "integration/floor binary (default: go build it into a temp dir)")
 	rounds := flag.Int("rounds", 5, "rounds, each timing every path in turn")
 	n := flag.Int("n", 1000, "timed calls per path per round")
 	flag.Parse()
 	if *bin == "" {
-		exit(errors.New("--mcpmux is required"))
+		exit(errors.New("--viewmux is required"))
 	}
 	exit(run(*bin, *floor, *rounds, *n))
 }
@@ -116,9 +116,9 @@ func run(bin, floor string, rounds, n int) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	// The config gets a directory of its own: mcpmux watches it.
+	// The config gets a directory of its own: viewmux watches it.
 	cfgDir := filepath.Join(dir, "config")
-	cfgPath := filepath.Join(cfgDir, "mcpmux.toml")
+	cfgPath := filepath.Join(cfgDir, "viewmux.toml")
 	if err := os.Mkdir(cfgDir, 0o700); err != nil {
 		return err
 	}
@@ -156,7 +156,7 @@ func run(bin, floor string, rounds, n int) error {
 		{name: "direct", url: ts.URL + "/mcp", tool: "echo"},
 		{name: "floor", url: "http://" + addrs[0] + "/mcp", tool: "echo"},
 		{name: "floor as a copy of this program", url: "http://" + addrs[1] + "/mcp", tool: "echo"},
-		{name: "mcpmux serve", url: "http://" + addrs[2] + "/mcp", tool: "up__echo"},
+		{name: "viewmux serve", url: "http://" + addrs[2] + "/mcp", tool: "up__echo"},
 	}
 	for i := range paths {
 		if paths[i].c, err = dial(ctx, paths[i].url, 30*time.Second); err != nil {

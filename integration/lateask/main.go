@@ -1,4 +1,4 @@
-// Command lateask is a stdio MCP server for the tests of how mcpmux routes
+// Command lateask is a stdio MCP server for the tests of how viewmux routes
 // server→client requests. Its sampling request can be made
 // to come after the call that caused it has finished, while another
 // client's call is in flight: the attack of issue 9, item 5.

@@ -18,7 +18,7 @@ import (
 )
 
 // blobTool answers a text result of exactly "bytes" bytes: the large-result
-// series (--big) call it directly, through the floor and through mcpmux.
+// series (--big) call it directly, through the floor and through viewmux.
 const (
 	blobTool     = "blob"
 	maxBlobBytes = 256 << 20
@@ -38,7 +38,7 @@ type bigURLs struct {
 }
 
 // openBigRounds opens one round per state: on each path a c=1 session, and
-// on the floor and mcpmux conc more for the peak RSS figure (the direct
+// on the floor and viewmux conc more for the peak RSS figure (the direct
 // path has no process of its own to read). For stateSSE it puts every one of
 // them into the event-stream state with one notifying call (see upState);
 // each such call is added to sent, which the upstream's count must match.
@@ -178,9 +178,9 @@ func blobCaller(tool string, size int) caller {
 // id and reads the response body to its end without decoding it. The
 // timed c=1 calls use it because mcp-go's client decodes an event-stream
 // answer far more slowly than a JSON one: on the direct and floor paths the
-// client pays that in the event-stream state, while mcpmux answers its own
+// client pays that in the event-stream state, while viewmux answers its own
 // client with JSON whatever the upstream sent, so timing through mcp-go's
-// client would credit mcpmux with the client's decoding. Reading bytes
+// client would credit viewmux with the client's decoding. Reading bytes
 // costs every path the same. It checks the status, the content type and
 // that the body holds at least the result's text; the untimed warm-up call
 // of each path checks the whole result through mcp-go's client.
@@ -238,9 +238,9 @@ type bigSide struct {
 
 // bigRun measures one size: after one checked warm-up call per path, calls
 // c=1 calls per path, timed with rawBlob, interleaved (direct,
-// floor, mcpmux, then the reverse), reading the CPU of the floor's and
-// mcpmux's process around each of their own calls; then, for the floor and
-// mcpmux, len(cs) calls at once, reading the process's peak RSS growth
+// floor, viewmux, then the reverse), reading the CPU of the floor's and
+// viewmux's process around each of their own calls; then, for the floor and
+// viewmux, len(cs) calls at once, reading the process's peak RSS growth
 // over its RSS before them.
 func bigRun(ctx context.Context, size, calls int, direct, floor, mux bigSide) (bigResult, error) {
 	res := bigResult{size: size, concurrent: len(mux.cs)}
@@ -359,7 +359,7 @@ func printBig(out io.Writer, st upState, runs [][]bigResult) {
 		return
 	}
 	fmt.Fprintf(out, "\nlarge results, upstream answering every path as %s (%s) (medians of %d run(s); CPU read around each call; RSS: %d concurrent calls, peak growth over RSS before them, per call):\n", st, st.note(), len(runs), runs[0][0].concurrent)
-	fmt.Fprintln(out, "size       added p50 ms floor / mcpmux (ratio, bar ≤ 2)   CPU ms per MiB floor / mcpmux (ratio, bar ≤ 2)   peak RSS growth per call ÷ payload floor / mcpmux (bar ≤ 2)")
+	fmt.Fprintln(out, "size       added p50 ms floor / viewmux (ratio, bar ≤ 2)   CPU ms per MiB floor / viewmux (ratio, bar ≤ 2)   peak RSS growth per call ÷ payload floor / viewmux (bar ≤ 2)")
 	for k := range runs[0] {
 		med := func(f func(bigResult) time.Duration) time.Duration {
 			v := make([]time.Duration, len(runs))

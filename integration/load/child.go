@@ -14,8 +14,8 @@ import (
 )
 
 // child is a helper process (the upstream server, the floor proxy): a
-// process of its own, so its CPU time can be read from /proc like mcpmux's,
-// and so its traffic crosses a process boundary as mcpmux's does.
+// process of its own, so its CPU time can be read from /proc like viewmux's,
+// and so its traffic crosses a process boundary as viewmux's does.
 type child struct {
 	url string // what the child printed on its first line of stdout
 	pid int

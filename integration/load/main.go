@@ -1,6 +1,6 @@
-// Command load measures mcpmux against a floor and a direct baseline, in
+// Command load measures viewmux against a floor and a direct baseline, in
 // one run, on one machine, for the request-path bars of README.md: the
-// latency mcpmux adds to an allowed tools/call, throughput at 16 concurrent
+// latency viewmux adds to an allowed tools/call, throughput at 16 concurrent
 // sessions and CPU per call, each next to the floor (a plain
 // httputil.ReverseProxy in front of the same upstream, the cheapest extra
 // HTTP hop); the latency it adds in front of a stdio upstream; whether a
@@ -10,7 +10,7 @@
 //
 // The HTTP upstream is an mcp-go streamable HTTP server inside this process
 // (or a re-executed copy of it, --upstream process); the floor is a
-// re-executed copy of this program; mcpmux is its binary, as a child
+// re-executed copy of this program; viewmux is its binary, as a child
 // process. Missing a bar is a measurement, not a failure: the exit status is
 // non-zero only when something did not work (a call failed, a count did not
 // add up).
@@ -35,7 +35,7 @@ import (
 )
 
 type options struct {
-	mcpmux      string
+	viewmux     string
 	protocol    string
 	n, warmup   int
 	block       int
@@ -63,7 +63,7 @@ type options struct {
 const (
 	barDenied    = 50 * time.Microsecond
 	barStdio     = 150 * time.Microsecond
-	barCPU       = 1.0 // mcpmux CPU per call ≤ barCPU × the floor's
+	barCPU       = 1.0 // viewmux CPU per call ≤ barCPU × the floor's
 	exposedWrite = muxUpstream + "__" + writeTool
 	exposedNote  = muxUpstream + "__" + notifyTool
 )
@@ -78,27 +78,27 @@ func main() {
 	}
 	var o options
 	flag.StringVar(&o.upstream, "upstream", "inproc", "where the HTTP upstream runs: inproc (in this process, with the clients) or process (a child process)")
-	flag.StringVar(&o.mcpmux, "mcpmux", "", "mcpmux binary to run (default: go build ./cmd/mcpmux into a temp dir)")
-	flag.StringVar(&o.protocol, "protocol", mcp.LATEST_LEGACY_PROTOCOL_VERSION, "protocol version the clients pin (mcpmux pins 2025-11-25 upstream); \"\" negotiates")
+	flag.StringVar(&o.viewmux, "viewmux", "", "viewmux binary to run (default: go build ./cmd/viewmux into a temp dir)")
+	flag.StringVar(&o.protocol, "protocol", mcp.LATEST_LEGACY_PROTOCOL_VERSION, "protocol version the clients pin (viewmux pins 2025-11-25 upstream); \"\" negotiates")
 	flag.IntVar(&o.n, "n", 5000, "timed calls per latency series per run")
 	flag.IntVar(&o.warmup, "warmup", 500, "untimed calls per latency series before timing, per run")
 	flag.IntVar(&o.block, "block", 100, "calls per block when interleaving the latency series")
 	flag.IntVar(&o.clients, "clients", 16, "concurrent sessions in the throughput phase (per side)")
 	flag.DurationVar(&o.duration, "duration", 10*time.Second, "throughput: measured time per side per run")
-	flag.IntVar(&o.slices, "slices", 2, "throughput: split each side's time into this many slices, alternating direct/floor/mcpmux as ABC CBA …")
+	flag.IntVar(&o.slices, "slices", 2, "throughput: split each side's time into this many slices, alternating direct/floor/viewmux as ABC CBA …")
 	flag.IntVar(&o.runs, "runs", 3, "repeat latency and throughput this many times, interleaved; the summary is the median")
 	flag.IntVar(&o.tools, "tools", 0, "extra filler tools on the upstream (e.g. 1000 for a 1,000-tool catalog)")
 	flag.IntVar(&o.progress, "progress", 5, "progress notifications per call in the notifying series (1–1000)")
-	flag.BoolVar(&o.stdio, "stdio", true, "also measure a stdio upstream (mcpmux demo-server) directly and through mcpmux serve --stdio")
+	flag.BoolVar(&o.stdio, "stdio", true, "also measure a stdio upstream (viewmux demo-server) directly and through viewmux serve --stdio")
 	flag.BoolVar(&o.small, "small", true, "measure the small-call series (latency and throughput); false runs the large-result series alone")
-	flag.DurationVar(&o.waitBar, "wait-bar", 500*time.Microsecond, "a notifying call may cost mcpmux at most this much more than it costs the floor (a sleep or poll shows as more)")
-	flag.StringVar(&o.muxLogLevel, "mux-log-level", "info", "mcpmux --log-level (info is its default; denied calls log a line each)")
+	flag.DurationVar(&o.waitBar, "wait-bar", 500*time.Microsecond, "a notifying call may cost viewmux at most this much more than it costs the floor (a sleep or poll shows as more)")
+	flag.StringVar(&o.muxLogLevel, "mux-log-level", "info", "viewmux --log-level (info is its default; denied calls log a line each)")
 	flag.StringVar(&o.big, "big", "1MiB,10MiB,50MiB", "large-result series: result sizes (KiB, MiB or bytes, comma-separated); \"\" skips them")
 	flag.IntVar(&o.bigCalls, "big-calls", 10, "large-result series: timed calls per path per size per run")
 	states := flag.String("upstream-state", "both", "the upstream state the small-call (echo) and large-result series measure, on every path alike: sse (answering as an event stream, as it does once a session had a notification), json, or both, each reported on its own (see state.go)")
 	flag.IntVar(&o.bigConc, "big-concurrent", 4, "large-result series: concurrent calls per path for the peak RSS figure")
 	flag.DurationVar(&o.timeout, "timeout", 30*time.Minute, "give up after this long")
-	flag.BoolVar(&o.keep, "keep", false, "keep the temp dir (configs, mcpmux logs) and print its path")
+	flag.BoolVar(&o.keep, "keep", false, "keep the temp dir (configs, viewmux logs) and print its path")
 	flag.Parse()
 	if o.upstream != "inproc" && o.upstream != "process" {
 		fmt.Fprintf(os.Stderr, "load: --upstream must be inproc or process, not %q\n", o.upstream)
@@ -179,7 +179,7 @@ type progressSeries struct {
 }
 
 func run(ctx context.Context, o options, out io.Writer) (err error) {
-	dir, err := os.MkdirTemp("", "mcpmux-load-")
+	dir, err := os.MkdirTemp("", "viewmux-load-")
 	if err != nil {
 		return err
 	}
@@ -193,9 +193,9 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 		}
 	}()
 
-	bin, built := o.mcpmux, ""
+	bin, built := o.viewmux, ""
 	if bin == "" {
-		fmt.Fprintln(out, "building ./cmd/mcpmux …")
+		fmt.Fprintln(out, "building ./cmd/viewmux …")
 		if bin, built, err = buildMux(ctx, dir); err != nil {
 			return err
 		}
@@ -239,12 +239,12 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 	defer m.stop() // before the upstream closes and the dir is removed
 	defer func() {
 		if err != nil && ctx.Err() == nil {
-			err = fmt.Errorf("%w\n--- mcpmux log (tail, without the per-call refusals) ---\n%s", err, m.logTail(4096))
+			err = fmt.Errorf("%w\n--- viewmux log (tail, without the per-call refusals) ---\n%s", err, m.logTail(4096))
 		}
 	}()
 
 	// Every session this program opens is closed on the way out, before
-	// mcpmux, the floor and the upstream stop.
+	// viewmux, the floor and the upstream stop.
 	var opened []*client.Client
 	defer func() {
 		for _, c := range opened {
@@ -342,7 +342,7 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 	// there is no ping to measure.
 	dc := paths[0].dc // for the header and the direct ping
 	pings := !mcp.IsModernProtocol(rc.ProtocolVersion()) && !mcp.IsModernProtocol(dc.ProtocolVersion())
-	fmt.Fprintf(out, "mcpmux load: %d CPUs, GOMAXPROCS %d, %s, protocol %s (direct) / %s (mcpmux), upstream %s with %d tools\nmcpmux: %s\n",
+	fmt.Fprintf(out, "viewmux load: %d CPUs, GOMAXPROCS %d, %s, protocol %s (direct) / %s (viewmux), upstream %s with %d tools\nviewmux: %s\n",
 		runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version(), dc.ProtocolVersion(), rc.ProtocolVersion(), o.upstream, upstreamTools+o.tools, built)
 	fmt.Fprintf(out, "latency: %d timed calls per series (+%d warmup), blocks of %d, interleaved; notifying calls send %d progress notifications; throughput: %d sessions per side, %v per side in %d alternating slices; %d run(s)\n",
 		o.n, o.warmup, o.block, o.progress, o.clients, o.duration, o.slices, o.runs)
@@ -365,23 +365,23 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 			ss = append(ss,
 				add("direct "+echoTool+" ("+p.state.label()+")", p.dc, p.direct, &e.direct),
 				add("floor "+echoTool+" ("+p.state.label()+")", p.fc, p.floor, &e.floor),
-				add("mcpmux "+p.state.muxTool(echoTool)+" ("+p.state.label()+")", p.mc, p.mux, &e.mux))
+				add("viewmux "+p.state.muxTool(echoTool)+" ("+p.state.label()+")", p.mc, p.mux, &e.mux))
 		}
 		ss = append(ss,
-			add("mcpmux denied "+exposedWrite, rc, denied, &res.denied),
+			add("viewmux denied "+exposedWrite, rc, denied, &res.denied),
 			add("direct "+notifyTool, ndc, nDirect, &res.nDirect),
 			add("floor "+notifyTool, nfc, nFloor, &res.nFloor),
-			add("mcpmux "+exposedNote, nmc, nMux, &res.nMux))
+			add("viewmux "+exposedNote, nmc, nMux, &res.nMux))
 		if o.stdio {
 			ss = append(ss,
 				add("stdio direct "+stdioEcho, sp.direct, sp.echoDirect, &res.sDirect),
-				add("stdio mcpmux "+exposedStdEcho, sp.mux, sp.echoMux, &res.sMux),
+				add("stdio viewmux "+exposedStdEcho, sp.mux, sp.echoMux, &res.sMux),
 				add("stdio direct "+stdioCount, sp.direct, sp.countDirect, &res.spDirect),
-				add("stdio mcpmux "+exposedStdCnt, sp.mux, sp.countMux, &res.spMux))
+				add("stdio viewmux "+exposedStdCnt, sp.mux, sp.countMux, &res.spMux))
 		}
 		if pings {
 			ss = append(ss,
-				add("mcpmux ping", rc, pingCaller, &res.ping),
+				add("viewmux ping", rc, pingCaller, &res.ping),
 				add("direct ping", dc, pingCaller, &res.directPing))
 		}
 		if o.small {
@@ -425,7 +425,7 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 				tp, err := throughputRun(ctx, o, p.state, []tputSide{
 					{name: "direct", cs: p.dcs, call: p.direct, pid: up.pid},
 					{name: "floor", cs: p.fcs, call: p.floor, pid: fl.pid},
-					{name: "mcpmux", cs: p.mcs, call: p.mux, pid: m.cmd.Process.Pid},
+					{name: "viewmux", cs: p.mcs, call: p.mux, pid: m.cmd.Process.Pid},
 				}, up.counts)
 				if err != nil {
 					return err
@@ -466,7 +466,7 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 					return err
 				}
 				big[i] = append(big[i], b)
-				fmt.Fprintf(out, "run %d: %s result, upstream answering as %s: added p50 ms floor %.2f mcpmux %.2f | CPU ms/MiB floor %.2f mcpmux %.2f\n",
+				fmt.Fprintf(out, "run %d: %s result, upstream answering as %s: added p50 ms floor %.2f viewmux %.2f | CPU ms/MiB floor %.2f viewmux %.2f\n",
 					r+1, sizeLabel(size), br.state, ms(b.floorAdded()), ms(b.muxAdded()), ms(perMB(b.floorCPU, size)), ms(perMB(b.muxCPU, size)))
 			}
 		}
@@ -525,7 +525,7 @@ func checkViews(ctx context.Context, mc, rc *client.Client, extra int) error {
 	}
 	exposedEcho := stateSSE.muxTool(echoTool)
 	if !all[exposedEcho] || !all[exposedWrite] || !all[exposedNote] || len(all) != upstreamTools+extra {
-		return fmt.Errorf("default view through mcpmux: want %s, %s, %s and %d more, got %d tools", exposedEcho, exposedWrite, exposedNote, extra, len(all))
+		return fmt.Errorf("default view through viewmux: want %s, %s, %s and %d more, got %d tools", exposedEcho, exposedWrite, exposedNote, extra, len(all))
 	}
 	ro, err := names(rc)
 	if err != nil {

@@ -31,7 +31,7 @@ func dial(ctx context.Context, url, protocol string) (*client.Client, error) {
 		return nil, fmt.Errorf("start %s: %w", url, err)
 	}
 	var req mcp.InitializeRequest
-	req.Params.ClientInfo = mcp.Implementation{Name: "mcpmux-load", Version: "1"}
+	req.Params.ClientInfo = mcp.Implementation{Name: "viewmux-load", Version: "1"}
 	if _, err := c.Initialize(ctx, req); err != nil {
 		c.Close()
 		return nil, fmt.Errorf("initialize %s: %w", url, err)
@@ -42,9 +42,9 @@ func dial(ctx context.Context, url, protocol string) (*client.Client, error) {
 // caller makes one kind of call on any session.
 type caller func(ctx context.Context, c *client.Client) error
 
-const echoText = "hello from mcpmux-load"
+const echoText = "hello from viewmux-load"
 
-// echoCaller calls tool (echo, directly or through mcpmux) and checks the
+// echoCaller calls tool (echo, directly or through viewmux) and checks the
 // answer. Each successful call is added to every counter in sent (the
 // total must match what the upstream counted at the end).
 func echoCaller(tool string, sent ...*atomic.Int64) caller {

@@ -13,10 +13,10 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/mcpmux/mcpmux/integration/internal/gobuild"
+	"github.com/viewmux/viewmux/integration/internal/gobuild"
 )
 
-// muxProc is the mcpmux child process.
+// muxProc is the viewmux child process.
 type muxProc struct {
 	cmd     *exec.Cmd
 	base    string // http://127.0.0.1:PORT
@@ -25,15 +25,15 @@ type muxProc struct {
 	waitErr error         // valid after exited is closed
 }
 
-// buildMux builds ./cmd/mcpmux of the module this program belongs to into
+// buildMux builds ./cmd/viewmux of the module this program belongs to into
 // dir and returns the binary's path and what it was built from (see
 // treeState).
 func buildMux(ctx context.Context, dir string) (string, string, error) {
 	root, err := gobuild.Root(ctx)
 	if err != nil {
-		return "", "", fmt.Errorf("%w, or pass --mcpmux PATH", err)
+		return "", "", fmt.Errorf("%w, or pass --viewmux PATH", err)
 	}
-	bin, err := gobuild.Build(ctx, root, "./cmd/mcpmux", filepath.Join(dir, "mcpmux"))
+	bin, err := gobuild.Build(ctx, root, "./cmd/viewmux", filepath.Join(dir, "viewmux"))
 	if err != nil {
 		return "", "", err
 	}
@@ -91,7 +91,7 @@ read_only = true
 // free loopback port and waits until GET /readyz answers 200. A port taken
 // between choosing it and the child binding it is retried.
 //
-// The config gets a directory of its own: mcpmux watches the config's
+// The config gets a directory of its own: viewmux watches the config's
 // directory for hot reload, and its log, written on every denied call,
 // would otherwise wake that watcher on every line.
 func startMux(ctx context.Context, bin, dir, upURL, logLevel string) (*muxProc, error) {
@@ -99,7 +99,7 @@ func startMux(ctx context.Context, bin, dir, upURL, logLevel string) (*muxProc, 
 	if err := os.Mkdir(cfgDir, 0o700); err != nil {
 		return nil, err
 	}
-	cfgPath := filepath.Join(cfgDir, "mcpmux.toml")
+	cfgPath := filepath.Join(cfgDir, "viewmux.toml")
 	if err := os.WriteFile(cfgPath, []byte(muxConfig(upURL)), 0o600); err != nil {
 		return nil, err
 	}
@@ -109,7 +109,7 @@ func startMux(ctx context.Context, bin, dir, upURL, logLevel string) (*muxProc, 
 		if err != nil {
 			return nil, err
 		}
-		m, err := spawnMux(bin, cfgPath, addr, filepath.Join(dir, fmt.Sprintf("mcpmux-%d.log", attempt)), logLevel)
+		m, err := spawnMux(bin, cfgPath, addr, filepath.Join(dir, fmt.Sprintf("viewmux-%d.log", attempt)), logLevel)
 		if err != nil {
 			return nil, err
 		}
@@ -135,7 +135,7 @@ func spawnMux(bin, cfgPath, addr, logPath, logLevel string) (*muxProc, error) {
 	cmd := exec.Command(bin, "serve", "--config", cfgPath, "--listen", addr, "--log-level", logLevel)
 	cmd.Stdout = logf
 	cmd.Stderr = logf
-	cmd.Env = append(os.Environ(), "MCPMUX_CONFIG=") // only --config counts
+	cmd.Env = append(os.Environ(), "VIEWMUX_CONFIG=") // only --config counts
 	cmd.SysProcAttr = childAttr()
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", bin, err)
@@ -154,7 +154,7 @@ func (m *muxProc) waitReady(ctx context.Context, limit time.Duration) error {
 	for {
 		select {
 		case <-m.exited:
-			return fmt.Errorf("mcpmux exited before it was ready (%v):\n%s", m.waitErr, m.logTail(4096))
+			return fmt.Errorf("viewmux exited before it was ready (%v):\n%s", m.waitErr, m.logTail(4096))
 		case <-ctx.Done():
 			return context.Cause(ctx)
 		default:
@@ -167,7 +167,7 @@ func (m *muxProc) waitReady(ctx context.Context, limit time.Duration) error {
 			}
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("mcpmux not ready after %v (last: %v):\n%s", limit, statusOrErr(resp, err), m.logTail(4096))
+			return fmt.Errorf("viewmux not ready after %v (last: %v):\n%s", limit, statusOrErr(resp, err), m.logTail(4096))
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -204,14 +204,14 @@ func (m *muxProc) stop() {
 func (m *muxProc) alive() error {
 	select {
 	case <-m.exited:
-		return fmt.Errorf("mcpmux exited during the run (%v):\n%s", m.waitErr, m.logTail(4096))
+		return fmt.Errorf("viewmux exited during the run (%v):\n%s", m.waitErr, m.logTail(4096))
 	default:
 		return nil
 	}
 }
 
 // logTail returns the last n bytes of the child's log, leaving out the
-// line mcpmux logs for every denied call.
+// line viewmux logs for every denied call.
 func (m *muxProc) logTail(n int) string {
 	raw, err := os.ReadFile(m.logPath)
 	if err != nil {

@@ -2,7 +2,7 @@ package main
 
 import "syscall"
 
-// childAttr makes the kernel kill mcpmux if this program dies without
+// childAttr makes the kernel kill viewmux if this program dies without
 // running its cleanup (a crash, SIGKILL).
 func childAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

@@ -36,13 +36,13 @@ func (r result) stdioAdded() time.Duration { return addedP50(r.sMux, r.sDirect) 
 func (r result) stdioExtra() time.Duration { return addedP50(r.spMux, r.spDirect) - r.stdioAdded() }
 
 func printRun(out io.Writer, r int, res result, stdio bool) {
-	fmt.Fprintf(out, "run %d: notifying call extra µs floor %s mcpmux %s", r, us(res.floorExtra()), us(res.muxExtra()))
+	fmt.Fprintf(out, "run %d: notifying call extra µs floor %s viewmux %s", r, us(res.floorExtra()), us(res.muxExtra()))
 	if stdio {
 		fmt.Fprintf(out, " | stdio added %s, extra %s", us(res.stdioAdded()), us(res.stdioExtra()))
 	}
 	fmt.Fprintf(out, " | new upstream TCP conns in the latency phase %d\n", res.latConns)
 	for _, e := range res.echo {
-		fmt.Fprintf(out, "run %d, %s: added p50 µs floor %s mcpmux %s | throughput %% of direct floor %.1f mcpmux %.1f | CPU µs/call floor %s mcpmux %s | new upstream TCP conns in throughput %d (direct %d, floor %d, mcpmux %d) | echo answered as SSE in throughput: direct %d, floor %d, mcpmux %d\n",
+		fmt.Fprintf(out, "run %d, %s: added p50 µs floor %s viewmux %s | throughput %% of direct floor %.1f viewmux %.1f | CPU µs/call floor %s viewmux %s | new upstream TCP conns in throughput %d (direct %d, floor %d, viewmux %d) | echo answered as SSE in throughput: direct %d, floor %d, viewmux %d\n",
 			r, e.state.label(), us(e.floorAdded()), us(e.muxAdded()),
 			100*e.floorRate/e.directRate, 100*e.muxRate/e.directRate,
 			us(e.floorCPU), us(e.muxCPU), e.tputConns, e.directConns, e.floorConns, e.muxConns,
@@ -82,23 +82,23 @@ func printSummary(out io.Writer, o options, rs []result, tally *progressSeries, 
 		rows = append(rows,
 			row{"HTTP   direct  " + echoTool + " " + tag, direct, nil},
 			row{"HTTP   floor   " + echoTool + " " + tag, func(r result) pcts { return r.echo[i].floor }, direct},
-			row{"HTTP   mcpmux  " + st.muxTool(echoTool) + " " + tag, func(r result) pcts { return r.echo[i].mux }, direct})
+			row{"HTTP   viewmux  " + st.muxTool(echoTool) + " " + tag, func(r result) pcts { return r.echo[i].mux }, direct})
 	}
 	rows = append(rows,
 		row{"HTTP   direct  " + notifyTool + " " + note, nDirect, nil},
 		row{"HTTP   floor   " + notifyTool, func(r result) pcts { return r.nFloor }, nDirect},
-		row{"HTTP   mcpmux  " + exposedNote, func(r result) pcts { return r.nMux }, nDirect})
+		row{"HTTP   viewmux  " + exposedNote, func(r result) pcts { return r.nMux }, nDirect})
 	if o.stdio {
 		rows = append(rows,
 			row{"stdio  direct  " + stdioEcho, sDirect, nil},
-			row{"stdio  mcpmux  " + exposedStdEcho, func(r result) pcts { return r.sMux }, sDirect},
+			row{"stdio  viewmux  " + exposedStdEcho, func(r result) pcts { return r.sMux }, sDirect},
 			row{"stdio  direct  " + stdioCount + " " + note, spDirect, nil},
-			row{"stdio  mcpmux  " + exposedStdCnt, func(r result) pcts { return r.spMux }, spDirect})
+			row{"stdio  viewmux  " + exposedStdCnt, func(r result) pcts { return r.spMux }, spDirect})
 	}
-	rows = append(rows, row{"HTTP   mcpmux  denied " + exposedWrite + " (ro)", func(r result) pcts { return r.denied }, nil})
+	rows = append(rows, row{"HTTP   viewmux  denied " + exposedWrite + " (ro)", func(r result) pcts { return r.denied }, nil})
 	if pings {
 		rows = append(rows,
-			row{"HTTP   mcpmux  ping", func(r result) pcts { return r.ping }, nil},
+			row{"HTTP   viewmux  ping", func(r result) pcts { return r.ping }, nil},
 			row{"HTTP   direct  ping", func(r result) pcts { return r.directPing }, nil})
 	}
 
@@ -166,12 +166,12 @@ func printSummary(out io.Writer, o options, rs []result, tally *progressSeries, 
 		fmt.Fprintf(tw, "throughput, %d sessions (%s)\tcalls/s\t%% of direct\tCPU µs per call\tnew upstream TCP conns\t\n", o.clients, st.tag())
 		fmt.Fprintf(tw, "direct\t%.0f\t100.0\t%s\t%d\t\n", ef(func(e echoResult) float64 { return e.directRate }), cpuCell(e(func(e echoResult) time.Duration { return e.upCPU })), dConns)
 		fmt.Fprintf(tw, "floor\t%.0f\t%.1f\t%s\t%d\t\n", ef(func(e echoResult) float64 { return e.floorRate }), 100*b.fShare, cpuCell(b.fCPU), b.fConns)
-		fmt.Fprintf(tw, "mcpmux\t%.0f\t%.1f\t%s\t%d\t\n", ef(func(e echoResult) float64 { return e.muxRate }), 100*b.mShare, cpuCell(b.mCPU), b.mConns)
+		fmt.Fprintf(tw, "viewmux\t%.0f\t%.1f\t%s\t%d\t\n", ef(func(e echoResult) float64 { return e.muxRate }), 100*b.mShare, cpuCell(b.mCPU), b.mConns)
 		tw.Flush()
 		fmt.Fprintln(out)
 	}
 	fmt.Fprintln(out, "(% of direct is taken per run, then the median; CPU is the process's own, from /proc, during its slices:")
-	fmt.Fprintln(out, " the floor's and mcpmux's per call they forwarded; direct's is the upstream's, with --upstream process only;")
+	fmt.Fprintln(out, " the floor's and viewmux's per call they forwarded; direct's is the upstream's, with --upstream process only;")
 	fmt.Fprintln(out, " new upstream TCP conns: those the upstream accepted during the side's measured slices, after a warm-up second)")
 	fmt.Fprintln(out, "\nprogress notifications that reached the client before the result (all runs, warmup included):")
 	delivered := func(name string, p *progressTally) {
@@ -183,10 +183,10 @@ func printSummary(out io.Writer, o options, rs []result, tally *progressSeries, 
 	}
 	delivered("HTTP direct", &tally.direct)
 	delivered("HTTP floor", &tally.floor)
-	delivered("HTTP mcpmux", &tally.mux)
+	delivered("HTTP viewmux", &tally.mux)
 	if o.stdio {
 		delivered("stdio direct", &tally.sDirect)
-		delivered("stdio mcpmux", &tally.sMux)
+		delivered("stdio viewmux", &tally.sMux)
 	}
 
 	verdict := func(ok bool) string {
@@ -202,36 +202,36 @@ func printSummary(out io.Writer, o options, rs []result, tally *progressSeries, 
 
 	fmt.Fprintln(out, "\nbars:")
 	tw = tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "  bar\tmcpmux\tfloor\tneeds\tverdict")
+	fmt.Fprintln(tw, "  bar\tviewmux\tfloor\tneeds\tverdict")
 	for i, st := range o.states {
 		b := bars[i]
 		fmt.Fprintf(tw, "  %s:\t\t\t\t\n", st.label())
-		fmt.Fprintf(tw, "  added latency, tools/call c=1, p50 µs\t%s\t%s\tmcpmux ≤ floor\t%s\n",
+		fmt.Fprintf(tw, "  added latency, tools/call c=1, p50 µs\t%s\t%s\tviewmux ≤ floor\t%s\n",
 			us(b.mAdded), us(b.fAdded), verdict(b.mAdded <= b.fAdded))
 		fmt.Fprintf(tw, "  added latency, tools/call c=1, p99 µs\t%s\t%s\t(shown, not a bar)\t-\n", us(b.mAdded99), us(b.fAdded99))
-		fmt.Fprintf(tw, "  throughput at %d clients, %% of direct\t%.1f\t%.1f\tmcpmux ≥ floor\t%s\n",
+		fmt.Fprintf(tw, "  throughput at %d clients, %% of direct\t%.1f\t%.1f\tviewmux ≥ floor\t%s\n",
 			o.clients, 100*b.mShare, 100*b.fShare, verdict(b.mShare >= b.fShare))
 		if b.mCPU > 0 && b.fCPU > 0 {
-			fmt.Fprintf(tw, "  CPU per forwarded call, µs\t%s\t%s\tmcpmux ≤ %.1f × floor = %s\t%s (%.2f×)\n",
+			fmt.Fprintf(tw, "  CPU per forwarded call, µs\t%s\t%s\tviewmux ≤ %.1f × floor = %s\t%s (%.2f×)\n",
 				us(b.mCPU), us(b.fCPU), barCPU, us(time.Duration(barCPU*float64(b.fCPU))), verdict(float64(b.mCPU) <= barCPU*float64(b.fCPU)), float64(b.mCPU)/float64(b.fCPU))
 		} else {
-			fmt.Fprintf(tw, "  CPU per forwarded call, µs\t%s\t%s\tmcpmux ≤ %.1f × floor\tn/a (no /proc)\n", cpuCell(b.mCPU), cpuCell(b.fCPU), barCPU)
+			fmt.Fprintf(tw, "  CPU per forwarded call, µs\t%s\t%s\tviewmux ≤ %.1f × floor\tn/a (no /proc)\n", cpuCell(b.mCPU), cpuCell(b.fCPU), barCPU)
 		}
-		fmt.Fprintf(tw, "  new upstream TCP conns in throughput\t%d\t%d\tmcpmux = 0\t%s\n", b.mConns, b.fConns, verdict(b.mConns == 0))
+		fmt.Fprintf(tw, "  new upstream TCP conns in throughput\t%d\t%d\tviewmux = 0\t%s\n", b.mConns, b.fConns, verdict(b.mConns == 0))
 	}
 	fmt.Fprintf(tw, "  the other bars (not per state):\t\t\t\t\n")
 	if o.stdio {
 		sAdded := med(result.stdioAdded)
 		fmt.Fprintf(tw, "  stdio upstream, added p50 µs\t%s\t-\t≤ %s\t%s\n", us(sAdded), us(barStdio), verdict(sAdded <= barStdio))
 	}
-	fmt.Fprintf(tw, "  notifying call over HTTP, extra µs\t%s\t%s\tmcpmux − floor ≤ %s\t%s (%s)\n",
+	fmt.Fprintf(tw, "  notifying call over HTTP, extra µs\t%s\t%s\tviewmux − floor ≤ %s\t%s (%s)\n",
 		us(mExtra), us(fExtra), us(o.waitBar), verdict(wait <= o.waitBar), us(wait))
 	if o.stdio {
 		sExtra := med(result.stdioExtra)
 		fmt.Fprintf(tw, "  notifying call over stdio, extra µs\t%s\t-\t≤ %s\t%s\n", us(sExtra), us(o.waitBar), verdict(sExtra <= o.waitBar))
 	}
 	if pings {
-		fmt.Fprintf(tw, "  denied call p50 over mcpmux's ping, µs\t%s\t-\t≤ %s\t%s\n", us(deniedOverPing), us(barDenied), verdict(deniedOverPing <= barDenied))
+		fmt.Fprintf(tw, "  denied call p50 over viewmux's ping, µs\t%s\t-\t≤ %s\t%s\n", us(deniedOverPing), us(barDenied), verdict(deniedOverPing <= barDenied))
 	} else {
 		fmt.Fprintf(tw, "  denied call p50 end to end, µs\t%s\t-\t≤ %s\t%s\n", us(deniedP50), us(barDenied), verdict(deniedP50 <= barDenied))
 	}

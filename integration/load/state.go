@@ -16,18 +16,18 @@ import (
 // mcp-go's streamable HTTP server answers a session's calls with one JSON
 // body until it has sent that session a notification, and as an event
 // stream (text/event-stream, the result in one SSE event) for good after
-// that. mcpmux keeps one upstream session per upstream entry, shared by
+// that. viewmux keeps one upstream session per upstream entry, shared by
 // all its clients, so once anything through it has had progress (the
-// notifying series does) every result mcpmux gets from that entry is an
+// notifying series does) every result viewmux gets from that entry is an
 // event stream, while a fresh direct or floor session is still answered
 // with JSON. Comparing those would measure the state, not the hop, so each
 // state has sessions of its own on every path:
 //
 //   - stateSSE: fresh direct and floor sessions each make one notifying
-//     call first (notifyOnce), and mcpmux's path is its "up" entry, sent
+//     call first (notifyOnce), and viewmux's path is its "up" entry, sent
 //     one notifying call too.
 //   - stateJSON: fresh direct and floor sessions that never had a
-//     notification, and mcpmux's path is a second entry in its config for
+//     notification, and viewmux's path is a second entry in its config for
 //     the same upstream URL ("quiet", only echo and blob), which has an
 //     upstream session of its own that no call ever makes notify.
 //
@@ -67,12 +67,12 @@ func (s upState) tag() string {
 // note says how each path came to be in the state.
 func (s upState) note() string {
 	if s == stateSSE {
-		return "each direct and floor session sent one notification first; mcpmux through its shared upstream session " + muxUpstream + ", sent one too"
+		return "each direct and floor session sent one notification first; viewmux through its shared upstream session " + muxUpstream + ", sent one too"
 	}
-	return "fresh direct and floor sessions; mcpmux through its second upstream entry " + quietUpstream + ", whose upstream session never had a notification"
+	return "fresh direct and floor sessions; viewmux through its second upstream entry " + quietUpstream + ", whose upstream session never had a notification"
 }
 
-// muxTool is tool's name through mcpmux in state s: on the "up" entry or
+// muxTool is tool's name through viewmux in state s: on the "up" entry or
 // on the "quiet" one.
 func (s upState) muxTool(tool string) string {
 	if s == stateSSE {
@@ -81,7 +81,7 @@ func (s upState) muxTool(tool string) string {
 	return quietUpstream + "__" + tool
 }
 
-// muxUpstream is mcpmux's main entry for the upstream; quietUpstream the
+// muxUpstream is viewmux's main entry for the upstream; quietUpstream the
 // second one, the stateJSON path, with the tools quietTools.
 const (
 	muxUpstream   = "up"
@@ -90,13 +90,13 @@ const (
 
 var quietTools = []string{echoTool, blobTool}
 
-// quietUpstreamConfig is the stateJSON entry of mcpmux's config (see
+// quietUpstreamConfig is the stateJSON entry of viewmux's config (see
 // upState). It exposes echo and blob only, so the catalog grows by two
 // tools.
 func quietUpstreamConfig(upURL string) string {
 	return fmt.Sprintf(`
 # the same upstream again, with an upstream session of its own that never
-# gets a notification: the path through mcpmux with the upstream answering
+# gets a notification: the path through viewmux with the upstream answering
 # as JSON (integration/load/state.go, upState)
 [upstreams.%s]
 url = %q
@@ -136,7 +136,7 @@ func notifyOnce(ctx context.Context, c *client.Client, tool string, sent *atomic
 
 // primeSSE puts paths into stateSSE: each of own (direct and floor
 // sessions, each an upstream session of its own) and mux (any session of
-// mcpmux: its upstream session for "up" is shared, so one call through any
+// viewmux: its upstream session for "up" is shared, so one call through any
 // of its sessions switches it) makes one notifying call.
 func primeSSE(ctx context.Context, own []*client.Client, mux *client.Client, sent *atomic.Int64) error {
 	for _, c := range own {

@@ -12,7 +12,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 )
 
-// The stdio upstream is mcpmux's built-in demo server (`mcpmux demo-server`),
+// The stdio upstream is viewmux's built-in demo server (`viewmux demo-server`),
 // a real stdio MCP server. Its echo returns its text; its slow_count sends a
 // progress notification per step when the call has a progress token.
 const (
@@ -23,19 +23,19 @@ const (
 	exposedStdCnt  = stdioName + "__" + stdioCount
 )
 
-// stdioConfig mounts the demo server, started by mcpmux from its own binary,
+// stdioConfig mounts the demo server, started by viewmux from its own binary,
 // as the stdio upstream "st".
 func stdioConfig() string {
 	return fmt.Sprintf(`# written by integration/load
 [upstreams.%s]
-command = "${MCPMUX_SELF}"
+command = "${VIEWMUX_SELF}"
 args = ["demo-server", "--name", %q]
 `, stdioName, stdioName)
 }
 
 // stdioArgs returns the arguments for bin that serve MCP on stdin/stdout:
-// the demo server itself (direct), or `mcpmux serve --stdio` with a config
-// mounting it (through mcpmux). The mcpmux config is written into a
+// the demo server itself (direct), or `viewmux serve --stdio` with a config
+// mounting it (through viewmux). The viewmux config is written into a
 // directory of its own under dir, for the reason startMux gives.
 func stdioArgs(dir string, viaMux bool, logLevel string) ([]string, error) {
 	if !viaMux {
@@ -45,7 +45,7 @@ func stdioArgs(dir string, viaMux bool, logLevel string) ([]string, error) {
 	if err := os.Mkdir(cfgDir, 0o700); err != nil {
 		return nil, err
 	}
-	cfgPath := filepath.Join(cfgDir, "mcpmux.toml")
+	cfgPath := filepath.Join(cfgDir, "viewmux.toml")
 	if err := os.WriteFile(cfgPath, []byte(stdioConfig()), 0o600); err != nil {
 		return nil, err
 	}
@@ -63,7 +63,7 @@ func dialStdio(ctx context.Context, bin string, args []string, logPath, protocol
 	defer logf.Close() // the child has its own descriptor once started
 	spawn := func(_ context.Context, command string, env, args []string) (*exec.Cmd, error) {
 		cmd := exec.Command(command, args...)
-		cmd.Env = append(append(os.Environ(), "MCPMUX_CONFIG="), env...) // only --config counts
+		cmd.Env = append(append(os.Environ(), "VIEWMUX_CONFIG="), env...) // only --config counts
 		cmd.Stderr = logf
 		cmd.SysProcAttr = childAttr()
 		return cmd, nil
@@ -78,7 +78,7 @@ func dialStdio(ctx context.Context, bin string, args []string, logPath, protocol
 		return nil, fmt.Errorf("start %s %v: %w", bin, args, err)
 	}
 	var req mcp.InitializeRequest
-	req.Params.ClientInfo = mcp.Implementation{Name: "mcpmux-load", Version: "1"}
+	req.Params.ClientInfo = mcp.Implementation{Name: "viewmux-load", Version: "1"}
 	if _, err := c.Initialize(ctx, req); err != nil {
 		c.Close()
 		return nil, fmt.Errorf("initialize %s %v: %w (log: %s)", bin, args, err, logPath)
@@ -87,7 +87,7 @@ func dialStdio(ctx context.Context, bin string, args []string, logPath, protocol
 }
 
 // stdioPair is the stdio part of the measurement: one session speaking stdio
-// to the demo server, one speaking stdio to mcpmux serve --stdio, which
+// to the demo server, one speaking stdio to viewmux serve --stdio, which
 // mounts the same server; and the calls the latency series make on them.
 type stdioPair struct {
 	direct, mux           *client.Client // closed by the caller
@@ -113,7 +113,7 @@ func openStdioPair(ctx context.Context, bin, dir string, o options, tally *progr
 		viaMux bool
 		log    string
 		tally  *progressTally
-	}{{&p.direct, false, "stdio-direct.log", &tally.sDirect}, {&p.mux, true, "stdio-mcpmux.log", &tally.sMux}} {
+	}{{&p.direct, false, "stdio-direct.log", &tally.sDirect}, {&p.mux, true, "stdio-viewmux.log", &tally.sMux}} {
 		args, err := stdioArgs(dir, s.viaMux, o.muxLogLevel)
 		if err != nil {
 			return nil, err
@@ -135,7 +135,7 @@ func openStdioPair(ctx context.Context, bin, dir string, o options, tally *progr
 }
 
 // checkStdioViews makes sure the demo server has echo and slow_count, and
-// mcpmux over stdio exposes them as st__echo and st__slow_count.
+// viewmux over stdio exposes them as st__echo and st__slow_count.
 func checkStdioViews(ctx context.Context, direct, mux *client.Client) error {
 	for _, side := range []struct {
 		c     *client.Client

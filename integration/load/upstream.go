@@ -21,7 +21,7 @@ import (
 
 // Tool names on the upstream. echoTool is read-only and is what the latency
 // and throughput phases call; writeTool is not read-only, so the "ro"
-// profile hides it and every call to it through mcpmux must be denied;
+// profile hides it and every call to it through viewmux must be denied;
 // notifyTool sends "count" progress notifications before its result, when
 // the call carries a progress token.
 const (
@@ -170,7 +170,7 @@ func notifiedText(n int) string { return fmt.Sprintf("sent %d notifications", n)
 
 // count wraps h: it counts the request and, for a POST, reads the body to
 // count tools/call by name, then hands h an identical body. The extra work
-// is the same for direct calls and calls relayed by mcpmux.
+// is the same for direct calls and calls relayed by viewmux.
 //
 // It also counts the echo calls h answered as an event stream instead of
 // one JSON body: mcp-go's server switches a session to SSE for good once
@@ -258,7 +258,7 @@ func (u *upstream) close() error {
 	defer cancel()
 	err := u.srv.Shutdown(ctx)
 	if errors.Is(err, context.DeadlineExceeded) {
-		err = u.srv.Close() // mcpmux may hold a long-lived GET stream
+		err = u.srv.Close() // viewmux may hold a long-lived GET stream
 	}
 	if serr := <-u.done; serr != nil && !errors.Is(serr, http.ErrServerClosed) {
 		return serr

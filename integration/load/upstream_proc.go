@@ -12,7 +12,7 @@ import (
 
 // upstreamEnv, set to the number of extra tools, makes this program run as
 // the upstream server only (--upstream process re-executes itself so).
-const upstreamEnv = "MCPMUX_LOAD_UPSTREAM"
+const upstreamEnv = "VIEWMUX_LOAD_UPSTREAM"
 
 // upstreamHandle is the upstream as the measurement sees it, whether it
 // runs in this process or in a child.
@@ -36,7 +36,7 @@ func inProcessUpstream(extra int) (*upstreamHandle, error) {
 }
 
 // childUpstream re-executes this program as the upstream server, so that
-// the direct baseline crosses a process boundary as the mcpmux path does.
+// the direct baseline crosses a process boundary as the viewmux path does.
 func childUpstream(ctx context.Context, extra int) (*upstreamHandle, error) {
 	ch, err := startSelfChild(ctx, "upstream", upstreamEnv+"="+strconv.Itoa(extra))
 	if err != nil {

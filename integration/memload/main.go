@@ -1,7 +1,7 @@
 //go:build linux
 
-// Command memload measures what one unauthenticated client can make mcpmux
-// hold (issue 9): it starts the real mcpmux binary on the default
+// Command memload measures what one unauthenticated client can make viewmux
+// hold (issue 9): it starts the real viewmux binary on the default
 // loopback config (no token, no [server] table) with one upstream, records
 // its idle RSS (VmRSS of /proc/<pid>/status), then, one phase after the
 // other, the RSS after
@@ -10,11 +10,11 @@
 //     tools/call of an unknown tool, so each is refused),
 //   - 100 requests with a 500 KB Mcp-Tools header,
 //   - 200 connections trickling a request body, and 200 idle keep-alive
-//     connections, with the time until mcpmux closes them (read_timeout),
+//     connections, with the time until viewmux closes them (read_timeout),
 //   - 20,000 initialize requests that never send anything else: at most
 //     max_sessions_per_caller of them (2500: every loopback client without
 //     a token is one caller) get a session, the rest 503; the live sessions
-//     are counted (mcpmux_open_sessions) and the RSS they add divided by
+//     are counted (viewmux_open_sessions) and the RSS they add divided by
 //     them is the cost of one idle session; then, after read_timeout, the
 //     sessions that never finished initializing are gone.
 //
@@ -48,11 +48,11 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 
-	"github.com/mcpmux/mcpmux/integration/internal/gobuild"
+	"github.com/viewmux/viewmux/integration/internal/gobuild"
 )
 
 type options struct {
-	mcpmux      string
+	viewmux     string
 	initialize  int
 	narrowings  int
 	bigHeaders  int
@@ -65,15 +65,15 @@ type options struct {
 
 func main() {
 	var o options
-	flag.StringVar(&o.mcpmux, "mcpmux", "", "mcpmux binary to measure (default: build ./cmd/mcpmux)")
+	flag.StringVar(&o.viewmux, "viewmux", "", "viewmux binary to measure (default: build ./cmd/viewmux)")
 	flag.IntVar(&o.initialize, "initialize", 20000, "initialize requests")
 	flag.IntVar(&o.narrowings, "narrowings", 20000, "requests with distinct ?tools= values")
 	flag.IntVar(&o.bigHeaders, "big-headers", 100, "requests with a big Mcp-Tools header")
 	flag.IntVar(&o.headerBytes, "header-bytes", 500_000, "size of that header")
 	flag.IntVar(&o.slowConns, "slow", 200, "slow-body connections, and as many idle keep-alive ones")
 	flag.IntVar(&o.workers, "workers", 32, "concurrent requests")
-	flag.DurationVar(&o.connWait, "conn-wait", 2*time.Minute, "how long to wait for mcpmux to close the slow and idle connections")
-	flag.BoolVar(&o.keep, "keep", false, "keep the temporary directory (config, mcpmux log)")
+	flag.DurationVar(&o.connWait, "conn-wait", 2*time.Minute, "how long to wait for viewmux to close the slow and idle connections")
+	flag.BoolVar(&o.keep, "keep", false, "keep the temporary directory (config, viewmux log)")
 	flag.Parse()
 	if err := run(o); err != nil {
 		fmt.Fprintln(os.Stderr, "memload:", err)
@@ -82,7 +82,7 @@ func main() {
 }
 
 func run(o options) error {
-	dir, err := os.MkdirTemp("", "mcpmux-memload-")
+	dir, err := os.MkdirTemp("", "viewmux-memload-")
 	if err != nil {
 		return err
 	}
@@ -91,7 +91,7 @@ func run(o options) error {
 	} else {
 		defer os.RemoveAll(dir)
 	}
-	bin := o.mcpmux
+	bin := o.viewmux
 	if bin == "" {
 		if bin, err = build(dir); err != nil {
 			return err
@@ -181,7 +181,7 @@ func narrowings(o options, mux *muxProc, rep *report) error {
 	if err != nil {
 		return err
 	}
-	inst, err := mux.gauge("mcpmux_filter_instances")
+	inst, err := mux.gauge("viewmux_filter_instances")
 	if err != nil {
 		return err
 	}
@@ -189,7 +189,7 @@ func narrowings(o options, mux *muxProc, rep *report) error {
 		fmt.Printf("  (%d of the ?tools= requests were not answered Tool not found)\n", other.Load())
 	}
 	rep.line(fmt.Sprintf("after %d distinct ?tools=", o.narrowings), rss,
-		fmt.Sprintf("refused %d, mcpmux_filter_instances %.0f", refused.Load(), inst))
+		fmt.Sprintf("refused %d, viewmux_filter_instances %.0f", refused.Load(), inst))
 	return nil
 }
 
@@ -207,7 +207,7 @@ func bigHeaders(o options, mux *muxProc, rep *report) error {
 		req.Header.Set("Mcp-Tools", value)
 		_, status, err := do(c, req)
 		if err != nil {
-			// mcpmux may answer 431 and close before the whole header
+			// viewmux may answer 431 and close before the whole header
 			// is written; that is a refusal too.
 			status = -1
 		}
@@ -268,13 +268,13 @@ func slowConns(o options, mux *muxProc, rep *report) error {
 		}
 	}
 	rep.line(fmt.Sprintf("with %d slow-body + %d idle conns open", o.slowConns, o.slowConns), rss,
-		fmt.Sprintf("all closed by mcpmux; the last after %v (run took %v)", slowest.Round(100*time.Millisecond), time.Since(start).Round(time.Second)))
+		fmt.Sprintf("all closed by viewmux; the last after %v (run took %v)", slowest.Round(100*time.Millisecond), time.Since(start).Round(time.Second)))
 	return nil
 }
 
 // holdConn opens a connection and either trickles a request body one byte
 // a second (slow) or sends one request and then nothing (idle keep-alive);
-// it returns how long after the start mcpmux took to close it.
+// it returns how long after the start viewmux took to close it.
 func holdConn(addr string, slow bool, stop <-chan struct{}) (time.Duration, error) {
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
@@ -284,7 +284,7 @@ func holdConn(addr string, slow bool, stop <-chan struct{}) (time.Duration, erro
 	start := time.Now()
 	closed := make(chan struct{})
 	go func() {
-		io.Copy(io.Discard, c) // returns when mcpmux closes the connection
+		io.Copy(io.Discard, c) // returns when viewmux closes the connection
 		close(closed)
 	}()
 	if slow {
@@ -344,12 +344,12 @@ func initializes(o options, mux *muxProc, rep *report) error {
 	if err != nil {
 		return err
 	}
-	// mcpmux_sessions counts the bound sessions on builds older than
-	// mcpmux_open_sessions, so that a before/after comparison runs.
-	gauge := "mcpmux_open_sessions"
+	// viewmux_sessions counts the bound sessions on builds older than
+	// viewmux_open_sessions, so that a before/after comparison runs.
+	gauge := "viewmux_open_sessions"
 	live, err := mux.gauge(gauge)
 	if err != nil {
-		gauge = "mcpmux_sessions"
+		gauge = "viewmux_sessions"
 		if live, err = mux.gauge(gauge); err != nil {
 			return err
 		}
@@ -477,7 +477,7 @@ func startUpstream() (*upstream, error) {
 
 func (u *upstream) Close() { u.srv.Close() }
 
-// --- mcpmux ---
+// --- viewmux ---
 
 type muxProc struct {
 	cmd     *exec.Cmd
@@ -487,22 +487,22 @@ type muxProc struct {
 	waitErr error
 }
 
-// build builds ./cmd/mcpmux of the module this program is run in.
+// build builds ./cmd/viewmux of the module this program is run in.
 func build(dir string) (string, error) {
-	bin, err := gobuild.BuildHere(context.Background(), "./cmd/mcpmux", filepath.Join(dir, "mcpmux"))
+	bin, err := gobuild.BuildHere(context.Background(), "./cmd/viewmux", filepath.Join(dir, "viewmux"))
 	if errors.Is(err, gobuild.ErrNoModule) {
-		return "", fmt.Errorf("%w, or pass --mcpmux PATH", err)
+		return "", fmt.Errorf("%w, or pass --viewmux PATH", err)
 	}
 	return bin, err
 }
 
 // startMux runs bin on the default config: one upstream, nothing else.
 func startMux(bin, dir, upURL string) (*muxProc, error) {
-	cfgDir := filepath.Join(dir, "config") // mcpmux watches its config's directory
+	cfgDir := filepath.Join(dir, "config") // viewmux watches its config's directory
 	if err := os.Mkdir(cfgDir, 0o700); err != nil {
 		return nil, err
 	}
-	cfg := filepath.Join(cfgDir, "mcpmux.toml")
+	cfg := filepath.Join(cfgDir, "viewmux.toml")
 	if err := os.WriteFile(cfg, []byte(fmt.Sprintf("[upstreams.up]\nurl = %q\n", upURL)), 0o600); err != nil {
 		return nil, err
 	}
@@ -512,7 +512,7 @@ func startMux(bin, dir, upURL string) (*muxProc, error) {
 	}
 	addr := l.Addr().String()
 	l.Close()
-	m := &muxProc{base: "http://" + addr, logPath: filepath.Join(dir, "mcpmux.log"), exited: make(chan struct{})}
+	m := &muxProc{base: "http://" + addr, logPath: filepath.Join(dir, "viewmux.log"), exited: make(chan struct{})}
 	logf, err := os.Create(m.logPath)
 	if err != nil {
 		return nil, err
@@ -520,7 +520,7 @@ func startMux(bin, dir, upURL string) (*muxProc, error) {
 	defer logf.Close()
 	m.cmd = exec.Command(bin, "serve", "--config", cfg, "--listen", addr)
 	m.cmd.Stdout, m.cmd.Stderr = logf, logf
-	m.cmd.Env = append(os.Environ(), "MCPMUX_CONFIG=")
+	m.cmd.Env = append(os.Environ(), "VIEWMUX_CONFIG=")
 	m.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := m.cmd.Start(); err != nil {
 		return nil, err
@@ -543,7 +543,7 @@ func startMux(bin, dir, upURL string) (*muxProc, error) {
 		}
 		if time.Now().After(deadline) {
 			m.stop()
-			return nil, fmt.Errorf("mcpmux not ready after 30s; log in %s", m.logPath)
+			return nil, fmt.Errorf("viewmux not ready after 30s; log in %s", m.logPath)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -556,7 +556,7 @@ func (m *muxProc) alive() error {
 		if len(log) > 4096 {
 			log = log[len(log)-4096:]
 		}
-		return fmt.Errorf("mcpmux exited (%v):\n%s", m.waitErr, log)
+		return fmt.Errorf("viewmux exited (%v):\n%s", m.waitErr, log)
 	default:
 		return nil
 	}
@@ -577,11 +577,11 @@ func (m *muxProc) stop() {
 	}
 }
 
-// rss returns mcpmux's resident set size in bytes.
+// rss returns viewmux's resident set size in bytes.
 func (m *muxProc) rss() (int64, error) {
 	f, err := os.Open(fmt.Sprintf("/proc/%d/status", m.cmd.Process.Pid))
 	if err != nil {
-		return 0, fmt.Errorf("reading mcpmux's RSS (Linux only): %w", err)
+		return 0, fmt.Errorf("reading viewmux's RSS (Linux only): %w", err)
 	}
 	defer f.Close()
 	sc := bufio.NewScanner(f)

@@ -1,4 +1,4 @@
-module github.com/mcpmux/mcpmux/integration/otlpsink
+module github.com/viewmux/viewmux/integration/otlpsink
 
 go 1.26.8
 

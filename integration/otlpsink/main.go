@@ -1,9 +1,9 @@
-// Command otlpsink is a real OTLP trace receiver for mcpmux's integration
+// Command otlpsink is a real OTLP trace receiver for viewmux's integration
 // tests: the OpenTelemetry Collector's own otlpreceiver, embedded, with a
 // consumer that prints every span it receives as one JSON line on stdout.
 //
 // It is a module of its own, so that the collector's dependencies stay out
-// of mcpmux's go.mod; integration/trace_test.go builds and runs it.
+// of viewmux's go.mod; integration/trace_test.go builds and runs it.
 //
 //	otlpsink -http 127.0.0.1:4318 -grpc 127.0.0.1:4317
 //

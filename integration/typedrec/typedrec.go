@@ -1,10 +1,10 @@
-// Package typedrec is a typed MCP upstream for mcpmux's adversarial tests:
+// Package typedrec is a typed MCP upstream for viewmux's adversarial tests:
 // an mcp-go server whose tools use mcp-go's typed handlers
 // (mcp.NewTypedToolHandler, which binds params.arguments into a Go struct
 // with encoding/json) and, instead of acting, record what they would have
 // acted on. What a Go upstream executes is the value its decoder produced,
 // not the bytes on the wire; these records are that value, so a test can
-// prove that what mcpmux checked is what the upstream would run.
+// prove that what viewmux checked is what the upstream would run.
 //
 // The server does not validate arguments against its input schemas, as
 // mcp-go does not by default: a missing or mistyped argument is bound as

@@ -1,4 +1,4 @@
-module github.com/mcpmux/mcpmux/integration/zitadelop
+module github.com/viewmux/viewmux/integration/zitadelop
 
 go 1.26.8
 

@@ -1,8 +1,8 @@
 // Command zitadelop runs zitadel/oidc's example OpenID provider (its op
 // package, example storage and login page, from the Go module proxy) on a
-// free loopback port, for mcpmux's token exchange tests: it implements
+// free loopback port, for viewmux's token exchange tests: it implements
 // OAuth 2.0 Token Exchange (RFC 8693), which Ory Hydra v2.3 does not. Its
-// clients issue JWT access tokens, which mcpmux's [auth.oauth] requires
+// clients issue JWT access tokens, which viewmux's [auth.oauth] requires
 // (the example's own issue opaque ones). It registers one web client
 // (-client-id, -client-secret, -redirect), prints its issuer URL on
 // stdout, and serves until stdin is closed.

@@ -1,4 +1,4 @@
-// Package audit writes mcpmux's audit log: one JSON line per tools/call
+// Package audit writes viewmux's audit log: one JSON line per tools/call
 // decision, and one per request refused by a rate, size or busy limit.
 // Every line is valid JSON: invalid UTF-8 in recorded
 // arguments is escaped, never written raw.
@@ -67,7 +67,7 @@ const (
 	ApprovalTimeout     = "timeout"     // no answer within approve_timeout
 	ApprovalUnsupported = "unsupported" // the client cannot ask its user (no form elicitation)
 	ApprovalFailed      = "failed"      // asking failed, or the answer made no sense
-	ApprovalAbandoned   = "abandoned"   // the client cancelled the call, or mcpmux stopped, while it waited
+	ApprovalAbandoned   = "abandoned"   // the client cancelled the call, or viewmux stopped, while it waited
 )
 
 // MethodPins is the Method of a record about a pinned tool definition

@@ -1,10 +1,10 @@
-// Package demo owns mcpmux's built-in demo upstream: a small, real MCP server
-// over stdio (`mcpmux demo-server --name N`) with an in-memory note store,
+// Package demo owns viewmux's built-in demo upstream: a small, real MCP server
+// over stdio (`viewmux demo-server --name N`) with an in-memory note store,
 // read-only and destructive tools, a slow tool that reports progress and
 // honours cancellation, and a tool that registers further tools at run time.
 //
 // Tests use it as a controllable upstream; the quickstart config mounts it so
-// that `mcpmux serve` works with nothing else installed.
+// that `viewmux serve` works with nothing else installed.
 package demo
 
 import (
@@ -43,7 +43,7 @@ var ErrInvalidName = errors.New("invalid demo server name")
 var ErrAlreadyServing = errors.New("another demo server is already serving stdio in this process")
 
 // serving is set while a Serve call runs. It is package-level state, which
-// mcpmux otherwise avoids, because it mirrors package-level state in mcp-go:
+// viewmux otherwise avoids, because it mirrors package-level state in mcp-go:
 // the stdio transport has one process-wide client session (its notification
 // channel and writer), so two concurrent Listen calls would steal each other's
 // notifications. Refusing the second call is clearer than cross-wiring them.

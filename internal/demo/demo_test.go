@@ -23,11 +23,11 @@ import (
 // childEnv, when set in the environment, makes the test binary act as a demo
 // server named by its value over its own stdin and stdout, instead of running
 // tests. TestChildProcess re-executes the binary this way.
-const childEnv = "MCPMUX_DEMO_TEST_CHILD"
+const childEnv = "VIEWMUX_DEMO_TEST_CHILD"
 
 func TestMain(m *testing.M) {
 	if name := os.Getenv(childEnv); name != "" {
-		// As `mcpmux demo-server` must: mcp-go's stdio client closes the
+		// As `viewmux demo-server` must: mcp-go's stdio client closes the
 		// child's stderr before it exits, and Go kills a process that
 		// writes to a broken fd 1 or 2 unless SIGPIPE is handled.
 		signal.Ignore(syscall.SIGPIPE)
@@ -290,8 +290,8 @@ func TestServeInitialize(t *testing.T) {
 			if err != nil {
 				t.Fatalf("initialize: %v", err)
 			}
-			if res.ServerInfo.Name != "mcpmux-demo-alpha" {
-				t.Errorf("server name = %q, want %q", res.ServerInfo.Name, "mcpmux-demo-alpha")
+			if res.ServerInfo.Name != "viewmux-demo-alpha" {
+				t.Errorf("server name = %q, want %q", res.ServerInfo.Name, "viewmux-demo-alpha")
 			}
 			if !strings.Contains(res.Instructions, "demo") {
 				t.Errorf("instructions = %q, want a description of the demo", res.Instructions)

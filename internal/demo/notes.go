@@ -21,7 +21,7 @@ const maxTitleBytes = 256
 // welcomeTitle and welcomeText are the note every demo server starts with.
 const (
 	welcomeTitle = "welcome"
-	welcomeText  = "This is an mcpmux demo server. It keeps notes in memory: " +
+	welcomeText  = "This is an viewmux demo server. It keeps notes in memory: " +
 		"list them with list_notes, read one with read_note, change them with " +
 		"write_note and delete_note, or read them as note:// resources. " +
 		"slow_count reports progress and can be cancelled; add_tool registers " +
@@ -29,7 +29,7 @@ const (
 )
 
 // instructions is what the demo server tells clients about itself.
-const instructions = "A demo MCP server built into mcpmux. It stores short text notes in " +
+const instructions = "A demo MCP server built into viewmux. It stores short text notes in " +
 	"memory (tools list_notes, read_note, write_note, delete_note; resources " +
 	"note://<server>/<title>; prompt summarize_notes). slow_count counts with " +
 	"progress notifications and honours cancellation, add_tool registers a new " +
@@ -69,7 +69,7 @@ func newDemo(name string, logger *slog.Logger) *demo {
 		notes: make(map[string]string),
 	}
 	d.srv = server.NewMCPServer(
-		"mcpmux-demo-"+name,
+		"viewmux-demo-"+name,
 		serverVersion,
 		server.WithInstructions(instructions),
 		server.WithToolCapabilities(true),

@@ -1,4 +1,4 @@
-// Package glob owns mcpmux's glob patterns: the `*`, `?`, `[…]` syntax used by
+// Package glob owns viewmux's glob patterns: the `*`, `?`, `[…]` syntax used by
 // filter rules, toolsets, read-only overrides and call rules.
 //
 // A pattern always matches the whole name, case-sensitively. Unlike shell or

@@ -8,7 +8,7 @@ import (
 	"math/bits"
 )
 
-// This file is the pass mcpmux makes over what an upstream sends, which
+// This file is the pass viewmux makes over what an upstream sends, which
 // may be a result of many megabytes: it must be valid JSON (a result is
 // spliced into the answer a client reads, and bytes that are not JSON
 // could end the client's frame early and forge another message), but only
@@ -278,7 +278,7 @@ func (v *validator) str(i int) (int, error) {
 // ParseUpstream is Parse for a message an upstream sent. A response, which
 // may carry a large result, is checked with Valid and only its envelope is
 // read (ID, Result or Error, JSONRPC); a request or notification, which
-// mcpmux may act on or forward, is parsed as Parse does. A response whose
+// viewmux may act on or forward, is parsed as Parse does. A response whose
 // envelope holds a key twice is ambiguous (Ambiguous is set).
 func ParseUpstream(raw []byte) (*Message, error) {
 	sc := getScratch()

@@ -80,8 +80,8 @@ func TestValidAcrossBlocks(t *testing.T) {
 // ambiguous; what is not JSON is refused.
 func TestParseUpstream(t *testing.T) {
 	big := `{"content":[{"type":"text","text":"` + strings.Repeat(`x\"}`, 1000) + `"}],"isError":true}`
-	m, err := ParseUpstream([]byte(`{"jsonrpc":"2.0","id":"mcpmux-7","result":` + big + `}`))
-	if err != nil || m.JSONRPC != "2.0" || string(m.ID) != `"mcpmux-7"` || string(m.Result) != big || m.Ambiguous != nil {
+	m, err := ParseUpstream([]byte(`{"jsonrpc":"2.0","id":"viewmux-7","result":` + big + `}`))
+	if err != nil || m.JSONRPC != "2.0" || string(m.ID) != `"viewmux-7"` || string(m.Result) != big || m.Ambiguous != nil {
 		t.Fatalf("response: %+v, %v", m, err)
 	}
 	if got := string(Lookup(m.Result, "isError")); got != "true" {
@@ -108,7 +108,7 @@ func TestParseUpstream(t *testing.T) {
 }
 
 func BenchmarkParseUpstream(b *testing.B) {
-	raw := []byte(`{"jsonrpc":"2.0","id":"mcpmux-7","result":{"content":[{"type":"text","text":"` + strings.Repeat("lorem ipsum ", 1<<20/12) + `"}]}}`)
+	raw := []byte(`{"jsonrpc":"2.0","id":"viewmux-7","result":{"content":[{"type":"text","text":"` + strings.Repeat("lorem ipsum ", 1<<20/12) + `"}]}}`)
 	b.SetBytes(int64(len(raw)))
 	for b.Loop() {
 		if _, err := ParseUpstream(raw); err != nil {
@@ -118,7 +118,7 @@ func BenchmarkParseUpstream(b *testing.B) {
 }
 
 func BenchmarkParseLarge(b *testing.B) {
-	raw := []byte(`{"jsonrpc":"2.0","id":"mcpmux-7","result":{"content":[{"type":"text","text":"` + strings.Repeat("lorem ipsum ", 1<<20/12) + `"}]}}`)
+	raw := []byte(`{"jsonrpc":"2.0","id":"viewmux-7","result":{"content":[{"type":"text","text":"` + strings.Repeat("lorem ipsum ", 1<<20/12) + `"}]}}`)
 	b.SetBytes(int64(len(raw)))
 	for b.Loop() {
 		if _, err := Parse(raw); err != nil {
@@ -228,7 +228,7 @@ func TestOneLine(t *testing.T) {
 // BenchmarkParseUpstreamSmall measures the parse of a small result, the
 // upstream's answer to most calls.
 func BenchmarkParseUpstreamSmall(b *testing.B) {
-	raw := []byte(`{"jsonrpc":"2.0","id":"mcpmux-7","result":{"content":[{"type":"text","text":"ok"}]}}`)
+	raw := []byte(`{"jsonrpc":"2.0","id":"viewmux-7","result":{"content":[{"type":"text","text":"ok"}]}}`)
 	b.ReportAllocs()
 	for b.Loop() {
 		if m, err := ParseUpstream(raw); err != nil || len(m.Result) == 0 {

@@ -7,7 +7,7 @@ import (
 )
 
 // A Frame is one message in pieces: written one after the other, they are
-// the message. A result answer is mcpmux's envelope around the upstream's
+// the message. A result answer is viewmux's envelope around the upstream's
 // result bytes, which are written out as they are, never copied into a new
 // buffer (a result may be many megabytes).
 type Frame [3][]byte

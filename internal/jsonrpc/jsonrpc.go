@@ -1,7 +1,7 @@
-// Package jsonrpc is mcpmux's JSON-RPC message engine: a message is parsed
+// Package jsonrpc is viewmux's JSON-RPC message engine: a message is parsed
 // once into Message, checked for ambiguity, and rewritten field by field
 // (a name, the hop's _meta) while every other byte of it is kept, so that
-// what mcpmux checked is exactly what it forwards.
+// what viewmux checked is exactly what it forwards.
 package jsonrpc
 
 import (
@@ -20,7 +20,7 @@ import (
 // Version is the JSON-RPC version string.
 const Version = "2.0"
 
-// Message is one JSON-RPC message as mcpmux reads it: the envelope decoded,
+// Message is one JSON-RPC message as viewmux reads it: the envelope decoded,
 // params kept raw, and the params fields the request path routes on
 // decoded from those same bytes.
 type Message struct {

@@ -153,7 +153,7 @@ func TestRewriteKeepsOtherBytes(t *testing.T) {
 		case "io.modelcontextprotocol/protocolVersion":
 			return nil
 		case "progressToken":
-			return json.RawMessage(`"mcpmux-1"`)
+			return json.RawMessage(`"viewmux-1"`)
 		}
 		return v
 	})
@@ -171,11 +171,11 @@ func TestRewriteKeepsOtherBytes(t *testing.T) {
 	if got.Name != "run" || string(got.Arguments) != `{"n":12345678901234567890,"s":"\u00e9"}` {
 		t.Errorf("rewritten params = %s", out)
 	}
-	if string(got.Meta["progressToken"]) != `"mcpmux-1"` || string(got.Meta["trace"]) != `"abc"` || len(got.Meta) != 2 {
+	if string(got.Meta["progressToken"]) != `"viewmux-1"` || string(got.Meta["trace"]) != `"abc"` || len(got.Meta) != 2 {
 		t.Errorf("_meta = %s", out)
 	}
 	// The kept members of _meta keep their bytes and order.
-	if !strings.Contains(string(out), `"_meta":{"progressToken":"mcpmux-1","trace":"abc"}`) {
+	if !strings.Contains(string(out), `"_meta":{"progressToken":"viewmux-1","trace":"abc"}`) {
 		t.Errorf("_meta not kept in place: %s", out)
 	}
 	out, err = Rewrite(json.RawMessage(`{"name":"a","_meta":{"io.modelcontextprotocol/x":1}}`), nil,

@@ -302,7 +302,7 @@ func (s *scanner) object(i, depth int, r role) int {
 			} else if foldedTwice {
 				s.err = fmt.Errorf("%w: keys that differ only in case, among them %q", ErrAmbiguous, Printable(k))
 			} else if (r == roleParams && misspelled(k, routedParams)) || (top && misspelled(k, messageMembers)) {
-				s.err = fmt.Errorf("%w: key %q is read by case-insensitive decoders as a member mcpmux routes on", ErrAmbiguous, Printable(k))
+				s.err = fmt.Errorf("%w: key %q is read by case-insensitive decoders as a member viewmux routes on", ErrAmbiguous, Printable(k))
 			}
 		}
 		i = s.ws(kEnd) + 1 // ':'
@@ -346,7 +346,7 @@ func foldKey(k string) string {
 	return k
 }
 
-// routedParams are the params members mcpmux reads, checks or rewrites;
+// routedParams are the params members viewmux reads, checks or rewrites;
 // messageMembers are a message's own.
 var (
 	routedParams   = []string{"name", "arguments", "uri", "_meta"}
@@ -355,8 +355,8 @@ var (
 
 // misspelled reports whether k is not one of names but folds to one.
 // Alone, such a key (`"Arguments"`, `"Method"`) is no duplicate, yet
-// mcpmux would not see that member while a decoder that folds case (mcp-go
-// inside mcpmux, or an upstream) would: what is acted on would not be what
+// viewmux would not see that member while a decoder that folds case (mcp-go
+// inside viewmux, or an upstream) would: what is acted on would not be what
 // was checked.
 func misspelled(k string, names []string) bool {
 	f := foldKey(k)

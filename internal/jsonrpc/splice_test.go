@@ -12,7 +12,7 @@ func raw(s string) json.RawMessage { return json.RawMessage(s) }
 func TestSplice(t *testing.T) {
 	name := []Member{{"name", raw(`"up__echo"`)}}
 	title := []Member{{"title", raw(`"echo"`)}}
-	meta := []Member{{"mcpmux/upstream", raw(`"up"`)}, {"mcpmux/original", raw(`"echo"`)}}
+	meta := []Member{{"viewmux/upstream", raw(`"up"`)}, {"viewmux/original", raw(`"echo"`)}}
 	cases := []struct {
 		name           string
 		in             string
@@ -21,23 +21,23 @@ func TestSplice(t *testing.T) {
 	}{
 		{"name and meta, the rest byte for byte", `{"name":"echo","description":"Say <it> & \u00e9","inputSchema":{"type":"object","oneOf":[{"required":["a"]}],"$schema":"x"},"x-unknown":[1,2.50,1e3]}`,
 			name, nil, meta,
-			`{"name":"up__echo","description":"Say <it> & \u00e9","inputSchema":{"type":"object","oneOf":[{"required":["a"]}],"$schema":"x"},"x-unknown":[1,2.50,1e3],"_meta":{"mcpmux/upstream":"up","mcpmux/original":"echo"}}`},
+			`{"name":"up__echo","description":"Say <it> & \u00e9","inputSchema":{"type":"object","oneOf":[{"required":["a"]}],"$schema":"x"},"x-unknown":[1,2.50,1e3],"_meta":{"viewmux/upstream":"up","viewmux/original":"echo"}}`},
 		{"nothing added that was absent", `{"name":"p","arguments":[{"name":"a","required":false}]}`,
 			[]Member{{"name", raw(`"x__p"`)}}, nil, nil,
 			`{"name":"x__p","arguments":[{"name":"a","required":false}]}`},
-		{"upstream meta kept in place, ours replace same keys", `{"_meta":{"a":1,"mcpmux/upstream":"forged","b":{"c":[]}},"name":"echo"}`,
+		{"upstream meta kept in place, ours replace same keys", `{"_meta":{"a":1,"viewmux/upstream":"forged","b":{"c":[]}},"name":"echo"}`,
 			name, nil, meta,
-			`{"_meta":{"a":1,"b":{"c":[]},"mcpmux/upstream":"up","mcpmux/original":"echo"},"name":"up__echo"}`},
+			`{"_meta":{"a":1,"b":{"c":[]},"viewmux/upstream":"up","viewmux/original":"echo"},"name":"up__echo"}`},
 		{"null meta counts as absent", `{"name":"echo","_meta":null}`, name, nil, meta,
-			`{"name":"up__echo","_meta":{"mcpmux/upstream":"up","mcpmux/original":"echo"}}`},
+			`{"name":"up__echo","_meta":{"viewmux/upstream":"up","viewmux/original":"echo"}}`},
 		{"duplicate names: one written, first place", `{"name":"a","x":1,"name":"b"}`, name, nil, nil, `{"name":"up__echo","x":1}`},
 		{"a case-folded name is the same member", `{"Name":"evil","name":"echo"}`, name, nil, nil, `{"name":"up__echo"}`},
 		{"duplicate metas: the last is merged", `{"_meta":{"a":1},"name":"e","_meta":{"b":2}}`, name, nil, meta,
-			`{"_meta":{"b":2,"mcpmux/upstream":"up","mcpmux/original":"echo"},"name":"up__echo"}`},
+			`{"_meta":{"b":2,"viewmux/upstream":"up","viewmux/original":"echo"},"name":"up__echo"}`},
 		{"add only when absent", `{"name":"echo"}`, name, title, nil, `{"name":"up__echo","title":"echo"}`},
 		{"add skipped when present", `{"title":"Echo","name":"echo"}`, name, title, nil, `{"title":"Echo","name":"up__echo"}`},
 		{"whitespace around members", "{ \"name\" : \"echo\" ,\n \"k\" : [ 1 ] }", name, nil, nil, `{"name":"up__echo","k" : [ 1 ]}`},
-		{"empty object", `{}`, name, nil, meta, `{"name":"up__echo","_meta":{"mcpmux/upstream":"up","mcpmux/original":"echo"}}`},
+		{"empty object", `{}`, name, nil, meta, `{"name":"up__echo","_meta":{"viewmux/upstream":"up","viewmux/original":"echo"}}`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -63,7 +63,7 @@ func TestSpliceRefuses(t *testing.T) {
 			t.Errorf("Splice(%q) = %v, want a not-an-object error", in, err)
 		}
 	}
-	// A _meta that is not an object is only refused when mcpmux writes one.
+	// A _meta that is not an object is only refused when viewmux writes one.
 	if got, err := Splice(raw(`{"_meta":"s","name":"a"}`), name, nil, nil); err != nil || string(got) != `{"_meta":"s","name":"n"}` {
 		t.Errorf("without meta: %s, %v", got, err)
 	}

@@ -7,17 +7,17 @@ import (
 	"testing"
 )
 
-// TestMCPGoServerAndClientStayOffThePath: mcpmux speaks MCP on the wire
+// TestMCPGoServerAndClientStayOffThePath: viewmux speaks MCP on the wire
 // itself at both ends, so no package of it imports mcp-go's server or
 // client packages. Only the built-in demo server (internal/demo), which is
 // an upstream, and the test peers under integration/ (upstreams and
-// clients mcpmux is measured against) may.
+// clients viewmux is measured against) may.
 func TestMCPGoServerAndClientStayOffThePath(t *testing.T) {
-	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}} {{join .Imports " "}}`, "github.com/mcpmux/mcpmux/...").CombinedOutput()
+	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}} {{join .Imports " "}}`, "github.com/viewmux/viewmux/...").CombinedOutput()
 	if err != nil {
 		t.Fatalf("go list: %v\n%s", err, out)
 	}
-	const mod = "github.com/mcpmux/mcpmux/"
+	const mod = "github.com/viewmux/viewmux/"
 	checked := 0
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
 		fields := strings.Fields(line)

@@ -1,4 +1,4 @@
-// Package oauth validates OAuth 2.1 access tokens for mcpmux as a resource
+// Package oauth validates OAuth 2.1 access tokens for viewmux as a resource
 // server (MCP authorization): JWTs signed by one issuer, checked locally
 // against the issuer's JSON Web Key Set. It owns the discovery of the
 // issuer's metadata (RFC 8414, else OpenID Connect Discovery) and the key

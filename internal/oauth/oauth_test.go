@@ -27,8 +27,8 @@ import (
 	"github.com/lestrrat-go/jwx/v3/jws"
 	"github.com/lestrrat-go/jwx/v3/jwt"
 
-	"github.com/mcpmux/mcpmux/internal/oauth"
-	"github.com/mcpmux/mcpmux/internal/oauth/hydratest"
+	"github.com/viewmux/viewmux/internal/oauth"
+	"github.com/viewmux/viewmux/internal/oauth/hydratest"
 )
 
 const resource = "http://127.0.0.1:8931"

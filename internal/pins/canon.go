@@ -10,13 +10,13 @@ import (
 )
 
 // pinnedKeys are the members of a tool definition that are pinned. _meta
-// is not: it is annotation for clients (mcpmux adds its own keys there),
+// is not: it is annotation for clients (viewmux adds its own keys there),
 // and an upstream may stamp it per listing.
 var pinnedKeys = []string{"name", "title", "description", "inputSchema", "outputSchema", "annotations"}
 
 // Canonical returns the canonical form of a tool definition and its hash:
 // the pinned members of raw (a JSON object), with name set to original
-// (the upstream's name, whatever mcpmux exposes it as), every object's
+// (the upstream's name, whatever viewmux exposes it as), every object's
 // keys sorted, and no insignificant whitespace. Two definitions that
 // differ only in key order or whitespace have the same form. Numbers keep
 // their spelling.

@@ -3,9 +3,9 @@
 // that records them per upstream, the detection of changed and new tools
 // after an upstream's first sight, and their approval.
 //
-// The state file (pins.json) is shared by every mcpmux process using the
+// The state file (pins.json) is shared by every viewmux process using the
 // same state directory: the servers record first sights and pending
-// changes, `mcpmux pins approve` turns pending changes into pins. Each
+// changes, `viewmux pins approve` turns pending changes into pins. Each
 // writes it under an advisory lock (pins.lock), re-reading it first, and
 // replaces it atomically; a server re-reads it when it changes.
 //
@@ -26,7 +26,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/mcpmux/mcpmux/internal/statedir"
+	"github.com/viewmux/viewmux/internal/statedir"
 )
 
 // Names of the files in the state directory.

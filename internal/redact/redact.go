@@ -1,4 +1,4 @@
-// Package redact removes secrets from text that leaves mcpmux: the query
+// Package redact removes secrets from text that leaves viewmux: the query
 // values and userinfo of URLs in log lines and error messages.
 // Upstream URLs carry API keys in queries often enough (`?api_key=…`) that
 // every URL is treated as secret-bearing. Secrets masks the exact values
@@ -295,7 +295,7 @@ func (s *Secrets) Mask(text string) string {
 	return b.String()
 }
 
-// Apply masks the values, then redacts URLs: what text leaving mcpmux
+// Apply masks the values, then redacts URLs: what text leaving viewmux
 // about this configuration's upstream goes through.
 func (s *Secrets) Apply(text string) string { return URLs(s.Mask(text)) }
 
@@ -304,7 +304,7 @@ func (s *Secrets) Handler(next slog.Handler) *Handler {
 	return &Handler{next: next, clean: s.Apply}
 }
 
-// Live holds the Secrets of the configuration mcpmux runs now: one set of
+// Live holds the Secrets of the configuration viewmux runs now: one set of
 // every configured secret value (configs.Config.SecretValues), which every
 // output masks whoever's secret it is. A reload stores the new set. Values
 // learnt at run time (OAuth tokens an upstream login obtained) are added

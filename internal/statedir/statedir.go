@@ -1,5 +1,5 @@
-// Package statedir owns mcpmux's state directory (server.state_dir): where
-// it is by default, and how files are written there. Everything mcpmux
+// Package statedir owns viewmux's state directory (server.state_dir): where
+// it is by default, and how files are written there. Everything viewmux
 // keeps between runs (pinned tool definitions, OAuth tokens) lives in it,
 // readable by its owner only: the directory is 0700 and every file 0600,
 // written whole through a temporary file and a rename, so a reader never
@@ -14,19 +14,19 @@ import (
 	"strings"
 )
 
-// Default returns the default state directory: $XDG_STATE_HOME/mcpmux
+// Default returns the default state directory: $XDG_STATE_HOME/viewmux
 // when XDG_STATE_HOME is set to an absolute path, else
-// $HOME/.local/state/mcpmux. lookupEnv resolves the variables (nil = none
+// $HOME/.local/state/viewmux. lookupEnv resolves the variables (nil = none
 // set); ok is false when neither gives a directory.
 func Default(lookupEnv func(string) (string, bool)) (dir string, ok bool) {
 	if lookupEnv == nil {
 		return "", false
 	}
 	if x, set := lookupEnv("XDG_STATE_HOME"); set && filepath.IsAbs(x) {
-		return filepath.Join(x, "mcpmux"), true
+		return filepath.Join(x, "viewmux"), true
 	}
 	if h, set := lookupEnv("HOME"); set && h != "" {
-		return filepath.Join(h, ".local", "state", "mcpmux"), true
+		return filepath.Join(h, ".local", "state", "viewmux"), true
 	}
 	return "", false
 }

@@ -18,9 +18,9 @@ func TestDefault(t *testing.T) {
 		vars map[string]string
 		want string
 	}{
-		{"XDG_STATE_HOME", map[string]string{"XDG_STATE_HOME": "/x", "HOME": "/h"}, "/x/mcpmux"},
-		{"relative XDG_STATE_HOME ignored", map[string]string{"XDG_STATE_HOME": "x", "HOME": "/h"}, "/h/.local/state/mcpmux"},
-		{"HOME", map[string]string{"HOME": "/h"}, "/h/.local/state/mcpmux"},
+		{"XDG_STATE_HOME", map[string]string{"XDG_STATE_HOME": "/x", "HOME": "/h"}, "/x/viewmux"},
+		{"relative XDG_STATE_HOME ignored", map[string]string{"XDG_STATE_HOME": "x", "HOME": "/h"}, "/h/.local/state/viewmux"},
+		{"HOME", map[string]string{"HOME": "/h"}, "/h/.local/state/viewmux"},
 		{"nothing", map[string]string{}, ""},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

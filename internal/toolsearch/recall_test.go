@@ -11,11 +11,11 @@ import (
 	"time"
 )
 
-// testdata/catalog.json is the real tools/list catalog mcpmux exposes for
+// testdata/catalog.json is the real tools/list catalog viewmux exposes for
 // server-everything (prefix every), server-memory (memory),
 // server-filesystem (fs) at the versions integration/package-lock.json
 // pins, and the demo server (demo). testdata/capture.sh regenerates it
-// with `mcpmux tools --json`.
+// with `viewmux tools --json`.
 //
 // testdata/queries.json holds labelled queries written as a user would
 // phrase a task, each naming the tool that serves it: the development set.
@@ -46,7 +46,7 @@ func catalog(t testing.TB) ([]json.RawMessage, []Doc) {
 			Meta map[string]string `json:"_meta"`
 		}
 		json.Unmarshal(def, &meta)
-		docs[i] = FromDefinition(def, meta.Meta["mcpmux/upstream"])
+		docs[i] = FromDefinition(def, meta.Meta["viewmux/upstream"])
 	}
 	return c.Tools, docs
 }

@@ -1,4 +1,4 @@
-// Package toolsearch owns the ranking behind mcpmux__search_tools: a BM25F
+// Package toolsearch owns the ranking behind viewmux__search_tools: a BM25F
 // index over tool definitions and the tokenizer that feeds it.
 //
 // A document is one tool, in fields (name, title, upstream, description,

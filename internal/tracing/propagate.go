@@ -8,7 +8,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/mcpmux/mcpmux/internal/jsonrpc"
+	"github.com/viewmux/viewmux/internal/jsonrpc"
 )
 
 // The _meta keys of the W3C trace context in an MCP request (SEP-414,
@@ -57,7 +57,7 @@ func FromMeta(ctx context.Context, meta map[string]json.RawMessage) (context.Con
 	return out, true
 }
 
-// Active reports whether ctx carries a valid span context: one mcpmux's
+// Active reports whether ctx carries a valid span context: one viewmux's
 // requests to an upstream propagate.
 func Active(ctx context.Context) bool {
 	return trace.SpanContextFromContext(ctx).IsValid()

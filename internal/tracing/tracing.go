@@ -1,7 +1,7 @@
-// Package tracing owns mcpmux's OpenTelemetry traces: the exporter and
+// Package tracing owns viewmux's OpenTelemetry traces: the exporter and
 // tracer provider configured from the standard OTEL_* environment
 // variables (off unless they ask for it), and the W3C trace context that
-// crosses mcpmux, read from and written to HTTP headers and a request's
+// crosses viewmux, read from and written to HTTP headers and a request's
 // _meta.
 //
 // Nothing here is global: New returns a Provider whose Tracer is handed to
@@ -23,8 +23,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
-// Scope is the instrumentation scope of mcpmux's spans.
-const Scope = "github.com/mcpmux/mcpmux"
+// Scope is the instrumentation scope of viewmux's spans.
+const Scope = "github.com/viewmux/viewmux"
 
 // The environment variables New reads itself. The exporter reads the rest
 // of OTEL_EXPORTER_OTLP_* (headers, timeout, compression, certificates),
@@ -72,7 +72,7 @@ func Enabled(getenv func(string) string) (on bool, protocol string, err error) {
 				exporter = e
 			}
 		default:
-			return false, "", fmt.Errorf("%w: %s=%q: mcpmux exports traces only with otlp (or none)", ErrConfig, envExporter, getenv(envExporter))
+			return false, "", fmt.Errorf("%w: %s=%q: viewmux exports traces only with otlp (or none)", ErrConfig, envExporter, getenv(envExporter))
 		}
 	}
 	switch {
@@ -92,15 +92,15 @@ func Enabled(getenv func(string) string) (on bool, protocol string, err error) {
 		protocol = "http/protobuf"
 	case "http/protobuf", "grpc":
 	default:
-		return false, "", fmt.Errorf("%w: %s=%q: mcpmux exports traces with http/protobuf or grpc", ErrConfig, name, protocol)
+		return false, "", fmt.Errorf("%w: %s=%q: viewmux exports traces with http/protobuf or grpc", ErrConfig, name, protocol)
 	}
 	return true, protocol, nil
 }
 
 // New starts the trace pipeline the OTEL_* variables ask for (read with
 // getenv; the exporter and SDK read theirs from the process environment),
-// or returns nil when they ask for none. version is mcpmux's, for the
-// service.version resource attribute; service.name is "mcpmux" unless
+// or returns nil when they ask for none. version is viewmux's, for the
+// service.version resource attribute; service.name is "viewmux" unless
 // OTEL_SERVICE_NAME or OTEL_RESOURCE_ATTRIBUTES say otherwise. New does
 // not connect: an unreachable endpoint shows as export errors later, in
 // the OpenTelemetry SDK's log.
@@ -119,7 +119,7 @@ func New(ctx context.Context, getenv func(string) string, version string) (*Prov
 		return nil, fmt.Errorf("%w: OTLP exporter (%s): %w", ErrConfig, protocol, err)
 	}
 	res, err := resource.New(ctx,
-		resource.WithAttributes(attribute.String("service.name", "mcpmux"), attribute.String("service.version", version)),
+		resource.WithAttributes(attribute.String("service.name", "viewmux"), attribute.String("service.version", version)),
 		resource.WithTelemetrySDK(),
 		resource.WithFromEnv(), // last: OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES win
 	)
@@ -131,7 +131,7 @@ func New(ctx context.Context, getenv func(string) string, version string) (*Prov
 	return &Provider{tp: tp, Protocol: protocol}, nil
 }
 
-// Tracer returns the tracer mcpmux's spans are made with, or nil when p is
+// Tracer returns the tracer viewmux's spans are made with, or nil when p is
 // nil (tracing off).
 func (p *Provider) Tracer() trace.Tracer {
 	if p == nil {

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mcpmux/mcpmux/internal/jsonrpc"
+	"github.com/viewmux/viewmux/internal/jsonrpc"
 )
 
 // testOwner is a session for a Conn under test: Serve answers with the

@@ -1,6 +1,6 @@
 // Package door holds the message-stream front doors: /ws (websocket) and
-// /sse with /message (legacy HTTP+SSE) of mcpmux's HTTP server, and stdio
-// (`mcpmux serve --stdio`), with the bounded reading of one message they
+// /sse with /message (legacy HTTP+SSE) of viewmux's HTTP server, and stdio
+// (`viewmux serve --stdio`), with the bounded reading of one message they
 // share (ReadMessage, ReadLine) and Conn, the wire half of a stream
 // session (its one writer, its worker pool, its end). A door converts
 // between its wire and JSON-RPC messages and nothing more: the Host behind
@@ -17,7 +17,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/mcpmux/mcpmux/internal/jsonrpc"
+	"github.com/viewmux/viewmux/internal/jsonrpc"
 )
 
 // FrameWriter sends one complete JSON-RPC message to the client. A session
@@ -51,7 +51,7 @@ type Host interface {
 	// asks for). When it refuses, it has answered r and reports false.
 	Post(w http.ResponseWriter, r *http.Request, id string) (Stream, bool)
 	// Local makes and admits the session of the one client that launched
-	// mcpmux (the stdio door), bound to profile ("" = the default) without
+	// viewmux (the stdio door), bound to profile ("" = the default) without
 	// a token, writing through fw. It outlives ctx. It is nil, with a nil
 	// error, when the session could not be admitted (the server is
 	// shutting down).

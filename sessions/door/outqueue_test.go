@@ -5,7 +5,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/mcpmux/mcpmux/internal/jsonrpc"
+	"github.com/viewmux/viewmux/internal/jsonrpc"
 )
 
 // TestOutQueue: a Conn's out queue keeps order, holds at most

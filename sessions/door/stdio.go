@@ -11,10 +11,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/mcpmux/mcpmux/internal/jsonrpc"
+	"github.com/viewmux/viewmux/internal/jsonrpc"
 )
 
-// The stdio front door: `mcpmux serve --stdio` serves the one client that
+// The stdio front door: `viewmux serve --stdio` serves the one client that
 // launched it, one JSON-RPC message per line on stdin and stdout (MCP's
 // stdio transport). The profile comes from --profile; there is no token.
 
@@ -22,7 +22,7 @@ import (
 // (up to server.max_body_bytes).
 const stdinBuffer = 64 << 10
 
-// Local is the session of the one client that launched mcpmux, as the
+// Local is the session of the one client that launched viewmux, as the
 // stdio door sees it.
 type Local interface {
 	Stream
@@ -45,7 +45,7 @@ type Local interface {
 // ServeStdio serves one client reading messages from in and writing
 // answers and notifications to out, one per line, bound to the view of
 // profile ("" = server.default_profile), resolved without a token as
-// `mcpmux tools` resolves it. A line over server.max_body_bytes is answered
+// `viewmux tools` resolves it. A line over server.max_body_bytes is answered
 // with a JSON-RPC error and reading goes on.
 //
 // When in ends, or ctx is done, ServeStdio answers every request it has
@@ -82,7 +82,7 @@ func (d *Doors) ServeStdio(ctx context.Context, profile string, in io.Reader, ou
 		// The client closed stdin: finish what it asked for, then stop.
 		l.Finish(ErrClientGone)
 	case <-ctx.Done():
-		// mcpmux is stopping: requests read from now on are refused, and
+		// viewmux is stopping: requests read from now on are refused, and
 		// no new call of this client starts.
 		gate.close()
 		l.Stop()

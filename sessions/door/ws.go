@@ -13,7 +13,7 @@ import (
 	"github.com/coder/websocket"
 	"github.com/mark3labs/mcp-go/mcp"
 
-	"github.com/mcpmux/mcpmux/internal/jsonrpc"
+	"github.com/viewmux/viewmux/internal/jsonrpc"
 )
 
 // The websocket front door, /ws: subprotocol "mcp", one JSON-RPC message per

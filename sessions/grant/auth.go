@@ -11,8 +11,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/mcpmux/mcpmux/configs"
-	"github.com/mcpmux/mcpmux/internal/oauth"
+	"github.com/viewmux/viewmux/configs"
+	"github.com/viewmux/viewmux/internal/oauth"
 )
 
 // This file decides who is calling (SPEC "Who is calling"): a static
@@ -97,7 +97,7 @@ func ChallengeOf(err error) string {
 		return ae.challenge
 	}
 	if errors.Is(err, ErrUnauthorized) {
-		return `Bearer realm="mcpmux"`
+		return `Bearer realm="viewmux"`
 	}
 	return ""
 }
@@ -134,7 +134,7 @@ func (r *Resolver) MetadataURL() string {
 // given (RFC 6750 §3, RFC 9728 §5.1).
 func (r *Resolver) Challenge(code, desc, scope string) string {
 	var b strings.Builder
-	b.WriteString(`Bearer realm="mcpmux"`)
+	b.WriteString(`Bearer realm="viewmux"`)
 	if u := r.MetadataURL(); u != "" {
 		fmt.Fprintf(&b, `, resource_metadata="%s"`, quotable(u))
 	}

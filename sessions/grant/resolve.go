@@ -12,10 +12,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/mcpmux/mcpmux/configs"
-	"github.com/mcpmux/mcpmux/filter"
-	"github.com/mcpmux/mcpmux/internal/glob"
-	"github.com/mcpmux/mcpmux/internal/oauth"
+	"github.com/viewmux/viewmux/configs"
+	"github.com/viewmux/viewmux/filter"
+	"github.com/viewmux/viewmux/internal/glob"
+	"github.com/viewmux/viewmux/internal/oauth"
 )
 
 // Sentinel errors of profile resolution. Each maps to one HTTP status.
@@ -94,7 +94,7 @@ type Binding struct {
 	Expiry time.Time
 	// Claims are the OAuth token's claims, for Regrant; nil otherwise.
 	Claims *oauth.Claims
-	// Who names the caller for its shares of mcpmux's pools (callerOf in
+	// Who names the caller for its shares of viewmux's pools (callerOf in
 	// sessions/shares.go), set by the door that resolved the binding: its token,
 	// or its client address without tokens; "" (the stdio door) counts
 	// against no share. A reload keeps it (sessions.Server.regrant).
@@ -188,7 +188,7 @@ func (sel Selection) narrowings() []Narrowing {
 // Bounds of a request's narrowing (SPEC §10). No real client comes near
 // them: an exposed name is at most server.max_name_length (≤ 128) bytes,
 // and a request that names more tools than a catalog usually holds narrows
-// nothing. They keep what one request can make mcpmux compile and cache
+// nothing. They keep what one request can make viewmux compile and cache
 // small; a request over them is refused with 400.
 const (
 	// MaxNarrowNames is the most names one Mcp-Tools / ?tools= or
@@ -542,7 +542,7 @@ func (r *Resolver) ResolveLocal(sel Selection) (Binding, error) {
 // Probe checks sel exactly as Resolve does and returns the profile and the
 // key of the filter Resolve would bind, without building or caching that
 // filter: a request on an existing session is compared with the session's
-// own binding before mcpmux keeps anything for the request (SPEC §10).
+// own binding before viewmux keeps anything for the request (SPEC §10).
 func (r *Resolver) Probe(sel Selection) (profile, key string, err error) {
 	name, stages, _, err := r.stages(sel, true)
 	if err != nil {
@@ -653,7 +653,7 @@ func (c *Checked) Binding() Binding {
 	kept.Token, kept.HasToken = "", false
 	// A profile's filter is interned; one with the request's narrowing goes
 	// to the registry's bounded cache, so distinct narrowings cannot grow
-	// mcpmux (SPEC §10).
+	// viewmux (SPEC §10).
 	var f *filter.Filter
 	if sel.Narrowing {
 		f = r.registry.Narrowed(stages...)

@@ -9,9 +9,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/mcpmux/mcpmux/configs"
-	"github.com/mcpmux/mcpmux/filter"
-	"github.com/mcpmux/mcpmux/internal/glob"
+	"github.com/viewmux/viewmux/configs"
+	"github.com/viewmux/viewmux/filter"
+	"github.com/viewmux/viewmux/internal/glob"
 )
 
 // How a request's selection is read from its path, headers and query
@@ -225,7 +225,7 @@ func TestLiteralGlob(t *testing.T) {
 	}
 }
 
-// TestHeaderKeysAreCanonical checks that the keys mcpmux looks request
+// TestHeaderKeysAreCanonical checks that the keys viewmux looks request
 // headers up by are net/http's canonical forms of the headers' names.
 func TestHeaderKeysAreCanonical(t *testing.T) {
 	for name, key := range map[string]string{

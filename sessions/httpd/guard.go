@@ -1,4 +1,4 @@
-// Package httpd is the HTTP server mcpmux's doors run in, and the checks
+// Package httpd is the HTTP server viewmux's doors run in, and the checks
 // every path shares before any of them looks at a request: the loopback
 // Host rule and Origin (Guard), a deadline on request bodies
 // (WithReadTimeout), a bound on headers (MaxHeaderBytes), a panic caught
@@ -19,12 +19,12 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 
-	"github.com/mcpmux/mcpmux/internal/glob"
-	"github.com/mcpmux/mcpmux/internal/jsonrpc"
+	"github.com/viewmux/viewmux/internal/glob"
+	"github.com/viewmux/viewmux/internal/jsonrpc"
 )
 
 // MaxHeaderBytes bounds a request's header (http.Server.MaxHeaderBytes): a
-// client may not make mcpmux hold more for one request's narrowing, token
+// client may not make viewmux hold more for one request's narrowing, token
 // and profile.
 const MaxHeaderBytes = 64 << 10
 

@@ -17,12 +17,12 @@ import (
 	"sync"
 	"time"
 
-	"github.com/mcpmux/mcpmux/aggregator"
-	"github.com/mcpmux/mcpmux/configs"
-	"github.com/mcpmux/mcpmux/filter"
-	"github.com/mcpmux/mcpmux/internal/pins"
-	"github.com/mcpmux/mcpmux/sessions/grant"
-	"github.com/mcpmux/mcpmux/upstream"
+	"github.com/viewmux/viewmux/aggregator"
+	"github.com/viewmux/viewmux/configs"
+	"github.com/viewmux/viewmux/filter"
+	"github.com/viewmux/viewmux/internal/pins"
+	"github.com/viewmux/viewmux/sessions/grant"
+	"github.com/viewmux/viewmux/upstream"
 )
 
 // statusRefresh is how often the status page reloads itself, in seconds.
@@ -115,7 +115,7 @@ type Data struct {
 	RefreshSecond       int         `json:"-"`
 
 	// Pin is server.pin, and PendingPins the changes to pinned tool
-	// definitions waiting for `mcpmux pins approve`, with their diffs;
+	// definitions waiting for `viewmux pins approve`, with their diffs;
 	// PinsError is why the state file cannot be read. Admins only.
 	Pin         string         `json:"pin,omitempty"`
 	PendingPins []pins.Pending `json:"pending_pins,omitempty"`
@@ -174,7 +174,7 @@ type ProfileRow struct {
 	Filter     int                     `json:"filter"` // its filter instance, 1-based index in Data.Filters
 	// Dynamic is set for a profile with dynamic_toolsets; a new session's
 	// tools/list then starts with InitialTools (~InitialTokens), as
-	// `mcpmux check` reports.
+	// `viewmux check` reports.
 	Dynamic bool `json:"dynamic,omitempty"`
 	// Search is set, likewise, for a profile with tool_search.
 	Search        bool   `json:"tool_search,omitempty"`
@@ -573,7 +573,7 @@ var statusTemplate = template.Must(template.New("status").Funcs(template.FuncMap
 <meta charset="utf-8">
 <meta http-equiv="refresh" content="{{.RefreshSecond}}">
 <meta name="viewport" content="width=device-width, initial-scale=1">
-<title>mcpmux status</title>
+<title>viewmux status</title>
 <style>
 body{font:14px/1.4 system-ui,sans-serif;margin:1.5em;color:#222;background:#fff}
 h1{font-size:1.4em;margin:0 0 .3em}h2{font-size:1.1em;margin:1.5em 0 .4em}
@@ -588,7 +588,7 @@ details summary{cursor:pointer}.err{color:#a00;word-break:break-word}
 </style>
 </head>
 <body>
-<h1>mcpmux</h1>
+<h1>viewmux</h1>
 <p class="meta" id="server">version <b>{{.Version}}</b> · replica <b>{{.Replica}}</b> · up <b>{{.Uptime}}</b> (since {{.Started}}) · config <code>{{.Config}}</code> · snapshot <b>{{.Snapshot}}</b> · refreshes every {{.RefreshSecond}}s</p>
 
 <h2>Upstreams</h2>
@@ -629,7 +629,7 @@ details summary{cursor:pointer}.err{color:#a00;word-break:break-word}
 {{end}}{{if .OtherProfileSessions}}<tr class="profile" data-name="(other)"><td class="name meta">other: no profile, or one a reload removed</td><td></td><td></td><td></td><td class="n sessions">{{.OtherProfileSessions}}</td><td></td></tr>
 {{end}}</tbody>
 </table>
-<p class="meta">~tokens is the size of the tools/list JSON / 4, the estimate <code>mcpmux check</code> prints. sessions: the live sessions that selected the profile, whatever they narrowed.</p>
+<p class="meta">~tokens is the size of the tools/list JSON / 4, the estimate <code>viewmux check</code> prints. sessions: the live sessions that selected the profile, whatever they narrowed.</p>
 
 <h2>Filter instances</h2>
 <p id="filters">{{.FilterCount}} held: the {{len .Filters}} that profiles resolve to, one row each, and {{.OtherFilters}} other{{if ne .OtherFilters 1}}s{{end}} (request narrowings, tokens' own rules, dynamic sessions' toolsets; a bounded cache).</p>
@@ -643,7 +643,7 @@ details summary{cursor:pointer}.err{color:#a00;word-break:break-word}
 <p class="meta">sessions: the live sessions whose view is built from exactly that filter. Both tables count the same {{.Bound}} bound sessions.</p>
 
 {{if .Pin}}<h2>Pinned tool definitions</h2>
-<p class="meta" id="pins">server.pin = <b>{{.Pin}}</b>. Changes waiting for <code>mcpmux pins approve</code>: <b>{{len .PendingPins}}</b>{{if eq .Pin "quarantine"}} (hidden from every view until approved){{end}}.{{if .PinsError}} <span class="err">{{.PinsError}}</span>{{end}}</p>
+<p class="meta" id="pins">server.pin = <b>{{.Pin}}</b>. Changes waiting for <code>viewmux pins approve</code>: <b>{{len .PendingPins}}</b>{{if eq .Pin "quarantine"}} (hidden from every view until approved){{end}}.{{if .PinsError}} <span class="err">{{.PinsError}}</span>{{end}}</p>
 {{if .PendingPins}}<table id="pending-pins">
 <thead><tr><th>tool</th><th>upstream</th><th>change</th><th>seen</th><th>diff</th></tr></thead>
 <tbody>

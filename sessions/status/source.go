@@ -1,4 +1,4 @@
-// Package status is mcpmux's status page for people, GET /, and the same
+// Package status is viewmux's status page for people, GET /, and the same
 // data as JSON, GET /status.json (SPEC §9): the upstreams and their
 // health, the profiles with their tool counts and token estimates, the
 // distinct filters they resolve to, and the live sessions. What it shows
@@ -12,10 +12,10 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/mcpmux/mcpmux/aggregator"
-	"github.com/mcpmux/mcpmux/configs"
-	"github.com/mcpmux/mcpmux/filter"
-	"github.com/mcpmux/mcpmux/sessions/grant"
+	"github.com/viewmux/viewmux/aggregator"
+	"github.com/viewmux/viewmux/configs"
+	"github.com/viewmux/viewmux/filter"
+	"github.com/viewmux/viewmux/sessions/grant"
 )
 
 // Source is what the page reads of the server it shows. Its methods are

@@ -1,4 +1,4 @@
-// Package h1 is the HTTP/1.1 client of mcpmux's streamable HTTP upstreams:
+// Package h1 is the HTTP/1.1 client of viewmux's streamable HTTP upstreams:
 // an http.RoundTripper that writes each request and reads its response on
 // the caller's own goroutine, over a keep-alive pool of plain TCP
 // connections to one origin.
@@ -163,7 +163,7 @@ func closeBody(req *http.Request) {
 
 // CloseIdleConnections closes the idle connections, this Transport's and
 // Fallback's. A connection in use is not touched: it goes back to the pool
-// when its response ends, unless its request was cancelled (mcpmux cancels
+// when its response ends, unless its request was cancelled (viewmux cancels
 // every request of an upstream connection it closes).
 func (t *Transport) CloseIdleConnections() {
 	t.mu.Lock()

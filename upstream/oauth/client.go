@@ -15,8 +15,8 @@ import (
 
 	"golang.org/x/oauth2"
 
-	"github.com/mcpmux/mcpmux/configs"
-	"github.com/mcpmux/mcpmux/internal/statedir"
+	"github.com/viewmux/viewmux/configs"
+	"github.com/viewmux/viewmux/internal/statedir"
 )
 
 // ErrNeedsLogin is returned, wrapped with the command to run, while an
@@ -36,7 +36,7 @@ type Options struct {
 	// HTTP makes the discovery, registration and token requests; nil = a
 	// client with a 30 s timeout.
 	HTTP *http.Client
-	// ClientName is the client_name registered; "" = "mcpmux".
+	// ClientName is the client_name registered; "" = "viewmux".
 	ClientName string
 	// Now is the clock; nil = time.Now.
 	Now func() time.Time
@@ -45,7 +45,7 @@ type Options struct {
 	// User, when set, makes the Client the login of one calling identity
 	// of a per-user upstream (credentials = "per-user"): its token file
 	// is keyed by UserKey(User), and its messages point the user to
-	// mcpmux's connect link instead of `mcpmux auth login`.
+	// viewmux's connect link instead of `viewmux auth login`.
 	User string
 	// UserKey, when User is "", is the UserKey of the identity whose
 	// login the Client uses (a login found in the state directory, whose
@@ -70,7 +70,7 @@ type Options struct {
 // Client is the OAuth client of one upstream: it hands out its access
 // token (refreshing it before expiry and when the upstream refuses it),
 // and logs in. The token file is re-read when it changes, so a login made
-// by another process (`mcpmux auth login`) is used at the next request.
+// by another process (`viewmux auth login`) is used at the next request.
 // A Client is safe for concurrent use.
 type Client struct {
 	name, serverURL string
@@ -109,7 +109,7 @@ func New(name, serverURL string, cfg configs.UpstreamOAuth, opts Options) *Clien
 		c.hc = &http.Client{Timeout: 30 * time.Second}
 	}
 	if c.clientName == "" {
-		c.clientName = "mcpmux"
+		c.clientName = "viewmux"
 	}
 	if c.now == nil {
 		c.now = time.Now
@@ -132,9 +132,9 @@ func (c *Client) needsLogin(why string) error {
 		return fmt.Errorf("%w: no exchanged token for this caller (%s)", ErrNeedsLogin, why)
 	}
 	if c.user != "" {
-		return fmt.Errorf("%w: connect your account to upstream %s through mcpmux (%s)", ErrNeedsLogin, c.name, why)
+		return fmt.Errorf("%w: connect your account to upstream %s through viewmux (%s)", ErrNeedsLogin, c.name, why)
 	}
-	return fmt.Errorf("%w: run `mcpmux auth login %s` (%s)", ErrNeedsLogin, c.name, why)
+	return fmt.Errorf("%w: run `viewmux auth login %s` (%s)", ErrNeedsLogin, c.name, why)
 }
 
 // PerUser reports whether c is one user's login (Options.User).
@@ -437,7 +437,7 @@ func (c *Client) Scopes() []string {
 	return union(rec.Scopes, rec.WantScopes)
 }
 
-// Status is what `mcpmux auth status` shows of one login: never a token.
+// Status is what `viewmux auth status` shows of one login: never a token.
 type Status struct {
 	LoggedIn   bool
 	Issuer     string

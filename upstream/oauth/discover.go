@@ -1,4 +1,4 @@
-// Package oauth is mcpmux's OAuth 2.1 client of its upstreams (the MCP
+// Package oauth is viewmux's OAuth 2.1 client of its upstreams (the MCP
 // authorization spec, 2025-11-25 and 2026-07-28) and its token store:
 // discovery from an upstream's 401 through Protected Resource Metadata
 // (RFC 9728) to the authorization server's metadata (RFC 8414 / OpenID
@@ -110,7 +110,7 @@ func authParams(s string) map[string]string {
 }
 
 // ResourceMetadata is the part of an RFC 9728 Protected Resource Metadata
-// document mcpmux uses.
+// document viewmux uses.
 type ResourceMetadata struct {
 	Resource             string   `json:"resource"`
 	AuthorizationServers []string `json:"authorization_servers"`
@@ -118,7 +118,7 @@ type ResourceMetadata struct {
 }
 
 // ServerMetadata is the part of an RFC 8414 (or OpenID Connect discovery)
-// authorization server metadata document mcpmux uses.
+// authorization server metadata document viewmux uses.
 type ServerMetadata struct {
 	Issuer                            string   `json:"issuer"`
 	AuthorizationEndpoint             string   `json:"authorization_endpoint"`
@@ -256,7 +256,7 @@ func serverMetadata(ctx context.Context, hc *http.Client, issuer string, legacy 
 			}
 		}
 		if !slices.Contains(m.CodeChallengeMethodsSupported, "S256") {
-			return nil, fmt.Errorf("authorization server %s does not list S256 in code_challenge_methods_supported: PKCE cannot be used, so mcpmux does not proceed", issuer)
+			return nil, fmt.Errorf("authorization server %s does not list S256 in code_challenge_methods_supported: PKCE cannot be used, so viewmux does not proceed", issuer)
 		}
 		return &m, nil
 	}

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/mcpmux/mcpmux/upstream/oauth"
+	"github.com/viewmux/viewmux/upstream/oauth"
 )
 
 // tokenServer is an identity provider's metadata and token endpoint;

@@ -120,7 +120,7 @@ func (p *Pending) GoString() string { return p.String() }
 // Begin runs discovery and registration and returns the login to finish
 // and the authorization URL to send the user to (o.Authorize is not
 // used): for a flow whose callback arrives as a request of its own
-// (mcpmux's /oauth/callback).
+// (viewmux's /oauth/callback).
 func (c *Client) Begin(ctx context.Context, o LoginOptions) (*Pending, string, error) {
 	if o.RedirectURI == "" {
 		return nil, "", errors.New("oauth login: no redirect URI or authorizer")
@@ -235,7 +235,7 @@ func (c *Client) chooseScopes(d *Discovery, ch Challenge, extra []string) []stri
 // probe sends an unauthenticated initialize and returns the challenge of
 // its 401 (an empty one when the upstream asks for none).
 func (c *Client) probe(ctx context.Context) (Challenge, error) {
-	body := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"mcpmux","version":"login"}}}`
+	body := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"viewmux","version":"login"}}}`
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.serverURL, strings.NewReader(body))
 	if err != nil {
 		return Challenge{}, err
@@ -276,7 +276,7 @@ func (c *Client) register(ctx context.Context, sm *ServerMetadata, redirect stri
 		return c.cfg.ClientMetadataURL, "", "none", nil
 	}
 	if sm.RegistrationEndpoint == "" {
-		return "", "", "", errors.New("the authorization server offers neither dynamic client registration nor (for mcpmux's settings) a Client ID Metadata Document: set client_id (and client_secret) in the upstream's oauth table")
+		return "", "", "", errors.New("the authorization server offers neither dynamic client registration nor (for viewmux's settings) a Client ID Metadata Document: set client_id (and client_secret) in the upstream's oauth table")
 	}
 	want := "none"
 	if len(supported) > 0 && !slices.Contains(supported, "none") {
@@ -340,7 +340,7 @@ func (c *Client) register(ctx context.Context, sm *ServerMetadata, redirect stri
 	switch method {
 	case "none", "client_secret_basic", "client_secret_post":
 	default:
-		return "", "", "", fmt.Errorf("the registered token_endpoint_auth_method %q is not one mcpmux supports (none, client_secret_basic, client_secret_post)", method)
+		return "", "", "", fmt.Errorf("the registered token_endpoint_auth_method %q is not one viewmux supports (none, client_secret_basic, client_secret_post)", method)
 	}
 	return got.ClientID, got.ClientSecret, method, nil
 }

@@ -15,9 +15,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mcpmux/mcpmux/configs"
-	"github.com/mcpmux/mcpmux/upstream/oauth"
-	"github.com/mcpmux/mcpmux/upstream/oauth/oauthtest"
+	"github.com/viewmux/viewmux/configs"
+	"github.com/viewmux/viewmux/upstream/oauth"
+	"github.com/viewmux/viewmux/upstream/oauth/oauthtest"
 )
 
 // okHandler stands for the MCP endpoint behind the bearer check.
@@ -94,7 +94,7 @@ func TestNoTokenIsNeedsLoginAndSendsNothing(t *testing.T) {
 	s := oauthtest.New(t, okHandler)
 	c := newClient(t, s, t.TempDir())
 	_, err := post(t, c, s, `{}`)
-	if !errors.Is(err, oauth.ErrNeedsLogin) || !strings.Contains(err.Error(), "mcpmux auth login lin") {
+	if !errors.Is(err, oauth.ErrNeedsLogin) || !strings.Contains(err.Error(), "viewmux auth login lin") {
 		t.Fatalf("err = %v, want needs login naming the command", err)
 	}
 	s.Lock()
@@ -186,7 +186,7 @@ func TestInsufficientScopeWithoutLogin(t *testing.T) {
 		t.Fatalf("tools/list: %v %v", resp, err)
 	}
 	_, err := post(t, c, s, `{"method":"tools/call"}`)
-	if !errors.Is(err, oauth.ErrInsufficientScope) || !strings.Contains(err.Error(), "mcp:write") || !strings.Contains(err.Error(), "mcpmux auth login lin") {
+	if !errors.Is(err, oauth.ErrInsufficientScope) || !strings.Contains(err.Error(), "mcp:write") || !strings.Contains(err.Error(), "viewmux auth login lin") {
 		t.Fatalf("err = %v, want insufficient scope naming it and the command", err)
 	}
 	if got := c.Scopes(); !contains(got, "mcp:write") || !contains(got, "mcp:tools") {

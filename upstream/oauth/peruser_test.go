@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mcpmux/mcpmux/configs"
-	"github.com/mcpmux/mcpmux/upstream/oauth"
-	"github.com/mcpmux/mcpmux/upstream/oauth/oauthtest"
+	"github.com/viewmux/viewmux/configs"
+	"github.com/viewmux/viewmux/upstream/oauth"
+	"github.com/viewmux/viewmux/upstream/oauth/oauthtest"
 )
 
 // approveAs follows authURL at s's authorization server logged in as sub
@@ -89,7 +89,7 @@ func TestPerUserLogins(t *testing.T) {
 		t.Fatal("the gateway's Client found a token though only users logged in")
 	}
 	// A user who never logged in has none, and the error does not say to
-	// run `mcpmux auth login`.
+	// run `viewmux auth login`.
 	_, err := oauth.New("lin", s.URL(), configs.UpstreamOAuth{StateDir: dir}, oauth.Options{User: "oauth:carol"}).Token(ctx)
 	if err == nil || strings.Contains(err.Error(), "auth login") {
 		t.Fatalf("carol: %v", err)

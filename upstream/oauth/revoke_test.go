@@ -5,9 +5,9 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/mcpmux/mcpmux/configs"
-	"github.com/mcpmux/mcpmux/upstream/oauth"
-	"github.com/mcpmux/mcpmux/upstream/oauth/oauthtest"
+	"github.com/viewmux/viewmux/configs"
+	"github.com/viewmux/viewmux/upstream/oauth"
+	"github.com/viewmux/viewmux/upstream/oauth/oauthtest"
 )
 
 // TestRevoke: Revoke sends the refresh token and then the access token

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/mcpmux/mcpmux/internal/statedir"
+	"github.com/viewmux/viewmux/internal/statedir"
 )
 
 // Record is what the token file of one upstream holds: the login's
@@ -73,7 +73,7 @@ func storeKey(name, user string) string {
 // (Client.Caller: "oauth:" and a subject, "token:" and a token's hash)
 // never appears in a file name, and no identity can name a path.
 func UserKey(identity string) string {
-	sum := sha256.Sum256([]byte("mcpmux upstream user\x00" + identity))
+	sum := sha256.Sum256([]byte("viewmux upstream user\x00" + identity))
 	return hex.EncodeToString(sum[:])
 }
 

@@ -14,11 +14,11 @@ import (
 // with every request to the upstream, refreshes it on a 401 and sends the
 // request again once.
 //
-// Without Login (mcpmux serve, a gateway with nobody at the keyboard):
+// Without Login (viewmux serve, a gateway with nobody at the keyboard):
 // no token means no request at all (an error wrapping ErrNeedsLogin,
 // naming the command to run); a 401 that refreshing cannot cure is the
 // same error; a 403 insufficient_scope records the scopes wanted (the
-// next `mcpmux auth login` asks for them) and fails the request with an
+// next `viewmux auth login` asks for them) and fails the request with an
 // error wrapping ErrInsufficientScope that says so. The rest of the
 // upstream keeps working with the scopes it has.
 //
@@ -96,10 +96,10 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			discard(resp)
 			t.Client.WantScopes(ch.Scope)
 			if t.Client.PerUser() {
-				return nil, fmt.Errorf("%w: the upstream wants scope %q for this request; connect your account to upstream %s through mcpmux again to grant it",
+				return nil, fmt.Errorf("%w: the upstream wants scope %q for this request; connect your account to upstream %s through viewmux again to grant it",
 					ErrInsufficientScope, strings.Join(ch.Scope, " "), t.Client.name)
 			}
-			return nil, fmt.Errorf("%w: the upstream wants scope %q for this request; run `mcpmux auth login %s` to log in again with it",
+			return nil, fmt.Errorf("%w: the upstream wants scope %q for this request; run `viewmux auth login %s` to log in again with it",
 				ErrInsufficientScope, strings.Join(ch.Scope, " "), t.Client.name)
 		}
 		discard(resp)

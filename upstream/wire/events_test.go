@@ -9,7 +9,7 @@ import (
 )
 
 func TestReadEvent(t *testing.T) {
-	big := `{"jsonrpc":"2.0","id":"mcpmux-7","result":{"x":"` + strings.Repeat("a", 100) + `"}}`
+	big := `{"jsonrpc":"2.0","id":"viewmux-7","result":{"x":"` + strings.Repeat("a", 100) + `"}}`
 	stream := ": comment\r\n" +
 		"id: 1\nretry: 10\n\n" + // priming event without data
 		"event: message\ndata: {\"a\":\ndata: 1}\n\n" +
@@ -23,7 +23,7 @@ func TestReadEvent(t *testing.T) {
 		t.Fatalf("first event = %q, %v", f.Data, err)
 	}
 	f, err = ReadEvent(r, 64)
-	if err != nil || !f.Oversize || string(f.ID) != `"mcpmux-7"` || f.Method {
+	if err != nil || !f.Oversize || string(f.ID) != `"viewmux-7"` || f.Method {
 		t.Fatalf("oversize event = %+v, %v", f, err)
 	}
 	f, err = ReadEvent(r, 64)

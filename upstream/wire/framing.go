@@ -7,7 +7,7 @@ import (
 	"errors"
 	"io"
 
-	"github.com/mcpmux/mcpmux/internal/jsonrpc"
+	"github.com/viewmux/viewmux/internal/jsonrpc"
 )
 
 // Lines is the stdio framing: one message per line, each at most Limit

@@ -24,7 +24,7 @@ type idScanner struct {
 	hasMethod bool
 }
 
-// maxIDBytes bounds a captured id; a longer one cannot be an id mcpmux
+// maxIDBytes bounds a captured id; a longer one cannot be an id viewmux
 // minted.
 const maxIDBytes = 128
 
@@ -32,7 +32,7 @@ const maxIDBytes = 128
 const maxKeyBytes = 8
 
 // ID returns the top-level id's raw bytes, or nil when none was found (or
-// it was longer than any id mcpmux mints).
+// it was longer than any id viewmux mints).
 func (s *idScanner) ID() []byte {
 	if !s.found || s.overflow {
 		return nil

@@ -1,5 +1,5 @@
-// Package wire is mcpmux's client side of JSON-RPC on one upstream
-// connection: it mints the ids of mcpmux's own requests (strings, never
+// Package wire is viewmux's client side of JSON-RPC on one upstream
+// connection: it mints the ids of viewmux's own requests (strings, never
 // reused, never a client's), keeps the calls waiting for answers, writes
 // every message through one writer, hands the upstream's requests and
 // notifications to hooks given at construction, and answers its pings.
@@ -25,7 +25,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/mcpmux/mcpmux/internal/jsonrpc"
+	"github.com/viewmux/viewmux/internal/jsonrpc"
 )
 
 // Frame is one message a Transport read.
@@ -113,7 +113,7 @@ type Options struct {
 	Name string
 	// Limit is the transport's per-message limit, for errors.
 	Limit int64
-	// IDPrefix starts every id the Conn mints; "" = "mcpmux-".
+	// IDPrefix starts every id the Conn mints; "" = "viewmux-".
 	IDPrefix string
 	// Logger receives what the engine drops; nil discards.
 	Logger *slog.Logger
@@ -168,7 +168,7 @@ type answer struct {
 // New returns a Conn over t. Nothing is read until Start.
 func New(t Transport, opts Options) *Conn {
 	if opts.IDPrefix == "" {
-		opts.IDPrefix = "mcpmux-"
+		opts.IDPrefix = "viewmux-"
 	}
 	log := opts.Logger
 	if log == nil {
@@ -348,7 +348,7 @@ func (c *Conn) Close() error {
 		c.mu.Lock()
 		c.closing = true
 		c.mu.Unlock()
-		c.end(errors.New("connection closed by mcpmux"), false)
+		c.end(errors.New("connection closed by viewmux"), false)
 		err = c.t.Close()
 	})
 	return err
@@ -457,7 +457,7 @@ func (c *Conn) deliver(id string, a answer) bool {
 	return ok
 }
 
-// stringID decodes a JSON string id; ids mcpmux mints are strings, so
+// stringID decodes a JSON string id; ids viewmux mints are strings, so
 // anything else answers no call of ours.
 func stringID(raw json.RawMessage) (string, bool) {
 	if len(raw) < 2 || raw[0] != '"' {
@@ -532,7 +532,7 @@ func (c *Conn) notification(m *jsonrpc.Message, tied string) {
 
 // request answers a request from the upstream, each on a goroutine of its
 // own: a handler waiting on a client, or a write waiting on a peer that is
-// itself waiting for mcpmux to read, never stalls the reader.
+// itself waiting for viewmux to read, never stalls the reader.
 func (c *Conn) request(m *jsonrpc.Message, tied string) {
 	id := m.ID
 	if m.Method == "ping" {
@@ -642,7 +642,7 @@ func notification(method string, params json.RawMessage) []byte {
 
 // appendString appends s as a JSON string: as it is between quotes when
 // it holds only printable ASCII other than quote and backslash (every id
-// and method mcpmux sends), else through encoding/json.
+// and method viewmux sends), else through encoding/json.
 func appendString(b []byte, s string) []byte {
 	for i := 0; i < len(s); i++ {
 		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' {

@@ -16,8 +16,8 @@ func TestIDScanner(t *testing.T) {
 		name, in, id string
 		method       bool
 	}{
-		{"string id first", `{"id":"mcpmux-7","jsonrpc":"2.0","result":{}}`, `"mcpmux-7"`, false},
-		{"id after result", `{"jsonrpc":"2.0","result":{"id":"inner","content":[{"id":1}]},"id":"mcpmux-9"}`, `"mcpmux-9"`, false},
+		{"string id first", `{"id":"viewmux-7","jsonrpc":"2.0","result":{}}`, `"viewmux-7"`, false},
+		{"id after result", `{"jsonrpc":"2.0","result":{"id":"inner","content":[{"id":1}]},"id":"viewmux-9"}`, `"viewmux-9"`, false},
 		{"numeric id", `{"jsonrpc":"2.0","id":42,"result":{}}`, `42`, false},
 		{"id last without space", `{"result":{},"id":"a"}`, `"a"`, false},
 		{"numeric id last", `{"result":{},"id":12}`, `12`, false},
@@ -202,7 +202,7 @@ func TestDroppedMessages(t *testing.T) {
 	p.write(`this is not json`)
 	p.write(`[1,2,3]`)
 	p.write(``)
-	p.write(`{"jsonrpc":"2.0","id":"mcpmux-999","result":{}}`)
+	p.write(`{"jsonrpc":"2.0","id":"viewmux-999","result":{}}`)
 	p.write(`{"jsonrpc":"2.0","id":17,"result":{}}`)
 	ch := call(c, context.Background(), "ping", "")
 	req := p.next()
@@ -288,8 +288,8 @@ func TestCancellationUsesOwnID(t *testing.T) {
 	if string(n["method"]) != `"notifications/cancelled"` || json.Unmarshal(n["params"], &params) != nil || string(params.RequestID) != string(req["id"]) {
 		t.Fatalf("cancel notice = %v, want requestId %s", n, req["id"])
 	}
-	if !strings.HasPrefix(string(req["id"]), `"mcpmux-`) {
-		t.Fatalf("id %s is not one mcpmux minted", req["id"])
+	if !strings.HasPrefix(string(req["id"]), `"viewmux-`) {
+		t.Fatalf("id %s is not one viewmux minted", req["id"])
 	}
 }
 
@@ -363,10 +363,10 @@ func TestDispatchTied(t *testing.T) {
 			return json.RawMessage(`{}`), nil
 		},
 	})
-	c.Dispatch(Frame{Data: []byte(`{"jsonrpc":"2.0","method":"notifications/progress","params":{}}`)}, "mcpmux-3")
-	c.Dispatch(Frame{Data: []byte(`{"jsonrpc":"2.0","id":1,"method":"roots/list"}`)}, "mcpmux-4")
+	c.Dispatch(Frame{Data: []byte(`{"jsonrpc":"2.0","method":"notifications/progress","params":{}}`)}, "viewmux-3")
+	c.Dispatch(Frame{Data: []byte(`{"jsonrpc":"2.0","id":1,"method":"roots/list"}`)}, "viewmux-4")
 	p.write(`{"jsonrpc":"2.0","method":"notifications/message","params":{}}`)
-	want := map[string]bool{"mcpmux-3 notifications/progress": true, "mcpmux-4 roots/list": true, " notifications/message": true}
+	want := map[string]bool{"viewmux-3 notifications/progress": true, "viewmux-4 roots/list": true, " notifications/message": true}
 	for range want {
 		select {
 		case g := <-got:

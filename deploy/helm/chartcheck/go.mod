@@ -1,4 +1,4 @@
-module github.com/mcpmux/mcpmux/deploy/helm/chartcheck
+module github.com/viewmux/viewmux/deploy/helm/chartcheck
 
 go 1.26.8
 

@@ -5,7 +5,7 @@
 // to DIR/<name>/<key>, and it prints one line per object: kind/name.
 //
 // It is its own module so that the Kubernetes API packages stay out of
-// mcpmux's go.mod; configs/helm_test.go runs it.
+// viewmux's go.mod; configs/helm_test.go runs it.
 package main
 
 import (

@@ -1,4 +1,4 @@
-// Package gobuild builds packages of the mcpmux module, for the programs
+// Package gobuild builds packages of the viewmux module, for the programs
 // under integration/ that measure its binaries (load, memload, hopprobe).
 package gobuild
 
@@ -13,8 +13,8 @@ import (
 )
 
 // ErrNoModule is returned when the current directory is outside the
-// mcpmux module.
-var ErrNoModule = errors.New("not inside the mcpmux module: run from the repository")
+// viewmux module.
+var ErrNoModule = errors.New("not inside the viewmux module: run from the repository")
 
 // Root returns the directory of the go.mod the current directory belongs
 // to.
@@ -31,7 +31,7 @@ func Root(ctx context.Context) (string, error) {
 }
 
 // Build builds the package pkg of the module at root (a path such as
-// "./cmd/mcpmux") into the file out, and returns out.
+// "./cmd/viewmux") into the file out, and returns out.
 func Build(ctx context.Context, root, pkg, out string) (string, error) {
 	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, pkg)
 	cmd.Dir = root

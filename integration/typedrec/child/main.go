@@ -12,7 +12,7 @@ import (
 
 	"github.com/mark3labs/mcp-go/server"
 
-	"github.com/mcpmux/mcpmux/integration/typedrec"
+	"github.com/viewmux/viewmux/integration/typedrec"
 )
 
 func main() {

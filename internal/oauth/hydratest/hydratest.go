@@ -74,7 +74,7 @@ func Start(t testing.TB, accessTTL time.Duration) *Hydra {
 		"STRATEGIES_ACCESS_TOKEN=jwt",
 		"STRATEGIES_JWT_SCOPE_CLAIM=both",
 		"TTL_ACCESS_TOKEN="+accessTTL.String(),
-		"SECRETS_SYSTEM=mcpmux-test-system-secret-0123456789",
+		"SECRETS_SYSTEM=viewmux-test-system-secret-0123456789",
 		"LOG_LEVEL=warn",
 	)
 	var out lockedBuffer

@@ -1,5 +1,5 @@
 // Package oauthtest runs a small OAuth 2.1 authorization server and a
-// protected resource on loopback listeners, for tests of mcpmux's OAuth
+// protected resource on loopback listeners, for tests of viewmux's OAuth
 // client: the authorization server approves every request by itself
 // (its authorization endpoint redirects straight back with a code), like
 // the conformance suite's.

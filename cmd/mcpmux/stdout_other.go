@@ -1,9 +1,0 @@
-//go:build !unix
-
-package main
-
-import "os"
-
-// takeStdout returns stdout. Without dup2 it cannot shield the protocol
-// stream from stray writes; mcpmux itself logs only to stderr.
-func takeStdout() (*os.File, error) { return os.Stdout, nil }
