@@ -81,7 +81,15 @@ func TestMuxHarness(t *testing.T) {
 			t.Errorf("URL() = %q, want %q", got, want)
 		}
 		// sh and sleep inherit the marker from the fake's environment.
-		if got := commCounts(markedProcs(m.Marker)); got["sh"] != 1 || got["sleep"] != 1 {
+		// sh execs sleep after the fake is ready, so wait (bounded) for it.
+		var got map[string]int
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			got = commCounts(markedProcs(m.Marker))
+			if got["sh"] == 1 && got["sleep"] == 1 || time.Now().After(deadline) {
+				break
+			}
+		}
+		if got["sh"] != 1 || got["sleep"] != 1 {
 			t.Errorf("marked processes %v, want the fake's sh and sleep", got)
 		}
 		// Cleanup SIGTERMs it, asserts exit 0 and that nothing is left.
