@@ -22,7 +22,7 @@ import (
 // token endpoint: it knows the access tokens it "issued" to callers
 // (subject token → subject) and, for the client mux:mux-secret, exchanges
 // them for tokens the upstream rs accepts as that subject: a stand-in
-// whose requests the test can read. integration/exchange_test.go runs
+// whose requests the test can read. integration/gateway/exchange_test.go runs
 // a real provider (zitadel/oidc's example; Ory Hydra v2.3 has no token
 // exchange).
 type exchangeIdP struct {

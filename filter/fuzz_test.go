@@ -14,7 +14,7 @@ import (
 )
 
 // fuzzRules are the call rules of integration's adversarial table
-// (integration/adversarial_test.go), one per tool, plus one with
+// (integration/adversarial/adversarial_test.go), one per tool, plus one with
 // other_args = true.
 var fuzzRules = configs.RuleSet{CallRules: []configs.CallRule{
 	{Tool: "up__shell_run", Args: map[string][]string{"command": {"git status", "git log *"}}},

@@ -2,7 +2,7 @@
 // fleet.mjs holds N sessions of the official TypeScript SDK client open over
 // streamable HTTP and runs them on command, so that a Go test can change
 // the world between two rounds (kill a replica, reload a config) and see
-// what every session saw. It is the peer of integration/fleet_test.go.
+// what every session saw. It is the peer of integration/gateway/fleet_test.go.
 //
 // Usage: node client/fleet.mjs <url>
 //

@@ -3,7 +3,7 @@
 // consumer that prints every span it receives as one JSON line on stdout.
 //
 // It is a module of its own, so that the collector's dependencies stay out
-// of viewmux's go.mod; integration/trace_test.go builds and runs it.
+// of viewmux's go.mod; integration/gateway/trace_test.go builds and runs it.
 //
 //	otlpsink -http 127.0.0.1:4318 -grpc 127.0.0.1:4317
 //
