@@ -9,8 +9,9 @@ import (
 )
 
 // Namer turns an upstream's original tool or prompt name into the name viewmux
-// exposes, per SPEC §4. The zero value is not usable; build one with the
-// server's separator and max_name_length. A Namer is immutable and safe for
+// exposes, <prefix><separator><original> made safe and short enough
+// (Expose). The zero value is not usable; build one with the server's
+// separator and max_name_length. A Namer is immutable and safe for
 // concurrent use.
 type Namer struct {
 	Separator string // between prefix and name; never empty
@@ -87,8 +88,8 @@ func ValidName(s string, max int) bool {
 // namespaces is the exposed-name space that prefixes own: every name that
 // starts with "<prefix><separator>" belongs to the upstream of that prefix,
 // whether or not it is up, and the prefix reserved for viewmux's own tools
-// belongs to viewmux (SPEC §4, §6). An unprefixed upstream may not put a tool
-// or prompt there: the name would shadow, or wait to shadow, its owner's.
+// belongs to viewmux. An unprefixed upstream may not put a tool or prompt
+// there: the name would shadow, or wait to shadow, its owner's.
 type namespaces []namespace
 
 type namespace struct {

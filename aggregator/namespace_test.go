@@ -10,9 +10,9 @@ import (
 	"github.com/viewmux/viewmux/upstream"
 )
 
-// TestNamespaceShadowing checks SPEC §4: a prefix's namespace belongs to
-// its upstream, so an unprefixed upstream's tool or prompt named inside it
-// is refused, with both upstreams named, whatever the upstreams' order and
+// TestNamespaceShadowing checks that a prefix's namespace belongs to its
+// upstream, so an unprefixed upstream's tool or prompt named inside it is
+// refused, with both upstreams named, whatever the upstreams' order and
 // whether or not the owner is up.
 func TestNamespaceShadowing(t *testing.T) {
 	namer := Namer{Separator: "__", MaxLength: 64}

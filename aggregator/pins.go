@@ -6,12 +6,12 @@ import (
 	"github.com/viewmux/viewmux/internal/pins"
 )
 
-// This file applies pinned definitions (server.pin, SPEC §5) to the merged
-// catalog, before the filter pipeline: each upstream tool's definition, as
-// exposed (and overridden), is checked against its pin, and under
-// quarantine a changed or new tool is left out of the snapshot as if the
-// upstream did not list it: no view, call or search can reach it until it
-// is approved (`viewmux pins approve`).
+// This file applies pinned definitions (server.pin) to the merged catalog,
+// before the filter pipeline: each upstream tool's definition, as exposed
+// (and overridden), is checked against its pin, and under quarantine a
+// changed or new tool is left out of the snapshot as if the upstream did not
+// list it: no view, call or search can reach it until it is approved
+// (`viewmux pins approve`).
 
 // quarantined reports whether the pins hide e; src.pins is nil when
 // pinning is off or src is down.

@@ -6,11 +6,12 @@ import (
 	"github.com/viewmux/viewmux/internal/jsonrpc"
 )
 
-// This file makes the exposed bytes of a definition (SPEC §7): the
-// upstream's own bytes with only what viewmux must change spliced in, the
-// exposed name (or rewritten URI), viewmux's _meta keys, and the original
-// name as title where the upstream gave none (SPEC §4). Nothing is decoded
-// and re-encoded, so nothing is added or dropped on the way.
+// This file makes the exposed bytes of a definition: the upstream's own
+// bytes with only what viewmux must change spliced in, the exposed name (or
+// rewritten URI), viewmux's _meta keys, and the original name as title where
+// the upstream gave none. Nothing is decoded and re-encoded, so nothing is
+// added (no empty annotations) or dropped ("required": false stays) on the
+// way.
 
 // rawAt returns raws[i], or nil when the catalog holds no bytes for item i
 // (a catalog built by hand).

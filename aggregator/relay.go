@@ -30,7 +30,7 @@ var ErrClientLacksCapability = errors.New("the calling client did not declare th
 // relay tracks the requests viewmux has in flight on each upstream
 // connection, so that what an upstream sends back (progress, log messages,
 // sampling, elicitation and roots requests) reaches the client that caused
-// it, and no other (SPEC §7).
+// it, and no other.
 type relay struct {
 	seq atomic.Uint64
 
@@ -156,17 +156,17 @@ type connLink struct {
 const spoofLogEvery = 10 * time.Second
 
 // owner returns the client a server→client request that arrived on the
-// connection l belongs to (SPEC §7). It is the client whose call the
-// transport tied the request to (ctx carries that call, see withCall),
-// when that call is still in flight on this connection. Without such a
-// tie, it is a call of l's session when l serves one session (a scope =
-// "session" upstream): every call on that connection is that session's.
-// Otherwise nothing says which call caused the request (stdio and
-// websocket carry no link from a request to a call, and streamable HTTP
-// has none outside a call's response stream), and the request is refused:
-// delivering it to "the one call in flight" would hand one client's
-// request, and the upstream the answer, to a session that did not cause
-// it.
+// connection l belongs to, so that a request never reaches a session that
+// did not cause it. It is the client whose call the transport tied the
+// request to (ctx carries that call, see withCall), when that call is still
+// in flight on this connection. Without such a tie, it is a call of l's
+// session when l serves one session (a scope = "session" upstream): every
+// call on that connection is that session's. Otherwise nothing says which
+// call caused the request (stdio and websocket carry no link from a request
+// to a call, and streamable HTTP has none outside a call's response stream),
+// and the request is refused: delivering it to "the one call in flight"
+// would hand one client's request, and the upstream the answer, to a session
+// that did not cause it.
 func (r *relay) owner(ctx context.Context, l *connLink) (cl Client, sessionWide bool, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()

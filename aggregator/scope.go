@@ -13,15 +13,14 @@ import (
 	"github.com/viewmux/viewmux/upstream"
 )
 
-// This file holds the connections of scope = "session" upstreams (SPEC
-// §8): one per client session and upstream (one child process for stdio),
-// opened on the session's first request to that upstream and closed when
-// the session ends or viewmux shuts down. The catalog still comes from the
-// upstream's shared connection, and a request outside any session (a
-// 2026-07-28 stateless one) uses that. Because every call on a session's
-// connection is that session's, a server→client request arriving on it
-// (sampling, elicitation, roots) has exactly one possible owner, whatever
-// the transport (relay.owner).
+// This file holds the connections of scope = "session" upstreams: one per
+// client session and upstream (one child process for stdio), opened on the
+// session's first request to that upstream and closed when the session ends
+// or viewmux shuts down. The catalog still comes from the upstream's shared
+// connection, and a request outside any session (a 2026-07-28 stateless one)
+// uses that. Because every call on a session's connection is that session's,
+// a server→client request arriving on it (sampling, elicitation, roots) has
+// exactly one possible owner, whatever the transport (relay.owner).
 
 // ErrCallerShare is returned, wrapped and naming the upstream and the
 // limit, for a request that would open a scope = "session" connection

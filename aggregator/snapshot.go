@@ -59,7 +59,8 @@ type Snapshot struct {
 
 	// resting holds, by exposed name, the tools of upstreams that are down
 	// or reconnecting, as they were when last up: a call of one is
-	// answered "restarting, retry", not "not found" (SPEC §7).
+	// answered with a temporary "restarting, retry" error, never "not
+	// found".
 	resting map[string]*filter.Entry
 
 	// PromptsKey and ResourcesKey change exactly when the listed prompts,
@@ -101,7 +102,7 @@ type Conflict struct {
 	// Namespace is set when the unprefixed upstream Dropped was refused
 	// a name inside "<prefix><separator>" of upstream Kept (or of viewmux
 	// itself), whether or not Kept is up or has such a tool: a prefix's
-	// names belong to its upstream (SPEC §4).
+	// names belong to its upstream, so no other may shadow them.
 	Namespace string
 }
 

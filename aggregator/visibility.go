@@ -9,10 +9,11 @@ import (
 )
 
 // buildCatalog gives s the filter.Catalog its views filter prompts,
-// resources and templates by (SPEC §5): each item with the upstream serving
-// it, and the upstreams whose own catalog holds a tool. An upstream whose
-// tools its own rules all drop still serves tools: its prompts and
-// resources are then shown only where a stage names it.
+// resources and templates by, upstream by upstream (see
+// docs/profiles-and-filters.md): each item with the upstream serving it, and
+// the upstreams whose own catalog holds a tool. An upstream whose tools its
+// own rules all drop still serves tools: its prompts and resources are then
+// shown only where a stage names it.
 func (s *Snapshot) buildCatalog(sources []*source) {
 	prompts := make([]filter.Served[mcp.Prompt], len(s.Prompts))
 	for i, p := range s.Prompts {

@@ -34,7 +34,7 @@ import (
 // upstream of its call (one on an older protocol) asks for input in the
 // middle of it, the call is held: the client is answered input_required
 // with a requestState naming the held call, and its retry, carrying the
-// answer, resumes it (SPEC §7).
+// answer, resumes it.
 type call struct {
 	frames *frameQueue
 	// inline starts a writer for frames when the call runs inline

@@ -203,9 +203,9 @@ func (s *Server) callFor(ctx context.Context, m *jsonrpc.Message, b grant.Bindin
 }
 
 // statelessKey names the caller of a stateless request for rate limits,
-// logs and audit (SPEC §6): its token and profile, or without a token its
-// client address and profile. A token appears only as 8 hex digits of its
-// hash.
+// logs and audit, so that dropping the session escapes no limit: its token
+// and profile, or without a token its client address and profile. A token
+// appears only as 8 hex digits of its hash.
 func statelessKey(r *http.Request, sel grant.Selection, b grant.Binding) string {
 	who := r.RemoteAddr
 	if host, _, err := net.SplitHostPort(who); err == nil {

@@ -155,7 +155,7 @@ func (s *Server) postMatchesSession(w http.ResponseWriter, r *http.Request, sess
 		probe.Profile = bound.Profile
 	}
 	// Checked by key, building nothing: a narrowed filter may have left the
-	// bounded cache since the stream opened (SPEC §10).
+	// bounded cache since the stream opened.
 	chk, err := res.Check(probe)
 	if err != nil {
 		if owner, ok := grant.ExpiredOwner(err); ok && subtle.ConstantTimeCompare(owner[:], sess.owner[:]) == 1 {

@@ -11,9 +11,9 @@ import (
 	"github.com/viewmux/viewmux/internal/jsonrpc"
 )
 
-// This file is how viewmux stops without dropping calls (SPEC §8): from the
-// moment it is told to stop, no new call starts (each is answered at once
-// with errShutdown's JSON-RPC error); the calls in flight get until
+// This file is how viewmux stops without dropping calls: from the moment it
+// is told to stop, no new call starts (each is answered at once with
+// errShutdown's JSON-RPC error); the calls in flight get until
 // server.shutdown_grace to finish with their real results; the ones still
 // running then are cancelled upstream and answered with that error; only
 // then do connections close.

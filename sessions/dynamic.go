@@ -18,14 +18,15 @@ import (
 	"github.com/viewmux/viewmux/sessions/grant"
 )
 
-// This file holds dynamic toolsets (SPEC §6). A session of a profile with
-// dynamic_toolsets starts with its toolsets off and three tools of
-// viewmux's own: list_toolsets, get_toolset_tools and enable_toolset. Its
-// binding keeps the profile's filter (the ceiling) until it enables a
-// toolset; effective adds the dynamic stage (filter.DynamicStage), so the
-// view, the call decision and list_changed all come from one filter, shared
-// by every session with the same toolsets on. Enabling replaces the
-// session's filter and tells that session, and only it, list_changed.
+// This file holds dynamic toolsets (see docs/profiles-and-filters.md). A
+// session of a profile with dynamic_toolsets starts with its toolsets off
+// and three tools of viewmux's own: list_toolsets, get_toolset_tools and
+// enable_toolset. Its binding keeps the profile's filter (the ceiling) until
+// it enables a toolset; effective adds the dynamic stage
+// (filter.DynamicStage), so the view, the call decision and list_changed all
+// come from one filter, shared by every session with the same toolsets on.
+// Enabling replaces the session's filter and tells that session, and only
+// it, list_changed.
 
 // Names of viewmux's own tools, after ReservedPrefix and the separator.
 const (
@@ -268,8 +269,7 @@ func (s *Server) findToolset(f *filter.Filter, args json.RawMessage) (*toolset, 
 	}
 	// A toolset with no tool inside the ceiling answers exactly like one
 	// that does not exist, in the caller's own spelling: naming it, or its
-	// upstream's prefix, would tell a hidden upstream from a missing one
-	// (SPEC §5).
+	// upstream's prefix, would tell a hidden upstream from a missing one.
 	unknown := fmt.Sprintf("unknown toolset %q; %s", jsonrpc.Printable(*p.Toolset), valid())
 	ts := s.dynamic().refs[*p.Toolset]
 	if ts == nil {

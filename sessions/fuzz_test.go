@@ -161,9 +161,9 @@ func FuzzDecide(f *testing.F) {
 	})
 }
 
-// fuzzRuleAdmits is the oracle for fuzzProfile's rules, written from SPEC
-// §5: the literal text, then a wildcard that matches no control character
-// and no shell metacharacter.
+// fuzzRuleAdmits is the oracle for fuzzProfile's rules, written from what a
+// call rule's glob means: the literal text, then a wildcard that matches no
+// control character and no shell metacharacter.
 func fuzzRuleAdmits(tool, v string) bool {
 	wild := func(s string) bool {
 		return !strings.ContainsFunc(s, func(r rune) bool {

@@ -11,9 +11,9 @@ import (
 )
 
 // auditLimit records a request refused by a size, busy or session limit
-// before any tool decision was made (SPEC §10): the audit log must show
-// what a client was refused, not only what the filter decided. method and
-// tool are "" when the refused message could not be read.
+// before any tool decision was made: the audit log must show what a client
+// was refused, not only what the filter decided. method and tool are "" when
+// the refused message could not be read.
 func (s *Server) auditLimit(session, profile, method, tool, reason string) {
 	s.audit.Write(audit.Record{
 		Time: time.Now().UTC(), Session: session, Profile: profile, Method: method,

@@ -7,7 +7,7 @@ import (
 )
 
 // instructions returns what viewmux's initialize and server/discover
-// results carry as instructions for the request's session (SPEC §7): the
+// results carry as instructions for the request's session: the
 // instructions of every upstream its view shows (the decision that lists
 // that upstream's prompts and resources, filter.Filter.ShowsUpstream),
 // each under a heading with its prefix (its name when it has none), in

@@ -12,10 +12,9 @@ import (
 	"github.com/viewmux/viewmux/internal/audit"
 )
 
-// This file holds the bounds that keep one client from growing viewmux
-// (SPEC §10): the max_sessions count every door shares, the expiry of idle
-// and never-initialized /mcp sessions, and the read deadline of request
-// bodies.
+// This file holds the bounds that keep one client from growing viewmux: the
+// max_sessions count every door shares, the expiry of idle and
+// never-initialized /mcp sessions, and the read deadline of request bodies.
 
 // sessionSlots counts the live sessions and streams of every door against
 // server.max_sessions, and each caller's against its share,

@@ -310,7 +310,8 @@ func TestMCPSessionsExpire(t *testing.T) {
 // TestUnknownSessionIDsCostNothing sends 1,000 requests of each kind with
 // session ids viewmux never gave, each with its own narrowing, on a
 // rate-limited profile: all are 404, and none leaves a limiter bucket, a
-// session id, a slot or a filter behind (SPEC §6, §10).
+// session id, a slot or a filter behind: limits are checked only after the
+// session is, so unknown session ids cost nothing.
 func TestUnknownSessionIDsCostNothing(t *testing.T) {
 	up := newUpstreamServer(t, 4)
 	s := newBenchServer(t, up.http.URL, "[server]\ndefault_profile = \"limited\"\n[profiles.limited]\n[profiles.limited.rate]\ncalls_per_minute = 3\n")

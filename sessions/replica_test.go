@@ -6,9 +6,9 @@ import (
 	"testing"
 )
 
-// TestSessionIDsNameTheReplica checks SPEC §12 on every door that mints
-// ids: each starts with server.replica_id and a dot, and an id minted by
-// another replica is answered 404, as an unknown one, so that its client
+// TestSessionIDsNameTheReplica checks every door that mints ids: each id
+// starts with server.replica_id and a dot, and an id minted by another
+// replica is answered 404, as an unknown one, so that its client
 // initializes again.
 func TestSessionIDsNameTheReplica(t *testing.T) {
 	s, _, hs := newDoorServer(t, "[server]\nreplica_id = \"eu-1\"\n")

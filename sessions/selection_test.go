@@ -18,9 +18,9 @@ import (
 	"github.com/viewmux/viewmux/sessions/grant"
 )
 
-// The selection a request makes by path and by GitHub's X-MCP-* headers
-// (SPEC §6): how it is read, that it means what the equivalent profile or
-// Mcp-* narrowing means, and that it can never widen a view.
+// The selection a request makes by path and by GitHub's X-MCP-* headers: how
+// it is read, that it means what the equivalent profile or Mcp-* narrowing
+// means, and that it can never widen a view.
 
 // selectionConfig is one upstream of six tools (up__tool_0000..0005, the
 // even ones read-only) with two toolsets, and profiles.

@@ -83,9 +83,9 @@ type Server struct {
 }
 
 // replicaPrefix starts every session id this replica mints, on every
-// door: server.replica_id and a dot (SPEC §12). A load balancer routes a
-// request carrying a session id to the replica named before the first dot
-// (configs/examples/deploy/nginx.conf); replica_id holds no dot.
+// door: server.replica_id and a dot (see docs/fleet.md). A load balancer
+// routes a request carrying a session id to the replica named before the
+// first dot (configs/examples/deploy/nginx.conf); replica_id holds no dot.
 func replicaPrefix(cfg *configs.Config) string { return cfg.Server.ReplicaID + "." }
 
 // MarkStarted tells the server that every upstream has had its first
@@ -98,8 +98,8 @@ func (s *Server) MarkStarted() {
 }
 
 // waitStarted holds a request that arrived while the upstreams are still
-// making their first connection, so that it never sees a partial catalog
-// (SPEC §7): until MarkStarted, ctx ends, or the longest connect_timeout.
+// making their first connection, so that it never sees a partial catalog:
+// until MarkStarted, ctx ends, or the longest connect_timeout.
 func (s *Server) waitStarted(ctx context.Context) {
 	if s.started.Load() {
 		return
@@ -303,8 +303,7 @@ func (s *Server) upstreamLog(up string, params map[string]any) {
 
 // logRecipients returns the sessions that set a log level at or below
 // level and may see up. An upstream a session may not see is, to it, no
-// upstream at all: its log lines would tell the session what runs there
-// (SPEC §5).
+// upstream at all: its log lines would tell the session what runs there.
 func (s *Server) logRecipients(up string, level mcp.LoggingLevel) []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -424,7 +423,8 @@ func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request) {
 	s.waitStarted(r.Context())
 	// The token, profile and toolsets are checked here, once, by one
 	// resolver; every later decision of the request is taken from chk. The
-	// filter of a narrowing is built only once the session is (SPEC §10).
+	// filter of a narrowing is built only once the session is, so that a
+	// request refused for its session costs no filter.
 	sel, err := grant.SelectionFromRequest(r)
 	var chk *grant.Checked
 	if err == nil {
@@ -652,13 +652,13 @@ func writeHTTPError(w http.ResponseWriter, status int, msg string) {
 	io.WriteString(w, msg+"\n")
 }
 
-// Shutdown shuts the server down (SPEC §8). Calls that arrive from now on
-// are answered at once with a JSON-RPC error; calls in flight get until ctx
-// is done to finish with their results, and the rest are then cancelled
-// and answered with that error. Then every stream session is ended once its
-// answers are written (within answerWait), and the /mcp sessions are
-// closed, which ends their GET streams. A ctx that is never done waits for
-// every call. Calling it again is harmless.
+// Shutdown shuts the server down without dropping calls. Calls that arrive
+// from now on are answered at once with a JSON-RPC error; calls in flight
+// get until ctx is done to finish with their results, and the rest are then
+// cancelled and answered with that error. Then every stream session is ended
+// once its answers are written (within answerWait), and the /mcp sessions
+// are closed, which ends their GET streams. A ctx that is never done waits
+// for every call. Calling it again is harmless.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.drainCalls(ctx)
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), answerWait)

@@ -28,7 +28,7 @@ type session struct {
 	id string
 	// owner is the sum of the bearer token that opened the session (zero
 	// without one): a request carrying another token is answered as if the
-	// session did not exist (SPEC §6).
+	// session did not exist, DELETE included.
 	owner [32]byte
 	// who is the caller whose shares the session's slot, streams and
 	// calls count in (Binding.Who when it connected); it never changes.

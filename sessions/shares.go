@@ -11,7 +11,7 @@ import (
 	"github.com/viewmux/viewmux/sessions/grant"
 )
 
-// This file holds the per-caller shares of viewmux's pools (SPEC §10):
+// This file holds the per-caller shares of viewmux's pools:
 // server.max_sessions_per_caller bounds what one caller holds of every
 // pool a client decides how much to take of, so that one token (or one
 // client address, without tokens) cannot starve the others. The pools are

@@ -12,7 +12,7 @@ import (
 )
 
 // handleStatus registers the status page for people, GET / (exact root),
-// and the same data as JSON, GET /status.json (SPEC §9; package status).
+// and the same data as JSON, GET /status.json (package status).
 // Both are protected like /metrics: Host and Origin by guard, and a bearer
 // token when tokens are configured. What they show never includes a
 // secret: a URL upstream shows as scheme://host[:port], and its error and

@@ -21,10 +21,10 @@ import (
 // with a JSON-RPC error and reading goes on.
 //
 // When in ends, or ctx is done, ServeStdio answers every request it has
-// read (SPEC §8): each gets server.shutdown_grace to finish with its
-// result; the calls still running then are cancelled upstream and
-// answered with a JSON-RPC error, as is every call read after ctx was
-// done. Then it returns nil. An error that is not EOF reading in is
+// read, so that stopping drops no call: each gets server.shutdown_grace to
+// finish with its result; the calls still running then are cancelled
+// upstream and answered with a JSON-RPC error, as is every call read after
+// ctx was done. Then it returns nil. An error that is not EOF reading in is
 // returned. When a config reload removes the session's profile, the
 // session ends at once (its calls are cancelled, unanswered) and
 // ServeStdio returns an error naming the profile. A reader blocked on in when ctx ends is left behind unless in

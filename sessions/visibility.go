@@ -14,13 +14,14 @@ import (
 	"github.com/viewmux/viewmux/sessions/grant"
 )
 
-// This file applies upstream-level visibility (SPEC §5) on every door:
-// listings of prompts, resources and templates come from the view's
-// filter.Listing, and a get, read, subscribe or completion against an
-// upstream the view hides answers exactly as one against nothing does,
-// before anything is sent upstream (decide, with targetOf). The decision
-// itself is filter.Filter.ShowsUpstream. What decide checked is what route
-// forwards to: the request is pinned to that upstream (pin).
+// This file applies upstream-level visibility (see
+// docs/profiles-and-filters.md) on every door: listings of prompts,
+// resources and templates come from the view's filter.Listing, and a get,
+// read, subscribe or completion against an upstream the view hides answers
+// exactly as one against nothing does, before anything is sent upstream
+// (decide, with targetOf). The decision itself is
+// filter.Filter.ShowsUpstream. What decide checked is what route forwards
+// to: the request is pinned to that upstream (pin).
 
 // listing returns what b's view of the current snapshot lists besides
 // tools, cached per view.

@@ -177,8 +177,9 @@ func (c *conn) callErr(ctx context.Context, method, target string, err error) er
 }
 
 // reservedMetaPrefix marks _meta keys that belong to the protocol itself.
-// A downstream's values must not travel upstream: mcp-go classifies a request
-// by them (PROTOCOL §7.10); Send sets this hop's own where needed.
+// A downstream's values must not travel upstream: an mcp-go upstream
+// classifies a request by its protocol version key, and a mismatch fails it;
+// Send sets this hop's own where needed.
 const reservedMetaPrefix = "io.modelcontextprotocol/"
 
 // IsReservedMeta reports whether a _meta key belongs to one hop only.

@@ -186,7 +186,8 @@ func decodeAs[T any](raw json.RawMessage) (T, error) {
 // (root oneOf/anyOf/$schema and unknown schema keys are dropped), so the
 // schemas are kept as the upstream's bytes in RawInputSchema and
 // RawOutputSchema, which is what schema decisions read. A tool failing
-// mcp.ValidateParamHeaderAnnotations is refused (PROTOCOL §7.11).
+// mcp.ValidateParamHeaderAnnotations is refused: mcp-go's server panics
+// registering one.
 func decodeTool(raw json.RawMessage) (mcp.Tool, error) {
 	t, err := decodeAs[mcp.Tool](raw)
 	if err != nil {

@@ -344,7 +344,7 @@ func (c *conn) startBackground() {
 
 // teardown ends the connection: in-flight calls fail, background goroutines
 // stop, the client closes and, for stdio, the child's process group is shut
-// down (SPEC §8). It waits for everything the connection started.
+// down (process.shutdown). It waits for everything the connection started.
 func (c *conn) teardown() error {
 	c.teardownOnce.Do(func() {
 		c.lost(errTornDown)

@@ -19,9 +19,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// SPEC §8: no child or grandchild survives viewmux, not even one that left
-// its process group with setsid. Signalling the group is not enough for
-// those, so on Linux viewmux is a child subreaper (orphaned descendants are
+// No child or grandchild survives viewmux, not even one that left its
+// process group with setsid. Signalling the group is not enough for those,
+// so on Linux viewmux is a child subreaper (orphaned descendants are
 // reparented to it instead of to init) and ends descendants one by one,
 // found in /proc:
 //

@@ -73,11 +73,11 @@ func randomMarker(t *testing.T) string {
 	return hex.EncodeToString(b)
 }
 
-// TestSetsidGrandchildEnded checks SPEC §8: a grandchild that left the
-// child's process group with setsid and ignores SIGTERM is ended with the
-// child, whether the upstream is closed or its child crashes and is
-// restarted. (This test process is no subreaper: the orphan goes to init,
-// and is found by its marker.)
+// TestSetsidGrandchildEnded checks that a grandchild that left the child's
+// process group with setsid and ignores SIGTERM is ended with the child,
+// whether the upstream is closed or its child crashes and is restarted.
+// (This test process is no subreaper: the orphan goes to init, and is found
+// by its marker.)
 func TestSetsidGrandchildEnded(t *testing.T) {
 	t.Run("close", func(t *testing.T) {
 		marker := randomMarker(t)

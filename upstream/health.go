@@ -13,7 +13,7 @@ import (
 )
 
 // Health is what an Upstream is doing and has been through, for people
-// looking at a status page (SPEC §9). It is a copy: the caller owns it.
+// looking at a status page. It is a copy: the caller owns it.
 type Health struct {
 	State State
 	// Transport is the transport of the current connection, or of the last

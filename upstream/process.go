@@ -57,9 +57,10 @@ type process struct {
 // is called with the exit status once the child has been reaped.
 //
 // The child is bound to life, the Upstream's lifetime (never a request's or
-// Start's ctx: PROTOCOL §7.4), and only as a backstop: its cancellation kills
-// the group, but Close performs the graceful shutdown first. On Linux the
-// child is also killed if viewmux itself dies (childProcAttr).
+// Start's ctx, whose end would kill it), and only as a backstop: its
+// cancellation kills the group, but Close performs the graceful shutdown
+// first. On Linux the child is also killed if viewmux itself dies
+// (childProcAttr).
 func startProcess(life context.Context, cfg *configs.Upstream, log *slog.Logger, secrets *redact.Secrets, spawn func(string, func()), onExit func(error)) (*process, error) {
 	if cfg.Command == "" {
 		return nil, errors.New("stdio upstream has no command")
@@ -169,14 +170,15 @@ func (p *process) groupAlive() bool {
 	return syscall.Kill(-p.pgid, 0) != syscall.ESRCH
 }
 
-// shutdown performs SPEC §8: close stdin; wait up to stdinWait for the child
-// to exit; SIGTERM the whole group; wait up to termWait for the group to
-// empty; SIGKILL the group; reap. The group is signalled even when the child
-// itself already exited, because wrappers (sh -c 'server & wait', npx) leave
-// grandchildren in it. On Linux the child's strays, descendants that left
-// the group (setsid) or outlived their parent, get the same signals at the
-// same steps and are reaped when they are viewmux's orphans. It returns an
-// error only if the child or a stray could not be ended.
+// shutdown ends the child and its group: close stdin; wait up to stdinWait
+// for the child to exit; SIGTERM the whole group; wait up to termWait for
+// the group to empty; SIGKILL the group; reap. The group is signalled even
+// when the child itself already exited, because wrappers
+// (sh -c 'server & wait', npx) leave grandchildren in it. On Linux the
+// child's strays, descendants that left the group (setsid) or outlived
+// their parent, get the same signals at the same steps and are reaped when
+// they are viewmux's orphans. It returns an error only if the child or a
+// stray could not be ended.
 func (p *process) shutdown(stdinWait, termWait time.Duration) error {
 	// While the child lives its strays are found by parentage, so look
 	// before it is asked to exit; later looks find them by marker.

@@ -17,7 +17,7 @@ import (
 
 const (
 	// stderrTailLines is how many of a child's last stderr lines are kept
-	// for the error of a failed connection attempt (SPEC §8).
+	// for the error of a failed connection attempt.
 	stderrTailLines = 10
 	// maxTailLine bounds one kept line; longer ones are cut.
 	maxTailLine = 512
@@ -31,7 +31,7 @@ const (
 
 // StderrError is the error of a stdio connection attempt, together with the
 // last lines the child wrote to stderr before it failed: usually the reason a
-// child that dies at start gives (SPEC §8). Err names the upstream.
+// child that dies at start gives. Err names the upstream.
 type StderrError struct {
 	Err error
 	// Stderr holds at most the last ten lines, oldest first, each cut to

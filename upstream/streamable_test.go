@@ -114,8 +114,8 @@ type callKey struct{}
 // after the result included; nothing goes to the untied hook.
 func TestHTTPCallStreamTies(t *testing.T) {
 	// A handwritten server: mcp-go's writes a notification on whichever
-	// of a session's streams takes it first (PROTOCOL §7.1), stateless or
-	// not, which no client can untangle.
+	// of a session's streams takes it first, stateless or not, which no
+	// client can untangle.
 	ts := httptest.NewServer(http.HandlerFunc(tiesServer))
 	t.Cleanup(ts.Close)
 	cfg := &configs.Upstream{Name: "ties", Transport: configs.TransportHTTP, URL: ts.URL + "/mcp",

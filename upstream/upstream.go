@@ -3,7 +3,8 @@
 // fetching its whole catalog, keeping that catalog current on list_changed,
 // forwarding calls to it, and reconnecting with backoff whenever the
 // connection is lost. Stdio children run in their own process group and are
-// shut down as SPEC §8 describes.
+// shut down by stages (stdin closed, SIGTERM, SIGKILL, reaped), so that no
+// descendant outlives viewmux.
 package upstream
 
 import (
@@ -29,18 +30,20 @@ import (
 // read from any goroutine without locking. Callers must not modify it.
 type Catalog struct {
 	// Tools carry RawInputSchema / RawOutputSchema exactly as the upstream
-	// sent them (mcp.Tool's own decoder drops oneOf, $schema, … PROTOCOL
-	// §7.9); InputSchema / OutputSchema are then zero. Tools failing
-	// mcp.ValidateParamHeaderAnnotations are dropped (PROTOCOL §7.11).
+	// sent them (mcp.Tool's own decoder drops a root oneOf, anyOf, $schema
+	// and unknown keys); InputSchema / OutputSchema are then zero. Tools
+	// failing mcp.ValidateParamHeaderAnnotations are dropped (mcp-go's
+	// server panics registering them).
 	Tools             []mcp.Tool
 	Prompts           []mcp.Prompt
 	Resources         []mcp.Resource
 	ResourceTemplates []mcp.ResourceTemplate
 	// RawTools[i] is the definition of Tools[i] exactly as the upstream
 	// listed it (compacted); RawPrompts, RawResources and RawTemplates
-	// likewise. Definitions are forwarded as these bytes (SPEC §7); the
-	// decoded items are for decisions. A catalog built by hand may leave
-	// them short or nil: its items are then encoded from their decoded form.
+	// likewise. Definitions are forwarded as these bytes, so nothing is
+	// added or dropped; the decoded items are for decisions. A catalog built
+	// by hand may leave them short or nil: its items are then encoded from
+	// their decoded form.
 	RawTools, RawPrompts, RawResources, RawTemplates []json.RawMessage
 	ServerInfo                                       mcp.Implementation
 	Capabilities                                     mcp.ServerCapabilities

@@ -19,7 +19,7 @@ import (
 
 // wsSubprotocol is the websocket subprotocol MCP is spoken under: the
 // TypeScript SDK's WebSocketClientTransport asks for it and the SEP-1288
-// draft keeps it (PROTOCOL §4).
+// draft keeps it.
 const wsSubprotocol = "mcp"
 
 // wsCloseGrace bounds a close handshake: after it the TCP connection is
@@ -48,7 +48,7 @@ type wsOptions struct {
 }
 
 // wsTransport is the websocket framing of viewmux's engine (wire.Transport)
-// over one connection (PROTOCOL §4): subprotocol "mcp", one JSON-RPC
+// over one connection, as SDKs speak it: subprotocol "mcp", one JSON-RPC
 // message per UTF-8 text frame, no newline framing, no batches.
 //
 // Every read, write and ping runs under the connection's lifetime context,
@@ -224,8 +224,9 @@ func (t *wsTransport) readErr(err error) error {
 }
 
 // WriteFrame implements wire.Transport: msg as one text frame, under the
-// connection's lifetime (PROTOCOL §4); a write stuck on a peer that
-// stopped reading ends when the keepalive gives up on it.
+// connection's lifetime (cancelling a write's own context would close the
+// connection); a write stuck on a peer that stopped reading ends when the
+// keepalive gives up on it.
 func (t *wsTransport) WriteFrame(_ context.Context, msg []byte) error {
 	t.mu.Lock()
 	conn := t.conn

@@ -15,12 +15,11 @@ import (
 	"github.com/viewmux/viewmux/internal/oauth"
 )
 
-// This file decides who is calling (SPEC "Who is calling"): a static
-// token of [[auth.tokens]] or an OAuth access token validated as
-// [auth.oauth] says. Both give the same grant (tokenEntry): an identity,
-// the profiles it may use and admin. It also serves Protected Resource
-// Metadata (RFC 9728) and writes the WWW-Authenticate challenges that
-// point clients to it.
+// This file decides who is calling: a static token of [[auth.tokens]] or an
+// OAuth access token validated as [auth.oauth] says. Both give the same
+// grant (tokenEntry): an identity, the profiles it may use and admin. It
+// also serves Protected Resource Metadata (RFC 9728) and writes the
+// WWW-Authenticate challenges that point clients to it.
 
 // ErrAuthUnavailable is a token that could not be checked because the
 // identity provider's metadata or keys could not be read (503).

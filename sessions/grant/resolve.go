@@ -34,9 +34,10 @@ const (
 	HeaderReadOnly = "Mcp-Read-Only"
 	HeaderTools    = "Mcp-Tools"
 
-	// GitHub's remote MCP server's headers, accepted as aliases of ours
-	// (SPEC §6). Their narrowing is a stage of its own: it can only
-	// narrow what Mcp-* and the path leave.
+	// GitHub's remote MCP server's headers, accepted as aliases of ours, and
+	// X-MCP-Exclude-Tools, which hides the tools it names. Their narrowing
+	// is a stage of its own: it can only narrow what Mcp-* and the path
+	// leave.
 	HeaderXToolsets     = "X-MCP-Toolsets"
 	HeaderXReadOnly     = "X-MCP-Readonly"
 	HeaderXTools        = "X-MCP-Tools"
@@ -185,9 +186,10 @@ func (sel Selection) narrowings() []Narrowing {
 	return []Narrowing{{Toolsets: sel.Toolsets, Tools: sel.Tools, ReadOnly: sel.ReadOnly}, sel.Alias, sel.Path}
 }
 
-// Bounds of a request's narrowing (SPEC §10). No real client comes near
-// them: an exposed name is at most server.max_name_length (≤ 128) bytes,
-// and a request that names more tools than a catalog usually holds narrows
+// Bounds of a request's narrowing, in length and count, so that nothing a
+// client sends grows viewmux without bound. No real client comes near them:
+// an exposed name is at most server.max_name_length (≤ 128) bytes, and a
+// request that names more tools than a catalog usually holds narrows
 // nothing. They keep what one request can make viewmux compile and cache
 // small; a request over them is refused with 400.
 const (
@@ -302,12 +304,13 @@ var selectionDoors = [...]string{"/mcp", "/sse", "/ws"}
 
 // PathForms are the paths under each front door (/mcp, /sse, /ws) that
 // select a profile or narrow the view, as GitHub's remote MCP server's
-// paths do (SPEC §6); {door} stands for the door. {toolsets} is a
-// comma-separated list of toolset selectors ("gh", "gh/issues"), read
-// greedily up to an optional final "/readonly": /mcp/x/gh/issues,docs/readonly
-// is the toolsets gh/issues and docs, read-only. A selector whose last
-// part is "readonly" is written with its slash percent-encoded
-// (/mcp/x/gh%2Freadonly). One trailing slash is ignored.
+// paths do, for clients that cannot set headers or drop query strings;
+// {door} stands for the door. {toolsets} is a comma-separated list of
+// toolset selectors ("gh", "gh/issues"), read greedily up to an optional
+// final "/readonly": /mcp/x/gh/issues,docs/readonly is the toolsets
+// gh/issues and docs, read-only. A selector whose last part is "readonly" is
+// written with its slash percent-encoded (/mcp/x/gh%2Freadonly). One
+// trailing slash is ignored.
 var PathForms = []string{
 	"{door}/readonly",
 	"{door}/x/{toolsets}",
@@ -542,7 +545,8 @@ func (r *Resolver) ResolveLocal(sel Selection) (Binding, error) {
 // Probe checks sel exactly as Resolve does and returns the profile and the
 // key of the filter Resolve would bind, without building or caching that
 // filter: a request on an existing session is compared with the session's
-// own binding before viewmux keeps anything for the request (SPEC §10).
+// own binding before viewmux keeps anything for the request, so that a
+// request that is refused costs nothing.
 func (r *Resolver) Probe(sel Selection) (profile, key string, err error) {
 	name, stages, _, err := r.stages(sel, true)
 	if err != nil {
@@ -653,7 +657,7 @@ func (c *Checked) Binding() Binding {
 	kept.Token, kept.HasToken = "", false
 	// A profile's filter is interned; one with the request's narrowing goes
 	// to the registry's bounded cache, so distinct narrowings cannot grow
-	// viewmux (SPEC §10).
+	// viewmux without bound.
 	var f *filter.Filter
 	if sel.Narrowing {
 		f = r.registry.Narrowed(stages...)
@@ -759,7 +763,7 @@ func (r *Resolver) stagesOf(name string, sel Selection) ([]*filter.Rules, error)
 // A toolset of an upstream that profile (the rule stages before n) hides
 // by upstreams or deny_upstreams is refused exactly like one that does not
 // exist, so that a request cannot tell a hidden upstream from a missing
-// one by its toolsets (SPEC §5).
+// one by its toolsets.
 func (r *Resolver) narrowingRules(n Narrowing, profile []*filter.Rules) (*filter.Rules, error) {
 	rs := configs.RuleSet{Toolsets: n.Toolsets, Tools: n.Tools, ReadOnly: n.ReadOnly}
 	everything := false

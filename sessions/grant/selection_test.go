@@ -14,8 +14,7 @@ import (
 	"github.com/viewmux/viewmux/internal/glob"
 )
 
-// How a request's selection is read from its path, headers and query
-// (SPEC §6).
+// How a request's selection is read from its path, headers and query.
 
 // listOf makes n comma-separated names of size bytes each.
 func listOf(n, size int) string {

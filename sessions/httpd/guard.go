@@ -29,7 +29,7 @@ import (
 const MaxHeaderBytes = 64 << 10
 
 // Guard runs the checks every path shares, before any of them looks at the
-// request (SPEC §10): the loopback Host rule against DNS rebinding, and
+// request: the loopback Host rule against DNS rebinding, and
 // Origin, which a request that carries one must be allowed (allowed
 // reports whether r may come from origin). No path is exempt: not the /mcp
 // fast paths, not /metrics or the health probes, which would otherwise
@@ -65,9 +65,9 @@ func refuse(w http.ResponseWriter, why string) {
 	w.Write(jsonrpc.ErrorResponse(nil, &jsonrpc.Error{Code: mcp.INVALID_REQUEST, Message: why}))
 }
 
-// hostAllowed applies the DNS-rebinding rule (SPEC §10): a request that
-// reached a loopback address must name a loopback host. On failure it has
-// answered 403.
+// hostAllowed applies the DNS-rebinding rule: a request that reached a
+// loopback address must name a loopback host. On failure it has answered
+// 403.
 func hostAllowed(w http.ResponseWriter, r *http.Request) bool {
 	local, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
 	if !ok || local == nil {
@@ -123,7 +123,7 @@ func RecoverPanics(log *slog.Logger, next http.Handler) http.Handler {
 }
 
 // WithReadTimeout bounds the time a request's body may take to arrive to d
-// from the start of the request (server.read_timeout, SPEC §10), so that a
+// from the start of the request (server.read_timeout), so that a
 // client trickling a body cannot hold a connection forever. It is a
 // per-request read deadline, lifted once the body has been read to its
 // end, rather than http.Server.ReadTimeout: that one also ends the

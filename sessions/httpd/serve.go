@@ -48,7 +48,8 @@ func Serve(ctx context.Context, ln net.Listener, cfg Config) error {
 		// http.Server.ReadTimeout would cut long-lived streams), keep-alive
 		// connections close after read_timeout idle, and headers, the
 		// narrowing ones included, are refused past MaxHeaderBytes with 431
-		// before any handler runs (SPEC §10).
+		// before any handler runs, so that no slow or oversized request
+		// holds a connection or memory for long.
 		Handler:           WithReadTimeout(cfg.ReadTimeout, cfg.Handler),
 		ReadHeaderTimeout: headerTimeout,
 		IdleTimeout:       cfg.ReadTimeout,

@@ -1,6 +1,6 @@
 // Package status is viewmux's status page for people, GET /, and the same
-// data as JSON, GET /status.json (SPEC §9): the upstreams and their
-// health, the profiles with their tool counts and token estimates, the
+// data as JSON, GET /status.json (see docs/operations.md): the upstreams and
+// their health, the profiles with their tool counts and token estimates, the
 // distinct filters they resolve to, and the live sessions. What it shows
 // depends on who asks (Viewer), and never includes a secret.
 //
