@@ -196,16 +196,16 @@ func TestDocsPointInside(t *testing.T) {
 // outsideRefRE matches a citation of the design documents that live
 // outside the repository, which a clone does not have: the files themselves
 // (SPEC.md, PROTOCOL.md, STYLE.md, reached as ../shared/...) and sections of
-// the spec ("SPEC §5"), also when a comment's line break falls between
-// "SPEC" and "§".
-var outsideRefRE = regexp.MustCompile(`SPEC[\s/#*]*§|\b(SPEC|PROTOCOL|STYLE)\.md|\.\./shared\b`)
+// any of them ("SPEC §5", "STYLE §12"), also when a comment's line break
+// falls between the name and "§".
+var outsideRefRE = regexp.MustCompile(`(SPEC|PROTOCOL|STYLE)[\s/#*]*§|\b(SPEC|PROTOCOL|STYLE)\.md|\.\./shared\b`)
 
 // TestNoReferencesOutside fails when any file git tracks, source, config,
 // script or documentation, cites what a clone does not have (outsideRefRE),
 // naming file:line of each citation. Only this file is exempt: it names
 // what it looks for.
 func TestNoReferencesOutside(t *testing.T) {
-	for _, s := range []string{"SPEC §5", "(SPEC\n// §8)", "../shared/SPEC.md", "PROTOCOL.md", "STYLE.md"} {
+	for _, s := range []string{"SPEC §5", "(SPEC\n// §8)", "STYLE §12", "PROTOCOL §4", "../shared/SPEC.md", "PROTOCOL.md", "STYLE.md"} {
 		if !outsideRefRE.MatchString(s) {
 			t.Fatalf("outsideRefRE does not match %q", s)
 		}

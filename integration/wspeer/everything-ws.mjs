@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 // everything-ws.mjs serves the reference server-everything over WebSocket,
-// as the MCP WebSocket transport is spoken in practice (PROTOCOL §4; the
+// as the MCP WebSocket transport is spoken in practice (the
 // TypeScript SDK's WebSocketClientTransport, the SEP-1288 draft): the client
 // must offer the subprotocol "mcp", every JSON-RPC message travels as one
 // UTF-8 text frame (no newline framing, no batches), and a binary frame

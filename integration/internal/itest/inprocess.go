@@ -21,7 +21,7 @@ import (
 // aggregator and the session server wired as cmd/viewmux wires them, on a
 // real loopback listener, with real upstream child processes. It exists for
 // tests that inject an upstream option the binary has no flag or config key
-// for (production code carries no test-only knobs, STYLE §12); every other
+// for (production code carries no test-only knobs); every other
 // test runs the binary. Its methods are safe for concurrent use.
 type inProcessMux struct {
 	Addr   string // host:port it listens on
