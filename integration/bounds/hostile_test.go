@@ -28,27 +28,10 @@ import (
 // test runs it as a real stdio child of the real viewmux binary, or serving
 // streamable HTTP on a loopback port.
 
-var hostileBuild struct {
-	once sync.Once
-	bin  string
-	err  error
-}
-
 // hostileBinary builds ./hostile once per test run.
 func hostileBinary(t testing.TB) string {
 	t.Helper()
-	hostileBuild.once.Do(func() {
-		hostileBuild.bin = filepath.Join(itest.Harness.Tmp, "hostile")
-		cmd := exec.Command("go", "build", "-o", hostileBuild.bin, "./hostile")
-		cmd.Dir = itest.Harness.Dir
-		if out, err := cmd.CombinedOutput(); err != nil {
-			hostileBuild.err = fmt.Errorf("go build ./hostile: %w\n%s", err, out)
-		}
-	})
-	if hostileBuild.err != nil {
-		t.Fatal(hostileBuild.err)
-	}
-	return hostileBuild.bin
+	return itest.Fixture(t, "./hostile")
 }
 
 // hostileUpstream is the config table of one hostile upstream named name,

@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"os/exec"
 	"strings"
 	"sync"
@@ -578,14 +577,3 @@ func fidWaitFor(d time.Duration, cond func() bool) bool {
 }
 
 var errFidNA = errors.New("not applicable")
-
-// fidSelfExe is this test binary, which serves the mcp-go fidelity server
-// on stdio when fidMcpGoEnv is set.
-func fidSelfExe(t *testing.T) string {
-	t.Helper()
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return exe
-}

@@ -129,14 +129,14 @@ func fidKinds() []*fidKind {
 			return url(startFidMcpGoSSE(t), "sse", fidSSE)
 		}},
 		{name: "mcpgo-stdio", fam: famMcpGo, prefix: "mg", untied: true, start: func(t *testing.T, marker string) fidUpstream {
-			exe := fidSelfExe(t)
+			bin := fidMcpGoPeer(t)
 			return fidUpstream{
-				mount: fmt.Sprintf("command = %s\nenv = { %s = \"stdio\", %s = %s }\n",
-					itest.TomlString(exe), fidMcpGoEnv, itest.MarkerEnv, itest.TomlString(marker)),
+				mount: fmt.Sprintf("command = %s\nargs = [\"stdio\"]\nenv = { %s = %s }\n",
+					itest.TomlString(bin), itest.MarkerEnv, itest.TomlString(marker)),
 				direct: func(t *testing.T) func(*fidTap) (gosdk.Transport, error) {
 					return func(tap *fidTap) (gosdk.Transport, error) {
-						cmd := exec.Command(exe)
-						cmd.Env = append(itest.EnvWithout(os.Environ(), itest.MarkerEnv), fidMcpGoEnv+"=stdio")
+						cmd := exec.Command(bin, "stdio")
+						cmd.Env = itest.EnvWithout(os.Environ(), itest.MarkerEnv)
 						tr, _, err := fidStdio(t, cmd, tap)
 						return tr, err
 					}

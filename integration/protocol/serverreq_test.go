@@ -28,27 +28,10 @@ import (
 // lateask, a stdio server whose sampling request can come after the call
 // that caused it finished, while another session's call is in flight.
 
-var lateAsk struct {
-	once sync.Once
-	bin  string
-	err  error
-}
-
 // lateAskBinary builds ./lateask once per test run.
 func lateAskBinary(t testing.TB) string {
 	t.Helper()
-	lateAsk.once.Do(func() {
-		lateAsk.bin = filepath.Join(itest.Harness.Tmp, "lateask")
-		cmd := exec.Command("go", "build", "-o", lateAsk.bin, "./lateask")
-		cmd.Dir = itest.Harness.Dir
-		if out, err := cmd.CombinedOutput(); err != nil {
-			lateAsk.err = fmt.Errorf("go build ./lateask: %w\n%s", err, out)
-		}
-	})
-	if lateAsk.err != nil {
-		t.Fatal(lateAsk.err)
-	}
-	return lateAsk.bin
+	return itest.Fixture(t, "./lateask")
 }
 
 func lateAskConfig(t testing.TB, scope string) string {

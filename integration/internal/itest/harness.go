@@ -153,6 +153,49 @@ func MuxBinary(t testing.TB) string {
 	return Harness.Mux
 }
 
+// fixtures holds the programs Fixture has built in this test run.
+var fixtures struct {
+	mu    sync.Mutex
+	built map[string]*fixture
+}
+
+type fixture struct {
+	once sync.Once
+	bin  string
+	err  error
+}
+
+// Fixture returns the program pkg (a path relative to integration/, such
+// as "./hostile"), building it on first use: once per test run, without
+// the race detector, as the peers it stands for would be. A build failure
+// fails the test with the compiler's output.
+func Fixture(t testing.TB, pkg string) string {
+	t.Helper()
+	fixtures.mu.Lock()
+	if fixtures.built == nil {
+		fixtures.built = map[string]*fixture{}
+	}
+	f := fixtures.built[pkg]
+	if f == nil {
+		f = &fixture{}
+		fixtures.built[pkg] = f
+	}
+	fixtures.mu.Unlock()
+	f.once.Do(func() {
+		name := strings.NewReplacer("/", "-", ".", "").Replace(strings.Trim(pkg, "./"))
+		f.bin = filepath.Join(Harness.Tmp, "fixture-"+name)
+		cmd := exec.Command("go", "build", "-o", f.bin, pkg)
+		cmd.Dir = Harness.Dir
+		if out, err := cmd.CombinedOutput(); err != nil {
+			f.err = fmt.Errorf("go build %s: %w\n%s", pkg, err, out)
+		}
+	})
+	if f.err != nil {
+		t.Fatal(f.err)
+	}
+	return f.bin
+}
+
 // NodeModule returns the absolute path of a file inside node_modules.
 func NodeModule(rel string) string {
 	return filepath.Join(Harness.Dir, "node_modules", filepath.FromSlash(rel))

@@ -9,7 +9,6 @@ import (
 	"io"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -58,27 +57,10 @@ func startTypedHTTP(t *testing.T) (*typedUp, string) {
 	}}, h.URL + "/mcp"
 }
 
-var typedChild struct {
-	once sync.Once
-	bin  string
-	err  error
-}
-
 // typedChildBinary builds typedrec/child once per test run.
 func typedChildBinary(t testing.TB) string {
 	t.Helper()
-	typedChild.once.Do(func() {
-		typedChild.bin = filepath.Join(Harness.Tmp, "typedrec-child")
-		cmd := exec.Command("go", "build", "-o", typedChild.bin, "./typedrec/child")
-		cmd.Dir = Harness.Dir
-		if out, err := cmd.CombinedOutput(); err != nil {
-			typedChild.err = fmt.Errorf("go build ./typedrec/child: %w\n%s", err, out)
-		}
-	})
-	if typedChild.err != nil {
-		t.Fatal(typedChild.err)
-	}
-	return typedChild.bin
+	return Fixture(t, "./typedrec/child")
 }
 
 // typedStdio is the stdio typed upstream: its runs are the lines of the
