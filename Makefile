@@ -21,8 +21,13 @@ PODMAN  ?= podman
 
 .PHONY: test unit peers build vet fmt fuzz man completions image image-node helm-test release-check
 
+# The end-to-end packages spend much of their time waiting on child
+# processes and the network, so go test runs more packages at once than
+# there are cores (its default -p); TESTP overrides it.
+TESTP ?= 4
+
 test: peers vet
-	$(GO) test -race -count=1 -timeout 30m ./...
+	$(GO) test -race -count=1 -p $(TESTP) -timeout 30m ./...
 
 # unit runs everything but the end-to-end tests.
 unit:

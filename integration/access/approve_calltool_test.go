@@ -15,6 +15,7 @@ import (
 // call_tool too, on every door: declined, nothing reaches the upstream;
 // accepted, exactly that call does.
 func TestApproveThroughCallTool(t *testing.T) {
+	t.Parallel()
 	itest.RequireNode(t)
 	rec := itest.StartRecorder(t, "rec", false)
 	dir := t.TempDir()

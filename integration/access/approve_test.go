@@ -123,6 +123,7 @@ var hostileArgs = map[string]any{
 // withdrawn), and a client without elicitation gets a JSON-RPC error; the recorder gets only the approved call and the
 // call that needs no approval. Every decision is in the audit log.
 func TestApproveDoors(t *testing.T) {
+	t.Parallel()
 	itest.RequireNode(t)
 	rec := itest.StartRecorder(t, "rec", false)
 	dir := t.TempDir()

@@ -73,6 +73,7 @@ func toolsetsOf(t *testing.T, r itest.CallResult) map[string]int {
 // toolset's tools (never beyond a read-only ceiling); a concurrent session
 // of the same profile sees nothing change.
 func TestDynamicToolsets(t *testing.T) {
+	t.Parallel()
 	itest.RequireNode(t)
 	mux := itest.StartMux(t, itest.ProfilesConfig(t, itest.RealTempDir(t), dynamicTOML))
 	url := mux.URL()
@@ -204,6 +205,7 @@ func TestDynamicToolsets(t *testing.T) {
 // TestDynamicToolsetsOnWebsocket enables a toolset over /ws, with a second
 // websocket session of the same profile open: only the first is told.
 func TestDynamicToolsetsOnWebsocket(t *testing.T) {
+	t.Parallel()
 	itest.RequireNode(t)
 	mux := itest.StartMux(t, itest.ProfilesConfig(t, itest.RealTempDir(t), dynamicTOML))
 	ws := fmt.Sprintf("ws://%s/ws?profile=dyn", mux.Addr)

@@ -196,6 +196,7 @@ func TestOverridesFixedArguments(t *testing.T) {
 // overridden, its calls arrive with the fixed arguments injected, and its
 // call that sends one is refused, never reaching the upstream.
 func TestOverridesSDKClient(t *testing.T) {
+	t.Parallel()
 	itest.RequireNode(t)
 	rec := itest.StartRecorder(t, "rec", false)
 	mux := itest.StartMux(t, overridesConfig(rec))

@@ -81,6 +81,7 @@ type selForm struct {
 }
 
 func TestSelectionForms(t *testing.T) {
+	t.Parallel()
 	itest.RequireNode(t)
 	mux := itest.StartMux(t, selectionConfig(t, ""))
 	base := "http://" + mux.Addr
@@ -294,6 +295,7 @@ func TestSelectionForms(t *testing.T) {
 // without reaching the demo server. The websocket door is covered by the
 // sessions tests: the SDK's websocket client cannot send a token.
 func TestSelectionCannotWiden(t *testing.T) {
+	t.Parallel()
 	itest.RequireNode(t)
 	mux := itest.StartMux(t, selectionConfig(t, `
 [[auth.tokens]]

@@ -66,6 +66,7 @@ func foundByName(t *testing.T, structured json.RawMessage, text string) []string
 // session list_changed and adds the found tools; call_tool calls a tool
 // that is not listed, and refuses one the profile hides.
 func TestToolSearchTypeScriptClient(t *testing.T) {
+	t.Parallel()
 	itest.RequireFilesystemServer(t)
 	mux := itest.StartMux(t, itest.ProfilesConfig(t, itest.RealTempDir(t), searchTOML))
 	res := itest.Drive(t, itest.Script{URL: mux.URL() + "?profile=agent", Steps: []itest.Op{
@@ -123,6 +124,7 @@ func TestToolSearchTypeScriptClient(t *testing.T) {
 // the found tools are listed) and stateless (its default, 2026-07-28:
 // the same tools, and nothing is remembered between requests).
 func TestToolSearchGoSDKClient(t *testing.T) {
+	t.Parallel()
 	itest.RequireFilesystemServer(t)
 	mux := itest.StartMux(t, itest.ProfilesConfig(t, itest.RealTempDir(t), searchTOML))
 	for _, protocol := range []string{"2025-11-25", ""} {
@@ -278,6 +280,7 @@ func TestToolSearchEveryDoor(t *testing.T) {
 // the starting view, a search that tells the session list_changed and
 // lists what it found, and call_tool of a tool not listed.
 func TestToolSearchTypeScriptEveryDoor(t *testing.T) {
+	t.Parallel()
 	itest.RequireNode(t)
 	mux := itest.StartMux(t, itest.DoorsConfig(t)+searchTOML)
 	cfgPath := filepath.Join(mux.Dir, "viewmux.toml")

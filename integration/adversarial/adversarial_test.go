@@ -266,6 +266,7 @@ func advTable() []advCase {
 // upstreams: every refusal answers as docs/protocol.md says and leaves the upstream
 // with nothing executed; every allowed call runs exactly its value.
 func TestAdversarialCallRules(t *testing.T) {
+	t.Parallel()
 	env := itest.StartTyped(t)
 	cases := advTable()
 	for _, d := range env.Doors() {

@@ -383,6 +383,7 @@ func recLeaks(text string, ups ...*itest.Recorder) []string {
 // address, port, query or secret. The upstream's secret
 // must not be in viewmux's logs either.
 func TestRecordingOwnErrorsLeakNothing(t *testing.T) {
+	t.Parallel()
 	env := startRecording(t)
 	doors := env.Doors()
 	clients := make([]itest.RecClient, len(doors))

@@ -211,6 +211,7 @@ func maxStartsWithBackoff(elapsed time.Duration) int {
 // upstream and the bound; it is retried with backoff, not in a loop, and
 // viewmux's memory stays bounded while it reads the catalog.
 func TestHostileCatalogBounds(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name  string
 		args  []string
@@ -284,6 +285,7 @@ shutdown_grace = "5s"
 // a refetch per doubling wait, not one per notification, and another
 // upstream keeps answering.
 func TestHostileListChangedFlood(t *testing.T) {
+	t.Parallel()
 	mux := itest.StartMux(t, `[server]
 shutdown_grace = "5s"
 `+hostileUpstream(t, "flood", nil, "required = true")+hostileUpstream(t, "bystander", nil, "required = true"))

@@ -39,6 +39,7 @@ url = %s
 }
 
 func TestLimits(t *testing.T) {
+	t.Parallel()
 	rec := itest.StartRecorder(t, "rec", false)
 	mux := itest.StartMux(t, limitsConfig(rec))
 	url := mux.URL()

@@ -32,6 +32,7 @@ const slowAnswer = 8_000_000
 // each of which viewmux may hold a few copies of until results stream. The
 // calls past the bound are refused before they reach the upstream.
 func TestSlowReadersAreBounded(t *testing.T) {
+	t.Parallel()
 	var served atomic.Int64
 	srv := server.NewMCPServer("big", "1", server.WithToolCapabilities(false))
 	srv.AddTool(mcp.NewTool("big", mcp.WithReadOnlyHintAnnotation(true)), func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {

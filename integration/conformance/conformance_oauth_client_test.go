@@ -14,6 +14,7 @@ import (
 )
 
 func TestConformanceOAuthClient(t *testing.T) {
+	t.Parallel()
 	requireConformance(t)
 	bin := itest.MuxBinary(t)
 	if strings.ContainsAny(bin, " \t") {

@@ -311,6 +311,7 @@ type conformanceTally struct {
 }
 
 func TestConformanceParity(t *testing.T) {
+	t.Parallel()
 	requireConformance(t)
 	itest.MuxBinary(t)
 	conformanceServerBinary(t)

@@ -58,6 +58,7 @@ required = true
 // TestReferenceServers runs the official TypeScript SDK client against
 // viewmux mounting the reference servers from npm.
 func TestReferenceServers(t *testing.T) {
+	t.Parallel()
 	itest.RequireNode(t)
 	mux := itest.StartMux(t, referenceConfig(t, itest.StartEverythingHTTP(t)))
 	const text = "héllo wörld ✓ 日本語"

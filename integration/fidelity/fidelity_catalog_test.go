@@ -382,6 +382,7 @@ func directUpstreams(t *testing.T, rec *itest.Recorder) (ups []fidelityUpstream,
 // TestCatalogFidelity lists every tool, prompt, resource and template
 // through every door and compares each with the upstream's own listing.
 func TestCatalogFidelity(t *testing.T) {
+	t.Parallel()
 	itest.RequireNode(t)
 	rec := itest.StartRecorder(t, "rec", false)
 	mux := itest.StartMux(t, fidelityConfig(t, rec))
@@ -517,6 +518,7 @@ func TestCatalogFidelity(t *testing.T) {
 // its prefix, in config order, for the upstreams the session's view shows
 // only.
 func TestUpstreamInstructions(t *testing.T) {
+	t.Parallel()
 	itest.RequireNode(t)
 	rec := itest.StartRecorder(t, "rec", false)
 	mux := itest.StartMux(t, fidelityConfig(t, rec))

@@ -385,6 +385,7 @@ func (r *fidResults) set(kind, door, cell, outcome string) {
 }
 
 func TestFidelity(t *testing.T) {
+	t.Parallel()
 	itest.RequireNode(t)
 	res := &fidResults{got: map[string]string{}}
 	kinds := fidKinds()

@@ -17,6 +17,7 @@ import (
 // server-everything over streamable HTTP, with no viewmux in between: it
 // proves the driver before the viewmux tests trust it.
 func TestDriver(t *testing.T) {
+	t.Parallel()
 	itest.RequireNode(t)
 	url := itest.StartEverythingHTTP(t)
 	const text = "héllo wörld ✓ 日本語"

@@ -179,6 +179,7 @@ func startExchangeRS(t *testing.T, issuer string, mcp http.Handler) *exchangeRS 
 // gets an error saying the exchange failed; a static-token caller a tool
 // error; nothing of theirs reaches the upstream.
 func TestExchangeCredentialsRealProvider(t *testing.T) {
+	t.Parallel()
 	const audience, secret = "http://mcp.test", "mux-client-secret-1"
 	z := startZitadelOP(t, audience, secret)
 	rug := itest.StartRug(t)

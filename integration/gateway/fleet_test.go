@@ -30,6 +30,7 @@ import (
 // other alone. Replica A's config is mounted the way kubelet mounts a
 // ConfigMap, so the reload is the symlink swap Kubernetes makes.
 func TestFleet(t *testing.T) {
+	t.Parallel()
 	itest.RequireNode(t)
 	requireNginx(t)
 	up := whoamiUpstream(t)

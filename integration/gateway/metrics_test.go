@@ -13,6 +13,7 @@ import (
 // instance, sessions are counted, and the catalog size is the
 // size of the unfiltered listing.
 func TestMetrics(t *testing.T) {
+	t.Parallel()
 	itest.RequireFilesystemServer(t)
 	mux := itest.StartMux(t, itest.ProfilesConfig(t, itest.RealTempDir(t), ""))
 	url := mux.URL()

@@ -25,6 +25,7 @@ import (
 // /sse; the SDK's websocket client cannot send headers, so /ws is driven
 // with a Go websocket client holding the same token.
 func TestOAuthDoors(t *testing.T) {
+	t.Parallel()
 	itest.RequireNode(t)
 	h := hydratest.Start(t, 0)
 	const audience = "http://mcp.test"
@@ -144,6 +145,7 @@ profiles = ["readonly"]
 // the address viewmux listens on (--listen), which is what the SDK checks
 // the metadata's resource against.
 func TestOAuthSDKDiscovery(t *testing.T) {
+	t.Parallel()
 	itest.RequireNode(t)
 	h := hydratest.Start(t, 0)
 	mux := itest.StartMux(t, itest.DoorsConfig(t)+fmt.Sprintf(`

@@ -16,6 +16,7 @@ import (
 // expectNoNotification against the reference server-everything directly,
 // with no viewmux in between.
 func TestDriverSessions(t *testing.T) {
+	t.Parallel()
 	itest.RequireNode(t)
 	url := itest.StartEverythingHTTP(t)
 

@@ -127,6 +127,7 @@ func readProfile(t *testing.T, tab context.Context, name string) (tools, session
 // after one child is killed the page, refreshing itself (never navigated
 // again), shows the restart and the error.
 func TestStatusPageInABrowser(t *testing.T) {
+	t.Parallel()
 	itest.RequireProc(t)
 	chromium := requireChromium(t)
 	evil := `[upstreams.evil]

@@ -227,6 +227,7 @@ required = true
 }
 
 func TestTraceJoinsClientMuxUpstream(t *testing.T) {
+	t.Parallel()
 	sink := startOTLPSink(t)
 	rec := itest.StartRecorder(t, "rec", false)
 	mod := itest.StartRecorder(t, "mod", true)

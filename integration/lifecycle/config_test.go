@@ -58,6 +58,7 @@ func lineOf(t *testing.T, text, sub string) int {
 // TestBrokenConfig checks that `check` and `serve` reject an invalid config
 // with exit code 2 and report every error with its file:line in one run.
 func TestBrokenConfig(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	path := filepath.Join(dir, "broken.toml")
 	if err := os.WriteFile(path, []byte(brokenConfig), 0o600); err != nil {

@@ -27,6 +27,7 @@ func fdCount(t *testing.T, pid int) int {
 // call: the call fails fast, the other upstream is unaffected, the crashed
 // one comes back with its tools, and live sessions are told.
 func TestUpstreamCrash(t *testing.T) {
+	t.Parallel()
 	itest.RequireNode(t)
 	itest.RequireProc(t)
 	m := itest.StartMux(t, itest.DemoUpstream(t, "crash")+itest.DemoUpstream(t, "other"))
@@ -117,6 +118,7 @@ func TestUpstreamCrash(t *testing.T) {
 // and restart under test are the same code either way, and the processes
 // and descriptors counted are this process's.
 func TestUpstreamChurn(t *testing.T) {
+	t.Parallel()
 	itest.RequireNode(t)
 	itest.RequireProc(t)
 	const cycles = 50

@@ -25,6 +25,7 @@ import (
 // refuse hidden tools with the same -32601 — all driven by the official
 // TypeScript SDK client.
 func TestFrontDoors(t *testing.T) {
+	t.Parallel()
 	itest.RequireNode(t)
 	cfg := itest.DoorsConfig(t)
 	mux := itest.StartMux(t, cfg)

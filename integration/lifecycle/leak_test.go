@@ -20,6 +20,7 @@ import (
 // leaves a grandchild that ignores SIGTERM and holds the upstream's stdout
 // open, so only SIGKILL to the process group ends it.
 func TestLeakOnSIGTERM(t *testing.T) {
+	t.Parallel()
 	itest.RequireNode(t)
 	itest.RequireProc(t)
 	bin := itest.MuxBinary(t)

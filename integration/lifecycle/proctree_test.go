@@ -223,6 +223,7 @@ func assertEnded(t *testing.T, g itest.Proc) {
 // subreaper, ends and reaps it when it is stopped, over HTTP and over
 // stdio, and when the upstream's child crashes and is restarted.
 func TestSetsidGrandchild(t *testing.T) {
+	t.Parallel()
 	itest.RequireProc(t)
 	if runtime.GOOS != "linux" {
 		t.Skip("viewmux is a child subreaper on Linux only")

@@ -16,6 +16,7 @@ import (
 // anywhere, so the embedded quickstart (two demo upstreams, notes and
 // scratch, plus default and readonly profiles) is used.
 func TestQuickstart(t *testing.T) {
+	t.Parallel()
 	itest.RequireNode(t)
 	mux := itest.StartMuxWith(t, itest.MuxOptions{
 		Dir: t.TempDir(),

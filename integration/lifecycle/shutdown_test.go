@@ -449,6 +449,7 @@ func TestShutdownAnswersCallsInFlight(t *testing.T) {
 // answered (its result if it finishes within the grace, else the shutdown
 // error) before it exits 0.
 func TestStdioAnswersCallsInFlight(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	cfgPath := filepath.Join(dir, "viewmux.toml")
 	if err := os.WriteFile(cfgPath, []byte(sdConfig(t)), 0o600); err != nil {

@@ -25,6 +25,7 @@ import (
 // The upstream is handwritten: mcp-go's server writes a notification on
 // whichever of a session's streams takes it first.
 func TestHTTPCallStreamReachesItsSession(t *testing.T) {
+	t.Parallel()
 	up := httptest.NewServer(http.HandlerFunc(tiedStreamUpstream))
 	t.Cleanup(up.Close)
 	m := itest.StartMux(t, fmt.Sprintf("[upstreams.up]\nurl = %q\n", up.URL+"/mcp"))

@@ -131,6 +131,7 @@ func (c *lineClient) progressOf(t *testing.T, id int, tool string, args string) 
 // server's slow_count with no interval sends its progress from mcp-go's
 // notification queue, so some of it comes after the result.
 func TestLateProgressReachesStdioClient(t *testing.T) {
+	t.Parallel()
 	bin := itest.MuxBinary(t)
 	cfg := filepath.Join(t.TempDir(), "viewmux.toml")
 	if err := os.WriteFile(cfg, []byte(itest.DemoUpstream(t, "d")), 0o600); err != nil {

@@ -39,6 +39,7 @@ read_only = true
 // A adds extra_rw (not read-only): only A is told. Then A adds extra_ro
 // (read-only): A and B are told. C is never told.
 func TestListChanged(t *testing.T) {
+	t.Parallel()
 	itest.RequireNode(t)
 	mux := itest.StartMux(t, listChangedConfig(t))
 	url := mux.URL()

@@ -150,6 +150,7 @@ func streamListen(t *testing.T, c *itest.RecStream) <-chan string {
 // told anyway) that listens on a stream gets its own view's list_changed
 // through that stream's writer.
 func TestModernListenStreamDoors(t *testing.T) {
+	t.Parallel()
 	mux := itest.StartMux(t, listChangedConfig(t))
 	base := "http://" + mux.Addr
 	for _, door := range []struct {
@@ -209,6 +210,7 @@ func TestModernListenStreamDoors(t *testing.T) {
 // switched on with its toggle-subscriber-updates tool), and that a
 // listener that did not list it gets none.
 func TestModernListenResourceUpdated(t *testing.T) {
+	t.Parallel()
 	itest.RequireNode(t)
 	const uri = "demo://resource/static/document/features.md"
 	mux := itest.StartMux(t, protoConfig(protoEveryStdio()))

@@ -227,6 +227,7 @@ func protoTargets(t *testing.T) []protoTarget {
 // the scenario and the expectations, and is the oracle the runs through
 // viewmux are compared with.
 func TestProtocolRelay(t *testing.T) {
+	t.Parallel()
 	itest.RequireNode(t)
 	targets := protoTargets(t)
 
@@ -785,6 +786,7 @@ func TestProtocolRelay(t *testing.T) {
 // caches the first roots it gets per session, so this runs on an viewmux of
 // its own that nothing else has called.
 func TestProtocolRoots(t *testing.T) {
+	t.Parallel()
 	itest.RequireNode(t)
 	url := itest.StartEverythingHTTP(t)
 	mux := itest.StartMux(t, protoConfig(protoEveryStdioPerSession(), protoEveryHTTPPerSession(url)))

@@ -66,6 +66,7 @@ func TestProtocolRootsSSE(t *testing.T) {
 // another session's call in flight on the same connection succeeds and
 // the connection stays up.
 func TestOversizeResultBesideAnotherSessionSSE(t *testing.T) {
+	t.Parallel()
 	itest.RequireNode(t)
 	m := itest.StartMux(t, protoConfig(fmt.Sprintf(`
 [upstreams.everysse]

@@ -116,6 +116,7 @@ func streamCall(id int, tool string, bytes int) string {
 }
 
 func TestLargeResultStreams(t *testing.T) {
+	t.Parallel()
 	up := streamUpstream(t)
 	mux := itest.StartMux(t, fmt.Sprintf(`[upstreams.jbig]
 url = %[1]s

@@ -182,8 +182,9 @@ func Fixture(t testing.TB, pkg string) string {
 	}
 	fixtures.mu.Unlock()
 	f.once.Do(func() {
-		name := strings.NewReplacer("/", "-", ".", "").Replace(strings.Trim(pkg, "./"))
-		f.bin = filepath.Join(Harness.Tmp, "fixture-"+name)
+		// Named after the package ("./typedrec/child" is typedrec-child):
+		// some tests find the fixture's processes by that name.
+		f.bin = filepath.Join(Harness.Tmp, strings.ReplaceAll(strings.Trim(pkg, "./"), "/", "-"))
 		cmd := exec.Command("go", "build", "-o", f.bin, pkg)
 		cmd.Dir = Harness.Dir
 		if out, err := cmd.CombinedOutput(); err != nil {
