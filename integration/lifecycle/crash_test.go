@@ -116,9 +116,9 @@ func TestUpstreamCrash(t *testing.T) {
 // this process with a 10ms minimum reconnect backoff: through the binary
 // (1s minimum) the 50 cycles take nearly a minute. The upstream teardown
 // and restart under test are the same code either way, and the processes
-// and descriptors counted are this process's.
+// and descriptors counted are this process's — which is why it is not
+// parallel: another test's children and sockets would count as its leaks.
 func TestUpstreamChurn(t *testing.T) {
-	t.Parallel()
 	itest.RequireNode(t)
 	itest.RequireProc(t)
 	const cycles = 50
