@@ -24,7 +24,7 @@ PODMAN  ?= podman
 # The end-to-end packages spend much of their time waiting on child
 # processes and the network, so go test runs more packages at once than
 # there are cores (its default -p); TESTP overrides it.
-TESTP ?= 4
+TESTP ?= 3
 
 test: peers vet
 	$(GO) test -race -count=1 -p $(TESTP) -timeout 30m ./...

@@ -13,8 +13,11 @@ import (
 	"github.com/viewmux/viewmux/integration/internal/itest"
 )
 
+// TestConformanceOAuthClient runs the suite's auth/* client scenarios with
+// viewmux's upstream OAuth client. It is not parallel: beside the parity
+// test's three upstreams it waits for a slot most of its time, and the
+// package then took longer than it does with the two one after the other.
 func TestConformanceOAuthClient(t *testing.T) {
-	t.Parallel()
 	requireConformance(t)
 	bin := itest.MuxBinary(t)
 	if strings.ContainsAny(bin, " \t") {
