@@ -4,20 +4,17 @@ package conformance
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -25,40 +22,6 @@ import (
 )
 
 const mcpGoModule = "github.com/mark3labs/mcp-go"
-
-// conformanceEntry is the conformance CLI (bin `conformance`).
-func conformanceEntry() string {
-	return itest.NodeModule("@modelcontextprotocol/conformance/dist/index.js")
-}
-
-// globSyncShim is the preload that lets the CLI run on Node 20 (see the
-// comment at the top of conformance/globsync-shim.mjs).
-func globSyncShim() string {
-	return filepath.Join(itest.Harness.Dir, "conformance", "globsync-shim.mjs")
-}
-
-// requireConformance is RequireNode plus the conformance package, the
-// `glob` package its Node 20 shim needs, and the Go toolchain that builds the
-// upstream conformance servers. Under CI=true a missing piece fails the test.
-func requireConformance(t testing.TB) {
-	t.Helper()
-	itest.RequireNode(t)
-	missing := func(msg string) {
-		t.Helper()
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("CI=true and the conformance suite cannot run: %s", msg)
-		}
-		t.Skipf("skipping: %s", msg)
-	}
-	for _, p := range []string{conformanceEntry(), itest.NodeModule("glob/package.json"), globSyncShim()} {
-		if _, err := os.Stat(p); err != nil {
-			missing(fmt.Sprintf("%s is missing: run `npm ci` in %s (the Makefile does it)", p, itest.Harness.Dir))
-		}
-	}
-	if _, err := exec.LookPath("go"); err != nil {
-		missing("the go command is not on PATH: it builds the upstream conformance servers")
-	}
-}
 
 var conformanceServer struct {
 	once sync.Once
@@ -169,20 +132,10 @@ func waitHealthy(url string, exited <-chan struct{}, timeout time.Duration) erro
 	}
 }
 
-// conformanceCheck is one entry of a scenario's checks.json.
-type conformanceCheck struct {
-	ID           string          `json:"id"`
-	Name         string          `json:"name"`
-	Description  string          `json:"description"`
-	Status       string          `json:"status"` // SUCCESS, FAILURE, WARNING, INFO, …
-	ErrorMessage string          `json:"errorMessage"`
-	Details      json.RawMessage `json:"details"`
-}
-
 // scenarioRun is the outcome of one run of one scenario.
 type scenarioRun struct {
-	Checks []conformanceCheck // nil when the run left no checks.json
-	Err    string             // why there is no checks.json
+	Checks []itest.ConformanceCheck // nil when the run left no checks.json
+	Err    string                   // why there is no checks.json
 }
 
 // Passed applies the CLI's own verdict (its SUMMARY marks a server scenario
@@ -248,19 +201,6 @@ func (r scenarioRun) FirstFailure() string {
 	return "no failing check"
 }
 
-// conformanceCmd returns `node --import <shim> <cli> args...` in its own
-// process group, killed with the group when ctx ends.
-func conformanceCmd(ctx context.Context, args ...string) *exec.Cmd {
-	shim := (&url.URL{Scheme: "file", Path: globSyncShim()}).String()
-	cmd := exec.CommandContext(ctx, itest.Harness.Node, append([]string{"--import", shim, conformanceEntry()}, args...)...)
-	cmd.Dir = itest.Harness.Dir
-	cmd.Env = itest.EnvWithout(os.Environ(), "NODE_OPTIONS")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-	cmd.WaitDelay = 2 * time.Second
-	return cmd
-}
-
 // scenarioLine is one scenario of `conformance list`: "  - NAME [TAGS]",
 // TAGS being the spec versions it applies at or "extension".
 var scenarioLine = regexp.MustCompile(`^\s+- (\S+) \[([^\]]*)\]`)
@@ -275,7 +215,7 @@ func listServerScenarios(t testing.TB, version string) (names []string, tags map
 	if version != "" {
 		args = append(args, "--spec-version", version)
 	}
-	out, err := runConformanceQuiet(30*time.Second, args...)
+	out, err := itest.RunConformanceQuiet(30*time.Second, args...)
 	if err != nil {
 		t.Fatalf("conformance %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
@@ -302,7 +242,7 @@ var validSpecVersions = regexp.MustCompile(`Valid versions: ([0-9, -]+)`)
 // this asks it to list scenarios at a version that does not exist.
 func conformanceSpecVersions(t testing.TB) []string {
 	t.Helper()
-	out, _ := runConformanceQuiet(30*time.Second, "list", "--server", "--spec-version", "not-a-version")
+	out, _ := itest.RunConformanceQuiet(30*time.Second, "list", "--server", "--spec-version", "not-a-version")
 	m := validSpecVersions.FindStringSubmatch(out)
 	if m == nil {
 		t.Fatalf("conformance list --spec-version not-a-version did not list the valid versions:\n%s", out)
@@ -319,26 +259,11 @@ func conformanceSpecVersions(t testing.TB) []string {
 	return versions
 }
 
-// runConformanceQuiet runs the CLI with args, bounded by timeout, and returns
-// its combined output.
-func runConformanceQuiet(timeout time.Duration, args ...string) (string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	var out bytes.Buffer
-	cmd := conformanceCmd(ctx, args...)
-	cmd.Stdout, cmd.Stderr = &out, &out
-	err := cmd.Run()
-	if ctx.Err() != nil {
-		err = fmt.Errorf("did not finish within %v", timeout)
-	}
-	return out.String(), err
-}
-
 // runConformance runs `conformance server --url U -o DIR extra...` bounded by
 // timeout and returns the checks of every scenario that left a checks.json,
 // and the CLI's combined output. err is set when the CLI did not finish
 // normally (exit codes 0 and 1 are normal: 1 means some check failed).
-func runConformance(serverURL string, timeout time.Duration, extra ...string) (results map[string][]conformanceCheck, output string, err error) {
+func runConformance(serverURL string, timeout time.Duration, extra ...string) (results map[string][]itest.ConformanceCheck, output string, err error) {
 	dir, err := os.MkdirTemp(itest.Harness.Tmp, "conformance-results-")
 	if err != nil {
 		return nil, "", err
@@ -347,7 +272,7 @@ func runConformance(serverURL string, timeout time.Duration, extra ...string) (r
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	out := &itest.SyncBuffer{}
-	cmd := conformanceCmd(ctx, append([]string{"server", "--url", serverURL, "--output-dir", dir}, extra...)...)
+	cmd := itest.ConformanceCmd(ctx, append([]string{"server", "--url", serverURL, "--output-dir", dir}, extra...)...)
 	cmd.Stdout, cmd.Stderr = out, out
 	runErr := cmd.Run()
 	results, readErr := readConformanceResults(dir)
@@ -369,12 +294,12 @@ func runConformance(serverURL string, timeout time.Duration, extra ...string) (r
 // timestamp with - for : and .>.
 var resultDir = regexp.MustCompile(`^server-(.+)-\d{4}-\d{2}-\d{2}T\d{2}-\d{2}-\d{2}(?:-\d{3})?Z$`)
 
-func readConformanceResults(dir string) (map[string][]conformanceCheck, error) {
+func readConformanceResults(dir string) (map[string][]itest.ConformanceCheck, error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, err
 	}
-	results := map[string][]conformanceCheck{}
+	results := map[string][]itest.ConformanceCheck{}
 	for _, e := range entries {
 		m := resultDir.FindStringSubmatch(e.Name())
 		if !e.IsDir() || m == nil {
@@ -387,21 +312,13 @@ func readConformanceResults(dir string) (map[string][]conformanceCheck, error) {
 		if err != nil {
 			return nil, err
 		}
-		checks := []conformanceCheck{}
+		checks := []itest.ConformanceCheck{}
 		if err := json.Unmarshal(data, &checks); err != nil {
 			return nil, fmt.Errorf("%s/checks.json: %w", e.Name(), err)
 		}
 		results[m[1]] = checks
 	}
 	return results, nil
-}
-
-// tail returns the last n bytes of s.
-func tail(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return "…" + s[len(s)-n:]
 }
 
 // muxConformanceConfig mounts the conformance server at upstreamURL

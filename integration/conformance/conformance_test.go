@@ -273,7 +273,7 @@ func (s *conformanceSide) runSuite(t *testing.T, deadline time.Time) {
 	args := append([]string{"--suite", "all"}, s.sel.specArgs()...)
 	results, out, err := runConformance(s.serverURL, min(conformanceSuiteTimeout, time.Until(deadline)), append(args, cliTimeoutArgs()...)...)
 	if err != nil {
-		t.Logf("%s: conformance server %s: %v\n--- CLI output (tail) ---\n%s", s.label, strings.Join(args, " "), err, tail(out, 3000))
+		t.Logf("%s: conformance server %s: %v\n--- CLI output (tail) ---\n%s", s.label, strings.Join(args, " "), err, itest.Tail(out, 3000))
 	}
 	for name, checks := range results {
 		if !slices.Contains(s.sel.scenarios, name) {
@@ -298,7 +298,7 @@ func (s *conformanceSide) runOne(name string, deadline time.Time) scenarioRun {
 	if err != nil {
 		why = err.Error()
 	}
-	return scenarioRun{Err: fmt.Sprintf("%s; CLI output (tail):\n%s", why, tail(out, 1500))}
+	return scenarioRun{Err: fmt.Sprintf("%s; CLI output (tail):\n%s", why, itest.Tail(out, 1500))}
 }
 
 // conformanceTally is the outcome at one (upstream, mode, spec version).
@@ -312,7 +312,7 @@ type conformanceTally struct {
 
 func TestConformanceParity(t *testing.T) {
 	t.Parallel()
-	requireConformance(t)
+	itest.RequireConformance(t)
 	itest.MuxBinary(t)
 	conformanceServerBinary(t)
 	itest.GoSDKServerBinary(t)

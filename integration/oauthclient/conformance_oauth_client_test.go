@@ -1,6 +1,6 @@
 //go:build unix
 
-package conformance
+package oauthclient
 
 import (
 	"encoding/json"
@@ -13,18 +13,18 @@ import (
 	"github.com/viewmux/viewmux/integration/internal/itest"
 )
 
-// TestConformanceOAuthClient runs the suite's auth/* client scenarios with
-// viewmux's upstream OAuth client. It is not parallel: beside the parity
-// test's three upstreams it waits for a slot most of its time, and the
-// package then took longer than it does with the two one after the other.
+// TestConformanceOAuthClient runs the conformance suite's auth/* client
+// scenarios with viewmux's upstream OAuth client (the hidden `viewmux
+// oauth-client URL`). It has a package of its own so that it runs beside
+// the parity test (integration/conformance) instead of after it.
 func TestConformanceOAuthClient(t *testing.T) {
-	requireConformance(t)
+	itest.RequireConformance(t)
 	bin := itest.MuxBinary(t)
 	if strings.ContainsAny(bin, " \t") {
 		t.Fatalf("the conformance CLI splits --command at spaces, and the viewmux binary's path %q has one", bin)
 	}
 	for _, version := range []string{"2025-11-25", "2026-07-28"} {
-		out, err := runConformanceQuiet(30*time.Second, "list", "--client", "--requirements", version)
+		out, err := itest.RunConformanceQuiet(30*time.Second, "list", "--client", "--requirements", version)
 		if err != nil {
 			t.Fatalf("conformance list --client --requirements %s: %v\n%s", version, err, out)
 		}
@@ -42,7 +42,7 @@ func TestConformanceOAuthClient(t *testing.T) {
 		for _, sc := range scenarios {
 			t.Run(version+"/"+sc, func(t *testing.T) {
 				dir := t.TempDir()
-				out, err := runConformanceQuiet(2*time.Minute, "client", "--command", bin+" oauth-client",
+				out, err := itest.RunConformanceQuiet(2*time.Minute, "client", "--command", bin+" oauth-client",
 					"--scenario", sc, "--spec-version", version, "--output-dir", dir)
 				checks := readClientChecks(t, dir, sc)
 				failed, warned := 0, 0
@@ -57,7 +57,7 @@ func TestConformanceOAuthClient(t *testing.T) {
 					}
 				}
 				if err != nil || failed > 0 || len(checks) == 0 {
-					t.Fatalf("%s at %s: %d checks, %d failed (%v)\n%s", sc, version, len(checks), failed, err, tail(out, 4000))
+					t.Fatalf("%s at %s: %d checks, %d failed (%v)\n%s", sc, version, len(checks), failed, err, itest.Tail(out, 4000))
 				}
 				t.Logf("%s at %s: %d checks passed, %d warnings", sc, version, len(checks), warned)
 			})
@@ -67,7 +67,7 @@ func TestConformanceOAuthClient(t *testing.T) {
 
 // readClientChecks reads the checks.json a client scenario left under dir
 // (DIR/auth/NAME-TIMESTAMP/checks.json).
-func readClientChecks(t *testing.T, dir, scenario string) []conformanceCheck {
+func readClientChecks(t *testing.T, dir, scenario string) []itest.ConformanceCheck {
 	t.Helper()
 	matches, _ := filepath.Glob(filepath.Join(dir, filepath.FromSlash(scenario)+"-*", "checks.json"))
 	if len(matches) != 1 {
@@ -77,7 +77,7 @@ func readClientChecks(t *testing.T, dir, scenario string) []conformanceCheck {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var checks []conformanceCheck
+	var checks []itest.ConformanceCheck
 	if err := json.Unmarshal(data, &checks); err != nil {
 		t.Fatalf("%s: %v", matches[0], err)
 	}
