@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -91,9 +92,15 @@ func mcpGoFlakyScenarios(t testing.TB) map[string]bool {
 func startMcpGoServer(t *testing.T, label string) string {
 	t.Helper()
 	bin := conformanceServerBinary(t)
+	if raisedPriority() == nil {
+		t.Logf("mcp-go conformance server %s runs at normal priority: nice -n %s is refused here, so its intermittent scenarios need more retries under load", label, mcpGoNice)
+	}
 	addr := itest.StartLoopbackServer(t, "mcp-go conformance server "+label,
 		func(addr string) *exec.Cmd {
 			cmd := exec.Command(bin)
+			if raised := raisedPriority(); raised != nil {
+				cmd = exec.Command(raised[0], append(raised[1:], bin)...)
+			}
 			cmd.Env = append(itest.EnvWithout(os.Environ(), "CONFORMANCE_ADDR"), "CONFORMANCE_ADDR="+addr)
 			return cmd
 		},
@@ -101,6 +108,48 @@ func startMcpGoServer(t *testing.T, label string) string {
 			return waitHealthy("http://"+addr+"/health", exited, 20*time.Second)
 		})
 	return "http://" + addr + "/mcp"
+}
+
+// mcpGoNice is the niceness mcp-go's conformance servers run at when this
+// process may raise priorities (as root, or with CAP_SYS_NICE).
+//
+// mcp-go's server drops a notification sent just before a response when its
+// forwarding goroutine loses a race with the response writer (mcp-go #969;
+// the scenarios its expected-failures.yml lists). On a free core the
+// forwarder wins about 1 time in 3; with both cores busy (the rest of the
+// suite beside this package) it almost never does: 0 passes in 12 runs of
+// tools-call-with-progress at normal priority under 3 busy loops, 4 in 12
+// at niceness -15 under the same load, the idle rate. Without the raise the
+// parity test's retries of those scenarios ran for most of their 300 s
+// budget. Both instances, the direct one and the one behind viewmux, run at
+// the same priority, so what the test compares is unchanged.
+const mcpGoNice = "-15"
+
+var niceProbe struct {
+	once sync.Once
+	argv []string
+}
+
+// raisedPriority returns the argv prefix that starts a program at mcpGoNice,
+// or nil when the nice(1) on PATH cannot raise priority here; the test then
+// runs the servers at normal priority and its retries absorb the cost.
+func raisedPriority() []string {
+	niceProbe.once.Do(func() {
+		nice, err := exec.LookPath("nice")
+		if err != nil {
+			return
+		}
+		// nice with no command prints the niceness it would run at; when
+		// the raise is refused it warns and prints the unchanged value.
+		out, err := exec.Command(nice, "-n", mcpGoNice, nice).Output()
+		if err != nil {
+			return
+		}
+		if v, err := strconv.Atoi(strings.TrimSpace(string(out))); err == nil && v < 0 {
+			niceProbe.argv = []string{nice, "-n", mcpGoNice}
+		}
+	})
+	return niceProbe.argv
 }
 
 // waitHealthy polls url until it answers 200, exited is closed, or timeout
