@@ -17,6 +17,7 @@ package pins
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
@@ -26,14 +27,15 @@ import (
 	"sync"
 	"time"
 
-	"github.com/viewmux/viewmux/internal/statedir"
+	"github.com/viewmux/viewmux/internal/state"
 )
 
-// Names of the files in the state directory.
-const (
-	FileName = "pins.json"
-	lockName = "pins.lock"
-)
+// FileName is the document the pins are kept in: a file of the state
+// directory, or a key of a shared store.
+const FileName = "pins.json"
+
+// storeTimeout bounds one read or write of the pins in the store.
+const storeTimeout = 5 * time.Second
 
 // Kinds of Event and Pending.
 const (
@@ -87,9 +89,9 @@ func (u *upstreamState) latest(tool string) *Version {
 	return vs[len(vs)-1]
 }
 
-// state is the content of pins.json. A published state is never
+// pinState is the content of pins.json. A published state is never
 // modified: a change makes a new one (clone).
-type state struct {
+type pinState struct {
 	Version   int                       `json:"version"`
 	Upstreams map[string]*upstreamState `json:"upstreams"`
 }
@@ -109,8 +111,8 @@ func cloneVersions(m map[string][]*Version) map[string][]*Version {
 	return out
 }
 
-func (st *state) clone() *state {
-	out := &state{Version: stateVersion, Upstreams: make(map[string]*upstreamState, len(st.Upstreams))}
+func (st *pinState) clone() *pinState {
+	out := &pinState{Version: stateVersion, Upstreams: make(map[string]*upstreamState, len(st.Upstreams))}
 	for name, u := range st.Upstreams {
 		c := &upstreamState{Tools: cloneVersions(u.Tools)}
 		if len(u.Pending) > 0 {
@@ -121,7 +123,7 @@ func (st *state) clone() *state {
 	return out
 }
 
-func (st *state) upstream(name string) *upstreamState {
+func (st *pinState) upstream(name string) *upstreamState {
 	u := st.Upstreams[name]
 	if u == nil {
 		u = &upstreamState{Tools: make(map[string][]*Version)}
@@ -130,12 +132,12 @@ func (st *state) upstream(name string) *upstreamState {
 	return u
 }
 
-func emptyState() *state {
-	return &state{Version: stateVersion, Upstreams: make(map[string]*upstreamState)}
+func emptyState() *pinState {
+	return &pinState{Version: stateVersion, Upstreams: make(map[string]*upstreamState)}
 }
 
 // parse decodes pins.json; no bytes is an empty state.
-func parse(path string, b []byte) (*state, error) {
+func parse(path string, b []byte) (*pinState, error) {
 	st := emptyState()
 	if len(bytes.TrimSpace(b)) == 0 {
 		return st, nil
@@ -167,7 +169,7 @@ func parse(path string, b []byte) (*state, error) {
 	return st, nil
 }
 
-func (st *state) encode() ([]byte, error) {
+func (st *pinState) encode() ([]byte, error) {
 	b, err := json.MarshalIndent(st, "", "  ")
 	if err != nil {
 		return nil, err
@@ -179,14 +181,15 @@ func (st *state) encode() ([]byte, error) {
 // wrote them. New does no I/O; the file is read on first use. Its methods
 // are safe for concurrent use.
 type Store struct {
-	dir      statedir.Dir
+	docs     state.Docs
+	where    string // for messages: the file, or the store's address
 	now      func() time.Time
 	readOnly bool // NewReadOnly: nothing is written
 
 	mu     sync.Mutex
-	st     *state   // nil until loaded; never modified once set (clone)
-	digest [32]byte // of the file bytes st was read from or written as
-	err    error    // why the file could not be read; st is then nil
+	st     *pinState // nil until loaded; never modified once set (clone)
+	digest [32]byte  // of the file bytes st was read from or written as
+	err    error     // why the file could not be read; st is then nil
 
 	cache map[string]map[string]canonical // by upstream and tool, with the raw bytes each was made from: see Round
 	// missing holds "upstream NUL tool" of pinned tools this process saw
@@ -204,7 +207,24 @@ type canonical struct {
 // New returns the store of the state directory dir ("" = none known:
 // every operation then fails with statedir.ErrNoDir).
 func New(dir string) *Store {
-	return &Store{dir: statedir.Dir{Path: dir}, now: time.Now}
+	f := state.OpenFiles(dir)
+	return &Store{docs: f, where: f.Dir().File(FileName), now: time.Now}
+}
+
+// NewOn returns the pins kept in st: on the Redis engine, one set of pins
+// for every replica using the store.
+func NewOn(st state.Store) *Store {
+	if f, ok := st.(*state.Files); ok {
+		return New(f.Dir().Path)
+	}
+	return &Store{docs: st, where: FileName + " in the " + st.Engine() + " state store at " + st.Where(), now: time.Now}
+}
+
+// NewReadOnlyOn is NewReadOnly of the pins kept in st.
+func NewReadOnlyOn(st state.Store) *Store {
+	s := NewOn(st)
+	s.readOnly = true
+	return s
 }
 
 // NewReadOnly returns a store of dir that reads the state file and never
@@ -217,12 +237,15 @@ func NewReadOnly(dir string) *Store {
 	return s
 }
 
-// Path returns the state file's path.
-func (s *Store) Path() string { return s.dir.File(FileName) }
+// Path says where the pins are kept: the state file's path, or the
+// document and the store holding it.
+func (s *Store) Path() string { return s.where }
 
-// read reads and parses the file, and its digest.
-func (s *Store) read() (*state, [32]byte, error) {
-	b, err := s.dir.ReadFile(FileName)
+// read reads and parses the document, and its digest.
+func (s *Store) read() (*pinState, [32]byte, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+	defer cancel()
+	b, err := s.docs.Get(ctx, FileName)
 	if err != nil {
 		return nil, [32]byte{}, fmt.Errorf("pins: %w", err)
 	}
@@ -232,7 +255,7 @@ func (s *Store) read() (*state, [32]byte, error) {
 
 // loaded returns the state, reading the file if it was never read, or
 // the error that stops it from being read.
-func (s *Store) loaded() (*state, error) {
+func (s *Store) loaded() (*pinState, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.st == nil {
@@ -284,11 +307,12 @@ func (s *Store) Refresh() (approved []Event, changed bool, err error) {
 	return approved, true, nil
 }
 
-// update applies fn to the state as the file holds it now, under the
-// lock every writer takes, and writes the result. The store then holds
-// it, written or not: a failed write is returned, and what was decided
-// stays decided in this process.
-func (s *Store) update(fn func(st *state)) error {
+// update applies fn to the state as the store holds it now, atomically
+// with respect to every other writer (another process on the state
+// directory, another replica on a shared store), and writes the result.
+// The store then holds it, written or not: a failed write is returned,
+// and what was decided stays decided in this process.
+func (s *Store) update(fn func(st *pinState)) error {
 	if s.readOnly {
 		s.mu.Lock()
 		defer s.mu.Unlock()
@@ -299,38 +323,39 @@ func (s *Store) update(fn func(st *state)) error {
 		}
 		return nil
 	}
-	unlock, lockErr := s.dir.Lock(lockName)
-	if lockErr == nil {
-		defer unlock()
-	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	st, _, err := s.read()
+	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+	defer cancel()
+	var next *pinState
+	var written []byte
+	err := s.docs.Update(ctx, FileName, func(cur []byte) ([]byte, error) {
+		st, err := parse(s.Path(), cur)
+		if err != nil {
+			return nil, err
+		}
+		next = st.clone()
+		fn(next)
+		b, err := next.encode()
+		if err != nil {
+			return nil, fmt.Errorf("pins: %w", err)
+		}
+		written = b
+		return b, nil
+	})
 	if err != nil {
 		if s.st == nil {
-			return err
+			return fmt.Errorf("pins: %w", err)
 		}
-		// A file this process cannot read is not overwritten; what this
-		// process decided is kept in memory only.
-		next := s.st.clone()
-		fn(next)
-		s.st = next
-		return err
-	}
-	next := st.clone()
-	fn(next)
-	b, err := next.encode()
-	if err != nil {
+		// A document this process cannot read or write is not
+		// overwritten; what this process decided is kept in memory only.
+		n := s.st.clone()
+		fn(n)
+		s.st = n
 		return fmt.Errorf("pins: %w", err)
 	}
 	s.st, s.err = next, nil
-	if lockErr != nil {
-		return fmt.Errorf("pins: %w", lockErr)
-	}
-	if err := s.dir.WriteFile(FileName, b); err != nil {
-		return fmt.Errorf("pins: %w", err)
-	}
-	s.digest = sha256.Sum256(b)
+	s.digest = sha256.Sum256(written)
 	return nil
 }
 
@@ -357,7 +382,7 @@ func (s *Store) Pending() ([]Pending, error) {
 	return pendingOf(st), nil
 }
 
-func pendingOf(st *state) []Pending {
+func pendingOf(st *pinState) []Pending {
 	var out []Pending
 	for _, name := range slices.Sorted(maps.Keys(st.Upstreams)) {
 		u := st.Upstreams[name]
@@ -402,7 +427,7 @@ func (sel Selector) matches(upstream, tool string, vs []*Version) bool {
 // them as approval events (none when nothing matched).
 func (s *Store) Approve(sel Selector) ([]Event, error) {
 	var out []Event
-	err := s.update(func(st *state) {
+	err := s.update(func(st *pinState) {
 		now := s.now().UTC()
 		for name, u := range st.Upstreams {
 			for tool, vs := range u.Pending {

@@ -19,7 +19,7 @@ const KindPinned = "pinned"
 type Round struct {
 	s          *Store
 	quarantine bool
-	base       *state                          // nil when the file cannot be read
+	base       *pinState                       // nil when the file cannot be read
 	err        error                           // why not
 	cache      map[string]map[string]canonical // the last round's: by upstream and tool
 	checks     []*Check
@@ -132,7 +132,7 @@ func (r *Round) Commit() ([]Event, error) {
 	}
 	now := r.s.now().UTC()
 	var events []Event
-	var ops []func(st *state)
+	var ops []func(st *pinState)
 	for _, c := range r.checks {
 		evs, op := c.commit(now, r.s.missing)
 		events = append(events, evs...)
@@ -145,7 +145,7 @@ func (r *Round) Commit() ([]Event, error) {
 	if len(ops) == 0 {
 		return events, nil
 	}
-	err := r.s.update(func(st *state) {
+	err := r.s.update(func(st *pinState) {
 		for _, op := range ops {
 			op(st)
 		}
@@ -158,7 +158,7 @@ func (r *Round) Commit() ([]Event, error) {
 // as it is when written (another process may have written it since the
 // round began), and never removes what another process recorded.
 // missing is the store's, under its lock.
-func (c *Check) commit(now time.Time, missing map[string]bool) ([]Event, func(*state)) {
+func (c *Check) commit(now time.Time, missing map[string]bool) ([]Event, func(*pinState)) {
 	name := c.upstream
 	if !c.known {
 		pins := make(map[string][]*Version)
@@ -171,7 +171,7 @@ func (c *Check) commit(now time.Time, missing map[string]bool) ([]Event, func(*s
 			return nil, nil
 		}
 		ev := Event{Kind: KindPinned, Upstream: name, Count: len(pins)}
-		return []Event{ev}, func(st *state) {
+		return []Event{ev}, func(st *pinState) {
 			if u := st.Upstreams[name]; u != nil && len(u.Tools) > 0 {
 				return // another process saw it first: its pins stand
 			}
@@ -218,7 +218,7 @@ func (c *Check) commit(now time.Time, missing map[string]bool) ([]Event, func(*s
 	if len(adds) == 0 {
 		return events, nil
 	}
-	return events, func(st *state) {
+	return events, func(st *pinState) {
 		fu := st.upstream(name)
 		for i, v := range adds {
 			tool := addTools[i]

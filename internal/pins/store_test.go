@@ -1,0 +1,111 @@
+package pins
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/viewmux/viewmux/internal/state"
+	"github.com/viewmux/viewmux/internal/state/statetest"
+)
+
+// TestFleetOnRedis: replicas on one Redis store share one set of pins.
+// The first sight is decided once for the fleet, so a replica whose
+// upstream has changed since does not make a baseline of its own; an
+// approval made through any handle reaches every replica; a replica
+// started on an empty disk keeps the pins; and nothing of the pins is
+// written to a state directory.
+func TestFleetOnRedis(t *testing.T) {
+	srv := statetest.StartRedis(t, statetest.Options{})
+	open := func() state.Store {
+		st, err := state.OpenRedis(state.RedisOptions{URL: srv.URL()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
+		return st
+	}
+	a, b := NewOn(open()), NewOn(open())
+	if !strings.Contains(a.Path(), "redis state store at "+srv.Addr()) {
+		t.Errorf("Path() = %q; want it to name the store", a.Path())
+	}
+	// A sees the upstream first; B's upstream already serves v2.
+	if hidden, evs := round(t, a, true, map[string]upstreamTools{"u": {"t": def("v1")}}); len(hidden) != 0 || kinds(evs) != "pinned:u/" {
+		t.Fatalf("A's first sight: hidden %v, events %q", hidden, kinds(evs))
+	}
+	hidden, evs := round(t, b, true, map[string]upstreamTools{"u": {"t": def("v2")}})
+	if !hidden["u__t"] || kinds(evs) != "changed:u/t" {
+		t.Fatalf("B after A's first sight: hidden %v, events %q; want t quarantined as changed", hidden, kinds(evs))
+	}
+
+	// Approve through a third handle (`viewmux pins approve` on the store).
+	if got, err := NewOn(open()).Approve(Selector{Tool: "u/t"}); err != nil || kinds(got) != "approved:u/t" {
+		t.Fatalf("approve: %q, %v", kinds(got), err)
+	}
+	approved, changed, err := b.Refresh()
+	if err != nil || !changed || kinds(approved) != "approved:u/t" {
+		t.Fatalf("B's refresh = %q, %v, %v; want the approval", kinds(approved), changed, err)
+	}
+	if hidden, evs := round(t, b, true, map[string]upstreamTools{"u": {"t": def("v2")}}); len(hidden) != 0 || len(evs) != 0 {
+		t.Errorf("B after the approval: hidden %v, events %q", hidden, kinds(evs))
+	}
+
+	// A new replica (nothing on disk) serves v1 and v2 and quarantines v3.
+	c := NewOn(open())
+	for _, v := range []string{"v1", "v2"} {
+		if hidden, _ := round(t, c, true, map[string]upstreamTools{"u": {"t": def(v)}}); len(hidden) != 0 {
+			t.Errorf("a new replica hides the approved %s", v)
+		}
+	}
+	if hidden, _ := round(t, c, true, map[string]upstreamTools{"u": {"t": def("v3")}}); !hidden["u__t"] {
+		t.Error("a new replica serves an unapproved v3")
+	}
+	// What the store holds is the pins document, under the prefix.
+	dump, err := srv.Dump(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := dump["viewmux:doc:"+FileName]; !ok {
+		t.Errorf("the store holds %v; want viewmux:doc:%s", keysOf(dump), FileName)
+	}
+}
+
+// TestStoreDownKeepsVerified: with the store down, definitions already
+// verified are still served, one that cannot be checked is not, and a
+// replica that starts during the outage serves nothing pinned.
+func TestStoreDownKeepsVerified(t *testing.T) {
+	srv := statetest.StartRedis(t, statetest.Options{})
+	st, err := state.OpenRedis(state.RedisOptions{URL: srv.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	a := NewOn(st)
+	round(t, a, true, map[string]upstreamTools{"u": {"t": def("v1")}})
+	srv.Stop()
+	r := a.Round(true)
+	ch := r.Upstream("u")
+	if ch.Hide("t", "u__t", []byte(def("v1"))) {
+		t.Error("during the outage, the verified v1 is hidden")
+	}
+	if !ch.Hide("t", "u__t", []byte(def("v9"))) {
+		t.Error("during the outage, an unverified v9 is served")
+	}
+	if _, err := r.Commit(); err == nil || !state.IsDown(err) {
+		t.Errorf("Commit during the outage = %v; want the store's outage", err)
+	}
+	fresh := NewOn(st)
+	rf := fresh.Round(true)
+	if !rf.Upstream("u").Hide("t", "u__t", []byte(def("v1"))) {
+		t.Error("a replica that starts during the outage serves a definition it could not check")
+	}
+	rf.Commit()
+}
+
+func keysOf(m map[string][]string) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
