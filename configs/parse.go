@@ -44,6 +44,14 @@ type (
 		Upstreams map[string]*rawUpstream `toml:"upstreams"`
 		Filter    rawRules                `toml:"filter"`
 		Profiles  map[string]*rawProfile  `toml:"profiles"`
+		State     rawState                `toml:"state"`
+	}
+	rawState struct {
+		URL               *string  `toml:"url"`
+		EncryptionKey     *string  `toml:"encryption_key"`
+		OldEncryptionKeys []string `toml:"old_encryption_keys"`
+		KeyPrefix         *string  `toml:"key_prefix"`
+		Timeout           any      `toml:"timeout"`
 	}
 	rawServer struct {
 		Listen               *string   `toml:"listen"`

@@ -1,6 +1,7 @@
 package configs
 
 import (
+	"encoding/hex"
 	"maps"
 	"net/url"
 	"slices"
@@ -12,9 +13,9 @@ import (
 // the audit log), whoever's output it is (internal/redact).
 
 // SecretValues lists every value of c that may be secret: each
-// [[auth.tokens]] token, and every upstream's (Upstream.SecretValues). The
-// caller owns the slice; duplicates and short values are left for
-// redact.NewSecrets to drop.
+// [[auth.tokens]] token, every upstream's (Upstream.SecretValues), and
+// [state]'s (State.SecretValues). The caller owns the slice; duplicates
+// and short values are left for redact.NewSecrets to drop.
 func (c *Config) SecretValues() []string {
 	var vs []string
 	for _, t := range c.Auth.Tokens {
@@ -25,7 +26,50 @@ func (c *Config) SecretValues() []string {
 	for _, u := range c.Upstreams {
 		vs = append(vs, u.SecretValues()...)
 	}
+	return append(vs, c.State.SecretValues()...)
+}
+
+// SecretValues lists the values of s that are secret: the password of
+// its URL, as written and decoded, and every encryption key, in hex as lowercase and uppercase (how a config
+// or an environment may spell it). The URL's user name is not: it is
+// often a word ("viewmux", "default") that logs say for other reasons.
+func (s State) SecretValues() []string {
+	var vs []string
+	if s.URL != "" {
+		if u, err := url.Parse(s.URL); err == nil && u.User != nil {
+			if p, ok := u.User.Password(); ok && p != "" {
+				vs = append(vs, p)
+				if raw := rawPassword(s.URL); raw != "" && raw != p {
+					vs = append(vs, raw)
+				}
+			}
+		}
+	}
+	for _, k := range append([][]byte{s.EncryptionKey}, s.OldEncryptionKeys...) {
+		if len(k) > 0 {
+			h := hex.EncodeToString(k)
+			vs = append(vs, h, strings.ToUpper(h))
+		}
+	}
 	return vs
+}
+
+// rawPassword returns the password of a URL's userinfo as written, still
+// percent-encoded; "" when it has none.
+func rawPassword(raw string) string {
+	_, rest, ok := strings.Cut(raw, "://")
+	if !ok {
+		return ""
+	}
+	if i := strings.IndexAny(rest, "/?#"); i >= 0 {
+		rest = rest[:i]
+	}
+	at := strings.LastIndexByte(rest, '@')
+	if at < 0 {
+		return ""
+	}
+	_, pass, _ := strings.Cut(rest[:at], ":")
+	return pass
 }
 
 // SecretValues lists the values of cfg that may be secret, for masking

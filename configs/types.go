@@ -28,6 +28,38 @@ type Config struct {
 	Upstreams []*Upstream // sorted by Name
 	Filter    RuleSet     // [filter], on exposed (namespaced) names
 	Profiles  map[string]*Profile
+	State     State // [state]: where pins, logins and the rest of the state live
+}
+
+// State is the [state] table: the store viewmux keeps what outlives one
+// request in (pins and their approvals, OAuth logins, connect tickets and
+// pending logins, rate buckets, pending approvals of stateless clients).
+type State struct {
+	// URL is the Redis or Valkey server of a shared store,
+	// redis://[user:password@]host[:port][/db] or rediss://… (TLS),
+	// ${ENV}-expanded. "" (the key absent, or a value that expands to
+	// "") = the files engine in Server.StateDir. A secret: its password
+	// is in SecretValues.
+	URL string
+	// EncryptionKey is the 32-byte AES-256-GCM key (state.encryption_key,
+	// 64 hex characters, ${ENV}-expanded) that seals OAuth login tokens;
+	// nil when not set (or expanded to ""). Parse requires it when URL is
+	// set and any upstream has OAuth.
+	EncryptionKey []byte
+	// OldEncryptionKeys are keys that still open what they sealed
+	// before a rotation, but seal nothing (state.old_encryption_keys),
+	// 32 bytes each; nil when none. Parse requires EncryptionKey beside
+	// them.
+	OldEncryptionKeys [][]byte
+	// KeyPrefix starts every key and channel in the store; default
+	// "viewmux:". 1 to 64 printable ASCII characters, without spaces or
+	// any of * ? [ ] \ (glob characters of SCAN MATCH and ACL patterns).
+	KeyPrefix string
+	// Timeout bounds each command to the store, and each dial; default
+	// 1s, at most 30s.
+	Timeout time.Duration
+	// Line is the line of [state], for messages; 0 when absent.
+	Line int
 }
 
 // Server is the [server] table with defaults applied.

@@ -68,6 +68,10 @@ func (v *validator) config(raw *rawConfig) *Config {
 	cfg.Server = v.server(&raw.Server)
 	cfg.Audit = Audit{Path: raw.Audit.Path, IncludeArguments: raw.Audit.IncludeArguments}
 	cfg.Upstreams = v.upstreams(raw.Upstreams, cfg.Server.Separator, cfg.Server.MaxNameLength)
+	cfg.State = v.state(&raw.State, cfg.Upstreams)
+	if cfg.Server.Pin != PinOff && cfg.Server.StateDir == "" && raw.Server.StateDir == nil && cfg.State.URL == "" {
+		v.errorf(keyPath{"server", "pin"}, "pin %q needs a state directory to keep pins in: set server.state_dir (neither XDG_STATE_HOME nor HOME is set), or state.url", cfg.Server.Pin)
+	}
 	cfg.Filter = v.rules(keyPath{"filter"}, &raw.Filter, cfg)
 	cfg.Profiles = v.profiles(raw.Profiles, cfg)
 	cfg.Server.DefaultProfile = v.defaultProfile(raw.Server.DefaultProfile, cfg.Profiles)
@@ -170,7 +174,8 @@ func (v *validator) server(r *rawServer) Server {
 }
 
 // pins checks server.pin and server.state_dir (pinned definitions),
-// and applies their defaults.
+// and applies their defaults. That pins have somewhere to live is checked
+// by config, which knows [state] too.
 func (v *validator) pins(p keyPath, r *rawServer) (pin, stateDir string) {
 	pin = PinOff
 	if r.Pin != nil {
@@ -180,10 +185,9 @@ func (v *validator) pins(p keyPath, r *rawServer) (pin, stateDir string) {
 		}
 	}
 	if r.StateDir == nil {
+		// Without a directory, pins need state.url: config checks that
+		// once [state] is read.
 		stateDir, _ = statedir.Default(v.lookupEnv)
-		if stateDir == "" && pin != PinOff {
-			v.errorf(p.key("pin"), "pin %q needs a state directory to keep pins in: set server.state_dir (neither XDG_STATE_HOME nor HOME is set)", pin)
-		}
 		return pin, stateDir
 	}
 	dir, ok := v.expand(p.key("state_dir"), *r.StateDir)
