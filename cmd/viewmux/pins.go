@@ -8,11 +8,8 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
-
-	"github.com/fsnotify/fsnotify"
 
 	"github.com/viewmux/viewmux/aggregator"
 	"github.com/viewmux/viewmux/configs"
@@ -190,8 +187,9 @@ func newPinsStore(cfg *configs.Config) *pins.Store {
 // temporary file, then a rename).
 const pinsDebounce = 100 * time.Millisecond
 
-// pinsWatcher reads the pins' state file again whenever it changes (an
-// approval by `viewmux pins approve`), until ctx is done. It watches
+// pinsWatcher reads the pins again whenever their document changes (an
+// approval by `viewmux pins approve`, or by another replica on a shared
+// store), until ctx is done. It watches
 // nothing when pinning is off at start (a reload that turns it on picks
 // approvals up at the next reload, or SIGHUP). Wait on the returned
 // channel for it to finish.
@@ -202,24 +200,9 @@ func pinsWatcher(ctx context.Context, cfg *configs.Config, log *slog.Logger, agg
 		close(done)
 		return done
 	}
-	dir := statedir.Dir{Path: cfg.Server.StateDir}
-	w, err := fsnotify.NewWatcher()
-	if err == nil {
-		if err = dir.Ensure(); err == nil {
-			err = w.Add(dir.Path)
-		}
-		if err != nil {
-			w.Close()
-		}
-	}
-	if err != nil {
-		log.Warn("not watching the pins' state file; approvals are picked up on SIGHUP", "path", store.Path(), "error", err)
-		close(done)
-		return done
-	}
+	changes := store.Changes(ctx)
 	go func() {
 		defer close(done)
-		defer w.Close()
 		defer func() {
 			if v := recover(); v != nil {
 				log.Error("panic in the pins' watcher; approvals are picked up on SIGHUP", "panic", v)
@@ -228,14 +211,11 @@ func pinsWatcher(ctx context.Context, cfg *configs.Config, log *slog.Logger, agg
 		var timer <-chan time.Time
 		for {
 			select {
-			case <-ctx.Done():
-				return
-			case ev := <-w.Events:
-				if filepath.Base(ev.Name) == pins.FileName && ev.Op&(fsnotify.Write|fsnotify.Create|fsnotify.Rename|fsnotify.Remove) != 0 {
-					timer = time.After(pinsDebounce)
+			case _, ok := <-changes:
+				if !ok {
+					return // ctx is done
 				}
-			case err := <-w.Errors:
-				log.Warn("pins' state file watch error", "error", err)
+				timer = time.After(pinsDebounce)
 			case <-timer:
 				timer = nil
 				agg.RefreshPins()

@@ -470,3 +470,25 @@ func sortEvents(evs []Event) {
 		return strings.Compare(a.Upstream+"\x00"+a.Tool, b.Upstream+"\x00"+b.Tool)
 	})
 }
+
+// Changes returns a channel that receives each time the pins' document
+// may have changed, in this process or another (another replica, on a
+// shared store), until ctx is done, when it is closed. A receiver calls
+// Refresh; several changes may come as one.
+func (s *Store) Changes(ctx context.Context) <-chan struct{} {
+	out := make(chan struct{}, 1)
+	keys := s.docs.Watch(ctx)
+	go func() {
+		defer close(out)
+		for k := range keys {
+			if k != "" && k != FileName {
+				continue
+			}
+			select {
+			case out <- struct{}{}:
+			default: // one is waiting already
+			}
+		}
+	}()
+	return out
+}
