@@ -69,13 +69,18 @@ func cmdPins(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
-	if cfg.Server.StateDir == "" {
+	if !hasStateStore(cfg) {
 		return configErr(fmt.Errorf("%s: %w", cfg.Source, statedir.ErrNoDir))
 	}
 	if cfg.Server.Pin == configs.PinOff {
 		fmt.Fprintf(stderr, "viewmux: note: server.pin is \"off\" in %s: nothing is being pinned\n", cfg.Source)
 	}
-	store := pins.New(cfg.Server.StateDir)
+	st, err := openState(cfg)
+	if err != nil {
+		return configErr(err)
+	}
+	defer st.Close()
+	store := pins.NewOn(st)
 	if sub == "list" {
 		return pinsList(store, *asJSON, stdout)
 	}
@@ -176,11 +181,15 @@ func pinsApprove(cfg *configs.Config, store *pins.Store, sel pins.Selector, stdo
 // newPinsStore returns the pins store of cfg's state directory for a
 // server, or nil when nothing is pinned (server.pin, like every [server]
 // key, takes effect on restart).
-func newPinsStore(cfg *configs.Config) *pins.Store {
-	if cfg.Server.StateDir == "" || cfg.Server.Pin == configs.PinOff {
-		return nil
+func newPinsStore(cfg *configs.Config) (*pins.Store, func(), error) {
+	if !hasStateStore(cfg) || cfg.Server.Pin == configs.PinOff {
+		return nil, func() {}, nil
 	}
-	return pins.New(cfg.Server.StateDir)
+	st, err := openState(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	return pins.NewOn(st), func() { st.Close() }, nil
 }
 
 // pinsDebounce collects the events of one write of the state file (a

@@ -1,10 +1,15 @@
 package main
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/viewmux/viewmux/internal/pins"
+	"github.com/viewmux/viewmux/internal/state"
+	"github.com/viewmux/viewmux/internal/state/statetest"
 )
 
 // TestPinsUsage: pins refuses what it cannot mean with exit 2, before it
@@ -51,3 +56,48 @@ func TestPinsListEmpty(t *testing.T) {
 }
 
 func tomlQuote(s string) string { return `"` + strings.ReplaceAll(s, `\`, `\\`) + `"` }
+
+// TestPinsOnRedis: with [state] url, `viewmux pins` works on the shared
+// store, with no state directory: a change a replica recorded there is
+// listed and approved, and the approval is what every replica reads.
+func TestPinsOnRedis(t *testing.T) {
+	srv := statetest.StartRedis(t, statetest.Options{})
+	// A replica records a first sight and then a change, on the store.
+	st, err := state.OpenRedis(state.RedisOptions{URL: srv.URL(), Prefix: "fleet:"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	replica := pins.NewOn(st)
+	for _, desc := range []string{"v1", "v2"} {
+		r := replica.Round(true)
+		r.Upstream("u").Hide("t", "u__t", json.RawMessage(`{"name":"t","description":"`+desc+`","inputSchema":{"type":"object"}}`))
+		if _, err := r.Commit(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "viewmux.toml")
+	body := "[server]\npin = \"quarantine\"\n\n[state]\nurl = \"${TEST_STATE_URL}\"\nkey_prefix = \"fleet:\"\n"
+	if err := os.WriteFile(cfg, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("TEST_STATE_URL", srv.URL())
+	t.Setenv("XDG_STATE_HOME", "")
+	t.Setenv("HOME", "")
+	code, out := runCLI(t, "pins", "list", "--config", cfg)
+	if code != exitPending || !strings.Contains(out, "u__t") {
+		t.Fatalf("pins list on the store: exit %d, want %d and u__t:\n%s", code, exitPending, out)
+	}
+	code, out = runCLI(t, "pins", "approve", "u__t", "--config", cfg)
+	if code != exitOK || !strings.Contains(out, "redis state store at "+srv.Addr()) {
+		t.Fatalf("pins approve on the store: exit %d:\n%s", code, out)
+	}
+	if _, _, err := replica.Refresh(); err != nil {
+		t.Fatal(err)
+	}
+	pending, err := replica.Pending()
+	if err != nil || len(pending) != 0 {
+		t.Errorf("the replica still has %d pending after the approval (%v)", len(pending), err)
+	}
+}

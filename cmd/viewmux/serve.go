@@ -153,8 +153,14 @@ func checkExposure(cfg *configs.Config) error {
 // would (a quarantined tool is left out), without recording anything.
 func startAggregator(ctx context.Context, cfg *configs.Config, log *slog.Logger) (*aggregator.Aggregator, error) {
 	var store *pins.Store
-	if cfg.Server.StateDir != "" && cfg.Server.Pin != configs.PinOff {
-		store = pins.NewReadOnly(cfg.Server.StateDir)
+	if hasStateStore(cfg) && cfg.Server.Pin != configs.PinOff {
+		st, err := openState(cfg)
+		if err != nil {
+			return nil, configErr(err)
+		}
+		// The command's process ends with it; the store's connections
+		// go with the process.
+		store = pins.NewReadOnlyOn(st)
 	}
 	agg := aggregator.New(cfg, aggregator.Options{Logger: log, Pins: store})
 	return agg, agg.Start(ctx)
@@ -200,11 +206,18 @@ func wire(cfg *configs.Config, log *slog.Logger, secrets *redact.Live) (*aggrega
 	if traces, err = startTraces(log); err != nil {
 		return nil, nil, closeAll, configErr(err)
 	}
-	srv, err = sessions.New(cfg, sessions.Options{Logger: log, Version: version(), Audit: audit, Tracer: traces.Tracer(),
-		Aggregator: aggregator.Options{Logger: log, Secrets: secrets, Pins: newPinsStore(cfg)}})
+	pinStore, closePins, err := newPinsStore(cfg)
 	if err != nil {
 		return nil, nil, closeAll, configErr(err)
 	}
+	srv, err = sessions.New(cfg, sessions.Options{Logger: log, Version: version(), Audit: audit, Tracer: traces.Tracer(),
+		Aggregator: aggregator.Options{Logger: log, Secrets: secrets, Pins: pinStore}})
+	if err != nil {
+		closePins()
+		return nil, nil, closeAll, configErr(err)
+	}
+	prevClose := closeAll
+	closeAll = func() { prevClose(); closePins() }
 	return srv.Aggregator(), srv, closeAll, nil
 }
 
