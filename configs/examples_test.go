@@ -18,6 +18,8 @@ var exampleEnv = map[string]string{
 	// deploy/viewmux.toml
 	"VIEWMUX_REPLICA_ID": "viewmux-0",
 	"VIEWMUX_TOKEN":      "fleet-example-token",
+	"VIEWMUX_STATE_URL":  "redis://viewmux:example-password@redis.viewmux.svc.cluster.local:6379/0",
+	"VIEWMUX_STATE_KEY":  "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff",
 }
 
 func TestExamples(t *testing.T) {
