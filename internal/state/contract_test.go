@@ -303,6 +303,10 @@ func testOnceBounds(t *testing.T, e engine) {
 	}
 	ns := unique(t, "bounded")
 	lim := state.Limits{Max: 6, PerOwner: 2}
+	// A take before the first put must not fix the namespace's limits.
+	if _, _, ok, err := b.TakeOnce(ctx, ns, state.NewKey()); ok || err != nil {
+		t.Fatalf("TakeOnce in an empty namespace = %v, %v", ok, err)
+	}
 	// One owner's third value replaces its oldest, on any handle.
 	k1, k2, k3 := state.NewKey(), state.NewKey(), state.NewKey()
 	for i, k := range []string{k1, k2, k3} {

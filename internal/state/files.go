@@ -181,11 +181,14 @@ func (f *Files) Watch(ctx context.Context) <-chan string {
 	return out.c
 }
 
-func (f *Files) onceStore(ns string, lim Limits) *onetime.Store[[]byte] {
+// onceStore returns namespace ns's values, made with lim by the first
+// PutOnce of ns (create); nil when ns has none and create is false, so
+// that a Take or Peek never fixes a namespace's limits.
+func (f *Files) onceStore(ns string, lim Limits, create bool) *onetime.Store[[]byte] {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	s := f.once[ns]
-	if s == nil {
+	if s == nil && create {
 		lim = lim.withDefaults()
 		s = &onetime.Store[[]byte]{TTL: lim.TTL, Max: lim.Max, PerOwner: lim.PerOwner}
 		f.once[ns] = s
@@ -200,7 +203,7 @@ func (f *Files) PutOnce(ctx context.Context, ns, owner, key string, val []byte, 
 	if err := checkKey("once", key); err != nil {
 		return err
 	}
-	err := f.onceStore(ns, lim).PutAs(owner, key, bytes.Clone(val))
+	err := f.onceStore(ns, lim, true).PutAs(owner, key, bytes.Clone(val))
 	switch {
 	case errors.Is(err, onetime.ErrFull):
 		return ErrFull
@@ -214,7 +217,11 @@ func (f *Files) TakeOnce(ctx context.Context, ns, key string) ([]byte, string, b
 	if checkKey("namespace", ns) != nil || checkKey("once", key) != nil {
 		return nil, "", false, nil
 	}
-	v, owner, ok := f.onceStore(ns, Limits{}).Take(key)
+	s := f.onceStore(ns, Limits{}, false)
+	if s == nil {
+		return nil, "", false, nil
+	}
+	v, owner, ok := s.Take(key)
 	return v, owner, ok, nil
 }
 
@@ -222,7 +229,11 @@ func (f *Files) PeekOnce(ctx context.Context, ns, key string) ([]byte, string, b
 	if checkKey("namespace", ns) != nil || checkKey("once", key) != nil {
 		return nil, "", false, nil
 	}
-	v, owner, ok := f.onceStore(ns, Limits{}).Peek(key)
+	s := f.onceStore(ns, Limits{}, false)
+	if s == nil {
+		return nil, "", false, nil
+	}
+	v, owner, ok := s.Peek(key)
 	return bytes.Clone(v), owner, ok, nil
 }
 
