@@ -38,6 +38,7 @@ type RedisOptions struct {
 //	P once:NS:k:KEY          hash {o: owner, v: value}, expiring at its TTL
 //	P once:NS:all            sorted set of NS's live keys by expiry
 //	P once:NS:o:SHA1(owner)  sorted set of one owner's live keys by expiry
+//	P once:NS:last           the newest expiry of NS, so that expiries order puts
 //	P rate:SHA1(key)         hash {t: last take, Unix ms; n: tokens left}
 //	P lock:NAME              a random token, expiring at the lock's TTL
 //
@@ -390,9 +391,14 @@ const luaNow = `local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 `
 
-// putOnce: KEYS value, all, mine; ARGV owner, value, ttl ms, max, per
-// owner, key, the prefix of value keys. 0 stored, -1 key in use, -2 full.
-var putOnce = redis.NewScript(luaNow + `
+// putOnce: KEYS value, all, mine, last; ARGV owner, value, ttl ms, max,
+// per owner, key, the prefix of value keys. 0 stored, -1 key in use, -2
+// full. The sets are scored by expiry in microseconds, strictly
+// increasing (last holds the newest), so an owner's oldest value is the
+// lowest score even for two puts in one millisecond.
+var putOnce = redis.NewScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
 redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
 if redis.call('EXISTS', KEYS[1]) == 1 then return -1 end
@@ -403,7 +409,10 @@ while redis.call('ZCARD', KEYS[3]) >= per do
   redis.call('ZREM', KEYS[2], old[1])
 end
 if redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[4]) then return -2 end
-local exp = now + tonumber(ARGV[3])
+local exp = now + tonumber(ARGV[3]) * 1000
+local last = tonumber(redis.call('GET', KEYS[4]) or '0')
+if exp <= last then exp = last + 1 end
+redis.call('SET', KEYS[4], string.format('%d', exp), 'PX', ARGV[3])
 redis.call('HSET', KEYS[1], 'o', ARGV[1], 'v', ARGV[2])
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 redis.call('ZADD', KEYS[2], exp, ARGV[6])
@@ -436,7 +445,7 @@ func (r *Redis) PutOnce(ctx context.Context, ns, owner, key string, val []byte, 
 	var n int64
 	err := r.do(ctx, func(ctx context.Context) error {
 		var err error
-		n, err = putOnce.Run(ctx, r.c, []string{vk, all, mine},
+		n, err = putOnce.Run(ctx, r.c, []string{vk, all, mine, r.prefix + "once:" + ns + ":last"},
 			owner, val, lim.TTL.Milliseconds(), lim.Max, lim.PerOwner, key, r.prefix+"once:"+ns+":k:").Int64()
 		return err
 	})
