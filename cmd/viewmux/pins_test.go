@@ -63,12 +63,7 @@ func tomlQuote(s string) string { return `"` + strings.ReplaceAll(s, `\`, `\\`) 
 func TestPinsOnRedis(t *testing.T) {
 	srv := statetest.StartRedis(t, statetest.Options{})
 	// A replica records a first sight and then a change, on the store.
-	st, err := state.OpenRedis(state.RedisOptions{URL: srv.URL(), Prefix: "fleet:"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	replica := pins.NewOn(st)
+	replica := pins.NewOn(srv.Open(t, state.RedisOptions{Prefix: "fleet:"}))
 	for _, desc := range []string{"v1", "v2"} {
 		r := replica.Round(true)
 		r.Upstream("u").Hide("t", "u__t", json.RawMessage(`{"name":"t","description":"`+desc+`","inputSchema":{"type":"object"}}`))

@@ -17,14 +17,7 @@ import (
 // written to a state directory.
 func TestFleetOnRedis(t *testing.T) {
 	srv := statetest.StartRedis(t, statetest.Options{})
-	open := func() state.Store {
-		st, err := state.OpenRedis(state.RedisOptions{URL: srv.URL()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { st.Close() })
-		return st
-	}
+	open := func() state.Store { return srv.Open(t, state.RedisOptions{}) }
 	a, b := NewOn(open()), NewOn(open())
 	if !strings.Contains(a.Path(), "redis state store at "+srv.Addr()) {
 		t.Errorf("Path() = %q; want it to name the store", a.Path())
@@ -75,11 +68,7 @@ func TestFleetOnRedis(t *testing.T) {
 // replica that starts during the outage serves nothing pinned.
 func TestStoreDownKeepsVerified(t *testing.T) {
 	srv := statetest.StartRedis(t, statetest.Options{})
-	st, err := state.OpenRedis(state.RedisOptions{URL: srv.URL()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := srv.Open(t, state.RedisOptions{})
 	a := NewOn(st)
 	round(t, a, true, map[string]upstreamTools{"u": {"t": def("v1")}})
 	srv.Stop()

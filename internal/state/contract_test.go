@@ -27,6 +27,16 @@ type engine struct {
 	fleet bool
 }
 
+// sharing returns two handles that share Once values and buckets: two
+// replicas' on an engine that shares them, else one store twice.
+func (e engine) sharing(t *testing.T) (a, b state.Store) {
+	a = e.open(t)
+	if !e.fleet {
+		return a, a
+	}
+	return a, e.open(t)
+}
+
 func engines(t *testing.T) []engine {
 	dir := t.TempDir()
 	var files state.Store = state.OpenFiles(dir)
@@ -40,12 +50,7 @@ func engines(t *testing.T) []engine {
 			return state.OpenFiles(dir)
 		}},
 		{name: "redis", fleet: true, open: func(t *testing.T) state.Store {
-			r, err := state.OpenRedis(state.RedisOptions{URL: srv.URL(), Prefix: prefix})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { r.Close() })
-			return r
+			return srv.Open(t, state.RedisOptions{Prefix: prefix})
 		}},
 	}
 }
@@ -239,11 +244,7 @@ seen:
 
 func testOnce(t *testing.T, e engine) {
 	ctx := context.Background()
-	a := e.open(t)
-	b := a
-	if e.fleet {
-		b = e.open(t)
-	}
+	a, b := e.sharing(t)
 	ns := unique(t, "tickets")
 	key := state.NewKey()
 	if err := a.PutOnce(ctx, ns, "alice", key, []byte("v1"), state.Limits{}); err != nil {
@@ -296,11 +297,7 @@ func testOnce(t *testing.T, e engine) {
 
 func testOnceBounds(t *testing.T, e engine) {
 	ctx := context.Background()
-	a := e.open(t)
-	b := a
-	if e.fleet {
-		b = e.open(t)
-	}
+	a, b := e.sharing(t)
 	ns := unique(t, "bounded")
 	lim := state.Limits{Max: 6, PerOwner: 2}
 	// A take before the first put must not fix the namespace's limits.
@@ -380,11 +377,7 @@ func testOnceTTL(t *testing.T, e engine) {
 
 func testBuckets(t *testing.T, e engine) {
 	ctx := context.Background()
-	a := e.open(t)
-	b := a
-	if e.fleet {
-		b = e.open(t)
-	}
+	a, b := e.sharing(t)
 	key := unique(t, "caller|profile")
 	got := 0
 	for i := 0; i < 10; i++ {

@@ -29,11 +29,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // new store.
 func TestRedisOutage(t *testing.T) {
 	srv := statetest.StartRedis(t, statetest.Options{AOF: true})
-	s, err := state.OpenRedis(state.RedisOptions{URL: srv.URL(), Timeout: 300 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := srv.Open(t, state.RedisOptions{Timeout: 300 * time.Millisecond})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	if err := s.Update(ctx, "pins.json", func([]byte) ([]byte, error) { return []byte("v1"), nil }); err != nil {
@@ -53,7 +49,7 @@ func TestRedisOutage(t *testing.T) {
 	}
 
 	srv.Stop()
-	_, err = s.Get(ctx, "pins.json")
+	_, err := s.Get(ctx, "pins.json")
 	if !state.IsDown(err) {
 		t.Fatalf("Get with the server stopped = %v; want a DownError", err)
 	}
@@ -91,15 +87,7 @@ func TestRedisOutage(t *testing.T) {
 // at its TTL, and its late unlock does not release the next holder's.
 func TestRedisLockLapses(t *testing.T) {
 	srv := statetest.StartRedis(t, statetest.Options{})
-	open := func() state.Store {
-		s, err := state.OpenRedis(state.RedisOptions{URL: srv.URL()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { s.Close() })
-		return s
-	}
-	a, b, c := open(), open(), open()
+	a, b, c := srv.Open(t, state.RedisOptions{}), srv.Open(t, state.RedisOptions{}), srv.Open(t, state.RedisOptions{})
 	ctx := context.Background()
 	staleUnlock, err := a.Lock(ctx, "refresh-github", 300*time.Millisecond)
 	if err != nil {
@@ -130,11 +118,7 @@ func TestRedisURL(t *testing.T) {
 		t.Errorf("OpenRedis of a bad URL = %v; want an error without the password", err)
 	}
 	srv := statetest.StartRedis(t, statetest.Options{Password: "s3cret-pass"})
-	s, err := state.OpenRedis(state.RedisOptions{URL: srv.URL()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := srv.Open(t, state.RedisOptions{})
 	if err := s.Update(context.Background(), "x", func([]byte) ([]byte, error) { return []byte("1"), nil }); err != nil {
 		t.Fatalf("Update with the password: %v", err)
 	}

@@ -20,6 +20,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/viewmux/viewmux/internal/state"
 )
 
 // Redis is one redis-server of a test.
@@ -178,6 +180,19 @@ func (r *Redis) URL() string {
 		return "redis://:" + p + "@" + r.Addr() + "/0"
 	}
 	return "redis://" + r.Addr() + "/0"
+}
+
+// Open returns a store on the server, with o's other options, closed when
+// the test ends: a replica's handle.
+func (r *Redis) Open(t testing.TB, o state.RedisOptions) *state.Redis {
+	t.Helper()
+	o.URL = r.URL()
+	st, err := state.OpenRedis(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
 }
 
 // Dir is the server's working directory (its AOF, when on).
