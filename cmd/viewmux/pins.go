@@ -178,9 +178,9 @@ func pinsApprove(cfg *configs.Config, store *pins.Store, sel pins.Selector, stdo
 	return nil
 }
 
-// newPinsStore returns the pins store of cfg's state directory for a
-// server, or nil when nothing is pinned (server.pin, like every [server]
-// key, takes effect on restart).
+// newPinsStore returns the pins of the store cfg names (openState) for a
+// server, and the func that closes that store; nil when nothing is pinned
+// (server.pin, like every [server] key, takes effect on restart).
 func newPinsStore(cfg *configs.Config) (*pins.Store, func(), error) {
 	if !hasStateStore(cfg) || cfg.Server.Pin == configs.PinOff {
 		return nil, func() {}, nil

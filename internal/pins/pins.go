@@ -206,18 +206,16 @@ type canonical struct {
 
 // New returns the store of the state directory dir ("" = none known:
 // every operation then fails with statedir.ErrNoDir).
-func New(dir string) *Store {
-	f := state.OpenFiles(dir)
-	return &Store{docs: f, where: f.Dir().File(FileName), now: time.Now}
-}
+func New(dir string) *Store { return NewOn(state.OpenFiles(dir)) }
 
 // NewOn returns the pins kept in st: on the Redis engine, one set of pins
 // for every replica using the store.
 func NewOn(st state.Store) *Store {
+	where := FileName + " in the " + st.Engine() + " state store at " + st.Where()
 	if f, ok := st.(*state.Files); ok {
-		return New(f.Dir().Path)
+		where = f.Dir().File(FileName)
 	}
-	return &Store{docs: st, where: FileName + " in the " + st.Engine() + " state store at " + st.Where(), now: time.Now}
+	return &Store{docs: st, where: where, now: time.Now}
 }
 
 // NewReadOnlyOn is NewReadOnly of the pins kept in st.
