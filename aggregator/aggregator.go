@@ -19,6 +19,7 @@ import (
 	"github.com/viewmux/viewmux/internal/glob"
 	"github.com/viewmux/viewmux/internal/pins"
 	"github.com/viewmux/viewmux/internal/redact"
+	"github.com/viewmux/viewmux/internal/state"
 	"github.com/viewmux/viewmux/upstream"
 	"github.com/viewmux/viewmux/upstream/oauth"
 )
@@ -85,6 +86,11 @@ type Options struct {
 	// Pins is where tool definitions are pinned (server.pin, pins.go);
 	// nil = nothing is pinned, whatever server.pin says.
 	Pins *pins.Store
+	// State is where the gateway keeps what outlives a request besides
+	// pins: logins, connect tickets and pending logins. nil = the files
+	// engine of server.state_dir, with everything short-lived in this
+	// process's memory.
+	State state.Store
 	// Hooks are what the aggregator tells its owner. They are fixed here,
 	// at construction; the zero value ignores every event.
 	Hooks Hooks
@@ -123,6 +129,9 @@ func New(cfg *configs.Config, opts Options) *Aggregator {
 		a.secrets = &redact.Live{}
 	}
 	a.secrets.Store(redact.NewSecrets(cfg.SecretValues()...))
+	if a.opts.State == nil {
+		a.opts.State = state.OpenFiles(cfg.Server.StateDir)
+	}
 	// The aggregator logs upstreams' errors, and upstreams log through it:
 	// mask every configured secret in them, whoever's (Redact).
 	a.log = slog.New(redact.NewHandlerFunc(log.Handler(), a.Redact))
@@ -134,6 +143,9 @@ func New(cfg *configs.Config, opts Options) *Aggregator {
 	a.snap.Store(build(0, set.namer, nil))
 	return a
 }
+
+// State returns the store the aggregator keeps its state in (Options.State).
+func (a *Aggregator) State() state.Store { return a.opts.State }
 
 func namerOf(cfg *configs.Config) Namer {
 	return Namer{Separator: cfg.Server.Separator, MaxLength: cfg.Server.MaxNameLength}

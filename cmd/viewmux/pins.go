@@ -15,6 +15,7 @@ import (
 	"github.com/viewmux/viewmux/configs"
 	"github.com/viewmux/viewmux/internal/audit"
 	"github.com/viewmux/viewmux/internal/pins"
+	"github.com/viewmux/viewmux/internal/state"
 	"github.com/viewmux/viewmux/internal/statedir"
 	"github.com/viewmux/viewmux/internal/termsafe"
 	"github.com/viewmux/viewmux/sessions"
@@ -178,18 +179,13 @@ func pinsApprove(cfg *configs.Config, store *pins.Store, sel pins.Selector, stdo
 	return nil
 }
 
-// newPinsStore returns the pins of the store cfg names (openState) for a
-// server, and the func that closes that store; nil when nothing is pinned
-// (server.pin, like every [server] key, takes effect on restart).
-func newPinsStore(cfg *configs.Config) (*pins.Store, func(), error) {
+// newPins returns the pins of store st for a server; nil when nothing is
+// pinned (server.pin, like every [server] key, takes effect on restart).
+func newPins(cfg *configs.Config, st state.Store) *pins.Store {
 	if !hasStateStore(cfg) || cfg.Server.Pin == configs.PinOff {
-		return nil, func() {}, nil
+		return nil
 	}
-	st, err := openState(cfg)
-	if err != nil {
-		return nil, nil, err
-	}
-	return pins.NewOn(st), func() { st.Close() }, nil
+	return pins.NewOn(st)
 }
 
 // pinsDebounce collects the events of one write of the state file (a

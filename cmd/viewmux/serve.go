@@ -206,18 +206,18 @@ func wire(cfg *configs.Config, log *slog.Logger, secrets *redact.Live) (*aggrega
 	if traces, err = startTraces(log); err != nil {
 		return nil, nil, closeAll, configErr(err)
 	}
-	pinStore, closePins, err := newPinsStore(cfg)
+	st, err := openState(cfg)
 	if err != nil {
 		return nil, nil, closeAll, configErr(err)
 	}
 	srv, err = sessions.New(cfg, sessions.Options{Logger: log, Version: version(), Audit: audit, Tracer: traces.Tracer(),
-		Aggregator: aggregator.Options{Logger: log, Secrets: secrets, Pins: pinStore}})
+		Aggregator: aggregator.Options{Logger: log, Secrets: secrets, Pins: newPins(cfg, st), State: st}})
 	if err != nil {
-		closePins()
+		st.Close()
 		return nil, nil, closeAll, configErr(err)
 	}
 	prevClose := closeAll
-	closeAll = func() { prevClose(); closePins() }
+	closeAll = func() { prevClose(); st.Close() }
 	return srv.Aggregator(), srv, closeAll, nil
 }
 
