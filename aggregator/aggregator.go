@@ -181,6 +181,7 @@ func (a *Aggregator) newConnFor(uc *configs.Upstream, session string, user oauth
 		uo = a.opts.Upstream(uc)
 	}
 	uo.OAuth.UserKey, uo.OAuth.Source = user.UserKey, user.Source
+	uo.OAuth = a.loginOptions(uo.OAuth)
 	uo.Logger = log
 	uo.OnCatalog = onCatalog
 	uo.OAuth.OnSecret = a.secrets.Add // an oauth upstream's tokens are masked like configured secrets

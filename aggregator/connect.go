@@ -83,7 +83,7 @@ func (a *Aggregator) BeginConnect(ctx context.Context, name, ticket string) (aut
 		return "", "", errors.New("no public URL: set server.public_url")
 	}
 	cfg := shared.Config()
-	c := oauth.New(cfg.Name, cfg.URL, *cfg.OAuth, oauth.Options{User: a.loginIdentity(who), OnSecret: a.secrets.Add})
+	c := a.newLogin(cfg, oauth.Options{User: a.loginIdentity(who), OnSecret: a.secrets.Add})
 	p, authURL, err := c.Begin(ctx, oauth.LoginOptions{RedirectURI: base + CallbackPath, Registrations: a.registrationsFor(shared)})
 	if err != nil {
 		return "", "", fmt.Errorf("upstream %q: %w", name, err)

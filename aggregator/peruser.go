@@ -113,7 +113,7 @@ func (a *Aggregator) loginIdentity(who string) string {
 // userLogin returns who's OAuth client of the upstream uc: only for
 // reading its stored login.
 func (a *Aggregator) userLogin(uc *configs.Upstream, who string) *oauth.Client {
-	return oauth.New(uc.Name, uc.URL, *uc.OAuth, oauth.Options{User: a.loginIdentity(who)})
+	return a.newLogin(uc, oauth.Options{User: a.loginIdentity(who)})
 }
 
 // notConnected is the error of a call of who on the per-user upstream
@@ -263,7 +263,7 @@ func (a *Aggregator) openListing() {
 		if open {
 			continue
 		}
-		users := oauth.New(cfg.Name, cfg.URL, *cfg.OAuth, oauth.Options{}).Store().Users(cfg.Name)
+		users := a.newLogin(cfg, oauth.Options{}).Store().Users(cfg.Name)
 		if len(users) == 0 {
 			continue
 		}
