@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -26,6 +27,10 @@ import (
 // process: one machine, several processes sharing documents.
 type Files struct {
 	dir statedir.Dir
+	// Logger hears what the engine cannot do for want of the operating
+	// system's help: a directory it cannot watch. Set it before the first
+	// Watch; nil = nothing is logged.
+	Logger *slog.Logger
 
 	mu    sync.Mutex
 	once  map[string]*onetime.Store[[]byte] // by namespace
@@ -151,6 +156,10 @@ func (f *Files) Watch(ctx context.Context) <-chan string {
 		}
 	}
 	if err != nil {
+		if f.Logger != nil {
+			f.Logger.Warn("cannot watch the state directory: changes made by another process (`viewmux pins approve`, another replica on a shared disk) are picked up at the next reload or SIGHUP",
+				"dir", f.dir.Path, "error", err)
+		}
 		out.send("")
 		return out.c
 	}

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/url"
 	"slices"
@@ -27,6 +28,13 @@ type RedisOptions struct {
 	Prefix string
 	// Timeout bounds each command, and each dial; default 1s.
 	Timeout time.Duration
+	// Logger hears when the server stops answering (a WARN, repeated
+	// every WarnEvery while it does not answer) and when it answers
+	// again (an INFO). nil = nothing is logged.
+	Logger *slog.Logger
+	// WarnEvery is how often an outage is logged again; default a
+	// minute.
+	WarnEvery time.Duration
 }
 
 // Redis is the Redis engine (Redis 6.2 or later, or Valkey).
@@ -52,9 +60,14 @@ type Redis struct {
 	timeout time.Duration
 	where   string
 
+	log       *slog.Logger
+	warnEvery time.Duration
+	warned    time.Time // when the outage was last logged; zero = while up
+
 	mu     sync.Mutex
 	health Health
 
+	wake    chan struct{} // a command saw the server go down: the monitor looks now
 	stop    chan struct{}
 	stopped sync.Once
 	done    chan struct{}
@@ -76,6 +89,12 @@ func OpenRedis(o RedisOptions) (*Redis, error) {
 	if o.Timeout <= 0 {
 		o.Timeout = time.Second
 	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.WarnEvery <= 0 {
+		o.WarnEvery = time.Minute
+	}
 	opt.DialTimeout, opt.ReadTimeout, opt.WriteTimeout = o.Timeout, o.Timeout, o.Timeout
 	opt.PoolTimeout = o.Timeout
 	opt.MaxRetries = 1
@@ -84,12 +103,15 @@ func OpenRedis(o RedisOptions) (*Redis, error) {
 	// health instead (Health), and the gateway logs that.
 	quietRedis.Do(func() { redis.SetLogger(discardLogger{}) })
 	r := &Redis{
-		c:       redis.NewClient(opt),
-		prefix:  o.Prefix,
-		timeout: o.Timeout,
-		where:   opt.Addr,
-		stop:    make(chan struct{}),
-		done:    make(chan struct{}),
+		c:         redis.NewClient(opt),
+		prefix:    o.Prefix,
+		timeout:   o.Timeout,
+		where:     opt.Addr,
+		log:       o.Logger,
+		warnEvery: o.WarnEvery,
+		wake:      make(chan struct{}, 1),
+		stop:      make(chan struct{}),
+		done:      make(chan struct{}),
 	}
 	if opt.DB != 0 {
 		r.where += "/" + strconv.Itoa(opt.DB)
@@ -143,15 +165,30 @@ func (r *Redis) monitor() {
 		case <-r.stop:
 			return
 		case <-time.After(wait):
+		case <-r.wake:
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
 		err := r.c.Ping(ctx).Err()
 		cancel()
 		r.note(err)
 		wait = 5 * time.Second
-		if !r.Health().Up {
+		if h := r.Health(); !h.Up {
 			wait = time.Second
+			r.logDown(h)
+		} else if !r.warned.IsZero() {
+			r.warned = time.Time{}
+			r.log.Info("state store answers again", "store", r.where)
 		}
+	}
+}
+
+// logDown logs an outage when it begins, and again every warnEvery while
+// it lasts: one line a minute, however many commands fail.
+func (r *Redis) logDown(h Health) {
+	if now := time.Now(); r.warned.IsZero() || now.Sub(r.warned) >= r.warnEvery {
+		r.warned = now
+		r.log.Warn("state store is unreachable: pins that cannot be checked are not served, logins cannot be saved or refreshed, stateless approvals fail and rate limits fall back to this replica's share",
+			"store", r.where, "since", h.Since.UTC().Format(time.RFC3339), "error", h.Err)
 	}
 }
 
@@ -163,6 +200,12 @@ func (r *Redis) note(err error) {
 	defer r.mu.Unlock()
 	if up != r.health.Up || r.health.Since.IsZero() {
 		r.health = Health{Up: up, Since: time.Now()}
+		if !up {
+			select {
+			case r.wake <- struct{}{}:
+			default:
+			}
+		}
 	}
 	if !up {
 		r.health.Err = err.Error()

@@ -3,7 +3,9 @@ package state_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -138,4 +140,67 @@ func TestRedisURL(t *testing.T) {
 	if errors.Is(err, context.Canceled) {
 		t.Error(err)
 	}
+}
+
+// lockedBuffer is a log destination safe for the monitor's goroutine.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestRedisOutageIsLogged: an outage is one WARN when it begins, however
+// many commands fail, and an INFO when the server answers again.
+func TestRedisOutageIsLogged(t *testing.T) {
+	t.Parallel()
+	srv := statetest.StartRedis(t, statetest.Options{})
+	var logs lockedBuffer
+	s := srv.Open(t, state.RedisOptions{Timeout: 300 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(&logs, nil)), WarnEvery: time.Hour})
+	ctx := context.Background()
+	waitFor(t, "Health up", func() bool { return s.Health().Up })
+
+	srv.Stop()
+	for range 5 {
+		if _, err := s.Get(ctx, "pins.json"); !state.IsDown(err) {
+			t.Fatalf("Get with the server stopped = %v; want a DownError", err)
+		}
+	}
+	waitFor(t, "the outage's WARN", func() bool { return strings.Contains(logs.String(), "level=WARN") })
+	// The monitor pings every second while the server is down: give it
+	// three more tries to log again, which it must not within WarnEvery.
+	deadline := time.Now().Add(3 * time.Second)
+	waitFor(t, "three more pings", func() bool { return time.Now().After(deadline) })
+	if n := strings.Count(logs.String(), "level=WARN"); n != 1 {
+		t.Errorf("%d WARN lines for one outage and 5 failed commands; want 1:\n%s", n, logs.String())
+	}
+	if !strings.Contains(logs.String(), srv.Addr()) {
+		t.Errorf("the WARN does not name the store %s:\n%s", srv.Addr(), logs.String())
+	}
+
+	srv.Start()
+	waitFor(t, "the INFO of the recovery", func() bool { return strings.Contains(logs.String(), "state store answers again") })
+}
+
+// TestRedisOutageIsLoggedAgain: a long outage is logged again every
+// WarnEvery.
+func TestRedisOutageIsLoggedAgain(t *testing.T) {
+	t.Parallel()
+	srv := statetest.StartRedis(t, statetest.Options{})
+	var logs lockedBuffer
+	s := srv.Open(t, state.RedisOptions{Timeout: 300 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(&logs, nil)), WarnEvery: time.Second})
+	waitFor(t, "Health up", func() bool { return s.Health().Up })
+	srv.Stop()
+	s.Get(context.Background(), "pins.json")
+	waitFor(t, "a second WARN", func() bool { return strings.Count(logs.String(), "level=WARN") >= 2 })
 }
