@@ -86,6 +86,14 @@ func newMetrics(s *Server) *metrics {
 			Name: "viewmux_sessions", Help: "Live client sessions bound to a view.",
 		}, func() float64 { return float64(s.Sessions()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "viewmux_state_store_up", Help: "1 when the state store ([state], or the files of server.state_dir) answers, 0 while it does not.",
+		}, func() float64 {
+			if s.agg.State().Health().Up {
+				return 1
+			}
+			return 0
+		}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "viewmux_catalog_tools", Help: "Tools in the merged catalog, before profile filtering.",
 		}, func() float64 { return float64(len(s.agg.Snapshot().Tools)) }),
 	)

@@ -206,7 +206,7 @@ func wire(cfg *configs.Config, log *slog.Logger, secrets *redact.Live) (*aggrega
 	if traces, err = startTraces(log); err != nil {
 		return nil, nil, closeAll, configErr(err)
 	}
-	st, err := openState(cfg)
+	st, err := openStateLogged(cfg, log)
 	if err != nil {
 		return nil, nil, closeAll, configErr(err)
 	}

@@ -120,6 +120,20 @@ type Data struct {
 	Pin         string         `json:"pin,omitempty"`
 	PendingPins []pins.Pending `json:"pending_pins,omitempty"`
 	PinsError   string         `json:"pins_error,omitempty"`
+
+	// Store is where the gateway keeps its shared state ([state]), and
+	// whether it answers.
+	Store StoreRow `json:"state_store"`
+}
+
+// StoreRow is the condition of the state store. Where and Error are for
+// admins only: an address of the operator's network.
+type StoreRow struct {
+	Engine string `json:"engine"` // files or redis
+	Where  string `json:"where,omitempty"`
+	Up     bool   `json:"up"`
+	Since  string `json:"since,omitempty"` // when it went up or down
+	Error  string `json:"error,omitempty"` // why it is down
 }
 
 // UpstreamRow is one row of the upstreams table.
@@ -289,6 +303,7 @@ func (p *Page) Status(v Viewer) *Data {
 		st.Filters[i].Sessions = byFilter[f]
 		st.OtherFilterSessions -= byFilter[f]
 	}
+	st.Store = p.store()
 	if v.All {
 		p.pins(st)
 	}
@@ -310,6 +325,19 @@ func (p *Page) pins(st *Data) {
 		return
 	}
 	st.PendingPins = pending
+}
+
+// store reports the state store's condition. It does no I/O: the store
+// tracks its own health.
+func (p *Page) store() StoreRow {
+	agg := p.src.Aggregator()
+	st := agg.State()
+	h := st.Health()
+	row := StoreRow{Engine: st.Engine(), Where: st.Where(), Up: h.Up, Error: agg.Redact(h.Err)}
+	if !h.Since.IsZero() {
+		row.Since = h.Since.UTC().Format(time.RFC3339)
+	}
+	return row
 }
 
 // upstreams builds the upstreams table.
@@ -641,6 +669,8 @@ details summary{cursor:pointer}.err{color:#a00;word-break:break-word}
 </tbody>
 </table>
 <p class="meta">sessions: the live sessions whose view is built from exactly that filter. Both tables count the same {{.Bound}} bound sessions.</p>
+
+<p class="meta" id="state-store">state store: <b>{{.Store.Engine}}</b>{{if .Store.Where}} at <code>{{.Store.Where}}</code>{{end}} · {{if .Store.Up}}<b>up</b>{{else}}<span class="err">down{{if .Store.Error}}: {{.Store.Error}}{{end}}</span>{{end}}{{if .Store.Since}} since {{.Store.Since}}{{end}}</p>
 
 {{if .Pin}}<h2>Pinned tool definitions</h2>
 <p class="meta" id="pins">server.pin = <b>{{.Pin}}</b>. Changes waiting for <code>viewmux pins approve</code>: <b>{{len .PendingPins}}</b>{{if eq .Pin "quarantine"}} (hidden from every view until approved){{end}}.{{if .PinsError}} <span class="err">{{.PinsError}}</span>{{end}}</p>

@@ -29,6 +29,7 @@ func (st *Data) restrict(v Viewer) {
 	st.FilterCount, st.OtherFilters = 0, 0
 	// Pending pins name tools and upstreams of every profile: admins only.
 	st.Pin, st.PendingPins, st.PinsError = "", nil, ""
+	st.Store.Where, st.Store.Error = "", ""
 	for i := range st.Upstreams {
 		st.Upstreams[i].Quarantined = 0
 	}
