@@ -1,0 +1,138 @@
+//go:build unix
+
+package gateway
+
+import (
+	"encoding/json"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/viewmux/viewmux/integration/internal/itest"
+	"github.com/viewmux/viewmux/internal/pins"
+)
+
+// The fleet on one state store: replicas viewmux-a and viewmux-b, each with
+// a disk of its own, keep their pins (and what else outlives a request) in
+// one real redis-server, and behave as one gateway.
+
+// fleetStateHonest and fleetStateQuarantined say what a listing of the rug
+// upstream shows before its pull, and under quarantine after it.
+func fleetStateHonest(m map[string]string) bool { return m["rug__lookup"] == itest.RugHonest }
+
+func fleetStateQuarantined(m map[string]string) bool {
+	_, ok := m["rug__lookup"]
+	return !ok && m["rug__other"] != ""
+}
+
+func fleetStatePulled(m map[string]string) bool { return m["rug__lookup"] == itest.RugPulled }
+
+// TestFleetStatePinApproval: the rug upstream changes lookup's
+// definition after both replicas pinned it; both quarantine it, and the
+// fleet has one pending change. `viewmux pins approve`, run with replica
+// A's config, approves it, and replica B serves the new definition within
+// a second of the approval reaching the store (measured from the change
+// the store publishes), without a restart; sessions through nginx, on
+// either replica, then call it.
+func TestFleetStatePinApproval(t *testing.T) {
+	t.Parallel()
+	requireNginx(t)
+	f := newFleetState(t)
+	a := f.start(t, "viewmux-a")
+	b := f.start(t, "viewmux-b")
+	a.await(t, "first sight on viewmux-a", fleetStateHonest)
+	b.await(t, "first sight on viewmux-b", fleetStateHonest)
+
+	f.Rug.Pull()
+	a.await(t, "quarantine on viewmux-a", fleetStateQuarantined)
+	b.await(t, "quarantine on viewmux-b", fleetStateQuarantined)
+	code, out, errOut := b.pins(t, "list", "--json")
+	var pending []struct{ Upstream, Tool, Kind string }
+	if code != 3 || json.Unmarshal([]byte(out), &pending) != nil || len(pending) != 1 || pending[0].Tool != "lookup" || pending[0].Kind != "changed" {
+		t.Fatalf("pins list with viewmux-b's config: exit %d, want 3 and one change of lookup for the fleet\n%s%s", code, out, errOut)
+	}
+	if n := f.Rug.Called("lookup"); n != 0 {
+		t.Fatalf("the quarantined lookup reached its upstream %d times", n)
+	}
+
+	// The approval's moment is when the store publishes the change of
+	// the pins: every replica hears it from there.
+	feed := f.watch(t)
+	approvedAt := make(chan time.Time, 1)
+	go func() {
+		for k := range feed {
+			if k == pins.FileName {
+				approvedAt <- time.Now()
+				return
+			}
+		}
+	}()
+	type result struct {
+		out []byte
+		err error
+	}
+	done := make(chan result, 1)
+	approve := exec.Command(itest.MuxBinary(t), "pins", "approve", "rug__lookup", "--config", a.CfgPath)
+	approve.Dir = a.Dir
+	start := time.Now()
+	go func() {
+		out, err := approve.CombinedOutput()
+		done <- result{out, err}
+	}()
+
+	// Poll both replicas, each on one session, every 10 ms.
+	ca, cb := a.session(t), b.session(t)
+	var servedA, servedB time.Time
+	for deadline := start.Add(20 * time.Second); servedA.IsZero() || servedB.IsZero(); time.Sleep(10 * time.Millisecond) {
+		if servedA.IsZero() && fleetStatePulled(fleetStateListed(t, ca)) {
+			servedA = time.Now()
+		}
+		if servedB.IsZero() && fleetStatePulled(fleetStateListed(t, cb)) {
+			servedB = time.Now()
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("20s after `pins approve`, viewmux-a serves the approved lookup: %v, viewmux-b: %v\n--- viewmux-b stderr ---\n%s",
+				!servedA.IsZero(), !servedB.IsZero(), b.Stderr())
+		}
+	}
+	res := <-done
+	if res.err != nil || !strings.Contains(string(res.out), "approved rug__lookup") {
+		t.Fatalf("pins approve with viewmux-a's config: %v\n%s", res.err, res.out)
+	}
+	var at time.Time
+	select {
+	case at = <-approvedAt:
+	case <-time.After(5 * time.Second):
+		t.Fatalf("the store published no change of %s for the approval", pins.FileName)
+	}
+	t.Logf("approval published %v after `pins approve` started; served by viewmux-a %v and viewmux-b %v after it",
+		at.Sub(start).Round(time.Millisecond), servedA.Sub(at).Round(time.Millisecond), servedB.Sub(at).Round(time.Millisecond))
+	for id, served := range map[string]time.Time{"viewmux-a": servedA, "viewmux-b": servedB} {
+		if d := served.Sub(at); d > time.Second {
+			t.Errorf("%s served the approved definition %v after the approval, want within 1s", id, d.Round(time.Millisecond))
+		}
+	}
+
+	// Through nginx, new sessions land on both replicas; every one of
+	// them lists and calls the approved lookup.
+	ng := startNginx(t, func(listen string) string { return nginxConf(t, listen, a.Addr, b.Addr) })
+	on := map[string]int{}
+	for range 6 {
+		s := itest.OpenRawSession(t, ng.URL(), map[string]string{"Authorization": "Bearer " + fleetStateAgent})
+		on[replicaOf(s.ID)]++
+		c := &itest.RecHTTP{S: s}
+		if got := fleetStateListed(t, c); !fleetStatePulled(got) {
+			t.Errorf("session %s through nginx lists %v, want the approved lookup", s.ID, got)
+		}
+		if r := c.Do(t, "tools/call", `{"name":"rug__lookup","arguments":{"word":"x"}}`); r.Msg.Error != nil || !strings.Contains(string(r.Msg.Result), "lookup ran") {
+			t.Errorf("session %s through nginx: call of the approved lookup: %s", s.ID, r.Raw)
+		}
+	}
+	if on["viewmux-a"] == 0 || on["viewmux-b"] == 0 {
+		t.Errorf("nginx put the sessions on %v, want both replicas", on)
+	}
+	if n := f.Rug.Called("lookup"); n != 6 {
+		t.Errorf("the approved lookup reached its upstream %d times, want 6", n)
+	}
+}
