@@ -173,9 +173,11 @@ func (s *Server) decide(session string, b grant.Binding, view *filter.View, m *j
 				Message: fmt.Sprintf("Arguments not allowed for %s: %v", e.Tool.Name, fixErr)}
 		case view.Filter.CheckCall(e, m.Arguments) != nil:
 			reason, refusal = audit.ReasonArguments, &jsonrpc.Error{Code: mcp.INVALID_PARAMS, Message: "Arguments not allowed for " + e.Tool.Name}
-		case !isRelay(e) && !s.limits.Allow(session, b.Rate): // call_tool counts as the call it relays (relay)
-			reason, refusal = audit.ReasonRate, &jsonrpc.Error{Code: rateLimited,
-				Message: fmt.Sprintf("Rate limit exceeded: profile %q allows %d tool calls per minute per session", b.Profile, b.Rate)}
+		case isRelay(e): // call_tool counts as the call it relays (relay)
+		default:
+			if refusal = s.rateCheck(session, b); refusal != nil { // fleetrate.go
+				reason = audit.ReasonRate
+			}
 		}
 	default:
 		if m.Ambiguous != nil {

@@ -52,9 +52,10 @@ type Server struct {
 
 	origins []*glob.Glob
 	metrics *metrics
-	audit   *audit.Log // nil = no audit log
-	limits  ratelimit.Limiters
-	slots   sessionSlots // server.max_sessions, every door (limits.go)
+	audit   *audit.Log         // nil = no audit log
+	limits  ratelimit.Limiters // sessions' rate limits; stateless callers' are in fleet
+	fleet   *fleetRate         // stateless callers' rate limits, for the fleet (fleetrate.go)
+	slots   sessionSlots       // server.max_sessions, every door (limits.go)
 
 	started   atomic.Bool   // the first connection attempt of every upstream is over
 	startedCh chan struct{} // closed by MarkStarted
@@ -182,6 +183,7 @@ func New(cfg *configs.Config, opts Options) (*Server, error) {
 	ao.Hooks = aggregator.Hooks{Change: s.onSnapshot, ResourceUpdated: s.resourceUpdated, Log: s.upstreamLog}
 	agg := aggregator.New(cfg, ao)
 	s.agg = agg
+	s.fleet = newFleetRate(agg.State(), cfg.Server.ReplicaID)
 	if opts.Audit != nil {
 		// Every line is masked whole: a reason quoting an upstream's
 		// error, or arguments quoting a key, hold no configured secret.

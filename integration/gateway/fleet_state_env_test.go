@@ -203,18 +203,65 @@ type fleetStateStore struct {
 	Error  string `json:"error"`
 }
 
-// store returns the state store's row of r's /status.json, as the admin
-// sees it.
-func (r *fleetStateReplica) store(t *testing.T) fleetStateStore {
+// fleetStateStatus is what the tests read of /status.json.
+type fleetStateStatus struct {
+	Store     *fleetStateStore `json:"state_store"`
+	Upstreams []struct {
+		Name        string `json:"name"`
+		State       string `json:"state"`
+		Tools       int    `json:"tools"`
+		Quarantined int    `json:"quarantined"`
+	} `json:"upstreams"`
+}
+
+// status returns r's /status.json, as the admin sees it.
+func (r *fleetStateReplica) status(t *testing.T) fleetStateStatus {
 	t.Helper()
 	resp, body := puGet(t, itest.RawClient, "http://"+r.Addr+"/status.json", map[string]string{"Authorization": "Bearer " + fleetStateAdmin})
-	var st struct {
-		Store *fleetStateStore `json:"state_store"`
-	}
+	var st fleetStateStatus
 	if resp.StatusCode != http.StatusOK || json.Unmarshal([]byte(body), &st) != nil || st.Store == nil {
 		t.Fatalf("%s /status.json: %d %s", r.ID, resp.StatusCode, body)
 	}
-	return *st.Store
+	return st
+}
+
+// store returns the state store's row of r's /status.json.
+func (r *fleetStateReplica) store(t *testing.T) fleetStateStore {
+	t.Helper()
+	return *r.status(t).Store
+}
+
+// awaitStore polls r's /status.json until its store is up (or down),
+// and returns the row.
+func (r *fleetStateReplica) awaitStore(t *testing.T, up bool) fleetStateStore {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		st := r.store(t)
+		if st.Up == up {
+			return st
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s /status.json: state store %+v, want up = %v\n--- %s stderr ---\n%s", r.ID, st, up, r.ID, r.Stderr())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// awaitUpstream polls r's /status.json until its upstream rug is up.
+func (r *fleetStateReplica) awaitUpstream(t *testing.T) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		st := r.status(t)
+		if len(st.Upstreams) == 1 && st.Upstreams[0].State == "up" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s /status.json: upstreams %+v, want rug up\n--- %s stderr ---\n%s", r.ID, st.Upstreams, r.ID, r.Stderr())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // storeUp returns r's gauge viewmux_state_store_up, as the admin

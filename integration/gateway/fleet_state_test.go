@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -134,5 +135,61 @@ func TestFleetStatePinApproval(t *testing.T) {
 	}
 	if n := f.Rug.Called("lookup"); n != 6 {
 		t.Errorf("the approved lookup reached its upstream %d times, want 6", n)
+	}
+}
+
+// kill SIGKILLs r, as a node's loss would, and waits for it.
+func (r *fleetStateReplica) kill(t *testing.T) {
+	t.Helper()
+	if err := r.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := r.Wait(10 * time.Second); !ok {
+		t.Fatalf("%s did not die of SIGKILL", r.ID)
+	}
+}
+
+// TestFleetStateRestartOnEmptyDisk: both replicas pinned the honest lookup
+// and are killed; the rug pull lands while the fleet is down; a replica
+// started again on an empty disk does not take the pulled definition as
+// a first sight. It keeps the fleet's pins from the store: the changed
+// lookup is quarantined from its first listing on, and waits for approval.
+func TestFleetStateRestartOnEmptyDisk(t *testing.T) {
+	t.Parallel()
+	f := newFleetState(t)
+	a := f.start(t, "viewmux-a")
+	b := f.start(t, "viewmux-b")
+	a.await(t, "first sight on viewmux-a", fleetStateHonest)
+	b.await(t, "first sight on viewmux-b", fleetStateHonest)
+	a.kill(t)
+	b.kill(t)
+
+	f.Rug.Pull()
+	again := f.start(t, "viewmux-a")
+	c := again.session(t)
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		got := fleetStateListed(t, c)
+		if _, ok := got["rug__lookup"]; ok {
+			t.Fatalf("viewmux-a restarted on an empty disk lists %v: the pull became its baseline", got)
+		}
+		if got["rug__other"] != "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("viewmux-a restarted lists %v, want rug__other\n%s", got, again.Stderr())
+		}
+	}
+	if got := again.call(t, "rug__lookup"); strings.Contains(got, "lookup ran") {
+		t.Errorf("call of the quarantined lookup on the restarted replica: %s", got)
+	}
+	if n := f.Rug.Called("lookup"); n != 0 {
+		t.Errorf("the quarantined lookup reached its upstream %d times", n)
+	}
+	code, out, errOut := again.pins(t, "list")
+	if code != 3 || !strings.Contains(out, "rug__lookup (upstream rug, tool lookup): changed") || !strings.Contains(out, "+   \"description\": \""+itest.RugPulled) {
+		t.Errorf("pins list after the restart: exit %d, want 3 and the change of lookup\n%s%s", code, out, errOut)
+	}
+	if !strings.Contains(again.Stderr(), "pinned tool definition changed") || strings.Contains(again.Stderr(), "pinned tool definitions on first sight") {
+		t.Errorf("the restarted replica did not log the change against the fleet's pins:\n%s", again.Stderr())
 	}
 }
