@@ -3,12 +3,15 @@ package aggregator
 import (
 	"context"
 	"crypto/subtle"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/url"
+	"time"
 
 	"github.com/viewmux/viewmux/configs"
 	"github.com/viewmux/viewmux/internal/onetime"
+	"github.com/viewmux/viewmux/internal/state"
 	"github.com/viewmux/viewmux/upstream"
 	"github.com/viewmux/viewmux/upstream/oauth"
 )
@@ -17,10 +20,12 @@ import (
 // caller follows its connect link (a ticket, ConnectLink), confirms, and
 // is sent to the upstream's authorization server; the callback finishes
 // the login and stores the tokens under the caller's identity. The front
-// door (sessions/connect.go) serves the pages; this holds the state.
-// Tickets and pending logins are single-use, live ten minutes, and are
-// bounded in number (per identity, and in all), so that repeating the
-// request does not grow memory.
+// door (sessions/connect.go) serves the pages; this keeps the state, in
+// the gateway's state store, so that a browser may open the link on one
+// replica, confirm on another and come back to a third. Tickets and
+// pending logins are single-use, live ten minutes, and are bounded in
+// number (per identity, and in all, across the fleet), so that repeating
+// the request does not grow the store.
 
 // CallbackPath is the redirect URI's path on the public URL.
 const CallbackPath = "/oauth/callback"
@@ -29,26 +34,44 @@ const CallbackPath = "/oauth/callback"
 // used, expired, or not this browser's.
 var ErrBadConnect = errors.New("unknown, used or expired link: start again from the link in the tool error")
 
-// connectTicket is what a connect link's ticket stands for; its owner in
-// the store is the identity.
-type connectTicket struct {
-	upstream string
+// The state store's namespaces of connect tickets (the value: the
+// upstream's name) and pending logins (the value: a pendingConnect,
+// sealed when [state] has an encryption key). The owner of each is the
+// identity it belongs to.
+const (
+	ticketNS  = "connect-ticket"
+	pendingNS = "connect-pending"
+)
+
+// connectLimits bound both namespaces, for the whole fleet on a shared
+// store: ten minutes, 4 per identity (a new one replaces the oldest),
+// 4096 in all.
+var connectLimits = state.Limits{TTL: 10 * time.Minute, Max: 4096, PerOwner: 4}
+
+// pendingConnect is a login begun by BeginConnect, as kept in the store
+// under its OAuth state: the replica the callback reaches finishes it.
+type pendingConnect struct {
+	Upstream string          `json:"upstream"`
+	Nonce    string          `json:"nonce"`   // the browser's cookie value: the callback must carry it
+	Pending  json.RawMessage `json:"pending"` // oauth.MarshalPending
 }
 
-// pendingConnect is a login begun by BeginConnect; its owner in the
-// store is the identity, its key the OAuth state.
-type pendingConnect struct {
-	upstream string
-	nonce    string // the browser's cookie value: the callback must carry it
-	p        *oauth.Pending
-	c        *oauth.Client
-}
+// pendingAAD is what a sealed pending login is bound to: its key, so a
+// value moved under another state does not open.
+func pendingAAD(state string) string { return pendingNS + ":" + state }
 
 // ConnectTicket reads a ticket without using it: the upstream it is for
-// and the identity it belongs to, for the confirmation page.
-func (a *Aggregator) ConnectTicket(ticket string) (upstream, who string, ok bool) {
-	t, who, ok := a.users.tickets.Peek(ticket)
-	return t.upstream, who, ok
+// and the identity it belongs to, for the confirmation page. An error
+// says the store did not answer (state.IsDown); an unknown ticket is
+// ok == false.
+func (a *Aggregator) ConnectTicket(ticket string) (upstream, who string, ok bool, err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	v, who, ok, err := a.State().PeekOnce(ctx, ticketNS, ticket)
+	if err != nil {
+		return "", "", false, fmt.Errorf("connect ticket: %w", err)
+	}
+	return string(v), who, ok, nil
 }
 
 // ConnectTicketFor mints a ticket for who to connect to the per-user
@@ -68,10 +91,14 @@ func (a *Aggregator) ConnectTicketFor(name, who string) (string, error) {
 // starts its login: discovery and registration with the upstream's
 // authorization server, with the redirect URI on the public URL. It
 // returns the authorization URL to send the browser to, and the nonce
-// the browser must bring back to the callback (a cookie).
+// the browser must bring back to the callback (a cookie). The pending
+// login is kept in the state store: the callback may reach any replica.
 func (a *Aggregator) BeginConnect(ctx context.Context, name, ticket string) (authURL, nonce string, err error) {
-	t, who, ok := a.users.tickets.Take(ticket)
-	if !ok || t.upstream != name {
+	v, who, ok, err := a.State().TakeOnce(ctx, ticketNS, ticket)
+	if err != nil {
+		return "", "", fmt.Errorf("upstream %q: connect ticket: %w", name, err)
+	}
+	if !ok || string(v) != name {
 		return "", "", ErrBadConnect
 	}
 	shared := a.perUser(name)
@@ -88,56 +115,98 @@ func (a *Aggregator) BeginConnect(ctx context.Context, name, ticket string) (aut
 	if err != nil {
 		return "", "", fmt.Errorf("upstream %q: %w", name, err)
 	}
+	pb, err := oauth.MarshalPending(p)
+	if err != nil {
+		return "", "", fmt.Errorf("upstream %q: %w", name, err)
+	}
 	nonce = onetime.Key()
-	if err := a.users.pending.PutAs(who, p.State(), &pendingConnect{upstream: name, nonce: nonce, p: p, c: c}); err != nil {
-		return "", "", err
+	val, err := json.Marshal(pendingConnect{Upstream: name, Nonce: nonce, Pending: pb})
+	if err != nil {
+		return "", "", fmt.Errorf("upstream %q: %w", name, err)
+	}
+	if sl := a.loginSealer(); sl != nil {
+		val = sl.Seal(pendingAAD(p.State()), val)
+	}
+	if err := a.State().PutOnce(ctx, pendingNS, who, p.State(), val, connectLimits); err != nil {
+		return "", "", fmt.Errorf("upstream %q: pending login: %w", name, err)
 	}
 	return authURL, nonce, nil
 }
 
-// FinishConnect completes the login whose authorization response is cb
-// (state, code, iss), begun in the browser that holds nonce: the tokens
-// are stored under the identity the ticket belonged to, and that
-// identity's connection, if open, is replaced at its next use. It
-// returns the upstream and the identity.
-func (a *Aggregator) FinishConnect(ctx context.Context, cb *url.URL, nonce string) (name, who string, err error) {
-	pc, who, ok := a.users.pending.Take(cb.Query().Get("state"))
+// takePending takes the pending login under the OAuth state st (once)
+// and opens it.
+func (a *Aggregator) takePending(ctx context.Context, st string) (*pendingConnect, *oauth.Pending, string, error) {
+	val, who, ok, err := a.State().TakeOnce(ctx, pendingNS, st)
+	if err != nil {
+		return nil, nil, "", fmt.Errorf("pending login: %w", err)
+	}
 	if !ok {
+		return nil, nil, "", ErrBadConnect
+	}
+	if state.IsSealed(val) {
+		sl := a.loginSealer()
+		if sl == nil {
+			return nil, nil, "", fmt.Errorf("pending login: %w (this replica has no state.encryption_key)", state.ErrOtherKey)
+		}
+		if val, err = sl.Open(pendingAAD(st), val); err != nil {
+			return nil, nil, "", fmt.Errorf("pending login: %w", err)
+		}
+	}
+	var pc pendingConnect
+	if err := json.Unmarshal(val, &pc); err != nil {
+		return nil, nil, "", errors.New("pending login: damaged, or from another version: start again from the link")
+	}
+	p, err := oauth.UnmarshalPending(pc.Pending)
+	if err != nil {
+		return nil, nil, "", fmt.Errorf("upstream %q: %w", pc.Upstream, err)
+	}
+	return &pc, p, who, nil
+}
+
+// FinishConnect completes the login whose authorization response is cb
+// (state, code, iss), begun in the browser that holds nonce, on this
+// replica or another: the tokens are stored under the identity the
+// ticket belonged to, and that identity's connection, if open, is
+// replaced at its next use. It returns the upstream and the identity.
+func (a *Aggregator) FinishConnect(ctx context.Context, cb *url.URL, nonce string) (name, who string, err error) {
+	st := cb.Query().Get("state")
+	if st == "" {
 		return "", "", ErrBadConnect
 	}
-	if subtle.ConstantTimeCompare([]byte(pc.nonce), []byte(nonce)) != 1 {
+	pc, p, who, err := a.takePending(ctx, st)
+	if err != nil {
+		return "", "", err
+	}
+	if subtle.ConstantTimeCompare([]byte(pc.Nonce), []byte(nonce)) != 1 {
 		return "", "", fmt.Errorf("%w (this browser did not start it)", ErrBadConnect)
 	}
-	if _, err := pc.c.Finish(ctx, pc.p, cb); err != nil {
-		return "", "", fmt.Errorf("upstream %q: %w", pc.upstream, err)
+	shared := a.perUser(pc.Upstream)
+	if shared == nil || shared.Config().Credentials != configs.CredentialsPerUser {
+		return "", "", fmt.Errorf("upstream %q is no longer a per-user upstream", pc.Upstream)
+	}
+	c := a.newLogin(shared.Config(), oauth.Options{User: a.loginIdentity(who), OnSecret: a.secrets.Add})
+	if _, err := c.Finish(ctx, p, cb); err != nil {
+		return "", "", fmt.Errorf("upstream %q: %w", pc.Upstream, err)
 	}
 	s := a.users
 	s.mu.Lock()
-	k := userKey{pc.upstream, who}
+	k := userKey{pc.Upstream, who}
 	if uc := s.conns[k]; uc != nil {
 		s.closeConn(a, k, uc) // opened again with the new login
 	}
 	s.mu.Unlock()
 	// The user's connection opens now, not at the first call: its
 	// catalog lists the upstream while no operator login does.
-	if shared := a.perUser(pc.upstream); shared != nil {
-		if _, err := a.openUserConn(k, oauth.UserKey(a.loginIdentity(who)), nil, shared); err != nil {
-			a.log.Warn("per-user connection not opened after connecting", "upstream", pc.upstream, "error", err)
-		}
-		a.openListing()
+	if _, err := a.openUserConn(k, oauth.UserKey(a.loginIdentity(who)), nil, shared); err != nil {
+		a.log.Warn("per-user connection not opened after connecting", "upstream", pc.Upstream, "error", err)
 	}
-	return pc.upstream, who, nil
+	a.openListing()
+	return pc.Upstream, who, nil
 }
 
 // ConfigPublicBase returns the URL users reach viewmux at, by the current
 // config (configs.Config.PublicBase).
 func (a *Aggregator) ConfigPublicBase() (string, bool) { return a.set.Load().cfg.PublicBase() }
-
-// ConnectPending returns how many connect tickets and pending logins are
-// held (expired ones until the next sweep).
-func (a *Aggregator) ConnectPending() (tickets, logins int) {
-	return a.users.tickets.Len(), a.users.pending.Len()
-}
 
 // registrationsFor returns the clients registered for the per-user
 // upstream shared's logins: one dynamic registration serves every user

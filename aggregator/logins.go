@@ -2,15 +2,56 @@ package aggregator
 
 import (
 	"github.com/viewmux/viewmux/configs"
+	"github.com/viewmux/viewmux/internal/state"
 	"github.com/viewmux/viewmux/upstream/oauth"
 )
 
 // loginOptions completes o, the options of an OAuth client of one of the
-// aggregator's upstreams, with where its logins are kept. Every OAuth
-// client the aggregator builds goes through it, so that a login stored on
-// one replica is the login of every replica.
+// aggregator's upstreams, with where its logins are kept: the gateway's
+// state store (State), sealed with [state]'s encryption key when there is
+// one. Every OAuth client the aggregator builds goes through it, so that
+// a login stored on one replica is the login of every replica, and a
+// login sealed with another key is logged once for the whole gateway.
 func (a *Aggregator) loginOptions(o oauth.Options) oauth.Options {
+	if st := a.State(); o.State == nil && (st.Engine() != "files" || st.Where() != "") {
+		// A files store of no directory leaves the upstream's own
+		// (configs.UpstreamOAuth.StateDir) in use.
+		o.State = st
+	}
+	if o.Sealer == nil && o.SealerFunc == nil {
+		o.SealerFunc = a.loginSealer
+	}
+	if o.Logger == nil {
+		o.Logger = a.log
+	}
+	if o.KeyErrors == nil {
+		o.KeyErrors = &a.users.keyErrs
+	}
 	return o
+}
+
+// loginSealer returns the sealer of the current config's [state] table,
+// made once for each config (New builds its upstreams before the config
+// is in place, so this is asked at each read and write, not at
+// construction); nil when there is no encryption key.
+func (a *Aggregator) loginSealer() *state.Sealer {
+	set := a.set.Load()
+	if set == nil {
+		return nil
+	}
+	s := a.users
+	s.sealMu.Lock()
+	defer s.sealMu.Unlock()
+	if s.sealFor != set.cfg {
+		sl, err := oauth.NewSealer(set.cfg.State)
+		if err != nil {
+			// Validated with the config: not reached. Without a sealer a
+			// shared store takes no login and opens no sealed one: closed.
+			a.log.Error("logins: no sealer", "error", err)
+		}
+		s.sealer, s.sealFor = sl, set.cfg
+	}
+	return s.sealer
 }
 
 // newLogin returns an OAuth client of the upstream uc, with the options

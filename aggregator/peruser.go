@@ -12,7 +12,7 @@ import (
 	"github.com/hashicorp/go-multierror"
 
 	"github.com/viewmux/viewmux/configs"
-	"github.com/viewmux/viewmux/internal/onetime"
+	"github.com/viewmux/viewmux/internal/state"
 	"github.com/viewmux/viewmux/upstream"
 	"github.com/viewmux/viewmux/upstream/oauth"
 )
@@ -41,9 +41,10 @@ var ErrNoIdentity = errors.New("the call carries no identity")
 // its last use.
 const userIdleFloor = 5 * time.Minute
 
-// userConns are the connections of per-user upstreams, and the connect
-// tickets and pending logins of the browser step (connect.go). It is safe
-// for concurrent use.
+// userConns are the connections of per-user upstreams, and how their
+// logins are sealed. The connect tickets and pending logins of the
+// browser step (connect.go) are in the state store, so that any replica
+// takes them. It is safe for concurrent use.
 type userConns struct {
 	mu     sync.Mutex
 	conns  map[userKey]*userConn
@@ -56,8 +57,13 @@ type userConns struct {
 	exchangers map[*upstream.Upstream]*oauth.Exchanger     // of exchange upstreams (exchange.go)
 	regs       map[*upstream.Upstream]*oauth.Registrations // clients registered for per-user logins (connect.go)
 
-	tickets onetime.Store[connectTicket]
-	pending onetime.Store[*pendingConnect]
+	// The sealer of logins (logins.go), made once for each config, and
+	// the failures to open logins, logged once. Each has a lock of its
+	// own: taking a login's sealer must not wait on the connections'.
+	sealMu  sync.Mutex
+	sealer  *state.Sealer
+	sealFor *configs.Config
+	keyErrs oauth.KeyErrors
 
 	stop     chan struct{} // closed by close: ends the idle sweep
 	sweeping bool          // the idle sweep runs (started with the first connection)
@@ -263,7 +269,13 @@ func (a *Aggregator) openListing() {
 		if open {
 			continue
 		}
-		users := a.newLogin(cfg, oauth.Options{}).Store().Users(cfg.Name)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		users, err := a.newLogin(cfg, oauth.Options{}).Store().Users(ctx, cfg.Name)
+		cancel()
+		if err != nil {
+			a.log.Warn("per-user upstream: its stored logins cannot be listed", "upstream", cfg.Name, "error", err)
+			continue
+		}
 		if len(users) == 0 {
 			continue
 		}
@@ -434,15 +446,17 @@ const connectPath = "/oauth/connect/"
 // ConnectLink returns the link a caller who follows it in a browser
 // connects its account to the per-user upstream name with: the public
 // URL's /oauth/connect/NAME with a fresh ticket, good once and for ten
-// minutes, bound to who.
+// minutes, bound to who, kept in the state store (any replica takes it).
 func (a *Aggregator) ConnectLink(name, who string) (string, error) {
 	base, ok := a.set.Load().cfg.PublicBase()
 	if !ok {
 		return "", errors.New("no public URL: set server.public_url")
 	}
-	t, err := a.users.tickets.Put(who, connectTicket{upstream: name})
-	if err != nil {
-		return "", err
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	t := state.NewKey()
+	if err := a.State().PutOnce(ctx, ticketNS, who, t, []byte(name), connectLimits); err != nil {
+		return "", fmt.Errorf("connect ticket: %w", err)
 	}
 	return base + connectPath + url.PathEscape(name) + "?ticket=" + url.QueryEscape(t), nil
 }

@@ -74,8 +74,8 @@ func TestPerUserRefusesWithoutLogin(t *testing.T) {
 	}
 
 	// The ticket names alice and gh, is good once, and only for gh.
-	if up, who, ok := a.ConnectTicket(ticket); !ok || up != "gh" || who != "oauth:alice" {
-		t.Fatalf("ticket: %q %q %v", up, who, ok)
+	if up, who, ok, err := a.ConnectTicket(ticket); !ok || err != nil || up != "gh" || who != "oauth:alice" {
+		t.Fatalf("ticket: %q %q %v %v", up, who, ok, err)
 	}
 	if _, _, err := a.BeginConnect(ctx, "other", ticket); !errors.Is(err, ErrBadConnect) {
 		t.Fatalf("ticket for another upstream: %v", err)

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/viewmux/viewmux/aggregator"
-	"github.com/viewmux/viewmux/internal/onetime"
+	"github.com/viewmux/viewmux/internal/state"
 	"github.com/viewmux/viewmux/sessions/grant"
 )
 
@@ -109,14 +109,24 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request) {
 		}
 		link, err := s.agg.ConnectTicketFor(name, who)
 		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
+			if state.IsDown(err) {
+				s.log.Warn("per-user connect: no ticket minted", "upstream", name, "error", err)
+				http.Error(w, storeDown, http.StatusServiceUnavailable)
+				return
+			}
+			http.Error(w, err.Error(), connectErrorCode(err, http.StatusBadRequest))
 			return
 		}
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		fmt.Fprintf(w, "Open this link in a browser to connect your account to upstream %s (it works once, for ten minutes):\n%s\n", name, link)
 		return
 	}
-	up, who, ok := s.agg.ConnectTicket(ticket)
+	up, who, ok, err := s.agg.ConnectTicket(ticket)
+	if err != nil {
+		s.log.Warn("per-user connect: the ticket cannot be read", "upstream", name, "error", err)
+		connectPage(w, http.StatusServiceUnavailable, "Try again in a moment", storeDown, nil)
+		return
+	}
 	if !ok || up != name {
 		connectPage(w, http.StatusBadRequest, "Link not valid", aggregator.ErrBadConnect.Error(), nil)
 		return
@@ -139,8 +149,12 @@ func (s *Server) serveConnectPost(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(err, aggregator.ErrBadConnect):
 		connectPage(w, http.StatusBadRequest, "Link not valid", err.Error(), nil)
 		return
-	case errors.Is(err, onetime.ErrFull):
+	case errors.Is(err, state.ErrFull):
 		connectPage(w, http.StatusServiceUnavailable, "Busy", err.Error(), nil)
+		return
+	case state.IsDown(err):
+		s.log.Warn("per-user connect failed to start", "upstream", name, "error", err)
+		connectPage(w, http.StatusServiceUnavailable, "Try again in a moment", storeDown, nil)
 		return
 	case err != nil:
 		s.log.Warn("per-user connect failed to start", "upstream", name, "error", err)
@@ -159,10 +173,17 @@ func (s *Server) serveCallback(w http.ResponseWriter, r *http.Request) {
 	if c, err := r.Cookie(connectCookie); err == nil {
 		nonce = c.Value
 	}
-	http.SetCookie(w, &http.Cookie{Name: connectCookie, Value: "", Path: aggregator.CallbackPath, MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteLaxMode})
 	ctx, cancel := context.WithTimeout(r.Context(), connectTimeout)
 	defer cancel()
 	name, who, err := s.agg.FinishConnect(ctx, r.URL, nonce)
+	if state.IsDown(err) && !errors.Is(err, aggregator.ErrBadConnect) {
+		// The pending login may still be there: the browser keeps its
+		// cookie, so that reloading the page finishes it.
+		s.log.Warn("per-user connect failed", "upstream", name, "error", err)
+		connectPage(w, http.StatusServiceUnavailable, "Try again in a moment", "viewmux cannot reach its state store just now, where logins are kept. Reload this page in a moment; if the login still does not complete, start again from the link in the tool error.", nil)
+		return
+	}
+	http.SetCookie(w, &http.Cookie{Name: connectCookie, Value: "", Path: aggregator.CallbackPath, MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteLaxMode})
 	if err != nil {
 		if !errors.Is(err, aggregator.ErrBadConnect) {
 			s.log.Warn("per-user connect failed", "upstream", name, "error", err)
@@ -175,6 +196,19 @@ func (s *Server) serveCallback(w http.ResponseWriter, r *http.Request) {
 }
 
 // connectAction is the confirmation form's target.
+// storeDown is what a connect page says while the state store does not
+// answer: the operator's logs say which store.
+const storeDown = "viewmux cannot reach its state store just now, where connect links and logins are kept. Nothing was changed; try the same link again in a moment."
+
+// connectErrorCode is the status of a connect step's error: 503 while the
+// state store does not answer or is full, else def.
+func connectErrorCode(err error, def int) int {
+	if state.IsDown(err) || errors.Is(err, state.ErrFull) {
+		return http.StatusServiceUnavailable
+	}
+	return def
+}
+
 func connectAction(name string) string { return "/oauth/connect/" + url.PathEscape(name) }
 
 func noStore(w http.ResponseWriter) {

@@ -64,18 +64,25 @@ func cmdAuth(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
-	if cfg.Server.StateDir == "" {
+	if !hasStateStore(cfg) {
 		return configErr(fmt.Errorf("%s: %w", cfg.Source, statedir.ErrNoDir))
 	}
+	lo, closeStore, err := loginStore(cfg)
+	if err != nil {
+		return err
+	}
+	defer closeStore()
 	switch sub {
 	case "status":
-		return authStatus(cfg, *asJSON, stdout)
+		return authStatus(cfg, lo, *asJSON, stdout)
 	case "logout":
 		uc, err := oauthUpstream(cfg, operands[0])
 		if err != nil {
 			return err
 		}
-		c := oauth.New(uc.Name, uc.URL, *uc.OAuth, oauth.Options{Headers: uc.Headers})
+		o := lo
+		o.Headers = uc.Headers
+		c := oauth.New(uc.Name, uc.URL, *uc.OAuth, o)
 		// Revoked at the authorization server first (RFC 7009), where it
 		// offers that; removed here whatever it answers.
 		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -89,7 +96,7 @@ func cmdAuth(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			fmt.Fprintf(stdout, "%s was not logged in.\n", uc.Name)
 			return nil
 		}
-		fmt.Fprintf(stdout, "Logged out of %s: removed %s. A running viewmux stops using the token at its next request.\n", uc.Name, c.Store().Path(uc.Name))
+		fmt.Fprintf(stdout, "Logged out of %s: removed %s. A running viewmux stops using the token at its next request (within a second on a shared store).\n", uc.Name, c.Store().Path(uc.Name))
 		switch {
 		case errors.Is(rerr, oauth.ErrNoRevocation):
 			fmt.Fprintf(stdout, "The authorization server offers no revocation: its tokens stay valid until they expire.\n")
@@ -104,7 +111,24 @@ func cmdAuth(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
-	return authLogin(ctx, uc, *port, !*noBrowser, stdout, stderr)
+	return authLogin(ctx, uc, lo, *port, !*noBrowser, stdout, stderr)
+}
+
+// loginStore returns the options of OAuth clients that keep their logins
+// where cfg's [state] table says (the Redis or Valkey server of
+// state.url, else the files of server.state_dir), sealed with its
+// encryption key when there is one, and the function that closes the
+// store.
+func loginStore(cfg *configs.Config) (oauth.Options, func(), error) {
+	sealer, err := oauth.NewSealer(cfg.State)
+	if err != nil {
+		return oauth.Options{}, nil, configErr(fmt.Errorf("%s: %w", cfg.Source, err))
+	}
+	st, err := openState(cfg)
+	if err != nil {
+		return oauth.Options{}, nil, err
+	}
+	return oauth.Options{State: st, Sealer: sealer}, func() { st.Close() }, nil
 }
 
 // oauthUpstream returns the upstream called name, which must have oauth.
@@ -132,7 +156,7 @@ func oauthUpstream(cfg *configs.Config, name string) (*configs.Upstream, error) 
 
 // authLogin runs one login: it listens on a loopback redirect URI, prints
 // (and opens) the authorization URL and waits for the callback.
-func authLogin(ctx context.Context, uc *configs.Upstream, port int, browser bool, stdout, stderr io.Writer) error {
+func authLogin(ctx context.Context, uc *configs.Upstream, lo oauth.Options, port int, browser bool, stdout, stderr io.Writer) error {
 	ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
 	if err != nil {
 		return fmt.Errorf("listening for the OAuth callback: %w", err)
@@ -154,7 +178,8 @@ func authLogin(ctx context.Context, uc *configs.Upstream, port int, browser bool
 
 	ctx, cancel := context.WithTimeout(ctx, loginTimeout)
 	defer cancel()
-	c := oauth.New(uc.Name, uc.URL, *uc.OAuth, oauth.Options{Headers: uc.Headers})
+	lo.Headers = uc.Headers
+	c := oauth.New(uc.Name, uc.URL, *uc.OAuth, lo)
 	scopes := c.Scopes() // a refused call's wider scope, from the stored login
 	rec, err := c.Login(ctx, oauth.LoginOptions{RedirectURI: redirect, Scopes: scopes,
 		Authorize: func(ctx context.Context, authURL string) (*url.URL, error) {
@@ -316,7 +341,7 @@ type authStatusRow struct {
 }
 
 // authStatus prints each oauth upstream's login: never a token.
-func authStatus(cfg *configs.Config, asJSON bool, stdout io.Writer) error {
+func authStatus(cfg *configs.Config, lo oauth.Options, asJSON bool, stdout io.Writer) error {
 	now := time.Now()
 	var rows []authStatusRow
 	for _, uc := range cfg.Upstreams {
@@ -324,11 +349,17 @@ func authStatus(cfg *configs.Config, asJSON bool, stdout io.Writer) error {
 			continue
 		}
 		row := authStatusRow{Upstream: uc.Name}
-		c := oauth.New(uc.Name, uc.URL, *uc.OAuth, oauth.Options{})
+		c := oauth.New(uc.Name, uc.URL, *uc.OAuth, lo)
 		if uc.PerUser() {
 			row.Credentials = uc.Credentials
 			if uc.Credentials == configs.CredentialsPerUser {
-				row.Users = len(c.Store().Users(uc.Name))
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				users, err := c.Store().Users(ctx, uc.Name)
+				cancel()
+				if err != nil {
+					row.Error = err.Error()
+				}
+				row.Users = len(users)
 			}
 		}
 		st, err := c.Status()

@@ -1,13 +1,14 @@
 package oauth
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/url"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -16,6 +17,7 @@ import (
 	"golang.org/x/oauth2"
 
 	"github.com/viewmux/viewmux/configs"
+	"github.com/viewmux/viewmux/internal/state"
 	"github.com/viewmux/viewmux/internal/statedir"
 )
 
@@ -40,8 +42,28 @@ type Options struct {
 	ClientName string
 	// Now is the clock; nil = time.Now.
 	Now func() time.Time
-	// PollInterval is how often WaitLogin looks at the token file; 0 = 1s.
+	// PollInterval is how often WaitLogin looks at the stored login, and,
+	// on a shared store, how long a login read from it is used before it
+	// is read again (in the background, off the call path); 0 = 1s.
 	PollInterval time.Duration
+	// State is the store logins are kept in; nil = the files of the
+	// upstream's state directory (configs.UpstreamOAuth.StateDir).
+	State state.Store
+	// Sealer seals the logins written and opens those read; nil =
+	// SealerFunc's, or else plain records, which only the files engine
+	// takes.
+	Sealer *state.Sealer
+	// SealerFunc, when Sealer is nil, returns the sealer at each read and
+	// write (nil = none): for a Client made before its gateway's config
+	// is in place.
+	SealerFunc func() *state.Sealer
+	// Logger receives what the Client logs on its own: a stored login
+	// sealed with another key. nil = discarded.
+	Logger *slog.Logger
+	// KeyErrors, when set, is shared by the Clients of one gateway, so
+	// that logins sealed with another key are logged once in all, not
+	// once per Client; nil = once per Client.
+	KeyErrors *KeyErrors
 	// User, when set, makes the Client the login of one calling identity
 	// of a per-user upstream (credentials = "per-user"): its token file
 	// is keyed by UserKey(User), and its messages point the user to
@@ -69,8 +91,10 @@ type Options struct {
 
 // Client is the OAuth client of one upstream: it hands out its access
 // token (refreshing it before expiry and when the upstream refuses it),
-// and logs in. The token file is re-read when it changes, so a login made
-// by another process (`viewmux auth login`) is used at the next request.
+// and logs in. The stored login is re-read when it changes, so a login
+// made by another process or replica (`viewmux auth login`) is used: at
+// the next request on the files engine, within PollInterval on a shared
+// store, whose reads are made in the background while a login is held.
 // A Client is safe for concurrent use.
 type Client struct {
 	name, serverURL string
@@ -78,6 +102,8 @@ type Client struct {
 	key             string // the store key: storeKey(name, user)
 	cfg             configs.UpstreamOAuth
 	store           Store
+	log             *slog.Logger
+	keyErrs         *KeyErrors
 	hc              *http.Client
 	clientName      string
 	now             func() time.Time
@@ -89,17 +115,45 @@ type Client struct {
 	srcTok string                                               // Source's last token; "" = none or refused
 	srcExp time.Time
 
-	mu       sync.Mutex // guards rec, mod, rejected, srcTok, srcExp; held across a refresh
-	rec      *Record
-	mod      time.Time
-	rejected string // an access token the upstream refused and refresh could not replace
+	mu       sync.Mutex // guards the fields below, srcTok and srcExp; held across a refresh
+	rec      *Record    // the login in use; nil = none
+	raw      []byte     // the stored document rec was read from (or the one that did not open)
+	rerr     error      // why the last read gave no login (a document that does not open, a store down)
+	loaded   bool       // the store was read at least once
+	checked  time.Time  // when it was last read
+	gen      int        // counts what this Client wrote or read, so a background read never undoes it
+	reading  bool       // a background read is under way
+	unsaved  string     // a refresh token spent on a refresh the store could not save; "" = none
+	rejected string     // an access token the upstream refused and refresh could not replace
+}
+
+// KeyErrors logs each distinct failure to open stored logins once:
+// logins sealed with another encryption key fail alike for every user,
+// and one line says so. Safe for concurrent use; the zero value is ready.
+type KeyErrors struct {
+	mu   sync.Mutex
+	seen map[string]bool
+}
+
+// first reports whether msg is new.
+func (k *KeyErrors) first(msg string) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.seen[msg] {
+		return false
+	}
+	if k.seen == nil {
+		k.seen = make(map[string]bool)
+	}
+	k.seen[msg] = true
+	return true
 }
 
 // New returns the Client of upstream name at serverURL. It has no side
 // effects.
 func New(name, serverURL string, cfg configs.UpstreamOAuth, opts Options) *Client {
-	c := &Client{name: name, serverURL: serverURL, cfg: cfg, store: Store{Dir: statedir.Dir{Path: cfg.StateDir}},
-		hc: opts.HTTP, clientName: opts.ClientName, now: opts.Now, poll: opts.PollInterval, onSecret: opts.OnSecret, source: opts.Source, headers: opts.Headers}
+	c := &Client{name: name, serverURL: serverURL, cfg: cfg, store: Store{State: opts.State, Sealer: opts.Sealer, sealerFn: opts.SealerFunc, Dir: statedir.Dir{Path: cfg.StateDir}},
+		log: opts.Logger, keyErrs: opts.KeyErrors, hc: opts.HTTP, clientName: opts.ClientName, now: opts.Now, poll: opts.PollInterval, onSecret: opts.OnSecret, source: opts.Source, headers: opts.Headers}
 	c.user = opts.UserKey
 	if opts.User != "" {
 		c.user = UserKey(opts.User)
@@ -116,6 +170,12 @@ func New(name, serverURL string, cfg configs.UpstreamOAuth, opts Options) *Clien
 	}
 	if c.poll <= 0 {
 		c.poll = time.Second
+	}
+	if c.log == nil {
+		c.log = slog.New(slog.DiscardHandler)
+	}
+	if c.keyErrs == nil {
+		c.keyErrs = &KeyErrors{}
 	}
 	return c
 }
@@ -140,30 +200,120 @@ func (c *Client) needsLogin(why string) error {
 // PerUser reports whether c is one user's login (Options.User).
 func (c *Client) PerUser() bool { return c.user != "" }
 
-// Path returns c's token file.
+// Path returns where c's login is kept, for messages.
 func (c *Client) Path() string { return c.store.Path(c.key) }
 
-// load re-reads the token file when it changed (a stat per call, a read
-// only after a change). c.mu is held.
-func (c *Client) load() (*Record, error) {
-	if c.rec != nil {
-		if fi, err := os.Stat(c.store.Path(c.key)); err == nil && fi.ModTime().Equal(c.mod) {
+// load returns the login in use, reading the store as needed. On the
+// files engine the file is read at each call (a read of a small local
+// file). On a shared store a login read less than PollInterval ago is
+// used as it is, and an older one too while a background read refreshes
+// it: the store stays off the call path. A store that does not answer
+// leaves the login in memory in use. c.mu is held.
+func (c *Client) load(ctx context.Context) (*Record, error) {
+	if !c.store.files() && c.loaded {
+		if time.Since(c.checked) < c.poll {
+			return c.rec, c.rerr
+		}
+		if c.rec != nil {
+			c.readBehind()
 			return c.rec, nil
 		}
 	}
-	rec, mod, err := c.store.Load(c.key)
+	c.gen++
+	b, err := c.store.get(ctx, c.key)
+	c.checked, c.loaded = time.Now(), true
 	if err != nil {
+		if c.rec != nil && state.IsDown(err) {
+			return c.rec, nil // a login in memory keeps working
+		}
+		c.rec, c.raw, c.rerr = nil, nil, err
 		return nil, err
 	}
-	if rec == nil {
-		c.rec, c.mod = nil, time.Time{}
-		return nil, nil
+	c.apply(b)
+	return c.rec, c.rerr
+}
+
+// readBehind reads the stored login in the background, once at a time,
+// and takes it unless this Client wrote or read meanwhile. c.mu is held.
+func (c *Client) readBehind() {
+	if c.reading {
+		return
 	}
-	if c.rec == nil || !mod.Equal(c.mod) {
-		c.rec, c.mod = rec, mod
-		c.secret(rec)
+	c.reading = true
+	gen := c.gen
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		b, err := c.store.get(ctx, c.key)
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		c.reading = false
+		c.checked = time.Now()
+		if err != nil || gen != c.gen {
+			return // down: keep the login in memory; or superseded
+		}
+		c.gen++
+		c.apply(b)
+	}()
+}
+
+// apply takes the stored document b (nil = none) as c's login, decoding
+// it when it changed. A document that does not open is no login, and
+// one sealed with another key is logged once. c.mu is held.
+func (c *Client) apply(b []byte) {
+	if c.unsaved != "" && c.rec != nil {
+		c.saveUnsaved(b)
+		return
 	}
-	return c.rec, nil
+	if b == nil {
+		c.rec, c.raw, c.rerr = nil, nil, nil
+		return
+	}
+	if bytes.Equal(b, c.raw) && (c.rec != nil || c.rerr != nil) {
+		return
+	}
+	rec, err := c.store.decode(c.key, b)
+	c.raw = b
+	if err != nil {
+		c.rec, c.rerr = nil, err
+		if errors.Is(err, state.ErrOtherKey) && c.keyErrs.first(keyErrorText(err)) {
+			c.log.Error("stored logins are sealed with an encryption key this replica does not have: their users are treated as not connected until they log in again, or state.old_encryption_keys names that key",
+				"upstream", c.name, "error", keyErrorText(err))
+		}
+		return
+	}
+	c.rec, c.rerr = rec, nil
+	c.secret(rec)
+}
+
+// keyErrorText is what err says of the keys, without the document it
+// concerns: the same for every user's login.
+func keyErrorText(err error) string {
+	msg := err.Error()
+	if i := strings.Index(msg, state.ErrOtherKey.Error()); i >= 0 {
+		return msg[i:]
+	}
+	return msg
+}
+
+// saveUnsaved writes the login in memory, refreshed while the store did
+// not answer, unless the stored one (b) is no longer the one refreshed:
+// another replica refreshed, or a new login landed, and that one is
+// taken. c.mu is held.
+func (c *Client) saveUnsaved(b []byte) {
+	spent := c.unsaved
+	cur, err := c.store.decode(c.key, b)
+	if b == nil || err != nil || cur.RefreshToken != spent {
+		c.unsaved = ""
+		c.raw = nil
+		c.apply(b)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if raw, err := c.store.Save(ctx, c.rec); err == nil {
+		c.unsaved, c.raw = "", raw
+	}
 }
 
 // secret hands rec's secret values to OnSecret.
@@ -182,9 +332,9 @@ func (c *Client) Token(ctx context.Context) (string, error) {
 	if c.source != nil {
 		return c.sourceToken(ctx)
 	}
-	rec, err := c.load()
+	rec, err := c.load(ctx)
 	if err != nil {
-		return "", fmt.Errorf("%w (%w)", c.needsLogin("the token file cannot be read"), err)
+		return "", fmt.Errorf("%w (%w)", c.needsLogin("the stored login cannot be read"), err)
 	}
 	switch {
 	case rec == nil:
@@ -226,7 +376,7 @@ func (c *Client) Unauthorized(ctx context.Context, token string) error {
 		}
 		return nil
 	}
-	rec, err := c.load()
+	rec, err := c.load(ctx)
 	if err != nil || rec == nil {
 		return c.needsLogin("not logged in")
 	}
@@ -282,18 +432,26 @@ func (c *Client) sourceToken(ctx context.Context) (string, error) {
 }
 
 // refresh trades rec's refresh token for new tokens and saves them. It
-// holds the state directory's lock throughout, and first re-reads the
-// file: when another process (a second server on the same state_dir)
-// refreshed meanwhile, its tokens are taken instead of spending a
-// refresh token that may have been rotated. c.mu is held.
+// holds the store's refresh lock of the login throughout, so that one
+// process or replica refreshes at a time, and first re-reads the login:
+// when another one refreshed meanwhile, its tokens are taken instead of
+// spending a refresh token that may have been rotated. A store that does
+// not answer fails the refresh (nothing is spent); one that stops
+// answering after the tokens were obtained leaves them in use in memory,
+// saved when it answers again. c.mu is held.
 func (c *Client) refresh(ctx context.Context, rec *Record) error {
-	unlock, err := c.store.Dir.Lock(lockName)
+	unlock, err := c.store.lockRefresh(ctx, c.key)
 	if err != nil {
 		return err
 	}
 	defer unlock()
-	if cur, mod, err := c.store.Load(c.key); err == nil && cur != nil && cur.AccessToken != rec.AccessToken && cur.ServerURL == rec.ServerURL {
-		c.rec, c.mod = cur, mod
+	c.gen++
+	cur, raw, err := c.store.Load(ctx, c.key)
+	if err != nil {
+		return err
+	}
+	if cur != nil && cur.AccessToken != rec.AccessToken && cur.ServerURL == rec.ServerURL {
+		c.rec, c.raw, c.rerr, c.checked = cur, raw, nil, time.Now()
 		c.secret(cur)
 		return nil
 	}
@@ -312,13 +470,14 @@ func (c *Client) refresh(ctx context.Context, rec *Record) error {
 	if s, ok := tok.Extra("scope").(string); ok && s != "" {
 		next.Granted = strings.Fields(s)
 	}
-	if err := c.store.write(&next); err != nil {
-		return err
+	c.rec, c.rerr, c.checked = &next, nil, time.Now()
+	raw, err = c.store.Save(ctx, &next)
+	if err != nil {
+		c.unsaved = rec.RefreshToken
+		c.log.Warn("a refreshed login could not be saved: it is used from memory and saved when the store answers", "upstream", c.name, "error", err)
+		return nil
 	}
-	c.rec = &next
-	if _, mod, err := c.store.Load(c.key); err == nil {
-		c.mod = mod
-	}
+	c.raw, c.unsaved = raw, ""
 	return nil
 }
 
@@ -345,6 +504,11 @@ func tokenError(what string, err error) error {
 
 // config is the x/oauth2 configuration of one client.
 func (c *Client) config(id, secret, method, authURL, tokenURL, redirect string, scopes []string) *oauth2.Config {
+	return clientConfig(id, secret, method, authURL, tokenURL, redirect, scopes)
+}
+
+// clientConfig is Client.config, for a login read back from the store.
+func clientConfig(id, secret, method, authURL, tokenURL, redirect string, scopes []string) *oauth2.Config {
 	style := oauth2.AuthStyleInParams
 	if method == "client_secret_basic" {
 		style = oauth2.AuthStyleInHeader
@@ -407,7 +571,9 @@ func (c *Client) WantScopes(scopes []string) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	rec, err := c.load()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	rec, err := c.load(ctx)
 	if err != nil || rec == nil {
 		return
 	}
@@ -417,11 +583,9 @@ func (c *Client) WantScopes(scopes []string) {
 	}
 	next := *rec
 	next.WantScopes = want
-	if c.store.Save(&next) == nil {
-		c.rec = &next
-		if _, mod, err := c.store.Load(c.key); err == nil {
-			c.mod = mod
-		}
+	c.gen++
+	if raw, err := c.store.Save(ctx, &next); err == nil {
+		c.rec, c.raw = &next, raw
 	}
 }
 
@@ -430,7 +594,9 @@ func (c *Client) WantScopes(scopes []string) {
 func (c *Client) Scopes() []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	rec, err := c.load()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	rec, err := c.load(ctx)
 	if err != nil || rec == nil {
 		return nil
 	}
@@ -447,11 +613,14 @@ type Status struct {
 	LoggedInAt time.Time
 }
 
-// Status reads the stored login.
+// Status reads the stored login. A login that does not open (sealed with
+// another key) is not logged in, and the error says why.
 func (c *Client) Status() (Status, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	rec, err := c.load()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	rec, err := c.load(ctx)
 	if err != nil || rec == nil {
 		return Status{}, err
 	}
@@ -467,14 +636,17 @@ func (c *Client) Status() (Status, error) {
 func (c *Client) Logout() (removed bool, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.rec, c.mod = nil, time.Time{}
-	return c.store.Delete(c.key)
+	c.gen++
+	c.rec, c.raw, c.rerr, c.loaded, c.unsaved = nil, nil, nil, false, ""
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return c.store.Delete(ctx, c.key)
 }
 
-// WaitLogin waits until the token file changes (a login landed), d
+// WaitLogin waits until the stored login changes (a login landed), d
 // passes, or ctx ends; false only when ctx ended.
 func (c *Client) WaitLogin(ctx context.Context, d time.Duration) bool {
-	_, start, _ := c.store.Load(c.key)
+	start, _ := c.store.get(ctx, c.key)
 	deadline := time.NewTimer(d)
 	defer deadline.Stop()
 	tick := time.NewTicker(c.poll)
@@ -486,7 +658,7 @@ func (c *Client) WaitLogin(ctx context.Context, d time.Duration) bool {
 		case <-deadline.C:
 			return true
 		case <-tick.C:
-			if _, mod, err := c.store.Load(c.key); err == nil && !mod.Equal(start) {
+			if b, err := c.store.get(ctx, c.key); err == nil && !bytes.Equal(b, start) {
 				return true
 			}
 		}

@@ -117,6 +117,48 @@ func (p *Pending) String() string { return "pending oauth login at " + p.sm.Issu
 // GoString never shows it either (%#v).
 func (p *Pending) GoString() string { return p.String() }
 
+// pendingJSON is a Pending as MarshalPending writes it.
+type pendingJSON struct {
+	V        int             `json:"v"`
+	State    string          `json:"state"`
+	Verifier string          `json:"verifier"`
+	Resource string          `json:"resource,omitempty"`
+	ClientID string          `json:"client_id"`
+	Secret   string          `json:"client_secret,omitempty"`
+	Method   string          `json:"auth_method"`
+	Redirect string          `json:"redirect_uri"`
+	Scopes   []string        `json:"scopes,omitempty"`
+	Server   *ServerMetadata `json:"server"`
+}
+
+// MarshalPending returns p as bytes that UnmarshalPending reads back, in
+// this process or another replica: the login may be begun on one and
+// finished on another. They hold the PKCE verifier and any client
+// secret: keep them sealed (state.Sealer) wherever they are stored.
+func MarshalPending(p *Pending) ([]byte, error) {
+	if p == nil || p.sm == nil || p.conf == nil {
+		return nil, errors.New("oauth: no pending login to marshal")
+	}
+	return json.Marshal(pendingJSON{V: 1, State: p.state, Verifier: p.verifier, Resource: p.resource,
+		ClientID: p.conf.ClientID, Secret: p.secret, Method: p.method, Redirect: p.conf.RedirectURL,
+		Scopes: p.scopes, Server: p.sm})
+}
+
+// UnmarshalPending reads a Pending MarshalPending wrote. The error never
+// quotes b.
+func UnmarshalPending(b []byte) (*Pending, error) {
+	var j pendingJSON
+	if err := json.Unmarshal(b, &j); err != nil || j.V != 1 {
+		return nil, errors.New("oauth: a pending login that cannot be read (damaged, or from another version)")
+	}
+	if j.State == "" || j.Verifier == "" || j.ClientID == "" || j.Server == nil || j.Server.TokenEndpoint == "" {
+		return nil, errors.New("oauth: a pending login without its state, verifier, client or token endpoint")
+	}
+	p := &Pending{state: j.State, verifier: j.Verifier, resource: j.Resource, sm: j.Server, scopes: j.Scopes, secret: j.Secret, method: j.Method}
+	p.conf = clientConfig(j.ClientID, j.Secret, j.Method, j.Server.AuthorizationEndpoint, j.Server.TokenEndpoint, j.Redirect, j.Scopes)
+	return p, nil
+}
+
 // Begin runs discovery and registration and returns the login to finish
 // and the authorization URL to send the user to (o.Authorize is not
 // used): for a flow whose callback arrives as a request of its own
@@ -125,8 +167,13 @@ func (c *Client) Begin(ctx context.Context, o LoginOptions) (*Pending, string, e
 	if o.RedirectURI == "" {
 		return nil, "", errors.New("oauth login: no redirect URI or authorizer")
 	}
-	if c.store.Dir.Path == "" {
+	if c.store.files() && c.store.store().Where() == "" {
 		return nil, "", fmt.Errorf("oauth login: %w", errNoStateDir)
+	}
+	// A login that could not be stored is not begun: the user would
+	// authorize for nothing.
+	if _, err := c.store.get(ctx, c.key); err != nil {
+		return nil, "", fmt.Errorf("oauth login: %w", err)
 	}
 	ch := o.Challenge
 	if ch == nil {
@@ -198,13 +245,13 @@ func (c *Client) Finish(ctx context.Context, p *Pending, cb *url.URL) (*Record, 
 	c.secret(rec)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if err := c.store.Save(rec); err != nil {
+	raw, err := c.store.Save(ctx, rec)
+	if err != nil {
 		return nil, fmt.Errorf("oauth: storing the tokens: %w", err)
 	}
-	c.rec, c.rejected = rec, ""
-	if _, mod, err := c.store.Load(c.key); err == nil {
-		c.mod = mod
-	}
+	c.gen++
+	c.rec, c.raw, c.rerr, c.rejected, c.unsaved = rec, raw, nil, "", ""
+	c.loaded, c.checked = true, time.Now()
 	return rec, nil
 }
 

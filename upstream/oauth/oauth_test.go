@@ -266,7 +266,7 @@ func TestTokenFileReplacedAtomically(t *testing.T) {
 			}
 			r := *rec
 			r.AccessToken = strings.Repeat("x", 1000+i%5000)
-			if err := store.Save(&r); err != nil {
+			if _, err := store.Save(context.Background(), &r); err != nil {
 				t.Error(err)
 				return
 			}

@@ -24,7 +24,7 @@ var ErrNoRevocation = errors.New("the authorization server advertises no revocat
 // code.
 func (c *Client) Revoke(ctx context.Context) (revoked bool, err error) {
 	c.mu.Lock()
-	rec, err := c.load()
+	rec, err := c.load(ctx)
 	c.mu.Unlock()
 	if err != nil || rec == nil {
 		return false, err

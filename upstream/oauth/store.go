@@ -1,20 +1,21 @@
 package oauth
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
-	"slices"
 	"strings"
 	"time"
 
+	"github.com/viewmux/viewmux/configs"
+	"github.com/viewmux/viewmux/internal/state"
 	"github.com/viewmux/viewmux/internal/statedir"
 )
 
-// Record is what the token file of one upstream holds: the login's
+// Record is what the stored login of one upstream holds: the login's
 // tokens and everything needed to refresh them without discovery.
 type Record struct {
 	Upstream string `json:"upstream"`
@@ -56,8 +57,8 @@ func (r *Record) String() string {
 	return fmt.Sprintf("oauth login of upstream %q at %s", r.Upstream, r.Issuer)
 }
 
-// key is the store key of r's token file: its upstream's name, and for a
-// user's login that user's hash.
+// key is the store key of r: its upstream's name, and for a user's login
+// that user's hash.
 func (r *Record) key() string { return storeKey(r.Upstream, r.User) }
 
 // storeKey is the store key of upstream name's login of the user with
@@ -69,9 +70,9 @@ func storeKey(name, user string) string {
 	return name + ".user-" + user
 }
 
-// UserKey is the hash a user's token file is keyed by: the identity
+// UserKey is the hash a user's login is keyed by: the identity
 // (Client.Caller: "oauth:" and a subject, "token:" and a token's hash)
-// never appears in a file name, and no identity can name a path.
+// never appears in a document key, and no identity can name a path.
 func UserKey(identity string) string {
 	sum := sha256.Sum256([]byte("viewmux upstream user\x00" + identity))
 	return hex.EncodeToString(sum[:])
@@ -80,130 +81,253 @@ func UserKey(identity string) string {
 // GoString never shows the tokens either (%#v).
 func (r *Record) GoString() string { return r.String() }
 
-// Store is the token files in one state directory: oauth-NAME.json (and
-// oauth-NAME.user-HASH.json for each user of a per-user upstream), 0600,
-// each replaced atomically. A Store is a value, safe for concurrent use
-// (and by several processes: writes take the directory's lock).
+// Store is where logins are kept: documents of a state.Store, one per
+// login, under the key oauth-NAME.json (and oauth-NAME.user-HASH.json for
+// each user of a per-user upstream). On the files engine these are the
+// token files of the state directory (0600, replaced atomically), as
+// they have always been named. With a Sealer every record written is
+// sealed (AES-256-GCM, the document key as additional data); without one
+// records are plain JSON, which only the files engine accepts. A Store is
+// a value, safe for concurrent use, by several processes and replicas.
 type Store struct {
+	// State holds the documents; nil = the files of Dir.
+	State state.Store
+	// Sealer seals what is written and opens what was sealed; nil =
+	// records are written plain (refused on any engine but files).
+	Sealer *state.Sealer
+	// Dir is the state directory, used when State is nil.
 	Dir statedir.Dir
+
+	sealerFn func() *state.Sealer // Options.SealerFunc, when Sealer is nil
 }
 
-// fileName is the token file of the store key name (a config name, A-Z
-// a-z 0-9 _ . -, and for a user's login ".user-" and a hex hash: never a
-// path).
-func fileName(name string) string { return "oauth-" + name + ".json" }
+// sealer returns the sealer in force.
+func (s Store) sealer() *state.Sealer {
+	if s.Sealer == nil && s.sealerFn != nil {
+		return s.sealerFn()
+	}
+	return s.Sealer
+}
 
-// Path returns the token file of the store key name (an upstream's name
-// for the gateway's login).
-func (s Store) Path(name string) string { return s.Dir.File(fileName(name)) }
+// store returns s.State, or the files of s.Dir.
+func (s Store) store() state.Store {
+	if s.State != nil {
+		return s.State
+	}
+	return state.OpenFiles(s.Dir.Path)
+}
 
-// Load returns the record of upstream name and the file's modification
-// time; nil (and no error) when there is none.
-func (s Store) Load(name string) (*Record, time.Time, error) {
-	if s.Dir.Path == "" {
-		return nil, time.Time{}, statedir.ErrNoDir
+// files reports whether the documents are files of a state directory.
+func (s Store) files() bool { return s.State == nil || s.State.Engine() == "files" }
+
+// DocKey returns the document key of the store key name (an upstream's
+// name for the gateway's login, NAME.user-HASH for a user's).
+func DocKey(name string) string { return "oauth-" + name + ".json" }
+
+// IsLoginKey reports whether key is the document key of a login (DocKey):
+// what `viewmux state copy` must re-seal rather than copy as it is.
+func IsLoginKey(key string) bool {
+	name, ok := strings.CutPrefix(key, "oauth-")
+	if !ok {
+		return false
 	}
-	fi, err := os.Stat(s.Path(name))
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, time.Time{}, nil
+	name, ok = strings.CutSuffix(name, ".json")
+	return ok && name != "" && !strings.HasPrefix(name, ".")
+}
+
+// Path returns where the login of the store key name is, for messages:
+// its file on the files engine, else the store's address and the key.
+func (s Store) Path(name string) string {
+	if s.files() {
+		if s.State != nil {
+			return statedir.Dir{Path: s.State.Where()}.File(DocKey(name))
+		}
+		return s.Dir.File(DocKey(name))
 	}
+	return s.State.Engine() + " " + s.State.Where() + " key " + DocKey(name)
+}
+
+// where names the store in errors.
+func (s Store) where() string {
+	st := s.store()
+	return fmt.Sprintf("state store %s %s", st.Engine(), st.Where())
+}
+
+// errPlainShared is what a plain record read from, or to be written to,
+// a shared store fails with.
+var errPlainShared = errors.New("an unsealed login on a shared state store: set state.encryption_key (the store keeps logins sealed)")
+
+// encode returns what the document of r holds: r's JSON, sealed when s
+// has a sealer.
+func (s Store) encode(r *Record) ([]byte, error) {
+	b, err := json.MarshalIndent(r, "", "  ")
 	if err != nil {
-		return nil, time.Time{}, fmt.Errorf("token file: %w", err)
+		return nil, err
 	}
-	b, err := s.Dir.ReadFile(fileName(name))
+	b = append(b, '\n')
+	if sl := s.sealer(); sl != nil {
+		return sl.Seal(DocKey(r.key()), b), nil
+	}
+	if !s.files() {
+		return nil, errPlainShared
+	}
+	return b, nil
+}
+
+// decode reads the document b of the store key name. A sealed value
+// opens with the sealer's key or an old one; a plain one is accepted from
+// the files engine only. An error wraps state.ErrOtherKey when the value
+// was sealed with a key this Store does not have.
+func (s Store) decode(name string, b []byte) (*Record, error) {
+	key := DocKey(name)
+	var err error
+	b, err = openLogin(key, b, s.sealer(), s.files())
 	if err != nil {
-		return nil, time.Time{}, fmt.Errorf("token file: %w", err)
-	}
-	if b == nil {
-		return nil, time.Time{}, nil
+		return nil, fmt.Errorf("login %s in %s: %w", key, s.where(), err)
 	}
 	var r Record
 	if err := json.Unmarshal(b, &r); err != nil {
-		// The error of json may quote the file; say only where it is.
-		return nil, time.Time{}, fmt.Errorf("token file %s is not valid JSON: remove it and log in again", s.Path(name))
+		// The error of json may quote the document; say only where it is.
+		return nil, fmt.Errorf("login %s in %s is not valid JSON: remove it and log in again", key, s.where())
 	}
-	return &r, fi.ModTime(), nil
+	return &r, nil
 }
 
-// lockName is the lock file every writer of token files holds.
-const lockName = ".oauth.lock"
-
-// Save replaces the record of r.Upstream (0600, atomic), holding the
-// directory's lock.
-func (s Store) Save(r *Record) error {
-	unlock, err := s.Dir.Lock(lockName)
-	if err != nil {
-		return err
+// openLogin returns the plain JSON of the login document key holding b.
+func openLogin(key string, b []byte, sealer *state.Sealer, files bool) ([]byte, error) {
+	switch {
+	case state.IsSealed(b) && sealer == nil:
+		id, _, _ := strings.Cut(strings.TrimPrefix(string(b), "vmx1."), ".")
+		return nil, fmt.Errorf("%w (key id %s; this replica has no state.encryption_key)", state.ErrOtherKey, clip(id, 32))
+	case state.IsSealed(b):
+		return sealer.Open(key, b)
+	case !files:
+		return nil, errPlainShared
 	}
-	defer unlock()
-	return s.write(r)
+	return b, nil
 }
 
-// write is Save for a caller that holds the lock already.
-func (s Store) write(r *Record) error {
-	b, err := json.MarshalIndent(r, "", "  ")
-	if err != nil {
-		return err
+// ResealLogin returns the login document key, read as b from one store,
+// as it must be written to another: opened with from (the source's
+// sealer; a plain value is taken as it is), and sealed with to. With no
+// to (nil) the value is written plain, which only a files store (toFiles)
+// may hold. It is how `viewmux state copy` moves logins between stores
+// without ever writing a token unsealed to a shared store. The error
+// names the key and a key id, never the value.
+func ResealLogin(key string, b []byte, from, to *state.Sealer, toFiles bool) ([]byte, error) {
+	if !IsLoginKey(key) {
+		return nil, fmt.Errorf("%q is not the key of a login", key)
 	}
-	return s.Dir.WriteFile(fileName(r.key()), append(b, '\n'))
+	plain, err := openLogin(key, b, from, true)
+	if err != nil {
+		return nil, fmt.Errorf("login %s: %w", key, err)
+	}
+	if !json.Valid(plain) {
+		return nil, fmt.Errorf("login %s is not valid JSON", key)
+	}
+	if to != nil {
+		return to.Seal(key, plain), nil
+	}
+	if !toFiles {
+		return nil, fmt.Errorf("login %s: %w", key, errPlainShared)
+	}
+	return plain, nil
 }
 
-// Delete removes the record of upstream name; a missing one is no error.
-// removed says whether there was one.
-func (s Store) Delete(name string) (removed bool, err error) {
-	if s.Dir.Path == "" {
-		return false, statedir.ErrNoDir
+// NewSealer returns the sealer of the [state] table s: nil when it has
+// no encryption key (logins are then kept plain, on the files engine
+// only).
+func NewSealer(s configs.State) (*state.Sealer, error) {
+	if len(s.EncryptionKey) == 0 {
+		return nil, nil
 	}
-	unlock, err := s.Dir.Lock(lockName)
+	sl, err := state.NewSealer(s.EncryptionKey, s.OldEncryptionKeys...)
 	if err != nil {
-		return false, err
+		return nil, fmt.Errorf("state.encryption_key: %w", err)
 	}
-	defer unlock()
-	err = os.Remove(s.Path(name))
-	if errors.Is(err, os.ErrNotExist) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("token file: %w", err)
-	}
-	return true, nil
+	return sl, nil
 }
 
-// Users returns the UserKeys of the users of upstream name with a token
-// file in the store, the most recently written first.
-func (s Store) Users(name string) []string {
-	if s.Dir.Path == "" {
-		return nil
+// get returns the document of the store key name; nil when there is none.
+func (s Store) get(ctx context.Context, name string) ([]byte, error) {
+	b, err := s.store().Get(ctx, DocKey(name))
+	if err != nil {
+		return nil, fmt.Errorf("login %s: %w", DocKey(name), err)
 	}
+	return b, nil
+}
+
+// Load returns the record of the store key name and the document it was
+// read from; nil (and no error) when there is none.
+func (s Store) Load(ctx context.Context, name string) (*Record, []byte, error) {
+	b, err := s.get(ctx, name)
+	if err != nil || b == nil {
+		return nil, nil, err
+	}
+	r, err := s.decode(name, b)
+	if err != nil {
+		return nil, nil, err
+	}
+	return r, b, nil
+}
+
+// Save replaces the record of r.Upstream (and r.User), atomically, and
+// returns the document written.
+func (s Store) Save(ctx context.Context, r *Record) ([]byte, error) {
+	b, err := s.encode(r)
+	if err != nil {
+		return nil, err
+	}
+	err = s.store().Update(ctx, DocKey(r.key()), func([]byte) ([]byte, error) { return b, nil })
+	if err != nil {
+		return nil, fmt.Errorf("login %s: %w", DocKey(r.key()), err)
+	}
+	return b, nil
+}
+
+// Delete removes the record of the store key name; a missing one is no
+// error. removed says whether there was one.
+func (s Store) Delete(ctx context.Context, name string) (removed bool, err error) {
+	removed, err = s.store().Delete(ctx, DocKey(name))
+	if err != nil {
+		return false, fmt.Errorf("login %s: %w", DocKey(name), err)
+	}
+	return removed, nil
+}
+
+// refreshLockTTL is how long a replica may hold a login's refresh lock
+// before it lapses (its holder died).
+const refreshLockTTL = 30 * time.Second
+
+// lockRefresh takes the lock under which the login of the store key name
+// is refreshed: one replica refreshes at a time.
+func (s Store) lockRefresh(ctx context.Context, name string) (func(), error) {
+	unlock, err := s.store().Lock(ctx, "oauth-refresh-"+name, refreshLockTTL)
+	if err != nil {
+		return nil, fmt.Errorf("login %s: the refresh lock: %w", DocKey(name), err)
+	}
+	return unlock, nil
+}
+
+// Users returns the UserKeys of the users of upstream name with a login
+// in the store, the most recently written first. The slice is the
+// caller's.
+func (s Store) Users(ctx context.Context, name string) ([]string, error) {
 	prefix := "oauth-" + name + ".user-"
-	entries, err := os.ReadDir(s.Dir.Path)
+	entries, err := s.store().List(ctx, prefix)
+	if errors.Is(err, statedir.ErrNoDir) {
+		return nil, nil
+	}
 	if err != nil {
-		return nil
+		return nil, fmt.Errorf("logins of upstream %q: %w", name, err)
 	}
-	type user struct {
-		key string
-		mod time.Time
-	}
-	var us []user
+	var keys []string
 	for _, e := range entries {
-		k, ok := strings.CutPrefix(e.Name(), prefix)
-		if !ok || !strings.HasSuffix(k, ".json") || !e.Type().IsRegular() {
+		k, ok := strings.CutSuffix(strings.TrimPrefix(e.Key, prefix), ".json")
+		if !ok || len(k) != 2*sha256.Size || strings.Trim(k, "0123456789abcdef") != "" {
 			continue
 		}
-		k = strings.TrimSuffix(k, ".json")
-		if len(k) != 2*sha256.Size || strings.Trim(k, "0123456789abcdef") != "" {
-			continue
-		}
-		fi, err := e.Info()
-		if err != nil {
-			continue
-		}
-		us = append(us, user{k, fi.ModTime()})
+		keys = append(keys, k)
 	}
-	slices.SortFunc(us, func(a, b user) int { return b.mod.Compare(a.mod) })
-	keys := make([]string, len(us))
-	for i, u := range us {
-		keys[i] = u.key
-	}
-	return keys
+	return keys, nil
 }

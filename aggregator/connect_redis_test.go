@@ -1,0 +1,164 @@
+package aggregator
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/viewmux/viewmux/internal/state"
+	"github.com/viewmux/viewmux/internal/state/statetest"
+	"github.com/viewmux/viewmux/upstream/oauth/oauthtest"
+)
+
+// fleet returns n aggregators of one per-user config, each on its own
+// handle of one redis-server, as replicas of one gateway are.
+func fleet(t *testing.T, srv *statetest.Redis, upstreamURL string, n int) []*Aggregator {
+	t.Helper()
+	cfg := perUserConfig(t, upstreamURL)
+	cfg.State.URL = srv.URL()
+	cfg.State.EncryptionKey = bytes.Repeat([]byte{7}, 32)
+	var as []*Aggregator
+	for range n {
+		a := New(cfg, Options{State: srv.Open(t, state.RedisOptions{Timeout: 300 * time.Millisecond})})
+		t.Cleanup(func() { a.Close() })
+		as = append(as, a)
+	}
+	return as
+}
+
+func ticketOf(t *testing.T, link string) string {
+	t.Helper()
+	tk, err := url.QueryUnescape(link[strings.Index(link, "ticket=")+len("ticket="):])
+	if err != nil || tk == "" {
+		t.Fatalf("link %q: no ticket", link)
+	}
+	return tk
+}
+
+// TestConnectAcrossReplicas: the link is minted on A, its page read on B,
+// confirmed on B, and the callback lands on C; the ticket and the pending
+// login are each taken once in the fleet, and every replica then has the
+// user's login. The store holds the pending login sealed.
+func TestConnectAcrossReplicas(t *testing.T) {
+	srv := statetest.StartRedis(t, statetest.Options{})
+	s := oauthtest.New(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.Copy(io.Discard, r.Body) }))
+	rs := fleet(t, srv, s.URL(), 3)
+	a, b, c := rs[0], rs[1], rs[2]
+	ctx := context.Background()
+
+	link, err := a.ConnectLink("gh", "oauth:alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ticket := ticketOf(t, link)
+	if up, who, ok, err := b.ConnectTicket(ticket); !ok || err != nil || up != "gh" || who != "oauth:alice" {
+		t.Fatalf("the ticket read on another replica: %q %q %v %v", up, who, ok, err)
+	}
+	authURL, nonce, err := b.BeginConnect(ctx, "gh", ticket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := a.BeginConnect(ctx, "gh", ticket); !errors.Is(err, ErrBadConnect) {
+		t.Fatalf("the ticket taken again on another replica: %v", err)
+	}
+
+	dump, err := srv.Dump(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sealed := 0
+	for k, vs := range dump {
+		for _, v := range vs {
+			if strings.Contains(v, "verifier") || strings.Contains(v, nonce) {
+				t.Errorf("key %s holds the pending login in plain text", k)
+			}
+			if strings.HasPrefix(v, "vmx1.") {
+				sealed++
+			}
+		}
+	}
+	if sealed == 0 {
+		t.Fatalf("no sealed pending login in the store: %v", dump)
+	}
+
+	cb := approveAs(t, authURL, "alice")
+	if up, who, err := c.FinishConnect(ctx, cb, nonce); err != nil || up != "gh" || who != "oauth:alice" {
+		t.Fatalf("the callback on a third replica: %q %q %v", up, who, err)
+	}
+	if _, _, err := a.FinishConnect(ctx, cb, nonce); !errors.Is(err, ErrBadConnect) {
+		t.Fatalf("the callback replayed on another replica: %v", err)
+	}
+	uc := a.set.Load().byName["gh"].Config()
+	for i, r := range rs {
+		if st, err := r.userLogin(uc, "oauth:alice").Status(); !st.LoggedIn {
+			t.Fatalf("replica %d does not see alice's login: %v", i, err)
+		}
+		if st, _ := r.userLogin(uc, "oauth:bob").Status(); st.LoggedIn {
+			t.Fatalf("replica %d: bob has alice's login", i)
+		}
+	}
+	dump, _ = srv.Dump(ctx)
+	for k, vs := range dump {
+		for _, v := range vs {
+			if strings.Contains(v, "access_token") {
+				t.Errorf("key %s holds a login in plain text", k)
+			}
+		}
+	}
+}
+
+// TestConnectBoundsAcrossReplicas: an identity holds 4 tickets in the
+// whole fleet, whichever replicas minted them; with the store down a
+// link cannot be had, nor a login begun, and the error says the store is
+// down; once it is back, links work again.
+func TestConnectBoundsAcrossReplicas(t *testing.T) {
+	srv := statetest.StartRedis(t, statetest.Options{})
+	s := oauthtest.New(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.Copy(io.Discard, r.Body) }))
+	rs := fleet(t, srv, s.URL(), 2)
+	var tickets []string
+	for i := range 6 {
+		link, err := rs[i%2].ConnectLink("gh", "oauth:alice")
+		if err != nil {
+			t.Fatal(err)
+		}
+		tickets = append(tickets, ticketOf(t, link))
+	}
+	for i, tk := range tickets {
+		_, _, ok, err := rs[(i+1)%2].ConnectTicket(tk)
+		if want := i >= 2; ok != want || err != nil {
+			t.Fatalf("ticket %d of 6: held %v (%v), want %v: 4 per identity in the fleet", i, ok, err, want)
+		}
+	}
+	if _, err := rs[0].ConnectLink("gh", "oauth:bob"); err != nil {
+		t.Fatalf("another identity's ticket: %v", err)
+	}
+
+	srv.Stop()
+	if _, err := rs[0].ConnectLink("gh", "oauth:alice"); !state.IsDown(err) {
+		t.Fatalf("a link with the store down: %v; want the store named down", err)
+	}
+	if _, _, _, err := rs[1].ConnectTicket(tickets[5]); !state.IsDown(err) {
+		t.Fatalf("reading a ticket with the store down: %v", err)
+	}
+	if _, _, err := rs[1].BeginConnect(context.Background(), "gh", tickets[5]); !state.IsDown(err) {
+		t.Fatalf("confirming with the store down: %v", err)
+	}
+	srv.Start() // without persistence: the tickets are gone, the store is not
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		_, err := rs[0].ConnectLink("gh", "oauth:alice")
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no link after the store came back: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
