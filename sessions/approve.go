@@ -26,8 +26,8 @@ import (
 // name and every re-entry of the decision (viewmux__call_tool) meets it.
 // The question goes to the client the way an upstream's would
 // (caller.Request): an elicitation/create on the call's own stream for a
-// session, an input_required result holding the call for a 2026-07-28
-// client, whose retry carries the answer (call.go).
+// session, an input_required result for a 2026-07-28 client, whose retry
+// carries the answer to any replica (approvals.go).
 
 // approveField is the one field of the approval form.
 const approveField = "allow"
@@ -61,7 +61,13 @@ func (s *Server) approve(ctx context.Context, session string, b grant.Binding, e
 		}, m.Arguments)
 		return outcome, a
 	}
-	if !formElicitation(cl.Capabilities()) {
+	// A 2026-07-28 client's retry that answers viewmux's question is
+	// decided by its answer, whatever it declares (approvals.go).
+	reqState, retryAnswer, retry := "", json.RawMessage(nil), false
+	if cl.Modern() {
+		reqState, retryAnswer, retry = approvalRetry(cl.params)
+	}
+	if !retry && !formElicitation(cl.Capabilities()) {
 		return refuse(audit.ApprovalUnsupported, &routedAnswer{err: &jsonrpc.Error{
 			Code: mcp.MISSING_REQUIRED_CLIENT_CAPABILITY,
 			Message: fmt.Sprintf("tool %s needs a person's approval (approve), and this client cannot give it: "+
@@ -69,20 +75,45 @@ func (s *Server) approve(ctx context.Context, session string, b grant.Binding, e
 			Data: json.RawMessage(`{"requiredCapabilities":{"elicitation":{"form":{}}}}`),
 		}})
 	}
-	askCtx, stop := ctx, func() {}
-	if !cl.Modern() {
+	var raw json.RawMessage
+	var err error
+	var late, expired bool // expired: the wait for a session's answer ended at the timeout
+	switch {
+	case retry:
+		// The answer to a question asked on any replica: its record is
+		// spent here, once (approvals.take), and the call this retry
+		// carries goes upstream without viewmux's requestState and
+		// inputResponses.
+		asked, refusal := s.approvals.take(ctx, reqState, b, e, m)
+		if refusal != nil {
+			return refuse(audit.ApprovalFailed, &routedAnswer{err: refusal})
+		}
+		raw, late = retryAnswer, time.Since(asked) > timeout
+		m.Params = withoutRetry(m.Params)
+	case cl.Modern():
+		// A 2026-07-28 client answers with a retry, which comes when it
+		// comes, to any replica: the question is answered input_required
+		// now, and the time to the answer measured on the retry.
+		reqState, refusal := s.approvals.ask(ctx, b, e, m)
+		if refusal != nil {
+			return refuse(audit.ApprovalFailed, &routedAnswer{err: refusal})
+		}
+		res, err := s.inputRequired(string(mcp.MethodElicitationCreate), approvalParams(e, b.Profile, m.Arguments), reqState)
+		if err != nil {
+			return refuse(audit.ApprovalFailed, &routedAnswer{err: encodeErr(err)})
+		}
+		return "", &routedAnswer{result: res}
+	default:
 		// A session's client answers on the call's own stream: the wait
-		// ends at the timeout. A 2026-07-28 client answers with a retry,
-		// which comes when it comes (bounded by the held-call wait), and
-		// is measured instead.
-		// The cause is the reason a stream door gives the client when
-		// it withdraws the question (notifications/cancelled).
-		askCtx, stop = context.WithTimeoutCause(ctx, timeout, fmt.Errorf("no answer within approve_timeout (%s)", timeout))
+		// ends at the timeout. The cause is the reason a stream door
+		// gives the client when it withdraws the question
+		// (notifications/cancelled).
+		askCtx, stop := context.WithTimeoutCause(ctx, timeout, fmt.Errorf("no answer within approve_timeout (%s)", timeout))
+		asked := time.Now()
+		raw, err = cl.Request(askCtx, string(mcp.MethodElicitationCreate), approvalParams(e, b.Profile, m.Arguments))
+		late, expired = time.Since(asked) > timeout, askCtx.Err() != nil
+		stop()
 	}
-	asked := time.Now()
-	raw, err := cl.Request(askCtx, string(mcp.MethodElicitationCreate), approvalParams(e, b.Profile, m.Arguments))
-	late := time.Since(asked) > timeout
-	stop()
 	timedOut := func() (string, *routedAnswer) {
 		return refuse(audit.ApprovalTimeout, s.notApproved(cl.Modern(), fmt.Sprintf(
 			"declined by the user: approval timed out (no answer within approve_timeout, %s); the call to %s was not made", timeout, e.Tool.Name)))
@@ -92,7 +123,7 @@ func (s *Server) approve(ctx context.Context, session string, b grant.Binding, e
 		// The client cancelled the call, or viewmux is stopping: no answer,
 		// or shutdown's (answer).
 		return refuse(audit.ApprovalAbandoned, &routedAnswer{err: ctx.Err()})
-	case errors.Is(err, context.DeadlineExceeded) && askCtx.Err() != nil:
+	case errors.Is(err, context.DeadlineExceeded) && expired:
 		return timedOut()
 	case err != nil:
 		return refuse(audit.ApprovalFailed, s.notApproved(cl.Modern(), fmt.Sprintf(

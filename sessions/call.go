@@ -34,7 +34,9 @@ import (
 // upstream of its call (one on an older protocol) asks for input in the
 // middle of it, the call is held: the client is answered input_required
 // with a requestState naming the held call, and its retry, carrying the
-// answer, resumes it.
+// answer, resumes it. The held call lives with the upstream's connection,
+// in this replica; viewmux's own question (approval) is kept in the state
+// store instead, and needs no held call (approvals.go).
 type call struct {
 	frames *frameQueue
 	// inline starts a writer for frames when the call runs inline
@@ -332,13 +334,7 @@ func (s *Server) awaitCall(ctx context.Context, c *call, m *jsonrpc.Message, wri
 				a.reply <- askReply{err: err}
 				continue // the upstream gets the error; the call goes on
 			}
-			res := map[string]any{
-				"resultType":    mcp.ResultTypeInputRequired,
-				"inputRequests": map[string]any{inputKey: map[string]any{"method": a.method, "params": a.params}},
-				"requestState":  state,
-				"_meta":         map[string]any{mcp.MetaKeyServerInfo: mcp.Implementation{Name: "viewmux", Version: s.version}},
-			}
-			b, err := json.Marshal(res)
+			b, err := s.inputRequired(a.method, a.params, state)
 			if err != nil {
 				a.reply <- askReply{err: err}
 				continue
@@ -394,9 +390,21 @@ func (s *Server) answer(ctx context.Context, c *call, m *jsonrpc.Message, a rout
 	return jsonrpc.Whole(jsonrpc.ErrorResponse(m.ID, e)), e.Code
 }
 
-// inputKey names the one input request of a held call's input_required
-// result.
+// inputKey names the one input request of viewmux's input_required
+// results.
 const inputKey = "viewmux"
+
+// inputRequired is the input_required result that asks a 2026-07-28
+// client for the one input request method with params, to be answered by
+// a retry carrying reqState.
+func (s *Server) inputRequired(method string, params any, reqState string) (json.RawMessage, error) {
+	return json.Marshal(map[string]any{
+		"resultType":    mcp.ResultTypeInputRequired,
+		"inputRequests": map[string]any{inputKey: map[string]any{"method": method, "params": params}},
+		"requestState":  reqState,
+		"_meta":         map[string]any{mcp.MetaKeyServerInfo: mcp.Implementation{Name: "viewmux", Version: s.version}},
+	})
+}
 
 // resume finds the held call a 2026-07-28 retry names by its requestState,
 // hands it the client's answer, and returns it for await. ok is false when

@@ -73,6 +73,10 @@ type caller struct {
 	// one (a 2026-07-28 request).
 	ask func(ctx context.Context, method string, params any) (json.RawMessage, error)
 	log func(msg string, args ...any)
+	// params are a 2026-07-28 request's own params, where the retry of a
+	// call viewmux asked approval for carries the answer (approve.go),
+	// also when the call it approves is relayed (viewmux__call_tool).
+	params json.RawMessage
 	// stream is the call's result when it is written as it is read
 	// (TakeResult); nil otherwise.
 	stream *aggregator.ResultStream
@@ -117,7 +121,7 @@ var errNoServerRequests = errors.New("the client uses protocol 2026-07-28 and ta
 // modernCaller returns the caller of a 2026-07-28 request: its capabilities
 // and log level come from the request's own _meta.
 func modernCaller(m *jsonrpc.Message, queue func([]byte) bool, log func(string, ...any)) *caller {
-	c := &caller{modern: true, queue: queue, log: log}
+	c := &caller{modern: true, queue: queue, log: log, params: m.Params}
 	if raw, ok := m.Meta[mcp.MetaKeyClientCapabilities]; ok {
 		json.Unmarshal(raw, &c.caps)
 	}

@@ -80,6 +80,7 @@ type Server struct {
 	hooks     shutdownHooks // the http.Servers whose Shutdown ends the stream sessions (doors.go)
 	listening listeners     // open 2026-07-28 subscriptions/listen streams (listen.go)
 	held      *heldCalls    // 2026-07-28 calls waiting for their client's input (call.go)
+	approvals *approvals    // 2026-07-28 calls waiting for a person's approval, in the store (approvals.go)
 	flights   flights       // routed calls running and awaited, for shutdown (drain.go)
 }
 
@@ -184,6 +185,7 @@ func New(cfg *configs.Config, opts Options) (*Server, error) {
 	agg := aggregator.New(cfg, ao)
 	s.agg = agg
 	s.fleet = newFleetRate(agg.State(), cfg.Server.ReplicaID)
+	s.approvals = newApprovals(agg.State(), min(cfg.Server.MaxSessionsPerCaller, heldShare))
 	if opts.Audit != nil {
 		// Every line is masked whole: a reason quoting an upstream's
 		// error, or arguments quoting a key, hold no configured secret.
