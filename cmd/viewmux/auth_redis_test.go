@@ -43,7 +43,9 @@ func TestAuthOnTheStore(t *testing.T) {
 
 	var stdout, stderr syncBuf
 	done := make(chan int)
-	go func() { done <- run([]string{"auth", "login", "--no-browser", "--config", cfg, "lin"}, &stdout, &stderr) }()
+	go func() {
+		done <- run([]string{"auth", "login", "--no-browser", "--config", cfg, "lin"}, &stdout, &stderr)
+	}()
 	var authURL string
 	deadline := time.Now().Add(20 * time.Second)
 	for authURL == "" {
