@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mark3labs/mcp-go/server"
 	"github.com/viewmux/viewmux/integration/internal/itest"
 	"github.com/viewmux/viewmux/internal/state"
 	"github.com/viewmux/viewmux/internal/state/statetest"
@@ -40,11 +41,14 @@ type fleetStateRug interface {
 // under quarantine, which its replicas share. Replicas are started with
 // start, each on an empty state_dir.
 type fleetState struct {
-	Redis *statetest.Redis
-	Rug   fleetStateRug
-	// RugURL is the MCP endpoint of rug. Extra is TOML added to every
-	// replica's config.
-	RugURL, Extra string
+	Redis  *statetest.Redis
+	Rug    fleetStateRug
+	RugSrv *server.MCPServer // rug's MCP server, to put behind another front
+	// RugURL is the MCP endpoint of rug. RugTable is TOML added to its
+	// table; Extra, to the end of every replica's config.
+	RugURL, RugTable, Extra string
+	// PublicURL is server.public_url: where browsers reach the fleet.
+	PublicURL string
 }
 
 // newFleetState starts a redis-server (with its append-only file, so that
@@ -52,13 +56,17 @@ type fleetState struct {
 func newFleetState(t *testing.T) *fleetState {
 	t.Helper()
 	rug := itest.StartRug(t)
-	return &fleetState{Redis: statetest.StartRedis(t, statetest.Options{AOF: true}), Rug: rug, RugURL: rug.URL}
+	return &fleetState{Redis: statetest.StartRedis(t, statetest.Options{AOF: true}), Rug: rug, RugSrv: rug.Srv, RugURL: rug.URL}
 }
 
 // config is the config of replica id with its state_dir under dir.
 func (f *fleetState) config(id, dir string) string {
+	server := ""
+	if f.PublicURL != "" {
+		server = fmt.Sprintf("public_url = %q\n", f.PublicURL)
+	}
 	return fmt.Sprintf(`[server]
-replica_id = %q
+%sreplica_id = %q
 pin = "quarantine"
 state_dir = %s
 
@@ -78,10 +86,10 @@ admin = true
 [upstreams.rug]
 url = %s
 headers = { X-Api-Key = %q }
-
+%s
 [profiles.agent]
-%s`, id, itest.TomlString(filepath.Join(dir, "state")), f.Redis.URL(), fleetStateKey,
-		fleetStateAgent, fleetStateAdmin, itest.TomlString(f.RugURL), fleetStateAPIKey, f.Extra)
+%s`, server, id, itest.TomlString(filepath.Join(dir, "state")), f.Redis.URL(), fleetStateKey,
+		fleetStateAgent, fleetStateAdmin, itest.TomlString(f.RugURL), fleetStateAPIKey, f.RugTable, f.Extra)
 }
 
 // fleetStateReplica is one running replica.

@@ -4,14 +4,18 @@ package gateway
 
 import (
 	"encoding/json"
+	"maps"
 	"os/exec"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/mark3labs/mcp-go/server"
 	"github.com/viewmux/viewmux/integration/internal/itest"
 	"github.com/viewmux/viewmux/internal/pins"
+	"github.com/viewmux/viewmux/upstream/oauth/oauthtest"
 )
 
 // The fleet on one state store: replicas viewmux-a and viewmux-b, each with
@@ -192,4 +196,58 @@ func TestFleetStateRestartOnEmptyDisk(t *testing.T) {
 	if !strings.Contains(again.Stderr(), "pinned tool definition changed") || strings.Contains(again.Stderr(), "pinned tool definitions on first sight") {
 		t.Errorf("the restarted replica did not log the change against the fleet's pins:\n%s", again.Stderr())
 	}
+}
+
+// TestFleetStateNoTokenInStore: a user connects the per-user upstream rug
+// (behind a test authorization server) and calls it, and a refresh
+// replaces the access token. Then no key or value of the store holds a
+// token: not the static bearer tokens of the config, not the upstream's
+// API key or the encryption key, not any access token, refresh token or
+// code the authorization server issued, neither as it is nor as base64
+// or hex.
+func TestFleetStateNoTokenInStore(t *testing.T) {
+	t.Parallel()
+	f := newFleetState(t)
+	as := oauthtest.New(t, server.NewStreamableHTTPServer(f.RugSrv))
+	f.RugURL, f.PublicURL = as.URL(), "http://"+fleetStatePublic
+	f.RugTable = "oauth = true\ncredentials = \"per-user\"\n"
+	a := f.start(t, "viewmux-a")
+
+	newFleetStateBrowser(t).connect(t, a.link(t), "alice", a, a, a)
+	a.await(t, "rug through alice's connection", fleetStateHonest)
+	if got := a.call(t, "rug__lookup"); !strings.Contains(got, "lookup ran") {
+		t.Fatalf("alice's call: %s", got)
+	}
+	as.RevokeAccess() // the next call refreshes
+	if got := a.call(t, "rug__lookup"); !strings.Contains(got, "lookup ran") {
+		t.Fatalf("alice's call after her access token was revoked: %s", got)
+	}
+	refreshed := false
+	for _, tok := range fleetStateIssued(as) {
+		refreshed = refreshed || strings.HasPrefix(tok, "refresh-token-")
+	}
+	if !refreshed {
+		t.Fatal("viewmux did not refresh alice's token: the test saw too few tokens")
+	}
+
+	dump := f.dump(t)
+	if _, ok := dump["viewmux:doc:"+pins.FileName]; !ok {
+		t.Fatalf("the store holds no pins: the search below would look at nothing\n%v", slices.Sorted(maps.Keys(dump)))
+	}
+	login := false
+	for k := range dump {
+		login = login || strings.HasPrefix(k, "viewmux:doc:oauth-rug.user-")
+	}
+	if !login {
+		t.Fatalf("the store holds no login of alice: the search below would miss where tokens go\n%v", slices.Sorted(maps.Keys(dump)))
+	}
+	secrets := append([]string{fleetStateAgent, fleetStateAdmin, fleetStateAPIKey, fleetStateKey,
+		"access-token-", "refresh-token-", "code:"}, fleetStateIssued(as)...)
+	for k, v := range dump {
+		if found := fleetStateReveals(k+"\n"+v, secrets); len(found) != 0 {
+			t.Errorf("the store's key %s holds %q", k, found)
+		}
+	}
+	keys := slices.Sorted(maps.Keys(dump))
+	t.Logf("%d secrets looked for in the store's keys %q", len(secrets), keys)
 }
