@@ -89,6 +89,19 @@ func commands() []command {
 			run: cmdPins,
 		},
 		{
+			name:    "state",
+			summary: "copy a state directory into a shared state store, or back",
+			usage: "viewmux state copy [--config FILE] [--overwrite] --to URL\n" +
+				"       viewmux state copy [--config FILE] [--overwrite] --from URL",
+			about: "--to copies what server.state_dir holds (pins.json, and each oauth-*.json login)\n" +
+				"into the Redis or Valkey store at URL, with [state] key_prefix; --from copies it\n" +
+				"back. Logins are opened and sealed again with [state] encryption_key, which a\n" +
+				"shared store requires. It names every document it copied, found already there,\n" +
+				"or skipped: a document the destination holds in another version is kept unless\n" +
+				"--overwrite (exit 1 when any was skipped). Other files are left alone.",
+			run: cmdState,
+		},
+		{
 			name:    "auth",
 			summary: "log in to an oauth = true upstream, show each one's login, or log out",
 			usage: "viewmux auth login [--config FILE] [--no-browser] [--port PORT] UPSTREAM\n" +

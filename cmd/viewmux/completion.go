@@ -73,6 +73,8 @@ func bashCompletion(w io.Writer, refs []commandRef) error {
 			words = strings.Join(shells, " ")
 		case "pins":
 			words = strings.Join(pinsSubcommands, " ")
+		case "state":
+			words = strings.Join(stateSubcommands, " ")
 		case "auth":
 			words = strings.Join(authSubcommands, " ")
 		}
@@ -149,6 +151,8 @@ func zshCompletion(w io.Writer, refs []commandRef) error {
 			b.WriteString(" \\\n                '1:shell:(" + strings.Join(shells, " ") + ")'")
 		case "pins":
 			b.WriteString(" \\\n                '1:subcommand:(" + strings.Join(pinsSubcommands, " ") + ")'")
+		case "state":
+			b.WriteString(" \\\n                '1:subcommand:(" + strings.Join(stateSubcommands, " ") + ")'")
 		case "auth":
 			b.WriteString(" \\\n                '1:subcommand:(" + strings.Join(authSubcommands, " ") + ")'")
 		case "import":
@@ -192,6 +196,8 @@ func fishCompletion(w io.Writer, refs []commandRef) error {
 			fmt.Fprintf(&b, "complete -c viewmux -n %s -a %s\n", cond, fishQuote(strings.Join(shells, " ")))
 		case "pins":
 			fmt.Fprintf(&b, "complete -c viewmux -n %s -a %s\n", cond, fishQuote(strings.Join(pinsSubcommands, " ")))
+		case "state":
+			fmt.Fprintf(&b, "complete -c viewmux -n %s -a %s\n", cond, fishQuote(strings.Join(stateSubcommands, " ")))
 		case "auth":
 			fmt.Fprintf(&b, "complete -c viewmux -n %s -a %s\n", cond, fishQuote(strings.Join(authSubcommands, " ")))
 		case "import":
