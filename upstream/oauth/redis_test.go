@@ -366,3 +366,40 @@ func eventually(t *testing.T, what string, cond func() bool) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestRedisRefreshWithTheStoreDown: a token that must be refreshed while
+// the store is down is not refreshed (nothing is spent at the
+// authorization server) and the error names the store; once the store is
+// back the refresh happens.
+func TestRedisRefreshWithTheStoreDown(t *testing.T) {
+	srv := statetest.StartRedis(t, statetest.Options{AOF: true})
+	s := oauthtest.New(t, okHandler)
+	var mu sync.Mutex
+	now := time.Now()
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	a := replica(t, srv, s, sealer(t, 1), oauth.Options{Now: clock})
+	login(t, a)
+	s.Lock()
+	s.ExpiresIn = 100_000
+	forms := len(s.TokenForms)
+	s.Unlock()
+	mu.Lock()
+	now = now.Add(2 * time.Hour) // expired
+	mu.Unlock()
+
+	srv.Stop()
+	_, err := a.Token(context.Background())
+	if err == nil || !strings.Contains(err.Error(), srv.Addr()) || !strings.Contains(err.Error(), "unreachable") {
+		t.Fatalf("a refresh with the store down: %v; want an error naming the store", err)
+	}
+	s.Lock()
+	if len(s.TokenForms) != forms {
+		t.Errorf("%d token requests with the store down, want 0", len(s.TokenForms)-forms)
+	}
+	s.Unlock()
+	srv.Start()
+	eventually(t, "the refresh once the store is back", func() bool {
+		_, err := a.Token(context.Background())
+		return err == nil
+	})
+}
