@@ -234,7 +234,9 @@ func (c *Client) load(ctx context.Context) (*Record, error) {
 }
 
 // readBehind reads the stored login in the background, once at a time,
-// and takes it unless this Client wrote or read meanwhile. c.mu is held.
+// and takes it unless this Client wrote or read meanwhile. Its goroutine
+// owns nothing and ends within the store's command timeout (10 s at
+// most), so a Client needs no Close. c.mu is held.
 func (c *Client) readBehind() {
 	if c.reading {
 		return
@@ -440,7 +442,10 @@ func (c *Client) sourceToken(ctx context.Context) (string, error) {
 // answering after the tokens were obtained leaves them in use in memory,
 // saved when it answers again. c.mu is held.
 func (c *Client) refresh(ctx context.Context, rec *Record) error {
-	unlock, err := c.store.lockRefresh(ctx, c.key)
+	// A holder that died leaves the lock to lapse: wait no longer.
+	lctx, cancel := context.WithTimeout(ctx, refreshLockTTL)
+	unlock, err := c.store.lockRefresh(lctx, c.key)
+	cancel()
 	if err != nil {
 		return err
 	}
