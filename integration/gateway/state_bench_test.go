@@ -25,6 +25,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 	"github.com/viewmux/viewmux/integration/internal/itest"
+	"github.com/viewmux/viewmux/internal/state"
 	"github.com/viewmux/viewmux/internal/state/statetest"
 )
 
@@ -46,7 +47,11 @@ import (
 // own calls only, and redis/files is the ratio of the two means of that
 // same run. The redis sub-benchmarks also report store-cmds/op: the
 // commands redis-server counted (INFO commandstats, less the health
-// checks' PING and the benchmark's own INFO) per call, each kind logged.
+// checks' PING and the benchmark's own INFO) per call, each kind logged;
+// the commands a script runs count too, so one take of a rate bucket (an
+// EVALSHA, one round trip) shows as evalsha, hmget, hset, pexpire and
+// time. redis/take is that take alone, from this process: about what the
+// store can add to a rate-limited stateless call.
 //
 //	go test -run '^$' -bench BenchmarkStateStore -benchtime 3s -count 3 ./integration/gateway
 func BenchmarkStateStore(b *testing.B) {
@@ -63,6 +68,15 @@ func BenchmarkStateStore(b *testing.B) {
 		b.Run("files/"+p.name, func(b *testing.B) { benchAlternate(b, files, redis, nil) })
 		b.Run("redis/"+p.name, func(b *testing.B) { benchAlternate(b, redis, files, env.store) })
 	}
+	b.Run("redis/take", func(b *testing.B) {
+		st := env.store.Open(b, state.RedisOptions{Prefix: "bench:"})
+		ctx := context.Background()
+		for b.Loop() {
+			if ok, err := st.Take(ctx, "bench", benchNeverRefuse); !ok || err != nil {
+				b.Fatalf("take from the bucket bench on %s: %v, %v", env.store.Addr(), ok, err)
+			}
+		}
+	})
 }
 
 // benchNeverRefuse is the rate limit of the benchmark's limited profile:
