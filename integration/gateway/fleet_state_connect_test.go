@@ -3,18 +3,22 @@
 package gateway
 
 import (
+	"bufio"
+	"context"
 	"encoding/base64"
 	"encoding/hex"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
 	"net/url"
+	"os/exec"
 	"regexp"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/viewmux/viewmux/integration/internal/itest"
 	"github.com/viewmux/viewmux/upstream/oauth/oauthtest"
 )
 
@@ -198,4 +202,49 @@ func fleetStateReveals(text string, secrets []string) []string {
 		}
 	}
 	return found
+}
+
+// operatorLogin runs `viewmux auth login --no-browser rug` with r's
+// config, as the operator, and approves its URL at the authorization
+// server (which needs no person: it redirects to the command's loopback
+// callback at once).
+func (r *fleetStateReplica) operatorLogin(t *testing.T) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	login := exec.CommandContext(ctx, itest.MuxBinary(t), "auth", "login", "--no-browser", "--config", r.CfgPath, "rug")
+	login.Dir = r.Dir
+	stdout, err := login.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr itest.SyncBuffer
+	login.Stderr = &stderr
+	if err := login.Start(); err != nil {
+		t.Fatal(err)
+	}
+	urlLine := regexp.MustCompile(`^  (http://\S+)$`)
+	sc := bufio.NewScanner(stdout)
+	var out strings.Builder
+	authURL := ""
+	for authURL == "" && sc.Scan() {
+		out.WriteString(sc.Text() + "\n")
+		if m := urlLine.FindStringSubmatch(sc.Text()); m != nil {
+			authURL = m[1]
+		}
+	}
+	if authURL == "" {
+		t.Fatalf("auth login printed no URL:\n%s\n%s", out.String(), stderr.String())
+	}
+	resp, err := http.Get(authURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	rest, _ := io.ReadAll(stdout)
+	out.Write(rest)
+	if err := login.Wait(); err != nil {
+		t.Fatalf("auth login with %s's config: %v\n%s\n%s", r.ID, err, out.String(), stderr.String())
+	}
 }

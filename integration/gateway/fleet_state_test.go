@@ -5,6 +5,8 @@ package gateway
 import (
 	"encoding/json"
 	"maps"
+	"net/http"
+	"net/url"
 	"os/exec"
 	"slices"
 	"strings"
@@ -250,4 +252,101 @@ func TestFleetStateNoTokenInStore(t *testing.T) {
 	}
 	keys := slices.Sorted(maps.Keys(dump))
 	t.Logf("%d secrets looked for in the store's keys %q", len(secrets), keys)
+}
+
+// fleetStateCodes counts the logins (authorization_code grants) as saw.
+func fleetStateCodes(as *oauthtest.Server) int {
+	as.Lock()
+	defer as.Unlock()
+	n := 0
+	for _, f := range as.TokenForms {
+		if f.Get("grant_type") == "authorization_code" {
+			n++
+		}
+	}
+	return n
+}
+
+// fleetStateLastCall returns the subject and token of the last call the
+// upstream let through.
+func fleetStateLastCall(t *testing.T, as *oauthtest.Server) oauthtest.Call {
+	t.Helper()
+	as.Lock()
+	defer as.Unlock()
+	if len(as.Calls) == 0 {
+		t.Fatal("the upstream saw no call")
+	}
+	return as.Calls[len(as.Calls)-1]
+}
+
+// TestFleetStateConnectAcrossReplicas: the operator logs in once, with
+// viewmux-a's config, and both replicas list the upstream. A per-user
+// connect link minted by
+// viewmux-a is opened on viewmux-a, confirmed on viewmux-b, and the
+// authorization server's callback comes back to viewmux-a; a call on
+// viewmux-b then reaches the upstream as the user. The ticket and the
+// callback are good once for the fleet. Both replicas are then killed,
+// and one started again on an empty disk still acts as the user without
+// a new login.
+func TestFleetStateConnectAcrossReplicas(t *testing.T) {
+	t.Parallel()
+	f := newFleetState(t)
+	as := oauthtest.New(t, server.NewStreamableHTTPServer(f.RugSrv))
+	f.RugURL, f.PublicURL = as.URL(), "http://"+fleetStatePublic
+	f.RugTable = "oauth = true\ncredentials = \"per-user\"\n"
+	a := f.start(t, "viewmux-a")
+	b := f.start(t, "viewmux-b")
+
+	// The operator's shared login, made with viewmux-a's config, lists
+	// rug on every replica.
+	a.operatorLogin(t)
+	a.await(t, "rug on viewmux-a after the operator's login", fleetStateHonest)
+	b.await(t, "rug on viewmux-b after the operator's login", fleetStateHonest)
+
+	link := a.link(t)
+	if !strings.HasPrefix(link, "http://"+fleetStatePublic+"/") {
+		t.Fatalf("viewmux-a's link %s is not on the fleet's public URL", link)
+	}
+	br := newFleetStateBrowser(t)
+	cb := br.connect(t, link, "alice", a, b, a)
+
+	if got := b.call(t, "rug__lookup"); !strings.Contains(got, "lookup ran") {
+		t.Fatalf("alice's call on viewmux-b: %s\n%s", got, b.Stderr())
+	}
+	if c := fleetStateLastCall(t, as); c.Subject != "alice" || c.Token == fleetStateAgent {
+		t.Fatalf("alice's call on viewmux-b reached the upstream as %q", c.Subject)
+	}
+
+	// Good once for the fleet: the ticket on the other replica, the
+	// callback replayed on each.
+	lu, _ := url.Parse(link)
+	br.via(b)
+	req, _ := http.NewRequest(http.MethodPost, "http://"+fleetStatePublic+"/oauth/connect/rug",
+		strings.NewReader(url.Values{"ticket": {lu.Query().Get("ticket")}}.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Origin", "http://"+fleetStatePublic)
+	if resp, body := br.do(t, req); resp.StatusCode != http.StatusBadRequest {
+		t.Errorf("the used ticket posted again on viewmux-b: %d %s", resp.StatusCode, body)
+	}
+	for _, r := range []*fleetStateReplica{a, b} {
+		br.via(r)
+		if resp, _ := br.get(t, cb); resp.StatusCode != http.StatusBadRequest {
+			t.Errorf("the callback replayed on %s: %d", r.ID, resp.StatusCode)
+		}
+	}
+
+	codes := fleetStateCodes(as)
+	a.kill(t)
+	b.kill(t)
+	again := f.start(t, "viewmux-b")
+	again.await(t, "rug on viewmux-b restarted on an empty disk", fleetStateHonest)
+	if got := again.call(t, "rug__lookup"); !strings.Contains(got, "lookup ran") {
+		t.Fatalf("alice's call on viewmux-b restarted on an empty disk: %s", got)
+	}
+	if c := fleetStateLastCall(t, as); c.Subject != "alice" {
+		t.Fatalf("alice's call after the restart reached the upstream as %q", c.Subject)
+	}
+	if n := fleetStateCodes(as); n != codes {
+		t.Errorf("alice logged in %d more times after the restart, want 0: the login was not kept", n-codes)
+	}
 }
