@@ -48,7 +48,7 @@ func fleetPair(t *testing.T) (a, b *Server, up *upstreamServer, rs *statetest.Re
 // modernCall posts a stateless tools/call of up__tool_0001 with args to
 // s under profile, declaring form elicitation; extra are members of its
 // params before _meta, each followed by a comma.
-func modernCall(t *testing.T, s *Server, profile, args, extra string) rpcMsg {
+func modernCall(t testing.TB, s *Server, profile, args, extra string) rpcMsg {
 	t.Helper()
 	body := `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"up__tool_0001","arguments":` + args + `,` + extra +
 		`"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{"elicitation":{"form":{}}}}}}`
