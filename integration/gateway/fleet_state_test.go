@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 	"github.com/viewmux/viewmux/integration/internal/itest"
 	"github.com/viewmux/viewmux/internal/pins"
@@ -349,4 +350,95 @@ func TestFleetStateConnectAcrossReplicas(t *testing.T) {
 	if n := fleetStateCodes(as); n != codes {
 		t.Errorf("alice logged in %d more times after the restart, want 0: the login was not kept", n-codes)
 	}
+}
+
+// fleetStateModern sends one stateless 2026-07-28 request, as the agent,
+// to replica r, and returns the JSON-RPC answer.
+func fleetStateModern(t *testing.T, r *fleetStateReplica, method, params string) itest.RecAnswer {
+	t.Helper()
+	params = itest.WithModernMeta(params)
+	h := map[string]string{mcp.HeaderProtocolVersion: mcp.ProtocolVersion20260728, "Authorization": "Bearer " + fleetStateAgent}
+	for k, v := range mcp.StandardHeaders(mcp.ProtocolVersion20260728, mcp.MCPMethod(method), json.RawMessage(params)) {
+		h[k] = v
+	}
+	res := itest.RawPost(t, r.URL(), h, itest.RecBody(1, method, params))
+	if res.Msg == nil {
+		t.Fatalf("2026-07-28 %s on %s: no JSON-RPC answer: %s", method, r.ID, res)
+	}
+	return itest.RecAnswer{Raw: res.RawMsg, Msg: *res.Msg, Status: res.Status}
+}
+
+// TestFleetStateStatelessApproval: a 2026-07-28 client's call of a tool
+// that needs a person's approval is asked on viewmux-a and answered on
+// viewmux-b, which runs it once. The same answer replayed, on either
+// replica, runs nothing; nor does an answer carried by a call with other
+// arguments.
+func TestFleetStateStatelessApproval(t *testing.T) {
+	t.Parallel()
+	f := newFleetState(t)
+	f.Extra = "approve = [\"rug__lookup\"]\n"
+	a := f.start(t, "viewmux-a")
+	b := f.start(t, "viewmux-b")
+	a.await(t, "rug on viewmux-a", fleetStateHonest)
+	b.await(t, "rug on viewmux-b", fleetStateHonest)
+
+	const caps = `"_meta":{"io.modelcontextprotocol/clientCapabilities":{"elicitation":{"form":{}}}}`
+	call := func(word string) string { return `{"name":"rug__lookup","arguments":{"word":"` + word + `"},` + caps }
+	// ask sends the call to r and returns its requestState and the key
+	// of its one input request.
+	ask := func(r *fleetStateReplica, word string) (state, key string) {
+		t.Helper()
+		ans := fleetStateModern(t, r, "tools/call", call(word)+`}`)
+		var res struct {
+			ResultType    string                     `json:"resultType"`
+			RequestState  string                     `json:"requestState"`
+			InputRequests map[string]json.RawMessage `json:"inputRequests"`
+		}
+		if err := json.Unmarshal(ans.Msg.Result, &res); err != nil || res.ResultType != "input_required" || res.RequestState == "" || len(res.InputRequests) != 1 {
+			t.Fatalf("the call on %s: %s, want input_required with one input request", r.ID, ans.Raw)
+		}
+		for k := range res.InputRequests {
+			key = k
+		}
+		return res.RequestState, key
+	}
+	// answer retries the call of word on r with the person's yes, and
+	// returns what r answered.
+	answer := func(r *fleetStateReplica, word, state, key string) string {
+		t.Helper()
+		ans := fleetStateModern(t, r, "tools/call", call(word)+`,"requestState":`+fleetStateJSON(state)+
+			`,"inputResponses":{`+fleetStateJSON(key)+`:{"action":"accept","content":{"allow":true}}}}`)
+		return string(ans.Raw)
+	}
+
+	state, key := ask(a, "x")
+	if n := f.Rug.Called("lookup"); n != 0 {
+		t.Fatalf("the upstream ran lookup %d times before the answer", n)
+	}
+	if got := answer(b, "x", state, key); !strings.Contains(got, "lookup ran") {
+		t.Fatalf("the answer on viewmux-b to viewmux-a's question: %s\n%s", got, b.Stderr())
+	}
+	if n := f.Rug.Called("lookup"); n != 1 {
+		t.Fatalf("the upstream ran lookup %d times for one approved call, want 1", n)
+	}
+	for _, r := range []*fleetStateReplica{a, b} {
+		got := answer(r, "x", state, key)
+		if strings.Contains(got, "lookup ran") || !strings.Contains(got, "answered already") {
+			t.Errorf("the answer replayed on %s: %s, want an error saying it was answered already", r.ID, got)
+		}
+	}
+	// An approval of lookup("x") does not carry lookup("y").
+	state, key = ask(a, "x")
+	if got := answer(b, "y", state, key); strings.Contains(got, "lookup ran") {
+		t.Errorf("an approval of other arguments, answered on viewmux-b, ran the call: %s", got)
+	}
+	if n := f.Rug.Called("lookup"); n != 1 {
+		t.Errorf("the upstream ran lookup %d times, want only the approved call", n)
+	}
+}
+
+// fleetStateJSON is s as a JSON string.
+func fleetStateJSON(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
 }
