@@ -50,12 +50,21 @@ func fleetPair(t *testing.T) (a, b *Server, up *upstreamServer, rs *statetest.Re
 // params before _meta, each followed by a comma.
 func modernCall(t testing.TB, s *Server, profile, args, extra string) rpcMsg {
 	t.Helper()
+	return modernCallAs(t, s, "", profile, args, extra)
+}
+
+// modernCallAs is modernCall with a bearer token ("" for none).
+func modernCallAs(t testing.TB, s *Server, token, profile, args, extra string) rpcMsg {
+	t.Helper()
 	body := `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"up__tool_0001","arguments":` + args + `,` + extra +
 		`"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{"elicitation":{"form":{}}}}}}`
 	req := newRequest("?profile="+profile, "", body)
 	req.Header.Set("Mcp-Protocol-Version", "2026-07-28")
 	req.Header.Set("Mcp-Method", "tools/call")
 	req.Header.Set("Mcp-Name", "up__tool_0001")
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
 	rec := httptest.NewRecorder()
 	s.Handler().ServeHTTP(rec, req)
 	var m rpcMsg
@@ -260,6 +269,38 @@ func TestWithoutRetry(t *testing.T) {
 	for _, p := range []string{`{"requestState":"viewmux1.x.y"}`, `{"requestState":"upstream's own"}`, `[]`, `{}`} {
 		if _, _, ok := approvalRetry(json.RawMessage(p)); ok {
 			t.Errorf("approvalRetry(%s) took it for an approval's retry", p)
+		}
+	}
+}
+
+// TestFleetStoreHoldsNoToken checks what a token's stateless approvals
+// and rate limit leave in the store: no value or key holds the token, or
+// the arguments of the call asked about.
+func TestFleetStoreHoldsNoToken(t *testing.T) {
+	const token = "fleet-token-0123456789abcdefghijklmnop"
+	rs := statetest.StartRedis(t, statetest.Options{})
+	up := newUpstreamServer(t, 4)
+	cfg := fleetConfig("a") + "[[auth.tokens]]\ntoken = \"" + token + "\"\nprofiles = [\"agent\", \"limited\"]\n"
+	s := newServerWith(t, up.http.URL, cfg, Options{Aggregator: aggregator.Options{State: rs.Open(t, state.RedisOptions{})}})
+	if m := modernCallAs(t, s, token, "limited", `{"query":"q"}`, ""); m.Error != nil {
+		t.Fatalf("rate-limited call: %+v", m.Error)
+	}
+	const secretArg = "arg-not-for-the-store"
+	if m := modernCallAs(t, s, token, "agent", `{"query":"`+secretArg+`"}`, ""); m.Error != nil || !strings.Contains(string(m.Result), "input_required") {
+		t.Fatalf("call needing approval: %s %+v", m.Result, m.Error)
+	}
+	dump, err := rs.Dump(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(dump) == 0 {
+		t.Fatal("the store is empty: nothing was checked")
+	}
+	for k, vs := range dump {
+		for _, v := range append(vs, k) {
+			if strings.Contains(v, token) || strings.Contains(v, secretArg) {
+				t.Errorf("store key %s holds the token or the arguments: %q", k, v)
+			}
 		}
 	}
 }
