@@ -1,0 +1,96 @@
+//go:build unix
+
+package gateway
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/viewmux/viewmux/integration/internal/itest"
+)
+
+// TestFleetStateOutage: redis-server is killed under a running fleet.
+// The outage is reported (/status.json, viewmux_state_store_up, a WARN)
+// and widens nothing: a definition that changes during it is not served,
+// a stateless approval cannot be asked (and nothing runs), and a replica
+// started during it serves nothing it cannot check. When redis-server is
+// back, every replica reports it up without a restart.
+func TestFleetStateOutage(t *testing.T) {
+	t.Parallel()
+	f := newFleetState(t)
+	f.Extra = "approve = [\"rug__lookup\"]\n"
+	a := f.start(t, "viewmux-a")
+	b := f.start(t, "viewmux-b")
+	a.await(t, "first sight on viewmux-a", fleetStateHonest)
+	b.await(t, "first sight on viewmux-b", fleetStateHonest)
+	if st := a.store(t); !st.Up || st.Engine != "redis" || st.Where != f.Redis.Addr() {
+		t.Fatalf("viewmux-a's state store before the outage: %+v, want redis at %s, up", st, f.Redis.Addr())
+	}
+	if v := a.storeUp(t); v != 1 {
+		t.Fatalf("viewmux_state_store_up before the outage: %v, want 1", v)
+	}
+
+	f.Redis.Stop()
+	for _, r := range []*fleetStateReplica{a, b} {
+		st := r.awaitStore(t, false)
+		if st.Error == "" || st.Since == "" {
+			t.Errorf("%s /status.json during the outage: %+v, want why and since when", r.ID, st)
+		}
+		if v := r.storeUp(t); v != 0 {
+			t.Errorf("%s viewmux_state_store_up during the outage: %v, want 0", r.ID, v)
+		}
+		if n := strings.Count(r.Stderr(), "state store is unreachable"); n != 1 {
+			t.Errorf("%s logged the outage %d times, want one WARN", r.ID, n)
+		}
+	}
+
+	// A stateless approval needs the store: asking fails closed.
+	ans := fleetStateModern(t, a, "tools/call", `{"name":"rug__lookup","arguments":{"word":"x"},`+
+		`"_meta":{"io.modelcontextprotocol/clientCapabilities":{"elicitation":{"form":{}}}}}`)
+	if strings.Contains(string(ans.Raw), "lookup ran") || strings.Contains(string(ans.Raw), "input_required") || !strings.Contains(string(ans.Raw), "state store") {
+		t.Errorf("a stateless call needing approval during the outage: %s, want an error naming the state store", ans.Raw)
+	}
+
+	// The pull during the outage: the new definition cannot be checked
+	// against the store, and is not served.
+	f.Rug.Pull()
+	deadline := time.Now().Add(20 * time.Second)
+	for !strings.Contains(a.Stderr(), "pinned tool definition changed") {
+		if time.Now().After(deadline) {
+			t.Fatalf("viewmux-a never saw the pull\n%s", a.Stderr())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for _, r := range []*fleetStateReplica{a, b} {
+		if got := fleetStateListed(t, r.session(t)); got["rug__lookup"] == itest.RugPulled {
+			t.Errorf("%s serves the definition pulled during the outage: %v", r.ID, got)
+		}
+	}
+
+	// A replica that starts during the outage has verified nothing.
+	c := f.start(t, "viewmux-c")
+	c.awaitUpstream(t)
+	if st := c.store(t); st.Up {
+		t.Errorf("viewmux-c, started during the outage, shows its store up: %+v", st)
+	}
+	if got := fleetStateListed(t, c.session(t)); len(got) != 0 {
+		t.Errorf("viewmux-c, started during the outage, lists %v, want nothing it cannot check", got)
+	}
+	other := f.Rug.Called("other")
+	if got := c.call(t, "rug__other"); strings.Contains(got, "other ran") {
+		t.Errorf("viewmux-c, started during the outage, called rug__other: %s", got)
+	}
+	if f.Rug.Called("other") != other || f.Rug.Called("lookup") != 0 {
+		t.Errorf("a call during the outage reached the upstream")
+	}
+
+	f.Redis.Start()
+	for _, r := range []*fleetStateReplica{a, b, c} {
+		r.awaitStore(t, true)
+		if v := r.storeUp(t); v != 1 {
+			t.Errorf("%s viewmux_state_store_up after the outage: %v, want 1", r.ID, v)
+		}
+	}
+	itest.WaitStderr(t, a.Mux, "state store answers again", 10*time.Second)
+}
