@@ -85,10 +85,18 @@ func (f *fleetRate) allow(ctx context.Context, key string, perMinute int) rateVe
 	if perMinute <= 0 {
 		return rateVerdict{ok: true}
 	}
-	ok, err := f.store.Take(ctx, key, perMinute)
-	if err == nil {
-		f.census(ctx)
-		return rateVerdict{ok: ok}
+	var err error
+	if h := f.store.Health(); !h.Up && !h.Since.IsZero() {
+		// Known down: the share at once, rather than every call waiting
+		// out the store's timeout first. The store's own monitor sees it
+		// come back within a second.
+		err = &state.DownError{Where: f.store.Where(), Err: fmt.Errorf("down since %s: %s", h.Since.UTC().Format(time.RFC3339), h.Err)}
+	} else {
+		var ok bool
+		if ok, err = f.store.Take(ctx, key, perMinute); err == nil {
+			f.census(ctx)
+			return rateVerdict{ok: ok}
+		}
 	}
 	f.mu.Lock()
 	n := f.replicas
