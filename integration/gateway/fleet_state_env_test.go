@@ -49,6 +49,8 @@ type fleetState struct {
 	RugURL, RugTable, Extra string
 	// PublicURL is server.public_url: where browsers reach the fleet.
 	PublicURL string
+	// Pin is server.pin; "" is quarantine.
+	Pin string
 }
 
 // newFleetState starts a redis-server (with its append-only file, so that
@@ -61,13 +63,17 @@ func newFleetState(t *testing.T) *fleetState {
 
 // config is the config of replica id with its state_dir under dir.
 func (f *fleetState) config(id, dir string) string {
+	pin := f.Pin
+	if pin == "" {
+		pin = "quarantine"
+	}
 	server := ""
 	if f.PublicURL != "" {
 		server = fmt.Sprintf("public_url = %q\n", f.PublicURL)
 	}
 	return fmt.Sprintf(`[server]
 %sreplica_id = %q
-pin = "quarantine"
+pin = %q
 state_dir = %s
 
 [state]
@@ -88,7 +94,7 @@ url = %s
 headers = { X-Api-Key = %q }
 %s
 [profiles.agent]
-%s`, server, id, itest.TomlString(filepath.Join(dir, "state")), f.Redis.URL(), fleetStateKey,
+%s`, server, id, pin, itest.TomlString(filepath.Join(dir, "state")), f.Redis.URL(), fleetStateKey,
 		fleetStateAgent, fleetStateAdmin, itest.TomlString(f.RugURL), fleetStateAPIKey, f.RugTable, f.Extra)
 }
 

@@ -3,11 +3,14 @@
 package gateway
 
 import (
+	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/mark3labs/mcp-go/server"
 	"github.com/viewmux/viewmux/integration/internal/itest"
+	"github.com/viewmux/viewmux/upstream/oauth/oauthtest"
 )
 
 // TestFleetStateOutage: redis-server is killed under a running fleet.
@@ -93,4 +96,46 @@ func TestFleetStateOutage(t *testing.T) {
 		}
 	}
 	itest.WaitStderr(t, a.Mux, "state store answers again", 10*time.Second)
+}
+
+// TestFleetStateOutageLogins: with the store down, a login cached in a
+// replica's memory keeps working, and a new connect fails with an error
+// that says why; with the store back, connecting works again, without a
+// restart.
+func TestFleetStateOutageLogins(t *testing.T) {
+	t.Parallel()
+	f := newFleetState(t)
+	as := oauthtest.New(t, server.NewStreamableHTTPServer(f.RugSrv))
+	f.RugURL, f.PublicURL = as.URL(), "http://"+fleetStatePublic
+	f.RugTable = "oauth = true\ncredentials = \"per-user\"\n"
+	f.Pin = "off" // logins alone: the pins' outage is TestFleetStateOutage's
+	a := f.start(t, "viewmux-a")
+	a.operatorLogin(t)
+	a.await(t, "rug after the operator's login", fleetStateHonest)
+	newFleetStateBrowser(t).connect(t, a.link(t), "alice", a, a, a)
+	if got := a.call(t, "rug__lookup"); !strings.Contains(got, "lookup ran") {
+		t.Fatalf("alice's call: %s", got)
+	}
+
+	f.Redis.Stop()
+	a.awaitStore(t, false)
+	if got := a.call(t, "rug__lookup"); !strings.Contains(got, "lookup ran") {
+		t.Errorf("alice's call during the outage, with her login in memory: %s", got)
+	}
+	if c := fleetStateLastCall(t, as); c.Subject != "alice" {
+		t.Errorf("alice's call during the outage reached the upstream as %q", c.Subject)
+	}
+	resp, body := puGet(t, itest.RawClient, "http://"+a.Addr+"/oauth/connect/rug", map[string]string{"Authorization": "Bearer " + fleetStateAgent})
+	if resp.StatusCode == http.StatusOK && fleetStateLink.MatchString(body) {
+		t.Errorf("a connect link was minted during the outage: %s", body)
+	} else if !strings.Contains(body, "state store") {
+		t.Errorf("a connect during the outage: %d %q, want an error naming the state store", resp.StatusCode, body)
+	}
+
+	f.Redis.Start()
+	a.awaitStore(t, true)
+	newFleetStateBrowser(t).connect(t, a.link(t), "alice", a, a, a)
+	if got := a.call(t, "rug__lookup"); !strings.Contains(got, "lookup ran") {
+		t.Errorf("alice's call after she connected again: %s", got)
+	}
 }
