@@ -35,6 +35,13 @@ func TestFleetStateOutage(t *testing.T) {
 	}
 
 	f.Redis.Stop()
+	// A stateless approval needs the store: asking fails closed.
+	ans := fleetStateModern(t, a, "tools/call", `{"name":"rug__lookup","arguments":{"word":"x"},`+
+		`"_meta":{"io.modelcontextprotocol/clientCapabilities":{"elicitation":{"form":{}}}}}`)
+	if strings.Contains(string(ans.Raw), "lookup ran") || strings.Contains(string(ans.Raw), "input_required") || !strings.Contains(string(ans.Raw), "state store") {
+		t.Errorf("a stateless call needing approval during the outage: %s, want an error naming the state store", ans.Raw)
+	}
+
 	for _, r := range []*fleetStateReplica{a, b} {
 		st := r.awaitStore(t, false)
 		if st.Error == "" || st.Since == "" {
@@ -43,16 +50,7 @@ func TestFleetStateOutage(t *testing.T) {
 		if v := r.storeUp(t); v != 0 {
 			t.Errorf("%s viewmux_state_store_up during the outage: %v, want 0", r.ID, v)
 		}
-		if n := strings.Count(r.Stderr(), "state store is unreachable"); n != 1 {
-			t.Errorf("%s logged the outage %d times, want one WARN", r.ID, n)
-		}
-	}
-
-	// A stateless approval needs the store: asking fails closed.
-	ans := fleetStateModern(t, a, "tools/call", `{"name":"rug__lookup","arguments":{"word":"x"},`+
-		`"_meta":{"io.modelcontextprotocol/clientCapabilities":{"elicitation":{"form":{}}}}}`)
-	if strings.Contains(string(ans.Raw), "lookup ran") || strings.Contains(string(ans.Raw), "input_required") || !strings.Contains(string(ans.Raw), "state store") {
-		t.Errorf("a stateless call needing approval during the outage: %s, want an error naming the state store", ans.Raw)
+		itest.WaitStderr(t, r.Mux, "state store is unreachable", 10*time.Second)
 	}
 
 	// The pull during the outage: the new definition cannot be checked
@@ -88,6 +86,11 @@ func TestFleetStateOutage(t *testing.T) {
 		t.Errorf("a call during the outage reached the upstream")
 	}
 
+	for _, r := range []*fleetStateReplica{a, b} {
+		if n := strings.Count(r.Stderr(), "state store is unreachable"); n != 1 {
+			t.Errorf("%s logged the outage %d times, want one WARN (a minute apart)", r.ID, n)
+		}
+	}
 	f.Redis.Start()
 	for _, r := range []*fleetStateReplica{a, b, c} {
 		r.awaitStore(t, true)
@@ -118,18 +121,19 @@ func TestFleetStateOutageLogins(t *testing.T) {
 	}
 
 	f.Redis.Stop()
+	// The connect needs the store (and so is the first to find it down).
+	resp, body := puGet(t, itest.RawClient, "http://"+a.Addr+"/oauth/connect/rug", map[string]string{"Authorization": "Bearer " + fleetStateAgent})
+	if resp.StatusCode == http.StatusOK && fleetStateLink.MatchString(body) {
+		t.Errorf("a connect link was minted during the outage: %s", body)
+	} else if !strings.Contains(body, "state store") {
+		t.Errorf("a connect during the outage: %d %q, want an error naming the state store", resp.StatusCode, body)
+	}
 	a.awaitStore(t, false)
 	if got := a.call(t, "rug__lookup"); !strings.Contains(got, "lookup ran") {
 		t.Errorf("alice's call during the outage, with her login in memory: %s", got)
 	}
 	if c := fleetStateLastCall(t, as); c.Subject != "alice" {
 		t.Errorf("alice's call during the outage reached the upstream as %q", c.Subject)
-	}
-	resp, body := puGet(t, itest.RawClient, "http://"+a.Addr+"/oauth/connect/rug", map[string]string{"Authorization": "Bearer " + fleetStateAgent})
-	if resp.StatusCode == http.StatusOK && fleetStateLink.MatchString(body) {
-		t.Errorf("a connect link was minted during the outage: %s", body)
-	} else if !strings.Contains(body, "state store") {
-		t.Errorf("a connect during the outage: %d %q, want an error naming the state store", resp.StatusCode, body)
 	}
 
 	f.Redis.Start()
