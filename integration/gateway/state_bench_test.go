@@ -94,7 +94,7 @@ const benchToken = "bench-token"
 func benchAlternate(b *testing.B, mine, other func(testing.TB), store *statetest.Redis) {
 	mine(b) // warm both connections before anything is counted
 	other(b)
-	var before map[string]int64
+	var before map[string]benchCmd
 	if store != nil {
 		before = benchCommandStats(b, store)
 	}
@@ -123,19 +123,24 @@ func benchAlternate(b *testing.B, mine, other func(testing.TB), store *statetest
 	}
 }
 
+// benchCmd is what INFO commandstats says of one command: how many
+// times redis-server ran it, and for how long in all.
+type benchCmd struct{ calls, usec int64 }
+
 // benchCommandsPerOp returns, sorted, the commands counted between before
-// and after as "name=calls/n" (those of a health check or of the
-// benchmark itself left out), and their sum per call.
-func benchCommandsPerOp(before, after map[string]int64, n int) ([]string, float64) {
+// and after as "name=calls/n(µs of the server's time per call)" (those of
+// a health check or of the benchmark itself left out), and their sum per
+// call.
+func benchCommandsPerOp(before, after map[string]benchCmd, n int) ([]string, float64) {
 	var out []string
 	total := 0.0
-	for cmd, calls := range after {
-		d := calls - before[cmd]
+	for cmd, st := range after {
+		d := st.calls - before[cmd].calls
 		if d <= 0 || benchBackground(cmd) {
 			continue
 		}
 		total += float64(d) / float64(n)
-		out = append(out, fmt.Sprintf("%s=%.3g", cmd, float64(d)/float64(n)))
+		out = append(out, fmt.Sprintf("%s=%.3g(%.3gµs)", cmd, float64(d)/float64(n), float64(st.usec-before[cmd].usec)/float64(d)))
 	}
 	slices.Sort(out)
 	return out, total
@@ -146,9 +151,9 @@ func benchCommandsPerOp(before, after map[string]int64, n int) ([]string, float6
 // benchmark's own INFO.
 func benchBackground(cmd string) bool { return cmd == "ping" || cmd == "info" }
 
-// benchCommandStats returns how many times redis-server has run each
-// command, by name (cmdstat_evalsha is "evalsha"), from INFO commandstats.
-func benchCommandStats(tb testing.TB, r *statetest.Redis) map[string]int64 {
+// benchCommandStats returns what redis-server has run, by command name
+// (cmdstat_evalsha is "evalsha"), from INFO commandstats.
+func benchCommandStats(tb testing.TB, r *statetest.Redis) map[string]benchCmd {
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -156,7 +161,7 @@ func benchCommandStats(tb testing.TB, r *statetest.Redis) map[string]int64 {
 	if err != nil || len(reply) != 1 {
 		tb.Fatalf("redis-server on %s: INFO commandstats: %v %q", r.Addr(), err, reply)
 	}
-	out := map[string]int64{}
+	out := map[string]benchCmd{}
 	sc := bufio.NewScanner(strings.NewReader(reply[0]))
 	for sc.Scan() {
 		name, rest, ok := strings.Cut(strings.TrimSpace(sc.Text()), ":")
@@ -164,15 +169,20 @@ func benchCommandStats(tb testing.TB, r *statetest.Redis) map[string]int64 {
 		if !ok || !isCmd {
 			continue
 		}
+		var st benchCmd
 		for _, kv := range strings.Split(rest, ",") {
-			if v, ok := strings.CutPrefix(kv, "calls="); ok {
-				n, err := strconv.ParseInt(v, 10, 64)
-				if err != nil {
-					tb.Fatalf("INFO commandstats: %s: %v", sc.Text(), err)
-				}
-				out[name] = n
+			k, v, _ := strings.Cut(kv, "=")
+			field := map[string]*int64{"calls": &st.calls, "usec": &st.usec}[k]
+			if field == nil {
+				continue
 			}
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				tb.Fatalf("INFO commandstats: %s: %v", sc.Text(), err)
+			}
+			*field = n
 		}
+		out[name] = st
 	}
 	return out
 }
