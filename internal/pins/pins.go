@@ -189,7 +189,17 @@ type Store struct {
 	mu     sync.Mutex
 	st     *pinState // nil until loaded; never modified once set (clone)
 	digest [32]byte  // of the file bytes st was read from or written as
-	err    error     // why the file could not be read; st is then nil
+	// err is why the file could not be read last. st is then nil, unless
+	// the store did not answer (state.IsDown): st is then the state last
+	// read, which verifies what it verified, while nothing new is decided
+	// (Round).
+	err error
+	// roundSt and roundErr are what the last Round was built on: a
+	// Refresh that finds anything else reports a change, so that the
+	// catalog is built again (a state first read by Pending, or the end
+	// of an outage, changes what a round hides).
+	roundSt  *pinState
+	roundErr error
 
 	cache map[string]map[string]canonical // by upstream and tool, with the raw bytes each was made from: see Round
 	// missing holds "upstream NUL tool" of pinned tools this process saw
@@ -266,11 +276,14 @@ func (s *Store) reloadLocked() (changed bool) {
 	st, d, err := s.read()
 	if err != nil {
 		changed = s.err == nil || s.err.Error() != err.Error()
-		s.st, s.err = nil, err
+		if !state.IsDown(err) {
+			s.st = nil // unreadable: nothing is verified (fail closed)
+		}
+		s.err = err
 		return changed
 	}
-	changed = s.st == nil || d != s.digest
-	if changed {
+	changed = s.st == nil || d != s.digest || s.err != nil
+	if s.st == nil || d != s.digest {
 		s.st, s.digest = st, d
 	}
 	s.err = nil
@@ -285,6 +298,9 @@ func (s *Store) Refresh() (approved []Event, changed bool, err error) {
 	defer s.mu.Unlock()
 	prev := s.st
 	changed = s.reloadLocked()
+	if s.st != s.roundSt || (s.err == nil) != (s.roundErr == nil) {
+		changed = true // the last round was built on something else
+	}
 	if s.err != nil {
 		return nil, changed, s.err
 	}

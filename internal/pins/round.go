@@ -32,6 +32,7 @@ func (s *Store) Round(quarantine bool) *Round {
 	st, err := s.loaded()
 	s.mu.Lock()
 	cache := s.cache
+	s.roundSt, s.roundErr = st, err
 	s.mu.Unlock()
 	return &Round{s: s, quarantine: quarantine, base: st, err: err, cache: cache}
 }
@@ -82,7 +83,10 @@ func (c *Check) Hide(original, exposed string, raw json.RawMessage) bool {
 	canon, ok := c.canonical(original, raw)
 	c.seen[original] = seenTool{exposed: exposed, c: canon, bad: !ok}
 	if !c.known {
-		return !ok && r.quarantine
+		// First sight. While the store does not answer it cannot be
+		// decided for the fleet (another replica may have pinned the
+		// upstream already): nothing is verified, nothing recorded.
+		return (!ok || r.err != nil) && r.quarantine
 	}
 	if ok && r.base.Upstreams[c.upstream].approved(original, canon.hash) {
 		return false
@@ -160,6 +164,9 @@ func (r *Round) Commit() ([]Event, error) {
 // missing is the store's, under its lock.
 func (c *Check) commit(now time.Time, missing map[string]bool) ([]Event, func(*pinState)) {
 	name := c.upstream
+	if !c.known && c.r.err != nil {
+		return nil, nil // first sight during an outage: decided once it is over
+	}
 	if !c.known {
 		pins := make(map[string][]*Version)
 		for tool, s := range c.seen {

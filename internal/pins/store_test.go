@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/viewmux/viewmux/internal/state"
 	"github.com/viewmux/viewmux/internal/state/statetest"
@@ -83,12 +84,71 @@ func TestStoreDownKeepsVerified(t *testing.T) {
 	if _, err := r.Commit(); err == nil || !state.IsDown(err) {
 		t.Errorf("Commit during the outage = %v; want the store's outage", err)
 	}
+	// A refresh during the outage (the watcher's, the status page's)
+	// keeps what was verified, and decides nothing new.
+	if _, _, err := a.Refresh(); !state.IsDown(err) {
+		t.Errorf("Refresh during the outage = %v; want the store's outage", err)
+	}
+	r = a.Round(true)
+	if r.Upstream("u").Hide("t", "u__t", []byte(def("v1"))) {
+		t.Error("after a refresh during the outage, the verified v1 is hidden")
+	}
+	if !r.Upstream("w").Hide("x", "w__x", []byte(def("w1"))) {
+		t.Error("during the outage, the first sight of an upstream is served: it cannot be decided for the fleet")
+	}
+	r.Commit()
+
 	fresh := NewOn(st)
 	rf := fresh.Round(true)
 	if !rf.Upstream("u").Hide("t", "u__t", []byte(def("v1"))) {
 		t.Error("a replica that starts during the outage serves a definition it could not check")
 	}
 	rf.Commit()
+
+	srv.Start()
+	// The store is back. The replica that started during the outage
+	// reads the pins (here its status page does, Pending) and its next
+	// refresh reports a change, so that its catalog is built again.
+	waitUp(t, st)
+	if _, err := fresh.Pending(); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []*Store{a, fresh} {
+		if _, changed, err := s.Refresh(); err != nil || !changed {
+			t.Errorf("the first Refresh after the outage = changed %v, %v; want a change, for the catalog to be built again", changed, err)
+		}
+	}
+	rf = fresh.Round(true)
+	if rf.Upstream("u").Hide("t", "u__t", []byte(def("v1"))) {
+		t.Error("after the outage, the replica that started during it hides the verified v1")
+	}
+	rf.Commit()
+	r = a.Round(true)
+	if r.Upstream("w").Hide("x", "w__x", []byte(def("w1"))) {
+		t.Error("after the outage, the first sight of an upstream is still hidden")
+	}
+	if _, err := r.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if _, changed, _ := a.Refresh(); changed {
+		// The commit wrote w's pins; the round after them is built on them.
+		a.Round(true).Commit()
+	}
+	if _, changed, err := a.Refresh(); changed || err != nil {
+		t.Errorf("a Refresh with nothing new = changed %v, %v; want no change (no rebuild loop)", changed, err)
+	}
+}
+
+// waitUp waits for the store to answer again.
+func waitUp(t *testing.T, st state.Store) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for !st.Health().Up {
+		if time.Now().After(deadline) {
+			t.Fatal("the store did not come back up")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 func keysOf(m map[string][]string) []string {
