@@ -17,8 +17,10 @@ import (
 // The outage is reported (/status.json, viewmux_state_store_up, a WARN)
 // and widens nothing: a definition that changes during it is not served,
 // a stateless approval cannot be asked (and nothing runs), and a replica
-// started during it serves nothing it cannot check. When redis-server is
-// back, every replica reports it up without a restart.
+// started during it serves nothing it cannot check, while what was
+// verified before it is still served. When redis-server is back, every
+// replica reports it up and serves from the store again without a
+// restart.
 func TestFleetStateOutage(t *testing.T) {
 	t.Parallel()
 	f := newFleetState(t)
@@ -51,6 +53,13 @@ func TestFleetStateOutage(t *testing.T) {
 			t.Errorf("%s viewmux_state_store_up during the outage: %v, want 0", r.ID, v)
 		}
 		itest.WaitStderr(t, r.Mux, "state store is unreachable", 10*time.Second)
+		// What was verified before the outage is still served, from memory.
+		if got := fleetStateListed(t, r.session(t)); !fleetStateHonest(got) || got["rug__other"] == "" {
+			t.Errorf("%s during the outage lists %v, want the verified tools, from memory", r.ID, got)
+		}
+		if got := r.call(t, "rug__other"); !strings.Contains(got, "other ran") {
+			t.Errorf("%s during the outage: call of the verified rug__other: %s", r.ID, got)
+		}
 	}
 
 	// The pull during the outage: the new definition cannot be checked
@@ -99,6 +108,23 @@ func TestFleetStateOutage(t *testing.T) {
 		}
 	}
 	itest.WaitStderr(t, a.Mux, "state store answers again", 10*time.Second)
+
+	// Everything resumes without a restart: the replica that started
+	// during the outage builds its catalog from the store, the pull is
+	// still quarantined everywhere, and an approval reaches all three.
+	c.await(t, "viewmux-c after the outage", fleetStateQuarantined)
+	for _, r := range []*fleetStateReplica{a, b} {
+		if got := fleetStateListed(t, r.session(t)); !fleetStateQuarantined(got) {
+			t.Errorf("%s after the outage lists %v, want lookup still quarantined", r.ID, got)
+		}
+	}
+	code, out, errOut := c.pins(t, "approve", "rug__lookup")
+	if code != 0 || !strings.Contains(out, "approved rug__lookup") {
+		t.Fatalf("pins approve after the outage: exit %d\n%s%s", code, out, errOut)
+	}
+	for _, r := range []*fleetStateReplica{a, b, c} {
+		r.await(t, r.ID+" after the approval", fleetStatePulled)
+	}
 }
 
 // TestFleetStateOutageLogins: with the store down, a login cached in a
