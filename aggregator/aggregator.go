@@ -57,6 +57,11 @@ type Aggregator struct {
 	startErrs map[string]error // upstream → error of its first connection attempt
 
 	closeOnce sync.Once
+	// watchOnce starts, and stopWatch stops, the watch of the store for
+	// users' logins made through other replicas (watchLogins).
+	watchOnce sync.Once
+	stopWatch context.CancelFunc
+	watchDone chan struct{}
 }
 
 // upstreamSet is the configured upstreams at one moment. It is never
@@ -254,6 +259,9 @@ func (a *Aggregator) Start(ctx context.Context) error {
 	}
 	err := g.Wait().ErrorOrNil()
 	a.openListing() // per-user upstreams without an operator login (peruser.go)
+	if a.hasPerUser() {
+		a.watchOnce.Do(a.startWatch)
+	}
 	a.rebuild()
 	return err
 }
@@ -283,6 +291,11 @@ func (a *Aggregator) StartError(name string) error {
 func (a *Aggregator) Close() error {
 	var errs *multierror.Error
 	a.closeOnce.Do(func() {
+		a.watchOnce.Do(func() {}) // a Start after Close watches nothing
+		if a.stopWatch != nil {
+			a.stopWatch()
+			<-a.watchDone
+		}
 		var wg sync.WaitGroup
 		var mu sync.Mutex
 		wg.Go(func() {

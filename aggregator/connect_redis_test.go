@@ -162,3 +162,36 @@ func TestConnectBoundsAcrossReplicas(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestListingAcrossReplicas: with no operator login, a per-user
+// upstream's tools are listed on every replica once a user has connected
+// through any one of them: B lists them from the login alice made
+// through A, without a connect of its own.
+func TestListingAcrossReplicas(t *testing.T) {
+	srv := statetest.StartRedis(t, statetest.Options{})
+	rs := lookupUpstream(t)
+	as := fleet(t, srv, rs.URL(), 2)
+	a, b := as[0], as[1]
+	ctx := context.Background()
+	for _, r := range as {
+		if err := r.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if n := len(r.Snapshot().Tools); n != 0 {
+			t.Fatalf("%d tools listed before anyone connected", n)
+		}
+	}
+	link, err := a.ConnectLink("gh", "oauth:alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	authURL, nonce, err := a.BeginConnect(ctx, "gh", ticketOf(t, link))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := a.FinishConnect(ctx, approveAs(t, authURL, "alice"), nonce); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the tools listed on A, where alice connected", func() bool { return len(a.Snapshot().Tools) > 0 })
+	waitFor(t, "the tools listed on B, from the login in the store", func() bool { return len(b.Snapshot().Tools) > 0 })
+}

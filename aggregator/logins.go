@@ -1,6 +1,9 @@
 package aggregator
 
 import (
+	"context"
+	"strings"
+
 	"github.com/viewmux/viewmux/configs"
 	"github.com/viewmux/viewmux/internal/state"
 	"github.com/viewmux/viewmux/upstream/oauth"
@@ -58,4 +61,55 @@ func (a *Aggregator) loginSealer() *state.Sealer {
 // o completed by loginOptions.
 func (a *Aggregator) newLogin(uc *configs.Upstream, o oauth.Options) *oauth.Client {
 	return oauth.New(uc.Name, uc.URL, *uc.OAuth, a.loginOptions(o))
+}
+
+// startWatch starts watchLogins, until Close.
+func (a *Aggregator) startWatch() {
+	ctx, cancel := context.WithCancel(context.Background())
+	a.stopWatch, a.watchDone = cancel, make(chan struct{})
+	go func() {
+		defer close(a.watchDone)
+		a.watchLogins(ctx)
+	}()
+}
+
+// watchLogins opens the listing connection of a per-user upstream that
+// has none (no operator login: openListing) when a user's login appears
+// in the store, whoever wrote it: a user who connects through another
+// replica makes the upstream's tools listed on this one too, as a connect
+// through this replica does.
+func (a *Aggregator) watchLogins(ctx context.Context) {
+	for key := range a.opts.State.Watch(ctx) {
+		if key != "" && (!oauth.IsLoginKey(key) || !strings.Contains(key, ".user-")) {
+			continue
+		}
+		if a.needsListing() {
+			a.openListing()
+			a.rebuild()
+		}
+	}
+}
+
+// hasPerUser reports whether an upstream has per-user OAuth logins. The
+// config at Start decides whether logins are watched: an upstream made
+// per-user by a reload is listed at the reload, and after a connect
+// through this replica.
+func (a *Aggregator) hasPerUser() bool {
+	for _, u := range a.set.Load().ups {
+		if cfg := u.Config(); cfg.Credentials == configs.CredentialsPerUser && cfg.OAuth != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// needsListing reports whether a per-user upstream has no catalog: only
+// then can a user's new login change what is listed.
+func (a *Aggregator) needsListing() bool {
+	for _, u := range a.set.Load().ups {
+		if cfg := u.Config(); cfg.Credentials == configs.CredentialsPerUser && cfg.OAuth != nil && u.Catalog() == nil {
+			return true
+		}
+	}
+	return false
 }
