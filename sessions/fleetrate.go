@@ -47,6 +47,31 @@ const (
 	censusForget = 10 * time.Minute
 )
 
+// Leases. A replica on a shared store that sees a caller with a high
+// limit takes, in the one script call a call costs anyway, up to
+// leaseDiv-th of the caller's minute (the calls of a tenth of a second at
+// the full rate) and spends them on the caller's next calls for at most
+// leaseFor, without reaching the store. The tokens come out of the
+// fleet's one bucket, so the fleet never allows more than the limit; a
+// lease that runs out of time unspent is lost, which only narrows the
+// limit, by at most a tenth of a second's worth per replica. Below
+// leaseMin calls a lease every call reaches the store. At most leaseMax
+// callers hold a lease at once; past that, new callers take one call at
+// a time.
+const (
+	leaseDiv = 600
+	leaseMin = 2
+	leaseFor = time.Second
+	leaseMax = 4096
+)
+
+// lease is the calls of one caller taken from the fleet's bucket ahead
+// of time.
+type lease struct {
+	left  int
+	until time.Time
+}
+
 // fleetRate is the rate limit of stateless callers. It is safe for
 // concurrent use.
 type fleetRate struct {
@@ -60,9 +85,10 @@ type fleetRate struct {
 	every  time.Duration      // how often the replicas are counted: censusEvery
 
 	mu       sync.Mutex
-	replicas int       // replicas counted when the store last answered; 0: not yet
-	counted  time.Time // when
-	counting bool      // one census at a time
+	leases   map[string]*lease // by bucket key; guarded by mu
+	replicas int               // replicas counted when the store last answered; 0: not yet
+	counted  time.Time         // when
+	counting bool              // one census at a time
 }
 
 func newFleetRate(st state.Store, replica string) *fleetRate {
@@ -91,6 +117,16 @@ func (f *fleetRate) allow(ctx context.Context, key string, perMinute int) rateVe
 		// out the store's timeout first. The store's own monitor sees it
 		// come back within a second.
 		err = &state.DownError{Where: f.store.Where(), Err: fmt.Errorf("down since %s: %s", h.Since.UTC().Format(time.RFC3339), h.Err)}
+	} else if n := perMinute / leaseDiv; f.shared && n >= leaseMin {
+		if f.spend(key) {
+			return rateVerdict{ok: true}
+		}
+		var got int
+		if got, err = f.store.TakeUpTo(ctx, key, perMinute, n); err == nil {
+			f.keep(key, got-1)
+			f.census(ctx)
+			return rateVerdict{ok: got > 0}
+		}
 	} else {
 		var ok bool
 		if ok, err = f.store.Take(ctx, key, perMinute); err == nil {
@@ -108,6 +144,47 @@ func (f *fleetRate) allow(ctx context.Context, key string, perMinute int) rateVe
 	v.share = perMinute / n
 	v.ok = v.share > 0 && f.local.Allow(key, v.share)
 	return v
+}
+
+// spend takes one call of key's lease; false when it has none left.
+func (f *fleetRate) spend(key string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	l := f.leases[key]
+	if l == nil || l.left <= 0 || !time.Now().Before(l.until) {
+		return false
+	}
+	l.left--
+	return true
+}
+
+// keep adds n calls taken from the fleet's bucket to key's lease, for
+// leaseFor.
+func (f *fleetRate) keep(key string, n int) {
+	if n <= 0 {
+		return
+	}
+	now := time.Now()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if l := f.leases[key]; l != nil && now.Before(l.until) {
+		l.left += n // calls of a concurrent take: spend them too
+		return
+	}
+	if f.leases == nil {
+		f.leases = make(map[string]*lease)
+	}
+	if len(f.leases) >= leaseMax {
+		for k, l := range f.leases {
+			if !now.Before(l.until) {
+				delete(f.leases, k)
+			}
+		}
+		if len(f.leases) >= leaseMax {
+			return // the calls are lost: narrower, never wider
+		}
+	}
+	f.leases[key] = &lease{left: n, until: now.Add(leaseFor)}
 }
 
 // census counts the replicas in the store, and writes this one's time

@@ -401,6 +401,25 @@ func testBuckets(t *testing.T, e engine) {
 	if ok, err := a.Take(ctx, key, 0); !ok || err != nil {
 		t.Errorf("Take with no limit = %v, %v", ok, err)
 	}
+
+	// TakeUpTo takes what the bucket holds, at most n, from the same
+	// bucket whichever handle asks.
+	key = unique(t, "lease|profile")
+	if got, err := a.TakeUpTo(ctx, key, 10, 4); got != 4 || err != nil {
+		t.Errorf("TakeUpTo 4 of a full bucket of 10 = %d, %v", got, err)
+	}
+	if got, err := b.TakeUpTo(ctx, key, 10, 100); got != 6 || err != nil {
+		t.Errorf("TakeUpTo 100 of the 6 left = %d, %v; want 6", got, err)
+	}
+	if got, err := a.TakeUpTo(ctx, key, 10, 3); got != 0 || err != nil {
+		t.Errorf("TakeUpTo of an empty bucket = %d, %v; want 0", got, err)
+	}
+	if ok, _ := b.Take(ctx, key, 10); ok {
+		t.Errorf("Take of an emptied bucket passed")
+	}
+	if got, err := a.TakeUpTo(ctx, key, 0, 7); got != 7 || err != nil {
+		t.Errorf("TakeUpTo with no limit = %d, %v; want 7", got, err)
+	}
 }
 
 func testLock(t *testing.T, e engine) {

@@ -250,6 +250,14 @@ func (f *Files) Take(ctx context.Context, key string, perMinute int) (bool, erro
 	return f.limit.Allow(key, perMinute), nil
 }
 
+func (f *Files) TakeUpTo(ctx context.Context, key string, perMinute, n int) (int, error) {
+	got := 0
+	for got < n && f.limit.Allow(key, perMinute) {
+		got++
+	}
+	return got, nil
+}
+
 // Lock holds an advisory lock file of the state directory; ttl does not
 // apply, since the kernel releases the lock of a process that dies.
 func (f *Files) Lock(ctx context.Context, name string, ttl time.Duration) (func(), error) {

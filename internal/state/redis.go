@@ -556,33 +556,40 @@ func pair(res []any) ([]byte, string, bool, error) {
 // takeToken: KEYS bucket; ARGV calls per minute. 1 taken, 0 empty.
 var takeToken = redis.NewScript(luaNow + `
 local cap = tonumber(ARGV[1])
+local want = tonumber(ARGV[2])
 local b = redis.call('HMGET', KEYS[1], 't', 'n')
 local tokens = cap
 if b[1] and b[2] then
   tokens = math.min(cap, tonumber(b[2]) + math.max(0, now - tonumber(b[1])) * cap / 60000)
 end
-local ok = 0
-if tokens >= 1 then
-  tokens = tokens - 1
-  ok = 1
-end
+local got = math.min(want, math.floor(tokens))
+if got < 0 then got = 0 end
+tokens = tokens - got
 redis.call('HSET', KEYS[1], 't', now, 'n', string.format('%.6f', tokens))
 redis.call('PEXPIRE', KEYS[1], 60000)
-return ok
+return got
 `)
 
 func (r *Redis) Take(ctx context.Context, key string, perMinute int) (bool, error) {
+	n, err := r.TakeUpTo(ctx, key, perMinute, 1)
+	return n == 1, err
+}
+
+func (r *Redis) TakeUpTo(ctx context.Context, key string, perMinute, want int) (int, error) {
+	if want < 1 {
+		want = 1
+	}
 	if perMinute <= 0 || key == "" {
-		return true, nil
+		return want, nil
 	}
 	k := r.prefix + "rate:" + ownerHash(key)
 	var n int64
 	err := r.do(ctx, func(ctx context.Context) error {
 		var err error
-		n, err = takeToken.Run(ctx, r.c, []string{k}, perMinute).Int64()
+		n, err = takeToken.Run(ctx, r.c, []string{k}, perMinute, want).Int64()
 		return err
 	})
-	return n == 1, err
+	return int(n), err
 }
 
 // unlockScript deletes a lock only while it holds the caller's token.

@@ -138,6 +138,11 @@ type Buckets interface {
 	// no limit. With several replicas on one store there is one bucket
 	// for all of them.
 	Take(ctx context.Context, key string, perMinute int) (ok bool, err error)
+	// TakeUpTo takes as many calls as the bucket holds, at most n (n >=
+	// 1), in one atomic step: for a caller that keeps a short lease of
+	// the fleet's calls so that not every call reaches the store.
+	// perMinute <= 0 is no limit: n are taken.
+	TakeUpTo(ctx context.Context, key string, perMinute, n int) (got int, err error)
 }
 
 // Health is a store's condition.
