@@ -296,8 +296,11 @@ func (s Store) Delete(ctx context.Context, name string) (removed bool, err error
 }
 
 // refreshLockTTL is how long a replica may hold a login's refresh lock
-// before it lapses (its holder died).
-const refreshLockTTL = 30 * time.Second
+// before it lapses (its holder died). It outlasts the token request,
+// which the client's own timeout (30 seconds by default) cuts, and the
+// save after it, so that a slow authorization server cannot make the
+// lock lapse under a live refresh and let a second replica refresh too.
+const refreshLockTTL = 45 * time.Second
 
 // lockRefresh takes the lock under which the login of the store key name
 // is refreshed: one replica refreshes at a time.
