@@ -2,10 +2,12 @@ package aggregator
 
 import (
 	"context"
+	"slices"
 	"strings"
 
 	"github.com/viewmux/viewmux/configs"
 	"github.com/viewmux/viewmux/internal/state"
+	"github.com/viewmux/viewmux/upstream"
 	"github.com/viewmux/viewmux/upstream/oauth"
 )
 
@@ -90,26 +92,25 @@ func (a *Aggregator) watchLogins(ctx context.Context) {
 	}
 }
 
-// hasPerUser reports whether an upstream has per-user OAuth logins. The
-// config at Start decides whether logins are watched: an upstream made
-// per-user by a reload is listed at the reload, and after a connect
-// through this replica.
-func (a *Aggregator) hasPerUser() bool {
-	for _, u := range a.set.Load().ups {
-		if cfg := u.Config(); cfg.Credentials == configs.CredentialsPerUser && cfg.OAuth != nil {
-			return true
-		}
-	}
-	return false
+// userListed reports whether the upstream uc is listed from its users'
+// stored logins when it has no operator login (openListing): a per-user
+// OAuth upstream.
+func userListed(uc *configs.Upstream) bool {
+	return uc.Credentials == configs.CredentialsPerUser && uc.OAuth != nil
 }
 
-// needsListing reports whether a per-user upstream has no catalog: only
-// then can a user's new login change what is listed.
+// hasPerUser reports whether an upstream is userListed. The config at
+// Start decides whether logins are watched: an upstream made per-user by
+// a reload is listed at the reload, and after a connect through this
+// replica.
+func (a *Aggregator) hasPerUser() bool {
+	return slices.ContainsFunc(a.set.Load().ups, func(u *upstream.Upstream) bool { return userListed(u.Config()) })
+}
+
+// needsListing reports whether a userListed upstream has no catalog:
+// only then can a user's new login change what is listed.
 func (a *Aggregator) needsListing() bool {
-	for _, u := range a.set.Load().ups {
-		if cfg := u.Config(); cfg.Credentials == configs.CredentialsPerUser && cfg.OAuth != nil && u.Catalog() == nil {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(a.set.Load().ups, func(u *upstream.Upstream) bool {
+		return userListed(u.Config()) && u.Catalog() == nil
+	})
 }

@@ -249,7 +249,7 @@ func (a *Aggregator) openUserConn(k userKey, hash string, src *exchangeSource, s
 func (a *Aggregator) openListing() {
 	for _, u := range a.set.Load().ups {
 		cfg := u.Config()
-		if cfg.Credentials != configs.CredentialsPerUser || u.Catalog() != nil || cfg.OAuth == nil {
+		if !userListed(cfg) || u.Catalog() != nil {
 			continue
 		}
 		s := a.users
