@@ -117,21 +117,19 @@ func (f *fleetRate) allow(ctx context.Context, key string, perMinute int) rateVe
 		// out the store's timeout first. The store's own monitor sees it
 		// come back within a second.
 		err = &state.DownError{Where: f.store.Where(), Err: fmt.Errorf("down since %s: %s", h.Since.UTC().Format(time.RFC3339), h.Err)}
-	} else if n := perMinute / leaseDiv; f.shared && n >= leaseMin {
-		if f.spend(key) {
-			return rateVerdict{ok: true}
+	} else {
+		n := 1 // the calls to take: one, or a lease's
+		if l := perMinute / leaseDiv; f.shared && l >= leaseMin {
+			if f.spend(key) {
+				return rateVerdict{ok: true}
+			}
+			n = l
 		}
 		var got int
 		if got, err = f.store.TakeUpTo(ctx, key, perMinute, n); err == nil {
 			f.keep(key, got-1)
 			f.census(ctx)
 			return rateVerdict{ok: got > 0}
-		}
-	} else {
-		var ok bool
-		if ok, err = f.store.Take(ctx, key, perMinute); err == nil {
-			f.census(ctx)
-			return rateVerdict{ok: ok}
 		}
 	}
 	f.mu.Lock()
