@@ -1,8 +1,6 @@
 package sessions
 
 import (
-	"context"
-	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -10,10 +8,8 @@ import (
 	"time"
 
 	"github.com/viewmux/viewmux/aggregator"
-	"github.com/viewmux/viewmux/configs"
 	"github.com/viewmux/viewmux/internal/state"
 	"github.com/viewmux/viewmux/internal/state/statetest"
-	"github.com/viewmux/viewmux/upstream"
 )
 
 // TestStateStoreHealthShows: the state store's condition is on
@@ -25,9 +21,7 @@ func TestStateStoreHealthShows(t *testing.T) {
 	srv := statetest.StartRedis(t, statetest.Options{})
 	st := srv.Open(t, state.RedisOptions{Timeout: 300 * time.Millisecond})
 	up := newUpstreamServer(t, 1)
-	text := fmt.Sprintf(`[upstreams.up]
-url = %q
-[profiles.all]
+	s := newServerWith(t, up.http.URL, `[profiles.all]
 [[auth.tokens]]
 token = "tok-admin"
 profiles = ["all"]
@@ -35,23 +29,7 @@ admin = true
 [[auth.tokens]]
 token = "tok-user"
 profiles = ["all"]
-`, up.http.URL)
-	cfg, err := configs.Parse("store.toml", []byte(text), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	noProbe := func(*configs.Upstream) upstream.Options { return upstream.Options{ProbeInterval: -1} }
-	s, err := New(cfg, Options{Aggregator: aggregator.Options{Upstream: noProbe, State: st}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	agg := s.Aggregator()
-	t.Cleanup(func() { agg.Close() })
-	if err := agg.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	s.MarkStarted()
-	t.Cleanup(func() { s.Shutdown(context.Background()) })
+`, Options{Aggregator: aggregator.Options{State: st}})
 	hs := httptest.NewServer(s.Handler())
 	t.Cleanup(hs.Close)
 	admin := map[string]string{"Authorization": "Bearer tok-admin"}
