@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 
 	"github.com/viewmux/viewmux/internal/jsonrpc"
@@ -81,9 +82,12 @@ func (l *Lines) skipLine(head, body []byte, end bool, err error) (Frame, error) 
 // WriteFrame implements Transport: msg on one line (jsonrpc.OneLine: a
 // line break between its tokens would end it early, and what follows would
 // be read as another message), and a newline, in one write when msg has
-// room for it.
+// room for it. A write that failed before its first byte says ErrNotSent.
 func (l *Lines) WriteFrame(_ context.Context, msg []byte) error {
-	_, err := l.w.Write(append(jsonrpc.OneLine(msg), '\n'))
+	n, err := l.w.Write(append(jsonrpc.OneLine(msg), '\n'))
+	if err != nil && n == 0 {
+		return fmt.Errorf("%w: %w", ErrNotSent, err)
+	}
 	return err
 }
 

@@ -7,7 +7,13 @@
 // Framing belongs to a Transport (newline-delimited for stdio, one
 // message per frame for websocket). A transport bounds each message: one
 // over the limit fails only the call it answers (its id is found without
-// buffering the message), never the connection.
+// buffering the message), never the connection. So does one the engine
+// cannot parse (not JSON, nested too deep): its top-level id is read
+// without parsing the rest, and ends the call it answers at once.
+//
+// A request is written once. A call whose request was written when the
+// connection ended fails with ErrOutcomeUnknown: the upstream may have
+// run it, and nothing sends it again.
 //
 // Results and error data stay the bytes the upstream sent.
 package wire
@@ -73,6 +79,7 @@ func (e *Error) Error() string {
 
 // JSON-RPC error codes the engine answers with.
 const (
+	CodeParseError     = -32700
 	CodeInvalidRequest = -32600
 	CodeMethodNotFound = -32601
 	CodeInternalError  = -32603
@@ -84,7 +91,38 @@ var (
 	ErrClosed = errors.New("connection closed")
 	// ErrTooLarge is what a TooLargeError is (errors.Is).
 	ErrTooLarge = errors.New("result too large")
+	// ErrOutcomeUnknown is what a call fails with (errors.Is), besides
+	// ErrClosed, when the connection ended after its request was written
+	// and before its answer came: the upstream may have received the
+	// request and acted on it, or not. The engine never sends a request
+	// twice, and a caller must not either.
+	ErrOutcomeUnknown = errors.New("the connection ended after the call was sent; it may or may not have run")
+	// ErrNotSent marks (errors.Is) a WriteFrame error after which the
+	// message is known not to have been taken: none of its bytes left (a
+	// dial failed, nothing was written), or the peer refused it whole
+	// before reading it as a request (an SSE endpoint that no longer knows
+	// the session). A call whose write failed so fails with ErrClosed
+	// alone; any other failed write leaves the call's outcome unknown.
+	ErrNotSent = errors.New("nothing was sent")
+	// ErrUnreadable is what an UnreadableError is (errors.Is).
+	ErrUnreadable = errors.New("unreadable answer")
 )
+
+// UnreadableError fails a call whose answer the engine refused to parse
+// (not JSON, nested too deep): its id could be read, the rest not.
+type UnreadableError struct {
+	Reason error // why the answer was refused
+}
+
+func (e *UnreadableError) Error() string {
+	return "sent an answer viewmux cannot read: " + e.Reason.Error()
+}
+
+// Is makes errors.Is(err, ErrUnreadable) hold.
+func (e *UnreadableError) Is(target error) bool { return target == ErrUnreadable }
+
+// Unwrap returns the reason.
+func (e *UnreadableError) Unwrap() error { return e.Reason }
 
 // RefusedError is a WriteFrame error after which the connection stays
 // up: the peer received the message and refused that message alone (an
@@ -202,11 +240,16 @@ func (c *Conn) Err() error {
 	return c.cause
 }
 
-// Call sends a request and returns the upstream's result bytes. A
+// Call sends a request, once, and returns the upstream's result bytes. A
 // JSON-RPC error answer is returned as *Error. When ctx ends first, the
 // upstream is sent notifications/cancelled naming the request's id, and
 // ctx's error is returned. An answer over the size limit fails with
-// ErrTooLarge; a lost connection with ErrClosed.
+// ErrTooLarge, one that cannot be parsed with *UnreadableError, a lost
+// connection with ErrClosed: also ErrOutcomeUnknown once the request may
+// have left. A ctx that ends with a cause that is (or wraps) ErrClosed
+// tells that the connection is gone (its caller watches it by other
+// means, such as a stdio child's exit): the call fails as if the
+// connection had ended, and no cancel notice is sent.
 func (c *Conn) Call(ctx context.Context, method string, params json.RawMessage) (json.RawMessage, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -227,10 +270,15 @@ func (c *Conn) Call(ctx context.Context, method string, params json.RawMessage) 
 	}
 
 	msg := request(id, method, params)
-	if err := c.write(ctx, msg); err != nil {
+	if partial, err := c.write(ctx, msg); err != nil {
 		forget()
+		if partial {
+			return nil, fmt.Errorf("%w: %w", ErrOutcomeUnknown, err)
+		}
 		return nil, err
 	}
+	// From here on the upstream may have the request: a connection that
+	// ends leaves the call's outcome unknown (end answers it so too).
 	select {
 	case a := <-ch:
 		return a.result, a.err
@@ -241,6 +289,9 @@ func (c *Conn) Call(ctx context.Context, method string, params json.RawMessage) 
 			return a.result, a.err
 		default:
 		}
+		if cause := context.Cause(ctx); errors.Is(cause, ErrClosed) {
+			return nil, fmt.Errorf("%w: %w", ErrOutcomeUnknown, cause)
+		}
 		c.cancelNotice(id)
 		return nil, ctx.Err()
 	case <-c.done:
@@ -250,7 +301,7 @@ func (c *Conn) Call(ctx context.Context, method string, params json.RawMessage) 
 			return a.result, a.err
 		default:
 		}
-		return nil, c.closedErr()
+		return nil, fmt.Errorf("%w: %w", ErrOutcomeUnknown, c.closedErr())
 	}
 }
 
@@ -281,34 +332,37 @@ func (c *Conn) cancelNotice(id string) {
 
 // Notify sends a notification; params may be nil.
 func (c *Conn) Notify(ctx context.Context, method string, params json.RawMessage) error {
-	return c.write(ctx, notification(method, params))
+	_, err := c.write(ctx, notification(method, params))
+	return err
 }
 
 // write sends msg through the one writer. ctx bounds the wait for the
-// writer, not the write. A failed write ends the connection.
-func (c *Conn) write(ctx context.Context, msg []byte) error {
+// writer, not the write. A failed write ends the connection; partial
+// reports that the write failed after some of msg may have left (the
+// transport did not say ErrNotSent).
+func (c *Conn) write(ctx context.Context, msg []byte) (partial bool, _ error) {
 	select {
 	case c.wlock <- struct{}{}:
 	case <-ctx.Done():
-		return ctx.Err()
+		return false, ctx.Err()
 	case <-c.done:
-		return c.closedErr()
+		return false, c.closedErr()
 	}
 	defer func() { <-c.wlock }()
 	select {
 	case <-c.done:
-		return c.closedErr()
+		return false, c.closedErr()
 	default:
 	}
 	if err := c.t.WriteFrame(frameCtx{c.life, ctx}, msg); err != nil {
 		var refused *RefusedError
 		if errors.As(err, &refused) {
-			return err
+			return false, err
 		}
 		c.end(fmt.Errorf("write: %w", err), true)
-		return c.closedErr()
+		return !errors.Is(err, ErrNotSent), c.closedErr()
 	}
-	return nil
+	return false, nil
 }
 
 // frameCtx is the ctx of a WriteFrame: the connection's life, for
@@ -339,8 +393,8 @@ func (c *Conn) closedErr() error {
 	return fmt.Errorf("%w: %w", ErrClosed, cause)
 }
 
-// Close ends the connection: pending calls fail with ErrClosed and the
-// transport is closed. It does not wait (a stdio child may take its time
+// Close ends the connection: pending calls fail with ErrClosed (and
+// ErrOutcomeUnknown) and the transport is closed. It does not wait (a stdio child may take its time
 // to exit); Wait does. Idempotent.
 func (c *Conn) Close() error {
 	var err error
@@ -375,7 +429,9 @@ func (c *Conn) end(cause error, report bool) {
 	c.mu.Unlock()
 	c.stop()
 	close(c.done)
-	err := fmt.Errorf("%w: %w", ErrClosed, cause)
+	// Only a call whose request was written reads this answer: one still
+	// waiting to write fails in write, with nothing sent.
+	err := fmt.Errorf("%w: %w: %w", ErrOutcomeUnknown, ErrClosed, cause)
 	for _, ch := range pending {
 		ch <- answer{err: err}
 	}
@@ -478,7 +534,7 @@ func (c *Conn) dispatch(data []byte, tied string) {
 	m, err := jsonrpc.ParseUpstream(data)
 	switch {
 	case err != nil:
-		c.log.Warn("dropping a message from upstream that is not a JSON-RPC object", "err", err)
+		c.unreadable(data, err)
 	case m.Method != "" && m.HasID():
 		c.request(m, tied)
 	case m.Method != "":
@@ -488,6 +544,39 @@ func (c *Conn) dispatch(data []byte, tied string) {
 	default:
 		c.log.Warn("dropping a message from upstream with neither method nor id")
 	}
+}
+
+// unreadable handles a message that does not parse (reason says why):
+// its top-level id, read without parsing the rest (TopLevelID), fails at
+// once the call it answers, or answers the upstream's request it is, so
+// that neither waits for a timeout.
+func (c *Conn) unreadable(data []byte, reason error) {
+	raw, method := TopLevelID(data)
+	if method {
+		if !plainID(raw) {
+			c.log.Warn("dropping a message from upstream that viewmux cannot read", "err", reason)
+			return
+		}
+		c.log.Error("refusing a request from upstream that viewmux cannot read", "err", reason, "id", string(raw))
+		e := &Error{Code: CodeParseError, Message: "viewmux cannot read the request: " + reason.Error()}
+		c.wg.Go(func() { c.respond(raw, nil, e) }) // on the reader: no race with Wait
+		return
+	}
+	id, ok := stringID(raw)
+	if !ok || !c.deliver(id, answer{err: &UnreadableError{Reason: reason}}) {
+		c.log.Warn("dropping a message from upstream that is not a JSON-RPC object", "err", reason, "id", string(raw))
+		return
+	}
+	c.log.Warn("failing the call whose answer viewmux cannot read; the connection stays up", "err", reason, "id", id)
+}
+
+// plainID reports whether raw, an id read from a message that does not
+// parse, is a JSON string or number, which an answer may echo.
+func plainID(raw json.RawMessage) bool {
+	if len(raw) == 0 || jsonrpc.Valid(raw) != nil {
+		return false
+	}
+	return raw[0] == '"' || raw[0] == '-' || raw[0] >= '0' && raw[0] <= '9'
 }
 
 func (c *Conn) response(m *jsonrpc.Message) {
@@ -609,7 +698,7 @@ func (c *Conn) respond(id, result json.RawMessage, e *Error) {
 		}
 		msg = jsonrpc.Response(id, result)
 	}
-	if err := c.write(c.life, msg); err != nil {
+	if _, err := c.write(c.life, msg); err != nil {
 		c.log.Debug("answer to an upstream request not sent", "err", err)
 	}
 }
