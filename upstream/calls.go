@@ -62,15 +62,34 @@ var ErrTooLarge = wire.ErrTooLarge
 // TooLargeError is the error behind ErrTooLarge; it carries the limit.
 type TooLargeError = wire.TooLargeError
 
+// ErrOutcomeUnknown is returned, wrapped with ErrDown and naming the
+// upstream, the method and the target, by a call whose connection ended
+// after its request left: the upstream may have run it, or not. No
+// request that may have reached an upstream is sent again, so the caller
+// is told that it cannot know, rather than that the upstream is down.
+var ErrOutcomeUnknown = wire.ErrOutcomeUnknown
+
+// ErrUnreadable is returned, wrapped and naming the upstream, the method
+// and the target, by a call whose answer viewmux refused to parse (not
+// JSON, nested too deep): the answer's id named the call, so it ends at
+// once rather than at its timeout. The connection stays up.
+var ErrUnreadable = wire.ErrUnreadable
+
+// UnreadableError is the error behind ErrUnreadable; it carries the
+// reason.
+type UnreadableError = wire.UnreadableError
+
 // ErrTimeout is returned, wrapped, by a request the upstream did not answer
 // within call_timeout.
 var ErrTimeout = errors.New("timed out")
 
-// Send forwards req on the current connection and returns the upstream's
-// result bytes. An upstream JSON-RPC error is returned as *RPCError; every
-// other error wraps ErrDown (no connection, or it was lost meanwhile),
-// ErrTimeout (cfg.CallTimeout) or ctx's error, and names the upstream, the
-// method and the target. When ctx ends first, the upstream is told with
+// Send forwards req on the current connection, once, and returns the
+// upstream's result bytes. An upstream JSON-RPC error is returned as
+// *RPCError; every other error wraps ErrDown (no connection, or it was
+// lost meanwhile: then also ErrOutcomeUnknown once the request may have
+// reached the upstream), ErrTimeout (cfg.CallTimeout), ErrTooLarge,
+// ErrUnreadable or ctx's error, and names the upstream, the method and
+// the target. When ctx ends first, the upstream is told with
 // notifications/cancelled (except on 2026-07-28 HTTP, where ending the
 // request's stream is the cancellation). Safe for concurrent use.
 func (u *Upstream) Send(ctx context.Context, req Request) (json.RawMessage, error) {
@@ -135,23 +154,30 @@ func (u *Upstream) downErr(method, target string) error {
 
 // callContext derives a call's ctx from parent: it also ends at CallTimeout
 // (with the cause errCallTimeout) and, when watchConn, as soon as the
-// connection is lost, so that no call waits on a dead connection. An HTTP
+// connection is lost, so that no call waits on a dead connection (with a
+// cause that wraps wire.ErrClosed: the engine then fails a call already
+// sent with ErrOutcomeUnknown, and sends no cancel notice). An HTTP
 // peer's calls need no watch: each of its requests runs under a context of
 // the connection's own, which its loss cancels (httpPeer.call), so a second
 // registration per call on the one connection context, under its lock,
 // would buy nothing. callErr tells a lost connection by c's own ctx.
 func (c *conn) callContext(parent context.Context, watchConn bool) (context.Context, func()) {
-	var ctx context.Context
-	var cancel context.CancelFunc
+	ctx, lose := context.WithCancelCause(parent)
+	cancel := func() { lose(nil) }
 	if d := c.u.cfg.CallTimeout; d > 0 {
-		ctx, cancel = context.WithTimeoutCause(parent, d, errCallTimeout)
-	} else {
-		ctx, cancel = context.WithCancel(parent)
+		var stopTimer context.CancelFunc
+		ctx, stopTimer = context.WithTimeoutCause(ctx, d, errCallTimeout)
+		cancel = func() {
+			stopTimer()
+			lose(nil)
+		}
 	}
 	if !watchConn {
 		return ctx, cancel
 	}
-	stop := context.AfterFunc(c.ctx, cancel)
+	stop := context.AfterFunc(c.ctx, func() {
+		lose(fmt.Errorf("%w: %w", wire.ErrClosed, context.Cause(c.ctx)))
+	})
 	return ctx, func() {
 		stop()
 		cancel()
@@ -163,8 +189,13 @@ func (c *conn) callContext(parent context.Context, watchConn bool) (context.Cont
 func (c *conn) callErr(ctx context.Context, method, target string, err error) error {
 	name := c.u.cfg.Name
 	switch {
-	case errors.Is(err, ErrTooLarge):
+	case errors.Is(err, ErrTooLarge), errors.Is(err, ErrUnreadable):
 		return fmt.Errorf("upstream %q: %s %q: %w", name, method, target, err)
+	case errors.Is(err, ErrOutcomeUnknown):
+		// The request may have reached the upstream: it is not sent
+		// again, and the caller hears that it may have run.
+		c.lost(err)
+		return fmt.Errorf("upstream %q: %s %q: %w: %w", name, method, target, ErrDown, err)
 	case c.ctx.Err() != nil:
 		return fmt.Errorf("upstream %q: %s %q: %w: %w", name, method, target, ErrDown, context.Cause(c.ctx))
 	case isConnectionLoss(err):

@@ -32,6 +32,8 @@ import (
 //	handmadeloop  the same, with a tools/list whose next cursor never ends
 //	modernonly refuse initialize as a 2026-07-28-only server would
 //	scripted  a handwritten server that misbehaves on cue (scriptedServe)
+//	brittle   a handwritten server that dies in a call, or answers one
+//	          with bytes that cannot be read (brittleReply)
 const envServerMode = "VIEWMUX_UPSTREAM_TEST_SERVER"
 
 // envStderr, when set, makes the server write a few stderr lines first,
@@ -68,6 +70,8 @@ func runTestServer(mode string) int {
 	case "scripted":
 		scriptedServe(os.Stdin, os.Stdout)
 		return 0
+	case "brittle":
+		return brittleServe(os.Stdin, os.Stdout)
 	}
 	err := server.NewStdioServer(newTestServer()).Listen(context.Background(), os.Stdin, os.Stdout)
 	if mode == "linger" || mode == "stubborn" {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -211,7 +212,11 @@ func (t *sseTransport) WriteFrame(ctx context.Context, msg []byte) error {
 	tracing.Inject(ctx, req.Header) // the request's, whose values ctx carries (wire.Conn.write)
 	resp, err := t.hc.Do(req)
 	if err != nil {
-		return fmt.Errorf("POST to the SSE message endpoint: %w", bareURLError(err))
+		err = fmt.Errorf("POST to the SSE message endpoint: %w", bareURLError(err))
+		if dialFailed(err) {
+			return fmt.Errorf("%w: %w", wire.ErrNotSent, err)
+		}
+		return err // the message may have reached the server
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
@@ -220,9 +225,18 @@ func (t *sseTransport) WriteFrame(ctx context.Context, msg []byte) error {
 	}
 	err = fmt.Errorf("the SSE message endpoint answered a POST with %s%s", resp.Status, t.excerpt(resp))
 	if sseGone(resp.StatusCode) {
-		return err
+		return fmt.Errorf("%w: %w", wire.ErrNotSent, err) // refused whole: the session is unknown there
 	}
 	return &wire.RefusedError{Err: err}
+}
+
+// dialFailed reports whether err is that of a request that never reached
+// a server: its connection could not be opened (net/http sends a POST's
+// body only on a connection it opened, and retries one on a fresh
+// connection only when it wrote nothing on the first).
+func dialFailed(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
 }
 
 // Close implements wire.Transport: it ends the stream and any POST.
