@@ -400,6 +400,13 @@ func (p *httpPeer) tooLarge() error {
 	return tooLarge
 }
 
+// unreadable is the error of an answer that does not parse, logged.
+func (p *httpPeer) unreadable(reason error) error {
+	err := &wire.UnreadableError{Reason: reason}
+	p.c.u.log.Warn("failing the call whose answer viewmux cannot read; the connection stays up", "err", err)
+	return err
+}
+
 // readJSONTail reads a JSON body of unknown or large size answering
 // request id: up to above bytes of it, then, when it goes on, a Tail of
 // the rest (the caller closes body unless tail is returned). An answer
@@ -502,7 +509,7 @@ func (p *httpPeer) readJSON(loan *Loan, body io.Reader, size int64, id string) (
 func (p *httpPeer) answerJSON(loan *Loan, data []byte, buf *[]byte, id string) (json.RawMessage, *Tail, error) {
 	m, err := jsonrpc.ParseUpstream(data)
 	if err != nil {
-		return nil, nil, fmt.Errorf("the upstream's answer is not a JSON-RPC message: %w", err)
+		return nil, nil, p.unreadable(err) // the body answers the request, whatever its id
 	}
 	if m.Method != "" || !idIs(m.ID, id) {
 		p.w.Dispatch(wire.Frame{Data: data}, id) // not lent: the engine may keep it
@@ -561,6 +568,11 @@ func (p *httpPeer) readAnswer(loan *Loan, s *eventStream, above int64, id string
 			continue
 		}
 		m, perr := jsonrpc.ParseUpstream(f.Data)
+		if perr != nil {
+			if raw, method := wire.TopLevelID(f.Data); !method && idIs(raw, id) {
+				return nil, nil, p.unreadable(perr), true
+			}
+		}
 		if perr == nil && m.Method == "" && idIs(m.ID, id) {
 			res, err := answerOf(m)
 			if buf != nil && err == nil && len(f.Data) > 0 && &f.Data[0] == &(*buf)[0] && !loan.lend(buf) {
