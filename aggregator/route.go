@@ -78,6 +78,12 @@ type UpstreamError struct {
 	// TooLarge is the max_message_bytes the upstream's answer exceeded,
 	// or 0.
 	TooLarge int64
+	// OutcomeUnknown is set when the connection ended after the request
+	// reached the upstream: it may have run, and it is not sent again.
+	OutcomeUnknown bool
+	// Unreadable is why viewmux refused to parse the upstream's answer
+	// (upstream.ErrUnreadable), or "".
+	Unreadable string
 	// Login is true when the upstream wants an OAuth login, or a wider
 	// scope than the stored one grants: an operator must run `viewmux
 	// auth login`; nothing the client does helps.
@@ -114,6 +120,10 @@ func (e *UpstreamError) Public() string {
 		return fmt.Sprintf("upstream %s acts as each caller by exchanging the caller's OAuth access token, and this call was not made with one (a static token cannot be exchanged): sign in with the identity provider", e.Upstream)
 	case e.Anonymous:
 		return fmt.Sprintf("upstream %s acts with each user's own account, and this call carries no identity: viewmux must be set up with [[auth.tokens]] or [auth.oauth] to tell its users apart", e.Upstream)
+	case e.OutcomeUnknown:
+		return fmt.Sprintf("upstream %q closed the connection after receiving the call; it may or may not have run", e.Upstream)
+	case e.Unreadable != "":
+		return fmt.Sprintf("upstream %q sent an answer viewmux cannot read: %s", e.Upstream, e.Unreadable)
 	case e.TooLarge > 0:
 		return fmt.Sprintf("upstream %s answered %s with a result too large: it exceeds max_message_bytes (%d bytes); ask for less, or raise max_message_bytes", e.Upstream, e.Method, e.TooLarge)
 	case e.Timeout > 0:
@@ -130,9 +140,10 @@ func (e *UpstreamError) Public() string {
 // JSON-RPC error and the caller's cancellation pass through unchanged.
 func upstreamErr(name, method string, timeout time.Duration, err error) error {
 	var (
-		rpc *upstream.RPCError
-		big *upstream.TooLargeError
-		own *UpstreamError
+		rpc        *upstream.RPCError
+		big        *upstream.TooLargeError
+		unreadable *upstream.UnreadableError
+		own        *UpstreamError
 	)
 	switch {
 	case err == nil:
@@ -145,6 +156,11 @@ func upstreamErr(name, method string, timeout time.Duration, err error) error {
 		return own
 	case errors.As(err, &big):
 		return &UpstreamError{Upstream: name, Method: method, TooLarge: big.Limit, Err: err}
+	case errors.As(err, &unreadable):
+		return &UpstreamError{Upstream: name, Method: method, Unreadable: unreadable.Reason.Error(), Err: err}
+	case errors.Is(err, upstream.ErrOutcomeUnknown):
+		// Not Temporary: a retry may run the call a second time.
+		return &UpstreamError{Upstream: name, Method: method, OutcomeUnknown: true, Err: err}
 	case errors.As(err, &rpc), errors.Is(err, context.Canceled) && !errors.Is(err, upstream.ErrDown):
 		return err
 	case errors.Is(err, upstream.ErrNeedsLogin), errors.Is(err, upstream.ErrInsufficientScope):

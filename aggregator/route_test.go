@@ -41,3 +41,35 @@ func TestUpstreamErrLogin(t *testing.T) {
 		}
 	}
 }
+
+// TestUpstreamErrOutcomeUnknown: a call whose connection ended after the
+// upstream received it is told so, in these words, and not as an upstream
+// that is restarting (a client that retries may run the call twice).
+func TestUpstreamErrOutcomeUnknown(t *testing.T) {
+	cause := fmt.Errorf("%w: %w: connection closed: stdout closed: EOF", upstream.ErrDown, upstream.ErrOutcomeUnknown)
+	err := upstreamErr("pay", "tools/call", 0, fmt.Errorf("upstream %q: tools/call %q: %w", "pay", "charge", cause))
+	var ue *UpstreamError
+	if !errors.As(err, &ue) || ue.Temporary {
+		t.Fatalf("err = %#v", err)
+	}
+	if pub, want := ue.Public(), `upstream "pay" closed the connection after receiving the call; it may or may not have run`; pub != want {
+		t.Errorf("public text %q, want %q", pub, want)
+	}
+	if !errors.Is(err, upstream.ErrOutcomeUnknown) {
+		t.Error("errors.Is(err, upstream.ErrOutcomeUnknown) = false")
+	}
+}
+
+// TestUpstreamErrUnreadable: an answer viewmux refused to parse is told
+// with the reason, naming the upstream.
+func TestUpstreamErrUnreadable(t *testing.T) {
+	cause := &upstream.UnreadableError{Reason: errors.New("JSON nested deeper than 10000 levels")}
+	err := upstreamErr("deep", "tools/call", 0, fmt.Errorf("upstream %q: tools/call %q: %w", "deep", "t", cause))
+	var ue *UpstreamError
+	if !errors.As(err, &ue) || ue.Temporary {
+		t.Fatalf("err = %#v", err)
+	}
+	if pub, want := ue.Public(), `upstream "deep" sent an answer viewmux cannot read: JSON nested deeper than 10000 levels`; pub != want {
+		t.Errorf("public text %q, want %q", pub, want)
+	}
+}
