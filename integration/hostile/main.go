@@ -15,6 +15,7 @@
 //	-resource URI lists one resource, URI, and can subscribe to it
 //	-starts PATH  appends one line to PATH at each start, so a test can
 //	              count how often the gateway started it
+//	-charges PATH appends one line to PATH for each vanish call read
 //	-http ADDR    serves streamable HTTP on ADDR (POST /mcp) instead of
 //	              stdio: each request is answered on an event stream of
 //	              its own, which carries the notifications its call sends
@@ -34,6 +35,10 @@
 //	                       says so with one tools/list_changed
 //	stop                   ends a flood
 //	stats                  answers "lists=<tools/list requests>"
+//	vanish                 appends a line to the -charges file and exits
+//	                       without answering: a crash after a side effect
+//	                       (stdio only)
+//	deep                   answers with a result nested 200,000 deep
 package main
 
 import (
@@ -60,6 +65,7 @@ type server struct {
 	endless, repeat bool
 	churn           bool
 	resource        string
+	charges         string
 
 	mu  sync.Mutex // serializes writes to out
 	out *bufio.Writer
@@ -78,6 +84,7 @@ func main() {
 	flag.BoolVar(&s.churn, "churn", false, "every tools/list answer differs")
 	flag.StringVar(&s.resource, "resource", "", "one resource URI to list")
 	starts := flag.String("starts", "", "file to append a line to at each start")
+	flag.StringVar(&s.charges, "charges", "", "file to append a line to for each vanish call")
 	addr := flag.String("http", "", "serve streamable HTTP on this address instead of stdio")
 	flag.Parse()
 	s.tools.Store(int64(*tools))
@@ -106,12 +113,25 @@ func main() {
 // sink writes one message to the peer; it reports whether it could.
 type sink func(msg any) bool
 
-// send writes one message to stdout as a line.
-func (s *server) send(msg any) bool {
+// raw is a message written as it is, whatever it holds: encoding/json
+// would refuse one nested deeper than it reads.
+type raw []byte
+
+// encode returns msg's bytes.
+func encode(msg any) []byte {
+	if b, ok := msg.(raw); ok {
+		return b
+	}
 	b, err := json.Marshal(msg)
 	if err != nil {
 		panic(err)
 	}
+	return b
+}
+
+// send writes one message to stdout as a line.
+func (s *server) send(msg any) bool {
+	b := encode(msg)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.out.Write(b)
@@ -139,11 +159,7 @@ func (s *server) serveHTTP(w http.ResponseWriter, req *http.Request) {
 	w.WriteHeader(http.StatusOK)
 	f, _ := w.(http.Flusher)
 	s.handle(r, func(msg any) bool {
-		b, err := json.Marshal(msg)
-		if err != nil {
-			panic(err)
-		}
-		if _, err := fmt.Fprintf(w, "event: message\ndata: %s\n\n", b); err != nil {
+		if _, err := fmt.Fprintf(w, "event: message\ndata: %s\n\n", encode(msg)); err != nil {
 			return false
 		}
 		if f != nil {
@@ -219,7 +235,7 @@ func (s *server) listPage(params json.RawMessage) map[string]any {
 	fmt.Sscanf(p.Cursor, "c%d", &start)
 	var items []any
 	if start == 0 {
-		for _, n := range []string{"echo", "flood", "chatter", "progress", "spoof", "grow", "stop", "stats"} {
+		for _, n := range []string{"echo", "flood", "chatter", "progress", "spoof", "grow", "stop", "stats", "vanish", "deep"} {
 			items = append(items, tool(n))
 		}
 		if s.churn {
@@ -296,6 +312,15 @@ func (s *server) call(r request, w sink) {
 		result(w, r.ID, text("stopped"))
 	case "stats":
 		result(w, r.ID, text(fmt.Sprintf("lists=%d", s.lists.Load())))
+	case "vanish":
+		if f, err := os.OpenFile(s.charges, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600); err == nil {
+			fmt.Fprintln(f, "charge")
+			f.Close()
+		}
+		os.Exit(3)
+	case "deep":
+		const depth = 200000
+		w(raw(`{"jsonrpc":"2.0","id":` + string(r.ID) + `,"result":` + strings.Repeat("[", depth) + strings.Repeat("]", depth) + `}`))
 	default:
 		w(map[string]any{"jsonrpc": "2.0", "id": r.ID, "error": map[string]any{"code": -32602, "message": "no tool " + p.Name}})
 	}
