@@ -1,5 +1,7 @@
 package wire
 
+import "bytes"
+
 // idScanner finds the top-level "id" of a JSON-RPC message fed to it in
 // pieces, keeping only that value: what a message over the size limit
 // needs so that only its own call fails, without buffering the message.
@@ -40,10 +42,51 @@ func (s *idScanner) ID() []byte {
 	return s.id
 }
 
-// Feed scans b, a continuation of what was fed before.
+// Feed scans b, a continuation of what was fed before. Bytes no state
+// depends on are crossed in runs rather than stepped through one by one:
+// the inside of a string nobody reads (up to its next quote or
+// backslash), and below the top level everything but strings and
+// brackets. Each byte is looked at a bounded number of times.
 func (s *idScanner) Feed(b []byte) {
-	for _, c := range b {
-		s.step(c)
+	quote := -1 // the index of the next quote in b at or after i; len(b) when none
+	for i := 0; i < len(b); {
+		switch {
+		case s.inString && !s.escape && !s.capturing && !s.inKey:
+			if quote < i {
+				if quote = bytes.IndexByte(b[i:], '"'); quote < 0 {
+					quote = len(b)
+				} else {
+					quote += i
+				}
+			}
+			if bs := bytes.IndexByte(b[i:quote], '\\'); bs >= 0 {
+				i += bs
+			} else {
+				i = quote
+			}
+			if i == len(b) {
+				return
+			}
+		case !s.inString && s.depth > 1 && !s.capturing && !s.wantValue:
+			for ; i < len(b) && s.depth > 1 && b[i] != '"'; i++ {
+				switch b[i] {
+				case '{', '[':
+					s.depth++
+					s.expectKey = false
+				case '}', ']':
+					s.depth--
+				}
+			}
+			if i == len(b) {
+				return
+			}
+			if s.depth <= 1 {
+				continue // back at the top level: step from here
+			}
+			// b[i] starts a string: step it
+		}
+		s.step(b[i])
+		i++
 	}
 }
 

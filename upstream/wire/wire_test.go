@@ -29,6 +29,8 @@ func TestIDScanner(t *testing.T) {
 		{"object id is none", `{"id":{"x":1},"result":1}`, ``, false},
 		{"overlong id", `{"id":"` + strings.Repeat("a", 500) + `","result":1}`, ``, false},
 		{"garbage", `not json at all`, ``, false},
+		{"brackets and quotes in nested strings", `{"result":[{"s":"a]\"}[","id":"inner"},["\\\\",{"t":"}}}"}]],"id":"outer"}`, `"outer"`, false},
+		{"method after nesting", `{"id":"s2","params":[[[{"method":"no"}]]],"method":"roots/list"}`, `"s2"`, true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
