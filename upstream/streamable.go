@@ -569,7 +569,7 @@ func (p *httpPeer) readAnswer(loan *Loan, s *eventStream, above int64, id string
 		}
 		m, perr := jsonrpc.ParseUpstream(f.Data)
 		if perr != nil {
-			if raw, method := wire.TopLevelID(f.Data); !method && idIs(raw, id) {
+			if raw, method := jsonrpc.TopLevelID(f.Data); !method && idIs(raw, id) {
 				return nil, nil, p.unreadable(perr), true
 			}
 		}

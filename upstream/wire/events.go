@@ -6,6 +6,8 @@ import (
 	"errors"
 	"io"
 	"sync"
+
+	"github.com/viewmux/viewmux/internal/jsonrpc"
 )
 
 // ReadEvent reads the next message of a text/event-stream body: the data
@@ -25,7 +27,7 @@ func ReadEvent(r *bufio.Reader, limit int64) (Frame, error) {
 func ReadEventInto(r *bufio.Reader, limit int64, dst func(n int) []byte) (Frame, error) {
 	var (
 		data      blocks
-		s         idScanner
+		s         jsonrpc.IDScanner
 		over      bool
 		haveData  bool
 		event     []byte
@@ -71,15 +73,15 @@ func ReadEventInto(r *bufio.Reader, limit int64, dst func(n int) []byte) (Frame,
 			typ := string(event)
 			if haveData && (typ == "" || typ == "message") {
 				if over {
-					s.Feed([]byte{'\n'})
-					return Frame{Oversize: true, ID: s.ID(), Method: s.hasMethod}, nil
+					id, method := s.End()
+					return Frame{Oversize: true, ID: id, Method: method}, nil
 				}
 				if !data.blank() {
 					return Frame{Data: data.join(dst)}, nil
 				}
 			}
 			data.release()
-			s, over, haveData, event = idScanner{}, false, false, nil
+			s, over, haveData, event = jsonrpc.IDScanner{}, false, false, nil
 			continue
 		}
 		name, value, found := bytes.Cut(body, []byte(":"))
@@ -142,7 +144,7 @@ func (d *blocks) each(fn func([]byte)) {
 	}
 }
 
-func (d *blocks) feed(s *idScanner) { d.each(func(b []byte) { s.Feed(b) }) }
+func (d *blocks) feed(s *jsonrpc.IDScanner) { d.each(func(b []byte) { s.Feed(b) }) }
 
 // blank reports whether the data is only whitespace.
 func (d *blocks) blank() bool {

@@ -60,7 +60,7 @@ func (l *Lines) ReadFrame() (Frame, error) {
 
 // skipLine reads the rest of a line over the limit, keeping only its id.
 func (l *Lines) skipLine(head, body []byte, end bool, err error) (Frame, error) {
-	var s idScanner
+	var s jsonrpc.IDScanner
 	s.Feed(head)
 	s.Feed(body)
 	for !end {
@@ -75,8 +75,8 @@ func (l *Lines) skipLine(head, body []byte, end bool, err error) (Frame, error) 
 		}
 		s.Feed(chunk)
 	}
-	s.Feed([]byte{'\n'}) // ends an id that is the last member
-	return Frame{Oversize: true, ID: s.ID(), Method: s.hasMethod}, nil
+	id, method := s.End()
+	return Frame{Oversize: true, ID: id, Method: method}, nil
 }
 
 // WriteFrame implements Transport: msg on one line (jsonrpc.OneLine: a
@@ -106,7 +106,7 @@ func ReadMessage(r io.Reader, limit int64) (Frame, error) {
 	if int64(len(msg)) <= limit {
 		return Frame{Data: msg}, nil
 	}
-	var s idScanner
+	var s jsonrpc.IDScanner
 	s.Feed(msg)
 	buf := make([]byte, 32<<10)
 	for {
@@ -119,6 +119,6 @@ func ReadMessage(r io.Reader, limit int64) (Frame, error) {
 			return Frame{}, err
 		}
 	}
-	s.Feed([]byte{'\n'})
-	return Frame{Oversize: true, ID: s.ID(), Method: s.hasMethod}, nil
+	id, method := s.End()
+	return Frame{Oversize: true, ID: id, Method: method}, nil
 }

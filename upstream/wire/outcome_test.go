@@ -8,8 +8,6 @@ import (
 	"io"
 	"strings"
 	"testing"
-
-	"github.com/viewmux/viewmux/internal/jsonrpc"
 )
 
 // nested is a JSON value n arrays deep.
@@ -80,23 +78,6 @@ func TestUnreadableRequestAnswered(t *testing.T) {
 	}
 }
 
-// TestTopLevelIDBounded: the id of a message too deep to parse is found
-// in one pass, before or after the nesting, and one inside it is not the
-// message's.
-func TestTopLevelIDBounded(t *testing.T) {
-	t.Parallel()
-	deep := strings.Repeat(`{"id":"inner","a":`, 100000) + "1" + strings.Repeat("}", 100000)
-	for _, tc := range []struct{ in, id string }{
-		{`{"id":"viewmux-1","result":` + deep + `}`, `"viewmux-1"`},
-		{`{"result":` + deep + `,"id":"viewmux-2"}`, `"viewmux-2"`},
-		{`{"result":` + deep + `}`, ``},
-	} {
-		if id, method := TopLevelID([]byte(tc.in)); string(id) != tc.id || method {
-			t.Errorf("TopLevelID(%.40q…) = %s, %v; want %s", tc.in, id, method, tc.id)
-		}
-	}
-}
-
 // TestOutcomeUnknownOnlyAfterSend: a call whose request was written when
 // the connection ended fails with ErrOutcomeUnknown; one made on a
 // connection already gone, or whose write provably sent nothing, fails
@@ -145,36 +126,4 @@ func TestOutcomeUnknownOnlyAfterSend(t *testing.T) {
 			t.Fatalf("err = %v, want ErrClosed alone", err)
 		}
 	})
-}
-
-// BenchmarkUnreadableAnswer is what an answer that does not parse costs:
-// the parse viewmux makes of every answer (ParseUpstream, which refuses
-// it), then TopLevelID, which finds the call it answers. Compare the
-// ns/op of the two sub-benchmarks, for an answer nested 200,000 deep and
-// for one of 16 MiB with the id after its (broken) result.
-func BenchmarkUnreadableAnswer(b *testing.B) {
-	for _, in := range []struct {
-		name string
-		msg  []byte
-	}{
-		{"deep", []byte(`{"jsonrpc":"2.0","id":"viewmux-1","result":` + nested(200000) + `}`)},
-		{"16MiB", []byte(`{"jsonrpc":"2.0","result":{"content":[{"type":"text","text":"` + strings.Repeat("x", 16<<20) + `"}],"broken":},"id":"viewmux-1"}`)},
-	} {
-		b.Run(in.name+"/parse", func(b *testing.B) {
-			b.SetBytes(int64(len(in.msg)))
-			for b.Loop() {
-				if _, err := jsonrpc.ParseUpstream(in.msg); err == nil {
-					b.Fatal("parsed")
-				}
-			}
-		})
-		b.Run(in.name+"/toplevelid", func(b *testing.B) {
-			b.SetBytes(int64(len(in.msg)))
-			for b.Loop() {
-				if id, _ := TopLevelID(in.msg); string(id) != `"viewmux-1"` {
-					b.Fatalf("id = %s", id)
-				}
-			}
-		})
-	}
 }

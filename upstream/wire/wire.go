@@ -547,11 +547,11 @@ func (c *Conn) dispatch(data []byte, tied string) {
 }
 
 // unreadable handles a message that does not parse (reason says why):
-// its top-level id, read without parsing the rest (TopLevelID), fails at
+// its top-level id, read without parsing the rest (jsonrpc.TopLevelID), fails at
 // once the call it answers, or answers the upstream's request it is, so
 // that neither waits for a timeout.
 func (c *Conn) unreadable(data []byte, reason error) {
-	raw, method := TopLevelID(data)
+	raw, method := jsonrpc.TopLevelID(data)
 	if method {
 		if !plainID(raw) {
 			c.log.Warn("dropping a message from upstream that viewmux cannot read", "err", reason)

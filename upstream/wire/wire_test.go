@@ -11,48 +11,6 @@ import (
 	"time"
 )
 
-func TestIDScanner(t *testing.T) {
-	cases := []struct {
-		name, in, id string
-		method       bool
-	}{
-		{"string id first", `{"id":"viewmux-7","jsonrpc":"2.0","result":{}}`, `"viewmux-7"`, false},
-		{"id after result", `{"jsonrpc":"2.0","result":{"id":"inner","content":[{"id":1}]},"id":"viewmux-9"}`, `"viewmux-9"`, false},
-		{"numeric id", `{"jsonrpc":"2.0","id":42,"result":{}}`, `42`, false},
-		{"id last without space", `{"result":{},"id":"a"}`, `"a"`, false},
-		{"numeric id last", `{"result":{},"id":12}`, `12`, false},
-		{"spaces", `{ "id" : "x" , "result" : 1 }`, `"x"`, false},
-		{"escaped quote in a value", `{"result":"a\"id\":\"no","id":"yes"}`, `"yes"`, false},
-		{"no id", `{"jsonrpc":"2.0","result":{"id":"inner"}}`, ``, false},
-		{"request", `{"jsonrpc":"2.0","id":"s1","method":"sampling/createMessage","params":{}}`, `"s1"`, true},
-		{"key with escape is not id", `{"\u0069d":"x","result":1}`, ``, false},
-		{"object id is none", `{"id":{"x":1},"result":1}`, ``, false},
-		{"overlong id", `{"id":"` + strings.Repeat("a", 500) + `","result":1}`, ``, false},
-		{"garbage", `not json at all`, ``, false},
-		{"brackets and quotes in nested strings", `{"result":[{"s":"a]\"}[","id":"inner"},["\\\\",{"t":"}}}"}]],"id":"outer"}`, `"outer"`, false},
-		{"method after nesting", `{"id":"s2","params":[[[{"method":"no"}]]],"method":"roots/list"}`, `"s2"`, true},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			// Fed one byte at a time and whole: the result must not depend
-			// on where the pieces break.
-			for _, step := range []int{1, 3, len(tc.in)} {
-				var s idScanner
-				for i := 0; i < len(tc.in); i += step {
-					s.Feed([]byte(tc.in[i:min(i+step, len(tc.in))]))
-				}
-				s.Feed([]byte{'\n'})
-				if got := string(s.ID()); got != tc.id {
-					t.Errorf("step %d: id = %q, want %q", step, got, tc.id)
-				}
-				if s.hasMethod != tc.method {
-					t.Errorf("step %d: method = %v, want %v", step, s.hasMethod, tc.method)
-				}
-			}
-		})
-	}
-}
-
 // peer is the upstream end of a Lines transport: the test reads what the
 // Conn wrote and writes what the upstream says.
 type peer struct {

@@ -1,16 +1,23 @@
-package wire
+package jsonrpc
 
-import "bytes"
+import (
+	"bytes"
+	"encoding/json"
+)
 
-// idScanner finds the top-level "id" of a JSON-RPC message fed to it in
-// pieces, keeping only that value: what a message over the size limit
-// needs so that only its own call fails, without buffering the message.
-// It also notes whether the message has a top-level "method" (a request
-// or notification from the peer, never an answer to one of our calls).
+// IDScanner finds the top-level "id" of a JSON-RPC message fed to it in
+// pieces, keeping only that value: what a message over a size limit
+// needs so that only its own call fails, without buffering the message,
+// and what a message too deep or too broken to parse needs so that its
+// call still ends. It also notes whether the message has a top-level
+// "method" (a request or notification from the peer, never an answer).
 //
 // It is a tolerant state machine, not a validator: on input that is not
-// JSON it finds nothing, or an id that matches no call.
-type idScanner struct {
+// JSON it finds nothing, or an id that matches no call. It never
+// recurses, keeps at most maxIDBytes of the id and maxKeyBytes of a key,
+// and looks at each byte a bounded number of times, however deep the
+// nesting. The zero value is ready; it is not safe for concurrent use.
+type IDScanner struct {
 	depth     int
 	inString  bool
 	escape    bool
@@ -33,13 +40,25 @@ const maxIDBytes = 128
 // maxKeyBytes bounds a captured top-level key ("id", "method").
 const maxKeyBytes = 8
 
-// ID returns the top-level id's raw bytes, or nil when none was found (or
-// it was longer than any id viewmux mints).
-func (s *idScanner) ID() []byte {
+// End ends the message and returns its top-level id's raw bytes (nil
+// when none was found, or it was longer than any id viewmux mints) and
+// whether it has a top-level method.
+func (s *IDScanner) End() (id json.RawMessage, method bool) {
+	s.step('\n') // ends an id that is the last member
 	if !s.found || s.overflow {
-		return nil
+		return nil, s.hasMethod
 	}
-	return s.id
+	return s.id, s.hasMethod
+}
+
+// TopLevelID returns the top-level id of data, a whole message that need
+// not be valid JSON, and whether it has a top-level method, without
+// parsing the rest (IDScanner): how the answer to a call is still found
+// in a message Parse or ParseUpstream refuses.
+func TopLevelID(data []byte) (id json.RawMessage, method bool) {
+	var s IDScanner
+	s.Feed(data)
+	return s.End()
 }
 
 // Feed scans b, a continuation of what was fed before. Bytes no state
@@ -47,7 +66,7 @@ func (s *idScanner) ID() []byte {
 // the inside of a string nobody reads (up to its next quote or
 // backslash), and below the top level everything but strings and
 // brackets. Each byte is looked at a bounded number of times.
-func (s *idScanner) Feed(b []byte) {
+func (s *IDScanner) Feed(b []byte) {
 	quote := -1 // the index of the next quote in b at or after i; len(b) when none
 	for i := 0; i < len(b); {
 		switch {
@@ -90,7 +109,7 @@ func (s *idScanner) Feed(b []byte) {
 	}
 }
 
-func (s *idScanner) step(c byte) {
+func (s *IDScanner) step(c byte) {
 	if s.inString {
 		if s.capturing {
 			s.keep(c)
@@ -167,7 +186,7 @@ func (s *idScanner) step(c byte) {
 	}
 }
 
-func (s *idScanner) keep(c byte) {
+func (s *IDScanner) keep(c byte) {
 	if len(s.id) >= maxIDBytes {
 		s.overflow = true
 		return
