@@ -24,12 +24,12 @@ import (
 // the listings and pings are answered as a well-behaved server does
 // (sessionless, 2025-11-25, JSON bodies, no GET stream), and each
 // tools/call is answered by onCall, which writes any bytes to the
-// connection and returns false to close it. It counts the calls of each
-// tool it received.
+// connection and returns false to close it (initialize too by onInit,
+// when set). It counts the calls of each tool it received.
 type hostileHTTP struct {
-	url    string
-	ln     net.Listener
-	onCall func(conn net.Conn, tool, id string) bool
+	url            string
+	ln             net.Listener
+	onInit, onCall func(conn net.Conn, tool, id string) bool
 
 	mu    sync.Mutex
 	calls map[string]int
@@ -39,11 +39,18 @@ type hostileHTTP struct {
 
 func serveHostileHTTP(t *testing.T, onCall func(conn net.Conn, tool, id string) bool) *hostileHTTP {
 	t.Helper()
+	return serveHostileInit(t, nil, onCall)
+}
+
+// serveHostileInit is serveHostileHTTP with initialize answered by
+// onInit (nil: as a well-behaved server does).
+func serveHostileInit(t *testing.T, onInit, onCall func(conn net.Conn, tool, id string) bool) *hostileHTTP {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &hostileHTTP{url: "http://" + ln.Addr().String() + "/mcp", ln: ln, onCall: onCall, calls: map[string]int{}}
+	s := &hostileHTTP{url: "http://" + ln.Addr().String() + "/mcp", ln: ln, onInit: onInit, onCall: onCall, calls: map[string]int{}}
 	s.wg.Go(func() {
 		for {
 			conn, err := ln.Accept()
@@ -114,6 +121,12 @@ func (s *hostileHTTP) serve(conn net.Conn) {
 		id, _ := m.ID.(string)
 		switch m.Method {
 		case "initialize":
+			if s.onInit != nil {
+				if !s.onInit(conn, "", id) {
+					return
+				}
+				continue
+			}
 			io.WriteString(conn, jsonAnswer(id, `{"protocolVersion":"2025-11-25","capabilities":{"tools":{}},"serverInfo":{"name":"hostile","version":"1"}}`))
 		case "tools/list":
 			io.WriteString(conn, jsonAnswer(id, `{"tools":[{"name":"charge","inputSchema":{"type":"object"}},{"name":"echo","inputSchema":{"type":"object"}}]}`))
@@ -284,16 +297,17 @@ func TestHTTPUnreadBytesNeverAnswer(t *testing.T) {
 	}
 }
 
-// TestHTTPHeaderBound: a response head past 10 MB (a header line the
-// upstream streams without end) fails the call with an error naming the
-// upstream and the bound, without reading it all.
-func TestHTTPHeaderBound(t *testing.T) {
-	t.Parallel()
-	const line = 64 << 20
-	sent := make(chan int64, 1)
-	s := serveHostileHTTP(t, func(conn net.Conn, tool, id string) bool {
+// bigHead answers with a header line of line bytes, streamed, then the
+// rest of an answer of result; it sends what it wrote to sent.
+func bigHead(line int64, result string, sent chan<- int64) func(conn net.Conn, tool, id string) bool {
+	return func(conn net.Conn, tool, id string) bool {
 		var n int64
-		defer func() { sent <- n }()
+		defer func() {
+			select {
+			case sent <- n:
+			default: // a reconnect's: the test reads the first
+			}
+		}()
 		io.WriteString(conn, "HTTP/1.1 200 OK\r\nX-Big: ")
 		chunk := []byte(strings.Repeat("a", 64<<10))
 		for n < line {
@@ -303,9 +317,19 @@ func TestHTTPHeaderBound(t *testing.T) {
 				return false
 			}
 		}
-		io.WriteString(conn, "\r\n"+strings.TrimPrefix(jsonAnswer(id, textResult("big")), "HTTP/1.1 200 OK\r\n"))
+		io.WriteString(conn, "\r\n"+strings.TrimPrefix(jsonAnswer(id, result), "HTTP/1.1 200 OK\r\n"))
 		return true
-	})
+	}
+}
+
+// TestHTTPHeaderBound: a response head past 10 MB (a header line the
+// upstream streams without end) fails the call with an error naming the
+// upstream and the bound, without reading it all.
+func TestHTTPHeaderBound(t *testing.T) {
+	t.Parallel()
+	const line = 64 << 20
+	sent := make(chan int64, 1)
+	s := serveHostileHTTP(t, bigHead(line, textResult("big"), sent))
 	u := startHostile(t, "bighead", s)
 	_, err := call(u, "charge")
 	if err == nil || !strings.Contains(err.Error(), `upstream "bighead"`) || !strings.Contains(err.Error(), "headers exceed 10485760 bytes") {
@@ -327,7 +351,12 @@ func TestHTTPInformationalBound(t *testing.T) {
 	sent := make(chan int, 1)
 	s := serveHostileHTTP(t, func(conn net.Conn, tool, id string) bool {
 		n := 0
-		defer func() { sent <- n }()
+		defer func() {
+			select {
+			case sent <- n:
+			default:
+			}
+		}()
 		bw := bufio.NewWriter(conn)
 		for ; n < flood; n++ {
 			if _, err := bw.WriteString("HTTP/1.1 103 Early Hints\r\nLink: </style.css>; rel=preload\r\n\r\n"); err != nil {
@@ -344,5 +373,28 @@ func TestHTTPInformationalBound(t *testing.T) {
 	}
 	if n := <-sent; n == flood {
 		t.Fatalf("the upstream wrote all %d 103 responses: they were read past the bound", flood)
+	}
+}
+
+// TestHTTPHeaderBoundAtConnect: the bound holds for initialize too, so an
+// upstream cannot grow viewmux by its answer to the handshake: the connect
+// fails with an error naming the upstream and the bound.
+func TestHTTPHeaderBoundAtConnect(t *testing.T) {
+	t.Parallel()
+	const line = 64 << 20
+	sent := make(chan int64, 1)
+	s := serveHostileInit(t, bigHead(line, `{"protocolVersion":"2025-11-25","capabilities":{},"serverInfo":{"name":"h","version":"1"}}`, sent), nil)
+	cfg := &configs.Upstream{Name: "bighello", Transport: configs.TransportHTTP, URL: s.url, Protocol: "2025-11-25",
+		ConnectTimeout: 10 * time.Second, CallTimeout: 30 * time.Second, MaxMessageBytes: 16 << 20}
+	u := New(cfg, fastOptions(&logSink{}))
+	t.Cleanup(func() { u.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	err := u.Start(ctx)
+	if err == nil || !strings.Contains(err.Error(), `upstream "bighello"`) || !strings.Contains(err.Error(), "headers exceed 10485760 bytes") {
+		t.Fatalf("a %d-byte header line answering initialize: Start = %v, want an error naming the upstream and the bound", line, err)
+	}
+	if n := <-sent; n >= line {
+		t.Fatalf("the upstream wrote all %d bytes of its header line: it was read past the bound", n)
 	}
 }
