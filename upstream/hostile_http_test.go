@@ -398,3 +398,35 @@ func TestHTTPHeaderBoundAtConnect(t *testing.T) {
 		t.Fatalf("the upstream wrote all %d bytes of its header line: it was read past the bound", n)
 	}
 }
+
+// TestHTTPRedirectedCallNotReplayed: a call redirected to another origin
+// goes through Go's own Transport (h1 serves only the upstream's origin),
+// and holds the same rule there: the other origin reads it on a reused
+// connection and drops it; it reaches that origin once, and the call's
+// outcome is told as unknown.
+func TestHTTPRedirectedCallNotReplayed(t *testing.T) {
+	t.Parallel()
+	other := serveHostileHTTP(t, func(conn net.Conn, tool, id string) bool {
+		if tool == "warm" {
+			io.WriteString(conn, jsonAnswer(id, textResult("warm")))
+			return true
+		}
+		return false
+	})
+	s := serveHostileHTTP(t, func(conn net.Conn, tool, id string) bool {
+		io.WriteString(conn, "HTTP/1.1 307 Temporary Redirect\r\nLocation: "+other.url+"\r\nContent-Length: 0\r\n\r\n")
+		return true
+	})
+	u := startHostile(t, "moved", s)
+	if got, err := call(u, "warm"); err != nil || got != "warm" { // the other origin's connection is reused from here
+		t.Fatalf("a redirected call: %q, %v", got, err)
+	}
+	_, err := call(u, "charge")
+	const want = `upstream "moved" closed the connection after receiving the call; it may or may not have run`
+	if err == nil || !strings.Contains(err.Error(), want) || !errors.Is(err, ErrOutcomeUnknown) {
+		t.Errorf("dropped redirected call: error %v, want ErrOutcomeUnknown saying %q", err, want)
+	}
+	if n := other.callsOf("charge"); n != 1 {
+		t.Fatalf("the other origin received the call of charge %d times, want once", n)
+	}
+}
