@@ -236,3 +236,79 @@ func TestInformationalBound(t *testing.T) {
 		t.Fatalf("the upstream wrote all %d 103 responses: the client read on past the bound", flood)
 	}
 }
+
+// TestRetryNothingWritten: a request whose reused connection takes none
+// of its bytes (here the client's own side was shut for writing, a state
+// the idle check cannot see) is sent again on a new connection, once:
+// that is the one failure after which the upstream provably never saw it.
+func TestRetryNothingWritten(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := "http://" + ln.Addr().String() + "/mcp"
+	var requests atomic.Int64
+	hold := make(chan struct{})
+	var wg sync.WaitGroup
+	t.Cleanup(func() {
+		ln.Close()
+		close(hold)
+		wg.Wait()
+	})
+	wg.Go(func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Go(func() {
+				defer conn.Close()
+				br := bufio.NewReader(conn)
+				for {
+					req, err := http.ReadRequest(br)
+					if err != nil {
+						<-hold // keep the connection open: the client sees no close
+						return
+					}
+					io.Copy(io.Discard, req.Body)
+					io.WriteString(conn, answer(fmt.Sprintf(`{"n":%d}`, requests.Add(1))))
+				}
+			})
+		}
+	})
+	var mu sync.Mutex
+	var dialed []*net.TCPConn
+	fallback := http.DefaultTransport.(*http.Transport).Clone()
+	fallback.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+		if err == nil {
+			mu.Lock()
+			dialed = append(dialed, c.(*net.TCPConn))
+			mu.Unlock()
+		}
+		return c, err
+	}
+	tr := New(url, fallback)
+	t.Cleanup(tr.CloseIdleConnections)
+	resp, err := post(t, context.Background(), tr, url, "{}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	readAll(t, resp)
+	mu.Lock()
+	dialed[0].CloseWrite()
+	mu.Unlock()
+	resp, err = post(t, context.Background(), tr, url, "{}")
+	if err != nil {
+		t.Fatalf("a request its reused connection took nothing of: %v, want it sent again", err)
+	}
+	if got := readAll(t, resp); got != `{"n":2}` {
+		t.Fatalf("answered %q, want {\"n\":2}", got)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if n := requests.Load(); n != 2 || len(dialed) != 2 {
+		t.Fatalf("%d requests on %d connections, want 2 on 2", n, len(dialed))
+	}
+}
