@@ -9,11 +9,14 @@ import (
 	"fmt"
 	"io"
 	"mime"
+	"net"
 	"net/http"
+	"net/http/httptrace"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
@@ -21,6 +24,7 @@ import (
 	"github.com/viewmux/viewmux/configs"
 	"github.com/viewmux/viewmux/internal/jsonrpc"
 	"github.com/viewmux/viewmux/internal/tracing"
+	"github.com/viewmux/viewmux/upstream/h1"
 	"github.com/viewmux/viewmux/upstream/wire"
 )
 
@@ -68,6 +72,32 @@ var errLegacyEndpoint = errors.New("the endpoint refused the POST")
 
 // errUnauthorized is the error of a request answered with 401.
 var errUnauthorized = errors.New("unauthorized (401)")
+
+// ErrOutcomeUnknown is what a call fails with (errors.Is) when its
+// request may have reached the upstream but the answer never came whole:
+// the upstream may or may not have acted on it. Such a call is never sent
+// again.
+var ErrOutcomeUnknown = errors.New("the connection ended after the call was sent; it may or may not have run")
+
+// unansweredError is ErrOutcomeUnknown for one upstream, in the words
+// its client is told.
+type unansweredError struct{ upstream string }
+
+func (e *unansweredError) Error() string {
+	return fmt.Sprintf("upstream %q closed the connection after receiving the call; it may or may not have run", e.upstream)
+}
+
+func (e *unansweredError) Unwrap() error { return ErrOutcomeUnknown }
+
+// connectionEnded reports whether err, from a request or from reading its
+// answer, is the connection failing under it rather than a refusal of
+// what the upstream sent (too large, malformed).
+func connectionEnded(err error) bool {
+	var op *net.OpError
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
+		errors.Is(err, net.ErrClosed) || errors.As(err, &op)
+}
 
 // httpPeer is one streamable HTTP connection: an optional session, the
 // engine that answers the upstream's requests, and the calls in flight.
@@ -343,7 +373,20 @@ func (s *eventStream) close() {
 // With tailAbove > 0, a JSON answer whose result is larger than
 // tailAbove bytes is not read: tail is the result, positioned at its first
 // byte, for the caller to read and close.
-func (p *httpPeer) exchange(ctx context.Context, loan *Loan, tailAbove int64, id, method string, params json.RawMessage, header http.Header) (_ json.RawMessage, _ *eventStream, tail *Tail, _ error) {
+//
+// A request whose bytes may have left (its headers were written) and
+// whose connection failed before the answer came whole fails with
+// ErrOutcomeUnknown; one whose connection failed before that (the dial)
+// fails as it did.
+func (p *httpPeer) exchange(ctx context.Context, loan *Loan, tailAbove int64, id, method string, params json.RawMessage, header http.Header) (_ json.RawMessage, _ *eventStream, tail *Tail, err error) {
+	var wrote atomic.Bool
+	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{WroteHeaders: func() { wrote.Store(true) }})
+	defer func() {
+		if err != nil && ctx.Err() == nil && wrote.Load() && !errors.Is(err, h1.ErrNotSent) && connectionEnded(err) {
+			p.c.u.log.Warn("the upstream closed the connection after receiving a call; it is not sent again", "method", method, "err", err)
+			err = &unansweredError{upstream: p.c.u.cfg.Name}
+		}
+	}()
 	resp, err := p.send(ctx, http.MethodPost, requestBytes(id, method, params), header, method)
 	if err != nil {
 		return nil, nil, nil, err
@@ -844,6 +887,22 @@ func appendJSONString(b []byte, s string) []byte {
 	return append(b, q...)
 }
 
+// readFull reads r into b until b is full or r fails. Unlike io.ReadFull
+// it returns r's own error, io.EOF for an end before b is full: an
+// io.ErrUnexpectedEOF is then the body's (cut short before its announced
+// length or its last chunk), never a body shorter than b.
+func readFull(r io.Reader, b []byte) (int, error) {
+	n := 0
+	for n < len(b) {
+		m, err := r.Read(b[n:])
+		n += m
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
 // chunkPool holds the buffers readAll reads bodies of unknown length into.
 var chunkPool = sync.Pool{New: func() any { return new([64 << 10]byte) }}
 
@@ -865,8 +924,8 @@ func readAll(r io.Reader, size, max int64, pooled bool) (data []byte, buf *[]byt
 		} else {
 			b = make([]byte, size, size+1)
 		}
-		n, err := io.ReadFull(r, b)
-		if err == io.ErrUnexpectedEOF || err == io.EOF {
+		n, err := readFull(r, b)
+		if err == io.EOF {
 			return b[:n:n], buf, nil
 		}
 		if err != nil {
@@ -890,13 +949,13 @@ func readAll(r io.Reader, size, max int64, pooled bool) (data []byte, buf *[]byt
 		c := chunkPool.Get().(*[64 << 10]byte)
 		chunks = append(chunks, c)
 		n := 0
-		n, err = io.ReadFull(r, c[:])
+		n, err = readFull(r, c[:])
 		total, last = total+n, n
 		if err != nil {
 			break
 		}
 	}
-	if err == io.EOF || err == io.ErrUnexpectedEOF {
+	if err == io.EOF {
 		err = nil
 	}
 	parts := make([][]byte, len(chunks), len(chunks)+1)

@@ -8,20 +8,26 @@ import "syscall"
 // blocking: an idle connection has nothing to read, so data, an end of
 // file or an error all mean it cannot carry a request.
 func (pc *persistConn) open() bool {
-	sc, ok := pc.conn.(syscall.Conn)
-	if !ok {
-		return true
+	if pc.raw == nil {
+		sc, ok := pc.conn.(syscall.Conn)
+		if !ok {
+			return true
+		}
+		raw, err := sc.SyscallConn()
+		if err != nil {
+			return false
+		}
+		pc.raw, pc.peek = raw, pc.peekFD // made once: open runs before every reuse
 	}
-	raw, err := sc.SyscallConn()
-	if err != nil {
-		return false
-	}
-	alive := false
+	pc.alive = false
+	return pc.raw.Read(pc.peek) == nil && pc.alive
+}
+
+// peekFD sets pc.alive to whether fd has nothing to read yet; it never
+// waits.
+func (pc *persistConn) peekFD(fd uintptr) bool {
 	var b [1]byte
-	err = raw.Read(func(fd uintptr) bool {
-		n, _, rerr := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-		alive = n < 0 && (rerr == syscall.EAGAIN || rerr == syscall.EWOULDBLOCK)
-		return true // never wait
-	})
-	return err == nil && alive
+	n, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+	pc.alive = n < 0 && (err == syscall.EAGAIN || err == syscall.EWOULDBLOCK)
+	return true
 }
