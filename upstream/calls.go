@@ -193,7 +193,12 @@ func (c *conn) callErr(ctx context.Context, method, target string, err error) er
 		return fmt.Errorf("upstream %q: %s %q: %w", name, method, target, err)
 	case errors.Is(err, ErrOutcomeUnknown):
 		// The request may have reached the upstream: it is not sent
-		// again, and the caller hears that it may have run.
+		// again, and the caller hears that it may have run. One HTTP
+		// exchange cut off is one TCP connection lost, not the upstream.
+		var cut *unansweredError
+		if errors.As(err, &cut) {
+			return fmt.Errorf("upstream %q: %s %q: %w", name, method, target, err)
+		}
 		c.lost(err)
 		return fmt.Errorf("upstream %q: %s %q: %w: %w", name, method, target, ErrDown, err)
 	case c.ctx.Err() != nil:

@@ -73,12 +73,6 @@ var errLegacyEndpoint = errors.New("the endpoint refused the POST")
 // errUnauthorized is the error of a request answered with 401.
 var errUnauthorized = errors.New("unauthorized (401)")
 
-// ErrOutcomeUnknown is what a call fails with (errors.Is) when its
-// request may have reached the upstream but the answer never came whole:
-// the upstream may or may not have acted on it. Such a call is never sent
-// again.
-var ErrOutcomeUnknown = errors.New("the connection ended after the call was sent; it may or may not have run")
-
 // unansweredError is ErrOutcomeUnknown for one upstream, in the words
 // its client is told.
 type unansweredError struct{ upstream string }
