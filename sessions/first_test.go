@@ -21,7 +21,8 @@ import (
 // firstContactServer is viewmux with the bench upstream up and a
 // per-user upstream lin (one tool, lookup) behind the test authorization
 // server, nobody connected; alice and bob may see everything, carol's
-// profile shows upstream up only, and dave's the toolset lin only.
+// profile shows upstream up only, dave's the toolset lin only, erin's
+// read-only tools only, and fred's names lin__lookup alone.
 func firstContactServer(t *testing.T) (*Server, *oauthtest.Server) {
 	t.Helper()
 	mcpSrv := server.NewMCPServer("lin", "1.0.0", server.WithToolCapabilities(true))
@@ -41,6 +42,11 @@ state_dir = %q
 upstreams = ["up"]
 [profiles.linonly]
 toolsets = ["lin"]
+[profiles.ro]
+read_only = true
+allow = ["up__*", "lin__*"]
+[profiles.named]
+allow = ["lin__lookup"]
 [[auth.tokens]]
 token = "tok-alice"
 profiles = ["p"]
@@ -53,6 +59,12 @@ profiles = ["uponly"]
 [[auth.tokens]]
 token = "tok-dave"
 profiles = ["linonly"]
+[[auth.tokens]]
+token = "tok-erin"
+profiles = ["ro"]
+[[auth.tokens]]
+token = "tok-fred"
+profiles = ["named"]
 `, as.URL(), t.TempDir())), as
 }
 
@@ -108,6 +120,12 @@ func TestConnectFirstContact(t *testing.T) {
 	}
 	if names := peerTools(t, openMCPPeer(t, hs, "Bearer tok-dave")); !slices.Equal(names, []string{"lin__connect"}) {
 		t.Fatalf("a profile of lin's toolset: %v, want its placeholder", names)
+	}
+	if names := peerTools(t, openMCPPeer(t, hs, "Bearer tok-erin")); !slices.Contains(names, "lin__connect") {
+		t.Fatalf("a read-only profile: %v, want the placeholder (it is read-only)", names)
+	}
+	if names := peerTools(t, openMCPPeer(t, hs, "Bearer tok-fred")); len(names) != 0 {
+		t.Fatalf("a profile that names lin__lookup alone: %v, want nothing before lin lists it", names)
 	}
 	carol := openMCPPeer(t, hs, "Bearer tok-carol")
 	if names := peerTools(t, carol); slices.Contains(names, "lin__connect") {
