@@ -195,3 +195,47 @@ func TestListingAcrossReplicas(t *testing.T) {
 	waitFor(t, "the tools listed on A, where alice connected", func() bool { return listsOnly("gh__lookup")(a.Snapshot()) })
 	waitFor(t, "the tools listed on B, from the login in the store", func() bool { return listsOnly("gh__lookup")(b.Snapshot()) })
 }
+
+// TestListingKeptAcrossReplicas: the listing alice's connection made
+// through A is kept in the fleet's store, sealed; a replica started
+// afterwards lists the upstream's tools at once, though no user's login
+// is left in the store to list them with.
+func TestListingKeptAcrossReplicas(t *testing.T) {
+	srv := statetest.StartRedis(t, statetest.Options{})
+	rs := lookupUpstream(t)
+	as := fleet(t, srv, rs.URL(), 2)
+	a, c := as[0], as[1]
+	ctx := context.Background()
+	if err := a.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	link, err := a.ConnectLink("gh", "oauth:alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	connectAs(t, a, link, "alice")
+	waitFor(t, "the tools listed on A", func() bool { return listsOnly("gh__lookup")(a.Snapshot()) })
+	var kept []string
+	waitFor(t, "the listing kept in the store", func() bool {
+		dump, err := srv.Dump(ctx)
+		kept = dump["viewmux:doc:"+listingKey("gh")]
+		return err == nil && kept != nil
+	})
+	if v := strings.Join(kept, " "); !strings.Contains(v, "vmx1.") || strings.Contains(v, "lookup") {
+		t.Fatalf("the stored listing is not sealed: %q", kept)
+	}
+	dump, _ := srv.Dump(ctx)
+	for k := range dump {
+		if strings.HasPrefix(k, "viewmux:doc:oauth-gh.user-") {
+			if _, err := srv.Do(ctx, "DEL", k); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !listsOnly("gh__lookup")(c.Snapshot()) {
+		t.Fatalf("a replica started after: %v, want gh__lookup from the stored listing", toolNames(c.Snapshot()))
+	}
+}

@@ -117,7 +117,7 @@ func (a *Aggregator) callPlaceholder(ctx context.Context, cl Client, e *filter.E
 type listings struct {
 	mu      sync.Mutex
 	byName  map[string]*listing // the newest known: live, or read from the store
-	live    map[string]string   // upstream → digest of the last live listing seen here
+	live    map[string]string   // upstream → source and digest of the last live listing seen here
 	pending map[string]*listing // live listings not yet written
 	// writeMu serializes writes, so that the newest pending listing is
 	// the last one written.
@@ -199,14 +199,13 @@ func digestOf(raws []json.RawMessage) string {
 // other's in turn).
 func (l *listings) keep(uc *configs.Upstream, cat *upstream.Catalog) {
 	raws := toolsOf(cat)
-	d := digestOf(raws)
+	d, src := digestOf(raws), listingSource(uc)
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.live[uc.Name] == d {
+	if l.live[uc.Name] == src+d {
 		return
 	}
-	l.live[uc.Name] = d
-	src := listingSource(uc)
+	l.live[uc.Name] = src + d
 	if cur := l.byName[uc.Name]; cur != nil && cur.digest == d && cur.source == src {
 		return // the stored listing: nothing to write
 	}
