@@ -13,7 +13,9 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 
+	"github.com/viewmux/viewmux/configs"
 	"github.com/viewmux/viewmux/filter"
+	"github.com/viewmux/viewmux/upstream"
 	"github.com/viewmux/viewmux/upstream/oauth"
 	"github.com/viewmux/viewmux/upstream/oauth/oauthtest"
 )
@@ -315,5 +317,28 @@ func TestPlaceholderNamedLikeATool(t *testing.T) {
 	rs.Unlock()
 	if len(calls) != 1 || calls[0].Subject != "alice" {
 		t.Fatalf("the upstream's calls: %+v", calls)
+	}
+}
+
+// TestPlaceholderGivesWay: the placeholder of an unprefixed per-user
+// upstream is named connect, and gives way to another upstream's tool of
+// that name, whichever upstream comes first, with no collision reported;
+// it passes none of its upstream's rules, nor counts among its tools.
+func TestPlaceholderGivesWay(t *testing.T) {
+	namer := Namer{Separator: "__", MaxLength: 64}
+	placeholder := func(name, prefix string, rules configs.RuleSet) *source {
+		src := testSource(name, prefix, nil, rules, nil, map[string][]string{"issues": {"*issue*"}})
+		src.placeholder = true
+		return src
+	}
+	other := testSource("b", "", &upstream.Catalog{Tools: []mcp.Tool{{Name: "connect"}}}, configs.RuleSet{}, nil, nil)
+	snap := build(1, namer, []*source{placeholder("a", "", configs.RuleSet{}), other})
+	if e := snap.Tool("connect"); e == nil || e.Placeholder || e.Upstream != "b" || len(snap.Conflicts) != 0 || len(snap.Tools) != 1 {
+		t.Fatalf("connect is %+v, conflicts %v", e, snap.Conflicts)
+	}
+	snap = build(1, namer, []*source{placeholder("gh", "gh", configs.RuleSet{Allow: []string{"search_*"}})})
+	e := snap.Tool("gh__connect")
+	if e == nil || !e.Placeholder || snap.Upstreams[0].Tools != 0 || strings.Join(e.Toolsets, ",") != "gh,gh/issues" {
+		t.Fatalf("the placeholder of an upstream whose rules allow search_* only: %+v, status %+v", e, snap.Upstreams[0])
 	}
 }

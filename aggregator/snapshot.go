@@ -216,7 +216,9 @@ func build(version uint64, namer Namer, sources []*source) *Snapshot {
 	}
 	// A placeholder (first.go) is not one of the upstream's tools: its
 	// rules, which select among those, do not see it, nor does it count
-	// among its tools; it takes its name like them.
+	// among its tools, and it claims its name after every tool, renamed
+	// or not, giving way to any that has it.
+	var placeholders []candidate
 	// Tools an override renames claim their names after every tool that
 	// has its name from its upstream: a rename never takes a name away.
 	var renamed []candidate
@@ -252,7 +254,7 @@ func build(version uint64, namer Namer, sources []*source) *Snapshot {
 		st := &s.Upstreams[i]
 		*st = UpstreamStatus{Name: src.cfg.Name, Required: src.cfg.Required, State: src.state}
 		if src.placeholder {
-			claim(candidate{e: src.placeholderEntry(namer), local: placeholderName, st: st, src: src})
+			placeholders = append(placeholders, candidate{e: src.placeholderEntry(namer), local: placeholderName, st: st, src: src})
 		}
 		if src.catalog == nil {
 			continue
@@ -274,6 +276,11 @@ func build(version uint64, namer Namer, sources []*source) *Snapshot {
 	}
 	for _, c := range renamed {
 		claim(c)
+	}
+	for _, c := range placeholders {
+		if s.byName[c.e.Tool.Name] == nil {
+			claim(c)
+		}
 	}
 	slices.SortFunc(s.Tools, func(a, b *filter.Entry) int { return strings.Compare(a.Tool.Name, b.Tool.Name) })
 	s.buildResources(namer, ns, sources)
