@@ -342,3 +342,36 @@ func TestPlaceholderGivesWay(t *testing.T) {
 		t.Fatalf("the placeholder of an upstream whose rules allow search_* only: %+v, status %+v", e, snap.Upstreams[0])
 	}
 }
+
+// TestPlaceholderByElicitation: a client that takes URL elicitation,
+// calling the placeholder, is asked to open its own connect link; once
+// the user has connected the call answers that the account is connected,
+// and the upstream's tools replace the placeholder.
+func TestPlaceholderByElicitation(t *testing.T) {
+	rs := lookupUpstream(t)
+	cfg := perUserConfig(t, rs.URL())
+	cfg.Server.StateDir = t.TempDir()
+	opts, wait := changes(t, Options{})
+	a := New(cfg, opts)
+	defer a.Close()
+	if err := a.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ph := a.Snapshot().Tool("gh__connect")
+	if ph == nil || !ph.Placeholder {
+		t.Fatalf("no placeholder: %v", toolNames(a.Snapshot()))
+	}
+	cl := &elicitClient{testClient: testClient{session: "S", caller: "oauth:alice"}}
+	cl.answer = func(p mcp.ElicitationParams) string {
+		if _, who := linkIn(t, a, p.URL); p.Mode != mcp.ElicitationModeURL || who != "oauth:alice" {
+			t.Errorf("elicitation %+v for %q", p, who)
+			return "cancel"
+		}
+		connectAs(t, a, p.URL, "alice")
+		return "accept"
+	}
+	if text, isError := callText(t, a, cl, ph); isError || !strings.Contains(text, "is connected") || len(cl.asked) != 1 {
+		t.Fatalf("after connecting through the elicitation: isError %v, asked %d: %s", isError, len(cl.asked), text)
+	}
+	wait("the upstream's tools replace the placeholder", a, listsOnly("gh__lookup"))
+}
