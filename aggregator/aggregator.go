@@ -363,12 +363,9 @@ func (a *Aggregator) publish() {
 		if cfg := u.Config(); userListed(cfg) {
 			// first.go: the last listing stands in for a live one, and
 			// the placeholder for a listing nobody has made yet.
-			switch {
-			case src.catalog != nil:
+			if src.catalog != nil {
 				a.listings.keep(cfg, src.catalog)
-			case a.listings.get(cfg) != nil:
-				src.catalog = a.listings.get(cfg)
-			default:
+			} else if src.catalog = a.listings.get(cfg); src.catalog == nil {
 				src.placeholder = true
 			}
 		}

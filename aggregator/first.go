@@ -230,14 +230,19 @@ const listingTimeout = 5 * time.Second
 
 // saveListings writes the live listings not written yet to the store,
 // sealed when [state] has an encryption key. A listing that cannot be
-// written stays pending, for the next rebuild.
+// written, or while the store is down, stays pending: for the next
+// rebuild, or the store's return (watchLogins).
 func (a *Aggregator) saveListings() {
 	l := a.listings
-	if st := a.keptState(); st == nil {
+	st := a.keptState()
+	if st == nil {
 		l.mu.Lock()
 		clear(l.pending) // nowhere to keep them: this process's memory only
 		l.mu.Unlock()
 		return
+	}
+	if h := st.Health(); !h.Up && !h.Since.IsZero() {
+		return // known down: not waited on at each rebuild
 	}
 	l.writeMu.Lock()
 	defer l.writeMu.Unlock()
@@ -245,7 +250,6 @@ func (a *Aggregator) saveListings() {
 	todo := l.pending
 	l.pending = make(map[string]*listing)
 	l.mu.Unlock()
-	st := a.keptState()
 	for name, k := range todo {
 		val, err := json.Marshal(storedListing{Source: k.source, Tools: k.cat.RawTools})
 		if err == nil {

@@ -94,6 +94,8 @@ func (a *Aggregator) watchLogins(ctx context.Context) {
 	for key := range a.opts.State.Watch(ctx) {
 		if (key == "" || isListingKey(key)) && a.loadListings(ctx) {
 			a.rebuild() // a listing another replica kept (first.go)
+		} else if key == "" {
+			a.saveListings() // the store may be back: what it missed
 		}
 		if key != "" && (!oauth.IsLoginKey(key) || !strings.Contains(key, ".user-")) {
 			continue
