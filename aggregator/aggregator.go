@@ -356,7 +356,7 @@ func (a *Aggregator) publish() {
 		src.placeholder = false
 		if src.catalog == nil && u.Config().PerUser() {
 			// No operator login: a connected user's listing, if any.
-			if cat, st := a.userCatalog(u.Name()); cat != nil {
+			if cat, st := a.userCatalog(u); cat != nil {
 				src.catalog, src.state = cat, st
 			}
 		}

@@ -375,3 +375,46 @@ func TestPlaceholderByElicitation(t *testing.T) {
 	}
 	wait("the upstream's tools replace the placeholder", a, listsOnly("gh__lookup"))
 }
+
+// TestListingFollowsURL: a reload that moves the upstream to another url
+// shows the placeholder again (the kept listing is of the old url), and
+// the listing made there is kept under the new url, though its tools are
+// the same.
+func TestListingFollowsURL(t *testing.T) {
+	rs := lookupUpstream(t)
+	cfg := perUserConfig(t, rs.URL())
+	dir := t.TempDir()
+	cfg.Server.StateDir = dir
+	opts, wait := changes(t, Options{})
+	a := New(cfg, opts)
+	defer a.Close()
+	ctx := context.Background()
+	if err := a.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	link, _ := a.ConnectLink("gh", "oauth:alice")
+	connectAs(t, a, link, "alice")
+	wait("the tools listed", a, listsOnly("gh__lookup"))
+
+	moved := *cfg
+	up := *cfg.Upstreams[0]
+	up.URL += "?v=2"
+	moved.Upstreams = []*configs.Upstream{&up}
+	a.Reload(ctx, &moved)
+	wait("the placeholder of the moved upstream", a, listsOnly("gh__connect"))
+	link, _ = a.ConnectLink("gh", "oauth:alice")
+	connectAs(t, a, link, "alice")
+	wait("the tools listed at the new url", a, listsOnly("gh__lookup"))
+	if err := a.Close(); err != nil { // and whatever it was writing written
+		t.Fatal(err)
+	}
+	stored := func() string {
+		b, _ := os.ReadFile(filepath.Join(dir, listingKey("gh")))
+		var sd storedListing
+		json.Unmarshal(b, &sd)
+		return sd.Source
+	}
+	if got := stored(); got != listingSource(&up) {
+		t.Fatalf("the kept listing is of %s, want the new url's %s", got, listingSource(&up))
+	}
+}
