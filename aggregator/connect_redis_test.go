@@ -199,12 +199,13 @@ func TestListingAcrossReplicas(t *testing.T) {
 // TestListingKeptAcrossReplicas: the listing alice's connection made
 // through A is kept in the fleet's store, sealed; a replica started
 // afterwards lists the upstream's tools at once, though no user's login
-// is left in the store to list them with.
+// is left in the store to list them with. A plain listing written in the
+// store by someone without the key is refused.
 func TestListingKeptAcrossReplicas(t *testing.T) {
 	srv := statetest.StartRedis(t, statetest.Options{})
 	rs := lookupUpstream(t)
-	as := fleet(t, srv, rs.URL(), 2)
-	a, c := as[0], as[1]
+	as := fleet(t, srv, rs.URL(), 3)
+	a, c, d := as[0], as[1], as[2]
 	ctx := context.Background()
 	if err := a.Start(ctx); err != nil {
 		t.Fatal(err)
@@ -237,5 +238,16 @@ func TestListingKeptAcrossReplicas(t *testing.T) {
 	}
 	if !listsOnly("gh__lookup")(c.Snapshot()) {
 		t.Fatalf("a replica started after: %v, want gh__lookup from the stored listing", toolNames(c.Snapshot()))
+	}
+
+	forged := `{"source":"` + listingSource(c.set.Load().byName["gh"].Config()) + `","tools":[{"name":"forged","inputSchema":{"type":"object"}}]}`
+	if _, err := srv.Do(ctx, "HSET", "viewmux:doc:"+listingKey("gh"), "v", forged); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !listsOnly("gh__connect")(d.Snapshot()) {
+		t.Fatalf("a replica started on a forged plain listing: %v, want the placeholder", toolNames(d.Snapshot()))
 	}
 }

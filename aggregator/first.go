@@ -307,7 +307,8 @@ func (a *Aggregator) loadListings(ctx context.Context) bool {
 }
 
 // readListing reads the stored listing of uc; nil when there is none,
-// or none of its url.
+// or none of its url. A plain one is refused from a shared store when
+// [state] has an encryption key.
 func (a *Aggregator) readListing(ctx context.Context, st state.Store, uc *configs.Upstream) (*listing, error) {
 	ctx, cancel := context.WithTimeout(ctx, listingTimeout)
 	defer cancel()
@@ -324,7 +325,9 @@ func (a *Aggregator) readListing(ctx context.Context, st state.Store, uc *config
 		if val, err = sl.Open(key, val); err != nil {
 			return nil, fmt.Errorf("%s: %w", key, err)
 		}
-	case sl != nil:
+	case sl != nil && st.Engine() != "files":
+		// As for logins: a shared store takes sealed listings only, so
+		// that nobody without the key writes tool definitions there.
 		return nil, fmt.Errorf("%s: not sealed, and this gateway seals what it keeps there: refused", key)
 	}
 	var sd storedListing
