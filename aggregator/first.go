@@ -144,7 +144,7 @@ func newListings() *listings {
 	return &listings{byName: make(map[string]*listing), live: make(map[string]string), pending: make(map[string]*listing)}
 }
 
-// listingPrefixKey starts the document key of a stored listing:
+// listingKeyPrefix starts the document key of a stored listing:
 // listing-NAME.json.
 const listingKeyPrefix = "listing-"
 
@@ -175,6 +175,7 @@ func toolsOf(cat *upstream.Catalog) []json.RawMessage {
 	return raws
 }
 
+// encodeItem encodes a definition held only decoded ({} if it cannot be).
 func encodeItem(v any) json.RawMessage {
 	b, err := json.Marshal(v)
 	if err != nil {
