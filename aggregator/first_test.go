@@ -20,16 +20,18 @@ import (
 	"github.com/viewmux/viewmux/upstream/oauth/oauthtest"
 )
 
-// changes returns Options whose Change hook hands every new snapshot to
-// the returned channel, and a wait for the first snapshot that satisfies
-// cond: the test waits on the aggregator's events, not on time.
+// changes returns Options whose Change hook signals each new snapshot,
+// and a wait until the current snapshot satisfies cond, checked at each
+// signal: the test waits on the aggregator's events, not on time. (A
+// snapshot published before the wait began must not satisfy it: only the
+// current one is looked at.)
 func changes(t *testing.T, opts Options) (Options, func(what string, a *Aggregator, cond func(*Snapshot) bool)) {
 	t.Helper()
-	ch := make(chan *Snapshot, 256)
-	opts.Hooks.Change = func(_, s *Snapshot) {
+	ch := make(chan struct{}, 1)
+	opts.Hooks.Change = func(_, _ *Snapshot) {
 		select {
-		case ch <- s:
-		default: // the wait reads the current snapshot too
+		case ch <- struct{}{}:
+		default: // a signal is pending already
 		}
 	}
 	return opts, func(what string, a *Aggregator, cond func(*Snapshot) bool) {
@@ -40,8 +42,8 @@ func changes(t *testing.T, opts Options) (Options, func(what string, a *Aggregat
 		stop := time.After(20 * time.Second) // a hang, not a timing assertion
 		for {
 			select {
-			case s := <-ch:
-				if cond(s) || cond(a.Snapshot()) {
+			case <-ch:
+				if cond(a.Snapshot()) {
 					return
 				}
 			case <-stop:
