@@ -48,10 +48,13 @@ type Aggregator struct {
 	version uint64
 	snap    atomic.Pointer[Snapshot]
 
-	relay   *relay
-	scoped  *sessionConns // connections of scope = "session" upstreams
-	users   *userConns    // connections of per-user upstreams (peruser.go)
-	pinMode string        // server.pin at New (pins.go)
+	relay  *relay
+	scoped *sessionConns // connections of scope = "session" upstreams
+	users  *userConns    // connections of per-user upstreams (peruser.go)
+	// listings are the last listings of per-user upstreams, kept in the
+	// state store (first.go).
+	listings *listings
+	pinMode  string // server.pin at New (pins.go)
 
 	startMu   sync.Mutex
 	startErrs map[string]error // upstream → error of its first connection attempt
@@ -129,7 +132,7 @@ func New(cfg *configs.Config, opts Options) *Aggregator {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	a := &Aggregator{opts: opts, relay: newRelay(), scoped: newSessionConns(), users: newUserConns(), secrets: opts.Secrets, pinMode: cfg.Server.Pin}
+	a := &Aggregator{opts: opts, relay: newRelay(), scoped: newSessionConns(), users: newUserConns(), listings: newListings(), secrets: opts.Secrets, pinMode: cfg.Server.Pin}
 	if a.secrets == nil {
 		a.secrets = &redact.Live{}
 	}
@@ -258,7 +261,8 @@ func (a *Aggregator) Start(ctx context.Context) error {
 		})
 	}
 	err := g.Wait().ErrorOrNil()
-	a.openListing() // per-user upstreams without an operator login (peruser.go)
+	a.openListing()     // per-user upstreams without an operator login (peruser.go)
+	a.loadListings(ctx) // and, until one lists, their last listing (first.go)
 	if a.hasPerUser() {
 		a.watchOnce.Do(a.startWatch)
 	}
@@ -333,18 +337,36 @@ func (a *Aggregator) Snapshot() *Snapshot { return a.snap.Load() }
 // not modify it.
 func (a *Aggregator) Upstreams() []*upstream.Upstream { return a.set.Load().ups }
 
-// rebuild publishes a new snapshot from the upstreams' current catalogs.
+// rebuild publishes a new snapshot from the upstreams' current catalogs,
+// then keeps the new listings of per-user upstreams in the state store.
 func (a *Aggregator) rebuild() {
+	a.publish()
+	a.saveListings() // first.go
+}
+
+// publish publishes a new snapshot from the upstreams' current catalogs.
+func (a *Aggregator) publish() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	set := a.set.Load()
 	for i, u := range set.ups {
-		set.sources[i].state = u.State()
-		set.sources[i].catalog = u.Catalog()
-		if set.sources[i].catalog == nil && u.Config().PerUser() {
+		src := set.sources[i]
+		src.state = u.State()
+		src.catalog = u.Catalog()
+		src.placeholder = false
+		if src.catalog == nil && u.Config().PerUser() {
 			// No operator login: a connected user's listing, if any.
-			if cat, st := a.userCatalog(u.Name()); cat != nil {
-				set.sources[i].catalog, set.sources[i].state = cat, st
+			if cat, st := a.userCatalog(u); cat != nil {
+				src.catalog, src.state = cat, st
+			}
+		}
+		if cfg := u.Config(); userListed(cfg) {
+			// first.go: the last listing stands in for a live one, and
+			// the placeholder for a listing nobody has made yet.
+			if src.catalog != nil {
+				a.listings.keep(cfg, src.catalog)
+			} else if src.catalog = a.listings.get(cfg); src.catalog == nil {
+				src.placeholder = true
 			}
 		}
 	}

@@ -108,8 +108,8 @@ func TestListingOutlivesIdleUsers(t *testing.T) {
 	if err := a.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if n := len(a.Snapshot().Tools); n != 0 {
-		t.Fatalf("%d tools listed before anyone connected", n)
+	if !listsOnly("gh__connect")(a.Snapshot()) {
+		t.Fatalf("before anyone connected: %v, want the placeholder only", toolNames(a.Snapshot()))
 	}
 	link, _ := a.ConnectLink("gh", "oauth:alice")
 	u, _ := url.Parse(link)
@@ -120,7 +120,7 @@ func TestListingOutlivesIdleUsers(t *testing.T) {
 	if _, _, err := a.FinishConnect(ctx, approveAs(t, authURL, "alice"), nonce); err != nil {
 		t.Fatal(err)
 	}
-	listed := func() bool { return len(a.Snapshot().Tools) > 0 }
+	listed := func() bool { return listsOnly("gh__lookup")(a.Snapshot()) }
 	waitFor(t, "the tools listed after alice connected", listed)
 	// Alice's own connection may list first; the listing connection, opened
 	// beside it, must be up before hers closes.

@@ -177,8 +177,8 @@ func TestListingAcrossReplicas(t *testing.T) {
 		if err := r.Start(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if n := len(r.Snapshot().Tools); n != 0 {
-			t.Fatalf("%d tools listed before anyone connected", n)
+		if !listsOnly("gh__connect")(r.Snapshot()) {
+			t.Fatalf("before anyone connected: %v, want the placeholder only", toolNames(r.Snapshot()))
 		}
 	}
 	link, err := a.ConnectLink("gh", "oauth:alice")
@@ -192,6 +192,62 @@ func TestListingAcrossReplicas(t *testing.T) {
 	if _, _, err := a.FinishConnect(ctx, approveAs(t, authURL, "alice"), nonce); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the tools listed on A, where alice connected", func() bool { return len(a.Snapshot().Tools) > 0 })
-	waitFor(t, "the tools listed on B, from the login in the store", func() bool { return len(b.Snapshot().Tools) > 0 })
+	waitFor(t, "the tools listed on A, where alice connected", func() bool { return listsOnly("gh__lookup")(a.Snapshot()) })
+	waitFor(t, "the tools listed on B, from the login in the store", func() bool { return listsOnly("gh__lookup")(b.Snapshot()) })
+}
+
+// TestListingKeptAcrossReplicas: the listing alice's connection made
+// through A is kept in the fleet's store, sealed; a replica started
+// afterwards lists the upstream's tools at once, though no user's login
+// is left in the store to list them with. A plain listing written in the
+// store by someone without the key is refused.
+func TestListingKeptAcrossReplicas(t *testing.T) {
+	srv := statetest.StartRedis(t, statetest.Options{})
+	rs := lookupUpstream(t)
+	as := fleet(t, srv, rs.URL(), 3)
+	a, c, d := as[0], as[1], as[2]
+	ctx := context.Background()
+	if err := a.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	link, err := a.ConnectLink("gh", "oauth:alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	connectAs(t, a, link, "alice")
+	waitFor(t, "the tools listed on A", func() bool { return listsOnly("gh__lookup")(a.Snapshot()) })
+	var kept []string
+	waitFor(t, "the listing kept in the store", func() bool {
+		dump, err := srv.Dump(ctx)
+		kept = dump["viewmux:doc:"+listingKey("gh")]
+		return err == nil && kept != nil
+	})
+	if v := strings.Join(kept, " "); !strings.Contains(v, "vmx1.") || strings.Contains(v, "lookup") {
+		t.Fatalf("the stored listing is not sealed: %q", kept)
+	}
+	dump, _ := srv.Dump(ctx)
+	for k := range dump {
+		if strings.HasPrefix(k, "viewmux:doc:oauth-gh.user-") {
+			if _, err := srv.Do(ctx, "DEL", k); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !listsOnly("gh__lookup")(c.Snapshot()) {
+		t.Fatalf("a replica started after: %v, want gh__lookup from the stored listing", toolNames(c.Snapshot()))
+	}
+
+	forged := `{"source":"` + listingSource(c.set.Load().byName["gh"].Config()) + `","tools":[{"name":"forged","inputSchema":{"type":"object"}}]}`
+	if _, err := srv.Do(ctx, "HSET", "viewmux:doc:"+listingKey("gh"), "v", forged); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !listsOnly("gh__connect")(d.Snapshot()) {
+		t.Fatalf("a replica started on a forged plain listing: %v, want the placeholder", toolNames(d.Snapshot()))
+	}
 }

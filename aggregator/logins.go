@@ -18,7 +18,7 @@ import (
 // a login stored on one replica is the login of every replica, and a
 // login sealed with another key is logged once for the whole gateway.
 func (a *Aggregator) loginOptions(o oauth.Options) oauth.Options {
-	if st := a.State(); o.State == nil && (st.Engine() != "files" || st.Where() != "") {
+	if st := a.keptState(); o.State == nil && st != nil {
 		// A files store of no directory leaves the upstream's own
 		// (configs.UpstreamOAuth.StateDir) in use.
 		o.State = st
@@ -33,6 +33,15 @@ func (a *Aggregator) loginOptions(o oauth.Options) oauth.Options {
 		o.KeyErrors = &a.users.keyErrs
 	}
 	return o
+}
+
+// keptState returns the gateway's state store when it keeps anything
+// beyond this process, else nil (a files store of no directory).
+func (a *Aggregator) keptState() state.Store {
+	if st := a.State(); st.Engine() != "files" || st.Where() != "" {
+		return st
+	}
+	return nil
 }
 
 // loginSealer returns the sealer of the current config's [state] table,
@@ -79,9 +88,15 @@ func (a *Aggregator) startWatch() {
 // has none (no operator login: openListing) when a user's login appears
 // in the store, whoever wrote it: a user who connects through another
 // replica makes the upstream's tools listed on this one too, as a connect
-// through this replica does.
+// through this replica does. A listing kept in the store by another
+// replica is read as it lands (loadListings).
 func (a *Aggregator) watchLogins(ctx context.Context) {
 	for key := range a.opts.State.Watch(ctx) {
+		if (key == "" || isListingKey(key)) && a.loadListings(ctx) {
+			a.rebuild() // a listing another replica kept (first.go)
+		} else if key == "" {
+			a.saveListings() // the store may be back: what it missed
+		}
 		if key != "" && (!oauth.IsLoginKey(key) || !strings.Contains(key, ".user-")) {
 			continue
 		}

@@ -384,16 +384,18 @@ func (a *Aggregator) retireUserConns(set *upstreamSet) {
 	}
 }
 
-// userCatalog returns the catalog of the per-user upstream name from one
-// of its users' connections that is up (the most recently used), for an
-// upstream whose shared connection has none (no operator login).
-func (a *Aggregator) userCatalog(name string) (*upstream.Catalog, upstream.State) {
+// userCatalog returns the catalog of the per-user upstream whose shared
+// connection is shared from one of its users' connections that is up
+// (the most recently used), for an upstream whose shared connection has
+// none (no operator login). Connections opened for another config of the
+// upstream (before a reload, not yet retired) do not count.
+func (a *Aggregator) userCatalog(shared *upstream.Upstream) (*upstream.Catalog, upstream.State) {
 	s := a.users
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var best *userConn
 	for k, uc := range s.conns {
-		if k.name != name || uc.u.Catalog() == nil {
+		if k.name != shared.Name() || uc.shared != shared || uc.u.Catalog() == nil {
 			continue
 		}
 		if best == nil || uc.last.After(best.last) {

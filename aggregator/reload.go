@@ -82,6 +82,9 @@ func (a *Aggregator) Reload(ctx context.Context, cfg *configs.Config) ReloadResu
 	wg.Wait()
 	a.rebuild()     // retires the per-user connections of changed upstreams
 	a.openListing() // then lists the per-user upstreams that need it (peruser.go)
+	if a.loadListings(ctx) {
+		a.rebuild() // their last listing, until one lists (first.go)
+	}
 	return res
 }
 

@@ -199,6 +199,9 @@ const MaxInputRounds = 10
 // with the upstream hop's _meta removed (see finishResult); isError
 // reports whether the result says isError.
 func (a *Aggregator) CallTool(ctx context.Context, cl Client, e *filter.Entry, params json.RawMessage) (res json.RawMessage, isError bool, err error) {
+	if e.Placeholder {
+		return a.callPlaceholder(ctx, cl, e) // first.go: nothing is sent upstream
+	}
 	tool := e.Tool
 	tool.Name = e.Original
 	res, top, err := a.route(ctx, cl, e.Upstream, string(mcp.MethodToolsCall), e.Tool.Name, params, map[string]any{"name": e.Original}, &tool, true)

@@ -196,6 +196,9 @@ type source struct {
 	readOnly []*glob.Glob      // read_only_tools
 	toolsets map[string][]*glob.Glob
 	pins     *pins.Check // set for each rebuild (pins.go); nil = nothing pinned
+	// placeholder is set, with catalog nil, for a per-user upstream that
+	// nothing has listed yet: it shows its placeholder (first.go).
+	placeholder bool
 }
 
 // build merges the catalogs of sources (sorted by upstream name) into a new
@@ -211,12 +214,17 @@ func build(version uint64, namer Namer, sources []*source) *Snapshot {
 		st    *UpstreamStatus
 		src   *source
 	}
+	// A placeholder (first.go) is not one of the upstream's tools: its
+	// rules, which select among those, do not see it, nor does it count
+	// among its tools, and it claims its name after every tool, renamed
+	// or not, giving way to any that has it.
+	var placeholders []candidate
 	// Tools an override renames claim their names after every tool that
 	// has its name from its upstream: a rename never takes a name away.
 	var renamed []candidate
 	wasRenamed := map[*filter.Entry]bool{}
 	claim := func(c candidate) {
-		if !c.src.rules.Match(c.local, c.e.ReadOnly, nil) {
+		if !c.e.Placeholder && !c.src.rules.Match(c.local, c.e.ReadOnly, nil) {
 			c.st.Dropped++
 			return
 		}
@@ -237,12 +245,17 @@ func build(version uint64, namer Namer, sources []*source) *Snapshot {
 		}
 		s.byName[c.e.Tool.Name] = c.e
 		s.Tools = append(s.Tools, c.e)
-		c.st.Tools++
+		if !c.e.Placeholder {
+			c.st.Tools++
+		}
 	}
 	s.Upstreams = make([]UpstreamStatus, len(sources))
 	for i, src := range sources {
 		st := &s.Upstreams[i]
 		*st = UpstreamStatus{Name: src.cfg.Name, Required: src.cfg.Required, State: src.state}
+		if src.placeholder {
+			placeholders = append(placeholders, candidate{e: src.placeholderEntry(namer), local: placeholderName, st: st, src: src})
+		}
 		if src.catalog == nil {
 			continue
 		}
@@ -263,6 +276,11 @@ func build(version uint64, namer Namer, sources []*source) *Snapshot {
 	}
 	for _, c := range renamed {
 		claim(c)
+	}
+	for _, c := range placeholders {
+		if s.byName[c.e.Tool.Name] == nil {
+			claim(c)
+		}
 	}
 	slices.SortFunc(s.Tools, func(a, b *filter.Entry) int { return strings.Compare(a.Tool.Name, b.Tool.Name) })
 	s.buildResources(namer, ns, sources)

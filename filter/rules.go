@@ -48,6 +48,12 @@ type Entry struct {
 	// value encoded: injected into every call of the tool, and refused
 	// when a client sends one (aggregator.InjectFixed). nil = none.
 	Fixed []jsonrpc.Member
+	// Placeholder marks viewmux's stand-in for the tools of a per-user
+	// upstream that nothing has listed yet (NAME__connect): a call of it
+	// is answered by viewmux with the caller's connect link and never
+	// sent upstream (aggregator.CallTool). It passes filters like any
+	// tool of Upstream.
+	Placeholder bool
 }
 
 // Rules is one compiled rule set: one stage of the pipeline. It is immutable

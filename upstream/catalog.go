@@ -214,6 +214,16 @@ func decodeTool(raw json.RawMessage) (mcp.Tool, error) {
 	return t, nil
 }
 
+// DecodeTool decodes one tool definition as a listing does (decodeTool):
+// for definitions kept from an earlier listing, such as the last listing
+// of a per-user upstream that the gateway keeps in its state store.
+func DecodeTool(raw json.RawMessage) (mcp.Tool, error) {
+	if len(raw) == 0 || raw[0] != '{' {
+		return mcp.Tool{}, errNotObject
+	}
+	return decodeTool(raw)
+}
+
 // errRepeatedListCursor fails a listing whose next cursor is one the
 // upstream already gave: paging would never end.
 var errRepeatedListCursor = errors.New("list cursor did not advance")

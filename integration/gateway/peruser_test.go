@@ -233,8 +233,8 @@ func TestPerUserCredentials(t *testing.T) {
 	admin := map[string]string{"Authorization": "Bearer " + puAdmin}
 	plain := &http.Client{Timeout: 10 * time.Second}
 
-	// No operator login and no user: listed as per-user, no tools, and
-	// nothing sent upstream.
+	// No operator login and no user: listed as per-user, its placeholder
+	// the only tool, and nothing sent upstream.
 	resp, st := puGet(t, plain, "http://"+mux.Addr+"/status.json", admin)
 	var status struct {
 		Upstreams []struct {
@@ -247,8 +247,8 @@ func TestPerUserCredentials(t *testing.T) {
 	if resp.StatusCode != http.StatusOK || len(status.Upstreams) != 1 || status.Upstreams[0].State != "per-user" || status.Upstreams[0].Credentials != "per-user" {
 		t.Fatalf("status before any login: %d %s", resp.StatusCode, st)
 	}
-	if names := puTools(t, mux, puAlice); len(names) != 0 {
-		t.Fatalf("tools before any login: %v", names)
+	if names := puTools(t, mux, puAlice); len(names) != 1 || names[0] != "lin__connect" {
+		t.Fatalf("tools before any login: %v, want the placeholder lin__connect", names)
 	}
 
 	// Asking for a link needs a token; with one, the link is that
