@@ -111,7 +111,9 @@ func (a *Aggregator) BeginConnect(ctx context.Context, name, ticket string) (aut
 	}
 	cfg := shared.Config()
 	c := a.newLogin(cfg, oauth.Options{User: a.loginIdentity(who), OnSecret: a.secrets.Add})
-	p, authURL, err := c.Begin(ctx, oauth.LoginOptions{RedirectURI: base + CallbackPath, Registrations: a.registrationsFor(shared)})
+	// A user whose call was refused for scope asks for it again with what
+	// was granted before (the user's own stored login says both).
+	p, authURL, err := c.Begin(ctx, oauth.LoginOptions{RedirectURI: base + CallbackPath, Scopes: c.Scopes(), Registrations: a.registrationsFor(shared)})
 	if err != nil {
 		return "", "", fmt.Errorf("upstream %q: %w", name, err)
 	}
