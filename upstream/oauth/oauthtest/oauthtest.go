@@ -33,6 +33,9 @@ type Server struct {
 	// ToolScope, when set, is the scope a tools/call needs (403
 	// insufficient_scope otherwise).
 	ToolScope string
+	// OpenInitialize lets an initialize through without a token (the
+	// 401 challenge then comes only from the requests after it).
+	OpenInitialize bool
 	// NeverGrant is a scope the authorization server never grants.
 	NeverGrant string
 	// TokenDown makes the token endpoint answer 503.
@@ -244,6 +247,15 @@ func (s *Server) resource(mcp http.Handler) http.Handler {
 		s.mu.Lock()
 		tok, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 		scopes, ok := s.access[tok]
+		if !ok && s.OpenInitialize && r.Method == http.MethodPost {
+			body, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+			r.Body = io.NopCloser(bytes.NewReader(body))
+			if strings.Contains(string(body), `"initialize"`) {
+				s.mu.Unlock()
+				mcp.ServeHTTP(w, r)
+				return
+			}
+		}
 		if !ok {
 			s.Unauthenticated++
 			s.LastUnauthenticated = r.Header.Clone()
