@@ -283,9 +283,10 @@ func (c *Client) chooseScopes(d *Discovery, ch Challenge, extra []string) []stri
 // initialize, and when that is answered without one (a server may let
 // anyone initialize and guard only what follows, or refuse an
 // initialize of another protocol version before looking at tokens), a
-// tools/list, on the session the initialize opened if it did. It returns the first 401's challenge (an empty one
-// when the upstream asks for none): its scope is what the login asks
-// for, rather than everything the resource's metadata lists.
+// tools/list, on the session the initialize opened if it did. It
+// returns the first challenge (an empty one when the upstream asks for
+// none): its scope is what the login asks for, rather than everything
+// the resource's metadata lists.
 func (c *Client) probe(ctx context.Context) (Challenge, error) {
 	const initialize = `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"viewmux","version":"login"}}}`
 	resp, err := c.probeSend(ctx, http.MethodPost, initialize, nil)

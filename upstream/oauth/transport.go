@@ -125,6 +125,10 @@ func (c *Client) insufficientScope(scope []string) error {
 	want := strings.Join(scope, " ")
 	more := c.MoreScopes()
 	switch {
+	case len(scope) == 0:
+		return fmt.Errorf("%w: upstream %s refused this request for lack of scope without naming the scope it wants", ErrInsufficientScope, c.name)
+	case c.source != nil:
+		return fmt.Errorf("%w: the upstream wants scope %q for this request, which the token exchanged for the caller lacks (upstream %s)", ErrInsufficientScope, want, c.name)
 	case len(more) == 0:
 		return fmt.Errorf("%w: the upstream wants scope %q for this request, which the login of upstream %s was granted: logging in again would not help",
 			ErrInsufficientScope, want, c.name)
