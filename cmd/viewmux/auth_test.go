@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -14,6 +15,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mark3labs/mcp-go/server"
+
+	"github.com/viewmux/viewmux/configs"
 	"github.com/viewmux/viewmux/upstream/oauth"
 	"github.com/viewmux/viewmux/upstream/oauth/oauthtest"
 )
@@ -272,5 +276,30 @@ func TestAuthStatusMoreScope(t *testing.T) {
 	var rows []authStatusRow
 	if err := json.Unmarshal(stdout.Bytes(), &rows); code != exitOK || err != nil || len(rows) != 1 || len(rows[0].MoreScope) != 2 || rows[0].MoreScope[0] != "mcp:write" {
 		t.Fatalf("status --json: exit %d %v\n%s%s", code, err, stdout.String(), stderr.String())
+	}
+}
+
+// TestCheckNeedsMoreScope: an upstream that refuses its tool list for a
+// scope the login was not granted is "needs login (more scope: …)" in
+// check, with the command to run.
+func TestCheckNeedsMoreScope(t *testing.T) {
+	s := oauthtest.New(t, server.NewStreamableHTTPServer(server.NewMCPServer("admin-only", "1", server.WithToolCapabilities(false))))
+	s.Lock()
+	s.ListScope = "mcp:admin"
+	s.Unlock()
+	dir := t.TempDir()
+	state := filepath.Join(dir, "state")
+	if _, err := oauth.New("lin", s.URL(), configs.UpstreamOAuth{StateDir: state}, oauth.Options{}).Login(context.Background(),
+		oauth.LoginOptions{RedirectURI: "http://127.0.0.1:1/cb", Authorize: oauth.AutoApprove(nil)}); err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(dir, "viewmux.toml")
+	text := "[server]\nstate_dir = " + tomlQuote(state) + "\n[upstreams.lin]\nurl = " + tomlQuote(s.URL()) + "\noauth = true\n"
+	if err := os.WriteFile(cfg, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out := runCLI(t, "check", "--config", cfg)
+	if code != exitRuntime || !regexp.MustCompile(`lin\s+http\s+needs login \(more scope: mcp:admin\)\s+0\s+0\s+run .viewmux auth login lin.`).MatchString(out) {
+		t.Fatalf("exit %d:\n%s", code, out)
 	}
 }
