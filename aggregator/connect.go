@@ -232,3 +232,25 @@ func (a *Aggregator) registrationsFor(shared *upstream.Upstream) *oauth.Registra
 	}
 	return r
 }
+
+// needsMoreScope returns the refusal of who's call on the per-user
+// upstream name, refused for scope (err) by who's connection u, when
+// who's login lacks scopes a new one may get: an UpstreamError with a
+// link to connect again, whose login asks for them (BeginConnect). nil
+// when the login lacks none (connecting again would not help: err is
+// the answer) or no link can be made.
+func (a *Aggregator) needsMoreScope(u *upstream.Upstream, name, method, who string, err error) *UpstreamError {
+	c := u.OAuth()
+	if c == nil {
+		return nil
+	}
+	more := c.MoreScopes()
+	if len(more) == 0 {
+		return nil
+	}
+	link, lerr := a.ConnectLink(name, who)
+	if lerr != nil {
+		return nil
+	}
+	return &UpstreamError{Upstream: name, Method: method, Reconnect: link, MoreScope: more, Err: fmt.Errorf("upstream %q: %w", name, err)}
+}
