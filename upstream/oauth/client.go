@@ -125,6 +125,7 @@ type Client struct {
 	reading  bool       // a background read is under way
 	unsaved  string     // a refresh token spent on a refresh the store could not save; "" = none
 	rejected string     // an access token the upstream refused and refresh could not replace
+	stepUps  int        // step-up logins made (stepUp)
 }
 
 // KeyErrors logs each distinct failure to open stored logins once:
@@ -676,22 +677,28 @@ func (c *Client) MoreScopes() []string {
 	return slices.Clone(rec.WantScopes)
 }
 
-// stepUp reports whether a login could get a token with the challenged
-// scopes: whether one of them was never asked for. A login asking again
-// for what the authorization server was already asked for would end in
-// the same refusal; this bounds step-ups, whatever the upstream answers,
-// to one per new scope.
+// maxStepUps bounds the step-up logins (Transport.Login) one Client
+// makes: an upstream naming a new scope at every refusal stops getting
+// them.
+const maxStepUps = 8
+
+// stepUp reports whether a step-up login may be made for the challenged
+// scopes, and counts it: whether one of them was never asked for (a
+// login asking again for what the authorization server was already
+// asked for would end in the same refusal), and fewer than maxStepUps
+// were made.
 func (c *Client) stepUp(challenged []string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	rec, err := c.load(ctx)
-	if err != nil || rec == nil || c.source != nil {
+	if err != nil || rec == nil || c.source != nil || c.stepUps >= maxStepUps {
 		return false
 	}
 	for _, s := range challenged {
 		if !slices.Contains(rec.Scopes, s) && !slices.Contains(rec.Granted, s) {
+			c.stepUps++
 			return true
 		}
 	}

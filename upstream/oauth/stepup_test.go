@@ -3,6 +3,7 @@ package oauth_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
@@ -141,4 +142,35 @@ func TestWantScopesRefusesAHostileChallenge(t *testing.T) {
 			t.Fatalf("recorded %d scopes, want the 30 within the bound", len(got))
 		}
 	})
+}
+
+// TestStepUpsEndForAnUpstreamNamingNewScopes: an upstream that names a
+// new scope at every refusal (and whose authorization server never
+// grants it) gets a bounded number of step-up logins, then plain
+// refusals.
+func TestStepUpsEndForAnUpstreamNamingNewScopes(t *testing.T) {
+	s := oauthtest.New(t, okHandler)
+	c := newClient(t, s, t.TempDir())
+	login(t, c)
+	logins, n := 0, 0
+	tr := &oauth.Transport{Client: c, Login: func(ctx context.Context, ch oauth.Challenge, scopes []string) error {
+		logins++
+		_, err := c.Login(ctx, oauth.LoginOptions{RedirectURI: "http://127.0.0.1:1/cb", Authorize: oauth.AutoApprove(nil), Challenge: &ch, Scopes: scopes})
+		return err
+	}}
+	hc := &http.Client{Transport: tr}
+	for range 100 {
+		n++
+		s.Lock()
+		s.ToolScope = fmt.Sprintf("scope-%d", n) // never the one just granted
+		s.NeverGrant = s.ToolScope
+		s.Unlock()
+		resp, err := hc.Post(s.URL(), "application/json", strings.NewReader(`{"method":"tools/call"}`))
+		if err == nil {
+			resp.Body.Close()
+		}
+	}
+	if logins != 8 {
+		t.Fatalf("%d step-up logins for 100 new scopes, want 8", logins)
+	}
 }

@@ -27,8 +27,9 @@ import (
 // its 401 starts a login; a 403 insufficient_scope starts one login with
 // the wider scope (the union of the scopes granted before and the
 // challenge's), at most once per request, and only when the challenge
-// names a scope no login asked for yet: an upstream that refuses
-// whatever it is granted gets one step-up per new scope, not a loop.
+// names a scope no login asked for yet, and for at most 8 such scopes
+// in the Client's life: an upstream that refuses whatever it is granted,
+// or names a new scope at every refusal, does not make it loop.
 // A challenge whose scopes are not scope tokens, or too many, is an
 // error naming the upstream. Safe for concurrent use.
 type Transport struct {
