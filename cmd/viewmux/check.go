@@ -116,7 +116,7 @@ func cmdCheck(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 				notes = append(notes, fmt.Sprintf("run `viewmux auth login %s`", st.Name))
 			case errors.Is(err, upstream.ErrInsufficientScope) && len(more) > 0:
 				// Its tool list was refused for scope a new login adds.
-				state = "needs login (more scope: " + strings.Join(more, " ") + ")"
+				state = "needs login (more scope: " + termsafe.Escape(strings.Join(more, " ")) + ")"
 				notes = append(notes, fmt.Sprintf("run `viewmux auth login %s`", st.Name))
 			default:
 				notes = append(notes, "failed to start: see below")
