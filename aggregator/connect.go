@@ -111,7 +111,9 @@ func (a *Aggregator) BeginConnect(ctx context.Context, name, ticket string) (aut
 	}
 	cfg := shared.Config()
 	c := a.newLogin(cfg, oauth.Options{User: a.loginIdentity(who), OnSecret: a.secrets.Add})
-	p, authURL, err := c.Begin(ctx, oauth.LoginOptions{RedirectURI: base + CallbackPath, Registrations: a.registrationsFor(shared)})
+	// A user whose call was refused for scope asks for it again with what
+	// was granted before (the user's own stored login says both).
+	p, authURL, err := c.Begin(ctx, oauth.LoginOptions{RedirectURI: base + CallbackPath, Scopes: c.Scopes(), Registrations: a.registrationsFor(shared)})
 	if err != nil {
 		return "", "", fmt.Errorf("upstream %q: %w", name, err)
 	}
@@ -229,4 +231,26 @@ func (a *Aggregator) registrationsFor(shared *upstream.Upstream) *oauth.Registra
 		s.regs[shared] = r
 	}
 	return r
+}
+
+// needsMoreScope returns the refusal of who's call on the per-user
+// upstream name, refused for scope (err) by who's connection u, when
+// who's login lacks scopes a new one may get: an UpstreamError with a
+// link to connect again, whose login asks for them (BeginConnect). nil
+// when the login lacks none (connecting again would not help: err is
+// the answer) or no link can be made.
+func (a *Aggregator) needsMoreScope(u *upstream.Upstream, name, method, who string, err error) *UpstreamError {
+	c := u.OAuth()
+	if c == nil {
+		return nil
+	}
+	more := c.MoreScopes()
+	if len(more) == 0 {
+		return nil
+	}
+	link, lerr := a.ConnectLink(name, who)
+	if lerr != nil {
+		return nil
+	}
+	return &UpstreamError{Upstream: name, Method: method, Reconnect: link, MoreScope: more, Err: fmt.Errorf("upstream %q: %w", name, err)}
 }

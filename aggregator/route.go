@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
@@ -93,6 +94,14 @@ type UpstreamError struct {
 	// caller only. It is in Public, never in Err, so that it is not
 	// logged.
 	Connect string
+	// Reconnect, on a per-user upstream, is the link the caller connects
+	// its account with again, for the scopes in MoreScope its login lacks
+	// (a call refused with 403 insufficient_scope); like Connect, it is in
+	// Public only. Unlike Connect it is never offered by URL elicitation:
+	// the caller is connected, and waiting for a login would not tell a
+	// wider one from the one it has.
+	Reconnect string
+	MoreScope []string
 	// Anonymous is set for a call on a per-user upstream that carries no
 	// identity (ErrNoIdentity).
 	Anonymous bool
@@ -114,6 +123,9 @@ func (e *UpstreamError) Public() string {
 		return fmt.Sprintf("upstream %s: the identity provider refused to exchange your access token for one this upstream accepts", e.Upstream)
 	case errors.Is(e.Err, oauth.ErrExchange):
 		return fmt.Sprintf("upstream %s: your access token could not be exchanged for one this upstream accepts; see viewmux's log", e.Upstream)
+	case e.Reconnect != "":
+		return fmt.Sprintf("upstream %s needs more access from your account for %s (scope %s): open %s in a browser to connect it again with that access (the link works once, for ten minutes), then retry",
+			e.Upstream, e.Method, strings.Join(e.MoreScope, " "), e.Reconnect)
 	case e.Connect != "":
 		return fmt.Sprintf("upstream %s acts with each user's own account, and yours is not connected: open %s in a browser to connect it (the link works once, for ten minutes), then retry", e.Upstream, e.Connect)
 	case e.NoOAuth:
@@ -182,7 +194,7 @@ func userErrorResult(err error) json.RawMessage {
 		return nil
 	}
 	var ue *UpstreamError
-	if !errors.As(err, &ue) || ue.Connect == "" && !ue.Anonymous && !ue.NoOAuth {
+	if !errors.As(err, &ue) || ue.Connect == "" && ue.Reconnect == "" && !ue.Anonymous && !ue.NoOAuth {
 		return nil
 	}
 	b, _ := json.Marshal(map[string]any{"content": []map[string]any{{"type": "text", "text": ue.Public()}}, "isError": true})
@@ -367,6 +379,11 @@ func (a *Aggregator) route(ctx context.Context, cl Client, up, method, target st
 			if u.Config().Credentials == configs.CredentialsPerUser && errors.Is(err, upstream.ErrNeedsLogin) {
 				// The user's login no longer works: connect again.
 				return nil, nil, a.notConnected(up, cl.Caller(), "the upstream refused the stored login")
+			}
+			if u.Config().Credentials == configs.CredentialsPerUser && errors.Is(err, upstream.ErrInsufficientScope) {
+				if ue := a.needsMoreScope(u, up, method, cl.Caller(), err); ue != nil {
+					return nil, nil, ue
+				}
 			}
 			return nil, nil, upstreamErr(up, method, u.Config().CallTimeout, err)
 		}

@@ -67,7 +67,9 @@ func (c *conn) handshake(ctx context.Context) (*mcp.InitializeResult, error) {
 		if err == nil {
 			return init, nil
 		}
-		if ctx.Err() != nil || isConnectionLoss(err) {
+		if ctx.Err() != nil || isConnectionLoss(err) || errors.Is(err, ErrNeedsLogin) || errors.Is(err, ErrInsufficientScope) {
+			// An OAuth refusal is not a version disagreement: an
+			// initialize would meet it too, and hide it.
 			return nil, err
 		}
 		c.u.log.Debug("server/discover refused; initializing with 2025-11-25", "err", err)

@@ -402,9 +402,12 @@ func (u *Upstream) supervise(startCtx context.Context, first chan<- error) {
 			return
 		}
 		u.state.Store(int32(StateDown))
-		if errors.Is(err, ErrNeedsLogin) && u.oauth != nil {
+		if (errors.Is(err, ErrNeedsLogin) || errors.Is(err, ErrInsufficientScope)) && u.oauth != nil {
 			// A login by `viewmux auth login` (another process) lands in
-			// the token file: try again as soon as it changes.
+			// the token file: try again as soon as it changes. A catalog
+			// refused for scope waits for it too (or for the backoff:
+			// the upstream may grant it meanwhile), rather than asking
+			// again at once for what was refused.
 			if !u.oauth.WaitLogin(u.life, jitter(delay)) {
 				return
 			}

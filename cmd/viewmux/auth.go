@@ -324,13 +324,16 @@ func openBrowser(u string) error {
 
 // authStatusRow is one line of `auth status`.
 type authStatusRow struct {
-	Upstream   string   `json:"upstream"`
-	LoggedIn   bool     `json:"logged_in"`
-	Issuer     string   `json:"issuer,omitempty"`
-	Expires    string   `json:"expires,omitempty"` // RFC 3339; "" = not said
-	Expired    bool     `json:"expired,omitempty"`
-	Refresh    bool     `json:"refresh_token"`
-	Scopes     []string `json:"scopes,omitempty"`
+	Upstream string   `json:"upstream"`
+	LoggedIn bool     `json:"logged_in"`
+	Issuer   string   `json:"issuer,omitempty"`
+	Expires  string   `json:"expires,omitempty"` // RFC 3339; "" = not said
+	Expired  bool     `json:"expired,omitempty"`
+	Refresh  bool     `json:"refresh_token"`
+	Scopes   []string `json:"scopes,omitempty"`
+	// MoreScope are the scopes the upstream refused a request for that
+	// the login was not granted: the next login asks for them.
+	MoreScope  []string `json:"more_scope,omitempty"`
 	LoggedInAt string   `json:"logged_in_at,omitempty"`
 	Error      string   `json:"error,omitempty"`
 	// Credentials is "per-user" or "exchange" for an upstream each user
@@ -366,7 +369,7 @@ func authStatus(cfg *configs.Config, lo oauth.Options, asJSON bool, stdout io.Wr
 		if err != nil {
 			row.Error = err.Error()
 		}
-		row.LoggedIn, row.Issuer, row.Refresh, row.Scopes = st.LoggedIn, st.Issuer, st.Refresh, st.Scopes
+		row.LoggedIn, row.Issuer, row.Refresh, row.Scopes, row.MoreScope = st.LoggedIn, st.Issuer, st.Refresh, st.Scopes, st.MoreScopes
 		if !st.Expiry.IsZero() {
 			row.Expires = st.Expiry.UTC().Format(time.RFC3339)
 			row.Expired = now.After(st.Expiry)
@@ -418,6 +421,10 @@ func authStatus(cfg *configs.Config, lo oauth.Options, asJSON bool, stdout io.Wr
 			scopes := "(none named)"
 			if len(r.Scopes) > 0 {
 				scopes = strings.Join(slices.Clone(r.Scopes), " ")
+			}
+			if len(r.MoreScope) > 0 {
+				fmt.Fprintf(stdout, "%s: needs login (more scope: %s): run `viewmux auth login %s`, which asks for these and the scopes below\n",
+					r.Upstream, termsafe.Escape(strings.Join(r.MoreScope, " ")), r.Upstream)
 			}
 			fmt.Fprintf(stdout, "%s: logged in at %s; %s; %s; scopes %s\n", r.Upstream, termsafe.Escape(r.Issuer), exp, refresh, termsafe.Escape(scopes))
 		}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -14,6 +15,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mark3labs/mcp-go/server"
+
+	"github.com/viewmux/viewmux/configs"
 	"github.com/viewmux/viewmux/upstream/oauth"
 	"github.com/viewmux/viewmux/upstream/oauth/oauthtest"
 )
@@ -240,5 +244,62 @@ func TestAuthStatusPerUser(t *testing.T) {
 	if code != exitOK || !strings.Contains(out, "gh: per-user credentials: 2 user(s) connected through /oauth/connect/gh") ||
 		strings.Contains(out, "secret-token") || strings.Contains(out, "bob") {
 		t.Fatalf("status: exit %d\n%s", code, out)
+	}
+}
+
+// TestAuthStatusMoreScope: a login a call was refused for scope after
+// shows as needs login with the scope the next login adds, in text and
+// JSON; a hostile scope cannot reach the terminal as control bytes.
+func TestAuthStatusMoreScope(t *testing.T) {
+	dir := t.TempDir()
+	state := filepath.Join(dir, "state")
+	cfg := filepath.Join(dir, "viewmux.toml")
+	text := "[server]\nstate_dir = " + tomlQuote(state) + "\n[upstreams.lin]\nurl = \"http://127.0.0.1:1/mcp\"\noauth = true\n"
+	if err := os.WriteFile(cfg, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(state, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	rec := `{"upstream":"lin","access_token":"secret-token","server_url":"http://127.0.0.1:1/mcp","issuer":"http://127.0.0.1:2",` +
+		`"scopes":["mcp:basic"],"granted":["mcp:basic"],"want_scopes":["mcp:write","x\u001b[2J"]}`
+	if err := os.WriteFile(filepath.Join(state, "oauth-lin.json"), []byte(rec), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out := runCLI(t, "auth", "status", "--config", cfg)
+	if code != exitOK || !strings.Contains(out, "lin: needs login (more scope: mcp:write x") || !strings.Contains(out, "run `viewmux auth login lin`") ||
+		!strings.Contains(out, "lin: logged in at") || strings.Contains(out, "\x1b") || strings.Contains(out, "secret-token") {
+		t.Fatalf("status: exit %d\n%q", code, out)
+	}
+	var stdout, stderr bytes.Buffer
+	code = run([]string{"auth", "status", "--json", "--config", cfg}, &stdout, &stderr)
+	var rows []authStatusRow
+	if err := json.Unmarshal(stdout.Bytes(), &rows); code != exitOK || err != nil || len(rows) != 1 || len(rows[0].MoreScope) != 2 || rows[0].MoreScope[0] != "mcp:write" {
+		t.Fatalf("status --json: exit %d %v\n%s%s", code, err, stdout.String(), stderr.String())
+	}
+}
+
+// TestCheckNeedsMoreScope: an upstream that refuses its tool list for a
+// scope the login was not granted is "needs login (more scope: …)" in
+// check, with the command to run.
+func TestCheckNeedsMoreScope(t *testing.T) {
+	s := oauthtest.New(t, server.NewStreamableHTTPServer(server.NewMCPServer("admin-only", "1", server.WithToolCapabilities(false))))
+	s.Lock()
+	s.ListScope = "mcp:admin"
+	s.Unlock()
+	dir := t.TempDir()
+	state := filepath.Join(dir, "state")
+	if _, err := oauth.New("lin", s.URL(), configs.UpstreamOAuth{StateDir: state}, oauth.Options{}).Login(context.Background(),
+		oauth.LoginOptions{RedirectURI: "http://127.0.0.1:1/cb", Authorize: oauth.AutoApprove(nil)}); err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(dir, "viewmux.toml")
+	text := "[server]\nstate_dir = " + tomlQuote(state) + "\n[upstreams.lin]\nurl = " + tomlQuote(s.URL()) + "\noauth = true\n"
+	if err := os.WriteFile(cfg, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out := runCLI(t, "check", "--config", cfg)
+	if code != exitRuntime || !regexp.MustCompile(`lin\s+http\s+needs login \(more scope: mcp:admin\)\s+0\s+0\s+run .viewmux auth login lin.`).MatchString(out) {
+		t.Fatalf("exit %d:\n%s", code, out)
 	}
 }

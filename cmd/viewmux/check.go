@@ -109,9 +109,14 @@ func cmdCheck(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			// The error names the upstream already; it is printed once,
 			// below the tables, with the child's last stderr lines.
 			problem(err.Error())
+			more := moreScopes(agg, st.Name)
 			switch {
 			case errors.Is(err, upstream.ErrNeedsLogin):
 				state = "needs login"
+				notes = append(notes, fmt.Sprintf("run `viewmux auth login %s`", st.Name))
+			case errors.Is(err, upstream.ErrInsufficientScope) && len(more) > 0:
+				// Its tool list was refused for scope a new login adds.
+				state = "needs login (more scope: " + termsafe.Escape(strings.Join(more, " ")) + ")"
 				notes = append(notes, fmt.Sprintf("run `viewmux auth login %s`", st.Name))
 			default:
 				notes = append(notes, "failed to start: see below")
@@ -286,4 +291,16 @@ func dynamicReport(res *grant.Resolver, snap *aggregator.Snapshot, profile strin
 	}
 	return fmt.Sprintf("profile %q %s: initial %s ~%d tokens, full %s ~%d tokens",
 		profile, what, plural(v.Len(), "tool", "tools"), initial, plural(tools, "tool", "tools"), tokens)
+}
+
+// moreScopes returns the scopes the oauth upstream name refused a request
+// for that its login was not granted (oauth.Client.MoreScopes); nil for
+// any other upstream.
+func moreScopes(agg *aggregator.Aggregator, name string) []string {
+	for _, u := range agg.Upstreams() {
+		if u.Name() == name && u.OAuth() != nil {
+			return u.OAuth().MoreScopes()
+		}
+	}
+	return nil
 }

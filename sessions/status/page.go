@@ -148,6 +148,10 @@ type UpstreamRow struct {
 	Required bool   `json:"required"`
 	Scope    string `json:"scope"`
 	State    string `json:"state"` // up, starting, restarting, down, needs login, per-user, closed
+	// MoreScope, for an oauth upstream, are the scopes it refused a
+	// request for (403 insufficient_scope) that its login was not
+	// granted: the next `viewmux auth login` asks for them. nil = none.
+	MoreScope []string `json:"more_scope,omitempty"`
 	// Credentials is "per-user" or "exchange" for an upstream each user
 	// reaches with their own login; omitted for the gateway's one login.
 	Credentials string `json:"credentials,omitempty"`
@@ -173,9 +177,10 @@ type UpstreamRow struct {
 	// until approved; shown to admins only.
 	Quarantined int `json:"quarantined,omitempty"`
 
-	ago     string // how long before the page LastErrorAt was
-	summary string // LastError for the narrow cell (errorSummary)
-	detail  string // LastError without the stderr lines shown apart; "" = summary says it all
+	stateText string // State as the page says it, with MoreScope
+	ago       string // how long before the page LastErrorAt was
+	summary   string // LastError for the narrow cell (errorSummary)
+	detail    string // LastError without the stderr lines shown apart; "" = summary says it all
 }
 
 // ProfileRow is one row of the profiles table.
@@ -373,6 +378,15 @@ func (p *Page) upstreams(snap *aggregator.Snapshot, now time.Time) []UpstreamRow
 				h.LastError = nil
 			}
 		}
+		if c := u.OAuth(); c != nil {
+			row.MoreScope = c.MoreScopes()
+		}
+		if row.State == "needs login" && len(row.MoreScope) == 0 && !errors.Is(h.LastError, upstream.ErrNeedsLogin) {
+			// Refused for a scope the login has: logging in again would
+			// not help (its last error says so).
+			row.State = upstream.StateDown.String()
+		}
+		row.stateText = stateText(row.State, row.MoreScope)
 		if h.Transport != "" && h.Transport != cfg.Transport {
 			row.Transport = cfg.Transport + " → " + h.Transport
 		}
@@ -456,7 +470,8 @@ func (p *Page) profiles(snap *aggregator.Snapshot) *profileStatus {
 // oauth upstream without a usable token is "needs login" (its last error
 // names the command to run) until it comes up.
 func stateName(h upstream.Health) string {
-	if (h.State == upstream.StateDown || h.State == upstream.StateConnecting) && errors.Is(h.LastError, upstream.ErrNeedsLogin) {
+	if (h.State == upstream.StateDown || h.State == upstream.StateConnecting) &&
+		(errors.Is(h.LastError, upstream.ErrNeedsLogin) || errors.Is(h.LastError, upstream.ErrInsufficientScope)) {
 		return "needs login"
 	}
 	if h.State == upstream.StateConnecting {
@@ -466,6 +481,20 @@ func stateName(h upstream.Health) string {
 		return "starting"
 	}
 	return h.State.String()
+}
+
+// stateText is what the page shows of state: with the scopes a new
+// login must add, "needs login (more scope: a b)", after the state when
+// the upstream is up meanwhile (its other calls work).
+func stateText(state string, more []string) string {
+	if len(more) == 0 {
+		return state
+	}
+	need := "needs login (more scope: " + strings.Join(more, " ") + ")"
+	if state == "needs login" {
+		return need
+	}
+	return state + "; " + need
 }
 
 // target is what the page says an upstream connects to, without secrets:
@@ -589,12 +618,13 @@ func roundLatency(d time.Duration) time.Duration {
 // escapes every value by context, so an upstream's name, error or stderr
 // line (which a child controls) is text, never markup.
 var statusTemplate = template.Must(template.New("status").Funcs(template.FuncMap{
-	"join":    func(s []string) string { return strings.Join(s, ", ") },
-	"label":   func(s string) string { return cmp.Or(s, "(none)") },
-	"inc":     func(i int) int { return i + 1 },
-	"ago":     func(u UpstreamRow) string { return u.ago },
-	"summary": func(u UpstreamRow) string { return u.summary },
-	"detail":  func(u UpstreamRow) string { return u.detail },
+	"join":      func(s []string) string { return strings.Join(s, ", ") },
+	"label":     func(s string) string { return cmp.Or(s, "(none)") },
+	"inc":       func(i int) int { return i + 1 },
+	"ago":       func(u UpstreamRow) string { return u.ago },
+	"summary":   func(u UpstreamRow) string { return u.summary },
+	"detail":    func(u UpstreamRow) string { return u.detail },
+	"statetext": func(u UpstreamRow) string { return u.stateText },
 }).Parse(`<!DOCTYPE html>
 <html lang="en">
 <head>
@@ -628,7 +658,7 @@ details summary{cursor:pointer}.err{color:#a00;word-break:break-word}
 <td>{{.Prefix}}</td>
 <td>{{.Transport}}</td>
 <td><code>{{.Target}}</code></td>
-<td class="state {{.State}}">{{.State}}</td>
+<td class="state {{.State}}">{{statetext .}}</td>
 <td class="nw">{{.Protocol}}</td>
 <td class="n tools">{{.Tools}}{{if .Hidden}} <span class="meta">(+{{.Hidden}} hidden)</span>{{end}}{{if .Quarantined}} <span class="meta quarantined">(+{{.Quarantined}} quarantined)</span>{{end}}</td>
 <td class="n">{{.Prompts}}</td>

@@ -125,6 +125,7 @@ type Client struct {
 	reading  bool       // a background read is under way
 	unsaved  string     // a refresh token spent on a refresh the store could not save; "" = none
 	rejected string     // an access token the upstream refused and refresh could not replace
+	stepUps  int        // step-up logins made (stepUp)
 }
 
 // KeyErrors logs each distinct failure to open stored logins once:
@@ -568,11 +569,51 @@ func (t resourceTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 	return t.base.RoundTrip(r2)
 }
 
-// WantScopes records scopes a request was refused for: the next login
-// asks for them too.
-func (c *Client) WantScopes(scopes []string) {
-	if len(scopes) == 0 {
-		return
+// Bounds on what a 403 insufficient_scope may add to a login: a hostile
+// upstream cannot grow the stored login, or the next authorization
+// request, without limit.
+const (
+	maxWantScopes = 32  // scopes wanted beyond those granted, in all
+	maxScopeLen   = 256 // bytes of one scope
+)
+
+// checkScopes reports the first of scopes that is not an RFC 6749 §3.3
+// scope-token (printable ASCII but space, '"' and '\\'), or is longer
+// than maxScopeLen, and too many scopes.
+func checkScopes(scopes []string) error {
+	if len(scopes) > maxWantScopes {
+		return fmt.Errorf("%d scopes (at most %d are taken)", len(scopes), maxWantScopes)
+	}
+	for _, s := range scopes {
+		if s == "" || len(s) > maxScopeLen {
+			return fmt.Errorf("a scope of %d bytes (1 to %d are taken)", len(s), maxScopeLen)
+		}
+		for i := 0; i < len(s); i++ {
+			if b := s[i]; b < 0x21 || b > 0x7e || b == '"' || b == '\\' {
+				return fmt.Errorf("scope %q, which is not an RFC 6749 scope-token", clip(s, 64))
+			}
+		}
+	}
+	return nil
+}
+
+// granted returns the scopes rec's token has: those the token response
+// named, else those asked for.
+func granted(rec *Record) []string {
+	if rec.Granted != nil {
+		return rec.Granted
+	}
+	return rec.Scopes
+}
+
+// WantScopes records scopes a request was refused for (a 403
+// insufficient_scope): those the login was not granted are kept, and the
+// next login asks for them too (Scopes). An error names what was wrong
+// with scopes: not scope tokens, or more than the login may be asked to
+// add; nothing is recorded then.
+func (c *Client) WantScopes(scopes []string) error {
+	if err := checkScopes(scopes); err != nil {
+		return fmt.Errorf("upstream %q answered 403 insufficient_scope with %w", c.name, err)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -580,22 +621,35 @@ func (c *Client) WantScopes(scopes []string) {
 	defer cancel()
 	rec, err := c.load(ctx)
 	if err != nil || rec == nil {
-		return
+		return nil // no login to widen: the next one starts from its challenge
 	}
-	want := union(rec.WantScopes, scopes)
+	has := granted(rec)
+	want := slices.Clone(rec.WantScopes)
+	for _, s := range scopes {
+		if !slices.Contains(has, s) && !slices.Contains(want, s) {
+			want = append(want, s)
+		}
+	}
 	if slices.Equal(want, rec.WantScopes) {
-		return
+		return nil
+	}
+	if len(want) > maxWantScopes {
+		return fmt.Errorf("upstream %q answered 403 insufficient_scope asking for more than %d scopes beyond those granted: not recorded", c.name, maxWantScopes)
 	}
 	next := *rec
 	next.WantScopes = want
 	c.gen++
-	if raw, err := c.store.Save(ctx, &next); err == nil {
-		c.rec, c.raw = &next, raw
+	raw, err := c.store.Save(ctx, &next)
+	if err != nil {
+		return fmt.Errorf("upstream %q: recording the scope wanted: %w", c.name, err)
 	}
+	c.rec, c.raw = &next, raw
+	return nil
 }
 
-// Scopes returns the scopes of the stored login (asked for, and those a
-// refused request wanted), for a step-up login to ask for them again.
+// Scopes returns what the next login asks for besides its own choice:
+// the scopes the stored login was granted (else asked for) and those
+// refused requests wanted since (SEP-2350's union). nil = no login.
 func (c *Client) Scopes() []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -605,16 +659,62 @@ func (c *Client) Scopes() []string {
 	if err != nil || rec == nil {
 		return nil
 	}
-	return union(rec.Scopes, rec.WantScopes)
+	return union(granted(rec), rec.WantScopes)
+}
+
+// MoreScopes returns the scopes refused requests wanted that the stored
+// login was not granted: what a new login must add. nil = none. The
+// slice is the caller's.
+func (c *Client) MoreScopes() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	rec, err := c.load(ctx)
+	if err != nil || rec == nil || rec.ServerURL != c.serverURL {
+		return nil
+	}
+	return slices.Clone(rec.WantScopes)
+}
+
+// maxStepUps bounds the step-up logins (Transport.Login) one Client
+// makes: an upstream naming a new scope at every refusal stops getting
+// them.
+const maxStepUps = 8
+
+// stepUp reports whether a step-up login may be made for the challenged
+// scopes, and counts it: whether one of them was never asked for (a
+// login asking again for what the authorization server was already
+// asked for would end in the same refusal), and fewer than maxStepUps
+// were made.
+func (c *Client) stepUp(challenged []string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	rec, err := c.load(ctx)
+	if err != nil || rec == nil || c.source != nil || c.stepUps >= maxStepUps {
+		return false
+	}
+	for _, s := range challenged {
+		if !slices.Contains(rec.Scopes, s) && !slices.Contains(rec.Granted, s) {
+			c.stepUps++
+			return true
+		}
+	}
+	return false
 }
 
 // Status is what `viewmux auth status` shows of one login: never a token.
 type Status struct {
-	LoggedIn   bool
-	Issuer     string
-	Expiry     time.Time // zero = not said
-	Refresh    bool      // a refresh token is stored
-	Scopes     []string  // granted, else asked for
+	LoggedIn bool
+	Issuer   string
+	Expiry   time.Time // zero = not said
+	Refresh  bool      // a refresh token is stored
+	Scopes   []string  // granted, else asked for
+	// MoreScopes are the scopes refused requests wanted that the login
+	// was not granted: the next login asks for them (nil = none).
+	MoreScopes []string
 	LoggedInAt time.Time
 }
 
@@ -630,7 +730,7 @@ func (c *Client) Status() (Status, error) {
 		return Status{}, err
 	}
 	s := Status{LoggedIn: rec.AccessToken != "" && rec.ServerURL == c.serverURL, Issuer: rec.Issuer, Expiry: rec.Expiry,
-		Refresh: rec.RefreshToken != "", Scopes: rec.Granted, LoggedInAt: rec.LoggedInAt}
+		Refresh: rec.RefreshToken != "", Scopes: rec.Granted, MoreScopes: slices.Clone(rec.WantScopes), LoggedInAt: rec.LoggedInAt}
 	if s.Scopes == nil {
 		s.Scopes = rec.Scopes
 	}

@@ -279,29 +279,68 @@ func (c *Client) chooseScopes(d *Discovery, ch Challenge, extra []string) []stri
 	return s
 }
 
-// probe sends an unauthenticated initialize and returns the challenge of
-// its 401 (an empty one when the upstream asks for none).
+// probe asks the upstream for its challenge without a token: an
+// initialize, and when that is answered without one (a server may let
+// anyone initialize and guard only what follows, or refuse an
+// initialize of another protocol version before looking at tokens), a
+// tools/list, on the session the initialize opened if it did. It
+// returns the first challenge (an empty one when the upstream asks for
+// none): its scope is what the login asks for, rather than everything
+// the resource's metadata lists.
 func (c *Client) probe(ctx context.Context) (Challenge, error) {
-	body := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"viewmux","version":"login"}}}`
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.serverURL, strings.NewReader(body))
+	const initialize = `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"viewmux","version":"login"}}}`
+	resp, err := c.probeSend(ctx, http.MethodPost, initialize, nil)
 	if err != nil {
 		return Challenge{}, err
+	}
+	if ch, ok := ParseChallenge(resp.Header.Values("WWW-Authenticate")); ok {
+		return ch, nil
+	}
+	session := resp.Header.Get("Mcp-Session-Id")
+	hdr := map[string]string{"MCP-Protocol-Version": "2025-11-25"}
+	if session != "" {
+		hdr["Mcp-Session-Id"] = session
+	}
+	resp, err = c.probeSend(ctx, http.MethodPost, `{"jsonrpc":"2.0","id":2,"method":"tools/list","params":{}}`, hdr)
+	if err != nil {
+		return Challenge{}, err
+	}
+	ch, _ := ParseChallenge(resp.Header.Values("WWW-Authenticate"))
+	if session != "" {
+		// The session is the probe's: closed. An upstream that cannot
+		// close it lets it expire; the probe's answer stands either way.
+		c.probeSend(ctx, http.MethodDelete, "", hdr)
+	}
+	return ch, nil
+}
+
+// probeSend sends one request of the probe, with the upstream's
+// configured headers but no Authorization, and hdr; it returns the
+// response with its body read and closed.
+func (c *Client) probeSend(ctx context.Context, method, body string, hdr map[string]string) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, method, c.serverURL, strings.NewReader(body))
+	if err != nil {
+		return nil, err
 	}
 	for k, v := range c.headers {
 		if !strings.EqualFold(k, "Authorization") { // the login is what gives one
 			req.Header.Set(k, v)
 		}
 	}
-	req.Header.Set("Content-Type", "application/json")
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	req.Header.Set("Accept", "application/json, text/event-stream")
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		return Challenge{}, err
+		return nil, err
 	}
 	io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 	resp.Body.Close()
-	ch, _ := ParseChallenge(resp.Header.Values("WWW-Authenticate"))
-	return ch, nil
+	return resp, nil
 }
 
 // register returns the client to use: the configured one, else a Client

@@ -17,15 +17,21 @@ import (
 // Without Login (viewmux serve, a gateway with nobody at the keyboard):
 // no token means no request at all (an error wrapping ErrNeedsLogin,
 // naming the command to run); a 401 that refreshing cannot cure is the
-// same error; a 403 insufficient_scope records the scopes wanted (the
-// next `viewmux auth login` asks for them) and fails the request with an
+// same error; a 403 insufficient_scope records the scopes wanted that
+// the login was not granted (the next `viewmux auth login`, or connect
+// link, asks for them with those granted) and fails the request with an
 // error wrapping ErrInsufficientScope that says so. The rest of the
 // upstream keeps working with the scopes it has.
 //
 // With Login, a request without a usable token is sent without one and
 // its 401 starts a login; a 403 insufficient_scope starts one login with
-// the wider scope (the union of the scopes asked for before and the
-// challenge's), at most once per request. Safe for concurrent use.
+// the wider scope (the union of the scopes granted before and the
+// challenge's), at most once per request, and only when the challenge
+// names a scope no login asked for yet, and for at most 8 such scopes
+// in the Client's life: an upstream that refuses whatever it is granted,
+// or names a new scope at every refusal, does not make it loop.
+// A challenge whose scopes are not scope tokens, or too many, is an
+// error naming the upstream. Safe for concurrent use.
 type Transport struct {
 	// Base sends the requests; nil = http.DefaultTransport.
 	Base   http.RoundTripper
@@ -92,26 +98,47 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if ch.Error != "insufficient_scope" {
 			return resp, nil
 		}
-		if t.Login == nil || !canRetry(req) {
-			discard(resp)
-			t.Client.WantScopes(ch.Scope)
-			if t.Client.PerUser() {
-				return nil, fmt.Errorf("%w: the upstream wants scope %q for this request; connect your account to upstream %s through viewmux again to grant it",
-					ErrInsufficientScope, strings.Join(ch.Scope, " "), t.Client.name)
-			}
-			return nil, fmt.Errorf("%w: the upstream wants scope %q for this request; run `viewmux auth login %s` to log in again with it",
-				ErrInsufficientScope, strings.Join(ch.Scope, " "), t.Client.name)
-		}
 		discard(resp)
-		if err := t.Login(ctx, ch, t.Client.Scopes()); err != nil {
-			return nil, err
+		if err := checkScopes(ch.Scope); err != nil {
+			return nil, fmt.Errorf("%w: upstream %q answered 403 insufficient_scope with %w", ErrInsufficientScope, t.Client.name, err)
 		}
-		if tok, err = t.Client.Token(ctx); err != nil {
-			return nil, err
+		if t.Login != nil && canRetry(req) && t.Client.stepUp(ch.Scope) {
+			if err := t.Login(ctx, ch, t.Client.Scopes()); err != nil {
+				return nil, err
+			}
+			if tok, err = t.Client.Token(ctx); err != nil {
+				return nil, err
+			}
+			return t.send(req, tok) // once: a second 403 is the answer
 		}
-		return t.send(req, tok) // once: a second 403 is the answer
+		if err := t.Client.WantScopes(ch.Scope); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrInsufficientScope, err)
+		}
+		return nil, t.Client.insufficientScope(ch.Scope)
 	}
 	return resp, nil
+}
+
+// insufficientScope is the error of a request refused for scope, wrapping
+// ErrInsufficientScope: what to do when a new login can add the scope,
+// and that it cannot when the login was granted it already.
+func (c *Client) insufficientScope(scope []string) error {
+	want := strings.Join(scope, " ")
+	more := c.MoreScopes()
+	switch {
+	case len(scope) == 0:
+		return fmt.Errorf("%w: upstream %s refused this request for lack of scope without naming the scope it wants", ErrInsufficientScope, c.name)
+	case c.source != nil:
+		return fmt.Errorf("%w: the upstream wants scope %q for this request, which the token exchanged for the caller lacks (upstream %s)", ErrInsufficientScope, want, c.name)
+	case len(more) == 0:
+		return fmt.Errorf("%w: the upstream wants scope %q for this request, which the login of upstream %s was granted: logging in again would not help",
+			ErrInsufficientScope, want, c.name)
+	case c.PerUser():
+		return fmt.Errorf("%w: the upstream wants scope %q for this request; connect your account to upstream %s through viewmux again to grant it",
+			ErrInsufficientScope, want, c.name)
+	}
+	return fmt.Errorf("%w: the upstream wants scope %q for this request; run `viewmux auth login %s` to log in again with it",
+		ErrInsufficientScope, want, c.name)
 }
 
 // CloseIdleConnections closes the idle connections of Base.

@@ -33,6 +33,12 @@ type Server struct {
 	// ToolScope, when set, is the scope a tools/call needs (403
 	// insufficient_scope otherwise).
 	ToolScope string
+	// ListScope, when set, is the scope a tools/list needs (403
+	// insufficient_scope otherwise): a catalog refused for scope.
+	ListScope string
+	// OpenInitialize lets an initialize through without a token (the
+	// 401 challenge then comes only from the requests after it).
+	OpenInitialize bool
 	// NeverGrant is a scope the authorization server never grants.
 	NeverGrant string
 	// TokenDown makes the token endpoint answer 503.
@@ -244,6 +250,15 @@ func (s *Server) resource(mcp http.Handler) http.Handler {
 		s.mu.Lock()
 		tok, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 		scopes, ok := s.access[tok]
+		if !ok && s.OpenInitialize && r.Method == http.MethodPost {
+			body, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+			r.Body = io.NopCloser(bytes.NewReader(body))
+			if strings.Contains(string(body), `"initialize"`) {
+				s.mu.Unlock()
+				mcp.ServeHTTP(w, r)
+				return
+			}
+		}
 		if !ok {
 			s.Unauthenticated++
 			s.LastUnauthenticated = r.Header.Clone()
@@ -252,12 +267,19 @@ func (s *Server) resource(mcp http.Handler) http.Handler {
 			writeJSON(w, 401, map[string]string{"error": "invalid_token"})
 			return
 		}
-		need := s.ToolScope
+		need, needList := s.ToolScope, s.ListScope
 		s.mu.Unlock()
-		if need != "" && r.Method == http.MethodPost && !slices.Contains(scopes, need) {
+		if (need != "" || needList != "") && r.Method == http.MethodPost {
 			body, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
 			r.Body = io.NopCloser(bytes.NewReader(body))
-			if strings.Contains(string(body), `"tools/call"`) {
+			switch {
+			case need != "" && !slices.Contains(scopes, need) && strings.Contains(string(body), `"tools/call"`):
+			case needList != "" && !slices.Contains(scopes, needList) && strings.Contains(string(body), `"tools/list"`):
+				need = needList
+			default:
+				need = ""
+			}
+			if need != "" {
 				w.Header().Set("WWW-Authenticate", fmt.Sprintf(`Bearer error="insufficient_scope", scope="%s", resource_metadata="%s"`, need, prm))
 				writeJSON(w, 403, map[string]string{"error": "insufficient_scope"})
 				return
