@@ -69,13 +69,20 @@ func (s *Server) serveRouted(w http.ResponseWriter, r *http.Request, m *jsonrpc.
 		writeAnswer(w, status, jsonrpc.ErrorResponse(m.ID, refusal))
 		return
 	}
-	var held *backlog
+	var held *backlog // the session's: the call's slot, frames and answer count in it
 	overflow := func() {}
 	if sess != nil {
 		held = sess.held
 		overflow = func() { s.stalled(id, errSlowClient) }
 	}
 	out := s.newEventWriter(w, held)
+	if sess == nil {
+		// A request of no session: its answer counts in its caller's
+		// total while it is written. Its call's frames do not (a
+		// 2026-07-28 call may be held, and outlive the request); they
+		// are written as they come.
+		out.held = s.newBacklog(b.Who, 0, 0)
+	}
 	defer out.done()
 	// A call's answer is written here, after which nothing refers to its
 	// result: the buffers the result was read and rewritten into go back
@@ -180,7 +187,11 @@ func (s *Server) callFor(ctx context.Context, m *jsonrpc.Message, b grant.Bindin
 			return c, refusal
 		}
 	}
-	release, refusal := held.admit()
+	refusal := s.unread.admit(b.Who)
+	var release func()
+	if refusal == nil {
+		release, refusal = held.admit()
+	}
 	if refusal != nil {
 		s.metrics.count(m.Method, outcomeError)
 		s.auditLimit(id, b.Profile, m.Method, m.Name, audit.ReasonBusy)

@@ -36,8 +36,8 @@ const (
 	// streamQueue bounds the requests waiting for a worker; beyond it a
 	// request is answered with errBusyCode at once.
 	streamQueue = door.QueueLen
-	// frameWriteTimeout is the default of Options.WriteTimeout: it bounds
-	// one write to a client that stopped reading.
+	// frameWriteTimeout bounds one write to a client that stopped reading
+	// when neither Options.WriteTimeout nor server.write_timeout says.
 	frameWriteTimeout = 30 * time.Second
 )
 
@@ -85,7 +85,7 @@ type pendingReply struct {
 func (s *Server) newStreamSession(parent context.Context, kind doorKind, b grant.Binding, w door.FrameWriter) *session {
 	id := replicaPrefix(s.cfg) + kind.String() + "-" + rand.Text()
 	// The worker pool bounds its calls.
-	sess := s.newSession(id, kind, b, b.Caller, newBacklog(s.cfg.Server.MaxPendingBytes, 0))
+	sess := s.newSession(id, kind, b, b.Caller, s.newBacklog(b.Who, s.cfg.Server.MaxPendingBytes, 0))
 	sess.conn = door.NewConn(parent, w, sess)
 	s.log.Info("session connected", "session", id, "profile", b.Profile)
 	return sess
