@@ -143,15 +143,20 @@ func (s *Server) serveRouted(w http.ResponseWriter, r *http.Request, m *jsonrpc.
 			panic(http.ErrAbortHandler)
 		}
 	} else {
-		out.final(status, answer)
+		// It holds the buffers it was read and rewritten into until it
+		// is written: they count as what waits for the client.
+		out.final(status, answer, loan.Size()+c.loan.Size())
 	}
 	if loan.Pending() {
 		out.flush() // the client has its answer while Settle waits
 	}
-	if !out.broken {
-		// Written in full: no writer holds any of it (a failed write may
-		// leave an HTTP/2 frame writer holding it, so then it is left to
-		// the garbage collector).
+	if !out.broken || r.ProtoMajor == 1 {
+		// Written in full, or given up by an HTTP/1 connection, whose
+		// failed write returned holding nothing of it: no writer holds
+		// any of it, and its buffers serve the next answers instead of
+		// waiting for the collector (a failed write may leave an HTTP/2
+		// frame writer holding it, so then it is left to the garbage
+		// collector).
 		loan.Release()
 		if c.final.Load() { // not an input_required answer of a held call, which goes on
 			c.loan.Release()
@@ -288,9 +293,12 @@ func (o *eventWriter) eventFrame(frame jsonrpc.Frame) {
 	}
 }
 
-func (o *eventWriter) final(status int, frame jsonrpc.Frame) {
-	o.held.hold(frame.Len())
-	defer o.held.written(frame.Len())
+// final writes the answer frame, which holds lent bytes of buffers (its
+// own among them) until it is written.
+func (o *eventWriter) final(status int, frame jsonrpc.Frame, lent int) {
+	held := max(frame.Len(), lent)
+	o.held.hold(held)
+	defer o.held.written(held)
 	if o.stream {
 		o.eventFrame(frame)
 		return
