@@ -19,6 +19,7 @@ import (
 	"github.com/viewmux/viewmux/internal/jsonrpc"
 	"github.com/viewmux/viewmux/sessions/door"
 	"github.com/viewmux/viewmux/sessions/grant"
+	"github.com/viewmux/viewmux/upstream"
 )
 
 // This file holds what the message-stream front doors (websocket, legacy
@@ -326,6 +327,16 @@ func (s *Server) handleRouted(ctx context.Context, sess *session, b grant.Bindin
 	if refusal != nil {
 		return jsonrpc.ErrorResponse(m.ID, refusal)
 	}
+	// The result is read into buffers lent to the call (upstream.Loan),
+	// which go back once the session's writer has written its answer or
+	// given it up: the next answers reuse them, so that a client that
+	// does not read leaves no garbage the size of its answers behind. A
+	// 2026-07-28 call may outlive its answer (held): it takes no loan.
+	var loan *upstream.Loan
+	if !isModern(m) {
+		loan = new(upstream.Loan)
+		ctx = upstream.WithLoan(ctx, loan)
+	}
 	c, refusal := s.callFor(ctx, m, b, e, sess.ID(), sess.held, func() { sess.End(errSlowClient) }, func(c *call, logf func(string, ...any)) *caller {
 		if isModern(m) {
 			return modernCaller(m, c.queue, logf)
@@ -348,7 +359,21 @@ func (s *Server) handleRouted(ctx context.Context, sess *session, b grant.Bindin
 	}
 	// The answer is queued here rather than by the worker (door.Conn), so
 	// that shutdown knows it is on its way (drain.go).
-	s.awaitQueued(ctx, c, m, func(f []byte) { sess.send(ctx, f) }, func(f jsonrpc.Frame) { sess.sendFrame(ctx, f) }, sess.trySend)
+	queued := false
+	s.awaitQueued(ctx, c, m, func(f []byte) { sess.send(ctx, f) }, func(f jsonrpc.Frame) {
+		queued = true
+		// Until then it holds the buffers lent, not only its own bytes
+		// (which the writer counts): the rest waits for the client too.
+		rest := max(0, loan.Size()-f.Len())
+		sess.held.hold(rest)
+		sess.conn.SendFrameThen(ctx, f, func() {
+			loan.Release()
+			sess.held.written(rest)
+		})
+	}, sess.trySend)
+	if !queued { // no answer is due: nothing refers to the result
+		loan.Release()
+	}
 	return nil
 }
 
