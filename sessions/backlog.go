@@ -200,9 +200,20 @@ func (q *frameQueue) handoff(late func([]byte) bool) {
 // zero value has no limit; it is safe for concurrent use.
 type callerBytes struct {
 	max int64 // 0 = no limit
+	// crossed, when set, is called (outside the lock) when a caller
+	// reaches its share, falls back under it, or, having reached it,
+	// comes back to nothing: then what it held, and the copies its
+	// answers were made from, are mostly garbage (reclaimer).
+	crossed func()
 
 	mu   sync.Mutex
-	held map[string]int64 // caller → bytes; no zero entries
+	held map[string]callerHeld // no zero entries
+}
+
+// callerHeld is what one caller holds.
+type callerHeld struct {
+	bytes int64
+	full  bool // at its share since it last held nothing
 }
 
 // add counts n more bytes (less, when negative) held for who. "" is
@@ -212,16 +223,23 @@ func (cb *callerBytes) add(who string, n int64) {
 		return
 	}
 	cb.mu.Lock()
-	defer cb.mu.Unlock()
-	v := cb.held[who] + n
-	if v == 0 {
+	h := cb.held[who]
+	was := h.bytes
+	h.bytes += n
+	h.full = h.full || h.bytes >= cb.max
+	crossed := (was >= cb.max) != (h.bytes >= cb.max) || h.full && h.bytes == 0
+	if h.bytes == 0 {
 		delete(cb.held, who)
-		return
+	} else {
+		if cb.held == nil {
+			cb.held = make(map[string]callerHeld)
+		}
+		cb.held[who] = h
 	}
-	if cb.held == nil {
-		cb.held = make(map[string]int64)
+	cb.mu.Unlock()
+	if crossed && cb.crossed != nil {
+		cb.crossed()
 	}
-	cb.held[who] = v
 }
 
 // of returns the bytes held for who.
@@ -231,7 +249,7 @@ func (cb *callerBytes) of(who string) int64 {
 	}
 	cb.mu.Lock()
 	defer cb.mu.Unlock()
-	return cb.held[who]
+	return cb.held[who].bytes
 }
 
 // admit refuses a new call of who's while who holds its whole share, with

@@ -58,6 +58,7 @@ type Server struct {
 	fleet   *fleetRate         // stateless callers' rate limits, for the fleet (fleetrate.go)
 	slots   sessionSlots       // server.max_sessions, every door (limits.go)
 	unread  callerBytes        // server.max_pending_bytes_per_caller (backlog.go)
+	reclaim reclaimer          // what callers over unread.max let go, back to the system (reclaim.go)
 
 	started   atomic.Bool   // the first connection attempt of every upstream is over
 	startedCh chan struct{} // closed by MarkStarted
@@ -163,7 +164,7 @@ func New(cfg *configs.Config, opts Options) (*Server, error) {
 	}
 	s.writeTimeout = cmp.Or(opts.WriteTimeout, cfg.Server.WriteTimeout, frameWriteTimeout)
 	s.tracer = opts.Tracer
-	s.unread.max = cfg.Server.MaxPendingBytesPerCaller
+	s.unread.max, s.unread.crossed = cfg.Server.MaxPendingBytesPerCaller, s.reclaim.kick
 	s.held = newHeldCalls(cfg.Server.ReplicaID, min(cfg.Server.MaxSessionsPerCaller, heldShare))
 	s.flights.perCaller = cfg.Server.MaxSessionsPerCaller
 	s.slots.max = int64(cfg.Server.MaxSessions)
@@ -670,6 +671,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	defer cancel()
 	s.closeStreams(cctx)
 	s.closeSessions()
+	s.reclaim.stop()
 	return nil
 }
 

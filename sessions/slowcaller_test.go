@@ -16,9 +16,16 @@ import (
 )
 
 func TestCallerBytes(t *testing.T) {
-	cb := &callerBytes{max: 100}
+	crossed := 0
+	cb := &callerBytes{max: 100, crossed: func() { crossed++ }}
 	cb.add("a", 60)
+	if crossed != 0 {
+		t.Fatalf("a caller under its share crossed it")
+	}
 	cb.add("a", 40)
+	if crossed != 1 {
+		t.Fatalf("reaching the share: crossed %d times, want 1", crossed)
+	}
 	cb.add("b", 10)
 	cb.add("", 1000) // nobody's: the stdio door's client
 	if e := cb.admit("a"); e == nil || e.Code != errBusyCode || !strings.Contains(e.Message, "server.max_pending_bytes_per_caller is 100") {
@@ -33,8 +40,14 @@ func TestCallerBytes(t *testing.T) {
 	if e := cb.admit("a"); e != nil {
 		t.Fatalf("a holds 99 of 100: refused: %v", e.Message)
 	}
+	if crossed != 2 {
+		t.Fatalf("falling under the share: crossed %d times in all, want 2", crossed)
+	}
 	cb.add("a", -99)
 	cb.add("b", -10)
+	if crossed != 3 {
+		t.Fatalf("a, having filled its share, holds nothing; b never filled its: crossed %d times in all, want 3", crossed)
+	}
 	if len(cb.held) != 0 {
 		t.Fatalf("callers holding nothing are still counted: %v", cb.held)
 	}
