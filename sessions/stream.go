@@ -332,8 +332,10 @@ func (s *Server) handleRouted(ctx context.Context, sess *session, b grant.Bindin
 	// given it up: the next answers reuse them, so that a client that
 	// does not read leaves no garbage the size of its answers behind. A
 	// 2026-07-28 call may outlive its answer (held): it takes no loan.
+	// Nor does the stdio door's one client, which has no caller share
+	// and whose answers are written at once (SendFrame).
 	var loan *upstream.Loan
-	if !isModern(m) {
+	if !isModern(m) && sess.kind != doorStdio {
 		loan = new(upstream.Loan)
 		ctx = upstream.WithLoan(ctx, loan)
 	}
@@ -359,18 +361,23 @@ func (s *Server) handleRouted(ctx context.Context, sess *session, b grant.Bindin
 	}
 	// The answer is queued here rather than by the worker (door.Conn), so
 	// that shutdown knows it is on its way (drain.go).
+	final := func(f jsonrpc.Frame) { sess.sendFrame(ctx, f) }
 	queued := false
-	s.awaitQueued(ctx, c, m, func(f []byte) { sess.send(ctx, f) }, func(f jsonrpc.Frame) {
-		queued = true
-		// Until then it holds the buffers lent, not only its own bytes
-		// (which the writer counts): the rest waits for the client too.
-		rest := max(0, loan.Size()-f.Len())
-		sess.held.hold(rest)
-		sess.conn.SendFrameThen(ctx, f, func() {
-			loan.Release()
-			sess.held.written(rest)
-		})
-	}, sess.trySend)
+	if loan != nil {
+		final = func(f jsonrpc.Frame) {
+			queued = true
+			// Until then it holds the buffers lent, not only its own
+			// bytes (which the writer counts): the rest waits for the
+			// client too.
+			rest := max(0, loan.Size()-f.Len())
+			sess.held.hold(rest)
+			sess.conn.SendFrameThen(ctx, f, func() {
+				loan.Release()
+				sess.held.written(rest)
+			})
+		}
+	}
+	s.awaitQueued(ctx, c, m, func(f []byte) { sess.send(ctx, f) }, final, sess.trySend)
 	if !queued { // no answer is due: nothing refers to the result
 		loan.Release()
 	}
