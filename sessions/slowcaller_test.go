@@ -207,3 +207,39 @@ func TestSlowCallerIsBounded(t *testing.T) {
 		t.Fatalf("callers holding nothing are still counted: %v", s.unread.held)
 	}
 }
+
+// TestForgetHeldCall: forget reports whether a call was held and not
+// retried, whether or not its wait ran out first, so that the call's
+// frames are let go (and stop counting against its session and caller)
+// exactly when nobody will await it.
+func TestForgetHeldCall(t *testing.T) {
+	h := newHeldCalls("r", 0)
+	hold := func() (*call, *ask, string) {
+		c, a := &call{abort: func(error) {}}, &ask{reply: make(chan askReply, 1)}
+		state, err := h.hold(c, a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c, a, state
+	}
+	if h.forget(&call{}) {
+		t.Error("forget reported a call that was never held")
+	}
+	c, _, _ := hold()
+	if !h.forget(c) || h.forget(c) {
+		t.Error("a held call that ended unretried: forget must report it once")
+	}
+	c, _, state := hold()
+	if _, err := h.take(state); err != nil {
+		t.Fatal(err)
+	}
+	if h.forget(c) {
+		t.Error("forget reported a call its retry took: its retry awaits it")
+	}
+	h.wait = time.Nanosecond
+	c, a, _ := hold()
+	<-a.reply // its wait ran out: the upstream was told
+	if !h.forget(c) {
+		t.Error("a held call whose wait ran out: forget did not report it")
+	}
+}
