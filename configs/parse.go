@@ -73,6 +73,10 @@ type (
 		StateDir             *string   `toml:"state_dir"`
 		Pin                  *string   `toml:"pin"`
 		PublicURL            *string   `toml:"public_url"`
+
+		// What a client that does not read may cost (slowreaders.go).
+		MaxPendingBytesPerCaller any `toml:"max_pending_bytes_per_caller"`
+		WriteTimeout             any `toml:"write_timeout"`
 	}
 	rawAuth struct {
 		Tokens []rawToken `toml:"tokens"`

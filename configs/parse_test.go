@@ -327,6 +327,9 @@ func TestDefaults(t *testing.T) {
 		LogFormat:            "text",
 		ReplicaID:            DefaultReplicaID(hostname),
 		Pin:                  PinOff,
+
+		MaxPendingBytesPerCaller: 64 << 20,
+		WriteTimeout:             30 * time.Second,
 	}
 	if !reflect.DeepEqual(cfg.Server, wantServer) {
 		t.Errorf("Server = %+v, want %+v", cfg.Server, wantServer)

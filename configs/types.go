@@ -106,6 +106,15 @@ type Server struct {
 	// path), for the links and the OAuth callback of per-user upstream
 	// credentials (PublicBase); "" = not configured.
 	PublicURL string
+
+	// MaxPendingBytesPerCaller bounds what MaxPendingBytes bounds per
+	// session (answers and frames not yet read), over all of one caller's
+	// sessions and requests on every door; at least MaxPendingBytes.
+	// Default: the larger of 64 MiB and MaxPendingBytes.
+	MaxPendingBytesPerCaller int64
+	// WriteTimeout bounds each write to a client, on every door; past it
+	// the stream or connection is closed. Default 30s.
+	WriteTimeout time.Duration
 }
 
 // Values of Server.Pin (server.pin).

@@ -102,6 +102,7 @@ func (v *validator) server(r *rawServer) Server {
 		ReadTimeout:          v.duration(p.key("read_timeout"), r.ReadTimeout, defaultReadTimeout),
 		LogFormat:            "text",
 	}
+	v.slowReaders(p, r, &s)
 	if r.MaxSessions != nil {
 		s.MaxSessions = *r.MaxSessions
 		if s.MaxSessions < 1 {

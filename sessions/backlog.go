@@ -30,10 +30,23 @@ type backlog struct {
 	calls int32 // in flight at most; 0 = none
 	bytes atomic.Int64
 	n     atomic.Int32
+	// unread and who count the bytes in the caller's total too (nil: not
+	// counted); Server.newBacklog sets them.
+	unread *callerBytes
+	who    string
 }
 
 func newBacklog(maxBytes int64, calls int) *backlog {
 	return &backlog{max: maxBytes, calls: int32(calls)}
+}
+
+// newBacklog returns the backlog of a session or request of who's, whose
+// bytes count in who's total (server.max_pending_bytes_per_caller) as
+// well: at most maxBytes and calls in flight of its own (0: no limit).
+func (s *Server) newBacklog(who string, maxBytes int64, calls int) *backlog {
+	b := newBacklog(maxBytes, calls)
+	b.unread, b.who = &s.unread, who
+	return b
 }
 
 // admit takes a call slot for a new routed call, or refuses it with the
@@ -64,12 +77,14 @@ func (b *backlog) hold(n int) bool {
 	if b == nil {
 		return true
 	}
+	b.unread.add(b.who, int64(n))
 	return b.bytes.Add(int64(n)) <= b.max || b.max == 0
 }
 
 // written counts n bytes held as written (or given up).
 func (b *backlog) written(n int) {
 	if b != nil {
+		b.unread.add(b.who, -int64(n))
 		b.bytes.Add(-int64(n))
 	}
 }
@@ -171,4 +186,82 @@ func (q *frameQueue) handoff(late func([]byte) bool) {
 	q.frames = nil
 	q.late = late
 	q.settled = true
+}
+
+// callerBytes counts what viewmux holds for each caller's clients, over
+// all of the caller's sessions and requests on every door: the bytes its
+// backlogs hold (answers and frames made and not yet written), against
+// server.max_pending_bytes_per_caller. A caller over it gets its new calls
+// refused (admit), whatever session or request they come on, and its
+// other callers are untouched. The count goes down only as bytes are
+// written or given up, never when a session merely ends: what an ended
+// session still holds (a write blocked until the write deadline) counts
+// until it is let go, so that opening new sessions escapes nothing. Its
+// zero value has no limit; it is safe for concurrent use.
+type callerBytes struct {
+	max int64 // 0 = no limit
+	// crossed, when set, is called (outside the lock) when a caller
+	// reaches its share, falls back under it, or, having reached it,
+	// comes back to nothing: then what it held, and the copies its
+	// answers were made from, are mostly garbage (reclaimer).
+	crossed func()
+
+	mu   sync.Mutex
+	held map[string]callerHeld // no zero entries
+}
+
+// callerHeld is what one caller holds.
+type callerHeld struct {
+	bytes int64
+	full  bool // at its share since it last held nothing
+}
+
+// add counts n more bytes (less, when negative) held for who. "" is
+// nobody's (the stdio door's one client) and is not counted.
+func (cb *callerBytes) add(who string, n int64) {
+	if cb == nil || cb.max <= 0 || who == "" {
+		return
+	}
+	cb.mu.Lock()
+	h := cb.held[who]
+	was := h.bytes
+	h.bytes += n
+	h.full = h.full || h.bytes >= cb.max
+	crossed := (was >= cb.max) != (h.bytes >= cb.max) || h.full && h.bytes == 0
+	if h.bytes == 0 {
+		delete(cb.held, who)
+	} else {
+		if cb.held == nil {
+			cb.held = make(map[string]callerHeld)
+		}
+		cb.held[who] = h
+	}
+	cb.mu.Unlock()
+	if crossed && cb.crossed != nil {
+		cb.crossed()
+	}
+}
+
+// of returns the bytes held for who.
+func (cb *callerBytes) of(who string) int64 {
+	if cb == nil || who == "" {
+		return 0
+	}
+	cb.mu.Lock()
+	defer cb.mu.Unlock()
+	return cb.held[who].bytes
+}
+
+// admit refuses a new call of who's while who holds its whole share, with
+// the busy error to answer it with.
+func (cb *callerBytes) admit(who string) *jsonrpc.Error {
+	if cb == nil || cb.max <= 0 {
+		return nil
+	}
+	if held := cb.of(who); held >= cb.max {
+		return &jsonrpc.Error{Code: errBusyCode, Message: fmt.Sprintf(
+			"caller busy: %d bytes of answers and notifications wait for this caller's clients to read them, over all its sessions and requests (server.max_pending_bytes_per_caller is %d); read them before sending more requests",
+			held, cb.max)}
+	}
+	return nil
 }

@@ -256,7 +256,11 @@ func (s *Server) start(parent context.Context, c *call, id string, b grant.Bindi
 	}
 	go func() {
 		a := run()
-		s.held.forget(c) // a call that ended while held frees its slot now
+		if s.held.forget(c) { // a call that ended while held frees its slot now
+			// and nobody will await it: what it queued since is let go,
+			// and stops counting in its session's backlog.
+			c.frames.handoff(nil)
+		}
 		c.done <- a
 	}()
 }
@@ -556,12 +560,13 @@ func (h *heldCalls) take(state string) (*heldCall, error) {
 	return hc, nil
 }
 
-// forget frees c's slot if c is held (it ended without being retried).
-func (h *heldCalls) forget(c *call) {
+// forget frees c's slot if c is held (it ended without being retried),
+// and reports whether it was: no retry can take it from now on.
+func (h *heldCalls) forget(c *call) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if c.heldID == "" {
-		return
+		return false
 	}
 	if hc := h.calls[c.heldID]; hc != nil && hc.call == c {
 		hc.timer.Stop()
@@ -569,4 +574,5 @@ func (h *heldCalls) forget(c *call) {
 		h.callers.give(c.who)
 	}
 	c.heldID = ""
+	return true
 }

@@ -69,13 +69,20 @@ func (s *Server) serveRouted(w http.ResponseWriter, r *http.Request, m *jsonrpc.
 		writeAnswer(w, status, jsonrpc.ErrorResponse(m.ID, refusal))
 		return
 	}
-	var held *backlog
+	var held *backlog // the session's: the call's slot, frames and answer count in it
 	overflow := func() {}
 	if sess != nil {
 		held = sess.held
 		overflow = func() { s.stalled(id, errSlowClient) }
 	}
 	out := s.newEventWriter(w, held)
+	if sess == nil {
+		// A request of no session: its answer counts in its caller's
+		// total while it is written. Its call's frames do not (a
+		// 2026-07-28 call may be held, and outlive the request); they
+		// are written as they come.
+		out.held = s.newBacklog(b.Who, 0, 0)
+	}
 	defer out.done()
 	// A call's answer is written here, after which nothing refers to its
 	// result: the buffers the result was read and rewritten into go back
@@ -136,15 +143,20 @@ func (s *Server) serveRouted(w http.ResponseWriter, r *http.Request, m *jsonrpc.
 			panic(http.ErrAbortHandler)
 		}
 	} else {
-		out.final(status, answer)
+		// It holds the buffers it was read and rewritten into until it
+		// is written: they count as what waits for the client.
+		out.final(status, answer, loan.Size()+c.loan.Size())
 	}
 	if loan.Pending() {
 		out.flush() // the client has its answer while Settle waits
 	}
-	if !out.broken {
-		// Written in full: no writer holds any of it (a failed write may
-		// leave an HTTP/2 frame writer holding it, so then it is left to
-		// the garbage collector).
+	if !out.broken || r.ProtoMajor == 1 {
+		// Written in full, or given up by an HTTP/1 connection, whose
+		// failed write returned holding nothing of it: no writer holds
+		// any of it, and its buffers serve the next answers instead of
+		// waiting for the collector (a failed write may leave an HTTP/2
+		// frame writer holding it, so then it is left to the garbage
+		// collector).
 		loan.Release()
 		if c.final.Load() { // not an input_required answer of a held call, which goes on
 			c.loan.Release()
@@ -180,7 +192,11 @@ func (s *Server) callFor(ctx context.Context, m *jsonrpc.Message, b grant.Bindin
 			return c, refusal
 		}
 	}
-	release, refusal := held.admit()
+	refusal := s.unread.admit(b.Who)
+	var release func()
+	if refusal == nil {
+		release, refusal = held.admit()
+	}
 	if refusal != nil {
 		s.metrics.count(m.Method, outcomeError)
 		s.auditLimit(id, b.Profile, m.Method, m.Name, audit.ReasonBusy)
@@ -277,9 +293,12 @@ func (o *eventWriter) eventFrame(frame jsonrpc.Frame) {
 	}
 }
 
-func (o *eventWriter) final(status int, frame jsonrpc.Frame) {
-	o.held.hold(frame.Len())
-	defer o.held.written(frame.Len())
+// final writes the answer frame, which holds lent bytes of buffers (its
+// own among them) until it is written.
+func (o *eventWriter) final(status int, frame jsonrpc.Frame, lent int) {
+	held := max(frame.Len(), lent)
+	o.held.hold(held)
+	defer o.held.written(held)
 	if o.stream {
 		o.eventFrame(frame)
 		return

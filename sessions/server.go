@@ -6,6 +6,7 @@
 package sessions
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/subtle"
@@ -56,6 +57,8 @@ type Server struct {
 	limits  ratelimit.Limiters // sessions' rate limits; stateless callers' are in fleet
 	fleet   *fleetRate         // stateless callers' rate limits, for the fleet (fleetrate.go)
 	slots   sessionSlots       // server.max_sessions, every door (limits.go)
+	unread  callerBytes        // server.max_pending_bytes_per_caller (backlog.go)
+	reclaim reclaimer          // what callers over unread.max let go, back to the system (reclaim.go)
 
 	started   atomic.Bool   // the first connection attempt of every upstream is over
 	startedCh chan struct{} // closed by MarkStarted
@@ -133,7 +136,8 @@ type Options struct {
 	// The caller opens and closes it.
 	Audit io.Writer
 	// WriteTimeout bounds each write to a client, on every door: a client
-	// that stops reading for longer ends its session. 0 = 30s.
+	// that stops reading for longer ends its session. 0 =
+	// server.write_timeout.
 	WriteTimeout time.Duration
 	// Tracer makes the span of each routed request (trace.go); nil = none.
 	Tracer trace.Tracer
@@ -158,11 +162,9 @@ func New(cfg *configs.Config, opts Options) (*Server, error) {
 	if s.version == "" {
 		s.version = "dev"
 	}
-	s.writeTimeout = opts.WriteTimeout
+	s.writeTimeout = cmp.Or(opts.WriteTimeout, cfg.Server.WriteTimeout, frameWriteTimeout)
 	s.tracer = opts.Tracer
-	if s.writeTimeout <= 0 {
-		s.writeTimeout = frameWriteTimeout
-	}
+	s.unread.max, s.unread.crossed = cfg.Server.MaxPendingBytesPerCaller, s.reclaim.kick
 	s.held = newHeldCalls(cfg.Server.ReplicaID, min(cfg.Server.MaxSessionsPerCaller, heldShare))
 	s.flights.perCaller = cfg.Server.MaxSessionsPerCaller
 	s.slots.max = int64(cfg.Server.MaxSessions)
@@ -638,7 +640,7 @@ func (s *Server) serveInitialize(w http.ResponseWriter, m *jsonrpc.Message, chk 
 		return
 	}
 	sess := s.newSession(replicaPrefix(s.cfg)+sessionIDPrefix+rand.Text(), doorMCP, b, chk.Owner(),
-		newBacklog(s.cfg.Server.MaxPendingBytes, maxCallsPerSession))
+		s.newBacklog(b.Who, s.cfg.Server.MaxPendingBytes, maxCallsPerSession))
 	s.bind(sess, hs)
 	w.Header().Set(mcp.HeaderSessionID, sess.id)
 	writeAnswer(w, http.StatusOK, resp)
@@ -669,6 +671,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	defer cancel()
 	s.closeStreams(cctx)
 	s.closeSessions()
+	s.reclaim.stop()
 	return nil
 }
 

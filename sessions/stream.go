@@ -19,6 +19,7 @@ import (
 	"github.com/viewmux/viewmux/internal/jsonrpc"
 	"github.com/viewmux/viewmux/sessions/door"
 	"github.com/viewmux/viewmux/sessions/grant"
+	"github.com/viewmux/viewmux/upstream"
 )
 
 // This file holds what the message-stream front doors (websocket, legacy
@@ -36,8 +37,8 @@ const (
 	// streamQueue bounds the requests waiting for a worker; beyond it a
 	// request is answered with errBusyCode at once.
 	streamQueue = door.QueueLen
-	// frameWriteTimeout is the default of Options.WriteTimeout: it bounds
-	// one write to a client that stopped reading.
+	// frameWriteTimeout bounds one write to a client that stopped reading
+	// when neither Options.WriteTimeout nor server.write_timeout says.
 	frameWriteTimeout = 30 * time.Second
 )
 
@@ -85,7 +86,7 @@ type pendingReply struct {
 func (s *Server) newStreamSession(parent context.Context, kind doorKind, b grant.Binding, w door.FrameWriter) *session {
 	id := replicaPrefix(s.cfg) + kind.String() + "-" + rand.Text()
 	// The worker pool bounds its calls.
-	sess := s.newSession(id, kind, b, b.Caller, newBacklog(s.cfg.Server.MaxPendingBytes, 0))
+	sess := s.newSession(id, kind, b, b.Caller, s.newBacklog(b.Who, s.cfg.Server.MaxPendingBytes, 0))
 	sess.conn = door.NewConn(parent, w, sess)
 	s.log.Info("session connected", "session", id, "profile", b.Profile)
 	return sess
@@ -326,6 +327,18 @@ func (s *Server) handleRouted(ctx context.Context, sess *session, b grant.Bindin
 	if refusal != nil {
 		return jsonrpc.ErrorResponse(m.ID, refusal)
 	}
+	// The result is read into buffers lent to the call (upstream.Loan),
+	// which go back once the session's writer has written its answer or
+	// given it up: the next answers reuse them, so that a client that
+	// does not read leaves no garbage the size of its answers behind. A
+	// 2026-07-28 call may outlive its answer (held): it takes no loan.
+	// Nor does the stdio door's one client, which has no caller share
+	// and whose answers are written at once (SendFrame).
+	var loan *upstream.Loan
+	if !isModern(m) && sess.kind != doorStdio {
+		loan = new(upstream.Loan)
+		ctx = upstream.WithLoan(ctx, loan)
+	}
 	c, refusal := s.callFor(ctx, m, b, e, sess.ID(), sess.held, func() { sess.End(errSlowClient) }, func(c *call, logf func(string, ...any)) *caller {
 		if isModern(m) {
 			return modernCaller(m, c.queue, logf)
@@ -348,7 +361,26 @@ func (s *Server) handleRouted(ctx context.Context, sess *session, b grant.Bindin
 	}
 	// The answer is queued here rather than by the worker (door.Conn), so
 	// that shutdown knows it is on its way (drain.go).
-	s.awaitQueued(ctx, c, m, func(f []byte) { sess.send(ctx, f) }, func(f jsonrpc.Frame) { sess.sendFrame(ctx, f) }, sess.trySend)
+	final := func(f jsonrpc.Frame) { sess.sendFrame(ctx, f) }
+	queued := false
+	if loan != nil {
+		final = func(f jsonrpc.Frame) {
+			queued = true
+			// Until then it holds the buffers lent, not only its own
+			// bytes (which the writer counts): the rest waits for the
+			// client too.
+			rest := max(0, loan.Size()-f.Len())
+			sess.held.hold(rest)
+			sess.conn.SendFrameThen(ctx, f, func() {
+				loan.Release()
+				sess.held.written(rest)
+			})
+		}
+	}
+	s.awaitQueued(ctx, c, m, func(f []byte) { sess.send(ctx, f) }, final, sess.trySend)
+	if !queued { // no answer is due: nothing refers to the result
+		loan.Release()
+	}
 	return nil
 }
 

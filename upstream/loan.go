@@ -200,6 +200,21 @@ func (l *Loan) lend(b *[]byte) bool {
 	return true
 }
 
+// Size returns the bytes of the buffers lent under l and not given back:
+// what holding the results read under it costs. Safe on a nil Loan.
+func (l *Loan) Size() int {
+	if l == nil {
+		return 0
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, b := range l.bufs {
+		n += cap(*b)
+	}
+	return n
+}
+
 // Release gives back every buffer lent. The caller must hold no result
 // read under the loan any more, nor any part of one: the buffers are
 // reused for other callers' results. A loan lends nothing after Release.

@@ -276,6 +276,13 @@ func (c *Conn) Send(ctx context.Context, frame []byte) error {
 // SendFrame is Send for a frame in pieces (an answer around an upstream's
 // result, which is written out without being joined first).
 func (c *Conn) SendFrame(ctx context.Context, frame jsonrpc.Frame) error {
+	return c.SendFrameThen(ctx, frame, nil)
+}
+
+// SendFrameThen is SendFrame, calling done (when not nil) once the frame
+// is written or given up, whatever the outcome: then nothing of the Conn
+// refers to the frame's bytes any more, and their buffers may be reused.
+func (c *Conn) SendFrameThen(ctx context.Context, frame jsonrpc.Frame, done func()) error {
 	n := frame.Len()
 	c.owner.Hold(n) // until the writer has written it
 	if c.queued.Load() == 0 && c.wmu.TryLock() {
@@ -285,6 +292,7 @@ func (c *Conn) SendFrame(ctx context.Context, frame jsonrpc.Frame) error {
 			err := c.w.WriteFrame(frame)
 			c.wmu.Unlock()
 			c.owner.Written(n)
+			finish(done)
 			if err != nil {
 				c.End(fmt.Errorf("writing to the client: %w", err))
 				return ErrClosed
@@ -294,20 +302,29 @@ func (c *Conn) SendFrame(ctx context.Context, frame jsonrpc.Frame) error {
 		c.wmu.Unlock()
 	}
 	c.queued.Add(1)
-	for !c.out.tryPut(frame) {
+	for !c.out.tryPut(frame, done) {
 		select {
 		case <-c.out.room:
 		case <-ctx.Done():
 			c.queued.Add(-1)
 			c.owner.Written(n)
+			finish(done)
 			return ctx.Err()
 		case <-c.ctx.Done():
 			c.queued.Add(-1)
 			c.owner.Written(n)
+			finish(done)
 			return ErrClosed
 		}
 	}
 	return nil
+}
+
+// finish calls done, if any.
+func finish(done func()) {
+	if done != nil {
+		done()
+	}
 }
 
 // Offer queues frame for the writer if there is room now. Like every
@@ -316,7 +333,7 @@ func (c *Conn) Offer(frame jsonrpc.Frame) bool {
 	n := frame.Len()
 	c.owner.Hold(n)
 	c.queued.Add(1)
-	if c.out.tryPut(frame) {
+	if c.out.tryPut(frame, nil) {
 		return true
 	}
 	c.queued.Add(-1)
@@ -351,7 +368,7 @@ func (c *Conn) writeLoop() {
 		}
 	}()
 	for {
-		frame, ok := c.out.take()
+		of, ok := c.out.take()
 		if !ok {
 			select {
 			case <-c.out.ready:
@@ -362,10 +379,11 @@ func (c *Conn) writeLoop() {
 			continue
 		}
 		c.wmu.Lock()
-		err := c.w.WriteFrame(frame)
+		err := c.w.WriteFrame(of.frame)
 		c.wmu.Unlock()
 		c.queued.Add(-1)
-		c.owner.Written(frame.Len())
+		c.owner.Written(of.frame.Len())
+		finish(of.done)
 		if err != nil {
 			c.End(fmt.Errorf("writing to the client: %w", err))
 			return
@@ -387,16 +405,17 @@ func (c *Conn) drop() { c.drain(false) }
 // given back to the Owner, written or not.
 func (c *Conn) drain(write bool) {
 	for {
-		frame, ok := c.out.takeOrClose()
+		of, ok := c.out.takeOrClose()
 		if !ok {
 			return
 		}
-		c.owner.Written(frame.Len())
 		if write {
 			c.wmu.Lock()
-			write = c.w.WriteFrame(frame) == nil
+			write = c.w.WriteFrame(of.frame) == nil
 			c.wmu.Unlock()
 		}
+		c.owner.Written(of.frame.Len())
+		finish(of.done)
 		c.queued.Add(-1)
 	}
 }
@@ -408,7 +427,7 @@ func (c *Conn) drain(write bool) {
 // one writer.
 type outQueue struct {
 	mu     sync.Mutex
-	frames []jsonrpc.Frame
+	frames []outFrame
 	head   int           // frames[head:] wait
 	closed bool          // the writer has stopped: nothing more is queued
 	ready  chan struct{} // capacity 1: a frame was queued since the writer looked
@@ -419,9 +438,16 @@ func newOutQueue() outQueue {
 	return outQueue{ready: make(chan struct{}, 1), room: make(chan struct{}, 1)}
 }
 
-// tryPut queues f unless outBuffer frames wait already or the queue is
-// closed.
-func (q *outQueue) tryPut(f jsonrpc.Frame) bool {
+// outFrame is a queued frame and what to call once it is written or given
+// up (nil: nothing).
+type outFrame struct {
+	frame jsonrpc.Frame
+	done  func()
+}
+
+// tryPut queues f, with its done, unless outBuffer frames wait already or
+// the queue is closed.
+func (q *outQueue) tryPut(f jsonrpc.Frame, done func()) bool {
 	q.mu.Lock()
 	n := len(q.frames) - q.head
 	if n >= outBuffer || q.closed {
@@ -433,7 +459,7 @@ func (q *outQueue) tryPut(f jsonrpc.Frame) bool {
 		clear(q.frames[n:])
 		q.frames, q.head = q.frames[:n], 0
 	}
-	q.frames = append(q.frames, f)
+	q.frames = append(q.frames, outFrame{f, done})
 	more := n+1 < outBuffer
 	q.mu.Unlock()
 	signal(q.ready)
@@ -444,21 +470,21 @@ func (q *outQueue) tryPut(f jsonrpc.Frame) bool {
 }
 
 // take returns the oldest waiting frame, if any.
-func (q *outQueue) take() (jsonrpc.Frame, bool) { return q.takeFrame(false) }
+func (q *outQueue) take() (outFrame, bool) { return q.takeFrame(false) }
 
 // takeOrClose is take, closing the queue when nothing waits: no frame
 // queued before it is left behind.
-func (q *outQueue) takeOrClose() (jsonrpc.Frame, bool) { return q.takeFrame(true) }
+func (q *outQueue) takeOrClose() (outFrame, bool) { return q.takeFrame(true) }
 
-func (q *outQueue) takeFrame(closeEmpty bool) (jsonrpc.Frame, bool) {
+func (q *outQueue) takeFrame(closeEmpty bool) (outFrame, bool) {
 	q.mu.Lock()
 	if q.head == len(q.frames) {
 		q.closed = q.closed || closeEmpty
 		q.mu.Unlock()
-		return jsonrpc.Frame{}, false
+		return outFrame{}, false
 	}
 	f := q.frames[q.head]
-	q.frames[q.head] = jsonrpc.Frame{}
+	q.frames[q.head] = outFrame{}
 	q.head++
 	if q.head == len(q.frames) {
 		q.head = 0

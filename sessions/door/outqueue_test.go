@@ -15,17 +15,17 @@ import (
 func TestOutQueue(t *testing.T) {
 	q := newOutQueue()
 	for i := range outBuffer {
-		if !q.tryPut(jsonrpc.Whole([]byte(fmt.Sprint(i)))) {
+		if !q.tryPut(jsonrpc.Whole([]byte(fmt.Sprint(i))), nil) {
 			t.Fatalf("frame %d refused below the bound", i)
 		}
 	}
-	if q.tryPut(jsonrpc.Whole([]byte("x"))) {
+	if q.tryPut(jsonrpc.Whole([]byte("x")), nil) {
 		t.Fatalf("a frame past outBuffer (%d) was queued", outBuffer)
 	}
 	for i := range outBuffer {
 		f, ok := q.take()
-		if !ok || string(f.Bytes()) != fmt.Sprint(i) {
-			t.Fatalf("take %d = %q, %v", i, f.Bytes(), ok)
+		if !ok || string(f.frame.Bytes()) != fmt.Sprint(i) {
+			t.Fatalf("take %d = %q, %v", i, f.frame.Bytes(), ok)
 		}
 	}
 	if _, ok := q.take(); ok {
@@ -42,7 +42,7 @@ func TestOutQueue(t *testing.T) {
 		wg.Go(func() {
 			for i := range each {
 				f := jsonrpc.Whole([]byte(fmt.Sprintf("%d %d", p, i)))
-				for !q.tryPut(f) {
+				for !q.tryPut(f, nil) {
 					<-q.room
 				}
 			}
@@ -56,7 +56,7 @@ func TestOutQueue(t *testing.T) {
 			continue
 		}
 		var p, i int
-		fmt.Sscanf(string(f.Bytes()), "%d %d", &p, &i)
+		fmt.Sscanf(string(f.frame.Bytes()), "%d %d", &p, &i)
 		if i != next[p] {
 			t.Fatalf("producer %d: frame %d came when %d was due", p, i, next[p])
 		}
