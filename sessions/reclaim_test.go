@@ -81,7 +81,8 @@ func (ru *reclaimUpstream) endedSessions() []string {
 }
 
 // reclaimConfig mounts the upstream with one connection per client
-// session, and gives each of two tokens a share of 2 such connections.
+// session, and gives each of two tokens a share of 2 such connections; the
+// admin's sees /metrics whole.
 const reclaimConfig = `scope = "session"
 [server]
 max_sessions_per_caller = 16
@@ -93,6 +94,7 @@ profiles = ["all"]
 [[auth.tokens]]
 token = "tok-admin"
 profiles = ["all"]
+admin = true
 `
 
 // TestChildShareReclaims: a caller at its share of scope = "session"
@@ -216,5 +218,9 @@ func TestChildShareReclaims(t *testing.T) {
 	waitFor(t, func() bool { return len(ru.endedSessions()) == 5 }, "a fifth of the guest's upstream sessions to be ended")
 	if got := ru.endedSessions(); slices.Contains(got, adminUp) {
 		t.Errorf("upstream sessions ended: %v; want the guest's only, never the admin's %s", got, adminUp)
+	}
+	_, metrics := fetchStatus(t, newTestHTTP(t, h), http.MethodGet, "/metrics", map[string]string{"Authorization": "Bearer tok-admin"})
+	if !strings.Contains(metrics, "\nviewmux_session_connections_reclaimed_total 5\n") {
+		t.Errorf("/metrics does not count the five reclaimed connections:\n%s", metrics)
 	}
 }
