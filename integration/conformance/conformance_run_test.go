@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -370,11 +371,71 @@ func readConformanceResults(dir string) (map[string][]itest.ConformanceCheck, er
 	return results, nil
 }
 
+// conformanceChildShare is the CLI's share of the upstream's session
+// connections through viewmux (server.max_children_per_caller, at its
+// default): every client of the test is the one loopback caller.
+const conformanceChildShare = 16
+
 // muxConformanceConfig mounts the conformance server at upstreamURL
 // unprefixed, so viewmux exposes exactly the names the scenarios call, with
 // one connection per client session: mcp-go's server sends sampling and
 // roots requests on its standalone GET stream, which ties them to no call,
 // so on a shared connection viewmux refuses them.
 func muxConformanceConfig(upstreamURL string) string {
-	return fmt.Sprintf("[upstreams.conf]\nurl = %s\nprefix = \"\"\nrequired = true\nscope = \"session\"\n", itest.TomlString(upstreamURL))
+	return fmt.Sprintf("[server]\nmax_children_per_caller = %d\n\n[upstreams.conf]\nurl = %s\nprefix = \"\"\nrequired = true\nscope = \"session\"\n",
+		conformanceChildShare, itest.TomlString(upstreamURL))
+}
+
+// abandonSessions opens n sessions at the viewmux endpoint url, from the
+// loopback caller the CLI is too, each calling the upstream once so that it
+// holds a session connection of its own, and never ends them, as a client
+// that crashed leaves them. With n at the caller's share, every session the
+// CLI then opens must take the place of the least recently used idle one:
+// refused, its scenario would fail through viewmux alone. It returns the
+// first failure.
+func abandonSessions(url string, n int) error {
+	post := func(session, body string) (*http.Response, []byte, error) {
+		req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+		if err != nil {
+			return nil, nil, err
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		if session != "" {
+			req.Header.Set("Mcp-Session-Id", session)
+			req.Header.Set("Mcp-Protocol-Version", itest.RawProtocolVersion)
+		}
+		resp, err := itest.RawClient.Do(req)
+		if err != nil {
+			return nil, nil, err
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		return resp, b, err
+	}
+	for i := range n {
+		resp, b, err := post("", fmt.Sprintf(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":%q,"capabilities":{},"clientInfo":{"name":"abandoned","version":"1"}}}`, itest.RawProtocolVersion))
+		if err != nil {
+			return fmt.Errorf("abandoned session %d: initialize: %w", i+1, err)
+		}
+		session := resp.Header.Get("Mcp-Session-Id")
+		if resp.StatusCode != http.StatusOK || session == "" {
+			return fmt.Errorf("abandoned session %d: initialize: %s %s", i+1, resp.Status, b)
+		}
+		if _, _, err := post(session, `{"jsonrpc":"2.0","method":"notifications/initialized"}`); err != nil {
+			return fmt.Errorf("abandoned session %d: notifications/initialized: %w", i+1, err)
+		}
+		resp, b, err = post(session, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"test_simple_text","arguments":{}}}`)
+		if err != nil {
+			return fmt.Errorf("abandoned session %d: tools/call: %w", i+1, err)
+		}
+		var m struct {
+			Result json.RawMessage `json:"result"`
+			Error  json.RawMessage `json:"error"`
+		}
+		if err := json.Unmarshal(itest.RPCPayload(resp.Header.Get("Content-Type"), b), &m); err != nil || m.Result == nil || m.Error != nil {
+			return fmt.Errorf("abandoned session %d: tools/call test_simple_text: %s %s", i+1, resp.Status, b)
+		}
+	}
+	return nil
 }
