@@ -10,6 +10,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +20,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -386,16 +390,56 @@ func muxConformanceConfig(upstreamURL string) string {
 		conformanceChildShare, itest.TomlString(upstreamURL))
 }
 
-// abandonSessions opens n sessions at the viewmux endpoint url, from the
+// startAbandoningProxy returns the URL of a loopback reverse proxy to the
+// viewmux endpoint muxURL, for the CLI, that keeps the CLI's caller at its
+// whole share of session connections, as a client that leaves its sessions
+// behind does: it first opens conformanceChildShare abandoned sessions
+// (abandonSessions), and after each session the CLI ends (DELETE) one more,
+// before the CLI hears its DELETE answered. So every session the CLI opens
+// that uses the upstream must take the place of the caller's least recently
+// used idle connection; refused, its scenario fails through viewmux alone.
+// The CLI's DELETEs still reach viewmux, which the session lifecycle
+// scenarios check.
+// ended counts the sessions the CLI ended.
+func startAbandoningProxy(t *testing.T, muxURL string) (proxyURL string, ended *atomic.Int64) {
+	t.Helper()
+	if err := abandonSessions(muxURL, conformanceChildShare); err != nil {
+		t.Fatal(err)
+	}
+	ended = new(atomic.Int64)
+	target, err := url.Parse(muxURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := &httputil.ReverseProxy{
+		Rewrite: func(r *httputil.ProxyRequest) {
+			r.SetURL(target)
+			r.Out.URL.Path = r.In.URL.Path // the CLI's path, not /mcp/mcp
+			r.Out.Host = r.In.Host         // checked by viewmux, as it came
+		},
+		FlushInterval: -1, // every write reaches the CLI at once, as from viewmux itself
+		ModifyResponse: func(resp *http.Response) error {
+			if resp.Request.Method == http.MethodDelete && resp.StatusCode < 300 {
+				ended.Add(1)
+				if err := abandonSessions(muxURL, 1); err != nil {
+					t.Errorf("after the CLI ended a session: %v", err)
+				}
+			}
+			return nil
+		},
+	}
+	srv := httptest.NewServer(proxy)
+	t.Cleanup(srv.Close)
+	return srv.URL + target.Path, ended
+}
+
+// abandonSessions opens n sessions at the viewmux endpoint, from the
 // loopback caller the CLI is too, each calling the upstream once so that it
 // holds a session connection of its own, and never ends them, as a client
-// that crashed leaves them. With n at the caller's share, every session the
-// CLI then opens must take the place of the least recently used idle one:
-// refused, its scenario would fail through viewmux alone. It returns the
-// first failure.
-func abandonSessions(url string, n int) error {
+// that crashed leaves them. It returns the first failure.
+func abandonSessions(endpoint string, n int) error {
 	post := func(session, body string) (*http.Response, []byte, error) {
-		req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+		req, err := http.NewRequest(http.MethodPost, endpoint, strings.NewReader(body))
 		if err != nil {
 			return nil, nil, err
 		}

@@ -223,23 +223,17 @@ func (s *conformanceSide) status(name string) string {
 
 // runConformanceSides runs every selection against serverURL within
 // conformanceSideBudget and returns one side per selection, in order. First
-// each selection's whole suite, after prepare (when not nil) has set the
-// side up for it; then, on its own, each scenario that left no
+// each selection's whole suite; then, on its own, each scenario that left no
 // result; then up to retries rounds re-running each failing intermittent
 // scenario once, so that a budget spent on retries never keeps a suite from
 // running. It is safe to
 // call for different sides at the same time.
-func runConformanceSides(t *testing.T, label, serverURL string, sels []conformanceSelection, flaky map[string]bool, retries int, prepare func() error) (sides []*conformanceSide, elapsed time.Duration) {
+func runConformanceSides(t *testing.T, label, serverURL string, sels []conformanceSelection, flaky map[string]bool, retries int) (sides []*conformanceSide, elapsed time.Duration) {
 	t.Helper()
 	start := time.Now()
 	deadline := start.Add(conformanceSideBudget)
 	for _, sel := range sels {
 		side := &conformanceSide{label: label + " @" + sel.label(), serverURL: serverURL, sel: sel, runs: map[string][]scenarioRun{}}
-		if prepare != nil {
-			if err := prepare(); err != nil {
-				t.Errorf("%s: %v", side.label, err)
-			}
-		}
 		side.runSuite(t, deadline)
 		sides = append(sides, side)
 	}
@@ -382,8 +376,8 @@ func logConformanceSummary(t *testing.T, tallies []conformanceTally, elapsed tim
 
 // testConformanceUpstream runs every selection against one instance of up
 // directly and, at the same time, against viewmux mounting a second instance
-// with one connection per client session, whose share for the CLI's caller
-// is full of abandoned sessions at the start of each suite;
+// with one connection per client session, reached through a proxy that
+// keeps the CLI's caller at its whole share of them (startAbandoningProxy);
 // it fails t for each scenario that passes directly but not through viewmux,
 // logs the per-scenario table, and returns one tally per selection.
 func testConformanceUpstream(t *testing.T, up conformanceUpstream, sels []conformanceSelection, retries int) []conformanceTally {
@@ -391,6 +385,7 @@ func testConformanceUpstream(t *testing.T, up conformanceUpstream, sels []confor
 	directURL := up.start(t, "direct")
 	upstreamURL := up.start(t, "behind viewmux")
 	mux := itest.StartMux(t, muxConformanceConfig(upstreamURL))
+	viaURL, ended := startAbandoningProxy(t, mux.URL())
 
 	var direct, via []*conformanceSide
 	var elapsed [2]time.Duration
@@ -398,17 +393,21 @@ func testConformanceUpstream(t *testing.T, up conformanceUpstream, sels []confor
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
-		direct, elapsed[0] = runConformanceSides(t, "direct", directURL, sels, flaky, retries, nil)
+		direct, elapsed[0] = runConformanceSides(t, "direct", directURL, sels, flaky, retries)
 	}()
 	go func() {
 		defer wg.Done()
-		// Each suite starts with the CLI's caller at its whole share of
-		// the upstream's session connections, held by sessions it never
-		// ended, as a crashed client leaves them.
-		abandon := func() error { return abandonSessions(mux.URL(), conformanceChildShare) }
-		via, elapsed[1] = runConformanceSides(t, "via viewmux", mux.URL(), sels, flaky, retries, abandon)
+		via, elapsed[1] = runConformanceSides(t, "via viewmux", viaURL, sels, flaky, retries)
 	}()
 	wg.Wait()
+	// Each session the CLI ended was replaced by an abandoned one, so the
+	// next that used the upstream took the place of an idle connection.
+	const reclaimedMetric = "viewmux_session_connections_reclaimed_total"
+	reclaimed, ok := itest.Scrape(t, mux).Values[reclaimedMetric]
+	if !ok || reclaimed == 0 {
+		t.Errorf("/metrics of viewmux: %s = %v (present: %v) after the CLI ended %d sessions; want reclaims", reclaimedMetric, reclaimed, ok, ended.Load())
+	}
+	t.Logf("through viewmux: %v idle session connections reclaimed; the CLI ended %d sessions", reclaimed, ended.Load())
 	// The selection without --spec-version (the last) runs server-initialize
 	// on every upstream.
 	if all := direct[len(sels)-1]; !all.passed("server-initialize") {
