@@ -36,7 +36,7 @@ func TestPerUserRefusesWithoutLogin(t *testing.T) {
 	ctx := context.Background()
 
 	for _, who := range []string{"", "address:127.0.0.1"} {
-		_, err := a.connFor(ctx, &testClient{session: "S", caller: who}, "gh")
+		_, _, err := a.connFor(ctx, &testClient{session: "S", caller: who}, "gh")
 		var ue *UpstreamError
 		if !errors.As(err, &ue) || !ue.Anonymous || !errors.Is(err, ErrNoIdentity) {
 			t.Fatalf("caller %q: %v", who, err)
@@ -46,7 +46,7 @@ func TestPerUserRefusesWithoutLogin(t *testing.T) {
 		}
 	}
 
-	_, err := a.connFor(ctx, &testClient{session: "S", caller: "oauth:alice"}, "gh")
+	_, _, err := a.connFor(ctx, &testClient{session: "S", caller: "oauth:alice"}, "gh")
 	var ue *UpstreamError
 	if !errors.As(err, &ue) || !errors.Is(err, ErrNotConnected) {
 		t.Fatalf("alice: %v", err)
@@ -163,7 +163,7 @@ func TestPerUserLoginsAreIssuers(t *testing.T) {
 	if st, _ := b.userLogin(uc, "oauth:alice").Status(); st.LoggedIn {
 		t.Fatal("another issuer's alice got the first's login")
 	}
-	if _, err := b.connFor(ctx, &testClient{session: "S", caller: "oauth:alice"}, "gh"); !errors.Is(err, ErrNotConnected) {
+	if _, _, err := b.connFor(ctx, &testClient{session: "S", caller: "oauth:alice"}, "gh"); !errors.Is(err, ErrNotConnected) {
 		t.Fatalf("another issuer's alice: %v", err)
 	}
 }

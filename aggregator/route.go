@@ -347,10 +347,18 @@ func (a *Aggregator) route(ctx context.Context, cl Client, up, method, target st
 	if err := checkPin(ctx, up); err != nil {
 		return nil, nil, err
 	}
-	u, err := a.connFor(ctx, cl, up)
+	u, done, err := a.connFor(ctx, cl, up)
 	if err != nil {
 		return nil, nil, upstreamErr(up, method, 0, err)
 	}
+	// The connection is in use until the result has passed: a result
+	// handed on as a ResultStream is read from it after route returns.
+	streamed := false
+	defer func() {
+		if !streamed {
+			done()
+		}
+	}()
 	var forget func()
 	out, err := jsonrpc.Rewrite(params, set, func(k string, v json.RawMessage) json.RawMessage {
 		v, f := a.hopMeta(u, cl, k, v)
@@ -389,7 +397,10 @@ func (a *Aggregator) route(ctx context.Context, cl Client, up, method, target st
 		}
 		if res == nil && req.Tail {
 			if t := upstream.LoanFrom(ctx).TakeTail(); t != nil {
-				taker.TakeResult(&ResultStream{a: a, tail: t, up: up, method: method, links: method == string(mcp.MethodToolsCall)})
+				rs := &ResultStream{a: a, tail: t, up: up, method: method, links: method == string(mcp.MethodToolsCall)}
+				rs.OnEnd(func(bool, error) { done() })
+				streamed = true
+				taker.TakeResult(rs)
 				return nil, nil, nil
 			}
 		}
@@ -630,11 +641,16 @@ func (a *Aggregator) Subscribe(ctx context.Context, session, who, uri string) er
 		return &jsonrpc.Error{Code: mcp.INVALID_PARAMS, Message: fmt.Sprintf("resources/subscribe: upstream %s acts with each user's own account, and viewmux does not relay its resource updates; read the resource instead", up)}
 	}
 	if shared := a.sessionScoped(session, up); shared != nil {
-		u, err := a.sessionConn(ctx, session, who, shared)
+		sc, err := a.sessionConn(ctx, session, who, shared)
 		if err != nil {
 			return upstreamErr(up, method, 0, err)
 		}
-		return a.sendOn(ctx, u, method, uri, params)
+		defer a.scoped.release(sc)
+		if err := a.sendOn(ctx, sc.u, method, uri, params); err != nil {
+			return err
+		}
+		a.scoped.subscribed(sc, 1)
+		return nil
 	}
 	key := up + "\x00" + original
 	defer a.relay.lockKey(key)() // serializes the first subscribe and the last unsubscribe of a URI
@@ -661,9 +677,15 @@ func (a *Aggregator) Unsubscribe(ctx context.Context, session, uri string) error
 		return nil // never subscribed (Subscribe)
 	}
 	if a.sessionScoped(session, up) != nil {
-		if u := a.openSessionConn(session, up); u != nil {
-			return a.sendOn(ctx, u, method, uri, params)
+		sc := a.openSessionConn(session, up)
+		if sc == nil {
+			return nil
 		}
+		defer a.scoped.release(sc)
+		if err := a.sendOn(ctx, sc.u, method, uri, params); err != nil {
+			return err
+		}
+		a.scoped.subscribed(sc, -1)
 		return nil
 	}
 	key := up + "\x00" + original

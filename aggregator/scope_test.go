@@ -40,7 +40,7 @@ func TestSessionConnections(t *testing.T) {
 	got := make([]*upstream.Upstream, 8)
 	for i := range got {
 		wg.Go(func() {
-			u, err := a.connFor(ctx, &testClient{session: "A"}, "s")
+			u, _, err := a.connFor(ctx, &testClient{session: "A"}, "s")
 			if err != nil {
 				t.Errorf("connFor A: %v", err)
 			}
@@ -53,11 +53,11 @@ func TestSessionConnections(t *testing.T) {
 			t.Fatalf("session A's requests went over %p, %p, … (shared %p): want one connection of its own", got[0], u, shared)
 		}
 	}
-	b, err := a.connFor(ctx, &testClient{session: "B"}, "s")
+	b, _, err := a.connFor(ctx, &testClient{session: "B"}, "s")
 	if err != nil || b == got[0] || b == shared {
 		t.Fatalf("session B's connection = %p, %v; A's is %p, shared %p", b, err, got[0], shared)
 	}
-	if u, err := a.connFor(ctx, &testClient{}, "s"); err != nil || u != shared {
+	if u, _, err := a.connFor(ctx, &testClient{}, "s"); err != nil || u != shared {
 		t.Errorf("a request outside any session went over %p, %v; want the shared %p", u, err, shared)
 	}
 	if n := a.SessionConns(); n != 2 {
@@ -76,7 +76,7 @@ func TestSessionConnections(t *testing.T) {
 			t.Errorf("A's connection is %s after its session ended, want closed", st)
 		}
 	}
-	if u, err := a.connFor(ctx, &testClient{session: "A"}, "s"); !errors.Is(err, errSessionEnded) {
+	if u, _, err := a.connFor(ctx, &testClient{session: "A"}, "s"); !errors.Is(err, errSessionEnded) {
 		t.Errorf("a request of the ended session A got %p, %v; want errSessionEnded", u, err)
 	}
 
@@ -86,7 +86,7 @@ func TestSessionConnections(t *testing.T) {
 	if st := b.State(); st != upstream.StateClosed {
 		t.Errorf("B's connection is %s after Close, want closed", st)
 	}
-	if _, err := a.connFor(ctx, &testClient{session: "C"}, "s"); !errors.Is(err, upstream.ErrDown) {
+	if _, _, err := a.connFor(ctx, &testClient{session: "C"}, "s"); !errors.Is(err, upstream.ErrDown) {
 		t.Errorf("a new session's request after Close: %v, want ErrDown", err)
 	}
 }
@@ -99,7 +99,7 @@ func TestSharedScopeOpensNothing(t *testing.T) {
 	defer a.Close()
 	shared, _ := a.upstream("s")
 	for _, s := range []string{"A", "B"} {
-		if u, err := a.connFor(context.Background(), &testClient{session: s}, "s"); err != nil || u != shared {
+		if u, _, err := a.connFor(context.Background(), &testClient{session: s}, "s"); err != nil || u != shared {
 			t.Errorf("session %s: %p, %v; want the shared %p", s, u, err, shared)
 		}
 	}
@@ -139,7 +139,7 @@ func TestReloadRetiresSessionConnections(t *testing.T) {
 	defer a.Close()
 	ctx := context.Background()
 	open := func(session string) *upstream.Upstream {
-		u, err := a.connFor(ctx, &testClient{session: session}, "s")
+		u, _, err := a.connFor(ctx, &testClient{session: session}, "s")
 		if err != nil {
 			t.Fatalf("connFor %s: %v", session, err)
 		}
@@ -174,9 +174,11 @@ func TestReloadRetiresSessionConnections(t *testing.T) {
 
 // TestSessionConnectionShare: the sessions of one caller hold at most
 // server.max_children_per_caller scope = "session" connections, over every
-// upstream; past it connFor fails with ErrCallerShare naming the limit and
-// opens nothing, another caller still opens one, and a session's end gives
-// its connections back.
+// upstream. At its share a new one first closes the caller's least recently
+// used idle connection (no request holds it, no resource is subscribed on
+// it); only when every one is busy does connFor fail with ErrCallerShare
+// naming the limit, opening nothing. Another caller's connections, idle or
+// not, are never reclaimed, and a session's end gives its connections back.
 func TestSessionConnectionShare(t *testing.T) {
 	cfg := scopeConfig(t, configs.ScopeSession)
 	second := *cfg.Upstreams[0]
@@ -187,23 +189,70 @@ func TestSessionConnectionShare(t *testing.T) {
 	defer a.Close()
 	ctx := context.Background()
 	guest := func(session string) Client { return &testClient{session: session, caller: "token:guest"} }
-	for _, name := range []string{"s", "t"} {
-		if _, err := a.connFor(ctx, guest("A"), name); err != nil {
-			t.Fatalf("connFor A %s: %v", name, err)
+	open := func(cl Client, name string) (*upstream.Upstream, func()) {
+		t.Helper()
+		u, done, err := a.connFor(ctx, cl, name)
+		if err != nil {
+			t.Fatalf("connFor %s %s: %v", cl.Session(), name, err)
 		}
+		return u, done
 	}
-	_, err := a.connFor(ctx, guest("B"), "s")
+	// The admin's connection is the least recently used of all, and idle.
+	admin, adminDone := open(&testClient{session: "Z", caller: "token:admin"}, "s")
+	adminDone()
+
+	as, asDone := open(guest("A"), "s")
+	at, atDone := open(guest("A"), "t")
+	_, _, err := a.connFor(ctx, guest("B"), "s")
 	if !errors.Is(err, ErrCallerShare) || !strings.Contains(err.Error(), "server.max_children_per_caller (2)") {
-		t.Fatalf("a third connection of the guest's sessions: %v; want ErrCallerShare naming the limit", err)
+		t.Fatalf("a third connection of the guest's sessions while both are busy: %v; want ErrCallerShare naming the limit", err)
 	}
-	if n := a.SessionConns(); n != 2 {
-		t.Fatalf("SessionConns = %d after a refusal, want 2", n)
+	if n := a.SessionConns(); n != 3 {
+		t.Fatalf("SessionConns = %d after a refusal, want 3", n)
 	}
-	if _, err := a.connFor(ctx, &testClient{session: "C", caller: "token:admin"}, "s"); err != nil {
-		t.Fatalf("another caller's connection: %v", err)
+
+	// Both idle, A's "s" the least recently used: B takes its place.
+	asDone()
+	atDone()
+	_, atDone = open(guest("A"), "t") // used again: now the most recent
+	atDone()
+	bs, bsDone := open(guest("B"), "s")
+	a.scoped.wg.Wait()
+	if st := as.State(); st != upstream.StateClosed {
+		t.Errorf("A's least recently used idle connection is %s, want closed (reclaimed)", st)
 	}
+	if st := at.State(); st == upstream.StateClosed {
+		t.Error("A's more recently used connection was closed; want only the least recently used one")
+	}
+	if a.openSessionConn("A", "s") != nil {
+		t.Error("A's reclaimed connection is still listed as A's")
+	}
+	if got := a.ReclaimedSessionConns(); got != 1 {
+		t.Errorf("ReclaimedSessionConns = %d, want 1", got)
+	}
+
+	// A resource subscribed on A's "t" keeps it: with B's busy, A's next
+	// connection to "s" is refused rather than end that subscription.
+	sc := a.openSessionConn("A", "t")
+	a.scoped.subscribed(sc, 1)
+	a.scoped.release(sc)
+	if _, _, err := a.connFor(ctx, guest("A"), "s"); !errors.Is(err, ErrCallerShare) {
+		t.Fatalf("a connection past the share whose idle one has a subscription: %v; want ErrCallerShare", err)
+	}
+	bsDone()
+	// B's is idle now: A reopens its own "s" in B's place, within the share.
+	reopened, done := open(guest("A"), "s")
+	done()
+	a.scoped.wg.Wait()
+	if reopened == as || bs.State() != upstream.StateClosed || at.State() == upstream.StateClosed {
+		t.Errorf("A's reopened connection: new %v; B's is %s (want closed), A's subscribed one %s (want open)", reopened != as, bs.State(), at.State())
+	}
+	if st := admin.State(); st == upstream.StateClosed {
+		t.Error("the admin's idle connection was reclaimed for the guest")
+	}
+
 	a.EndSession("A")
-	if _, err := a.connFor(ctx, guest("B"), "s"); err != nil {
-		t.Fatalf("the guest's connection after its session ended: %v", err)
+	if _, done := open(guest("B"), "s"); done == nil {
+		t.Fatal("connFor returned no done func")
 	}
 }

@@ -93,6 +93,9 @@ func newMetrics(s *Server) *metrics {
 			}
 			return 0
 		}),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "viewmux_session_connections_reclaimed_total", Help: "Idle scope = \"session\" connections closed to make room for another session of the same caller at server.max_children_per_caller.",
+		}, func() float64 { return float64(s.agg.ReclaimedSessionConns()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "viewmux_catalog_tools", Help: "Tools in the merged catalog, before profile filtering.",
 		}, func() float64 { return float64(len(s.agg.Snapshot().Tools)) }),

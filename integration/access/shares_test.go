@@ -191,9 +191,11 @@ path = %s
 
 // TestSharesPerCallerChildren: with two scope = "session" stdio upstreams
 // and max_children_per_caller = 3, the guest's sessions start three
-// children and the call that would start a fourth is refused with -32000
-// naming the limit, starting nothing; the admin's session still starts
-// one.
+// children; the call that needs a fourth, none of them busy, stops the
+// guest's least recently used child and starts its own, so the guest
+// still has three. The session whose child was stopped keeps working: its
+// next call starts a new one, in the place of the next least recently
+// used. The admin's child is never stopped for the guest.
 func TestSharesPerCallerChildren(t *testing.T) {
 	itest.RequireProc(t)
 	bin := itest.MuxBinary(t)
@@ -214,47 +216,64 @@ required = true
 `, itest.TomlString(bin)) + sharesTokens
 	mux := itest.StartMux(t, cfg)
 	url := mux.URL()
-	children := func() int {
+	// children returns the PIDs of the demo servers viewmux runs.
+	children := func() map[int]bool {
 		ps, err := itest.Descendants(mux.PID())
 		if err != nil {
 			t.Fatal(err)
 		}
-		n := 0
+		pids := map[int]bool{}
 		for _, p := range ps {
 			if strings.Contains(itest.Cmdline(p.PID), "demo-server") {
-				n++
+				pids[p.PID] = true
 			}
 		}
-		return n
+		return pids
 	}
-	shared := children() // the shared connections, where the catalogs come from
-	call := func(s *itest.RawSession, id int, tool string) itest.RawResponse {
-		return s.Post(t, "", nil, fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":%q,"arguments":{}}}`, id, tool))
-	}
-	a := itest.OpenRawSession(t, url, bearer(shareGuest))
-	b := itest.OpenRawSession(t, url, bearer(shareGuest))
-	for i, c := range []struct {
-		s    *itest.RawSession
-		tool string
-	}{{a, "one__list_notes"}, {a, "two__list_notes"}, {b, "one__list_notes"}} {
-		if r := call(c.s, 10+i, c.tool); r.Status != http.StatusOK || r.Msg == nil || r.Msg.Error != nil {
-			t.Fatalf("guest call %d (%s) within its share: %s", i+1, c.tool, r)
+	shared := len(children()) // the shared connections, where the catalogs come from
+	call := func(s *itest.RawSession, id int, tool string) {
+		t.Helper()
+		if r := s.Post(t, "", nil, fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":%q,"arguments":{}}}`, id, tool)); r.Status != http.StatusOK || r.Msg == nil || r.Msg.Error != nil {
+			t.Fatalf("call %d (%s): %s", id, tool, r)
 		}
 	}
-	if n := children(); n != shared+3 {
-		t.Fatalf("%d children with the guest's three, want %d", n, shared+3)
-	}
-	r := call(b, 20, "two__list_notes")
-	if r.Msg == nil || r.Msg.Error == nil || r.Msg.Error.Code != -32000 || !strings.Contains(r.Msg.Error.Message, "server.max_children_per_caller (3)") {
-		t.Fatalf("the guest's fourth child: %s; want -32000 naming server.max_children_per_caller", r)
-	}
-	if n := children(); n != shared+3 {
-		t.Fatalf("%d children after the refusal, want %d", n, shared+3)
+	// newChild makes a call that starts a child, and returns its PID once
+	// viewmux runs want children in all.
+	newChild := func(s *itest.RawSession, id int, tool string, want int) int {
+		t.Helper()
+		before := children()
+		call(s, id, tool)
+		born := 0
+		itest.WaitUntil(t, 30*time.Second, fmt.Sprintf("%d children after call %d", want, id), func() bool {
+			now := children()
+			for pid := range now {
+				if !before[pid] {
+					born = pid
+				}
+			}
+			return born != 0 && len(now) == want
+		})
+		return born
 	}
 	admin := itest.OpenRawSession(t, url, bearer(shareAdmin))
-	if r := call(admin, 30, "two__list_notes"); r.Status != http.StatusOK || r.Msg == nil || r.Msg.Error != nil {
-		t.Fatalf("the admin's call while the guest holds its share: %s", r)
+	adminChild := newChild(admin, 1, "two__list_notes", shared+1) // the oldest of all, idle
+	a := itest.OpenRawSession(t, url, bearer(shareGuest))
+	b := itest.OpenRawSession(t, url, bearer(shareGuest))
+	aOne := newChild(a, 10, "one__list_notes", shared+2)
+	newChild(a, 11, "two__list_notes", shared+3)
+	newChild(b, 12, "one__list_notes", shared+4)
+
+	// Over the share: a's "one", the guest's least recently used, stops.
+	newChild(b, 20, "two__list_notes", shared+4)
+	if children()[aOne] {
+		t.Errorf("the guest's least recently used child %d still runs", aOne)
 	}
+	// a keeps working: its next call to "one" starts a child again.
+	newChild(a, 21, "one__list_notes", shared+4)
+	if !children()[adminChild] {
+		t.Errorf("the admin's child %d was stopped for the guest", adminChild)
+	}
+	call(admin, 2, "two__list_notes")
 	for _, s := range []*itest.RawSession{a, b, admin} {
 		itest.DeleteSession(t, s)
 	}

@@ -8,7 +8,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +20,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -370,11 +375,111 @@ func readConformanceResults(dir string) (map[string][]itest.ConformanceCheck, er
 	return results, nil
 }
 
+// conformanceChildShare is the CLI's share of the upstream's session
+// connections through viewmux (server.max_children_per_caller, at its
+// default): every client of the test is the one loopback caller.
+const conformanceChildShare = 16
+
 // muxConformanceConfig mounts the conformance server at upstreamURL
 // unprefixed, so viewmux exposes exactly the names the scenarios call, with
 // one connection per client session: mcp-go's server sends sampling and
 // roots requests on its standalone GET stream, which ties them to no call,
 // so on a shared connection viewmux refuses them.
 func muxConformanceConfig(upstreamURL string) string {
-	return fmt.Sprintf("[upstreams.conf]\nurl = %s\nprefix = \"\"\nrequired = true\nscope = \"session\"\n", itest.TomlString(upstreamURL))
+	return fmt.Sprintf("[server]\nmax_children_per_caller = %d\n\n[upstreams.conf]\nurl = %s\nprefix = \"\"\nrequired = true\nscope = \"session\"\n",
+		conformanceChildShare, itest.TomlString(upstreamURL))
+}
+
+// startAbandoningProxy returns the URL of a loopback reverse proxy to the
+// viewmux endpoint muxURL, for the CLI, that keeps the CLI's caller at its
+// whole share of session connections, as a client that leaves its sessions
+// behind does: it first opens conformanceChildShare abandoned sessions
+// (abandonSessions), and after each session the CLI ends (DELETE) one more,
+// before the CLI hears its DELETE answered. So every session the CLI opens
+// that uses the upstream must take the place of the caller's least recently
+// used idle connection; refused, its scenario fails through viewmux alone.
+// The CLI's DELETEs still reach viewmux, which the session lifecycle
+// scenarios check.
+// ended counts the sessions the CLI ended.
+func startAbandoningProxy(t *testing.T, muxURL string) (proxyURL string, ended *atomic.Int64) {
+	t.Helper()
+	if err := abandonSessions(muxURL, conformanceChildShare); err != nil {
+		t.Fatal(err)
+	}
+	ended = new(atomic.Int64)
+	target, err := url.Parse(muxURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := &httputil.ReverseProxy{
+		Rewrite: func(r *httputil.ProxyRequest) {
+			r.SetURL(target)
+			r.Out.URL.Path = r.In.URL.Path // the CLI's path, not /mcp/mcp
+			r.Out.Host = r.In.Host         // checked by viewmux, as it came
+		},
+		FlushInterval: -1, // every write reaches the CLI at once, as from viewmux itself
+		ModifyResponse: func(resp *http.Response) error {
+			if resp.Request.Method == http.MethodDelete && resp.StatusCode < 300 {
+				ended.Add(1)
+				if err := abandonSessions(muxURL, 1); err != nil {
+					t.Errorf("after the CLI ended a session: %v", err)
+				}
+			}
+			return nil
+		},
+	}
+	srv := httptest.NewServer(proxy)
+	t.Cleanup(srv.Close)
+	return srv.URL + target.Path, ended
+}
+
+// abandonSessions opens n sessions at the viewmux endpoint, from the
+// loopback caller the CLI is too, each calling the upstream once so that it
+// holds a session connection of its own, and never ends them, as a client
+// that crashed leaves them. It returns the first failure.
+func abandonSessions(endpoint string, n int) error {
+	post := func(session, body string) (*http.Response, []byte, error) {
+		req, err := http.NewRequest(http.MethodPost, endpoint, strings.NewReader(body))
+		if err != nil {
+			return nil, nil, err
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		if session != "" {
+			req.Header.Set("Mcp-Session-Id", session)
+			req.Header.Set("Mcp-Protocol-Version", itest.RawProtocolVersion)
+		}
+		resp, err := itest.RawClient.Do(req)
+		if err != nil {
+			return nil, nil, err
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		return resp, b, err
+	}
+	for i := range n {
+		resp, b, err := post("", fmt.Sprintf(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":%q,"capabilities":{},"clientInfo":{"name":"abandoned","version":"1"}}}`, itest.RawProtocolVersion))
+		if err != nil {
+			return fmt.Errorf("abandoned session %d: initialize: %w", i+1, err)
+		}
+		session := resp.Header.Get("Mcp-Session-Id")
+		if resp.StatusCode != http.StatusOK || session == "" {
+			return fmt.Errorf("abandoned session %d: initialize: %s %s", i+1, resp.Status, b)
+		}
+		if _, _, err := post(session, `{"jsonrpc":"2.0","method":"notifications/initialized"}`); err != nil {
+			return fmt.Errorf("abandoned session %d: notifications/initialized: %w", i+1, err)
+		}
+		resp, b, err = post(session, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"test_simple_text","arguments":{}}}`)
+		if err != nil {
+			return fmt.Errorf("abandoned session %d: tools/call: %w", i+1, err)
+		}
+		var m struct {
+			Result json.RawMessage `json:"result"`
+			Error  json.RawMessage `json:"error"`
+		}
+		if err := json.Unmarshal(itest.RPCPayload(resp.Header.Get("Content-Type"), b), &m); err != nil || m.Result == nil || m.Error != nil {
+			return fmt.Errorf("abandoned session %d: tools/call test_simple_text: %s %s", i+1, resp.Status, b)
+		}
+	}
+	return nil
 }

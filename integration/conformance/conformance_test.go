@@ -375,7 +375,9 @@ func logConformanceSummary(t *testing.T, tallies []conformanceTally, elapsed tim
 }
 
 // testConformanceUpstream runs every selection against one instance of up
-// directly and, at the same time, against viewmux mounting a second instance;
+// directly and, at the same time, against viewmux mounting a second instance
+// with one connection per client session, reached through a proxy that
+// keeps the CLI's caller at its whole share of them (startAbandoningProxy);
 // it fails t for each scenario that passes directly but not through viewmux,
 // logs the per-scenario table, and returns one tally per selection.
 func testConformanceUpstream(t *testing.T, up conformanceUpstream, sels []conformanceSelection, retries int) []conformanceTally {
@@ -383,6 +385,7 @@ func testConformanceUpstream(t *testing.T, up conformanceUpstream, sels []confor
 	directURL := up.start(t, "direct")
 	upstreamURL := up.start(t, "behind viewmux")
 	mux := itest.StartMux(t, muxConformanceConfig(upstreamURL))
+	viaURL, ended := startAbandoningProxy(t, mux.URL())
 
 	var direct, via []*conformanceSide
 	var elapsed [2]time.Duration
@@ -394,9 +397,17 @@ func testConformanceUpstream(t *testing.T, up conformanceUpstream, sels []confor
 	}()
 	go func() {
 		defer wg.Done()
-		via, elapsed[1] = runConformanceSides(t, "via viewmux", mux.URL(), sels, flaky, retries)
+		via, elapsed[1] = runConformanceSides(t, "via viewmux", viaURL, sels, flaky, retries)
 	}()
 	wg.Wait()
+	// Each session the CLI ended was replaced by an abandoned one, so the
+	// next that used the upstream took the place of an idle connection.
+	const reclaimedMetric = "viewmux_session_connections_reclaimed_total"
+	reclaimed, ok := itest.Scrape(t, mux).Values[reclaimedMetric]
+	if !ok || reclaimed == 0 {
+		t.Errorf("/metrics of viewmux: %s = %v (present: %v) after the CLI ended %d sessions; want reclaims", reclaimedMetric, reclaimed, ok, ended.Load())
+	}
+	t.Logf("through viewmux: %v idle session connections reclaimed; the CLI ended %d sessions", reclaimed, ended.Load())
 	// The selection without --spec-version (the last) runs server-initialize
 	// on every upstream.
 	if all := direct[len(sels)-1]; !all.passed("server-initialize") {
