@@ -96,9 +96,12 @@ func (a *Aggregator) callPlaceholder(ctx context.Context, cl Client, e *filter.E
 		return nil, false, &UpstreamError{Upstream: name, Method: method, Temporary: true,
 			Err: fmt.Errorf("upstream %q: tools/call %q: no longer a per-user upstream: %w", name, e.Tool.Name, upstream.ErrDown)}
 	}
-	_, err := a.connFor(ctx, cl, name)
+	_, done, err := a.connFor(ctx, cl, name)
 	if ue := notConnectedErr(err); ue != nil && a.elicitConnect(ctx, cl, name, ue) { // connect_elicit.go
-		_, err = a.connFor(ctx, cl, name)
+		_, done, err = a.connFor(ctx, cl, name)
+	}
+	if done != nil {
+		done()
 	}
 	if r := userErrorResult(err); r != nil {
 		return r, true, nil
