@@ -400,6 +400,7 @@ func testConformanceUpstream(t *testing.T, up conformanceUpstream, sels []confor
 		via, elapsed[1] = runConformanceSides(t, "via viewmux", viaURL, sels, flaky, retries)
 	}()
 	wg.Wait()
+	secondLook(direct, via)
 	// Each session the CLI ended was replaced by an abandoned one, so the
 	// next that used the upstream took the place of an idle connection.
 	const reclaimedMetric = "viewmux_session_connections_reclaimed_total"
@@ -433,6 +434,13 @@ func testConformanceUpstream(t *testing.T, up conformanceUpstream, sels []confor
 				verdict = "not counted (fails directly)"
 				notCounted = append(notCounted, fmt.Sprintf("@%s %s fails directly (viewmux: %s):\n%s",
 					sel.label(), name, v.status(name), d.last(name).Failures()))
+			case v.passed(name) && !v.runs[name][0].Passed() && !flaky[name]:
+				// Passed through viewmux only on secondLook's run.
+				c.direct++
+				c.kept++
+				verdict = "ok on a second run through viewmux"
+				t.Logf("@%s %s passed directly, failed its first run through viewmux and passed its second:\n%s",
+					sel.label(), name, v.runs[name][0].Failures())
 			case !v.passed(name):
 				c.direct++
 				verdict = "PARITY FAILURE"
@@ -451,6 +459,9 @@ func testConformanceUpstream(t *testing.T, up conformanceUpstream, sels []confor
 		tallies = append(tallies, c)
 	}
 	tw.Flush()
+	if failed := slices.ContainsFunc(tallies, func(c conformanceTally) bool { return len(c.parity) > 0 }); failed {
+		t.Logf("viewmux's warnings and errors (stderr):\n%s", itest.Tail(muxTrouble(mux.Stderr()), 6000))
+	}
 
 	var sum strings.Builder
 	for _, c := range tallies {
@@ -463,4 +474,31 @@ func testConformanceUpstream(t *testing.T, up conformanceUpstream, sels []confor
 		t.Log(s)
 	}
 	return tallies
+}
+
+// muxTrouble returns the lines of viewmux's log text that are warnings or
+// errors, for a parity failure's report.
+func muxTrouble(log string) string {
+	var b strings.Builder
+	for line := range strings.Lines(log) {
+		if strings.Contains(line, "level=WARN") || strings.Contains(line, "level=ERROR") {
+			b.WriteString(line)
+		}
+	}
+	return b.String()
+}
+
+// secondLook runs once more, through viewmux, each scenario that passed
+// directly and failed its only run through viewmux, so that one run lost
+// to the machine's load (the CLI gives a stateless request 10 s) is told
+// apart from a scenario viewmux breaks, which fails both runs. The table
+// shows the extra run; a scenario that passes only on it is logged.
+func secondLook(direct, via []*conformanceSide) {
+	for i, v := range via {
+		for _, name := range v.sel.scenarios {
+			if direct[i].passed(name) && len(v.runs[name]) == 1 && !v.passed(name) {
+				v.runs[name] = append(v.runs[name], v.runOne(name, time.Now().Add(conformanceScenarioTimeout)))
+			}
+		}
+	}
 }
