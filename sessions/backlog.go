@@ -81,6 +81,33 @@ func (b *backlog) hold(n int) bool {
 	return b.bytes.Add(int64(n)) <= b.max || b.max == 0
 }
 
+// smallAnswer is the size up to which an answer is held for its client
+// whatever its caller holds (holdAnswer): a busy error in its place would
+// save nothing.
+const smallAnswer = 64 << 10
+
+// holdAnswer counts an answer of n bytes (its frame, and the buffers lent
+// to it) as waiting for the client, like hold, unless its caller's share
+// has no room for it (callerBytes.reserve): then it counts nothing and
+// returns the busy error to answer the call with instead. The call has
+// run, and the error says so.
+func (b *backlog) holdAnswer(n int) *jsonrpc.Error {
+	if b == nil {
+		return nil
+	}
+	if n > smallAnswer {
+		if ok, held := b.unread.reserve(b.who, int64(n)); !ok {
+			return &jsonrpc.Error{Code: errBusyCode, Message: fmt.Sprintf(
+				"caller busy: the call ran, but its answer (%d bytes) was let go: %d bytes of answers and notifications already wait for this caller's clients to read them, over all its sessions and requests (server.max_pending_bytes_per_caller is %d); read them before sending more requests",
+				n, held, b.unread.max)}
+		}
+	} else {
+		b.unread.add(b.who, int64(n))
+	}
+	b.bytes.Add(int64(n))
+	return nil
+}
+
 // written counts n bytes held as written (or given up).
 func (b *backlog) written(n int) {
 	if b != nil {
@@ -223,11 +250,44 @@ func (cb *callerBytes) add(who string, n int64) {
 		return
 	}
 	cb.mu.Lock()
+	crossed := cb.addLocked(who, n)
+	cb.mu.Unlock()
+	if crossed && cb.crossed != nil {
+		cb.crossed()
+	}
+}
+
+// reserve counts n more bytes held for who, as add does, unless who
+// already holds some and n would take it past its share: then it counts
+// nothing, reports false and returns what who holds. So a caller's share
+// bounds its answers even when all of its calls were admitted at once,
+// before any answer was held: each answer past the share is refused as it
+// comes. One answer is always let through to a caller that holds
+// nothing, however large.
+func (cb *callerBytes) reserve(who string, n int64) (ok bool, held int64) {
+	if cb == nil || cb.max <= 0 || who == "" {
+		return true, 0
+	}
+	cb.mu.Lock()
+	if h := cb.held[who].bytes; h > 0 && h+n > cb.max {
+		cb.mu.Unlock()
+		return false, h
+	}
+	crossed := cb.addLocked(who, n)
+	cb.mu.Unlock()
+	if crossed && cb.crossed != nil {
+		cb.crossed()
+	}
+	return true, 0
+}
+
+// addLocked is add under cb.mu; it reports whether crossed is due.
+func (cb *callerBytes) addLocked(who string, n int64) (crossed bool) {
 	h := cb.held[who]
 	was := h.bytes
 	h.bytes += n
 	h.full = h.full || h.bytes >= cb.max
-	crossed := (was >= cb.max) != (h.bytes >= cb.max) || h.full && h.bytes == 0
+	crossed = (was >= cb.max) != (h.bytes >= cb.max) || h.full && h.bytes == 0
 	if h.bytes == 0 {
 		delete(cb.held, who)
 	} else {
@@ -236,10 +296,7 @@ func (cb *callerBytes) add(who string, n int64) {
 		}
 		cb.held[who] = h
 	}
-	cb.mu.Unlock()
-	if crossed && cb.crossed != nil {
-		cb.crossed()
-	}
+	return crossed
 }
 
 // of returns the bytes held for who.

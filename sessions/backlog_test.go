@@ -107,18 +107,20 @@ func TestFrameQueueHandoff(t *testing.T) {
 }
 
 // bigUpstream is a real MCP server whose "big" tool answers a text of
-// "bytes" bytes and whose "wait" tool blocks until cancelled. It counts
+// "bytes" bytes, whose "gated" tool does the same once gate is closed,
+// and whose "wait" tool blocks until cancelled. It counts
 // the tools/call requests it receives by tool name.
 type bigUpstream struct {
 	url   string
 	mu    sync.Mutex
 	calls map[string]int
 	waits chan struct{}
+	gate  chan struct{} // "gated" answers once it is closed
 }
 
 func newBigUpstream(t *testing.T) *bigUpstream {
 	t.Helper()
-	bu := &bigUpstream{calls: make(map[string]int), waits: make(chan struct{}, 64)}
+	bu := &bigUpstream{calls: make(map[string]int), waits: make(chan struct{}, 64), gate: make(chan struct{})}
 	count := func(name string) {
 		bu.mu.Lock()
 		bu.calls[name]++
@@ -134,6 +136,15 @@ func newBigUpstream(t *testing.T) *bigUpstream {
 		bu.waits <- struct{}{}
 		<-ctx.Done()
 		return nil, ctx.Err()
+	})
+	srv.AddTool(mcp.NewTool("gated", mcp.WithNumber("bytes"), mcp.WithReadOnlyHintAnnotation(true)), func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		count("gated")
+		select {
+		case <-bu.gate:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		return mcp.NewToolResultText(strings.Repeat("x", req.GetInt("bytes", 0))), nil
 	})
 	srv.AddTool(mcp.NewTool("quick", mcp.WithReadOnlyHintAnnotation(true)), func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		count("quick")

@@ -145,7 +145,9 @@ func (s *Server) serveRouted(w http.ResponseWriter, r *http.Request, m *jsonrpc.
 	} else {
 		// It holds the buffers it was read and rewritten into until it
 		// is written: they count as what waits for the client.
-		out.final(status, answer, loan.Size()+c.loan.Size())
+		if out.final(status, m.ID, answer, loan.Size()+c.loan.Size()) != nil {
+			s.auditLimit(id, b.Profile, m.Method, m.Name, audit.ReasonBusy)
+		}
 	}
 	if loan.Pending() {
 		out.flush() // the client has its answer while Settle waits
@@ -293,15 +295,21 @@ func (o *eventWriter) eventFrame(frame jsonrpc.Frame) {
 	}
 }
 
-// final writes the answer frame, which holds lent bytes of buffers (its
-// own among them) until it is written.
-func (o *eventWriter) final(status int, frame jsonrpc.Frame, lent int) {
+// final writes the answer frame to the request id, which holds lent
+// bytes of buffers (its own among them) until it is written. When its
+// caller's share has no room for it (backlog.holdAnswer), the busy error
+// is written in its place and returned.
+func (o *eventWriter) final(status int, id json.RawMessage, frame jsonrpc.Frame, lent int) (refused *jsonrpc.Error) {
 	held := max(frame.Len(), lent)
-	o.held.hold(held)
+	if refused = o.held.holdAnswer(held); refused != nil {
+		frame = jsonrpc.Whole(jsonrpc.ErrorResponse(id, refused))
+		held = frame.Len()
+		o.held.hold(held)
+	}
 	defer o.held.written(held)
 	if o.stream {
 		o.eventFrame(frame)
-		return
+		return refused
 	}
 	o.deadline()
 	h := o.w.Header()
@@ -311,6 +319,7 @@ func (o *eventWriter) final(status int, frame jsonrpc.Frame, lent int) {
 	if _, err := frame.WriteTo(o.w); err != nil {
 		o.fail(err)
 	}
+	return refused
 }
 
 // streamHeld is what a streamed result counts in its session's backlog

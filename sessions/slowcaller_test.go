@@ -1,6 +1,7 @@
 package sessions
 
 import (
+	"bufio"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -206,6 +207,58 @@ func TestSlowCallerIsBounded(t *testing.T) {
 	if len(s.unread.held) != 0 {
 		t.Fatalf("callers holding nothing are still counted: %v", s.unread.held)
 	}
+}
+
+// TestCallsSentAtOnceAreBounded: caller A sends its calls all at once,
+// so each is admitted while A holds nothing, and reads none of the
+// answers, which then come together. One answer is held for A (a caller
+// that holds nothing is always let one through); each of the others
+// finds A's share full and is let go, answered by the busy error that
+// says the call ran. What A holds stays within one answer, and comes back
+// to nothing at the write deadline.
+func TestCallsSentAtOnceAreBounded(t *testing.T) {
+	bu := newBigUpstream(t)
+	s := newServerWith(t, bu.url, slowCallerConfig, Options{WriteTimeout: 2 * time.Second})
+	hs := httptest.NewServer(s.Handler())
+	t.Cleanup(hs.Close)
+	a := tokenCaller("tok-a")
+	const calls = 5
+	var conns []net.Conn
+	for range calls {
+		conns = append(conns, rawModernPost(t, hs, "tok-a", "gated", fmt.Sprintf(`{"bytes":%d}`, bigAnswer)))
+	}
+	waitLong(t, func() bool { return bu.count("gated") == calls }, "every call reaches the upstream before any is answered")
+	close(bu.gate)
+
+	answered, letGo := 0, 0
+	for i, c := range conns {
+		c.SetReadDeadline(time.Now().Add(30 * time.Second))
+		resp, err := http.ReadResponse(bufio.NewReaderSize(c, 4096), nil)
+		if err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
+		if resp.ContentLength > 64<<10 {
+			answered++ // left unread
+			continue
+		}
+		b, _ := io.ReadAll(resp.Body)
+		if !strings.Contains(string(b), `"code":-32000`) || !strings.Contains(string(b), "the call ran, but its answer") ||
+			!strings.Contains(string(b), "server.max_pending_bytes_per_caller is 2097152") {
+			t.Fatalf("call %d: %s; want the busy error saying the call ran and naming server.max_pending_bytes_per_caller", i, b)
+		}
+		letGo++
+	}
+	held := s.unread.of(a)
+	t.Logf("%d calls sent at once: %d answers held for the caller, %d let go; it holds %d bytes", calls, answered, letGo, held)
+	if answered != 1 || letGo != calls-1 {
+		t.Fatalf("%d answers held and %d let go, of %d calls; want 1 and %d", answered, letGo, calls, calls-1)
+	}
+	// One answer holds the buffers it was read and rewritten into (two,
+	// each up to a quarter larger than what it holds: upstream.Loan).
+	if limit := int64(5 * bigAnswer / 2); held > limit {
+		t.Fatalf("the caller holds %d bytes, more than one answer of %d bytes and its buffers (%d)", held, bigAnswer, limit)
+	}
+	waitLong(t, func() bool { return s.unread.of(a) == 0 }, "the unread answer is let go at the write deadline")
 }
 
 // TestForgetHeldCall: forget reports whether a call was held and not

@@ -361,7 +361,22 @@ func (s *Server) handleRouted(ctx context.Context, sess *session, b grant.Bindin
 	}
 	// The answer is queued here rather than by the worker (door.Conn), so
 	// that shutdown knows it is on its way (drain.go).
-	final := func(f jsonrpc.Frame) { sess.sendFrame(ctx, f) }
+	//
+	// An answer its caller's share has no room for is not queued: the busy
+	// error goes in its place (backlog.holdAnswer). Its reservation is
+	// given back once the writer counts the frame itself.
+	refuse := func(refused *jsonrpc.Error) {
+		s.auditLimit(sess.ID(), b.Profile, m.Method, m.Name, audit.ReasonBusy)
+		sess.sendFrame(ctx, jsonrpc.Whole(jsonrpc.ErrorResponse(m.ID, refused)))
+	}
+	final := func(f jsonrpc.Frame) {
+		if refused := sess.held.holdAnswer(f.Len()); refused != nil {
+			refuse(refused)
+			return
+		}
+		sess.sendFrame(ctx, f)
+		sess.held.written(f.Len())
+	}
 	queued := false
 	if loan != nil {
 		final = func(f jsonrpc.Frame) {
@@ -370,11 +385,16 @@ func (s *Server) handleRouted(ctx context.Context, sess *session, b grant.Bindin
 			// bytes (which the writer counts): the rest waits for the
 			// client too.
 			rest := max(0, loan.Size()-f.Len())
-			sess.held.hold(rest)
+			if refused := sess.held.holdAnswer(rest + f.Len()); refused != nil {
+				loan.Release() // nothing refers to the answer any more
+				refuse(refused)
+				return
+			}
 			sess.conn.SendFrameThen(ctx, f, func() {
 				loan.Release()
 				sess.held.written(rest)
 			})
+			sess.held.written(f.Len())
 		}
 	}
 	s.awaitQueued(ctx, c, m, func(f []byte) { sess.send(ctx, f) }, final, sess.trySend)
