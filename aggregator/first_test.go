@@ -53,6 +53,22 @@ func changes(t *testing.T, opts Options) (Options, func(what string, a *Aggregat
 	}
 }
 
+// startPerUser starts an aggregator on perUserConfig for the upstream at
+// upURL, its state in dir, closed when the test ends; it returns the
+// aggregator, its config, and changes' wait.
+func startPerUser(t *testing.T, upURL, dir string) (*Aggregator, *configs.Config, func(what string, a *Aggregator, cond func(*Snapshot) bool)) {
+	t.Helper()
+	cfg := perUserConfig(t, upURL)
+	cfg.Server.StateDir = dir
+	opts, wait := changes(t, Options{})
+	a := New(cfg, opts)
+	t.Cleanup(func() { a.Close() })
+	if err := a.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return a, cfg, wait
+}
+
 // toolNames returns the exposed names of s's tools.
 func toolNames(s *Snapshot) []string {
 	var names []string
@@ -126,14 +142,7 @@ func linkIn(t *testing.T, a *Aggregator, text string) (link, who string) {
 // and the placeholder, called by a connected user, says so.
 func TestPlaceholderUntilListed(t *testing.T) {
 	rs := lookupUpstream(t)
-	cfg := perUserConfig(t, rs.URL())
-	cfg.Server.StateDir = t.TempDir()
-	opts, wait := changes(t, Options{})
-	a := New(cfg, opts)
-	defer a.Close()
-	if err := a.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	a, _, wait := startPerUser(t, rs.URL(), t.TempDir())
 	snap := a.Snapshot()
 	if !listsOnly("gh__connect")(snap) {
 		t.Fatalf("before anyone connected: %v, want the placeholder only", toolNames(snap))
@@ -198,15 +207,8 @@ func TestPlaceholderUntilListed(t *testing.T) {
 // connected answers with the caller's own connect link, as ever.
 func TestListingKeptInStore(t *testing.T) {
 	rs := lookupUpstream(t)
-	cfg := perUserConfig(t, rs.URL())
 	dir := t.TempDir()
-	cfg.Server.StateDir = dir
-	opts, wait := changes(t, Options{})
-	a := New(cfg, opts)
-	defer a.Close()
-	if err := a.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	a, cfg, wait := startPerUser(t, rs.URL(), dir)
 	link, err := a.ConnectLink("gh", "oauth:alice")
 	if err != nil {
 		t.Fatal(err)
@@ -286,14 +288,7 @@ func TestPlaceholderNamedLikeATool(t *testing.T) {
 		return mcp.NewToolResultText("widgets connected"), nil
 	})
 	rs := oauthtest.New(t, server.NewStreamableHTTPServer(mcpSrv))
-	cfg := perUserConfig(t, rs.URL())
-	cfg.Server.StateDir = t.TempDir()
-	opts, wait := changes(t, Options{})
-	a := New(cfg, opts)
-	defer a.Close()
-	if err := a.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	a, _, wait := startPerUser(t, rs.URL(), t.TempDir())
 	if e := a.Snapshot().Tool("gh__connect"); e == nil || !e.Placeholder {
 		t.Fatalf("before any listing: %+v", e)
 	}
@@ -351,14 +346,7 @@ func TestPlaceholderGivesWay(t *testing.T) {
 // and the upstream's tools replace the placeholder.
 func TestPlaceholderByElicitation(t *testing.T) {
 	rs := lookupUpstream(t)
-	cfg := perUserConfig(t, rs.URL())
-	cfg.Server.StateDir = t.TempDir()
-	opts, wait := changes(t, Options{})
-	a := New(cfg, opts)
-	defer a.Close()
-	if err := a.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	a, _, wait := startPerUser(t, rs.URL(), t.TempDir())
 	ph := a.Snapshot().Tool("gh__connect")
 	if ph == nil || !ph.Placeholder {
 		t.Fatalf("no placeholder: %v", toolNames(a.Snapshot()))
@@ -384,16 +372,9 @@ func TestPlaceholderByElicitation(t *testing.T) {
 // the same.
 func TestListingFollowsURL(t *testing.T) {
 	rs := lookupUpstream(t)
-	cfg := perUserConfig(t, rs.URL())
 	dir := t.TempDir()
-	cfg.Server.StateDir = dir
-	opts, wait := changes(t, Options{})
-	a := New(cfg, opts)
-	defer a.Close()
+	a, cfg, wait := startPerUser(t, rs.URL(), dir)
 	ctx := context.Background()
-	if err := a.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
 	link, _ := a.ConnectLink("gh", "oauth:alice")
 	connectAs(t, a, link, "alice")
 	wait("the tools listed", a, listsOnly("gh__lookup"))

@@ -169,9 +169,10 @@ const bigAnswer = 12 << 20
 
 const bigConfig = "max_message_bytes = \"64MiB\"\n[server]\nmax_pending_bytes = \"1MiB\"\n"
 
-// rawPost sends one POST /mcp on a connection of its own and never reads
-// the answer: a client that stopped reading.
-func rawPost(t *testing.T, hs *httptest.Server, session, body string) net.Conn {
+// rawSend sends one POST /mcp with the header lines head (each ending
+// in CRLF) and body on a connection of its own and never reads the
+// answer: a client that stopped reading.
+func rawSend(t *testing.T, hs *httptest.Server, head, body string) net.Conn {
 	t.Helper()
 	c, err := net.Dial("tcp", strings.TrimPrefix(hs.URL, "http://"))
 	if err != nil {
@@ -181,30 +182,47 @@ func rawPost(t *testing.T, hs *httptest.Server, session, body string) net.Conn {
 	if tc, ok := c.(*net.TCPConn); ok {
 		tc.SetReadBuffer(4096) // keep what the kernel absorbs small
 	}
-	fmt.Fprintf(c, "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nMcp-Session-Id: %s\r\nMcp-Protocol-Version: 2025-11-25\r\nContent-Length: %d\r\n\r\n%s", session, len(body), body)
+	fmt.Fprintf(c, "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\n%sContent-Length: %d\r\n\r\n%s", head, len(body), body)
 	return c
 }
 
-// postHTTP is one POST /mcp over the network, answered in full.
-func postHTTP(t *testing.T, hs *httptest.Server, session, body string) (int, string) {
+// rawPost sends one POST /mcp on session with rawSend: a client that
+// stopped reading.
+func rawPost(t *testing.T, hs *httptest.Server, session, body string) net.Conn {
+	t.Helper()
+	return rawSend(t, hs, "Mcp-Session-Id: "+session+"\r\nMcp-Protocol-Version: 2025-11-25\r\n", body)
+}
+
+// postMCP is one POST /mcp over the network with the headers hdr,
+// answered in full.
+func postMCP(t *testing.T, hs *httptest.Server, hdr http.Header, body string) (int, http.Header, string) {
 	t.Helper()
 	req, err := http.NewRequest(http.MethodPost, hs.URL+"/mcp", strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
+	req.Header = hdr.Clone()
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json, text/event-stream")
-	req.Header.Set("Mcp-Protocol-Version", "2025-11-25")
-	if session != "" {
-		req.Header.Set(mcp.HeaderSessionID, session)
-	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
+	return resp.StatusCode, resp.Header, string(b)
+}
+
+// postHTTP is one POST /mcp over the network, answered in full.
+func postHTTP(t *testing.T, hs *httptest.Server, session, body string) (int, string) {
+	t.Helper()
+	hdr := http.Header{}
+	hdr.Set("Mcp-Protocol-Version", "2025-11-25")
+	if session != "" {
+		hdr.Set(mcp.HeaderSessionID, session)
+	}
+	code, _, answer := postMCP(t, hs, hdr, body)
+	return code, answer
 }
 
 func callBody(id int, tool string, args string) string {

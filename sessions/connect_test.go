@@ -14,11 +14,13 @@ import (
 	"github.com/viewmux/viewmux/upstream/oauth/oauthtest"
 )
 
-// connectServer is viewmux with a per-user upstream lin behind the test
-// authorization server, and static tokens for alice and bob.
-func connectServer(t *testing.T) (*Server, *oauthtest.Server) {
+// perUserLinServer is viewmux with the bench upstream up and a per-user
+// upstream lin, handled by lin behind the test authorization server, its
+// state in a temporary folder; extra follows the [server] table's
+// state_dir (so it may add keys to that table before its own tables).
+func perUserLinServer(t *testing.T, lin http.Handler, extra string) (*Server, *oauthtest.Server) {
 	t.Helper()
-	as := oauthtest.New(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.Copy(io.Discard, r.Body) }))
+	as := oauthtest.New(t, lin)
 	return newBenchServer(t, newUpstreamServer(t, 1).http.URL, fmt.Sprintf(`
 [upstreams.lin]
 url = %q
@@ -26,14 +28,24 @@ oauth = true
 credentials = "per-user"
 [server]
 state_dir = %q
-[profiles.p]
+`, as.URL(), t.TempDir())+extra), as
+}
+
+// discardHandler reads each request and answers nothing.
+var discardHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.Copy(io.Discard, r.Body) })
+
+// connectServer is viewmux with a per-user upstream lin behind the test
+// authorization server, and static tokens for alice and bob.
+func connectServer(t *testing.T) (*Server, *oauthtest.Server) {
+	t.Helper()
+	return perUserLinServer(t, discardHandler, `[profiles.p]
 [[auth.tokens]]
 token = "tok-alice"
 profiles = ["p"]
 [[auth.tokens]]
 token = "tok-bob"
 profiles = ["p"]
-`, as.URL(), t.TempDir())), as
+`)
 }
 
 var ticketRE = regexp.MustCompile(`/oauth/connect/lin\?ticket=([A-Za-z0-9_-]+)`)
@@ -175,16 +187,8 @@ func TestConnectLinkForOAuthToken(t *testing.T) {
 	h := hydratest.Start(t, 0)
 	id, secret := h.Client(t, "mcp:tools mcp:all", testAudience)
 	tok := h.Token(t, id, secret, "mcp:all", testAudience)
-	as := oauthtest.New(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.Copy(io.Discard, r.Body) }))
-	s := newBenchServer(t, newUpstreamServer(t, 1).http.URL, fmt.Sprintf(`
-[upstreams.lin]
-url = %q
-oauth = true
-credentials = "per-user"
-[server]
-state_dir = %q
-public_url = "http://127.0.0.1:8931"
-`, as.URL(), t.TempDir())+oauthConfig(h.Issuer, oauthGrants))
+	s, _ := perUserLinServer(t, discardHandler, `public_url = "http://127.0.0.1:8931"
+`+oauthConfig(h.Issuer, oauthGrants))
 	h2 := s.Handler()
 	rec := connectGet(h2, "/oauth/connect/lin", tok)
 	m := ticketRE.FindStringSubmatch(rec.Body.String())

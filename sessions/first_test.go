@@ -3,7 +3,6 @@ package sessions
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -29,15 +28,7 @@ func firstContactServer(t *testing.T) (*Server, *oauthtest.Server) {
 	mcpSrv.AddTool(mcp.NewTool("lookup"), func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		return mcp.NewToolResultText("lookup ran"), nil
 	})
-	as := oauthtest.New(t, server.NewStreamableHTTPServer(mcpSrv))
-	return newBenchServer(t, newUpstreamServer(t, 1).http.URL, fmt.Sprintf(`
-[upstreams.lin]
-url = %q
-oauth = true
-credentials = "per-user"
-[server]
-state_dir = %q
-[profiles.p]
+	return perUserLinServer(t, server.NewStreamableHTTPServer(mcpSrv), `[profiles.p]
 [profiles.uponly]
 upstreams = ["up"]
 [profiles.linonly]
@@ -65,7 +56,7 @@ profiles = ["ro"]
 [[auth.tokens]]
 token = "tok-fred"
 profiles = ["named"]
-`, as.URL(), t.TempDir())), as
+`)
 }
 
 // peerTools lists the tools p's session sees.

@@ -109,16 +109,6 @@ func TestChildShareReclaims(t *testing.T) {
 	ru := newReclaimUpstream(t)
 	s := newServerWith(t, ru.url, reclaimConfig, Options{})
 	h := s.Handler()
-	open := func(token string) string {
-		t.Helper()
-		rec := httptestDo(h, withToken(newRequest("", "", initializeBody), token))
-		sid := rec.Header().Get(mcp.HeaderSessionID)
-		if sid == "" {
-			t.Fatalf("initialize: %d %s", rec.Code, rec.Body)
-		}
-		httptestDo(h, withToken(newRequest("", sid, `{"jsonrpc":"2.0","method":"notifications/initialized"}`), token))
-		return sid
-	}
 	ids := 100
 	call := func(token, sid, tool string) rpcMsg {
 		t.Helper()
@@ -152,7 +142,7 @@ func TestChildShareReclaims(t *testing.T) {
 	}
 
 	// The admin's connection is the oldest of all, and stays idle.
-	admin := open("tok-admin")
+	admin := openAs(t, h, "tok-admin")
 	adminUp := whoami("tok-admin", admin)
 
 	// The guest opens its share and three more sessions, none ended, each
@@ -160,7 +150,7 @@ func TestChildShareReclaims(t *testing.T) {
 	// the guest's least recently used connection.
 	var guest, up []string
 	for i := range 5 {
-		guest = append(guest, open("tok-guest"))
+		guest = append(guest, openAs(t, h, "tok-guest"))
 		up = append(up, whoami("tok-guest", guest[i]))
 		if i >= 2 {
 			ended(up[:i-1]...)
@@ -209,7 +199,7 @@ func TestChildShareReclaims(t *testing.T) {
 	if got := whoami("tok-admin", admin); got != adminUp {
 		t.Errorf("the admin's call came on upstream session %s, want its own %s", got, adminUp)
 	}
-	whoami("tok-admin", open("tok-admin"))
+	whoami("tok-admin", openAs(t, h, "tok-admin"))
 
 	// Once the holds return, the guest's next call reclaims again.
 	ru.free()

@@ -34,6 +34,18 @@ func withToken(req *http.Request, token string) *http.Request {
 	return req
 }
 
+// openAs opens a legacy /mcp session on h as token and returns its id.
+func openAs(t *testing.T, h http.Handler, token string) string {
+	t.Helper()
+	rec := httptestDo(h, withToken(newRequest("", "", initializeBody), token))
+	sid := rec.Header().Get(mcp.HeaderSessionID)
+	if sid == "" {
+		t.Fatalf("initialize: %d %s", rec.Code, rec.Body)
+	}
+	httptestDo(h, withToken(newRequest("", sid, `{"jsonrpc":"2.0","method":"notifications/initialized"}`), token))
+	return sid
+}
+
 // TestSessionShareEveryDoor: a guest token holding its share (an /mcp
 // session and an SSE stream) is refused one more on every door (/mcp
 // initialize, its session's GET stream, /sse, /ws) with 503 and a JSON-RPC
@@ -90,16 +102,7 @@ func TestCallShare(t *testing.T) {
 	su := newSlowUpstream(t)
 	s := newBenchServer(t, su.url, sharesConfig)
 	h := s.Handler()
-	open := func(token string) string {
-		rec := httptestDo(h, withToken(newRequest("", "", initializeBody), token))
-		sid := rec.Header().Get(mcp.HeaderSessionID)
-		if sid == "" {
-			t.Fatalf("initialize: %d %s", rec.Code, rec.Body)
-		}
-		httptestDo(h, withToken(newRequest("", sid, `{"jsonrpc":"2.0","method":"notifications/initialized"}`), token))
-		return sid
-	}
-	a, b := open("tok-guest"), open("tok-guest")
+	a, b := openAs(t, h, "tok-guest"), openAs(t, h, "tok-guest")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	for i, sid := range []string{a, b} {
@@ -116,7 +119,7 @@ func TestCallShare(t *testing.T) {
 		t.Fatal("the refused call reached the upstream")
 	default:
 	}
-	admin := open("tok-admin")
+	admin := openAs(t, h, "tok-admin")
 	go httptestDo(h, withToken(newRequest("", admin, waitCall(30)), "tok-admin").WithContext(ctx))
 	upstreamSaw(t, su.started, "the admin's call to start")
 }

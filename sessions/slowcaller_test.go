@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -87,51 +86,29 @@ func modernCallBody(id int, tool, args string) string {
 		`"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}`, id, tool, args)
 }
 
-// rawModernPost sends a stateless tools/call of tool as token on a
-// connection of its own and never reads the answer.
+// rawModernPost sends a stateless tools/call of tool as token with
+// rawSend, on a connection of its own, and never reads the answer.
 func rawModernPost(t *testing.T, hs *httptest.Server, token, tool, args string) net.Conn {
 	t.Helper()
-	c, err := net.Dial("tcp", strings.TrimPrefix(hs.URL, "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	if tc, ok := c.(*net.TCPConn); ok {
-		tc.SetReadBuffer(4096) // keep what the kernel absorbs small
-	}
-	body := modernCallBody(2, tool, args)
-	fmt.Fprintf(c, "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\n"+
-		"Authorization: Bearer %s\r\nMcp-Protocol-Version: 2026-07-28\r\nMcp-Method: tools/call\r\nMcp-Name: up__%s\r\nContent-Length: %d\r\n\r\n%s",
-		token, tool, len(body), body)
-	return c
+	return rawSend(t, hs, fmt.Sprintf("Authorization: Bearer %s\r\nMcp-Protocol-Version: 2026-07-28\r\nMcp-Method: tools/call\r\nMcp-Name: up__%s\r\n", token, tool),
+		modernCallBody(2, tool, args))
 }
 
 // postAs is one POST /mcp as token over the network, answered in full;
 // session "" with a 2026-07-28 body is a stateless request.
 func postAs(t *testing.T, hs *httptest.Server, token, session, body string) (int, http.Header, string) {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodPost, hs.URL+"/mcp", strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json, text/event-stream")
-	req.Header.Set("Authorization", "Bearer "+token)
+	hdr := http.Header{}
+	hdr.Set("Authorization", "Bearer "+token)
 	if session != "" {
-		req.Header.Set(mcp.HeaderSessionID, session)
-		req.Header.Set("Mcp-Protocol-Version", "2025-11-25")
+		hdr.Set(mcp.HeaderSessionID, session)
+		hdr.Set("Mcp-Protocol-Version", "2025-11-25")
 	} else if strings.Contains(body, "2026-07-28") {
-		req.Header.Set("Mcp-Protocol-Version", "2026-07-28")
-		req.Header.Set("Mcp-Method", "tools/call")
-		req.Header.Set("Mcp-Name", "up__quick")
+		hdr.Set("Mcp-Protocol-Version", "2026-07-28")
+		hdr.Set("Mcp-Method", "tools/call")
+		hdr.Set("Mcp-Name", "up__quick")
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, resp.Header, string(b)
+	return postMCP(t, hs, hdr, body)
 }
 
 // TestSlowCallerIsBounded: what one caller leaves unread counts over all

@@ -1,19 +1,13 @@
 package sessions
 
 import (
-	"context"
 	"encoding/json"
-	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
 
-	"github.com/viewmux/viewmux/configs"
 	"github.com/viewmux/viewmux/sessions/status"
-	"github.com/viewmux/viewmux/upstream/oauth"
-	"github.com/viewmux/viewmux/upstream/oauth/oauthtest"
 )
 
 // TestStatusPageMoreScope: an oauth upstream a call was refused for scope
@@ -21,21 +15,12 @@ import (
 // "needs login (more scope: …)" on the page, after its state while it is
 // up (its other calls work).
 func TestStatusPageMoreScope(t *testing.T) {
-	up := newUpstreamServer(t, 1)
-	as := oauthtest.New(t, up.http.Config.Handler)
-	dir := t.TempDir()
-	c := oauth.New("lin", as.URL(), configs.UpstreamOAuth{StateDir: dir}, oauth.Options{})
-	if _, err := c.Login(context.Background(), oauth.LoginOptions{RedirectURI: "http://127.0.0.1:1/cb", Authorize: oauth.AutoApprove(nil)}); err != nil {
-		t.Fatal(err)
-	}
+	c, _, serve := loggedInLin(t)
 	// What the upstream's 403 insufficient_scope records.
 	if err := c.WantScopes([]string{"mcp:tools", "mcp:write"}); err != nil {
 		t.Fatal(err)
 	}
-	extra := fmt.Sprintf("[upstreams.lin]\nurl = %q\noauth = true\n[server]\nstate_dir = %q\n", as.URL(), dir)
-	s := newBenchServer(t, up.http.URL, extra)
-	hs := httptest.NewServer(s.Handler())
-	t.Cleanup(hs.Close)
+	_, hs := serve()
 	_, body := fetchStatus(t, hs, http.MethodGet, "/status.json", nil)
 	var st status.Data
 	if err := json.Unmarshal([]byte(body), &st); err != nil {

@@ -585,22 +585,36 @@ func TestStatusPageNeedsLogin(t *testing.T) {
 	}
 }
 
+// loggedInLin logs in to an oauth upstream lin, the bench upstream behind
+// the test authorization server, its tokens kept in a temporary folder.
+// It returns lin's client, the login, and serve, which starts viewmux on
+// the bench upstream and lin over HTTP.
+func loggedInLin(t *testing.T) (*oauth.Client, *oauth.Record, func() (*Server, *httptest.Server)) {
+	t.Helper()
+	up := newUpstreamServer(t, 1)
+	as := oauthtest.New(t, up.http.Config.Handler)
+	dir := t.TempDir()
+	c := oauth.New("lin", as.URL(), configs.UpstreamOAuth{StateDir: dir}, oauth.Options{})
+	rec, err := c.Login(context.Background(), oauth.LoginOptions{RedirectURI: "http://127.0.0.1:1/cb", Authorize: oauth.AutoApprove(nil)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	serve := func() (*Server, *httptest.Server) {
+		extra := fmt.Sprintf("[upstreams.lin]\nurl = %q\noauth = true\n[server]\nstate_dir = %q\n", as.URL(), dir)
+		s := newBenchServer(t, up.http.URL, extra)
+		hs := httptest.NewServer(s.Handler())
+		t.Cleanup(hs.Close)
+		return s, hs
+	}
+	return c, rec, serve
+}
+
 // TestOAuthTokensAreMasked: the tokens of a logged-in oauth upstream are
 // masked like configured secrets in what viewmux shows (Redact: the status
 // page's errors, check, audit), and the page never shows them.
 func TestOAuthTokensAreMasked(t *testing.T) {
-	up := newUpstreamServer(t, 1)
-	as := oauthtest.New(t, up.http.Config.Handler)
-	dir := t.TempDir()
-	rec, err := oauth.New("lin", as.URL(), configs.UpstreamOAuth{StateDir: dir}, oauth.Options{}).Login(context.Background(),
-		oauth.LoginOptions{RedirectURI: "http://127.0.0.1:1/cb", Authorize: oauth.AutoApprove(nil)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	extra := fmt.Sprintf("[upstreams.lin]\nurl = %q\noauth = true\n[server]\nstate_dir = %q\n", as.URL(), dir)
-	s := newBenchServer(t, up.http.URL, extra)
-	hs := httptest.NewServer(s.Handler())
-	t.Cleanup(hs.Close)
+	_, rec, serve := loggedInLin(t)
+	s, hs := serve()
 	_, body := fetchStatus(t, hs, http.MethodGet, "/status.json", nil)
 	if !regexp.MustCompile(`"name": "lin",[^}]*"state": "up"`).MatchString(body) {
 		t.Fatalf("lin is not up:\n%s", body)

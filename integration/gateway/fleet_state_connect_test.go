@@ -3,15 +3,12 @@
 package gateway
 
 import (
-	"bufio"
-	"context"
 	"encoding/base64"
 	"encoding/hex"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
 	"net/url"
-	"os/exec"
 	"regexp"
 	"strings"
 	"sync"
@@ -210,41 +207,5 @@ func fleetStateReveals(text string, secrets []string) []string {
 // callback at once).
 func (r *fleetStateReplica) operatorLogin(t *testing.T) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	login := exec.CommandContext(ctx, itest.MuxBinary(t), "auth", "login", "--no-browser", "--config", r.CfgPath, "rug")
-	login.Dir = r.Dir
-	stdout, err := login.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr itest.SyncBuffer
-	login.Stderr = &stderr
-	if err := login.Start(); err != nil {
-		t.Fatal(err)
-	}
-	urlLine := regexp.MustCompile(`^  (http://\S+)$`)
-	sc := bufio.NewScanner(stdout)
-	var out strings.Builder
-	authURL := ""
-	for authURL == "" && sc.Scan() {
-		out.WriteString(sc.Text() + "\n")
-		if m := urlLine.FindStringSubmatch(sc.Text()); m != nil {
-			authURL = m[1]
-		}
-	}
-	if authURL == "" {
-		t.Fatalf("auth login printed no URL:\n%s\n%s", out.String(), stderr.String())
-	}
-	resp, err := http.Get(authURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	rest, _ := io.ReadAll(stdout)
-	out.Write(rest)
-	if err := login.Wait(); err != nil {
-		t.Fatalf("auth login with %s's config: %v\n%s\n%s", r.ID, err, out.String(), stderr.String())
-	}
+	itest.AuthLogin(t, itest.MuxBinary(t), r.Dir, r.CfgPath, "rug")
 }

@@ -3,15 +3,11 @@
 package gateway
 
 import (
-	"bufio"
-	"context"
 	"encoding/json"
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -54,43 +50,7 @@ func TestOAuthUpstreamLoginReachesRunningServer(t *testing.T) {
 		t.Fatalf("%d requests reached the upstream before any login", sent)
 	}
 
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	login := exec.CommandContext(ctx, itest.MuxBinary(t), "auth", "login", "--no-browser", "--config", cfgPath, "lin")
-	login.Dir = dir
-	stdout, err := login.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr itest.SyncBuffer
-	login.Stderr = &stderr
-	if err := login.Start(); err != nil {
-		t.Fatal(err)
-	}
-	urlLine := regexp.MustCompile(`^  (http://\S+)$`)
-	sc := bufio.NewScanner(stdout)
-	var out strings.Builder
-	authURL := ""
-	for authURL == "" && sc.Scan() {
-		out.WriteString(sc.Text() + "\n")
-		if m := urlLine.FindStringSubmatch(sc.Text()); m != nil {
-			authURL = m[1]
-		}
-	}
-	if authURL == "" {
-		t.Fatalf("auth login printed no URL:\n%s\n%s", out.String(), stderr.String())
-	}
-	resp, err := http.Get(authURL) // approved at once, redirected to the loopback callback
-	if err != nil {
-		t.Fatal(err)
-	}
-	io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	rest, _ := io.ReadAll(stdout)
-	out.Write(rest)
-	if err := login.Wait(); err != nil {
-		t.Fatalf("auth login: %v\n%s\n%s", err, out.String(), stderr.String())
-	}
+	_, loginOutput := itest.AuthLogin(t, itest.MuxBinary(t), dir, cfgPath, "lin")
 
 	got := env.Await(t, "lin's tools after the login", func(m map[string]string) bool { return m["lin__lookup"] != "" })
 	if got["lin__lookup"] != itest.RugHonest {
@@ -117,7 +77,7 @@ func TestOAuthUpstreamLoginReachesRunningServer(t *testing.T) {
 	}
 	page := fetchText(t, "http://"+mux.Addr+"/status.json") + fetchText(t, "http://"+mux.Addr+"/")
 	for _, tok := range []string{rec.AccessToken, rec.RefreshToken} {
-		for what, text := range map[string]string{"viewmux's log": mux.Stderr(), "the status page": page, "auth login's output": out.String() + stderr.String()} {
+		for what, text := range map[string]string{"viewmux's log": mux.Stderr(), "the status page": page, "auth login's output": loginOutput} {
 			if strings.Contains(text, tok) {
 				t.Errorf("%s shows a token", what)
 			}

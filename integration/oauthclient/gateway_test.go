@@ -3,8 +3,6 @@
 package oauthclient
 
 import (
-	"bufio"
-	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -260,44 +258,7 @@ func (g *gateway) call(t *testing.T) itest.RecAnswer {
 // once), and returns the scopes that URL asked for.
 func (g *gateway) login(t *testing.T) []string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, g.bin, "auth", "login", "--no-browser", "--config", g.cfgPath, "x")
-	cmd.Dir = g.dir
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr itest.SyncBuffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	urlLine := regexp.MustCompile(`^  (http://\S+)$`)
-	sc := bufio.NewScanner(stdout)
-	var out strings.Builder
-	authURL := ""
-	for authURL == "" && sc.Scan() {
-		out.WriteString(sc.Text() + "\n")
-		if m := urlLine.FindStringSubmatch(sc.Text()); m != nil {
-			authURL = m[1]
-		}
-	}
-	if authURL == "" {
-		cmd.Wait()
-		t.Fatalf("auth login printed no URL:\n%s\n%s", out.String(), stderr.String())
-	}
-	resp, err := http.Get(authURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	rest, _ := io.ReadAll(stdout)
-	out.Write(rest)
-	if err := cmd.Wait(); err != nil {
-		t.Fatalf("auth login: %v\n%s\n%s", err, out.String(), stderr.String())
-	}
+	authURL, _ := itest.AuthLogin(t, g.bin, g.dir, g.cfgPath, "x")
 	u, err := url.Parse(authURL)
 	if err != nil {
 		t.Fatal(err)

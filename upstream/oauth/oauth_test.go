@@ -56,6 +56,19 @@ func post(t *testing.T, c *oauth.Client, s *oauthtest.Server, body string) (*htt
 	return resp, err
 }
 
+// stepUpClient is an HTTP client through a Transport of c that logs in
+// again, approved at once, whenever a request needs it; *logins counts
+// those logins.
+func stepUpClient(c *oauth.Client) (hc *http.Client, logins *int) {
+	logins = new(int)
+	tr := &oauth.Transport{Client: c, Login: func(ctx context.Context, ch oauth.Challenge, scopes []string) error {
+		*logins++
+		_, err := c.Login(ctx, oauth.LoginOptions{RedirectURI: "http://127.0.0.1:1/cb", Authorize: oauth.AutoApprove(nil), Challenge: &ch, Scopes: scopes})
+		return err
+	}}
+	return &http.Client{Transport: tr}, logins
+}
+
 func TestLoginStoresTokensPrivately(t *testing.T) {
 	s := oauthtest.New(t, okHandler)
 	dir := filepath.Join(t.TempDir(), "state")
@@ -200,20 +213,14 @@ func TestStepUpWithLoginOncePerRequest(t *testing.T) {
 	s.ToolScope = "mcp:write"
 	s.Unlock()
 	c := newClient(t, s, t.TempDir())
-	logins := 0
-	tr := &oauth.Transport{Client: c, Login: func(ctx context.Context, ch oauth.Challenge, scopes []string) error {
-		logins++
-		_, err := c.Login(ctx, oauth.LoginOptions{RedirectURI: "http://127.0.0.1:1/cb", Authorize: oauth.AutoApprove(nil), Challenge: &ch, Scopes: scopes})
-		return err
-	}}
-	hc := &http.Client{Transport: tr}
+	hc, logins := stepUpClient(c)
 	resp, err := hc.Post(s.URL(), "application/json", strings.NewReader(`{"method":"tools/call"}`))
 	if err != nil || resp.StatusCode != 200 {
 		t.Fatalf("tools/call: %v %v", resp, err)
 	}
 	resp.Body.Close()
-	if logins != 2 { // the 401, then the step-up
-		t.Fatalf("%d logins, want 2", logins)
+	if *logins != 2 { // the 401, then the step-up
+		t.Fatalf("%d logins, want 2", *logins)
 	}
 	s.Lock()
 	last := s.TokenForms[len(s.TokenForms)-1]
@@ -226,14 +233,14 @@ func TestStepUpWithLoginOncePerRequest(t *testing.T) {
 	s.ToolScope = "mcp:never"
 	s.NeverGrant = "mcp:never"
 	s.Unlock()
-	logins = 0
+	*logins = 0
 	resp, err = hc.Post(s.URL(), "application/json", strings.NewReader(`{"method":"tools/call"}`))
 	if err != nil {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-	if resp.StatusCode != http.StatusForbidden || logins != 1 {
-		t.Fatalf("status %d after %d logins, want 403 after one", resp.StatusCode, logins)
+	if resp.StatusCode != http.StatusForbidden || *logins != 1 {
+		t.Fatalf("status %d after %d logins, want 403 after one", resp.StatusCode, *logins)
 	}
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"slices"
 	"strings"
 	"testing"
@@ -43,13 +42,7 @@ func TestStepUpOnlyForANewScope(t *testing.T) {
 	s.Unlock()
 	c := newClient(t, s, t.TempDir())
 	login(t, c)
-	logins := 0
-	tr := &oauth.Transport{Client: c, Login: func(ctx context.Context, ch oauth.Challenge, scopes []string) error {
-		logins++
-		_, err := c.Login(ctx, oauth.LoginOptions{RedirectURI: "http://127.0.0.1:1/cb", Authorize: oauth.AutoApprove(nil), Challenge: &ch, Scopes: scopes})
-		return err
-	}}
-	hc := &http.Client{Transport: tr}
+	hc, logins := stepUpClient(c)
 	for i := range 3 {
 		resp, err := hc.Post(s.URL(), "application/json", strings.NewReader(`{"method":"tools/call"}`))
 		if err == nil {
@@ -59,8 +52,8 @@ func TestStepUpOnlyForANewScope(t *testing.T) {
 			t.Fatalf("request %d: %v, want insufficient scope naming mcp:write", i, err)
 		}
 	}
-	if logins != 0 {
-		t.Fatalf("%d logins for a scope already asked for, want none", logins)
+	if *logins != 0 {
+		t.Fatalf("%d logins for a scope already asked for, want none", *logins)
 	}
 }
 
@@ -152,13 +145,8 @@ func TestStepUpsEndForAnUpstreamNamingNewScopes(t *testing.T) {
 	s := oauthtest.New(t, okHandler)
 	c := newClient(t, s, t.TempDir())
 	login(t, c)
-	logins, n := 0, 0
-	tr := &oauth.Transport{Client: c, Login: func(ctx context.Context, ch oauth.Challenge, scopes []string) error {
-		logins++
-		_, err := c.Login(ctx, oauth.LoginOptions{RedirectURI: "http://127.0.0.1:1/cb", Authorize: oauth.AutoApprove(nil), Challenge: &ch, Scopes: scopes})
-		return err
-	}}
-	hc := &http.Client{Transport: tr}
+	hc, logins := stepUpClient(c)
+	n := 0
 	for range 100 {
 		n++
 		s.Lock()
@@ -170,7 +158,7 @@ func TestStepUpsEndForAnUpstreamNamingNewScopes(t *testing.T) {
 			resp.Body.Close()
 		}
 	}
-	if logins != 8 {
-		t.Fatalf("%d step-up logins for 100 new scopes, want 8", logins)
+	if *logins != 8 {
+		t.Fatalf("%d step-up logins for 100 new scopes, want 8", *logins)
 	}
 }
