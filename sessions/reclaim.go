@@ -25,24 +25,40 @@ const reclaimDelay = 500 * time.Millisecond
 type reclaimer struct {
 	mu      sync.Mutex
 	timer   *time.Timer // scheduled; nil = none
+	again   bool        // kicked while scheduled: another follows this one
 	stopped bool
 }
 
-// kick schedules a collection, unless one is scheduled already.
+// kick schedules a collection, or, when one is scheduled already, one more
+// after it: what was let go after the scheduled one began would otherwise
+// wait for the runtime's own, minutes away in an idle process.
 func (r *reclaimer) kick() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.stopped || r.timer != nil {
+	if r.stopped {
 		return
 	}
+	if r.timer != nil {
+		r.again = true
+		return
+	}
+	r.schedule()
+}
+
+// schedule starts the timer of the next collection. The caller holds r.mu.
+func (r *reclaimer) schedule() {
 	r.timer = time.AfterFunc(reclaimDelay, func() {
-		r.mu.Lock()
-		r.timer = nil
-		r.mu.Unlock()
 		// Twice: buffers given back to a pool (upstream.Loan) outlive
 		// one collection.
 		runtime.GC()
 		debug.FreeOSMemory()
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		r.timer = nil
+		if r.again && !r.stopped {
+			r.again = false
+			r.schedule()
+		}
 	})
 }
 

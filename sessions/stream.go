@@ -116,6 +116,11 @@ func (sess *session) Ended(cause error) {
 	// and scope = "session" connections too, as it may have called tools
 	// before it initialized.
 	sess.srv.release(sess)
+	if errors.Is(cause, door.ErrWrite) {
+		// A client that stopped reading: what its session held is
+		// garbage now, which an idle process would keep for minutes.
+		sess.srv.reclaim.kick()
+	}
 	level := slogLevelFor(cause)
 	sess.srv.log.Log(context.Background(), level, "session ended", "session", sess.ID(), "profile", sess.srv.profileOf(sess), "reason", causeText(cause))
 }

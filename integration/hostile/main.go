@@ -39,6 +39,8 @@
 //	                       without answering: a crash after a side effect
 //	                       (stdio only)
 //	deep                   answers with a result nested 200,000 deep
+//	big {count}            answers a text of count bytes
+//	bigs                   answers how many big calls it has read
 package main
 
 import (
@@ -71,6 +73,7 @@ type server struct {
 	out *bufio.Writer
 
 	lists    atomic.Int64
+	bigs     atomic.Int64 // big calls read
 	flooding atomic.Bool
 }
 
@@ -235,7 +238,7 @@ func (s *server) listPage(params json.RawMessage) map[string]any {
 	fmt.Sscanf(p.Cursor, "c%d", &start)
 	var items []any
 	if start == 0 {
-		for _, n := range []string{"echo", "flood", "chatter", "progress", "spoof", "grow", "stop", "stats", "vanish", "deep"} {
+		for _, n := range []string{"echo", "flood", "chatter", "progress", "spoof", "grow", "stop", "stats", "vanish", "deep", "big", "bigs"} {
 			items = append(items, tool(n))
 		}
 		if s.churn {
@@ -318,6 +321,11 @@ func (s *server) call(r request, w sink) {
 			f.Close()
 		}
 		os.Exit(3)
+	case "big":
+		s.bigs.Add(1)
+		result(w, r.ID, text(strings.Repeat("x", a.Count)))
+	case "bigs":
+		result(w, r.ID, text(fmt.Sprint(s.bigs.Load())))
 	case "deep":
 		const depth = 200000
 		w(raw(`{"jsonrpc":"2.0","id":` + string(r.ID) + `,"result":` + strings.Repeat("[", depth) + strings.Repeat("]", depth) + `}`))

@@ -37,6 +37,9 @@ var (
 	// ErrBusy: the Conn's queue (of requests for its workers, or of frames
 	// for its writer) is full.
 	ErrBusy = errors.New("session queue full")
+	// ErrWrite: a write to the client failed or passed its deadline (the
+	// client stopped reading), which ended the Conn.
+	ErrWrite = errors.New("writing to the client")
 )
 
 // PanicError is the cause a Conn ends with when its writer panicked.
@@ -294,7 +297,7 @@ func (c *Conn) SendFrameThen(ctx context.Context, frame jsonrpc.Frame, done func
 			c.owner.Written(n)
 			finish(done)
 			if err != nil {
-				c.End(fmt.Errorf("writing to the client: %w", err))
+				c.End(fmt.Errorf("%w: %w", ErrWrite, err))
 				return ErrClosed
 			}
 			return nil
@@ -385,7 +388,7 @@ func (c *Conn) writeLoop() {
 		c.owner.Written(of.frame.Len())
 		finish(of.done)
 		if err != nil {
-			c.End(fmt.Errorf("writing to the client: %w", err))
+			c.End(fmt.Errorf("%w: %w", ErrWrite, err))
 			return
 		}
 	}
