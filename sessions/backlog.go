@@ -241,6 +241,11 @@ type callerBytes struct {
 type callerHeld struct {
 	bytes int64
 	full  bool // at its share since it last held nothing
+	// shed: an answer was let go for want of room (reserve) since the
+	// caller last held at most half its share. Until then its new calls
+	// are refused as at its share: they would only have their answers
+	// let go in turn, after running upstream.
+	shed bool
 }
 
 // add counts n more bytes (less, when negative) held for who. "" is
@@ -269,9 +274,11 @@ func (cb *callerBytes) reserve(who string, n int64) (ok bool, held int64) {
 		return true, 0
 	}
 	cb.mu.Lock()
-	if h := cb.held[who].bytes; h > 0 && h+n > cb.max {
+	if h := cb.held[who]; h.bytes > 0 && h.bytes+n > cb.max {
+		h.shed = true
+		cb.held[who] = h
 		cb.mu.Unlock()
-		return false, h
+		return false, h.bytes
 	}
 	crossed := cb.addLocked(who, n)
 	cb.mu.Unlock()
@@ -287,6 +294,7 @@ func (cb *callerBytes) addLocked(who string, n int64) (crossed bool) {
 	was := h.bytes
 	h.bytes += n
 	h.full = h.full || h.bytes >= cb.max
+	h.shed = h.shed && h.bytes > cb.max/2
 	crossed = (was >= cb.max) != (h.bytes >= cb.max) || h.full && h.bytes == 0
 	if h.bytes == 0 {
 		delete(cb.held, who)
@@ -309,13 +317,17 @@ func (cb *callerBytes) of(who string) int64 {
 	return cb.held[who].bytes
 }
 
-// admit refuses a new call of who's while who holds its whole share, with
-// the busy error to answer it with.
+// admit refuses a new call of who's while who holds its whole share, or
+// had an answer let go since it last held at most half of it, with the
+// busy error to answer it with.
 func (cb *callerBytes) admit(who string) *jsonrpc.Error {
 	if cb == nil || cb.max <= 0 {
 		return nil
 	}
-	if held := cb.of(who); held >= cb.max {
+	cb.mu.Lock()
+	h := cb.held[who]
+	cb.mu.Unlock()
+	if held := h.bytes; held >= cb.max || h.shed {
 		return &jsonrpc.Error{Code: errBusyCode, Message: fmt.Sprintf(
 			"caller busy: %d bytes of answers and notifications wait for this caller's clients to read them, over all its sessions and requests (server.max_pending_bytes_per_caller is %d); read them before sending more requests",
 			held, cb.max)}

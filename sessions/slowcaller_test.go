@@ -52,6 +52,30 @@ func TestCallerBytes(t *testing.T) {
 	if len(cb.held) != 0 {
 		t.Fatalf("callers holding nothing are still counted: %v", cb.held)
 	}
+	// An answer let go for want of room refuses new calls until the
+	// caller holds at most half its share.
+	cb.add("a", 60)
+	if ok, held := cb.reserve("a", 50); ok || held != 60 {
+		t.Fatalf("a holds 60 of 100 and reserves 50: ok %v, held %d; want refused, 60", ok, held)
+	}
+	if e := cb.admit("a"); e == nil {
+		t.Fatal("a had an answer let go: a new call was admitted")
+	}
+	if ok, _ := cb.reserve("a", 40); !ok {
+		t.Fatal("a holds 60 of 100 and reserves 40: refused")
+	}
+	cb.add("a", -45)
+	if e := cb.admit("a"); e == nil {
+		t.Fatal("a holds 55 of 100, over half, since its answer was let go: a new call was admitted")
+	}
+	cb.add("a", -55)
+	if e := cb.admit("a"); e != nil || len(cb.held) != 0 {
+		t.Fatalf("a holds nothing: %v, %v", e, cb.held)
+	}
+	if ok, _ := cb.reserve("a", 1000); !ok {
+		t.Fatal("a caller holding nothing was refused one answer larger than its share")
+	}
+	cb.add("a", -1000)
 	var none *callerBytes
 	none.add("a", 1)
 	if e := none.admit("a"); e != nil || none.of("a") != 0 {
@@ -193,10 +217,11 @@ func TestSlowCallerIsBounded(t *testing.T) {
 // that holds nothing is always let one through); each of the others
 // finds A's share full and is let go, answered by the busy error that
 // says the call ran. What A holds stays within one answer, and comes back
-// to nothing at the write deadline.
+// to nothing at the write deadline (long enough that a loaded machine
+// delivers every answer before it).
 func TestCallsSentAtOnceAreBounded(t *testing.T) {
 	bu := newBigUpstream(t)
-	s := newServerWith(t, bu.url, slowCallerConfig, Options{WriteTimeout: 2 * time.Second})
+	s := newServerWith(t, bu.url, slowCallerConfig, Options{WriteTimeout: 10 * time.Second})
 	hs := httptest.NewServer(s.Handler())
 	t.Cleanup(hs.Close)
 	a := tokenCaller("tok-a")

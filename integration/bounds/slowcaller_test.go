@@ -37,18 +37,31 @@ const (
 )
 
 // heldAtMost is the regression bound on viewmux's peak RSS growth while
-// A's answers go unread: half of what A left unread (800 MB). It is not
-// the bound the per-caller share sets on what viewmux holds for A, which
-// sessions' TestCallsSentAtOnceAreBounded checks exactly: the answers
-// still on their way from the upstream, and the garbage of those let go,
-// are not counted in any share. Measured alone on 2 cores: +173 MB on
-// /ws and +307 MB on /mcp (before answers were let go, +0.6 and +1.5 GB).
-const heldAtMost = slowCalls * slowAnswer / 2
+// A's answers go unread: three quarters of what A left unread (800 MB).
+// It is not the bound the per-caller share sets on what viewmux holds for
+// A, which sessions' TestCallsSentAtOnceAreBounded checks exactly: the
+// answers still on their way from the upstream, and the garbage of those
+// let go, are not counted in any share. Measured on 2 cores with calls
+// sent all at once: +159 MB on /ws and +296 MB on /mcp alone, +183 and
+// +349 MB under the whole suite (before answers were let go, +0.6 and
+// +1.5 GB).
+const heldAtMost = slowCalls * slowAnswer * 3 / 4
 
-// TestSlowCallerIsBounded: a caller sends 100 calls answering 8 MB each
-// all at once, and reads none of the answers, over 100 stateless POSTs on
-// /mcp and over 100 websockets. viewmux's RSS grows by less than
-// heldAtMost. Each call is
+// slack is the small constant the peak RSS grows by beyond the share
+// when A sends its calls one after another, on an idle machine: the call admitted just under
+// the share holds its answer, and the next its upstream's read (8 MB
+// each); A's 100 open connections cost up to 128 KiB each (TCP,
+// websocket and session buffers); 16 MiB more is the runtime's own
+// headroom.
+const slack = 2*slowAnswer + slowCalls*128<<10 + 16<<20
+
+// TestSlowCallerIsBounded: a caller sends 100 calls answering 8 MB each,
+// and reads none of the answers, over 100 stateless POSTs on /mcp and
+// over 100 websockets: first one after another, then all at once. One
+// after another, the calls past the share are refused before they reach
+// the upstream, and viewmux's RSS grows by about
+// server.max_pending_bytes_per_caller plus slack on an idle machine (it is
+// logged when more); either way by less than heldAtMost. Each call is
 // answered, refused before it reaches the upstream, or, when its answer
 // comes with the caller's share full, answered with the busy error that
 // says it ran. Once the write deadline lets the unread answers go, RSS
@@ -69,99 +82,133 @@ func TestSlowCallerIsBounded(t *testing.T) {
 		t.Run(door.name, func(t *testing.T) {
 			t.Parallel() // a viewmux of its own: its RSS is its door's
 			mux := startBigMux(t)
-			small := func(who string) error { return smallModernPost(mux.URL(), who) }
-			var quiet []time.Duration
-			for range 10 {
-				start := time.Now()
-				if err := small(tokenB); err != nil {
-					t.Fatal(err)
-				}
-				quiet = append(quiet, time.Since(start))
+			// One after another first, then all at once: each comes back
+			// down before the next begins.
+			for _, atOnce := range []bool{false, true} {
+				flood(t, mux, door.name, door.send, atOnce)
 			}
-			before := itest.ProcBytes(t, mux.PID(), "VmRSS")
-			resetPeak(t, mux.PID())
-			bigs0 := bigsRead(t, mux, tokenB)
-
-			// Caller B goes on calling while A floods.
-			stop := make(chan struct{})
-			var busy []time.Duration
-			var bErr error
-			var wg sync.WaitGroup
-			wg.Go(func() {
-				for {
-					select {
-					case <-stop:
-						return
-					case <-time.After(20 * time.Millisecond):
-					}
-					start := time.Now()
-					if bErr = small(tokenB); bErr != nil {
-						return
-					}
-					busy = append(busy, time.Since(start))
-				}
-			})
-			answers := make([]io.Reader, slowCalls)
-			for i := range slowCalls { // none waits for an answer
-				answers[i] = door.send(t, mux.Addr, 100+i)
-			}
-			var answered, refused, letGo int
-			for i, r := range answers {
-				head := make([]byte, slowHead)
-				n, err := io.ReadFull(r, head)
-				switch {
-				case err == nil:
-					answered++ // an answer, left unread
-				case err == io.ErrUnexpectedEOF || err == io.EOF:
-					got := string(head[:n])
-					if !strings.Contains(got, `"code":-32000`) || !strings.Contains(got, "server.max_pending_bytes_per_caller") {
-						t.Fatalf("call %d of the caller that does not read: %s; want an answer, or a -32000 busy error naming server.max_pending_bytes_per_caller", i, got)
-					}
-					if strings.Contains(got, "the call ran") {
-						letGo++
-					} else {
-						refused++
-					}
-				default:
-					t.Fatalf("call %d: %v", i, err)
-				}
-			}
-			close(stop)
-			wg.Wait()
-			peak := itest.ProcBytes(t, mux.PID(), "VmHWM") - before
-			ran := bigsRead(t, mux, tokenB) - bigs0
-			t.Logf("/%s: %d unread calls of %d bytes sent at once: %d answered, %d let go, %d refused; %d reached the upstream; RSS before %.1f MB, peak %.1f MB (+%.1f MB; the caller's share %.1f MB)",
-				door.name, slowCalls, slowAnswer, answered, letGo, refused, ran, mb(before), mb(before+peak), mb(peak), mb(perCaller))
-			t.Logf("/%s: caller B's calls: quiet p50 %v max %v (%d calls); during the flood p50 %v max %v (%d calls)",
-				door.name, p50(quiet), slices.Max(quiet), len(quiet), p50(busy), slices.Max(append(busy, 0)), len(busy))
-			if bErr != nil {
-				t.Fatalf("caller B's call while A held its share: %v", bErr)
-			}
-			if answered == 0 || letGo == 0 || answered+letGo != ran || ran+refused != slowCalls {
-				t.Fatalf("%d calls answered, %d let go and %d refused, and %d reached the upstream, of %d; want some answered and some let go, and each that ran answered or let go",
-					answered, letGo, refused, ran, slowCalls)
-			}
-			if peak > heldAtMost {
-				t.Fatalf("peak RSS grew %.1f MB, over %.1f MB", mb(peak), mb(heldAtMost))
-			}
-
-			// The write deadline lets A's answers go: A is served again,
-			// and RSS comes back down.
-			down := time.Now()
-			waitServed(t, func() error { return small(tokenA) })
-			var now int64
-			for deadline := down.Add(slowWriteTimeout + 30*time.Second); ; {
-				if now = itest.ProcBytes(t, mux.PID(), "VmRSS"); now <= before+32<<20 {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("RSS is %.1f MB, %.1f MB over what it was before the unread answers, %v after the flood", mb(now), mb(now-before), time.Since(down))
-				}
-				time.Sleep(50 * time.Millisecond)
-			}
-			t.Logf("/%s: RSS back to %.1f MB %v after the flood", door.name, mb(now), time.Since(down).Round(10*time.Millisecond))
 		})
 	}
+}
+
+// flood sends caller A's slowCalls calls on one door (send) of mux, one
+// after another (each once its answer began or it was refused) or all at
+// once (none waiting for another), reads none of the answers, and checks
+// what TestSlowCallerIsBounded says.
+func flood(t *testing.T, mux *itest.Mux, door string, send func(*testing.T, string, int) io.Reader, atOnce bool) {
+	t.Helper()
+	mode := "one after another"
+	if atOnce {
+		mode = "all at once"
+	}
+	small := func(who string) error { return smallModernPost(mux.URL(), who) }
+	var quiet []time.Duration
+	for range 10 {
+		start := time.Now()
+		if err := small(tokenB); err != nil {
+			t.Fatal(err)
+		}
+		quiet = append(quiet, time.Since(start))
+	}
+	before := itest.ProcBytes(t, mux.PID(), "VmRSS")
+	resetPeak(t, mux.PID())
+	bigs0 := bigsRead(t, mux, tokenB)
+
+	// Caller B goes on calling while A floods.
+	stop := make(chan struct{})
+	var busy []time.Duration
+	var bErr error
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			start := time.Now()
+			if bErr = small(tokenB); bErr != nil {
+				return
+			}
+			busy = append(busy, time.Since(start))
+		}
+	})
+	var answered, refused, letGo int
+	classify := func(i int, r io.Reader) {
+		head := make([]byte, slowHead)
+		n, err := io.ReadFull(r, head)
+		switch {
+		case err == nil:
+			answered++ // an answer, left unread
+		case err == io.ErrUnexpectedEOF || err == io.EOF:
+			got := string(head[:n])
+			if !strings.Contains(got, `"code":-32000`) || !strings.Contains(got, "server.max_pending_bytes_per_caller") {
+				t.Fatalf("%s: call %d of the caller that does not read: %s; want an answer, or a -32000 busy error naming server.max_pending_bytes_per_caller", mode, i, got)
+			}
+			if strings.Contains(got, "the call ran") {
+				letGo++
+			} else {
+				refused++
+			}
+		default:
+			t.Fatalf("%s: call %d: %v", mode, i, err)
+		}
+	}
+	answers := make([]io.Reader, slowCalls)
+	for i := range slowCalls {
+		if answers[i] = send(t, mux.Addr, 100+i); !atOnce {
+			classify(i, answers[i])
+		}
+	}
+	for i, r := range answers {
+		if atOnce {
+			classify(i, r)
+		}
+	}
+	close(stop)
+	wg.Wait()
+	peak := itest.ProcBytes(t, mux.PID(), "VmHWM") - before
+	ran := bigsRead(t, mux, tokenB) - bigs0
+	t.Logf("/%s: %d unread calls of %d bytes sent %s: %d answered, %d let go, %d refused; %d reached the upstream; RSS before %.1f MB, peak %.1f MB (+%.1f MB; the caller's share %.1f MB)",
+		door, slowCalls, slowAnswer, mode, answered, letGo, refused, ran, mb(before), mb(before+peak), mb(peak), mb(perCaller))
+	t.Logf("/%s: caller B's calls: quiet p50 %v max %v (%d calls); during the flood p50 %v max %v (%d calls)",
+		door, p50(quiet), slices.Max(quiet), len(quiet), p50(busy), slices.Max(append(busy, 0)), len(busy))
+	if bErr != nil {
+		t.Fatalf("caller B's call while A held its share: %v", bErr)
+	}
+	if answered == 0 || answered+letGo != ran || ran+refused != slowCalls {
+		t.Fatalf("%s: %d calls answered, %d let go and %d refused, and %d reached the upstream, of %d; want some answered, and each that ran answered or let go",
+			mode, answered, letGo, refused, ran, slowCalls)
+	}
+	switch {
+	case atOnce && letGo == 0:
+		t.Fatalf("%s: no answer was let go, of %d that reached the upstream before any was held", mode, ran)
+	case !atOnce && refused == 0:
+		t.Fatalf("%s: no call was refused before it reached the upstream", mode)
+	case peak > heldAtMost:
+		t.Fatalf("%s: peak RSS grew %.1f MB, over %.1f MB", mode, mb(peak), mb(heldAtMost))
+	case !atOnce && peak > perCaller+slack:
+		// Not a failure: on a loaded machine the write deadline lets
+		// answers go while the calls are still being sent, and the
+		// collector falls behind (+196 MB under the whole suite).
+		t.Logf("%s: peak RSS grew %.1f MB, over the share of %.1f MB plus %.1f MB", mode, mb(peak), mb(perCaller), mb(slack))
+	}
+
+	// The write deadline lets A's answers go: A is served again,
+	// and RSS comes back down.
+	down := time.Now()
+	waitServed(t, func() error { return small(tokenA) })
+	var now int64
+	for deadline := down.Add(slowWriteTimeout + 30*time.Second); ; {
+		if now = itest.ProcBytes(t, mux.PID(), "VmRSS"); now <= before+32<<20 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: RSS is %.1f MB, %.1f MB over what it was before the unread answers, %v after the flood", mode, mb(now), mb(now-before), time.Since(down))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("/%s, %s: RSS back to %.1f MB %v after the flood", door, mode, mb(now), time.Since(down).Round(10*time.Millisecond))
 }
 
 // startBigMux starts viewmux with tokens A and B and two hostile upstreams
